@@ -1,0 +1,220 @@
+// Package jetstream keeps the ownership lease in a JetStream key-value
+// bucket: the key "owner" of bucket ABI_ENGINE, written by create and by
+// compare-and-swap on the key's revision.
+package jetstream
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/abi-engine/engine/domain"
+	"github.com/abi-engine/engine/ports"
+)
+
+const (
+	// DefaultBucket is the bucket every engine of an account shares.
+	DefaultBucket = "ABI_ENGINE"
+	// Key is the lease key inside the bucket.
+	Key = "owner"
+)
+
+var _ ports.Lease = (*Lease)(nil)
+
+// Options choose the bucket. The zero value is the production bucket on one
+// replica.
+type Options struct {
+	// Bucket defaults to DefaultBucket.
+	Bucket string
+	// Replicas is 1 or 3; 0 means 1. It applies when the bucket is created.
+	Replicas int
+}
+
+// Lease is the lease on a JetStream bucket. Give it a connection of its own,
+// so a busy service endpoint never delays a renewal.
+type Lease struct {
+	kv      jetstream.KeyValue
+	stream  jetstream.Stream
+	subject string
+}
+
+// Open finds the bucket, or creates it with a history of one.
+func Open(ctx context.Context, nc *nats.Conn, opts Options) (*Lease, error) {
+	if opts.Bucket == "" {
+		opts.Bucket = DefaultBucket
+	}
+	switch opts.Replicas {
+	case 0:
+		opts.Replicas = 1
+	case 1, 3:
+	default:
+		return nil, fmt.Errorf("%w: nats.engine.bucket_replicas is %d, want 1 or 3", domain.ErrInvalidConfig, opts.Replicas)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("lease bucket %s: %w", opts.Bucket, err)
+	}
+	kv, err := js.KeyValue(ctx, opts.Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket:      opts.Bucket,
+			Description: "abi-engine ownership lease",
+			History:     1,
+			Replicas:    opts.Replicas,
+		})
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			kv, err = js.KeyValue(ctx, opts.Bucket)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("lease bucket %s: %w", opts.Bucket, err)
+	}
+	stream, err := js.Stream(ctx, "KV_"+opts.Bucket)
+	if err != nil {
+		return nil, fmt.Errorf("lease bucket %s: %w", opts.Bucket, err)
+	}
+	return &Lease{kv: kv, stream: stream, subject: "$KV." + opts.Bucket + "." + Key}, nil
+}
+
+// value is the JSON stored under the key.
+type value struct {
+	InstanceID string    `json:"instance_id"`
+	Host       string    `json:"host"`
+	PID        int       `json:"pid"`
+	Version    string    `json:"version"`
+	RolloutID  string    `json:"rollout_id"`
+	StartedAt  time.Time `json:"started_at"`
+	Released   bool      `json:"released,omitempty"`
+}
+
+// EncodeHolder is the value written for h.
+func EncodeHolder(h domain.Holder) []byte {
+	b, _ := json.Marshal(value(h)) // a struct of plain fields always encodes
+	return b
+}
+
+// DecodeHolder reads a stored value. A value it cannot read, written by
+// something other than an engine, is an unknown holder: the lease is held,
+// by nobody it can name.
+func DecodeHolder(b []byte) domain.Holder {
+	var v value
+	if err := json.Unmarshal(b, &v); err != nil || !domain.ValidInstanceID(v.InstanceID) {
+		return domain.Holder{}
+	}
+	return domain.Holder(v)
+}
+
+// Read returns the last message of the key: a value, or the marker of a
+// deletion or purge, which keeps its revision.
+func (l *Lease) Read(ctx context.Context) (domain.Record, error) {
+	m, err := l.stream.GetLastMsgForSubject(ctx, l.subject)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return domain.Record{}, nil
+	}
+	if err != nil {
+		return domain.Record{}, fmt.Errorf("read lease: %w", err)
+	}
+	switch m.Header.Get("KV-Operation") {
+	case "DEL", "PURGE":
+		return domain.Record{Revision: m.Sequence}, nil
+	}
+	return domain.Record{Holder: DecodeHolder(m.Data), Revision: m.Sequence, Present: true}, nil
+}
+
+// Create writes h unless the key holds a value.
+func (l *Lease) Create(ctx context.Context, h domain.Holder) (uint64, error) {
+	rev, err := l.kv.Create(ctx, Key, EncodeHolder(h))
+	if isConflict(err) {
+		return 0, fmt.Errorf("create lease: %w: %w", domain.ErrLeaseTaken, err)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("create lease: %w", err)
+	}
+	return rev, nil
+}
+
+// Update writes h if rev is the key's current revision.
+func (l *Lease) Update(ctx context.Context, h domain.Holder, rev uint64) (uint64, error) {
+	newRev, err := l.kv.Update(ctx, Key, EncodeHolder(h), rev)
+	if isConflict(err) {
+		return 0, fmt.Errorf("update lease at revision %d: %w: %w", rev, domain.ErrLeaseConflict, err)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("update lease at revision %d: %w", rev, err)
+	}
+	return newRev, nil
+}
+
+// Delete removes the value if rev is the key's current revision.
+func (l *Lease) Delete(ctx context.Context, rev uint64) error {
+	err := l.kv.Delete(ctx, Key, jetstream.LastRevision(rev))
+	if isConflict(err) {
+		return fmt.Errorf("delete lease at revision %d: %w: %w", rev, domain.ErrLeaseConflict, err)
+	}
+	if err != nil {
+		return fmt.Errorf("delete lease at revision %d: %w", rev, err)
+	}
+	return nil
+}
+
+// WaitForChange watches the key, so a change is seen as soon as the broker
+// delivers it. The watch lives on its own context: cancelling a watch's
+// context closes its updates, which would read like the end of the initial
+// values.
+func (l *Lease) WaitForChange(ctx context.Context, rev uint64, timeout time.Duration) (domain.Record, error) {
+	w, err := l.kv.Watch(context.Background(), Key)
+	if err != nil {
+		return domain.Record{}, fmt.Errorf("watch lease: %w", err)
+	}
+	defer func() { _ = w.Stop() }()
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	seen := false // whether the watch delivered any entry
+	for {
+		select {
+		case <-ctx.Done():
+			return domain.Record{}, ctx.Err()
+		case <-timer.C:
+			return l.Read(ctx)
+		case e, ok := <-w.Updates():
+			if !ok {
+				return domain.Record{}, errors.New("watch lease: the watch closed")
+			}
+			if e == nil {
+				// The initial values are done; with none, the key was never written.
+				if !seen && rev != 0 {
+					return domain.Record{}, nil
+				}
+				continue
+			}
+			seen = true
+			if e.Revision() == rev {
+				continue
+			}
+			if e.Operation() != jetstream.KeyValuePut {
+				return domain.Record{Revision: e.Revision()}, nil
+			}
+			return domain.Record{Holder: DecodeHolder(e.Value()), Revision: e.Revision(), Present: true}, nil
+		}
+	}
+}
+
+// isConflict matches a compare-and-swap refusal: 10071 on one replica, 10164
+// on replicated buckets.
+func isConflict(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
+		return true
+	}
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) &&
+		(apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+			apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}

@@ -1,0 +1,186 @@
+package jetstream_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	njs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/abi-engine/engine/adapters/secondary/lease/jetstream"
+	"github.com/abi-engine/engine/contracttests"
+	"github.com/abi-engine/engine/domain"
+	"github.com/abi-engine/engine/internal/natstest"
+	"github.com/abi-engine/engine/ports"
+)
+
+var buckets atomic.Int64
+
+// harness gives each subtest a bucket of its own on one broker, and each
+// handle a connection of its own.
+func harness(url string, replicas int) contracttests.LeaseHarness {
+	return contracttests.LeaseHarnessFunc(func(t *testing.T) func(*testing.T) ports.Lease {
+		bucket := bucketName(t)
+		return func(t *testing.T) ports.Lease {
+			return open(t, url, jetstream.Options{Bucket: bucket, Replicas: replicas})
+		}
+	})
+}
+
+func bucketName(t *testing.T) string {
+	name := strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' {
+			return r
+		}
+		return '_'
+	}, t.Name())
+	return fmt.Sprintf("T%d_%s", buckets.Add(1), name)
+}
+
+func open(t *testing.T, url string, opts jetstream.Options) *jetstream.Lease {
+	t.Helper()
+	nc := natstest.Connect(t, url)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	var (
+		l   *jetstream.Lease
+		err error
+	)
+	// A new R3 stream may not have a leader for its first request.
+	for range 3 {
+		if l, err = jetstream.Open(ctx, nc, opts); err == nil {
+			return l
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("open lease bucket %s: %v", opts.Bucket, err)
+	return nil
+}
+
+func TestLeaseContract(t *testing.T) {
+	t.Run("jetstream", func(t *testing.T) {
+		s := natstest.StartServer(t)
+		contracttests.RunLease(t, harness(s.ClientURL(), 1))
+	})
+	t.Run("jetstream-r3", func(t *testing.T) {
+		servers := natstest.StartCluster(t)
+		contracttests.RunLease(t, harness(natstest.URLs(servers...), 3))
+	})
+}
+
+func TestOpenCreatesTheBucketWithHistoryOne(t *testing.T) {
+	s := natstest.StartServer(t)
+	open(t, s.ClientURL(), jetstream.Options{})
+	js, err := njs.New(natstest.Connect(t, s.ClientURL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(t.Context(), jetstream.DefaultBucket)
+	if err != nil {
+		t.Fatalf("bucket %s: %v", jetstream.DefaultBucket, err)
+	}
+	st, err := kv.Status(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.History() != 1 {
+		t.Fatalf("bucket history %d, want 1", st.History())
+	}
+}
+
+func TestOpenRefusesOtherReplicaCounts(t *testing.T) {
+	s := natstest.StartServer(t)
+	_, err := jetstream.Open(t.Context(), natstest.Connect(t, s.ClientURL()), jetstream.Options{Replicas: 2})
+	if err == nil || !strings.Contains(err.Error(), "bucket_replicas") {
+		t.Fatalf("Open with 2 replicas: err %v, want one naming bucket_replicas", err)
+	}
+}
+
+// A value written by something other than an engine reads as a holder
+// nobody can name, never as an error and never as a free lease.
+func TestAForeignValueReadsAsAnUnknownHolder(t *testing.T) {
+	s := natstest.StartServer(t)
+	url := s.ClientURL()
+	l := open(t, url, jetstream.Options{Bucket: "FOREIGN"})
+	js, err := njs.New(natstest.Connect(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(t.Context(), "FOREIGN")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(t.Context(), jetstream.Key, []byte("not json")); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := l.Read(t.Context())
+	if err != nil {
+		t.Fatalf("Read: %v", err)
+	}
+	if !rec.Present || rec.Free() || rec.Holder.InstanceID != "" || rec.Revision == 0 {
+		t.Fatalf("foreign value reads %+v, want a present, unknown holder", rec)
+	}
+}
+
+// The key deleted by an operator (nats kv del) reads as deleted, so the
+// state machine knows a holder may still be serving.
+func TestAnOperatorDeleteReadsAsDeleted(t *testing.T) {
+	s := natstest.StartServer(t)
+	url := s.ClientURL()
+	l := open(t, url, jetstream.Options{Bucket: "OPERATOR"})
+	if _, err := l.Create(t.Context(), domain.ThisProcess("test", "")); err != nil {
+		t.Fatal(err)
+	}
+	js, err := njs.New(natstest.Connect(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(t.Context(), "OPERATOR")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, op := range []func() error{
+		func() error { return kv.Delete(t.Context(), jetstream.Key) },
+		func() error { return kv.Purge(t.Context(), jetstream.Key) },
+	} {
+		if _, err := l.Create(t.Context(), domain.ThisProcess("test", "")); err != nil && !errorsIsTaken(err) {
+			t.Fatal(err)
+		}
+		if err := op(); err != nil {
+			t.Fatal(err)
+		}
+		rec, err := l.Read(t.Context())
+		if err != nil {
+			t.Fatalf("Read: %v", err)
+		}
+		if !rec.Deleted() {
+			t.Fatalf("after an operator's delete or purge, Read gives %+v, want a deleted key", rec)
+		}
+	}
+}
+
+func errorsIsTaken(err error) bool { return err != nil && strings.Contains(err.Error(), "lease taken") }
+
+func TestHolderRoundTripsThroughJSON(t *testing.T) {
+	h := domain.ThisProcess("1.0.0", "r7")
+	h.Released = true
+	got := jetstream.DecodeHolder(jetstream.EncodeHolder(h))
+	if !got.StartedAt.Equal(h.StartedAt) {
+		t.Fatalf("started_at %v, want %v", got.StartedAt, h.StartedAt)
+	}
+	got.StartedAt = h.StartedAt
+	if got != h {
+		t.Fatalf("decoded %+v, want %+v", got, h)
+	}
+	for _, field := range []string{"instance_id", "host", "pid", "version", "rollout_id", "started_at", "released"} {
+		if !strings.Contains(string(jetstream.EncodeHolder(h)), `"`+field+`"`) {
+			t.Fatalf("value %s lacks field %s", jetstream.EncodeHolder(h), field)
+		}
+	}
+}
+
+var _ = nats.Connect

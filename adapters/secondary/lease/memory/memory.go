@@ -1,0 +1,106 @@
+// Package memory is a lease store inside one process: the reference for the
+// lease contract and the store of the ownership simulation.
+package memory
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/abi-engine/engine/domain"
+	"github.com/abi-engine/engine/ports"
+)
+
+var _ ports.Lease = (*Lease)(nil)
+
+// Lease keeps the record in memory. Every write, a delete included, takes the
+// next revision, as a JetStream bucket does.
+type Lease struct {
+	mu      sync.Mutex
+	rec     domain.Record
+	changed chan struct{} // closed and replaced on every write
+}
+
+// New returns an empty store.
+func New() *Lease { return &Lease{changed: make(chan struct{})} }
+
+// Read returns the current record.
+func (l *Lease) Read(ctx context.Context) (domain.Record, error) {
+	if err := ctx.Err(); err != nil {
+		return domain.Record{}, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.rec, nil
+}
+
+// Create writes h unless the key holds a value.
+func (l *Lease) Create(ctx context.Context, h domain.Holder) (uint64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.rec.Present {
+		return 0, fmt.Errorf("create at revision %d: %w", l.rec.Revision, domain.ErrLeaseTaken)
+	}
+	return l.write(h, true), nil
+}
+
+// Update writes h if rev is the current revision. As on JetStream, the
+// revision of a deletion counts: an update there writes the key again.
+func (l *Lease) Update(ctx context.Context, h domain.Holder, rev uint64) (uint64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if rev == 0 || rev != l.rec.Revision {
+		return 0, fmt.Errorf("update at revision %d, current %d: %w", rev, l.rec.Revision, domain.ErrLeaseConflict)
+	}
+	return l.write(h, true), nil
+}
+
+// Delete removes the value if rev is the current revision of a present key.
+func (l *Lease) Delete(ctx context.Context, rev uint64) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.rec.Present || rev != l.rec.Revision {
+		return fmt.Errorf("delete at revision %d, current %d: %w", rev, l.rec.Revision, domain.ErrLeaseConflict)
+	}
+	l.write(domain.Holder{}, false)
+	return nil
+}
+
+// write stores the next record and wakes every waiter. l.mu is held.
+func (l *Lease) write(h domain.Holder, present bool) uint64 {
+	l.rec = domain.Record{Holder: h, Revision: l.rec.Revision + 1, Present: present}
+	close(l.changed)
+	l.changed = make(chan struct{})
+	return l.rec.Revision
+}
+
+// WaitForChange returns once the revision is not rev, or after timeout.
+func (l *Lease) WaitForChange(ctx context.Context, rev uint64, timeout time.Duration) (domain.Record, error) {
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	for {
+		l.mu.Lock()
+		rec, changed := l.rec, l.changed
+		l.mu.Unlock()
+		if rec.Revision != rev {
+			return rec, nil
+		}
+		select {
+		case <-ctx.Done():
+			return domain.Record{}, ctx.Err()
+		case <-timer.C:
+			return l.Read(ctx)
+		case <-changed:
+		}
+	}
+}

@@ -1,0 +1,528 @@
+package domain
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// Outcome is what a claim decided.
+type Outcome int
+
+const (
+	// OutcomeServe: the lease is ours and the engine serves.
+	OutcomeServe Outcome = iota
+	// OutcomeStandby: another release holds the lease; call AwaitLease.
+	OutcomeStandby
+	// OutcomeClient: the engine uses the serving engine and never touches the lease.
+	OutcomeClient
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case OutcomeServe:
+		return "serve"
+	case OutcomeStandby:
+		return "standby"
+	case OutcomeClient:
+		return "client"
+	}
+	return fmt.Sprintf("Outcome(%d)", int(o))
+}
+
+// Option configures an Ownership.
+type Option func(*Ownership)
+
+// WithObserver reports every transition to f, in order, from the goroutine
+// that made it. f must not block and must not call back into the Ownership's
+// Claim, AwaitLease or Release.
+func WithObserver(f func(Transition)) Option { return func(o *Ownership) { o.observe = f } }
+
+// WithLogger sets the logger; every line carries the engine's instance id.
+func WithLogger(l *slog.Logger) Option { return func(o *Ownership) { o.log = l } }
+
+// Ownership is the state machine of one engine's lease. Claim, then AwaitLease
+// for a standby, then Release run in turn on the caller's goroutine; while the
+// lease is held, one keeper goroutine renews it and owns every transition.
+type Ownership struct {
+	lease   Lease
+	me      Holder
+	timing  Timing
+	log     *slog.Logger
+	observe func(Transition)
+
+	mu         sync.Mutex
+	state      State
+	record     Record    // the lease as last seen; our own revision while we hold it
+	observedAt time.Time // when record's revision was first seen (standby)
+	validUntil time.Time // serving is allowed before this instant
+	held       bool      // a write of ours made us the holder and no one else's followed
+	keepCancel context.CancelFunc
+	keepDone   chan struct{}
+	serving    chan struct{} // closed the first time the keeper serves
+	lost       chan struct{} // closed when the lease is lost
+}
+
+// NewOwnership checks the timing and the holder and returns an idle Ownership.
+func NewOwnership(lease Lease, me Holder, timing Timing, opts ...Option) (*Ownership, error) {
+	if err := timing.Validate(); err != nil {
+		return nil, err
+	}
+	if !ValidInstanceID(me.InstanceID) {
+		return nil, fmt.Errorf("%w: instance id %q is not 32 lowercase hex characters", ErrInvalidConfig, me.InstanceID)
+	}
+	if err := ValidateRolloutID(me.RolloutID); err != nil {
+		return nil, err
+	}
+	o := &Ownership{lease: lease, me: me, timing: timing, lost: make(chan struct{})}
+	for _, opt := range opts {
+		opt(o)
+	}
+	if o.log == nil {
+		o.log = slog.Default()
+	}
+	o.log = o.log.With("instance", me.InstanceID)
+	return o, nil
+}
+
+// Me is the holder this engine writes.
+func (o *Ownership) Me() Holder { return o.me }
+
+// Timing is the timing the Ownership was built with.
+func (o *Ownership) Timing() Timing { return o.timing }
+
+// State is the current state.
+func (o *Ownership) State() State {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.state
+}
+
+// Record is the lease as last seen or written by this engine.
+func (o *Ownership) Record() Record {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.record
+}
+
+// MayServe reports whether the engine may accept a call now: it serves, and
+// its last successful renewal started less than half a lease ago on the local
+// clock. Checking the clock as well as the state means a process that was
+// paused does not take a call before its fence timer has had a chance to run.
+func (o *Ownership) MayServe() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.state == StateServing && time.Now().Before(o.validUntil)
+}
+
+// Lost is closed when another engine takes the lease from this one; the
+// process owner should then stop.
+func (o *Ownership) Lost() <-chan struct{} { return o.lost }
+
+// Claim decides, before any backend opens, how this engine starts:
+//   - client: never touches the lease;
+//   - a free lease is taken and the engine serves;
+//   - a lease held by another release (serve role with a rollout id that
+//     differs from the holder's) makes a standby;
+//   - otherwise the holder is watched for up to one lease period: a renewal
+//     means it is alive (ErrAlreadyServing, or the client outcome for auto),
+//     silence means it is dead and the lease is taken over.
+func (o *Ownership) Claim(ctx context.Context, role Role) (Outcome, error) {
+	if role == RoleClient {
+		return OutcomeClient, nil
+	}
+	rollout := ""
+	if role == RoleServe {
+		rollout = o.me.RolloutID // auto never stands by
+	}
+	rec, err := o.lease.Read(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("read the lease: %w", err)
+	}
+	observed := time.Now()
+	for {
+		if rec.Free() || time.Since(observed) >= o.timing.Lease {
+			ok, err := o.acquire(ctx, rec)
+			if err != nil {
+				return 0, err
+			}
+			if ok {
+				return OutcomeServe, nil
+			}
+			if rec, err = o.lease.Read(ctx); err != nil {
+				return 0, fmt.Errorf("read the lease: %w", err)
+			}
+			observed = time.Now()
+			continue
+		}
+		if rollout != "" && rec.Holder.RolloutID != rollout {
+			o.mu.Lock()
+			o.record, o.observedAt = rec, observed
+			o.mu.Unlock()
+			o.transition(StateStandby, rec)
+			return OutcomeStandby, nil
+		}
+		next, err := o.lease.WaitForChange(ctx, rec.Revision, o.timing.Lease-time.Since(observed))
+		if err != nil {
+			return 0, fmt.Errorf("watch the lease: %w", err)
+		}
+		if next.Revision == rec.Revision {
+			continue
+		}
+		if next.Present && !next.Holder.Released && next.Holder.InstanceID == rec.Holder.InstanceID {
+			if role == RoleAuto {
+				return OutcomeClient, nil
+			}
+			return 0, &HeldError{Holder: next.Holder}
+		}
+		rec, observed = next, time.Now()
+	}
+}
+
+// AwaitLease runs a standby until it serves. It takes the lease as soon as
+// the holder releases it, or once the holder has been silent for a full lease
+// period. It fails with ErrAlreadyServing if an engine of this release takes
+// the lease first, and with ErrStandbyTimedOut after the standby timeout.
+func (o *Ownership) AwaitLease(ctx context.Context) error {
+	o.mu.Lock()
+	if o.state != StateStandby {
+		st := o.state
+		o.mu.Unlock()
+		return fmt.Errorf("await the lease: engine is %s, not standby", st)
+	}
+	rec, observed := o.record, o.observedAt
+	o.mu.Unlock()
+	deadline := observed.Add(o.timing.StandbyTimeout)
+	for {
+		if rec.Free() || time.Since(observed) >= o.timing.Lease {
+			ok, err := o.acquire(ctx, rec)
+			switch {
+			case ok:
+				return nil
+			case ctx.Err() != nil:
+				return ctx.Err()
+			case err != nil:
+				o.log.Warn("lease takeover failed; reading it again", "err", err)
+				if err := o.pause(ctx); err != nil {
+					return err
+				}
+			}
+			next, err := o.lease.Read(ctx)
+			if err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				o.log.Warn("lease read failed; standby keeps waiting", "err", err)
+				continue
+			}
+			if next.Revision != rec.Revision {
+				rec, observed = next, time.Now()
+			}
+			continue
+		}
+		if rec.Holder.RolloutID == o.me.RolloutID {
+			o.transition(StateIdle, rec)
+			return &HeldError{Holder: rec.Holder}
+		}
+		now := time.Now()
+		if !now.Before(deadline) {
+			o.transition(StateIdle, rec)
+			return fmt.Errorf("%w after %v; the lease is still held by %s", ErrStandbyTimedOut, o.timing.StandbyTimeout, rec.Holder)
+		}
+		wait := min(o.timing.Lease-now.Sub(observed), deadline.Sub(now))
+		next, err := o.lease.WaitForChange(ctx, rec.Revision, wait)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			o.log.Warn("lease watch failed; standby keeps waiting", "err", err)
+			if err := o.pause(ctx); err != nil {
+				return err
+			}
+			continue
+		}
+		if next.Revision != rec.Revision {
+			rec, observed = next, time.Now()
+			o.mu.Lock()
+			o.record = rec
+			o.mu.Unlock()
+		}
+	}
+}
+
+// pause waits a renewal period before a standby retries a failed store call.
+func (o *Ownership) pause(ctx context.Context) error {
+	t := time.NewTimer(o.timing.Renew())
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// acquire takes rec, which is free or has been silent for a lease period, by
+// a create or a compare-and-swap on its revision. It returns false, nil when
+// another write came first. On success it starts the keeper and returns once
+// the engine serves.
+func (o *Ownership) acquire(ctx context.Context, rec Record) (bool, error) {
+	start := time.Now()
+	serveFrom := start
+	var rev uint64
+	var err error
+	if rec.Present {
+		rev, err = o.lease.Update(ctx, o.me, rec.Revision)
+	} else {
+		rev, err = o.lease.Create(ctx, o.me)
+		if rec.Deleted() {
+			// Nobody of ours deletes the key, so a holder may still be
+			// serving; it stops within half a lease of its last renewal,
+			// which started before the deletion, so wait that long.
+			serveFrom = start.Add(o.timing.Fence())
+			o.log.Warn("the lease key was deleted by someone else; holding it half a lease before serving",
+				"revision", rec.Revision, "serve_in", o.timing.Fence())
+		}
+	}
+	if errors.Is(err, ErrLeaseTaken) || errors.Is(err, ErrLeaseConflict) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("take the lease: %w", err)
+	}
+	if rec.Present && !rec.Free() {
+		o.log.Info("took over the lease from a silent holder", "from", rec.Holder.String())
+	}
+
+	kctx, cancel := context.WithCancel(context.Background())
+	o.mu.Lock()
+	o.record = Record{Holder: o.me, Revision: rev, Present: true}
+	o.held = true
+	o.keepCancel, o.keepDone = cancel, make(chan struct{})
+	o.serving = make(chan struct{})
+	serving, done := o.serving, o.keepDone
+	o.mu.Unlock()
+	go o.keep(kctx, start, serveFrom)
+
+	select {
+	case <-serving:
+		return true, nil
+	case <-done:
+		return false, fmt.Errorf("take the lease: %w", ErrLeaseLost)
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+}
+
+type renewal struct {
+	start time.Time
+	rev   uint64
+	err   error // nil: renewed; ErrLeaseLost: another engine holds it; else unknown
+}
+
+// keep renews the lease every quarter lease and decides, from the local clock
+// alone, whether the engine serves or is fenced. It runs until the lease is
+// lost or ctx ends.
+func (o *Ownership) keep(ctx context.Context, renewedAt, serveFrom time.Time) {
+	defer close(o.keepDone)
+	results := make(chan renewal, 1)
+	inFlight := false
+	next := renewedAt.Add(o.timing.Renew())
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		now := time.Now()
+		o.settle(now, renewedAt, serveFrom)
+		wake := next
+		if inFlight {
+			wake = now.Add(o.timing.Lease) // the result wakes us
+		}
+		if fence := renewedAt.Add(o.timing.Fence()); fence.After(now) && fence.Before(wake) {
+			wake = fence
+		}
+		if serveFrom.After(now) && serveFrom.Before(wake) {
+			wake = serveFrom
+		}
+		timer.Reset(time.Until(wake))
+
+		select {
+		case <-ctx.Done():
+			if inFlight {
+				r := <-results
+				o.applyRenewal(r, &renewedAt)
+			}
+			return
+		case <-timer.C:
+			if !inFlight && !time.Now().Before(next) {
+				start := time.Now()
+				inFlight, next = true, start.Add(o.timing.Renew())
+				rev := o.Record().Revision
+				go func() {
+					rctx, cancel := context.WithTimeout(ctx, o.timing.Renew())
+					defer cancel()
+					newRev, err := o.renew(rctx, rev)
+					results <- renewal{start: start, rev: newRev, err: err}
+				}()
+			}
+		case r := <-results:
+			inFlight = false
+			if errors.Is(r.err, ErrLeaseLost) {
+				o.loseLease()
+				return
+			}
+			o.applyRenewal(r, &renewedAt)
+		}
+	}
+}
+
+func (o *Ownership) applyRenewal(r renewal, renewedAt *time.Time) {
+	if r.err != nil {
+		o.log.Warn("lease renewal failed", "err", r.err)
+		return
+	}
+	*renewedAt = r.start
+	o.mu.Lock()
+	o.record = Record{Holder: o.me, Revision: r.rev, Present: true}
+	o.mu.Unlock()
+}
+
+// settle moves between serving and fenced by the clock: the engine serves
+// from serveFrom on, while its last successful renewal started less than half
+// a lease ago.
+func (o *Ownership) settle(now, renewedAt, serveFrom time.Time) {
+	validUntil := renewedAt.Add(o.timing.Fence())
+	valid := now.Before(validUntil)
+	o.mu.Lock()
+	o.validUntil = validUntil
+	from, rec := o.state, o.record
+	var to State
+	switch {
+	case now.Before(serveFrom):
+		to = from
+	case valid:
+		to = StateServing
+	case from == StateServing:
+		to = StateFenced
+	default:
+		to = from
+	}
+	first := to == StateServing && o.serving != nil
+	if first {
+		select {
+		case <-o.serving:
+		default:
+			close(o.serving)
+		}
+	}
+	o.mu.Unlock()
+	if to != from {
+		o.transition(to, rec)
+	}
+}
+
+// renew writes our holder again at rev. A conflict is read out: our own
+// record at another revision is a renewal whose reply was lost, so we write
+// at that revision; an absent key is created again; anyone else's record
+// means the lease is lost.
+func (o *Ownership) renew(ctx context.Context, rev uint64) (uint64, error) {
+	newRev, err := o.lease.Update(ctx, o.me, rev)
+	if !errors.Is(err, ErrLeaseConflict) {
+		return newRev, err
+	}
+	rec, err := o.lease.Read(ctx)
+	if err != nil {
+		return 0, err
+	}
+	switch {
+	case !rec.Present:
+		newRev, err = o.lease.Create(ctx, o.me)
+		if errors.Is(err, ErrLeaseTaken) {
+			return 0, ErrLeaseLost
+		}
+		return newRev, err
+	case rec.Holder.InstanceID == o.me.InstanceID && !rec.Holder.Released:
+		return o.lease.Update(ctx, o.me, rec.Revision)
+	default:
+		o.mu.Lock()
+		o.record = rec
+		o.mu.Unlock()
+		return 0, ErrLeaseLost
+	}
+}
+
+func (o *Ownership) loseLease() {
+	o.mu.Lock()
+	o.held = false
+	rec := o.record
+	o.mu.Unlock()
+	o.log.Error("lease lost to another engine", "holder", rec.Holder.String())
+	o.transition(StateLost, rec)
+	close(o.lost)
+}
+
+// Release stops renewing and gives the lease up, so a standby takes it at
+// once: it writes a released record at our revision, cut off after a renewal
+// period. Call it after Claim and AwaitLease have returned. A lease that is
+// no longer ours is not an error.
+func (o *Ownership) Release(ctx context.Context) error {
+	o.mu.Lock()
+	cancel, done := o.keepCancel, o.keepDone
+	o.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-done
+	}
+	o.mu.Lock()
+	from, rec, held := o.state, o.record, o.held
+	if from == StateLost || from == StateReleased {
+		o.mu.Unlock()
+		return nil
+	}
+	o.held = false
+	o.mu.Unlock()
+	o.transition(StateReleased, rec)
+	if !held {
+		return nil
+	}
+	rctx, cancelRelease := context.WithTimeout(ctx, o.timing.Renew())
+	defer cancelRelease()
+	released := o.me
+	released.Released = true
+	_, err := o.lease.Update(rctx, released, rec.Revision)
+	if errors.Is(err, ErrLeaseConflict) {
+		// A renewal whose reply was lost moved the revision; it is still ours.
+		cur, rerr := o.lease.Read(rctx)
+		if rerr != nil {
+			return fmt.Errorf("release the lease: %w", rerr)
+		}
+		if !cur.Present || cur.Holder.InstanceID != o.me.InstanceID || cur.Holder.Released {
+			return nil
+		}
+		_, err = o.lease.Update(rctx, released, cur.Revision)
+		if errors.Is(err, ErrLeaseConflict) {
+			return nil
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("release the lease (it frees itself after %v): %w", o.timing.Lease, err)
+	}
+	o.log.Info("lease released")
+	return nil
+}
+
+func (o *Ownership) transition(to State, rec Record) {
+	o.mu.Lock()
+	from := o.state
+	o.state = to
+	o.mu.Unlock()
+	if from == to {
+		return
+	}
+	o.log.Info("ownership "+from.String()+" -> "+to.String(), "revision", rec.Revision)
+	if o.observe != nil {
+		o.observe(Transition{From: from, To: to, Record: rec})
+	}
+}

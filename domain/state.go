@@ -1,0 +1,50 @@
+package domain
+
+import "fmt"
+
+// State is where an engine stands with the lease.
+type State int32
+
+const (
+	// StateIdle: not holding the lease and not waiting for it.
+	StateIdle State = iota
+	// StateStandby: another release holds the lease; this engine waits for it.
+	StateStandby
+	// StateServing: the lease is ours and was renewed less than half a lease ago.
+	StateServing
+	// StateFenced: the lease may still be ours, but no renewal succeeded for
+	// half a lease, so the engine does not serve. It keeps renewing.
+	StateFenced
+	// StateLost: another engine took the lease. Terminal.
+	StateLost
+	// StateReleased: the engine gave the lease up on shutdown. Terminal.
+	StateReleased
+)
+
+func (s State) String() string {
+	switch s {
+	case StateIdle:
+		return "idle"
+	case StateStandby:
+		return "standby"
+	case StateServing:
+		return "serving"
+	case StateFenced:
+		return "fenced"
+	case StateLost:
+		return "lost"
+	case StateReleased:
+		return "released"
+	}
+	return fmt.Sprintf("State(%d)", int32(s))
+}
+
+// Transition is one change of state, reported to observers in the order it
+// happened.
+type Transition struct {
+	From, To State
+	// Record is the lease as the engine saw it when it moved.
+	Record Record
+}
+
+func (t Transition) String() string { return t.From.String() + " -> " + t.To.String() }
