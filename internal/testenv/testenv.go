@@ -1,0 +1,29 @@
+// Package testenv finds the real servers tests run against. A server comes
+// from an environment variable; without it the test skips and says which
+// variable, unless ENGINE_TEST_REQUIRE_BACKENDS=1 (as in CI), where a
+// missing server fails the test.
+package testenv
+
+import (
+	"os"
+	"testing"
+)
+
+// RequireVar is the variable that makes missing backends fail.
+const RequireVar = "ENGINE_TEST_REQUIRE_BACKENDS"
+
+// Lookup returns the variable's value. When it is unset, the test is
+// skipped with the reason, or fails when backends are required. Set
+// optional for a backend that CI cannot have (Qdrant): it always skips.
+func Lookup(tb testing.TB, name, what string, optional bool) string {
+	tb.Helper()
+	v := os.Getenv(name)
+	if v != "" {
+		return v
+	}
+	if os.Getenv(RequireVar) == "1" && !optional {
+		tb.Fatalf("%s is not set: %s is required (%s=1)", name, what, RequireVar)
+	}
+	tb.Skipf("%s is not set: no %s to test against", name, what)
+	return ""
+}

@@ -1,0 +1,29 @@
+package ports
+
+import (
+	"context"
+	"time"
+)
+
+// KeyValue stores byte values under string keys. A key is any non-empty
+// UTF-8 string of at most 1 KiB; adapters must treat "/", "..", spaces and
+// unicode as plain characters.
+type KeyValue interface {
+	// Get returns the value, or ErrNotFound for a missing or expired key.
+	Get(ctx context.Context, key string) ([]byte, error)
+	// Set writes the value. ttl 0 keeps it until deleted.
+	Set(ctx context.Context, key string, value []byte, ttl time.Duration) error
+	// SetIfAbsent writes the value only if the key is missing or expired, and
+	// reports whether it did. Of many concurrent callers exactly one wins.
+	SetIfAbsent(ctx context.Context, key string, value []byte, ttl time.Duration) (bool, error)
+	// Delete removes the key and reports whether it existed.
+	Delete(ctx context.Context, key string) (bool, error)
+	// DeleteIfValue removes the key only if it holds value, atomically.
+	DeleteIfValue(ctx context.Context, key string, value []byte) (bool, error)
+	// Exists reports whether the key holds a value that has not expired.
+	Exists(ctx context.Context, key string) (bool, error)
+	// ListKeys returns up to limit keys with the prefix, in byte order, after
+	// the cursor, and the cursor for the next page ("" on the last page).
+	// limit <= 0 means the adapter's default page size (100).
+	ListKeys(ctx context.Context, prefix string, limit int, cursor string) ([]string, string, error)
+}

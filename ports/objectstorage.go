@@ -1,0 +1,50 @@
+package ports
+
+import (
+	"context"
+	"io"
+	"time"
+)
+
+// ObjectInfo describes a stored object.
+type ObjectInfo struct {
+	Key         string
+	Size        int64
+	ETag        string
+	ContentType string
+	Modified    time.Time
+}
+
+// PutObjectOptions make a Put conditional or describe the content.
+type PutObjectOptions struct {
+	ContentType string
+	// IfAbsent fails with ErrConflict when the key exists.
+	IfAbsent bool
+	// IfMatch fails with ErrConflict unless the stored ETag is this one.
+	IfMatch string
+}
+
+// GetObjectOptions select a byte range; the zero value reads everything.
+type GetObjectOptions struct {
+	Offset int64
+	// Length 0 reads to the end.
+	Length int64
+}
+
+// ObjectStorage stores objects of any size as streams: no adapter holds a
+// whole object in memory. Keys are non-empty UTF-8 of at most 1 KiB and are
+// names, never paths: "../x" stays inside the store.
+type ObjectStorage interface {
+	// Put stores everything r yields under key.
+	Put(ctx context.Context, key string, r io.Reader, opts PutObjectOptions) (ObjectInfo, error)
+	// Get opens the object (or its range) for reading; the caller closes it.
+	Get(ctx context.Context, key string, opts GetObjectOptions) (io.ReadCloser, ObjectInfo, error)
+	// Stat describes the object, or ErrNotFound.
+	Stat(ctx context.Context, key string) (ObjectInfo, error)
+	// Delete removes the object: ErrNotFound when missing.
+	Delete(ctx context.Context, key string) error
+	// List returns up to limit objects with the prefix, in key order, after
+	// the cursor, and the next page's cursor ("" on the last page). limit <= 0
+	// means 100.
+	List(ctx context.Context, prefix string, limit int, cursor string) ([]ObjectInfo, string, error)
+}

@@ -1,0 +1,20 @@
+package ports
+
+// StorageConfig is implemented by every storage adapter's configuration, so
+// the shared-backend check can run before anything opens.
+type StorageConfig interface {
+	// LocalStorage describes where the data stays when it stays on this host,
+	// for example "SQLite at .engine/kv.sqlite", "files under .engine/objects"
+	// or "this process". It is "" when every engine reaches the data.
+	LocalStorage() string
+}
+
+// Service names, as they appear in configuration and on the wire.
+const (
+	ServiceKeyValue      = "keyvalue"
+	ServiceDocument      = "document"
+	ServiceObjectStorage = "object_storage"
+	ServiceVectorStore   = "vector_store"
+	ServiceCache         = "cache"
+	ServiceSecret        = "secret"
+)
