@@ -1,0 +1,206 @@
+// Package vecutil holds what the vector store adapters share: input checks
+// that produce the port's errors, the exact scores, top-k selection and
+// payload filters.
+package vecutil
+
+import (
+	"container/heap"
+	"encoding/json"
+	"fmt"
+	"math"
+	"reflect"
+	"regexp"
+
+	"github.com/abi-engine/engine/ports"
+)
+
+var namePattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// CheckName accepts a collection name of 1 to 64 characters of [A-Za-z0-9_-].
+func CheckName(name string) error {
+	if !namePattern.MatchString(name) {
+		return fmt.Errorf("collection name %q: want 1 to 64 of A-Z a-z 0-9 _ -: %w", name, ports.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// CheckCollection checks the settings of a new collection.
+func CheckCollection(name string, dimension int, metric ports.Metric) error {
+	if err := CheckName(name); err != nil {
+		return err
+	}
+	if dimension < 1 {
+		return fmt.Errorf("collection %q: dimension %d: want 1 or more: %w", name, dimension, ports.ErrInvalidArgument)
+	}
+	switch metric {
+	case ports.MetricCosine, ports.MetricDot, ports.MetricEuclid:
+		return nil
+	}
+	return fmt.Errorf("collection %q: metric %q: want cosine, dot or euclid: %w", name, metric, ports.ErrInvalidArgument)
+}
+
+// CheckValues checks one vector's dimension and that every value is finite.
+func CheckValues(collection, what string, dimension int, values []float32) error {
+	if len(values) != dimension {
+		return fmt.Errorf("%s has dimension %d, collection %q has dimension %d: %w",
+			what, len(values), collection, dimension, ports.ErrInvalidArgument)
+	}
+	for i, x := range values {
+		if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+			return fmt.Errorf("%s: value %d is %v: %w", what, i, x, ports.ErrInvalidArgument)
+		}
+	}
+	return nil
+}
+
+// CheckVectors checks a whole batch before anything is written, so a bad
+// vector loses nothing.
+func CheckVectors(collection string, dimension int, vs []ports.Vector) error {
+	for _, v := range vs {
+		if v.ID == "" {
+			return fmt.Errorf("upsert into %q: empty vector id: %w", collection, ports.ErrInvalidArgument)
+		}
+		if err := CheckValues(collection, fmt.Sprintf("vector %q", v.ID), dimension, v.Values); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// CheckSearch checks a query and k.
+func CheckSearch(collection string, dimension int, query []float32, k int) error {
+	if k < 1 {
+		return fmt.Errorf("search %q: k is %d, want 1 or more: %w", collection, k, ports.ErrInvalidArgument)
+	}
+	return CheckValues(collection, "query", dimension, query)
+}
+
+// NormalizePayload gives a payload the shape of a JSON round trip, so every
+// adapter hands back float64 numbers and plain maps and slices; an empty
+// payload is nil.
+func NormalizePayload(p map[string]any) (map[string]any, error) {
+	if len(p) == 0 {
+		return nil, nil
+	}
+	b, err := json.Marshal(p)
+	if err != nil {
+		return nil, fmt.Errorf("payload is not JSON: %v: %w", err, ports.ErrInvalidArgument)
+	}
+	var out map[string]any
+	if err := json.Unmarshal(b, &out); err != nil {
+		return nil, fmt.Errorf("payload is not JSON: %v: %w", err, ports.ErrInvalidArgument)
+	}
+	return out, nil
+}
+
+// Filter is a normalised equality filter on top-level payload fields.
+type Filter map[string]any
+
+// NewFilter normalises the filter's values as payloads are.
+func NewFilter(f map[string]any) (Filter, error) {
+	n, err := NormalizePayload(f)
+	if err != nil {
+		return nil, fmt.Errorf("filter: %w", err)
+	}
+	return Filter(n), nil
+}
+
+// Match reports whether every field of the filter is present in the
+// normalised payload with an equal value.
+func (f Filter) Match(payload map[string]any) bool {
+	for k, want := range f {
+		got, ok := payload[k]
+		if !ok || !reflect.DeepEqual(got, want) {
+			return false
+		}
+	}
+	return true
+}
+
+// Score is the exact score of a against b in float64: cosine similarity and
+// dot product are higher when closer, euclidean distance lower.
+func Score(m ports.Metric, a, b []float32) float64 {
+	var dot, na, nb, dist float64
+	for i := range a {
+		x, y := float64(a[i]), float64(b[i])
+		switch m {
+		case ports.MetricEuclid:
+			dist += (x - y) * (x - y)
+		default:
+			dot += x * y
+			na += x * x
+			nb += y * y
+		}
+	}
+	switch m {
+	case ports.MetricCosine:
+		if na == 0 || nb == 0 {
+			return 0
+		}
+		return dot / math.Sqrt(na*nb)
+	case ports.MetricDot:
+		return dot
+	}
+	return math.Sqrt(dist)
+}
+
+// TopK keeps the k closest candidates seen so far.
+type TopK struct {
+	k int
+	h resultHeap
+}
+
+// NewTopK keeps k results under metric m.
+func NewTopK(m ports.Metric, k int) *TopK {
+	return &TopK{k: k, h: resultHeap{euclid: m == ports.MetricEuclid}}
+}
+
+// Offer returns whether a candidate with this score would be kept, so
+// callers can skip decoding those that would not.
+func (t *TopK) Offer(score float64) bool {
+	return len(t.h.items) < t.k || t.h.closer(score, t.h.items[0].Score)
+}
+
+// Add keeps v if it is among the k closest.
+func (t *TopK) Add(v ports.ScoredVector) {
+	if len(t.h.items) < t.k {
+		heap.Push(&t.h, v)
+		return
+	}
+	if t.h.closer(v.Score, t.h.items[0].Score) {
+		t.h.items[0] = v
+		heap.Fix(&t.h, 0)
+	}
+}
+
+// Sorted returns the kept results, closest first.
+func (t *TopK) Sorted() []ports.ScoredVector {
+	out := make([]ports.ScoredVector, len(t.h.items))
+	for i := len(out) - 1; i >= 0; i-- {
+		out[i] = heap.Pop(&t.h).(ports.ScoredVector)
+	}
+	return out
+}
+
+// resultHeap has the farthest kept result on top, so it is the one replaced.
+type resultHeap struct {
+	euclid bool
+	items  []ports.ScoredVector
+}
+
+func (h *resultHeap) closer(a, b float64) bool {
+	if h.euclid {
+		return a < b
+	}
+	return a > b
+}
+
+func (h *resultHeap) Len() int           { return len(h.items) }
+func (h *resultHeap) Less(i, j int) bool { return h.closer(h.items[j].Score, h.items[i].Score) }
+func (h *resultHeap) Swap(i, j int)      { h.items[i], h.items[j] = h.items[j], h.items[i] }
+func (h *resultHeap) Push(x any)         { h.items = append(h.items, x.(ports.ScoredVector)) }
+func (h *resultHeap) Pop() any {
+	last := h.items[len(h.items)-1]
+	h.items = h.items[:len(h.items)-1]
+	return last
+}
