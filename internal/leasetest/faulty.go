@@ -1,0 +1,191 @@
+// Package leasetest wraps a lease store in the faults a network and a
+// process can cause: calls cut off, requests and replies delayed, replies
+// lost after the write went through, a process paused. The ownership tests
+// and the exclusion simulation drive the state machine through it.
+package leasetest
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/abi-engine/engine/domain"
+)
+
+// ErrFault is what a faulted call returns in place of a reply.
+var ErrFault = errors.New("injected fault")
+
+// Faulty is a domain.Lease with faults switched on and off at run time.
+// Writes are in flight once sent: a caller that gives up early does not stop
+// a delayed write from reaching the store, as on a real network.
+type Faulty struct {
+	inner domain.Lease
+
+	mu           sync.Mutex
+	cut          bool
+	pausedUntil  time.Time
+	requestDelay time.Duration
+	replyDelay   time.Duration
+	loseReplies  int
+}
+
+var _ domain.Lease = (*Faulty)(nil)
+
+// Wrap returns inner with no fault switched on.
+func Wrap(inner domain.Lease) *Faulty { return &Faulty{inner: inner} }
+
+// Cut makes every call hang until its context ends (or, for a watch, its
+// timeout passes) and then fail, as when the store cannot be reached.
+func (f *Faulty) Cut(on bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.cut = on
+}
+
+// Pause holds every call, requests and replies alike, until d has passed:
+// the store's view of a process that stopped running.
+func (f *Faulty) Pause(d time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.pausedUntil = time.Now().Add(d)
+}
+
+// Delay holds every request for req before it reaches the store and every
+// reply for reply before it reaches the caller.
+func (f *Faulty) Delay(req, reply time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.requestDelay, f.replyDelay = req, reply
+}
+
+// LoseReplies makes the next n writes reach the store but fail to answer.
+func (f *Faulty) LoseReplies(n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.loseReplies = n
+}
+
+type faults struct {
+	cut               bool
+	pause, req, reply time.Duration
+}
+
+func (f *Faulty) current() faults {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return faults{cut: f.cut, pause: time.Until(f.pausedUntil), req: f.requestDelay, reply: f.replyDelay}
+}
+
+func (f *Faulty) takeLostReply() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.loseReplies > 0 {
+		f.loseReplies--
+		return true
+	}
+	return false
+}
+
+func sleep(d time.Duration) {
+	if d > 0 {
+		time.Sleep(d)
+	}
+}
+
+type result[T any] struct {
+	v   T
+	err error
+}
+
+// write sends op towards the store. Once sent it is applied whatever the
+// caller does; the caller waits for the reply or for its context.
+func write[T any](ctx context.Context, f *Faulty, op func(context.Context) (T, error)) (T, error) {
+	var zero T
+	fl := f.current()
+	if fl.cut {
+		<-ctx.Done()
+		return zero, errors.Join(ErrFault, ctx.Err())
+	}
+	reply := make(chan result[T], 1)
+	go func() {
+		sleep(max(fl.pause, fl.req))
+		v, err := op(context.Background())
+		if err == nil && f.takeLostReply() {
+			v, err = zero, ErrFault
+		}
+		sleep(fl.reply)
+		reply <- result[T]{v, err}
+	}()
+	select {
+	case r := <-reply:
+		return r.v, r.err
+	case <-ctx.Done():
+		return zero, errors.Join(ErrFault, ctx.Err())
+	}
+}
+
+// Read reads through the faults.
+func (f *Faulty) Read(ctx context.Context) (domain.Record, error) {
+	var rec domain.Record
+	err := f.read(ctx, 0, func(c context.Context) error {
+		var err error
+		rec, err = f.inner.Read(c)
+		return err
+	})
+	return rec, err
+}
+
+// read is a call that changes nothing: dropped, not applied, when the caller
+// gives up.
+func (f *Faulty) read(ctx context.Context, limit time.Duration, op func(context.Context) error) error {
+	fl := f.current()
+	if fl.cut {
+		if limit > 0 {
+			t := time.NewTimer(limit)
+			defer t.Stop()
+			select {
+			case <-t.C:
+				return ErrFault
+			case <-ctx.Done():
+			}
+		} else {
+			<-ctx.Done()
+		}
+		return errors.Join(ErrFault, ctx.Err())
+	}
+	sleep(max(fl.pause, fl.req))
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	err := op(ctx)
+	sleep(fl.reply)
+	return err
+}
+
+// Create creates through the faults.
+func (f *Faulty) Create(ctx context.Context, h domain.Holder) (uint64, error) {
+	return write(ctx, f, func(c context.Context) (uint64, error) { return f.inner.Create(c, h) })
+}
+
+// Update updates through the faults.
+func (f *Faulty) Update(ctx context.Context, h domain.Holder, rev uint64) (uint64, error) {
+	return write(ctx, f, func(c context.Context) (uint64, error) { return f.inner.Update(c, h, rev) })
+}
+
+// Delete deletes through the faults.
+func (f *Faulty) Delete(ctx context.Context, rev uint64) error {
+	_, err := write(ctx, f, func(c context.Context) (struct{}, error) { return struct{}{}, f.inner.Delete(c, rev) })
+	return err
+}
+
+// WaitForChange watches through the faults.
+func (f *Faulty) WaitForChange(ctx context.Context, rev uint64, timeout time.Duration) (domain.Record, error) {
+	var rec domain.Record
+	err := f.read(ctx, timeout, func(c context.Context) error {
+		var err error
+		rec, err = f.inner.WaitForChange(c, rev, timeout)
+		return err
+	})
+	return rec, err
+}
