@@ -1,0 +1,73 @@
+// Package objkey holds the input rules every object storage adapter
+// enforces the same way, so that the adapters agree on what is invalid.
+package objkey
+
+import (
+	"fmt"
+	"unicode/utf8"
+
+	"github.com/abi-engine/engine/ports"
+)
+
+// MaxKeyBytes is the longest key, as in S3.
+const MaxKeyBytes = 1024
+
+// DefaultContentType is stored when a Put names none.
+const DefaultContentType = "application/octet-stream"
+
+// Check rejects a key that is empty, longer than MaxKeyBytes or not UTF-8.
+func Check(key string) error {
+	switch {
+	case key == "":
+		return fmt.Errorf("object key is empty: %w", ports.ErrInvalidArgument)
+	case len(key) > MaxKeyBytes:
+		return fmt.Errorf("object key of %d bytes is longer than %d: %w", len(key), MaxKeyBytes, ports.ErrInvalidArgument)
+	case !utf8.ValidString(key):
+		return fmt.Errorf("object key %q is not UTF-8: %w", key, ports.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// CheckPut checks a Put's key and options.
+func CheckPut(key string, opts ports.PutObjectOptions) error {
+	if err := Check(key); err != nil {
+		return err
+	}
+	if opts.IfAbsent && opts.IfMatch != "" {
+		return fmt.Errorf("put %q: IfAbsent and IfMatch together: %w", key, ports.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// CheckGet checks a Get's key and that its range is not negative.
+func CheckGet(key string, opts ports.GetObjectOptions) error {
+	if err := Check(key); err != nil {
+		return err
+	}
+	if opts.Offset < 0 || opts.Length < 0 {
+		return fmt.Errorf("get %q: range offset %d, length %d: negative: %w", key, opts.Offset, opts.Length, ports.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// Span returns where a range of an object of the given size starts and how
+// many bytes it holds. An offset past the end is invalid; a range that runs
+// past the end stops there.
+func Span(key string, opts ports.GetObjectOptions, size int64) (offset, length int64, err error) {
+	if opts.Offset > size {
+		return 0, 0, fmt.Errorf("get %q: offset %d is past the end of %d bytes: %w", key, opts.Offset, size, ports.ErrInvalidArgument)
+	}
+	length = size - opts.Offset
+	if opts.Length > 0 && opts.Length < length {
+		length = opts.Length
+	}
+	return opts.Offset, length, nil
+}
+
+// Limit returns the page size List uses for a requested limit.
+func Limit(limit int) int {
+	if limit <= 0 {
+		return 100
+	}
+	return limit
+}
