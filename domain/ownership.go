@@ -321,6 +321,8 @@ type renewal struct {
 	start time.Time
 	rev   uint64
 	err   error // nil: renewed; ErrLeaseLost: another engine holds it; else unknown
+	// recreated: the key had been deleted and this renewal created it again.
+	recreated bool
 }
 
 // keep renews the lease every quarter lease (an eighth after a failure) and decides, from the local clock
@@ -363,8 +365,8 @@ func (o *Ownership) keep(ctx context.Context, renewedAt, serveFrom time.Time) {
 				go func() {
 					rctx, cancel := context.WithTimeout(ctx, o.timing.Renew())
 					defer cancel()
-					newRev, err := o.renew(rctx, rev)
-					results <- renewal{start: start, rev: newRev, err: err}
+					newRev, recreated, err := o.renew(rctx, rev)
+					results <- renewal{start: start, rev: newRev, err: err, recreated: recreated}
 				}()
 			}
 		case r := <-results:
@@ -377,6 +379,14 @@ func (o *Ownership) keep(ctx context.Context, renewedAt, serveFrom time.Time) {
 				// Retry sooner than the regular period, so one failed call
 				// leaves a second chance before the fence.
 				next = r.start.Add(o.timing.Renew() / 2)
+			}
+			if r.recreated {
+				// Someone deleted the key: another engine may have taken the
+				// lease before that and serve still. It stops within half a
+				// lease of its last renewal, so this engine waits that long.
+				serveFrom = r.start.Add(o.timing.Fence())
+				o.log.Warn("the lease key was deleted by someone else; created it again, pausing half a lease",
+					"serve_in", o.timing.Fence())
 			}
 			o.applyRenewal(r, &renewedAt)
 		}
@@ -405,6 +415,8 @@ func (o *Ownership) settle(now, renewedAt, serveFrom time.Time) {
 	from, rec := o.state, o.record
 	var to State
 	switch {
+	case now.Before(serveFrom) && from == StateServing:
+		to = StateFenced
 	case now.Before(serveFrom):
 		to = from
 	case valid:
@@ -430,31 +442,32 @@ func (o *Ownership) settle(now, renewedAt, serveFrom time.Time) {
 
 // renew writes our holder again at rev. A conflict is read out: our own
 // record at another revision is a renewal whose reply was lost, so we write
-// at that revision; an absent key is created again; anyone else's record
-// means the lease is lost.
-func (o *Ownership) renew(ctx context.Context, rev uint64) (uint64, error) {
-	newRev, err := o.lease.Update(ctx, o.me, rev)
+// at that revision; a deleted key is created again (recreated is then true);
+// anyone else's record means the lease is lost.
+func (o *Ownership) renew(ctx context.Context, rev uint64) (newRev uint64, recreated bool, err error) {
+	newRev, err = o.lease.Update(ctx, o.me, rev)
 	if !errors.Is(err, ErrLeaseConflict) {
-		return newRev, err
+		return newRev, false, err
 	}
 	rec, err := o.lease.Read(ctx)
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	switch {
 	case !rec.Present:
 		newRev, err = o.lease.Create(ctx, o.me)
 		if errors.Is(err, ErrLeaseTaken) {
-			return 0, ErrLeaseLost
+			return 0, false, ErrLeaseLost
 		}
-		return newRev, err
+		return newRev, err == nil, err
 	case rec.Holder.InstanceID == o.me.InstanceID && !rec.Holder.Released:
-		return o.lease.Update(ctx, o.me, rec.Revision)
+		newRev, err = o.lease.Update(ctx, o.me, rec.Revision)
+		return newRev, false, err
 	default:
 		o.mu.Lock()
 		o.record = rec
 		o.mu.Unlock()
-		return 0, ErrLeaseLost
+		return 0, false, ErrLeaseLost
 	}
 }
 

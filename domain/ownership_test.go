@@ -389,7 +389,14 @@ func TestAKeyDeletedUnderTheHolderIsCreatedAgain(t *testing.T) {
 		if !rec.Present || rec.Holder.InstanceID != a.o.Me().InstanceID {
 			t.Fatalf("after a third party's delete the lease reads %+v, want a's record again", rec)
 		}
+		// Another engine may have taken the lease before the delete, so a
+		// stays out for half a lease, as a new holder of a deleted key does.
+		wantState(t, a, domain.StateFenced)
+		time.Sleep(L / 2)
 		wantState(t, a, domain.StateServing)
+		if at, _ := a.when(domain.StateServing); at != L/4+L/2 {
+			t.Fatalf("a served again at %v, want %v (%s)", at, L/4+L/2, a.path())
+		}
 	})
 }
 

@@ -24,6 +24,7 @@ type Faulty struct {
 
 	mu           sync.Mutex
 	cut          bool
+	uncut        chan struct{} // closed when the cut ends
 	pausedUntil  time.Time
 	requestDelay time.Duration
 	replyDelay   time.Duration
@@ -35,11 +36,18 @@ var _ domain.Lease = (*Faulty)(nil)
 // Wrap returns inner with no fault switched on.
 func Wrap(inner domain.Lease) *Faulty { return &Faulty{inner: inner} }
 
-// Cut makes every call hang until its context ends (or, for a watch, its
-// timeout passes) and then fail, as when the store cannot be reached.
+// Cut makes every call hang and then fail, as when the store cannot be
+// reached: until its context ends, the cut is lifted (the client's own
+// timeout, in effect), or, for a watch, its timeout passes.
 func (f *Faulty) Cut(on bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	switch {
+	case on && !f.cut:
+		f.uncut = make(chan struct{})
+	case !on && f.cut:
+		close(f.uncut)
+	}
 	f.cut = on
 }
 
@@ -68,13 +76,14 @@ func (f *Faulty) LoseReplies(n int) {
 
 type faults struct {
 	cut               bool
+	uncut             <-chan struct{}
 	pause, req, reply time.Duration
 }
 
 func (f *Faulty) current() faults {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return faults{cut: f.cut, pause: time.Until(f.pausedUntil), req: f.requestDelay, reply: f.replyDelay}
+	return faults{cut: f.cut, uncut: f.uncut, pause: time.Until(f.pausedUntil), req: f.requestDelay, reply: f.replyDelay}
 }
 
 func (f *Faulty) takeLostReply() bool {
@@ -104,7 +113,10 @@ func write[T any](ctx context.Context, f *Faulty, op func(context.Context) (T, e
 	var zero T
 	fl := f.current()
 	if fl.cut {
-		<-ctx.Done()
+		select {
+		case <-ctx.Done():
+		case <-fl.uncut:
+		}
 		return zero, errors.Join(ErrFault, ctx.Err())
 	}
 	reply := make(chan result[T], 1)
@@ -141,16 +153,16 @@ func (f *Faulty) Read(ctx context.Context) (domain.Record, error) {
 func (f *Faulty) read(ctx context.Context, limit time.Duration, op func(context.Context) error) error {
 	fl := f.current()
 	if fl.cut {
+		var expired <-chan time.Time
 		if limit > 0 {
 			t := time.NewTimer(limit)
 			defer t.Stop()
-			select {
-			case <-t.C:
-				return ErrFault
-			case <-ctx.Done():
-			}
-		} else {
-			<-ctx.Done()
+			expired = t.C
+		}
+		select {
+		case <-expired:
+		case <-fl.uncut:
+		case <-ctx.Done():
 		}
 		return errors.Join(ErrFault, ctx.Err())
 	}
