@@ -1,0 +1,379 @@
+// Package localfs stores objects as files under a directory on this host.
+//
+// A key never becomes a path: each object lives in a file named by the
+// SHA-256 of its key, so no key ("../x", "/etc/passwd") can reach outside
+// the root. The file holds the content followed by a trailer that records
+// the key, ETag, content type and time, so one rename publishes content
+// and metadata together. Writes go to a temporary file first; the rename
+// happens under a lock file, which makes conditional Puts atomic across
+// handles and processes sharing the directory.
+package localfs
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/abi-engine/engine/adapters/secondary/objectstorage/internal/objkey"
+	"github.com/abi-engine/engine/ports"
+)
+
+const (
+	objectsDir = "objects"
+	tmpDir     = "tmp"
+	locksDir   = "locks"
+	// lockStripes is how many lock files share the keys: enough that
+	// unrelated keys rarely wait on each other, few enough to never grow.
+	lockStripes = 256
+	// staleTemp is the age past which Open removes a temporary file left by
+	// a crashed Put; no Put runs that long without writing.
+	staleTemp = 24 * time.Hour
+	// trailerLenSize is the size of the trailer's length field.
+	trailerLenSize = 8
+)
+
+// Config is the localfs adapter's block under services.object_storage.config.
+type Config struct {
+	// Path is the directory the objects live under.
+	Path string `yaml:"path"`
+}
+
+// LocalStorage implements ports.StorageConfig: the files stay on this host.
+func (c Config) LocalStorage() string { return "files under " + c.Path }
+
+// Store keeps objects under one directory. Several stores, in this process
+// or others, may share the directory.
+type Store struct {
+	root string
+}
+
+var _ ports.ObjectStorage = (*Store)(nil)
+
+// trailer is the metadata stored after an object's content.
+type trailer struct {
+	Key         string    `json:"key"`
+	ETag        string    `json:"etag"`
+	ContentType string    `json:"content_type"`
+	Modified    time.Time `json:"modified"`
+}
+
+// Open checks the config, creates the directories and removes temporary
+// files that crashed Puts left behind.
+func Open(_ context.Context, c Config) (*Store, error) {
+	if c.Path == "" {
+		return nil, fmt.Errorf("object_storage.config.path is empty: %w", ports.ErrInvalidArgument)
+	}
+	s := &Store{root: c.Path}
+	for _, d := range []string{objectsDir, tmpDir, locksDir} {
+		if err := os.MkdirAll(filepath.Join(c.Path, d), 0o755); err != nil {
+			return nil, fmt.Errorf("object_storage.config.path %q: %w", c.Path, err)
+		}
+	}
+	entries, err := os.ReadDir(filepath.Join(c.Path, tmpDir))
+	if err != nil {
+		return nil, fmt.Errorf("read %q: %w", filepath.Join(c.Path, tmpDir), err)
+	}
+	for _, e := range entries {
+		if info, err := e.Info(); err == nil && time.Since(info.ModTime()) > staleTemp {
+			os.Remove(filepath.Join(c.Path, tmpDir, e.Name()))
+		}
+	}
+	return s, nil
+}
+
+// Close releases nothing: every call opens and closes its own files.
+func (s *Store) Close() error { return nil }
+
+func (s *Store) hashName(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:])
+}
+
+func (s *Store) path(key string) string {
+	return filepath.Join(s.root, objectsDir, s.hashName(key))
+}
+
+// lock takes the lock file of key's stripe and returns its release.
+func (s *Store) lock(key string) (func(), error) {
+	name := filepath.Join(s.root, locksDir, s.hashName(key)[:2])
+	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("open lock %q: %w", name, err)
+	}
+	for {
+		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX)
+		if !errors.Is(err, syscall.EINTR) {
+			break
+		}
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock %q: %w", name, err)
+	}
+	return func() { f.Close() }, nil
+}
+
+// ctxReader stops a copy when its context ends.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (r ctxReader) Read(p []byte) (int, error) {
+	if err := r.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return r.r.Read(p)
+}
+
+// Put implements ports.ObjectStorage.
+func (s *Store) Put(ctx context.Context, key string, r io.Reader, opts ports.PutObjectOptions) (ports.ObjectInfo, error) {
+	if err := objkey.CheckPut(key, opts); err != nil {
+		return ports.ObjectInfo{}, err
+	}
+	tmp, err := os.CreateTemp(filepath.Join(s.root, tmpDir), "put-*")
+	if err != nil {
+		return ports.ObjectInfo{}, fmt.Errorf("put %q: %w", key, err)
+	}
+	published := false
+	defer func() {
+		tmp.Close()
+		if !published {
+			os.Remove(tmp.Name())
+		}
+	}()
+	sum := sha256.New()
+	size, err := io.Copy(io.MultiWriter(tmp, sum), ctxReader{ctx, r})
+	if err != nil {
+		return ports.ObjectInfo{}, fmt.Errorf("put %q: write: %w", key, err)
+	}
+	t := trailer{Key: key, ETag: hex.EncodeToString(sum.Sum(nil)), ContentType: opts.ContentType, Modified: time.Now().UTC()}
+	if t.ContentType == "" {
+		t.ContentType = objkey.DefaultContentType
+	}
+	if err := writeTrailer(tmp, t); err != nil {
+		return ports.ObjectInfo{}, fmt.Errorf("put %q: %w", key, err)
+	}
+	if err := tmp.Sync(); err != nil {
+		return ports.ObjectInfo{}, fmt.Errorf("put %q: sync: %w", key, err)
+	}
+	unlock, err := s.lock(key)
+	if err != nil {
+		return ports.ObjectInfo{}, fmt.Errorf("put %q: %w", key, err)
+	}
+	defer unlock()
+	if err := s.checkCondition(key, opts); err != nil {
+		return ports.ObjectInfo{}, err
+	}
+	if err := os.Rename(tmp.Name(), s.path(key)); err != nil {
+		return ports.ObjectInfo{}, fmt.Errorf("put %q: %w", key, err)
+	}
+	published = true
+	syncDir(filepath.Join(s.root, objectsDir))
+	return info(t, size), nil
+}
+
+// checkCondition runs under the key's lock, so nothing changes the object
+// between the check and the rename that follows it.
+func (s *Store) checkCondition(key string, opts ports.PutObjectOptions) error {
+	if !opts.IfAbsent && opts.IfMatch == "" {
+		return nil
+	}
+	cur, err := s.Stat(context.Background(), key)
+	switch {
+	case errors.Is(err, ports.ErrNotFound):
+		if opts.IfMatch != "" {
+			return fmt.Errorf("put %q if ETag is %q: the object is missing: %w", key, opts.IfMatch, ports.ErrConflict)
+		}
+		return nil
+	case err != nil:
+		return err
+	case opts.IfAbsent:
+		return fmt.Errorf("put %q if absent: the object exists: %w", key, ports.ErrConflict)
+	case cur.ETag != opts.IfMatch:
+		return fmt.Errorf("put %q if ETag is %q: it is %q: %w", key, opts.IfMatch, cur.ETag, ports.ErrConflict)
+	}
+	return nil
+}
+
+// syncDir makes a rename durable; a failure only weakens durability, the
+// rename itself has happened, so it is not reported.
+func syncDir(dir string) {
+	if d, err := os.Open(dir); err == nil {
+		d.Sync()
+		d.Close()
+	}
+}
+
+func writeTrailer(w io.Writer, t trailer) error {
+	b, err := json.Marshal(t)
+	if err != nil {
+		return fmt.Errorf("encode trailer: %w", err)
+	}
+	b = binary.BigEndian.AppendUint64(b, uint64(len(b)))
+	if _, err := w.Write(b); err != nil {
+		return fmt.Errorf("write trailer: %w", err)
+	}
+	return nil
+}
+
+// readTrailer returns an object file's trailer and the size of its content.
+func readTrailer(f *os.File) (trailer, int64, error) {
+	st, err := f.Stat()
+	if err != nil {
+		return trailer{}, 0, err
+	}
+	var n [trailerLenSize]byte
+	if st.Size() < trailerLenSize {
+		return trailer{}, 0, fmt.Errorf("object file %q is too short for its trailer", f.Name())
+	}
+	if _, err := f.ReadAt(n[:], st.Size()-trailerLenSize); err != nil {
+		return trailer{}, 0, fmt.Errorf("read trailer of %q: %w", f.Name(), err)
+	}
+	tlen := int64(binary.BigEndian.Uint64(n[:]))
+	size := st.Size() - trailerLenSize - tlen
+	if tlen < 0 || size < 0 {
+		return trailer{}, 0, fmt.Errorf("object file %q has a trailer of %d bytes in %d", f.Name(), tlen, st.Size())
+	}
+	b := make([]byte, tlen)
+	if _, err := f.ReadAt(b, size); err != nil {
+		return trailer{}, 0, fmt.Errorf("read trailer of %q: %w", f.Name(), err)
+	}
+	var t trailer
+	if err := json.Unmarshal(b, &t); err != nil {
+		return trailer{}, 0, fmt.Errorf("decode trailer of %q: %w", f.Name(), err)
+	}
+	return t, size, nil
+}
+
+func info(t trailer, size int64) ports.ObjectInfo {
+	return ports.ObjectInfo{Key: t.Key, Size: size, ETag: t.ETag, ContentType: t.ContentType, Modified: t.Modified}
+}
+
+// open opens the key's file; the open file keeps this version readable
+// even if a Put replaces it meanwhile.
+func (s *Store) open(key string) (*os.File, trailer, int64, error) {
+	f, err := os.Open(s.path(key))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, trailer{}, 0, fmt.Errorf("object %q: %w", key, ports.ErrNotFound)
+	}
+	if err != nil {
+		return nil, trailer{}, 0, fmt.Errorf("object %q: %w", key, err)
+	}
+	t, size, err := readTrailer(f)
+	if err != nil {
+		f.Close()
+		return nil, trailer{}, 0, fmt.Errorf("object %q: %w", key, err)
+	}
+	return f, t, size, nil
+}
+
+// section reads a range of an open object file and closes it.
+type section struct {
+	*io.SectionReader
+	f *os.File
+}
+
+func (s section) Close() error { return s.f.Close() }
+
+// Get implements ports.ObjectStorage.
+func (s *Store) Get(_ context.Context, key string, opts ports.GetObjectOptions) (io.ReadCloser, ports.ObjectInfo, error) {
+	if err := objkey.CheckGet(key, opts); err != nil {
+		return nil, ports.ObjectInfo{}, err
+	}
+	f, t, size, err := s.open(key)
+	if err != nil {
+		return nil, ports.ObjectInfo{}, err
+	}
+	offset, length, err := objkey.Span(key, opts, size)
+	if err != nil {
+		f.Close()
+		return nil, ports.ObjectInfo{}, err
+	}
+	return section{io.NewSectionReader(f, offset, length), f}, info(t, size), nil
+}
+
+// Stat implements ports.ObjectStorage.
+func (s *Store) Stat(_ context.Context, key string) (ports.ObjectInfo, error) {
+	if err := objkey.Check(key); err != nil {
+		return ports.ObjectInfo{}, err
+	}
+	f, t, size, err := s.open(key)
+	if err != nil {
+		return ports.ObjectInfo{}, err
+	}
+	f.Close()
+	return info(t, size), nil
+}
+
+// Delete implements ports.ObjectStorage.
+func (s *Store) Delete(_ context.Context, key string) error {
+	if err := objkey.Check(key); err != nil {
+		return err
+	}
+	unlock, err := s.lock(key)
+	if err != nil {
+		return fmt.Errorf("delete %q: %w", key, err)
+	}
+	defer unlock()
+	err = os.Remove(s.path(key))
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("delete %q: %w", key, ports.ErrNotFound)
+	}
+	if err != nil {
+		return fmt.Errorf("delete %q: %w", key, err)
+	}
+	syncDir(filepath.Join(s.root, objectsDir))
+	return nil
+}
+
+// List implements ports.ObjectStorage. File names say nothing of the
+// keys, so List reads every trailer: fine for a store on one host, whose
+// objects number in the thousands, not millions. The cursor is the last key
+// of the previous page.
+func (s *Store) List(ctx context.Context, prefix string, limit int, cursor string) ([]ports.ObjectInfo, string, error) {
+	limit = objkey.Limit(limit)
+	dir := filepath.Join(s.root, objectsDir)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, "", fmt.Errorf("list %q: %w", prefix, err)
+	}
+	var infos []ports.ObjectInfo
+	for _, e := range entries {
+		if err := ctx.Err(); err != nil {
+			return nil, "", fmt.Errorf("list %q: %w", prefix, err)
+		}
+		f, err := os.Open(filepath.Join(dir, e.Name()))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // deleted since the directory was read
+		}
+		if err != nil {
+			return nil, "", fmt.Errorf("list %q: %w", prefix, err)
+		}
+		t, size, err := readTrailer(f)
+		f.Close()
+		if err != nil {
+			return nil, "", fmt.Errorf("list %q: %w", prefix, err)
+		}
+		if strings.HasPrefix(t.Key, prefix) && t.Key > cursor {
+			infos = append(infos, info(t, size))
+		}
+	}
+	slices.SortFunc(infos, func(a, b ports.ObjectInfo) int { return strings.Compare(a.Key, b.Key) })
+	if len(infos) <= limit {
+		return infos, "", nil
+	}
+	return infos[:limit], infos[limit-1].Key, nil
+}
