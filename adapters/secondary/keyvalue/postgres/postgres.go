@@ -1,0 +1,218 @@
+// Package postgres is a key-value store in a PostgreSQL table that every
+// engine reaches. Conditional writes are single statements, so PostgreSQL's
+// row locks decide races; expiry is judged by the server's clock alone, so
+// engines on hosts whose clocks differ agree on it.
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/abi-engine/engine/internal/pgdb"
+	"github.com/abi-engine/engine/internal/storecheck"
+	"github.com/abi-engine/engine/ports"
+)
+
+var _ ports.KeyValue = (*Store)(nil)
+
+const (
+	// defaultPageSize is the page size of ListKeys when the caller gives none.
+	defaultPageSize = 100
+	// DefaultTable is the table used when the configuration names none.
+	DefaultTable = "engine_kv"
+)
+
+// Config is the adapter's block under services.keyvalue.config.
+type Config struct {
+	// DSN is a PostgreSQL connection string (URL or key=value form).
+	DSN string `yaml:"dsn"`
+	// Table holds the keys; created on Open if missing. Default engine_kv.
+	Table string `yaml:"table"`
+}
+
+// LocalStorage implements ports.StorageConfig: every engine reaches the
+// server, so nothing stays on this host.
+func (Config) LocalStorage() string { return "" }
+
+// live is the condition of a row that has not expired.
+const live = "(expires_at IS NULL OR expires_at > clock_timestamp())"
+
+// Store is a pool of connections to the table.
+type Store struct {
+	pool  *pgxpool.Pool
+	table string // quoted
+	name  string
+}
+
+// Open connects and creates the table if it is missing. Keys use the C
+// collation, so ORDER BY and the cursor compare UTF-8 bytes.
+func Open(ctx context.Context, c Config) (*Store, error) {
+	if c.Table == "" {
+		c.Table = DefaultTable
+	}
+	schema := fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (
+		key        text COLLATE "C" PRIMARY KEY,
+		value      bytea NOT NULL,
+		expires_at timestamptz
+	)`, pgdb.Ident(c.Table))
+	pool, err := pgdb.Open(ctx, "keyvalue postgres", c.DSN, c.Table, schema)
+	if err != nil {
+		return nil, err
+	}
+	return &Store{pool: pool, table: pgdb.Ident(c.Table), name: c.Table}, nil
+}
+
+// Close closes the pool; closing twice is harmless.
+func (s *Store) Close() error {
+	s.pool.Close()
+	return nil
+}
+
+// micros is ttl in whole microseconds, rounded up so a positive TTL never
+// expires at once; nil, which stores a NULL expiry, for no TTL.
+func micros(ttl time.Duration) *int64 {
+	if ttl == 0 {
+		return nil
+	}
+	us := int64((ttl + time.Microsecond - 1) / time.Microsecond)
+	return &us
+}
+
+// bytea keeps an empty value from being stored as NULL.
+func bytea(v []byte) []byte {
+	if v == nil {
+		return []byte{}
+	}
+	return v
+}
+
+func checkWrite(key string, ttl time.Duration) error {
+	if err := storecheck.Key("key", key); err != nil {
+		return err
+	}
+	return storecheck.TTL(ttl)
+}
+
+// Get returns the value unless it is missing or expired.
+func (s *Store) Get(ctx context.Context, key string) ([]byte, error) {
+	if err := storecheck.Key("key", key); err != nil {
+		return nil, err
+	}
+	var v []byte
+	err := s.pool.QueryRow(ctx, "SELECT value FROM "+s.table+" WHERE key = $1 AND "+live, key).Scan(&v)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("get %q: %w", key, ports.ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get %q from table %s: %w", key, s.name, err)
+	}
+	return bytea(v), nil
+}
+
+// Set writes the value and its expiry, replacing any other.
+func (s *Store) Set(ctx context.Context, key string, value []byte, ttl time.Duration) error {
+	if err := checkWrite(key, ttl); err != nil {
+		return err
+	}
+	_, err := s.pool.Exec(ctx, `INSERT INTO `+s.table+` (key, value, expires_at)
+		VALUES ($1, $2, clock_timestamp() + $3::bigint * interval '1 microsecond')
+		ON CONFLICT (key) DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at`,
+		key, bytea(value), micros(ttl))
+	if err != nil {
+		return fmt.Errorf("set %q in table %s: %w", key, s.name, err)
+	}
+	return nil
+}
+
+// SetIfAbsent inserts the value, or replaces an expired one, in one
+// statement. Racers on one key queue on its row lock, and each re-checks
+// the WHERE against the row the winner wrote, so exactly one changes it.
+func (s *Store) SetIfAbsent(ctx context.Context, key string, value []byte, ttl time.Duration) (bool, error) {
+	if err := checkWrite(key, ttl); err != nil {
+		return false, err
+	}
+	tag, err := s.pool.Exec(ctx, `INSERT INTO `+s.table+` AS kv (key, value, expires_at)
+		VALUES ($1, $2, clock_timestamp() + $3::bigint * interval '1 microsecond')
+		ON CONFLICT (key) DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at
+		WHERE kv.expires_at IS NOT NULL AND kv.expires_at <= clock_timestamp()`,
+		key, bytea(value), micros(ttl))
+	if err != nil {
+		return false, fmt.Errorf("set %q if absent in table %s: %w", key, s.name, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// Delete removes the row, expired or not, and reports whether it was live.
+func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
+	if err := storecheck.Key("key", key); err != nil {
+		return false, err
+	}
+	var wasLive bool
+	err := s.pool.QueryRow(ctx, "DELETE FROM "+s.table+" WHERE key = $1 RETURNING "+live, key).Scan(&wasLive)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("delete %q from table %s: %w", key, s.name, err)
+	}
+	return wasLive, nil
+}
+
+// DeleteIfValue removes the row if it is live and holds value.
+func (s *Store) DeleteIfValue(ctx context.Context, key string, value []byte) (bool, error) {
+	if err := storecheck.Key("key", key); err != nil {
+		return false, err
+	}
+	tag, err := s.pool.Exec(ctx, "DELETE FROM "+s.table+" WHERE key = $1 AND value = $2 AND "+live, key, bytea(value))
+	if err != nil {
+		return false, fmt.Errorf("delete %q if it holds the value, in table %s: %w", key, s.name, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// Exists reports whether the key holds a live value.
+func (s *Store) Exists(ctx context.Context, key string) (bool, error) {
+	if err := storecheck.Key("key", key); err != nil {
+		return false, err
+	}
+	var ok bool
+	err := s.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+s.table+" WHERE key = $1 AND "+live+")", key).Scan(&ok)
+	if err != nil {
+		return false, fmt.Errorf("exists %q in table %s: %w", key, s.name, err)
+	}
+	return ok, nil
+}
+
+// ListKeys pages by key: the cursor is the last key of the page. The prefix
+// is matched with starts_with, never LIKE, so % and _ stay literal.
+func (s *Store) ListKeys(ctx context.Context, prefix string, limit int, cursor string) ([]string, string, error) {
+	if err := storecheck.Prefix("prefix", prefix); err != nil {
+		return nil, "", err
+	}
+	if err := storecheck.Prefix("cursor", cursor); err != nil {
+		return nil, "", err
+	}
+	if limit <= 0 {
+		limit = defaultPageSize
+	}
+	rows, err := s.pool.Query(ctx, `SELECT key FROM `+s.table+`
+		WHERE key >= $1 AND key > $2 AND starts_with(key, $1) AND `+live+`
+		ORDER BY key LIMIT $3`, prefix, cursor, limit+1)
+	if err != nil {
+		return nil, "", fmt.Errorf("list keys %q in table %s: %w", prefix, s.name, err)
+	}
+	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, "", fmt.Errorf("list keys %q in table %s: %w", prefix, s.name, err)
+	}
+	if len(keys) <= limit {
+		return keys, "", nil
+	}
+	keys = keys[:limit]
+	return keys, keys[limit-1], nil
+}

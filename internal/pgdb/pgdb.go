@@ -1,0 +1,51 @@
+// Package pgdb opens the PostgreSQL pools of the shared storage adapters and
+// creates their tables, so that engines starting together do not trip over
+// each other's CREATE TABLE.
+package pgdb
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/abi-engine/engine/internal/storecheck"
+	"github.com/abi-engine/engine/ports"
+)
+
+// Open connects to dsn and runs schema under an advisory lock named after
+// table, because concurrent CREATE TABLE IF NOT EXISTS can still fail on a
+// unique index of the catalog. what names the adapter in errors, such as
+// "keyvalue postgres"; table is checked as the yaml key "table".
+func Open(ctx context.Context, what, dsn, table, schema string) (*pgxpool.Pool, error) {
+	if dsn == "" {
+		return nil, fmt.Errorf("%s: dsn is empty: %w", what, ports.ErrInvalidArgument)
+	}
+	if err := storecheck.Table("table", table); err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("%s: dsn: %w: %w", what, ports.ErrInvalidArgument, err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%s: connect: %w", what, err)
+	}
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtext($1))", "abi-engine schema "+table); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, schema)
+		return err
+	})
+	if err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("%s: create table %s: %w", what, table, err)
+	}
+	return pool, nil
+}
+
+// Ident quotes a table name already checked by storecheck.Table.
+func Ident(table string) string { return pgx.Identifier{table}.Sanitize() }
