@@ -41,6 +41,14 @@ type ObjectStorageCapabilities struct {
 	// atomically, across handles, so of many racers exactly one wins. Some
 	// S3-compatible services ignore the conditional headers.
 	ConditionalPut bool
+	// PathLikeKeys: keys with ".", ".." or empty segments ("../x", "a//b",
+	// "/x", "x/") are plain names like any other. Without it the adapter
+	// must refuse them with ErrInvalidArgument: an S3 server that keeps
+	// objects as files would store "d/../y" over "y".
+	PathLikeKeys bool
+	// NestedKeys: a key and the same key followed by "/..." coexist ("a"
+	// and "a/b"). S3 servers that keep objects as files cannot do this.
+	NestedKeys bool
 }
 
 const (
@@ -76,7 +84,8 @@ func RunObjectStorage(t *testing.T, h ObjectStorageHarness, caps ObjectStorageCa
 		{"TwoHandlesShareTheStore", objTwoHandlesShareTheStore},
 		{"InvalidKeysAreRejected", objInvalidKeysAreRejected},
 		{"OddKeysAreNames", objOddKeysAreNames},
-		{"DotDotKeyStaysInside", objDotDotKeyStaysInside},
+		{"PathLikeKeysStayInside", objPathLikeKeysStayInside},
+		{"NestedKeys", objNestedKeys},
 		{"FailedPutKeepsThePreviousObject", objFailedPutKeepsThePreviousObject},
 		{"RangeReads", objRangeReads},
 		{"ListPagination", objListPagination},
@@ -361,7 +370,6 @@ func objInvalidKeysAreRejected(t *testing.T, open func(t *testing.T) ports.Objec
 // maps each part to a file name and file names stop at 255 bytes.
 var objOddKeys = []string{
 	"a/b",
-	"../x",
 	"with spaces in it",
 	"unicode/ключ/値/✓",
 	strings.Repeat(strings.Repeat("k", 200)+"/", 6)[:1024],
@@ -398,24 +406,64 @@ func objOddKeysAreNames(t *testing.T, open func(t *testing.T) ports.ObjectStorag
 	}
 }
 
-// A key that looks like a way out of the store is a name like any other:
-// it neither reaches nor replaces another object.
-func objDotDotKeyStaysInside(t *testing.T, open func(t *testing.T) ports.ObjectStorage, _ ObjectStorageCapabilities) {
+// objPathLikeKeys look like ways out of the store or onto other keys.
+var objPathLikeKeys = []string{"../x", "d/../y", "./z", "/x", "a//b", "z/"}
+
+// A key that looks like a path is a name like any other, or refused: it
+// never reaches nor replaces another object.
+func objPathLikeKeysStayInside(t *testing.T, open func(t *testing.T) ports.ObjectStorage, caps ObjectStorageCapabilities) {
 	s := open(t)
-	objPut(t, s, "x", "plain", ports.PutObjectOptions{})
-	objPut(t, s, "../x", "dotdot", ports.PutObjectOptions{})
-	objPut(t, s, "d/../y", "inner", ports.PutObjectOptions{})
-	if got, _ := objGet(t, s, "x", ports.GetObjectOptions{}); got != "plain" {
-		t.Fatalf("x reads %q after a Put of ../x", got)
+	plain := []string{"a/b", "x", "y", "z"}
+	for _, key := range plain {
+		objPut(t, s, key, "plain "+key, ports.PutObjectOptions{})
 	}
-	if got, _ := objGet(t, s, "../x", ports.GetObjectOptions{}); got != "dotdot" {
-		t.Fatalf("../x reads %q", got)
+	want := slices.Clone(plain)
+	for _, key := range objPathLikeKeys {
+		if caps.PathLikeKeys {
+			objPut(t, s, key, "odd "+key, ports.PutObjectOptions{})
+			want = append(want, key)
+			continue
+		}
+		if _, err := s.Put(ctx(t), key, strings.NewReader("odd "+key), ports.PutObjectOptions{}); !errors.Is(err, ports.ErrInvalidArgument) {
+			t.Fatalf("%s: no PathLikeKeys, but Put %q gives err %v, want ErrInvalidArgument", objAdapterName(t), key, err)
+		}
 	}
-	if _, err := s.Stat(ctx(t), "y"); !errors.Is(err, ports.ErrNotFound) {
-		t.Fatalf("Stat y after a Put of d/../y: err %v, want ErrNotFound", err)
+	for _, key := range want {
+		prefix := "plain "
+		if !slices.Contains(plain, key) {
+			prefix = "odd "
+		}
+		if got, _ := objGet(t, s, key, ports.GetObjectOptions{}); got != prefix+key {
+			t.Fatalf("%q reads %q, want %q", key, got, prefix+key)
+		}
 	}
-	if keys := objKeys(objListAll(t, s, "", 0)); !slices.Equal(keys, []string{"../x", "d/../y", "x"}) {
-		t.Fatalf("List gives %q, want [../x d/../y x]", keys)
+	slices.Sort(want)
+	if keys := objKeys(objListAll(t, s, "", 0)); !slices.Equal(keys, want) {
+		t.Fatalf("List gives %q, want %q", keys, want)
+	}
+}
+
+func objNestedKeys(t *testing.T, open func(t *testing.T) ports.ObjectStorage, caps ObjectStorageCapabilities) {
+	if !caps.NestedKeys {
+		t.Skipf("%s: no NestedKeys", objAdapterName(t))
+	}
+	s := open(t)
+	objPut(t, s, "a", "parent", ports.PutObjectOptions{})
+	objPut(t, s, "a/b", "child", ports.PutObjectOptions{})
+	objPut(t, s, "a/b/c", "grandchild", ports.PutObjectOptions{})
+	for key, want := range map[string]string{"a": "parent", "a/b": "child", "a/b/c": "grandchild"} {
+		if got, _ := objGet(t, s, key, ports.GetObjectOptions{}); got != want {
+			t.Fatalf("%q reads %q, want %q", key, got, want)
+		}
+	}
+	if keys := objKeys(objListAll(t, s, "a", 0)); !slices.Equal(keys, []string{"a", "a/b", "a/b/c"}) {
+		t.Fatalf("List a gives %q", keys)
+	}
+	if err := s.Delete(ctx(t), "a/b"); err != nil {
+		t.Fatalf("Delete a/b: %v", err)
+	}
+	if keys := objKeys(objListAll(t, s, "", 0)); !slices.Equal(keys, []string{"a", "a/b/c"}) {
+		t.Fatalf("after deleting a/b, List gives %q", keys)
 	}
 }
 
@@ -529,7 +577,7 @@ func objListPagination(t *testing.T, open func(t *testing.T) ports.ObjectStorage
 	for i := range 20 {
 		others = append(others, fmt.Sprintf("q/%02d", i))
 	}
-	others = append(others, "p", "o/9999")
+	others = append(others, "p0", "p.txt", "o/9999")
 	objPutMany(t, s, append(slices.Clone(want), others...))
 	slices.Sort(want)
 

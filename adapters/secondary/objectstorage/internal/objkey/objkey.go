@@ -4,6 +4,7 @@ package objkey
 
 import (
 	"fmt"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/abi-engine/engine/ports"
@@ -24,6 +25,20 @@ func Check(key string) error {
 		return fmt.Errorf("object key of %d bytes is longer than %d: %w", len(key), MaxKeyBytes, ports.ErrInvalidArgument)
 	case !utf8.ValidString(key):
 		return fmt.Errorf("object key %q is not UTF-8: %w", key, ports.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// CheckPathClean rejects, beyond Check, a key with ".", ".." or empty
+// segments, for stores that map keys to paths.
+func CheckPathClean(key string) error {
+	if err := Check(key); err != nil {
+		return err
+	}
+	for seg := range strings.SplitSeq(key, "/") {
+		if seg == "" || seg == "." || seg == ".." {
+			return fmt.Errorf("object key %q has a %q segment, which an S3 server keeping files could store as another key: %w", key, seg, ports.ErrInvalidArgument)
+		}
 	}
 	return nil
 }

@@ -1,0 +1,468 @@
+// Package s3 stores objects in a bucket of any S3-compatible service.
+//
+// Objects stream: a Put reads at most one part (8 MiB) ahead, sending a
+// small object in one request and a larger one as a multipart upload, so
+// an object of unknown length is never held whole in memory. Conditional
+// Puts use the If-None-Match and If-Match headers on the request that
+// publishes the object (PutObject or CompleteMultipartUpload), so the
+// service decides atomically which writer wins.
+//
+// Keys with ".", ".." or empty segments ("../x", "a//b", "x/") are refused:
+// S3 servers that keep objects as files would store "d/../y" over "y".
+package s3
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"github.com/aws/smithy-go"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
+
+	"github.com/abi-engine/engine/adapters/secondary/objectstorage/internal/objkey"
+	"github.com/abi-engine/engine/ports"
+)
+
+const (
+	// partSize is what a Put holds in memory at most, and the size of each
+	// part of a multipart upload (S3 wants at least 5 MiB but the last).
+	partSize = 8 << 20
+	// maxParts is S3's limit of parts per upload, which caps an object at
+	// about 78 GiB with partSize parts.
+	maxParts = 10_000
+	// probeSize is read before anything else, so a small object costs a
+	// small buffer rather than a whole part.
+	probeSize = 64 << 10
+	// abortTimeout bounds the cleanup of a failed multipart upload, which
+	// runs even when the Put's own context has ended.
+	abortTimeout = 30 * time.Second
+	// defaultRegion is used when the config names none; most S3-compatible
+	// services accept any region.
+	defaultRegion = "us-east-1"
+)
+
+// Config is the s3 adapter's block under services.object_storage.config.
+type Config struct {
+	// Endpoint is the service's URL, e.g. http://127.0.0.1:17070; empty
+	// means AWS.
+	Endpoint string `yaml:"endpoint"`
+	// Bucket must exist; the adapter never creates buckets.
+	Bucket    string `yaml:"bucket"`
+	Region    string `yaml:"region"`
+	AccessKey string `yaml:"access_key"`
+	SecretKey string `yaml:"secret_key"`
+	// PathStyle addresses the bucket in the path rather than the host name,
+	// as most S3-compatible services need.
+	PathStyle bool `yaml:"path_style"`
+}
+
+// LocalStorage implements ports.StorageConfig: every engine reaches the
+// bucket over the network.
+func (Config) LocalStorage() string { return "" }
+
+// Store is a bucket seen as a ports.ObjectStorage.
+type Store struct {
+	client *s3.Client
+	bucket string
+}
+
+var _ ports.ObjectStorage = (*Store)(nil)
+
+// Open checks the config, then that the bucket exists and answers.
+func Open(ctx context.Context, c Config) (*Store, error) {
+	if c.Bucket == "" {
+		return nil, fmt.Errorf("object_storage.config.bucket is empty: %w", ports.ErrInvalidArgument)
+	}
+	if (c.AccessKey == "") != (c.SecretKey == "") {
+		return nil, fmt.Errorf("object_storage.config.access_key and secret_key must be set together: %w", ports.ErrInvalidArgument)
+	}
+	region := c.Region
+	if region == "" {
+		region = defaultRegion
+	}
+	opts := s3.Options{
+		Region:       region,
+		UsePathStyle: c.PathStyle,
+		// Checksums only where S3 requires them: many S3-compatible
+		// services reject the trailing checksums newer SDKs send by default.
+		RequestChecksumCalculation: aws.RequestChecksumCalculationWhenRequired,
+		ResponseChecksumValidation: aws.ResponseChecksumValidationWhenRequired,
+	}
+	if c.Endpoint != "" {
+		opts.BaseEndpoint = aws.String(c.Endpoint)
+	}
+	if c.AccessKey != "" {
+		opts.Credentials = credentials.NewStaticCredentialsProvider(c.AccessKey, c.SecretKey, "")
+	} else {
+		opts.Credentials = aws.AnonymousCredentials{}
+	}
+	s := &Store{client: s3.New(opts), bucket: c.Bucket}
+	if _, err := s.client.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: aws.String(c.Bucket)}); err != nil {
+		return nil, fmt.Errorf("object_storage.config.bucket %q at %q: %w", c.Bucket, c.Endpoint, translate(err))
+	}
+	return s, nil
+}
+
+// Close releases idle connections.
+func (s *Store) Close() error {
+	if c, ok := s.client.Options().HTTPClient.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+	return nil
+}
+
+// translate turns the service's errors into the ports' sentinels.
+func translate(err error) error {
+	var apiErr smithy.APIError
+	if errors.As(err, &apiErr) {
+		switch apiErr.ErrorCode() {
+		case "NoSuchKey", "NotFound", "NoSuchBucket", "NoSuchUpload":
+			return fmt.Errorf("%w: %w", ports.ErrNotFound, err)
+		case "PreconditionFailed", "ConditionalRequestConflict",
+			// S3 servers that keep objects as files cannot hold "a" beside "a/b".
+			"ExistingObjectIsDirectory", "ObjectParentIsFile":
+			return fmt.Errorf("%w: %w", ports.ErrConflict, err)
+		case "InvalidRange", "KeyTooLongError", "InvalidArgument":
+			return fmt.Errorf("%w: %w", ports.ErrInvalidArgument, err)
+		case "EntityTooLarge":
+			return fmt.Errorf("%w: %w", ports.ErrTooLarge, err)
+		}
+	}
+	var respErr *smithyhttp.ResponseError
+	if errors.As(err, &respErr) {
+		switch respErr.HTTPStatusCode() {
+		case http.StatusNotFound:
+			return fmt.Errorf("%w: %w", ports.ErrNotFound, err)
+		case http.StatusPreconditionFailed:
+			return fmt.Errorf("%w: %w", ports.ErrConflict, err)
+		case http.StatusBadRequest, http.StatusRequestedRangeNotSatisfiable:
+			return fmt.Errorf("%w: %w", ports.ErrInvalidArgument, err)
+		}
+	}
+	return err
+}
+
+// translatePut is translate for a conditional write, where a missing key
+// means the condition failed.
+func translatePut(err error, opts ports.PutObjectOptions) error {
+	err = translate(err)
+	if opts.IfMatch != "" && errors.Is(err, ports.ErrNotFound) {
+		return fmt.Errorf("%w: %w", ports.ErrConflict, err)
+	}
+	return err
+}
+
+// etag drops the quotes S3 puts around ETags, so callers see a plain token.
+func etag(p *string) string { return strings.Trim(aws.ToString(p), `"`) }
+
+func quote(etag string) *string { return aws.String(`"` + etag + `"`) }
+
+// conditions returns the If-None-Match and If-Match headers of a Put.
+func conditions(opts ports.PutObjectOptions) (ifNoneMatch, ifMatch *string) {
+	if opts.IfAbsent {
+		ifNoneMatch = aws.String("*")
+	}
+	if opts.IfMatch != "" {
+		ifMatch = quote(opts.IfMatch)
+	}
+	return ifNoneMatch, ifMatch
+}
+
+func contentType(opts ports.PutObjectOptions) string {
+	if opts.ContentType == "" {
+		return objkey.DefaultContentType
+	}
+	return opts.ContentType
+}
+
+// Put implements ports.ObjectStorage.
+func (s *Store) Put(ctx context.Context, key string, r io.Reader, opts ports.PutObjectOptions) (ports.ObjectInfo, error) {
+	if err := objkey.CheckPathClean(key); err != nil {
+		return ports.ObjectInfo{}, err
+	}
+	if err := objkey.CheckPut(key, opts); err != nil {
+		return ports.ObjectInfo{}, err
+	}
+	probe := make([]byte, probeSize)
+	n, err := io.ReadFull(r, probe)
+	if end(err) {
+		return s.putOnce(ctx, key, probe[:n], opts)
+	}
+	if err != nil {
+		return ports.ObjectInfo{}, fmt.Errorf("put %q: read: %w", key, err)
+	}
+	part := make([]byte, partSize)
+	copy(part, probe)
+	m, err := io.ReadFull(r, part[n:])
+	if end(err) {
+		return s.putOnce(ctx, key, part[:n+m], opts)
+	}
+	if err != nil {
+		return ports.ObjectInfo{}, fmt.Errorf("put %q: read: %w", key, err)
+	}
+	return s.putParts(ctx, key, part, r, opts)
+}
+
+// end reports whether io.ReadFull stopped at the end of the reader.
+func end(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
+}
+
+// putOnce stores an object that fits in one request.
+func (s *Store) putOnce(ctx context.Context, key string, data []byte, opts ports.PutObjectOptions) (ports.ObjectInfo, error) {
+	ifNoneMatch, ifMatch := conditions(opts)
+	out, err := s.client.PutObject(ctx, &s3.PutObjectInput{
+		Bucket:        aws.String(s.bucket),
+		Key:           aws.String(key),
+		Body:          bytes.NewReader(data),
+		ContentLength: aws.Int64(int64(len(data))),
+		ContentType:   aws.String(contentType(opts)),
+		IfNoneMatch:   ifNoneMatch,
+		IfMatch:       ifMatch,
+	})
+	if err != nil {
+		return ports.ObjectInfo{}, fmt.Errorf("put %q: %w", key, translatePut(err, opts))
+	}
+	return s.written(ctx, key, etag(out.ETag), int64(len(data)), opts), nil
+}
+
+// putParts streams an object as a multipart upload, reusing one part
+// buffer. The conditions go on the completion, which publishes the object.
+func (s *Store) putParts(ctx context.Context, key string, part []byte, r io.Reader, opts ports.PutObjectOptions) (info ports.ObjectInfo, err error) {
+	created, err := s.client.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{
+		Bucket:      aws.String(s.bucket),
+		Key:         aws.String(key),
+		ContentType: aws.String(contentType(opts)),
+	})
+	if err != nil {
+		return ports.ObjectInfo{}, fmt.Errorf("put %q: start upload: %w", key, translate(err))
+	}
+	defer func() {
+		if err != nil {
+			s.abort(ctx, key, created.UploadId)
+		}
+	}()
+	var parts []types.CompletedPart
+	var size int64
+	n := len(part)
+	for number := int32(1); n > 0; number++ {
+		if number > maxParts {
+			return ports.ObjectInfo{}, fmt.Errorf("put %q: more than %d parts of %d bytes: %w", key, maxParts, partSize, ports.ErrTooLarge)
+		}
+		out, err := s.client.UploadPart(ctx, &s3.UploadPartInput{
+			Bucket:        aws.String(s.bucket),
+			Key:           aws.String(key),
+			UploadId:      created.UploadId,
+			PartNumber:    aws.Int32(number),
+			Body:          bytes.NewReader(part[:n]),
+			ContentLength: aws.Int64(int64(n)),
+		})
+		if err != nil {
+			return ports.ObjectInfo{}, fmt.Errorf("put %q: part %d: %w", key, number, translate(err))
+		}
+		parts = append(parts, types.CompletedPart{ETag: out.ETag, PartNumber: aws.Int32(number)})
+		size += int64(n)
+		n, err = io.ReadFull(r, part)
+		if err != nil && !end(err) {
+			return ports.ObjectInfo{}, fmt.Errorf("put %q: read: %w", key, err)
+		}
+	}
+	ifNoneMatch, ifMatch := conditions(opts)
+	out, err := s.client.CompleteMultipartUpload(ctx, &s3.CompleteMultipartUploadInput{
+		Bucket:          aws.String(s.bucket),
+		Key:             aws.String(key),
+		UploadId:        created.UploadId,
+		MultipartUpload: &types.CompletedMultipartUpload{Parts: parts},
+		IfNoneMatch:     ifNoneMatch,
+		IfMatch:         ifMatch,
+	})
+	if err != nil {
+		return ports.ObjectInfo{}, fmt.Errorf("put %q: complete upload: %w", key, translatePut(err, opts))
+	}
+	return s.written(ctx, key, etag(out.ETag), size, opts), nil
+}
+
+// abort drops a failed upload's parts, so they neither cost storage nor
+// ever appear; it runs on a context of its own since the Put's may be over.
+func (s *Store) abort(ctx context.Context, key string, uploadID *string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abortTimeout)
+	defer cancel()
+	s.client.AbortMultipartUpload(ctx, &s3.AbortMultipartUploadInput{
+		Bucket:   aws.String(s.bucket),
+		Key:      aws.String(key),
+		UploadId: uploadID,
+	})
+}
+
+// written describes an object just stored. A write's response carries no
+// time, so it is read back, if the object still holds what was written;
+// otherwise a later writer has replaced it and the local time stands in.
+func (s *Store) written(ctx context.Context, key, tag string, size int64, opts ports.PutObjectOptions) ports.ObjectInfo {
+	info := ports.ObjectInfo{Key: key, Size: size, ETag: tag, ContentType: contentType(opts), Modified: time.Now().UTC()}
+	head, err := s.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(s.bucket), Key: aws.String(key), IfMatch: quote(tag)})
+	if err == nil && head.LastModified != nil {
+		info.Modified = head.LastModified.UTC()
+	}
+	return info
+}
+
+// Get implements ports.ObjectStorage.
+func (s *Store) Get(ctx context.Context, key string, opts ports.GetObjectOptions) (io.ReadCloser, ports.ObjectInfo, error) {
+	if err := objkey.CheckPathClean(key); err != nil {
+		return nil, ports.ObjectInfo{}, err
+	}
+	if err := objkey.CheckGet(key, opts); err != nil {
+		return nil, ports.ObjectInfo{}, err
+	}
+	in := &s3.GetObjectInput{Bucket: aws.String(s.bucket), Key: aws.String(key)}
+	if opts.Offset > 0 || opts.Length > 0 {
+		rng := fmt.Sprintf("bytes=%d-", opts.Offset)
+		if opts.Length > 0 {
+			rng += strconv.FormatInt(opts.Offset+opts.Length-1, 10)
+		}
+		in.Range = aws.String(rng)
+	}
+	out, err := s.client.GetObject(ctx, in)
+	if err != nil {
+		err = translate(err)
+		if errors.Is(err, ports.ErrInvalidArgument) {
+			return s.emptyRange(ctx, key, opts, err)
+		}
+		return nil, ports.ObjectInfo{}, fmt.Errorf("get %q: %w", key, err)
+	}
+	info := ports.ObjectInfo{
+		Key:         key,
+		Size:        aws.ToInt64(out.ContentLength),
+		ETag:        etag(out.ETag),
+		ContentType: aws.ToString(out.ContentType),
+		Modified:    aws.ToTime(out.LastModified).UTC(),
+	}
+	if in.Range != nil {
+		total, err := rangeTotal(aws.ToString(out.ContentRange))
+		if err != nil {
+			out.Body.Close()
+			return nil, ports.ObjectInfo{}, fmt.Errorf("get %q: %w", key, err)
+		}
+		info.Size = total
+	}
+	return out.Body, info, nil
+}
+
+// emptyRange answers a range S3 refused: S3 refuses a range that starts at
+// the end of the object, which the port reads as empty.
+func (s *Store) emptyRange(ctx context.Context, key string, opts ports.GetObjectOptions, refused error) (io.ReadCloser, ports.ObjectInfo, error) {
+	info, err := s.Stat(ctx, key)
+	if err != nil {
+		return nil, ports.ObjectInfo{}, err
+	}
+	if _, _, err := objkey.Span(key, opts, info.Size); err != nil {
+		return nil, ports.ObjectInfo{}, err
+	}
+	if opts.Offset < info.Size {
+		return nil, ports.ObjectInfo{}, fmt.Errorf("get %q range %+v of %d bytes: %w", key, opts, info.Size, refused)
+	}
+	return io.NopCloser(strings.NewReader("")), info, nil
+}
+
+// rangeTotal reads the object's size from a Content-Range header such as
+// "bytes 0-9/1000".
+func rangeTotal(contentRange string) (int64, error) {
+	i := strings.LastIndexByte(contentRange, '/')
+	if i < 0 {
+		return 0, fmt.Errorf("content range %q names no size", contentRange)
+	}
+	total, err := strconv.ParseInt(contentRange[i+1:], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("content range %q: %w", contentRange, err)
+	}
+	return total, nil
+}
+
+// Stat implements ports.ObjectStorage.
+func (s *Store) Stat(ctx context.Context, key string) (ports.ObjectInfo, error) {
+	if err := objkey.CheckPathClean(key); err != nil {
+		return ports.ObjectInfo{}, err
+	}
+	out, err := s.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(s.bucket), Key: aws.String(key)})
+	if err != nil {
+		return ports.ObjectInfo{}, fmt.Errorf("stat %q: %w", key, translate(err))
+	}
+	return ports.ObjectInfo{
+		Key:         key,
+		Size:        aws.ToInt64(out.ContentLength),
+		ETag:        etag(out.ETag),
+		ContentType: aws.ToString(out.ContentType),
+		Modified:    aws.ToTime(out.LastModified).UTC(),
+	}, nil
+}
+
+// Delete implements ports.ObjectStorage. S3 deletes a missing key without
+// complaint, so Delete reads the ETag first and deletes only that version:
+// of two concurrent Deletes, one finds the object gone.
+func (s *Store) Delete(ctx context.Context, key string) error {
+	for {
+		info, err := s.Stat(ctx, key)
+		if err != nil {
+			return fmt.Errorf("delete: %w", err)
+		}
+		_, err = s.client.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String(s.bucket), Key: aws.String(key), IfMatch: quote(info.ETag)})
+		err = translate(err)
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, ports.ErrConflict):
+			continue // replaced since the Stat: delete what is there now
+		default:
+			return fmt.Errorf("delete %q: %w", key, err)
+		}
+	}
+}
+
+// List implements ports.ObjectStorage. The cursor is the last key of the
+// previous page. S3 lists no content types, so List leaves them empty.
+func (s *Store) List(ctx context.Context, prefix string, limit int, cursor string) ([]ports.ObjectInfo, string, error) {
+	limit = objkey.Limit(limit)
+	in := &s3.ListObjectsV2Input{
+		Bucket:  aws.String(s.bucket),
+		Prefix:  aws.String(prefix),
+		MaxKeys: aws.Int32(int32(min(limit, 1000))),
+	}
+	if cursor != "" {
+		in.StartAfter = aws.String(cursor)
+	}
+	var infos []ports.ObjectInfo
+	for {
+		out, err := s.client.ListObjectsV2(ctx, in)
+		if err != nil {
+			return nil, "", fmt.Errorf("list %q after %q: %w", prefix, cursor, translate(err))
+		}
+		for _, o := range out.Contents {
+			infos = append(infos, ports.ObjectInfo{
+				Key:      aws.ToString(o.Key),
+				Size:     aws.ToInt64(o.Size),
+				ETag:     etag(o.ETag),
+				Modified: aws.ToTime(o.LastModified).UTC(),
+			})
+		}
+		more := aws.ToBool(out.IsTruncated)
+		switch {
+		case len(infos) >= limit && (more || len(infos) > limit):
+			infos = infos[:limit]
+			return infos, infos[limit-1].Key, nil
+		case !more:
+			return infos, "", nil
+		}
+		in.ContinuationToken = out.NextContinuationToken
+		in.MaxKeys = aws.Int32(int32(min(limit-len(infos), 1000)))
+	}
+}
