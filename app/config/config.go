@@ -1,0 +1,208 @@
+// Package config reads engine.yaml: the NATS connection and the engine's
+// role and timing, one block per storage service, the HTTP listener and the
+// data directory. Loading is strict (an unknown key is an error naming it
+// and its line), "${VAR}" is expanded from the environment first, and
+// ABI_ENGINE_ROLE, ABI_ROLLOUT_ID and NATS_URL override the file.
+//
+// Each service block is {adapter: <name>, config: {...}}. The config part
+// stays a YAML node here: the storage registry decodes it into the chosen
+// adapter's own Config, so this package knows no adapter.
+package config
+
+import (
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/abi-engine/engine/domain"
+	"github.com/abi-engine/engine/ports"
+)
+
+// Config is the whole file, resolved: defaults, then the file, then the
+// environment overrides.
+type Config struct {
+	NATS     NATS     `yaml:"nats"`
+	Services Services `yaml:"services"`
+	HTTP     HTTP     `yaml:"http"`
+	// DataDir holds every local backend's files by default.
+	DataDir string `yaml:"data_dir"`
+
+	// source names the file in error messages; lines maps a key path such
+	// as "nats.engine.role" to its line in the file.
+	source string
+	lines  map[string]int
+	// fromEnv maps a key path to the variable that overrode it.
+	fromEnv map[string]string
+}
+
+// NATS is the connection and the engine's part on its account.
+type NATS struct {
+	// URL is one server URL or a comma-separated list.
+	URL         string      `yaml:"url"`
+	Credentials Credentials `yaml:"credentials"`
+	// CallerSecret, when set, makes callers sign their requests.
+	CallerSecret string `yaml:"caller_secret"`
+	Engine       Engine `yaml:"engine"`
+}
+
+// Credentials authenticate the NATS connection; at most one of CredsFile,
+// NkeySeedFile, User (with Password) and Token.
+type Credentials struct {
+	CredsFile    string `yaml:"creds_file"`
+	NkeySeedFile string `yaml:"nkey_seed_file"`
+	User         string `yaml:"user"`
+	Password     string `yaml:"password"`
+	Token        string `yaml:"token"`
+	TLS          TLS    `yaml:"tls"`
+}
+
+// TLS are PEM files: a CA to trust, and a client certificate with its key.
+type TLS struct {
+	CA   string `yaml:"ca"`
+	Cert string `yaml:"cert"`
+	Key  string `yaml:"key"`
+}
+
+// Engine is nats.engine: the role and the lease's timing.
+type Engine struct {
+	Role                  string `yaml:"role"`
+	RolloutID             string `yaml:"rollout_id"`
+	LeaseSeconds          int    `yaml:"lease_seconds"`
+	StandbyTimeoutSeconds int    `yaml:"standby_timeout_seconds"`
+	DrainSeconds          int    `yaml:"drain_seconds"`
+	// BucketReplicas is the lease bucket's replica count: 1, or 3 on a
+	// clustered JetStream.
+	BucketReplicas int `yaml:"bucket_replicas"`
+}
+
+// HTTP is the HTTP API's listener.
+type HTTP struct {
+	Listen string `yaml:"listen"`
+	// Token, when set, is required as a bearer token on every request.
+	Token string `yaml:"token"`
+}
+
+// Services holds one block per storage service. Secret is a list of
+// sources (a single block is read as a list of one); the others are one
+// block each.
+type Services struct {
+	KeyValue      Service `yaml:"keyvalue"`
+	Document      Service `yaml:"document"`
+	ObjectStorage Service `yaml:"object_storage"`
+	VectorStore   Service `yaml:"vector_store"`
+	Cache         Service `yaml:"cache"`
+	Secret        Secrets `yaml:"secret"`
+}
+
+// Adapter names with a meaning of their own in every service block.
+const (
+	// AdapterOff switches a service off: the engine neither owns nor
+	// serves it.
+	AdapterOff = "off"
+	// AdapterCustom is an adapter registered from Go code under Name.
+	AdapterCustom = "custom"
+)
+
+// Service is one service block.
+type Service struct {
+	// Adapter is a built-in adapter's name, "custom" or "off".
+	Adapter string `yaml:"adapter"`
+	// Name is a custom adapter's registered name.
+	Name string `yaml:"name,omitempty"`
+	// SharedStorage says a custom adapter's data is reached by every
+	// engine, which lets it pass the shared-backend check.
+	SharedStorage bool `yaml:"shared_storage,omitempty"`
+	// Config is the adapter's own block, decoded by the storage registry.
+	Config yaml.Node `yaml:"config,omitempty"`
+}
+
+// Secrets are the secret sources, asked in order.
+type Secrets []Service
+
+// Off reports whether the block switches its service off.
+func (s Service) Off() bool { return s.Adapter == AdapterOff }
+
+// BuiltinAdapters are the adapters each service has without custom code;
+// the storage registry holds their factories.
+var BuiltinAdapters = map[string][]string{
+	ports.ServiceKeyValue:      {"memory", "sqlite", "postgres"},
+	ports.ServiceDocument:      {"memory", "sqlite", "postgres"},
+	ports.ServiceObjectStorage: {"memory", "localfs", "s3"},
+	ports.ServiceVectorStore:   {"memory", "sqlite", "qdrant"},
+	ports.ServiceCache:         {"memory", ports.ServiceKeyValue, ports.ServiceObjectStorage},
+	ports.ServiceSecret:        {"env", "dotenv"},
+}
+
+// Default is the configuration without a file: a single engine on a local
+// NATS server with every service on local backends under ./.engine.
+func Default() *Config {
+	return &Config{
+		NATS: NATS{
+			URL: "nats://127.0.0.1:4222",
+			Engine: Engine{
+				Role:                  domain.RoleServe.String(),
+				LeaseSeconds:          20,
+				StandbyTimeoutSeconds: 900,
+				DrainSeconds:          60,
+				BucketReplicas:        1,
+			},
+		},
+		Services: Services{
+			KeyValue:      Service{Adapter: "sqlite"},
+			Document:      Service{Adapter: "sqlite"},
+			ObjectStorage: Service{Adapter: "localfs"},
+			VectorStore:   Service{Adapter: "sqlite"},
+			Cache:         Service{Adapter: "memory"},
+			Secret:        Secrets{{Adapter: "env"}},
+		},
+		HTTP:    HTTP{Listen: "127.0.0.1:8080"},
+		DataDir: "./.engine",
+	}
+}
+
+// Role is the parsed nats.engine.role; Load has validated it.
+func (c *Config) Role() domain.Role {
+	r, _ := domain.ParseRole(c.NATS.Engine.Role)
+	return r
+}
+
+// Timing is the lease's timing from nats.engine.
+func (c *Config) Timing() domain.Timing {
+	e := c.NATS.Engine
+	return domain.Timing{
+		Lease:          time.Duration(e.LeaseSeconds) * time.Second,
+		StandbyTimeout: time.Duration(e.StandbyTimeoutSeconds) * time.Second,
+		Drain:          time.Duration(e.DrainSeconds) * time.Second,
+	}
+}
+
+// Block is one service block with its place.
+type Block struct {
+	// Name is the service's name, ports.ServiceKeyValue and the like.
+	Name string
+	// Key is where the block is in the file: "services.keyvalue" or
+	// "services.secret[1]".
+	Key     string
+	Service Service
+}
+
+// Blocks lists every service block in service order, secrets last, each
+// with the key it has in the file.
+func (c *Config) Blocks() []Block {
+	s := c.Services
+	out := []Block{
+		{Name: ports.ServiceKeyValue, Key: "services.keyvalue", Service: s.KeyValue},
+		{Name: ports.ServiceDocument, Key: "services.document", Service: s.Document},
+		{Name: ports.ServiceObjectStorage, Key: "services.object_storage", Service: s.ObjectStorage},
+		{Name: ports.ServiceVectorStore, Key: "services.vector_store", Service: s.VectorStore},
+		{Name: ports.ServiceCache, Key: "services.cache", Service: s.Cache},
+	}
+	for i, b := range s.Secret {
+		out = append(out, Block{Name: ports.ServiceSecret, Key: secretKey(i), Service: b})
+	}
+	return out
+}
+
+// Line is the line of a key path in the file, 0 when the value did not
+// come from the file.
+func (c *Config) Line(key string) int { return c.lines[key] }

@@ -1,0 +1,147 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/abi-engine/engine/domain"
+	"github.com/abi-engine/engine/ports"
+)
+
+// validate checks every value and names the first bad one by its key.
+func (c *Config) validate() error {
+	for _, check := range []func() error{c.validateNATS, c.validateEngine, c.validateHTTP, c.validateServices} {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	if c.DataDir == "" {
+		return c.errAt("data_dir", errors.New("is empty"))
+	}
+	return nil
+}
+
+func (c *Config) validateNATS() error {
+	if c.NATS.URL == "" {
+		return c.errAt("nats.url", errors.New("is empty"))
+	}
+	for _, raw := range strings.Split(c.NATS.URL, ",") {
+		u, err := url.Parse(strings.TrimSpace(raw))
+		if err != nil {
+			return c.errAt("nats.url", fmt.Errorf("%q is not a URL", raw))
+		}
+		switch u.Scheme {
+		case "nats", "tls", "ws", "wss":
+		default:
+			return c.errAt("nats.url", fmt.Errorf("%q: want a nats://, tls://, ws:// or wss:// URL", u.Redacted()))
+		}
+		if u.Host == "" {
+			return c.errAt("nats.url", fmt.Errorf("%q has no host", u.Redacted()))
+		}
+	}
+	cr := c.NATS.Credentials
+	var set []string
+	for _, f := range []struct{ key, v string }{
+		{"creds_file", cr.CredsFile}, {"nkey_seed_file", cr.NkeySeedFile}, {"user", cr.User}, {"token", cr.Token},
+	} {
+		if f.v != "" {
+			set = append(set, f.key)
+		}
+	}
+	if len(set) > 1 {
+		return c.errAt("nats.credentials."+set[1], fmt.Errorf("set only one of creds_file, nkey_seed_file, user and token, not %s", strings.Join(set, " and ")))
+	}
+	if cr.Password != "" && cr.User == "" {
+		return c.errAt("nats.credentials.password", errors.New("needs nats.credentials.user"))
+	}
+	if (cr.TLS.Cert == "") != (cr.TLS.Key == "") {
+		if cr.TLS.Cert == "" {
+			return c.errAt("nats.credentials.tls.key", errors.New("needs nats.credentials.tls.cert"))
+		}
+		return c.errAt("nats.credentials.tls.cert", errors.New("needs nats.credentials.tls.key"))
+	}
+	return nil
+}
+
+func (c *Config) validateEngine() error {
+	e := c.NATS.Engine
+	if _, err := domain.ParseRole(e.Role); err != nil {
+		return c.errAt("nats.engine.role", err)
+	}
+	if err := domain.ValidateRolloutID(e.RolloutID); err != nil {
+		return c.errAt("nats.engine.rollout_id", err)
+	}
+	if err := c.Timing().Validate(); err != nil {
+		// Timing names the key it refuses; the line is looked up by it.
+		for _, key := range []string{"nats.engine.lease_seconds", "nats.engine.standby_timeout_seconds", "nats.engine.drain_seconds"} {
+			if strings.Contains(err.Error(), key) {
+				e := c.errAt(key, err).(*Error)
+				e.Key = ""
+				return e
+			}
+		}
+		return c.errAt("nats.engine", err)
+	}
+	if e.BucketReplicas != 1 && e.BucketReplicas != 3 {
+		return c.errAt("nats.engine.bucket_replicas", fmt.Errorf("is %d, want 1 or 3", e.BucketReplicas))
+	}
+	return nil
+}
+
+func (c *Config) validateHTTP() error {
+	// An empty host listens on every interface, which is allowed.
+	_, port, err := net.SplitHostPort(c.HTTP.Listen)
+	if err != nil {
+		return c.errAt("http.listen", fmt.Errorf("%q: want host:port", c.HTTP.Listen))
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return c.errAt("http.listen", fmt.Errorf("%q: port %q is not 0 to 65535", c.HTTP.Listen, port))
+	}
+	return nil
+}
+
+func (c *Config) validateServices() error {
+	blocks := c.Blocks()
+	secrets := 0
+	for _, b := range blocks {
+		if b.Name == ports.ServiceSecret {
+			secrets++
+		}
+	}
+	for _, b := range blocks {
+		s := b.Service
+		known := BuiltinAdapters[b.Name]
+		switch {
+		case s.Adapter == "":
+			return c.errAt(b.Key, fmt.Errorf("adapter is missing: want one of %s, custom or off", strings.Join(known, ", ")))
+		case s.Adapter == AdapterOff && b.Name == ports.ServiceSecret && secrets > 1:
+			return c.errAt(b.Key+".adapter", errors.New("off switches secrets off, so it cannot be one source among others"))
+		case s.Adapter == AdapterCustom && s.Name == "":
+			return c.errAt(b.Key+".name", errors.New("a custom adapter needs the name it was registered under"))
+		case s.Adapter != AdapterCustom && s.Name != "":
+			return c.errAt(b.Key+".name", fmt.Errorf("is only for adapter: custom, not %s", s.Adapter))
+		case s.Adapter != AdapterCustom && s.SharedStorage:
+			return c.errAt(b.Key+".shared_storage", fmt.Errorf("is only for adapter: custom; %s says itself where its data lives", s.Adapter))
+		case s.Adapter != AdapterCustom && s.Adapter != AdapterOff && !slices.Contains(known, s.Adapter):
+			return c.errAt(b.Key+".adapter", fmt.Errorf("%q: want one of %s, custom or off", s.Adapter, strings.Join(known, ", ")))
+		}
+	}
+	// A cache tier stores its entries through another service, which must
+	// then be on.
+	switch tier := c.Services.Cache.Adapter; tier {
+	case ports.ServiceKeyValue, ports.ServiceObjectStorage:
+		used := c.Services.KeyValue
+		if tier == ports.ServiceObjectStorage {
+			used = c.Services.ObjectStorage
+		}
+		if used.Off() {
+			return c.errAt("services.cache.adapter", fmt.Errorf("the %s tier needs services.%s, which is off", tier, tier))
+		}
+	}
+	return nil
+}
