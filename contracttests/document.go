@@ -1,0 +1,859 @@
+package contracttests
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/abi-engine/engine/ports"
+)
+
+// DocumentHarness opens document stores for RunDocument.
+type DocumentHarness interface {
+	// NewStore makes a fresh, empty store for one subtest and returns a
+	// function that opens a handle on it. Every handle sees the same data;
+	// an adapter with connections gives each handle its own, and closes it
+	// when the test ends.
+	NewStore(t *testing.T) (open func(t *testing.T) ports.DocumentStore)
+}
+
+// DocumentHarnessFunc adapts a function to DocumentHarness.
+type DocumentHarnessFunc func(t *testing.T) func(t *testing.T) ports.DocumentStore
+
+// NewStore calls f.
+func (f DocumentHarnessFunc) NewStore(t *testing.T) func(t *testing.T) ports.DocumentStore {
+	return f(t)
+}
+
+// DocumentCapabilities are what an adapter offers beyond the core contract.
+type DocumentCapabilities struct {
+	// Durable: the data outlives every handle. Handles then implement
+	// io.Closer, and closing one twice is harmless.
+	Durable bool
+}
+
+// docCount is how many documents the pagination cases write.
+const docCount = 1000
+
+// RunDocument holds a document adapter to the ports.DocumentStore
+// contract. Documents come back as a JSON reader sees them: numbers are
+// float64 whatever type was put.
+func RunDocument(t *testing.T, h DocumentHarness, caps DocumentCapabilities) {
+	cases := []struct {
+		name string
+		run  func(t *testing.T, open func(t *testing.T) ports.DocumentStore)
+	}{
+		{"EmptyStore", docEmptyStore},
+		{"EnsureCollectionTwice", docEnsureCollectionTwice},
+		{"CollectionsAreListedByName", docCollectionsAreListedByName},
+		{"DropCollection", docDropCollection},
+		{"MissingCollectionIsNotFound", docMissingCollectionIsNotFound},
+		{"InvalidCollectionName", docInvalidCollectionName},
+		{"CollectionsAreSeparate", docCollectionsAreSeparate},
+		{"PutThenGet", docPutThenGet},
+		{"VersionGrowsOnEveryPut", docVersionGrowsOnEveryPut},
+		{"GetMissingIsNotFound", docGetMissingIsNotFound},
+		{"Delete", docDelete},
+		{"PutIfVersion", docPutIfVersion},
+		{"DeleteIfVersion", docDeleteIfVersion},
+		{"OddIDs", docOddIDs},
+		{"InvalidIDs", docInvalidIDs},
+		{"InvalidData", docInvalidData},
+		{"HandlesShareTheStore", docHandlesShareTheStore},
+		{"PutIfVersionRace", docPutIfVersionRace},
+		{"CreateRace", docCreateRace},
+		{"FindWhere", docFindWhere},
+		{"FindOrderBy", docFindOrderBy},
+		{"FindOrderAcrossTypes", docFindOrderAcrossTypes},
+		{"FindPagination", docFindPagination},
+		{"FindBadCursor", docFindBadCursor},
+		{"FindInvalidField", docFindInvalidField},
+		{"Count", docCountCase},
+		{"Durable", func(t *testing.T, open func(t *testing.T) ports.DocumentStore) {
+			if !caps.Durable {
+				t.Skipf("%s: no durability", adapterName(t))
+			}
+			docDurable(t, open)
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			c.run(t, h.NewStore(t))
+		})
+	}
+}
+
+func docEnsure(t *testing.T, s ports.DocumentStore, names ...string) {
+	t.Helper()
+	for _, n := range names {
+		if err := s.EnsureCollection(ctx(t), n); err != nil {
+			t.Fatalf("EnsureCollection %q: %v", n, err)
+		}
+	}
+}
+
+func docPut(t *testing.T, s ports.DocumentStore, coll, id string, data map[string]any) ports.Document {
+	t.Helper()
+	d, err := s.Put(ctx(t), coll, id, data, ports.Cond{})
+	if err != nil {
+		t.Fatalf("Put %s/%q: %v", coll, id, err)
+	}
+	if d.ID != id || d.Version == 0 {
+		t.Fatalf("Put %s/%q returned id %q version %d", coll, id, d.ID, d.Version)
+	}
+	return d
+}
+
+func docMustGet(t *testing.T, s ports.DocumentStore, coll, id string) ports.Document {
+	t.Helper()
+	d, err := s.Get(ctx(t), coll, id)
+	if err != nil {
+		t.Fatalf("Get %s/%q: %v", coll, id, err)
+	}
+	if d.ID != id {
+		t.Fatalf("Get %s/%q returned id %q", coll, id, d.ID)
+	}
+	return d
+}
+
+func docMustBeMissing(t *testing.T, s ports.DocumentStore, coll, id string) {
+	t.Helper()
+	if d, err := s.Get(ctx(t), coll, id); !errors.Is(err, ports.ErrNotFound) {
+		t.Fatalf("Get %s/%q = %+v, %v; want ErrNotFound", coll, id, d, err)
+	}
+}
+
+func docCollections(t *testing.T, s ports.DocumentStore) []string {
+	t.Helper()
+	names, err := s.Collections(ctx(t))
+	if err != nil {
+		t.Fatalf("Collections: %v", err)
+	}
+	return names
+}
+
+func docSameData(t *testing.T, what string, got, want map[string]any) {
+	t.Helper()
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("%s: data %#v, want %#v", what, got, want)
+	}
+}
+
+func docEmptyStore(t *testing.T, open func(t *testing.T) ports.DocumentStore) {
+	s := open(t)
+	if names := docCollections(t, s); len(names) != 0 {
+		t.Fatalf("Collections on an empty store = %q", names)
+	}
+	docEnsure(t, s, "c")
+	docs, next, err := s.Find(ctx(t), "c", ports.Query{})
+	if err != nil || len(docs) != 0 || next != "" {
+		t.Fatalf("Find in an empty collection = %v, %q, %v; want nothing", docs, next, err)
+	}
+	if n, err := s.Count(ctx(t), "c", nil); err != nil || n != 0 {
+		t.Fatalf("Count of an empty collection = %d, %v; want 0", n, err)
+	}
+	docMustBeMissing(t, s, "c", "d")
+}
+
+func docEnsureCollectionTwice(t *testing.T, open func(t *testing.T) ports.DocumentStore) {
+	s, other := open(t), open(t)
+	docEnsure(t, s, "c")
+	docPut(t, s, "c", "d", map[string]any{"k": "v"})
+	docEnsure(t, other, "c")
+	docEnsure(t, s, "c")
+	if names := docCollections(t, s); !slices.Equal(names, []string{"c"}) {
+		t.Fatalf("Collections = %q, want [c]", names)
+	}
+	docMustGet(t, other, "c", "d")
+}
+
+func docCollectionsAreListedByName(t *testing.T, open func(t *testing.T) ports.DocumentStore) {
+	s := open(t)
+	names := []string{"zeta", "Alpha", "alpha", "a-b", "a_b", "0", strings.Repeat("x", 64)}
+	docEnsure(t, s, names...)
+	want := slices.Clone(names)
+	slices.Sort(want)
+	if got := docCollections(t, s); !slices.Equal(got, want) {
+		t.Fatalf("Collections = %q, want %q", got, want)
+	}
+}
+
+func docDropCollection(t *testing.T, open func(t *testing.T) ports.DocumentStore) {
+	s := open(t)
+	docEnsure(t, s, "c", "keep")
+	docPut(t, s, "c", "d", map[string]any{"k": "v"})
+	docPut(t, s, "keep", "d", map[string]any{"k": "kept"})
+	if err := s.DropCollection(ctx(t), "c"); err != nil {
+		t.Fatalf("DropCollection: %v", err)
+	}
+	if got := docCollections(t, s); !slices.Equal(got, []string{"keep"}) {
+		t.Fatalf("Collections after a drop = %q, want [keep]", got)
+	}
+	docMustBeMissing(t, s, "c", "d")
+	if err := s.DropCollection(ctx(t), "c"); !errors.Is(err, ports.ErrNotFound) {
+		t.Fatalf("second DropCollection: err %v, want ErrNotFound", err)
+	}
+	docEnsure(t, s, "c")
+	if n, err := s.Count(ctx(t), "c", nil); err != nil || n != 0 {
+		t.Fatalf("Count of a recreated collection = %d, %v; want 0: the drop kept documents", n, err)
+	}
+	docSameData(t, "the other collection", docMustGet(t, s, "keep", "d").Data, map[string]any{"k": "kept"})
+}
+
+func docMissingCollectionIsNotFound(t *testing.T, open func(t *testing.T) ports.DocumentStore) {
+	s := open(t)
+	docEnsure(t, s, "other")
+	calls := map[string]error{}
+	_, calls["Put"] = s.Put(ctx(t), "missing", "d", map[string]any{}, ports.Cond{})
+	_, calls["PutIfVersion0"] = s.Put(ctx(t), "missing", "d", map[string]any{}, ports.IfVersion(0))
+	_, calls["PutIfVersion1"] = s.Put(ctx(t), "missing", "d", map[string]any{}, ports.IfVersion(1))
+	_, calls["Get"] = s.Get(ctx(t), "missing", "d")
+	calls["Delete"] = s.Delete(ctx(t), "missing", "d", ports.Cond{})
+	_, _, calls["Find"] = s.Find(ctx(t), "missing", ports.Query{})
+	_, calls["Count"] = s.Count(ctx(t), "missing", nil)
+	calls["DropCollection"] = s.DropCollection(ctx(t), "missing")
+	for name, err := range calls {
+		if !errors.Is(err, ports.ErrNotFound) {
+			t.Errorf("%s on a missing collection: err %v, want ErrNotFound", name, err)
+		}
+	}
+	if got := docCollections(t, s); !slices.Equal(got, []string{"other"}) {
+		t.Fatalf("Collections = %q: a call on a missing collection created it", got)
+	}
+}
+
+func docInvalidCollectionName(t *testing.T, open func(t *testing.T) ports.DocumentStore) {
+	s := open(t)
+	for _, name := range []string{"", "a/b", "../x", "with space", "é", "a.b", strings.Repeat("x", 65)} {
+		calls := map[string]error{}
+		calls["EnsureCollection"] = s.EnsureCollection(ctx(t), name)
+		calls["DropCollection"] = s.DropCollection(ctx(t), name)
+		_, calls["Put"] = s.Put(ctx(t), name, "d", map[string]any{}, ports.Cond{})
+		_, calls["Get"] = s.Get(ctx(t), name, "d")
+		calls["Delete"] = s.Delete(ctx(t), name, "d", ports.Cond{})
+		_, _, calls["Find"] = s.Find(ctx(t), name, ports.Query{})
+		_, calls["Count"] = s.Count(ctx(t), name, nil)
+		for call, err := range calls {
+			if !errors.Is(err, ports.ErrInvalidArgument) {
+				t.Errorf("%s with collection %.20q: err %v, want ErrInvalidArgument", call, name, err)
+			}
+		}
+	}
+	if got := docCollections(t, s); len(got) != 0 {
+		t.Fatalf("refused names created collections %q", got)
+	}
+}
+
+func docCollectionsAreSeparate(t *testing.T, open func(t *testing.T) ports.DocumentStore) {
+	s := open(t)
+	docEnsure(t, s, "a", "b")
+	docPut(t, s, "a", "d", map[string]any{"in": "a"})
+	docMustBeMissing(t, s, "b", "d")
+	docPut(t, s, "b", "d", map[string]any{"in": "b"})
+	docSameData(t, "a/d", docMustGet(t, s, "a", "d").Data, map[string]any{"in": "a"})
+	if n, err := s.Count(ctx(t), "b", nil); err != nil || n != 1 {
+		t.Fatalf("Count b = %d, %v; want 1", n, err)
+	}
+}
+
+func docPutThenGet(t *testing.T, open func(t *testing.T) ports.DocumentStore) {
+	s := open(t)
+	docEnsure(t, s, "c")
+	data := map[string]any{
+		"s":       "text with \"quotes\", <html> & unicode é🙂",
+		"int":     42,
+		"float":   2.5,
+		"neg":     -1e-7,
+		"big":     1e21,
+		"t":       true,
+		"f":       false,
+		"null":    nil,
+		"list":    []any{1, "two", false, nil, []any{}},
+		"obj":     map[string]any{"nested": map[string]any{"deep": "yes"}},
+		"":        "empty field name",
+		"a.b":     "dotted",
+		"id":      "not the document id",
+		"version": 99,
+	}
+	want := map[string]any{
+		"s":       "text with \"quotes\", <html> & unicode é🙂",
+		"int":     float64(42),
+		"float":   2.5,
+		"neg":     -1e-7,
+		"big":     1e21,
+		"t":       true,
+		"f":       false,
+		"null":    nil,
+		"list":    []any{float64(1), "two", false, nil, []any{}},
+		"obj":     map[string]any{"nested": map[string]any{"deep": "yes"}},
+		"":        "empty field name",
+		"a.b":     "dotted",
+		"id":      "not the document id",
+		"version": float64(99),
+	}
+	put := docPut(t, s, "c", "d", data)
+	docSameData(t, "Put's document", put.Data, want)
+	got := docMustGet(t, s, "c", "d")
+	docSameData(t, "Get", got.Data, want)
+	if got.Version != put.Version {
+		t.Fatalf("Get version %d, Put returned %d", got.Version, put.Version)
+	}
+	got.Data["s"] = "changed by the caller"
+	docSameData(t, "Get after the caller changed a result", docMustGet(t, s, "c", "d").Data, want)
+
+	empty := docPut(t, s, "c", "empty", nil)
+	if len(empty.Data) != 0 {
+		t.Fatalf("Put with nil data returned %#v", empty.Data)
+	}
+	if d := docMustGet(t, s, "c", "empty"); d.Data == nil || len(d.Data) != 0 {
+		t.Fatalf("Get of a document put with nil data = %#v, want an empty object", d.Data)
+	}
+}
+
+func docVersionGrowsOnEveryPut(t *testing.T, open func(t *testing.T) ports.DocumentStore) {
+	s := open(t)
+	docEnsure(t, s, "c")
+	var last uint64
+	for i := range 5 {
+		d := docPut(t, s, "c", "d", map[string]any{"i": i})
+		if d.Version <= last {
+			t.Fatalf("Put %d gave version %d after %d", i, d.Version, last)
+		}
+		last = d.Version
+		if g := docMustGet(t, s, "c", "d"); g.Version != last {
+			t.Fatalf("Get version %d after Put gave %d", g.Version, last)
+		}
+	}
+	docPut(t, s, "c", "other", nil)
+	docPut(t, s, "c", "other", nil)
+	if g := docMustGet(t, s, "c", "d"); g.Version != last {
+		t.Fatalf("writes to another document moved this one's version from %d to %d", last, g.Version)
+	}
+}
+
+func docGetMissingIsNotFound(t *testing.T, open func(t *testing.T) ports.DocumentStore) {
+	s := open(t)
+	docEnsure(t, s, "c")
+	docPut(t, s, "c", "d", nil)
+	docMustBeMissing(t, s, "c", "D")
+	docMustBeMissing(t, s, "c", "d2")
+}
+
+func docDelete(t *testing.T, open func(t *testing.T) ports.DocumentStore) {
+	s := open(t)
+	docEnsure(t, s, "c")
+	docPut(t, s, "c", "d", nil)
+	docPut(t, s, "c", "keep", nil)
+	if err := s.Delete(ctx(t), "c", "d", ports.Cond{}); err != nil {
+		t.Fatalf("Delete: %v", err)
+	}
+	docMustBeMissing(t, s, "c", "d")
+	if err := s.Delete(ctx(t), "c", "d", ports.Cond{}); !errors.Is(err, ports.ErrNotFound) {
+		t.Fatalf("second Delete: err %v, want ErrNotFound", err)
+	}
+	docMustGet(t, s, "c", "keep")
+	if d, err := s.Put(ctx(t), "c", "d", nil, ports.IfVersion(0)); err != nil {
+		t.Fatalf("Put IfVersion(0) after a delete = %+v, %v; want a new document", d, err)
+	}
+}
+
+func docPutIfVersion(t *testing.T, open func(t *testing.T) ports.DocumentStore) {
+	s := open(t)
+	docEnsure(t, s, "c")
+	first, err := s.Put(ctx(t), "c", "d", map[string]any{"v": "first"}, ports.IfVersion(0))
+	if err != nil {
+		t.Fatalf("Put IfVersion(0) on a new document: %v", err)
+	}
+	if _, err := s.Put(ctx(t), "c", "d", map[string]any{"v": "again"}, ports.IfVersion(0)); !errors.Is(err, ports.ErrConflict) {
+		t.Fatalf("Put IfVersion(0) on an existing document: err %v, want ErrConflict", err)
+	}
+	second, err := s.Put(ctx(t), "c", "d", map[string]any{"v": "second"}, ports.IfVersion(first.Version))
+	if err != nil {
+		t.Fatalf("Put at the current version: %v", err)
+	}
+	if second.Version <= first.Version {
+		t.Fatalf("conditional Put gave version %d after %d", second.Version, first.Version)
+	}
+	if _, err := s.Put(ctx(t), "c", "d", map[string]any{"v": "stale"}, ports.IfVersion(first.Version)); !errors.Is(err, ports.ErrConflict) {
+		t.Fatalf("Put at a stale version: err %v, want ErrConflict", err)
+	}
+	if _, err := s.Put(ctx(t), "c", "d", map[string]any{"v": "future"}, ports.IfVersion(second.Version+1)); !errors.Is(err, ports.ErrConflict) {
+		t.Fatalf("Put at a future version: err %v, want ErrConflict", err)
+	}
+	got := docMustGet(t, s, "c", "d")
+	if got.Version != second.Version {
+		t.Fatalf("version %d after refused Puts, want %d", got.Version, second.Version)
+	}
+	docSameData(t, "after refused Puts", got.Data, map[string]any{"v": "second"})
+	if _, err := s.Put(ctx(t), "c", "missing", nil, ports.IfVersion(1)); !errors.Is(err, ports.ErrConflict) {
+		t.Fatalf("Put IfVersion(1) on a missing document: err %v, want ErrConflict", err)
+	}
+	docMustBeMissing(t, s, "c", "missing")
+}
+
+func docDeleteIfVersion(t *testing.T, open func(t *testing.T) ports.DocumentStore) {
+	s := open(t)
+	docEnsure(t, s, "c")
+	old := docPut(t, s, "c", "d", nil)
+	cur := docPut(t, s, "c", "d", nil)
+	for _, v := range []uint64{0, old.Version, cur.Version + 1} {
+		if err := s.Delete(ctx(t), "c", "d", ports.IfVersion(v)); !errors.Is(err, ports.ErrConflict) {
+			t.Fatalf("Delete IfVersion(%d) at version %d: err %v, want ErrConflict", v, cur.Version, err)
+		}
+	}
+	docMustGet(t, s, "c", "d")
+	if err := s.Delete(ctx(t), "c", "d", ports.IfVersion(cur.Version)); err != nil {
+		t.Fatalf("Delete at the current version: %v", err)
+	}
+	docMustBeMissing(t, s, "c", "d")
+	if err := s.Delete(ctx(t), "c", "d", ports.IfVersion(cur.Version)); !errors.Is(err, ports.ErrNotFound) {
+		t.Fatalf("Delete IfVersion of a missing document: err %v, want ErrNotFound", err)
+	}
+}
+
+func docOddIDs(t *testing.T, open func(t *testing.T) ports.DocumentStore) {
+	s, other := open(t), open(t)
+	docEnsure(t, s, "c")
+	ids := kvOddKeyList()
+	for i, id := range ids {
+		docPut(t, s, "c", id, map[string]any{"i": i})
+	}
+	for i, id := range ids {
+		docSameData(t, fmt.Sprintf("Get %.20q", id), docMustGet(t, other, "c", id).Data, map[string]any{"i": float64(i)})
+	}
+	want := slices.Clone(ids)
+	slices.Sort(want)
+	if got := docIDs(docFindAll(t, other, "c", ports.Query{Limit: 4})); !slices.Equal(got, want) {
+		t.Fatalf("Find by id = %q, want %q", got, want)
+	}
+	for _, id := range ids {
+		if err := other.Delete(ctx(t), "c", id, ports.Cond{}); err != nil {
+			t.Fatalf("Delete %.20q: %v", id, err)
+		}
+	}
+	if n, err := s.Count(ctx(t), "c", nil); err != nil || n != 0 {
+		t.Fatalf("Count after deleting every document = %d, %v", n, err)
+	}
+}
+
+func docInvalidIDs(t *testing.T, open func(t *testing.T) ports.DocumentStore) {
+	s := open(t)
+	docEnsure(t, s, "c")
+	for _, id := range []string{"", strings.Repeat("k", 1025), "bad\xffutf8"} {
+		calls := map[string]error{}
+		_, calls["Put"] = s.Put(ctx(t), "c", id, nil, ports.Cond{})
+		_, calls["Get"] = s.Get(ctx(t), "c", id)
+		calls["Delete"] = s.Delete(ctx(t), "c", id, ports.Cond{})
+		for name, err := range calls {
+			if !errors.Is(err, ports.ErrInvalidArgument) {
+				t.Errorf("%s with id %.20q (%d bytes): err %v, want ErrInvalidArgument", name, id, len(id), err)
+			}
+		}
+	}
+	if n, err := s.Count(ctx(t), "c", nil); err != nil || n != 0 {
+		t.Fatalf("refused Puts stored %d documents (%v)", n, err)
+	}
+}
+
+func docInvalidData(t *testing.T, open func(t *testing.T) ports.DocumentStore) {
+	s := open(t)
+	docEnsure(t, s, "c")
+	docPut(t, s, "c", "d", map[string]any{"v": "kept"})
+	for name, data := range map[string]map[string]any{
+		"NaN":      {"v": math.NaN()},
+		"infinity": {"v": math.Inf(1)},
+		"channel":  {"v": make(chan int)},
+	} {
+		if _, err := s.Put(ctx(t), "c", "d", data, ports.Cond{}); !errors.Is(err, ports.ErrInvalidArgument) {
+			t.Errorf("Put with %s: err %v, want ErrInvalidArgument", name, err)
+		}
+	}
+	docSameData(t, "after refused Puts", docMustGet(t, s, "c", "d").Data, map[string]any{"v": "kept"})
+}
+
+func docHandlesShareTheStore(t *testing.T, open func(t *testing.T) ports.DocumentStore) {
+	a, b := open(t), open(t)
+	docEnsure(t, a, "c")
+	if got := docCollections(t, b); !slices.Equal(got, []string{"c"}) {
+		t.Fatalf("Collections on b = %q, want [c]", got)
+	}
+	d := docPut(t, a, "c", "d", map[string]any{"from": "a"})
+	if got := docMustGet(t, b, "c", "d"); got.Version != d.Version {
+		t.Fatalf("b reads version %d, a wrote %d", got.Version, d.Version)
+	}
+	if err := b.Delete(ctx(t), "c", "d", ports.IfVersion(d.Version)); err != nil {
+		t.Fatalf("Delete on b: %v", err)
+	}
+	docMustBeMissing(t, a, "c", "d")
+}
+
+// docRace runs f kvRacers times at once, alternating between two handles,
+// and returns which racers won. Losers must fail with ErrConflict.
+func docRace(t *testing.T, a, b ports.DocumentStore, f func(s ports.DocumentStore, racer int) error) []int {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make([]error, kvRacers)
+	start := make(chan struct{})
+	for i := range kvRacers {
+		s := a
+		if i%2 == 1 {
+			s = b
+		}
+		wg.Go(func() {
+			<-start
+			errs[i] = f(s, i)
+		})
+	}
+	close(start)
+	wg.Wait()
+	var winners []int
+	for i, err := range errs {
+		switch {
+		case err == nil:
+			winners = append(winners, i)
+		case !errors.Is(err, ports.ErrConflict):
+			t.Errorf("racer %d: err %v, want nil or ErrConflict", i, err)
+		}
+	}
+	return winners
+}
+
+func docPutIfVersionRace(t *testing.T, open func(t *testing.T) ports.DocumentStore) {
+	a, b := open(t), open(t)
+	docEnsure(t, a, "c")
+	cur := docPut(t, a, "c", "d", map[string]any{"racer": -1})
+	for round := range kvRaceRounds {
+		winners := docRace(t, a, b, func(s ports.DocumentStore, racer int) error {
+			_, err := s.Put(ctx(t), "c", "d", map[string]any{"racer": racer}, ports.IfVersion(cur.Version))
+			return err
+		})
+		if len(winners) != 1 {
+			t.Fatalf("round %d: racers %v won Put at version %d, want exactly one", round, winners, cur.Version)
+		}
+		next := docMustGet(t, b, "c", "d")
+		if next.Version <= cur.Version {
+			t.Fatalf("round %d: version %d after a win at %d", round, next.Version, cur.Version)
+		}
+		docSameData(t, fmt.Sprintf("round %d", round), next.Data, map[string]any{"racer": float64(winners[0])})
+		cur = next
+	}
+}
+
+func docCreateRace(t *testing.T, open func(t *testing.T) ports.DocumentStore) {
+	a, b := open(t), open(t)
+	docEnsure(t, a, "c")
+	for round := range kvRaceRounds {
+		id := fmt.Sprintf("d%d", round)
+		winners := docRace(t, a, b, func(s ports.DocumentStore, racer int) error {
+			_, err := s.Put(ctx(t), "c", id, map[string]any{"racer": racer}, ports.IfVersion(0))
+			return err
+		})
+		if len(winners) != 1 {
+			t.Fatalf("round %d: racers %v created %q, want exactly one", round, winners, id)
+		}
+		docSameData(t, fmt.Sprintf("round %d", round), docMustGet(t, b, "c", id).Data, map[string]any{"racer": float64(winners[0])})
+	}
+}
+
+// docFindAll pages through Find and fails on a document seen twice.
+func docFindAll(t *testing.T, s ports.DocumentStore, coll string, q ports.Query) []ports.Document {
+	t.Helper()
+	var all []ports.Document
+	seen := map[string]bool{}
+	for page := 0; ; page++ {
+		if page > 10_000 {
+			t.Fatalf("Find %+v: more than 10000 pages, the cursor does not advance", q)
+		}
+		docs, next, err := s.Find(ctx(t), coll, q)
+		if err != nil {
+			t.Fatalf("Find %+v: %v", q, err)
+		}
+		limit := q.Limit
+		if limit <= 0 {
+			limit = 100
+		}
+		if len(docs) > limit {
+			t.Fatalf("Find %+v: %d documents on a page of %d", q, len(docs), limit)
+		}
+		for _, d := range docs {
+			if seen[d.ID] {
+				t.Fatalf("Find %+v: %q on two pages", q, d.ID)
+			}
+			seen[d.ID] = true
+			all = append(all, d)
+		}
+		if next == "" {
+			return all
+		}
+		if len(docs) == 0 {
+			t.Fatalf("Find %+v: an empty page with next cursor %q", q, next)
+		}
+		q.Cursor = next
+	}
+}
+
+func docIDs(docs []ports.Document) []string {
+	ids := make([]string, len(docs))
+	for i, d := range docs {
+		ids[i] = d.ID
+	}
+	return ids
+}
+
+// docSample is a small collection with fields of every scalar type.
+func docSample(t *testing.T, s ports.DocumentStore) {
+	t.Helper()
+	docEnsure(t, s, "c")
+	for id, data := range map[string]map[string]any{
+		"a": {"kind": "fruit", "n": 3, "ok": true, "name": "apple", "tags": []any{"red"}},
+		"b": {"kind": "fruit", "n": 1.5, "ok": false, "name": "banana"},
+		"c": {"kind": "veg", "n": 3.0, "ok": true, "name": "carrot", "tags": []any{"red"}},
+		"d": {"kind": "veg", "n": -2, "ok": false, "name": "Daikon", "opt": nil},
+		"e": {"kind": "fruit", "n": 3, "ok": true, "name": "elder", "nested": map[string]any{"x": 1}},
+		"f": {"kind": "3", "n": "3", "ok": "true", "name": "fig"},
+		"g": {"kind": "fruit", "n": 1, "ok": 1, "name": "grape"},
+	} {
+		docPut(t, s, "c", id, data)
+	}
+}
+
+func docFindWhere(t *testing.T, open func(t *testing.T) ports.DocumentStore) {
+	s := open(t)
+	docSample(t, s)
+	for _, c := range []struct {
+		where map[string]any
+		want  []string
+	}{
+		{nil, []string{"a", "b", "c", "d", "e", "f", "g"}},
+		{map[string]any{"kind": "fruit"}, []string{"a", "b", "e", "g"}},
+		{map[string]any{"kind": "veg", "ok": true}, []string{"c"}},
+		{map[string]any{"n": 3}, []string{"a", "c", "e"}},
+		{map[string]any{"n": 3.0}, []string{"a", "c", "e"}},
+		{map[string]any{"n": int64(-2)}, []string{"d"}},
+		{map[string]any{"n": 1.5}, []string{"b"}},
+		{map[string]any{"n": "3"}, []string{"f"}},
+		{map[string]any{"ok": true}, []string{"a", "c", "e"}},
+		{map[string]any{"ok": false}, []string{"b", "d"}},
+		{map[string]any{"ok": 1}, []string{"g"}},
+		{map[string]any{"ok": "true"}, []string{"f"}},
+		{map[string]any{"opt": nil}, []string{"d"}},
+		{map[string]any{"tags": []any{"red"}}, []string{"a", "c"}},
+		{map[string]any{"nested": map[string]any{"x": 1}}, []string{"e"}},
+		{map[string]any{"name": "daikon"}, nil},
+		{map[string]any{"missing": "x"}, nil},
+		{map[string]any{"kind": "fruit", "n": 3, "ok": true}, []string{"a", "e"}},
+	} {
+		docs := docFindAll(t, s, "c", ports.Query{Where: c.where})
+		if got := docIDs(docs); !slices.Equal(got, c.want) {
+			t.Errorf("Find where %v = %q, want %q", c.where, got, c.want)
+		}
+		if n, err := s.Count(ctx(t), "c", c.where); err != nil || n != len(c.want) {
+			t.Errorf("Count where %v = %d, %v; want %d", c.where, n, err, len(c.want))
+		}
+	}
+	docs := docFindAll(t, s, "c", ports.Query{Where: map[string]any{"name": "banana"}})
+	if len(docs) != 1 || docs[0].Version == 0 {
+		t.Fatalf("Find banana = %+v", docs)
+	}
+	docSameData(t, "Find's document", docs[0].Data, map[string]any{"kind": "fruit", "n": 1.5, "ok": false, "name": "banana"})
+}
+
+func docFindOrderBy(t *testing.T, open func(t *testing.T) ports.DocumentStore) {
+	s := open(t)
+	docEnsure(t, s, "c")
+	for id, data := range map[string]map[string]any{
+		"a": {"n": 3, "name": "pear"},
+		"b": {"n": 1.5, "name": "Apple"},
+		"c": {"n": 3, "name": "apple"},
+		"d": {"n": -2, "name": "pear"},
+		"e": {"n": 3, "name": "éclair"},
+		"f": {"n": 10, "name": "zebra"},
+	} {
+		docPut(t, s, "c", id, data)
+	}
+	for _, c := range []struct {
+		q    ports.Query
+		want []string
+	}{
+		{ports.Query{}, []string{"a", "b", "c", "d", "e", "f"}},
+		{ports.Query{Desc: true}, []string{"f", "e", "d", "c", "b", "a"}},
+		{ports.Query{OrderBy: "n"}, []string{"d", "b", "a", "c", "e", "f"}},
+		{ports.Query{OrderBy: "n", Desc: true}, []string{"f", "e", "c", "a", "b", "d"}},
+		{ports.Query{OrderBy: "name"}, []string{"b", "c", "a", "d", "f", "e"}},
+		{ports.Query{OrderBy: "name", Desc: true}, []string{"e", "f", "d", "a", "c", "b"}},
+		{ports.Query{OrderBy: "n", Where: map[string]any{"name": "pear"}}, []string{"d", "a"}},
+	} {
+		for _, limit := range []int{0, 1, 2, 4} {
+			c.q.Limit = limit
+			if got := docIDs(docFindAll(t, s, "c", c.q)); !slices.Equal(got, c.want) {
+				t.Errorf("Find %+v = %q, want %q", c.q, got, c.want)
+			}
+		}
+	}
+}
+
+// Across types, Find orders a missing field and null first, then false,
+// true, numbers and strings.
+func docFindOrderAcrossTypes(t *testing.T, open func(t *testing.T) ports.DocumentStore) {
+	s := open(t)
+	docEnsure(t, s, "c")
+	for id, v := range map[string]any{
+		"s1": "10", "s2": "a", "n1": -5, "n2": 100, "t": true, "f": false, "z": nil,
+	} {
+		docPut(t, s, "c", id, map[string]any{"v": v})
+	}
+	docPut(t, s, "c", "m", map[string]any{"other": 1})
+	want := []string{"m", "z", "f", "t", "n1", "n2", "s1", "s2"}
+	if got := docIDs(docFindAll(t, s, "c", ports.Query{OrderBy: "v", Limit: 3})); !slices.Equal(got, want) {
+		t.Fatalf("Find by v = %q, want %q", got, want)
+	}
+	slices.Reverse(want)
+	if got := docIDs(docFindAll(t, s, "c", ports.Query{OrderBy: "v", Desc: true, Limit: 3})); !slices.Equal(got, want) {
+		t.Fatalf("Find by v desc = %q, want %q", got, want)
+	}
+}
+
+func docFindPagination(t *testing.T, open func(t *testing.T) ports.DocumentStore) {
+	s, other := open(t), open(t)
+	docEnsure(t, s, "c")
+	type row struct {
+		id    string
+		group int
+	}
+	var rows []row
+	for i := range docCount {
+		id := fmt.Sprintf("doc-%04d", (i*7919)%docCount) // written out of order
+		g := (i * 13) % 7
+		docPut(t, s, "c", id, map[string]any{"group": g, "even": i%2 == 0, "i": i})
+		rows = append(rows, row{id, g})
+	}
+	byID := slices.Clone(rows)
+	slices.SortFunc(byID, func(a, b row) int { return strings.Compare(a.id, b.id) })
+	byGroup := slices.Clone(rows)
+	slices.SortFunc(byGroup, func(a, b row) int { return cmp.Or(cmp.Compare(a.group, b.group), strings.Compare(a.id, b.id)) })
+	ids := func(rs []row) []string {
+		out := make([]string, len(rs))
+		for i, r := range rs {
+			out[i] = r.id
+		}
+		return out
+	}
+	wantByID, wantByGroup := ids(byID), ids(byGroup)
+	for _, limit := range []int{0, 33, 1000, 5000} {
+		if got := docIDs(docFindAll(t, other, "c", ports.Query{Limit: limit})); !slices.Equal(got, wantByID) {
+			t.Fatalf("Find by id, pages of %d: %d documents, not each once in order", limit, len(got))
+		}
+		if got := docIDs(docFindAll(t, other, "c", ports.Query{OrderBy: "group", Limit: limit})); !slices.Equal(got, wantByGroup) {
+			t.Fatalf("Find by group, pages of %d: %d documents, not each once in order", limit, len(got))
+		}
+	}
+	slices.Reverse(wantByGroup)
+	if got := docIDs(docFindAll(t, other, "c", ports.Query{OrderBy: "group", Desc: true, Limit: 71})); !slices.Equal(got, wantByGroup) {
+		t.Fatalf("Find by group descending: %d documents, not each once in order", len(got))
+	}
+	even := docFindAll(t, other, "c", ports.Query{Where: map[string]any{"even": true}, OrderBy: "i", Limit: 50})
+	if len(even) != docCount/2 {
+		t.Fatalf("Find even: %d documents, want %d", len(even), docCount/2)
+	}
+	for j, d := range even {
+		if d.Data["i"] != float64(2*j) {
+			t.Fatalf("Find even by i: document %d has i %v, want %d", j, d.Data["i"], 2*j)
+		}
+	}
+	if n, err := other.Count(ctx(t), "c", nil); err != nil || n != docCount {
+		t.Fatalf("Count = %d, %v; want %d", n, err, docCount)
+	}
+}
+
+func docFindBadCursor(t *testing.T, open func(t *testing.T) ports.DocumentStore) {
+	s := open(t)
+	docSample(t, s)
+	_, next, err := s.Find(ctx(t), "c", ports.Query{OrderBy: "n", Limit: 2})
+	if err != nil || next == "" {
+		t.Fatalf("Find first page = %q, %v; want a cursor", next, err)
+	}
+	for name, q := range map[string]ports.Query{
+		"garbage":         {Cursor: "%%% not a cursor"},
+		"other order":     {OrderBy: "name", Limit: 2, Cursor: next},
+		"other direction": {OrderBy: "n", Desc: true, Limit: 2, Cursor: next},
+	} {
+		if _, _, err := s.Find(ctx(t), "c", q); !errors.Is(err, ports.ErrInvalidArgument) {
+			t.Errorf("Find with a cursor of %s: err %v, want ErrInvalidArgument", name, err)
+		}
+	}
+}
+
+func docFindInvalidField(t *testing.T, open func(t *testing.T) ports.DocumentStore) {
+	s := open(t)
+	docSample(t, s)
+	for name, q := range map[string]ports.Query{
+		"where with a quote":    {Where: map[string]any{`a"b`: 1}},
+		"where with an empty":   {Where: map[string]any{"": 1}},
+		"where with a NaN":      {Where: map[string]any{"n": math.NaN()}},
+		"order by a backslash":  {OrderBy: `a\b`},
+		"order by invalid utf8": {OrderBy: "\xff"},
+	} {
+		if _, _, err := s.Find(ctx(t), "c", q); !errors.Is(err, ports.ErrInvalidArgument) {
+			t.Errorf("Find %s: err %v, want ErrInvalidArgument", name, err)
+		}
+	}
+	if _, err := s.Count(ctx(t), "c", map[string]any{`a"b`: 1}); !errors.Is(err, ports.ErrInvalidArgument) {
+		t.Errorf("Count where a quoted field: err %v, want ErrInvalidArgument", err)
+	}
+}
+
+func docCountCase(t *testing.T, open func(t *testing.T) ports.DocumentStore) {
+	s := open(t)
+	docEnsure(t, s, "c", "other")
+	for i := range 25 {
+		docPut(t, s, "c", fmt.Sprint(i), map[string]any{"odd": i%2 == 1})
+	}
+	docPut(t, s, "other", "x", map[string]any{"odd": true})
+	for _, c := range []struct {
+		where map[string]any
+		want  int
+	}{
+		{nil, 25},
+		{map[string]any{}, 25},
+		{map[string]any{"odd": true}, 12},
+		{map[string]any{"odd": false}, 13},
+		{map[string]any{"odd": "true"}, 0},
+		{map[string]any{"odd": true, "missing": nil}, 0},
+	} {
+		if n, err := s.Count(ctx(t), "c", c.where); err != nil || n != c.want {
+			t.Errorf("Count where %v = %d, %v; want %d", c.where, n, err, c.want)
+		}
+	}
+	if err := s.Delete(ctx(t), "c", "0", ports.Cond{}); err != nil {
+		t.Fatalf("Delete: %v", err)
+	}
+	if n, err := s.Count(ctx(t), "c", nil); err != nil || n != 24 {
+		t.Fatalf("Count after a delete = %d, %v; want 24", n, err)
+	}
+}
+
+func docDurable(t *testing.T, open func(t *testing.T) ports.DocumentStore) {
+	s := open(t)
+	docEnsure(t, s, "c")
+	d := docPut(t, s, "c", "d", map[string]any{"k": "kept"})
+	closer, ok := s.(io.Closer)
+	if !ok {
+		t.Fatalf("a durable adapter's handle %T has no Close", s)
+	}
+	if err := closer.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	got := docMustGet(t, open(t), "c", "d")
+	if got.Version != d.Version {
+		t.Fatalf("version %d after reopening, want %d", got.Version, d.Version)
+	}
+	docSameData(t, "after reopening", got.Data, map[string]any{"k": "kept"})
+}

@@ -1,0 +1,196 @@
+// Package docjson holds what the document adapters must agree on: the
+// canonical JSON form of documents and query values, the order of JSON
+// values in Find, and the page cursor.
+package docjson
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+
+	"github.com/abi-engine/engine/internal/storecheck"
+	"github.com/abi-engine/engine/ports"
+)
+
+// DefaultLimit is the page size of Find when the query gives none.
+const DefaultLimit = 100
+
+// Data returns the canonical JSON of a document's data and the data as a
+// reader of that JSON sees it (numbers as float64), so every adapter hands
+// back the same values. nil data is an empty object.
+func Data(id string, data map[string]any) ([]byte, map[string]any, error) {
+	if data == nil {
+		data = map[string]any{}
+	}
+	raw, err := json.Marshal(data)
+	if err != nil {
+		return nil, nil, fmt.Errorf("document %q is not JSON: %w: %w", id, ports.ErrInvalidArgument, err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, nil, fmt.Errorf("document %q is not JSON: %w: %w", id, ports.ErrInvalidArgument, err)
+	}
+	raw, err = json.Marshal(m)
+	if err != nil {
+		return nil, nil, fmt.Errorf("document %q is not JSON: %w: %w", id, ports.ErrInvalidArgument, err)
+	}
+	return raw, m, nil
+}
+
+// Decode reads stored JSON back into a document's data.
+func Decode(raw []byte) (map[string]any, error) {
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// Where is one equality condition of a query, in canonical form.
+type Where struct {
+	Field string
+	Value any    // nil, bool, float64, string, []any or map[string]any
+	JSON  string // the value's canonical JSON
+}
+
+// Check validates a query and returns its conditions, in field order so
+// that SQL built from them is stable, and its page size.
+func Check(q ports.Query) ([]Where, int, error) {
+	where, err := Conditions(q.Where)
+	if err != nil {
+		return nil, 0, err
+	}
+	if q.OrderBy != "" {
+		if err := storecheck.Field(q.OrderBy); err != nil {
+			return nil, 0, fmt.Errorf("order by: %w", err)
+		}
+	}
+	limit := q.Limit
+	if limit <= 0 {
+		limit = DefaultLimit
+	}
+	return where, limit, nil
+}
+
+// Conditions validates where and returns it in canonical form, by field.
+func Conditions(where map[string]any) ([]Where, error) {
+	out := make([]Where, 0, len(where))
+	for field, v := range where {
+		if err := storecheck.Field(field); err != nil {
+			return nil, fmt.Errorf("where: %w", err)
+		}
+		raw, err := json.Marshal(v)
+		if err != nil {
+			return nil, fmt.Errorf("where %q: value is not JSON: %w: %w", field, ports.ErrInvalidArgument, err)
+		}
+		var c any
+		if err := json.Unmarshal(raw, &c); err != nil {
+			return nil, fmt.Errorf("where %q: value is not JSON: %w: %w", field, ports.ErrInvalidArgument, err)
+		}
+		if raw, err = json.Marshal(c); err != nil {
+			return nil, fmt.Errorf("where %q: value is not JSON: %w: %w", field, ports.ErrInvalidArgument, err)
+		}
+		out = append(out, Where{Field: field, Value: c, JSON: string(raw)})
+	}
+	slices.SortFunc(out, func(a, b Where) int { return strings.Compare(a.Field, b.Field) })
+	return out, nil
+}
+
+// Ranks of JSON values in Find's order: a missing field or null first, then
+// booleans (false before true), numbers, strings by bytes, and last arrays
+// and objects, in an order each adapter picks but keeps.
+const (
+	RankNull = iota
+	RankBool
+	RankNumber
+	RankString
+	RankComposite
+)
+
+// Key is a document's position in Find's order: (Rank, Num, Str, ID).
+type Key struct {
+	Rank int     `json:"r"`
+	Num  float64 `json:"n"`
+	Str  string  `json:"s"`
+	ID   string  `json:"id"`
+}
+
+// KeyOf computes the key of a canonical value; field present or not.
+func KeyOf(id string, v any, present bool) Key {
+	k := Key{ID: id}
+	if !present {
+		return k
+	}
+	switch v := v.(type) {
+	case bool:
+		k.Rank = RankBool
+		if v {
+			k.Num = 1
+		}
+	case float64:
+		k.Rank, k.Num = RankNumber, v
+	case string:
+		k.Rank, k.Str = RankString, v
+	case nil:
+	default:
+		raw, _ := json.Marshal(v) // canonical values always marshal
+		k.Rank, k.Str = RankComposite, string(raw)
+	}
+	return k
+}
+
+// Compare orders keys ascending.
+func Compare(a, b Key) int {
+	switch {
+	case a.Rank != b.Rank:
+		return a.Rank - b.Rank
+	case a.Num < b.Num:
+		return -1
+	case a.Num > b.Num:
+		return 1
+	case a.Str < b.Str:
+		return -1
+	case a.Str > b.Str:
+		return 1
+	case a.ID < b.ID:
+		return -1
+	case a.ID > b.ID:
+		return 1
+	}
+	return 0
+}
+
+// cursor is a page's last key with the query it belongs to, so a cursor
+// used with another order is refused rather than skipping documents.
+type cursor struct {
+	OrderBy string `json:"o"`
+	Desc    bool   `json:"d"`
+	Key
+}
+
+// EncodeCursor makes the cursor that continues q after k.
+func EncodeCursor(q ports.Query, k Key) string {
+	raw, _ := json.Marshal(cursor{OrderBy: q.OrderBy, Desc: q.Desc, Key: k}) // plain fields always marshal
+	return base64.RawURLEncoding.EncodeToString(raw)
+}
+
+// DecodeCursor reads q.Cursor; ok is false when q has none.
+func DecodeCursor(q ports.Query) (k Key, ok bool, err error) {
+	if q.Cursor == "" {
+		return Key{}, false, nil
+	}
+	bad := fmt.Errorf("cursor %q is not one of this query's: %w", q.Cursor, ports.ErrInvalidArgument)
+	raw, err := base64.RawURLEncoding.DecodeString(q.Cursor)
+	if err != nil {
+		return Key{}, false, bad
+	}
+	var c cursor
+	if err := json.Unmarshal(raw, &c); err != nil || c.OrderBy != q.OrderBy || c.Desc != q.Desc ||
+		math.IsNaN(c.Num) || storecheck.Key("id", c.ID) != nil {
+		return Key{}, false, bad
+	}
+	return c.Key, true, nil
+}
