@@ -41,7 +41,9 @@ type Option func(*Ownership)
 // Claim, AwaitLease or Release.
 func WithObserver(f func(Transition)) Option { return func(o *Ownership) { o.observe = f } }
 
-// WithLogger sets the logger; every line carries the engine's instance id.
+// WithLogger sets the logger, which should carry the engine's instance id
+// as the engine's own logger does. Without it, slog's default logger is
+// used with the instance id added.
 func WithLogger(l *slog.Logger) Option { return func(o *Ownership) { o.log = l } }
 
 // Ownership is the state machine of one engine's lease. Claim, then AwaitLease
@@ -82,9 +84,8 @@ func NewOwnership(lease Lease, me Holder, timing Timing, opts ...Option) (*Owner
 		opt(o)
 	}
 	if o.log == nil {
-		o.log = slog.Default()
+		o.log = slog.Default().With("instance", me.InstanceID)
 	}
-	o.log = o.log.With("instance", me.InstanceID)
 	return o, nil
 }
 

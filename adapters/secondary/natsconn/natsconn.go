@@ -1,0 +1,71 @@
+// Package natsconn opens the engine's NATS connections with the
+// deployment's credentials.
+package natsconn
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// Options say how to reach and authenticate to the broker. At most one of
+// CredsFile, NkeySeedFile, User and Token is set.
+type Options struct {
+	URL          string
+	Name         string
+	CredsFile    string
+	NkeySeedFile string
+	User         string
+	Password     string
+	Token        string
+	CA           string
+	Cert         string
+	Key          string
+	// ClosedHandler runs when the connection closes for good, reconnects
+	// exhausted or closed by the engine.
+	ClosedHandler func(*nats.Conn)
+}
+
+// Connect dials the broker. It keeps reconnecting for a minute after a
+// lost connection before it gives up and calls ClosedHandler.
+func Connect(o Options) (*nats.Conn, error) {
+	opts := []nats.Option{
+		nats.Name(o.Name),
+		nats.Timeout(5 * time.Second),
+		nats.MaxReconnects(60),
+		nats.ReconnectWait(time.Second),
+	}
+	if o.ClosedHandler != nil {
+		opts = append(opts, nats.ClosedHandler(o.ClosedHandler))
+	}
+	switch {
+	case o.CredsFile != "":
+		opts = append(opts, nats.UserCredentials(o.CredsFile))
+	case o.NkeySeedFile != "":
+		opt, err := nats.NkeyOptionFromSeed(o.NkeySeedFile)
+		if err != nil {
+			return nil, fmt.Errorf("nats.credentials.nkey_seed_file: %w", err)
+		}
+		opts = append(opts, opt)
+	case o.User != "":
+		opts = append(opts, nats.UserInfo(o.User, o.Password))
+	case o.Token != "":
+		opts = append(opts, nats.Token(o.Token))
+	}
+	if o.CA != "" {
+		opts = append(opts, nats.RootCAs(o.CA))
+	}
+	if o.Cert != "" || o.Key != "" {
+		if o.Cert == "" || o.Key == "" {
+			return nil, errors.New("nats.credentials.tls: cert and key go together")
+		}
+		opts = append(opts, nats.ClientCert(o.Cert, o.Key))
+	}
+	nc, err := nats.Connect(o.URL, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("connect to NATS at %s: %w", o.URL, err)
+	}
+	return nc, nil
+}

@@ -1,0 +1,247 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/abi-engine/engine/adapters/secondary/lease/jetstream"
+	"github.com/abi-engine/engine/domain"
+	"github.com/abi-engine/engine/internal/natstest"
+)
+
+// These tests run the engine as real processes against a real nats-server:
+// what happens on a signal or a refusal is the process's behaviour.
+
+var engineBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "engine-bin")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	engineBin = filepath.Join(dir, "engine")
+	build := exec.Command("go", "build", "-o", engineBin, ".")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build engine:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// process is a running engine whose log lines the test can wait for.
+type process struct {
+	cmd  *exec.Cmd
+	mu   sync.Mutex
+	log  bytes.Buffer
+	line chan string
+	done chan struct{}
+}
+
+func writeConfig(t *testing.T, url string) string {
+	t.Helper()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "engine.yaml")
+	yaml := fmt.Sprintf("nats:\n  url: %s\n  engine:\n    lease_seconds: 1\n    drain_seconds: 1\ndata_dir: %s\n", url, filepath.Join(dir, "data"))
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func startEngine(t *testing.T, config string, env ...string) *process {
+	t.Helper()
+	cmd := exec.Command(engineBin, "--config", config)
+	cmd.Env = append(os.Environ(), env...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &process{cmd: cmd, line: make(chan string, 1024), done: make(chan struct{})}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			p.mu.Lock()
+			p.log.WriteString(sc.Text() + "\n")
+			p.mu.Unlock()
+			select {
+			case p.line <- sc.Text():
+			default:
+			}
+		}
+		_ = cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-p.done
+	})
+	return p
+}
+
+func (p *process) output() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.log.String()
+}
+
+// waitLog waits for a log line containing s.
+func (p *process) waitLog(t *testing.T, s string) {
+	t.Helper()
+	deadline := time.After(30 * time.Second)
+	for {
+		select {
+		case l := <-p.line:
+			if strings.Contains(l, s) {
+				return
+			}
+		case <-p.done:
+			if strings.Contains(p.output(), s) {
+				return
+			}
+			t.Fatalf("engine exited before logging %q:\n%s", s, p.output())
+		case <-deadline:
+			t.Fatalf("engine did not log %q in 30s:\n%s", s, p.output())
+		}
+	}
+}
+
+// exitCode waits for the process to end.
+func (p *process) exitCode(t *testing.T) int {
+	t.Helper()
+	select {
+	case <-p.done:
+		return p.cmd.ProcessState.ExitCode()
+	case <-time.After(60 * time.Second):
+		t.Fatalf("engine did not exit in 60s:\n%s", p.output())
+	}
+	return -1
+}
+
+func readLease(t *testing.T, url string) domain.Record {
+	t.Helper()
+	l, err := jetstream.Open(t.Context(), natstest.Connect(t, url), jetstream.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := l.Read(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rec
+}
+
+func TestASecondEngineFailsNamingTheFirst(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	config := writeConfig(t, url)
+	first := startEngine(t, config)
+	first.waitLog(t, "state=serving")
+	holder := readLease(t, url).Holder
+
+	second := startEngine(t, config)
+	if code := second.exitCode(t); code == 0 {
+		t.Fatalf("second engine exited 0:\n%s", second.output())
+	}
+	out := second.output()
+	for _, want := range []string{"already serves", holder.InstanceID, "host " + holder.Host, fmt.Sprintf("pid %d", first.cmd.Process.Pid)} {
+		if !strings.Contains(out, want) {
+			t.Errorf("refusal does not name %q:\n%s", want, out)
+		}
+	}
+	if rec := readLease(t, url); rec.Holder.InstanceID != holder.InstanceID {
+		t.Fatalf("the refused engine changed the lease holder to %s", rec.Holder)
+	}
+}
+
+func TestAnInterruptReleasesTheLeaseAndExitsZero(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	config := writeConfig(t, url)
+	e := startEngine(t, config)
+	e.waitLog(t, "state=serving")
+	for _, sig := range []syscall.Signal{syscall.SIGINT} {
+		if err := e.cmd.Process.Signal(sig); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if code := e.exitCode(t); code != 0 {
+		t.Fatalf("exit code %d after SIGINT:\n%s", code, e.output())
+	}
+	rec := readLease(t, url)
+	if !rec.Present || !rec.Holder.Released || rec.Holder.PID != e.cmd.Process.Pid {
+		t.Fatalf("after SIGINT the lease reads %+v, want the engine's released record", rec)
+	}
+}
+
+func TestANewRolloutStandsByAndTakesOverOnSIGTERM(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	config := writeConfig(t, url)
+	old := startEngine(t, config, "ABI_ROLLOUT_ID=v1")
+	old.waitLog(t, "state=serving")
+	next := startEngine(t, config, "ABI_ROLLOUT_ID=v2")
+	next.waitLog(t, "state=standby")
+	if err := old.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := old.exitCode(t); code != 0 {
+		t.Fatalf("old engine exit code %d:\n%s", code, old.output())
+	}
+	next.waitLog(t, "standby took over the lease")
+	rec := readLease(t, url)
+	if rec.Holder.RolloutID != "v2" || rec.Holder.PID != next.cmd.Process.Pid || rec.Holder.Released {
+		t.Fatalf("after the handover the lease reads %+v, want the v2 engine", rec)
+	}
+}
+
+func TestAClientEngineNeverTouchesTheLease(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	config := writeConfig(t, url)
+	e := startEngine(t, config, "ABI_ENGINE_ROLE=client")
+	e.waitLog(t, "state=client")
+	if err := e.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := e.exitCode(t); code != 0 {
+		t.Fatalf("exit code %d:\n%s", code, e.output())
+	}
+	js := natstest.Connect(t, url)
+	if _, err := js.JetStream(); err != nil {
+		t.Fatal(err)
+	}
+	jsc, _ := js.JetStream()
+	if _, err := jsc.KeyValue(jetstream.DefaultBucket); err == nil {
+		t.Fatalf("a client engine created the %s bucket", jetstream.DefaultBucket)
+	}
+}
+
+func TestUsage(t *testing.T) {
+	cases := []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"--no-such-flag"}, 2, "flag provided but not defined"},
+		{[]string{"extra"}, 2, `unexpected argument "extra"`},
+		{[]string{"--config", "/nonexistent/engine.yaml"}, 1, "read configuration"},
+	}
+	for _, c := range cases {
+		var stderr bytes.Buffer
+		if code := run(c.args, &stderr); code != c.code || !strings.Contains(stderr.String(), c.want) {
+			t.Errorf("run(%q) = %d, %q; want %d and %q", c.args, code, stderr.String(), c.code, c.want)
+		}
+	}
+}
