@@ -1,0 +1,389 @@
+// Package sqlite is a document store in a SQLite file on this host.
+// Conditional writes run in transactions that take the write lock when they
+// begin, so handles on the same file never both win.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/abi-engine/engine/internal/docjson"
+	"github.com/abi-engine/engine/internal/sqlitedb"
+	"github.com/abi-engine/engine/internal/storecheck"
+	"github.com/abi-engine/engine/ports"
+)
+
+var _ ports.DocumentStore = (*Store)(nil)
+
+// Config is the adapter's block under services.document.config.
+type Config struct {
+	// Path is the SQLite file; the configuration layer defaults it under
+	// the data directory.
+	Path string `yaml:"path"`
+}
+
+// LocalStorage implements ports.StorageConfig.
+func (c Config) LocalStorage() string { return "SQLite at " + c.Path }
+
+// data holds the canonical JSON text of each document.
+const schema = `CREATE TABLE IF NOT EXISTS collections (
+	name TEXT NOT NULL PRIMARY KEY
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS documents (
+	collection TEXT    NOT NULL,
+	id         TEXT    NOT NULL,
+	version    INTEGER NOT NULL,
+	data       TEXT    NOT NULL,
+	PRIMARY KEY (collection, id)
+) WITHOUT ROWID`
+
+// Store is one handle on the file.
+type Store struct {
+	db   *sql.DB
+	path string
+}
+
+// Open opens or creates the file at c.Path.
+func Open(ctx context.Context, c Config) (*Store, error) {
+	db, err := sqlitedb.Open(ctx, "document sqlite", c.Path, schema)
+	if err != nil {
+		return nil, err
+	}
+	return &Store{db: db, path: c.Path}, nil
+}
+
+// Close closes the handle; closing twice is harmless.
+func (s *Store) Close() error { return s.db.Close() }
+
+type querier interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// requireCollection fails with ErrNotFound when the collection is missing.
+func (s *Store) requireCollection(ctx context.Context, q querier, name string) error {
+	var ok bool
+	err := q.QueryRowContext(ctx, "SELECT EXISTS (SELECT 1 FROM collections WHERE name = ?)", name).Scan(&ok)
+	if err != nil {
+		return fmt.Errorf("collection %q in %s: %w", name, s.path, err)
+	}
+	if !ok {
+		return fmt.Errorf("collection %q: %w", name, ports.ErrNotFound)
+	}
+	return nil
+}
+
+func checkDoc(collection, id string) error {
+	if err := storecheck.Collection(collection); err != nil {
+		return err
+	}
+	return storecheck.Key("id", id)
+}
+
+// EnsureCollection creates the collection if it is missing.
+func (s *Store) EnsureCollection(ctx context.Context, name string) error {
+	if err := storecheck.Collection(name); err != nil {
+		return err
+	}
+	if _, err := s.db.ExecContext(ctx, "INSERT INTO collections (name) VALUES (?) ON CONFLICT DO NOTHING", name); err != nil {
+		return fmt.Errorf("ensure collection %q in %s: %w", name, s.path, err)
+	}
+	return nil
+}
+
+// DropCollection removes the collection and its documents in one
+// transaction.
+func (s *Store) DropCollection(ctx context.Context, name string) error {
+	if err := storecheck.Collection(name); err != nil {
+		return err
+	}
+	return s.inTx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, "DELETE FROM collections WHERE name = ?", name)
+		if err != nil {
+			return fmt.Errorf("drop collection %q in %s: %w", name, s.path, err)
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 0 {
+			return fmt.Errorf("drop collection %q: %w", name, ports.ErrNotFound)
+		}
+		if _, err := tx.ExecContext(ctx, "DELETE FROM documents WHERE collection = ?", name); err != nil {
+			return fmt.Errorf("drop collection %q in %s: %w", name, s.path, err)
+		}
+		return nil
+	})
+}
+
+// Collections lists the collections by name.
+func (s *Store) Collections(ctx context.Context) ([]string, error) {
+	rows, err := s.db.QueryContext(ctx, "SELECT name FROM collections ORDER BY name")
+	if err != nil {
+		return nil, fmt.Errorf("list collections in %s: %w", s.path, err)
+	}
+	defer rows.Close()
+	var names []string
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			return nil, fmt.Errorf("list collections in %s: %w", s.path, err)
+		}
+		names = append(names, n)
+	}
+	return names, rows.Err()
+}
+
+// inTx runs f in a transaction, which the DSN makes take the write lock at
+// once.
+func (s *Store) inTx(ctx context.Context, f func(tx *sql.Tx) error) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("begin in %s: %w", s.path, err)
+	}
+	if err := f(tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("commit in %s: %w", s.path, err)
+	}
+	return nil
+}
+
+// version is the stored version of the document, 0 when missing.
+func (s *Store) version(ctx context.Context, tx *sql.Tx, collection, id string) (uint64, error) {
+	var v uint64
+	err := tx.QueryRowContext(ctx, "SELECT version FROM documents WHERE collection = ? AND id = ?", collection, id).Scan(&v)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read %q in %q of %s: %w", id, collection, s.path, err)
+	}
+	return v, nil
+}
+
+// Put writes the document if cond holds.
+func (s *Store) Put(ctx context.Context, collection, id string, data map[string]any, cond ports.Cond) (ports.Document, error) {
+	if err := checkDoc(collection, id); err != nil {
+		return ports.Document{}, err
+	}
+	raw, canonical, err := docjson.Data(id, data)
+	if err != nil {
+		return ports.Document{}, err
+	}
+	doc := ports.Document{ID: id, Data: canonical}
+	err = s.inTx(ctx, func(tx *sql.Tx) error {
+		if err := s.requireCollection(ctx, tx, collection); err != nil {
+			return fmt.Errorf("put %q: %w", id, err)
+		}
+		cur, err := s.version(ctx, tx, collection, id)
+		if err != nil {
+			return err
+		}
+		if want, ok := cond.Version(); ok && want != cur {
+			return fmt.Errorf("put %q in %q at version %d, stored %d: %w", id, collection, want, cur, ports.ErrConflict)
+		}
+		doc.Version = cur + 1
+		_, err = tx.ExecContext(ctx, `INSERT INTO documents (collection, id, version, data) VALUES (?, ?, ?, ?)
+			ON CONFLICT (collection, id) DO UPDATE SET version = excluded.version, data = excluded.data`,
+			collection, id, doc.Version, string(raw))
+		if err != nil {
+			return fmt.Errorf("put %q in %q of %s: %w", id, collection, s.path, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return ports.Document{}, err
+	}
+	return doc, nil
+}
+
+// Get returns the document.
+func (s *Store) Get(ctx context.Context, collection, id string) (ports.Document, error) {
+	if err := checkDoc(collection, id); err != nil {
+		return ports.Document{}, err
+	}
+	var (
+		v   uint64
+		raw string
+	)
+	err := s.db.QueryRowContext(ctx, "SELECT version, data FROM documents WHERE collection = ? AND id = ?", collection, id).Scan(&v, &raw)
+	if errors.Is(err, sql.ErrNoRows) {
+		if err := s.requireCollection(ctx, s.db, collection); err != nil {
+			return ports.Document{}, fmt.Errorf("get %q: %w", id, err)
+		}
+		return ports.Document{}, fmt.Errorf("get %q in %q: %w", id, collection, ports.ErrNotFound)
+	}
+	if err != nil {
+		return ports.Document{}, fmt.Errorf("get %q in %q of %s: %w", id, collection, s.path, err)
+	}
+	data, err := docjson.Decode([]byte(raw))
+	if err != nil {
+		return ports.Document{}, fmt.Errorf("get %q in %q of %s: %w", id, collection, s.path, err)
+	}
+	return ports.Document{ID: id, Version: v, Data: data}, nil
+}
+
+// Delete removes the document if cond holds.
+func (s *Store) Delete(ctx context.Context, collection, id string, cond ports.Cond) error {
+	if err := checkDoc(collection, id); err != nil {
+		return err
+	}
+	return s.inTx(ctx, func(tx *sql.Tx) error {
+		if err := s.requireCollection(ctx, tx, collection); err != nil {
+			return fmt.Errorf("delete %q: %w", id, err)
+		}
+		cur, err := s.version(ctx, tx, collection, id)
+		if err != nil {
+			return err
+		}
+		if cur == 0 {
+			return fmt.Errorf("delete %q in %q: %w", id, collection, ports.ErrNotFound)
+		}
+		if want, ok := cond.Version(); ok && want != cur {
+			return fmt.Errorf("delete %q in %q at version %d, stored %d: %w", id, collection, want, cur, ports.ErrConflict)
+		}
+		if _, err := tx.ExecContext(ctx, "DELETE FROM documents WHERE collection = ? AND id = ?", collection, id); err != nil {
+			return fmt.Errorf("delete %q in %q of %s: %w", id, collection, s.path, err)
+		}
+		return nil
+	})
+}
+
+// path is the JSON path of a top-level field; storecheck.Field keeps quotes
+// out of names, so quoting cannot be escaped.
+func path(field string) string { return `$."` + field + `"` }
+
+// whereSQL turns conditions into SQL on canonical JSON: json_type keeps
+// true from matching 1 and "1" from matching 1, as in every adapter.
+func whereSQL(where []docjson.Where) (string, []any) {
+	var (
+		b    strings.Builder
+		args []any
+	)
+	for i, w := range where {
+		p, v := fmt.Sprintf(":w%d", i), fmt.Sprintf(":v%d", i)
+		args = append(args, sql.Named(p[1:], path(w.Field)))
+		switch x := w.Value.(type) {
+		case nil:
+			fmt.Fprintf(&b, " AND json_type(data, %s) = 'null'", p)
+		case bool:
+			fmt.Fprintf(&b, " AND json_type(data, %s) = '%t'", p, x)
+		case float64:
+			fmt.Fprintf(&b, " AND json_type(data, %s) IN ('integer', 'real') AND json_extract(data, %s) = %s", p, p, v)
+			args = append(args, sql.Named(v[1:], x))
+		case string:
+			fmt.Fprintf(&b, " AND json_type(data, %s) = 'text' AND json_extract(data, %s) = %s", p, p, v)
+			args = append(args, sql.Named(v[1:], x))
+		case []any:
+			fmt.Fprintf(&b, " AND json_type(data, %s) = 'array' AND json_extract(data, %s) = %s", p, p, v)
+			args = append(args, sql.Named(v[1:], w.JSON))
+		default:
+			fmt.Fprintf(&b, " AND json_type(data, %s) = 'object' AND json_extract(data, %s) = %s", p, p, v)
+			args = append(args, sql.Named(v[1:], w.JSON))
+		}
+	}
+	return b.String(), args
+}
+
+// The order key of docjson in SQL, for the field at :order.
+const (
+	rankSQL = `CASE json_type(data, :order) WHEN 'true' THEN 1 WHEN 'false' THEN 1
+		WHEN 'integer' THEN 2 WHEN 'real' THEN 2 WHEN 'text' THEN 3
+		WHEN 'array' THEN 4 WHEN 'object' THEN 4 ELSE 0 END`
+	numSQL = `CASE json_type(data, :order) WHEN 'true' THEN 1.0
+		WHEN 'integer' THEN json_extract(data, :order) WHEN 'real' THEN json_extract(data, :order) ELSE 0.0 END`
+	strSQL = `CASE WHEN json_type(data, :order) IN ('text', 'array', 'object') THEN json_extract(data, :order) ELSE '' END`
+)
+
+// Find pages by the order key: the cursor holds the last document's key,
+// and the next page starts strictly after it.
+func (s *Store) Find(ctx context.Context, collection string, q ports.Query) ([]ports.Document, string, error) {
+	if err := storecheck.Collection(collection); err != nil {
+		return nil, "", err
+	}
+	where, limit, err := docjson.Check(q)
+	if err != nil {
+		return nil, "", err
+	}
+	after, hasCursor, err := docjson.DecodeCursor(q)
+	if err != nil {
+		return nil, "", err
+	}
+	if err := s.requireCollection(ctx, s.db, collection); err != nil {
+		return nil, "", fmt.Errorf("find: %w", err)
+	}
+	cond, args := whereSQL(where)
+	args = append(args, sql.Named("collection", collection), sql.Named("limit", limit+1))
+	rank, num, str := "0", "0.0", "''"
+	if q.OrderBy != "" {
+		rank, num, str = rankSQL, numSQL, strSQL
+		args = append(args, sql.Named("order", path(q.OrderBy)))
+	}
+	dir, cmp := "ASC", ">"
+	if q.Desc {
+		dir, cmp = "DESC", "<"
+	}
+	page := ""
+	if hasCursor {
+		page = fmt.Sprintf("WHERE (r, n, s, id) %s (:r, :n, :s, :id)", cmp)
+		args = append(args, sql.Named("r", after.Rank), sql.Named("n", after.Num), sql.Named("s", after.Str), sql.Named("id", after.ID))
+	}
+	query := fmt.Sprintf(`SELECT id, version, data, r, n, s FROM (
+			SELECT id, version, data, %s AS r, %s AS n, %s AS s FROM documents
+			WHERE collection = :collection%s
+		) %s ORDER BY r %s, n %s, s %s, id %s LIMIT :limit`,
+		rank, num, str, cond, page, dir, dir, dir, dir)
+	rows, err := s.db.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, "", fmt.Errorf("find in %q of %s: %w", collection, s.path, err)
+	}
+	defer rows.Close()
+	var (
+		docs []ports.Document
+		keys []docjson.Key
+	)
+	for rows.Next() {
+		var (
+			d   ports.Document
+			raw string
+			k   docjson.Key
+		)
+		if err := rows.Scan(&d.ID, &d.Version, &raw, &k.Rank, &k.Num, &k.Str); err != nil {
+			return nil, "", fmt.Errorf("find in %q of %s: %w", collection, s.path, err)
+		}
+		if d.Data, err = docjson.Decode([]byte(raw)); err != nil {
+			return nil, "", fmt.Errorf("find in %q of %s: document %q: %w", collection, s.path, d.ID, err)
+		}
+		k.ID = d.ID
+		docs, keys = append(docs, d), append(keys, k)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, "", fmt.Errorf("find in %q of %s: %w", collection, s.path, err)
+	}
+	if len(docs) <= limit {
+		return docs, "", nil
+	}
+	return docs[:limit], docjson.EncodeCursor(q, keys[limit-1]), nil
+}
+
+// Count counts the documents matching where.
+func (s *Store) Count(ctx context.Context, collection string, where map[string]any) (int, error) {
+	if err := storecheck.Collection(collection); err != nil {
+		return 0, err
+	}
+	conds, err := docjson.Conditions(where)
+	if err != nil {
+		return 0, err
+	}
+	if err := s.requireCollection(ctx, s.db, collection); err != nil {
+		return 0, fmt.Errorf("count: %w", err)
+	}
+	cond, args := whereSQL(conds)
+	args = append(args, sql.Named("collection", collection))
+	var n int
+	if err := s.db.QueryRowContext(ctx, "SELECT count(*) FROM documents WHERE collection = :collection"+cond, args...).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count in %q of %s: %w", collection, s.path, err)
+	}
+	return n, nil
+}

@@ -1,0 +1,39 @@
+package sqlite_test
+
+import (
+	"errors"
+	"path/filepath"
+	"testing"
+
+	"github.com/abi-engine/engine/adapters/secondary/document/sqlite"
+	"github.com/abi-engine/engine/contracttests"
+	"github.com/abi-engine/engine/ports"
+)
+
+func TestDocumentContract(t *testing.T) {
+	t.Run("sqlite", func(t *testing.T) {
+		contracttests.RunDocument(t, contracttests.DocumentHarnessFunc(func(t *testing.T) func(*testing.T) ports.DocumentStore {
+			path := filepath.Join(t.TempDir(), "data", "documents.sqlite")
+			return func(t *testing.T) ports.DocumentStore {
+				store, err := sqlite.Open(t.Context(), sqlite.Config{Path: path})
+				if err != nil {
+					t.Fatalf("Open: %v", err)
+				}
+				t.Cleanup(func() { _ = store.Close() })
+				return store
+			}
+		}), contracttests.DocumentCapabilities{Durable: true})
+	})
+}
+
+func TestOpenNeedsAPath(t *testing.T) {
+	if _, err := sqlite.Open(t.Context(), sqlite.Config{}); !errors.Is(err, ports.ErrInvalidArgument) {
+		t.Fatalf("Open without a path: err %v, want ErrInvalidArgument", err)
+	}
+}
+
+func TestLocalStorageNamesTheFile(t *testing.T) {
+	if got, want := (sqlite.Config{Path: ".engine/documents.sqlite"}).LocalStorage(), "SQLite at .engine/documents.sqlite"; got != want {
+		t.Fatalf("LocalStorage = %q, want %q", got, want)
+	}
+}
