@@ -1,0 +1,352 @@
+// Package postgres is a document store in PostgreSQL tables that every
+// engine reaches, with the data as jsonb. Conditional writes are single
+// statements, so PostgreSQL's row locks decide races between engines.
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/abi-engine/engine/internal/docjson"
+	"github.com/abi-engine/engine/internal/pgdb"
+	"github.com/abi-engine/engine/internal/storecheck"
+	"github.com/abi-engine/engine/ports"
+)
+
+var _ ports.DocumentStore = (*Store)(nil)
+
+// DefaultTable is the table used when the configuration names none.
+const DefaultTable = "engine_documents"
+
+// Config is the adapter's block under services.document.config.
+type Config struct {
+	// DSN is a PostgreSQL connection string (URL or key=value form).
+	DSN string `yaml:"dsn"`
+	// Table holds the documents, and Table_collections the collection
+	// names; both created on Open if missing. Default engine_documents.
+	Table string `yaml:"table"`
+}
+
+// LocalStorage implements ports.StorageConfig: every engine reaches the
+// server, so nothing stays on this host.
+func (Config) LocalStorage() string { return "" }
+
+// Store is a pool of connections to the tables.
+type Store struct {
+	pool        *pgxpool.Pool
+	docs        string // quoted
+	collections string // quoted
+	name        string
+}
+
+// Open connects and creates the tables if they are missing. Names and ids
+// use the C collation, so order and cursors compare UTF-8 bytes; documents
+// go with their collection through ON DELETE CASCADE.
+func Open(ctx context.Context, c Config) (*Store, error) {
+	if c.Table == "" {
+		c.Table = DefaultTable
+	}
+	s := &Store{docs: pgdb.Ident(c.Table), collections: pgdb.Ident(c.Table + "_collections"), name: c.Table}
+	schema := fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %[1]s (
+		name text COLLATE "C" PRIMARY KEY
+	);
+	CREATE TABLE IF NOT EXISTS %[2]s (
+		collection text COLLATE "C" NOT NULL REFERENCES %[1]s (name) ON DELETE CASCADE,
+		id         text COLLATE "C" NOT NULL,
+		version    bigint NOT NULL,
+		data       jsonb NOT NULL,
+		PRIMARY KEY (collection, id)
+	)`, s.collections, s.docs)
+	pool, err := pgdb.Open(ctx, "document postgres", c.DSN, c.Table, schema)
+	if err != nil {
+		return nil, err
+	}
+	s.pool = pool
+	return s, nil
+}
+
+// Close closes the pool; closing twice is harmless.
+func (s *Store) Close() error {
+	s.pool.Close()
+	return nil
+}
+
+func checkDoc(collection, id string) error {
+	if err := storecheck.Collection(collection); err != nil {
+		return err
+	}
+	return storecheck.Key("id", id)
+}
+
+// requireCollection fails with ErrNotFound when the collection is missing.
+func (s *Store) requireCollection(ctx context.Context, name string) error {
+	var ok bool
+	err := s.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+s.collections+" WHERE name = $1)", name).Scan(&ok)
+	if err != nil {
+		return fmt.Errorf("collection %q in table %s: %w", name, s.name, err)
+	}
+	if !ok {
+		return fmt.Errorf("collection %q: %w", name, ports.ErrNotFound)
+	}
+	return nil
+}
+
+// missingCollection reports whether err is the foreign key failing: the
+// collection did not exist when the document was written.
+func missingCollection(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23503"
+}
+
+// EnsureCollection creates the collection if it is missing.
+func (s *Store) EnsureCollection(ctx context.Context, name string) error {
+	if err := storecheck.Collection(name); err != nil {
+		return err
+	}
+	if _, err := s.pool.Exec(ctx, "INSERT INTO "+s.collections+" (name) VALUES ($1) ON CONFLICT DO NOTHING", name); err != nil {
+		return fmt.Errorf("ensure collection %q in table %s: %w", name, s.name, err)
+	}
+	return nil
+}
+
+// DropCollection removes the collection; its documents go by cascade.
+func (s *Store) DropCollection(ctx context.Context, name string) error {
+	if err := storecheck.Collection(name); err != nil {
+		return err
+	}
+	tag, err := s.pool.Exec(ctx, "DELETE FROM "+s.collections+" WHERE name = $1", name)
+	if err != nil {
+		return fmt.Errorf("drop collection %q in table %s: %w", name, s.name, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("drop collection %q: %w", name, ports.ErrNotFound)
+	}
+	return nil
+}
+
+// Collections lists the collections by name.
+func (s *Store) Collections(ctx context.Context) ([]string, error) {
+	rows, err := s.pool.Query(ctx, "SELECT name FROM "+s.collections+" ORDER BY name")
+	if err != nil {
+		return nil, fmt.Errorf("list collections in table %s: %w", s.name, err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("list collections in table %s: %w", s.name, err)
+	}
+	return names, nil
+}
+
+// Put writes the document in one statement chosen by cond: an upsert, an
+// insert that does nothing on conflict, or an update at the version.
+func (s *Store) Put(ctx context.Context, collection, id string, data map[string]any, cond ports.Cond) (ports.Document, error) {
+	if err := checkDoc(collection, id); err != nil {
+		return ports.Document{}, err
+	}
+	raw, canonical, err := docjson.Data(id, data)
+	if err != nil {
+		return ports.Document{}, err
+	}
+	want, conditional := cond.Version()
+	var row pgx.Row
+	switch {
+	case !conditional:
+		row = s.pool.QueryRow(ctx, `INSERT INTO `+s.docs+` AS d (collection, id, version, data) VALUES ($1, $2, 1, $3::jsonb)
+			ON CONFLICT (collection, id) DO UPDATE SET version = d.version + 1, data = excluded.data
+			RETURNING version`, collection, id, string(raw))
+	case want == 0:
+		row = s.pool.QueryRow(ctx, `INSERT INTO `+s.docs+` (collection, id, version, data) VALUES ($1, $2, 1, $3::jsonb)
+			ON CONFLICT (collection, id) DO NOTHING
+			RETURNING version`, collection, id, string(raw))
+	default:
+		row = s.pool.QueryRow(ctx, `UPDATE `+s.docs+` SET version = version + 1, data = $3::jsonb
+			WHERE collection = $1 AND id = $2 AND version = $4
+			RETURNING version`, collection, id, string(raw), int64(want))
+	}
+	var v int64
+	err = row.Scan(&v)
+	switch {
+	case missingCollection(err):
+		return ports.Document{}, fmt.Errorf("put %q: collection %q: %w", id, collection, ports.ErrNotFound)
+	case errors.Is(err, pgx.ErrNoRows):
+		if err := s.requireCollection(ctx, collection); err != nil {
+			return ports.Document{}, fmt.Errorf("put %q: %w", id, err)
+		}
+		return ports.Document{}, fmt.Errorf("put %q in %q at version %d: %w", id, collection, want, ports.ErrConflict)
+	case err != nil:
+		return ports.Document{}, fmt.Errorf("put %q in %q of table %s: %w", id, collection, s.name, err)
+	}
+	return ports.Document{ID: id, Version: uint64(v), Data: canonical}, nil
+}
+
+// Get returns the document.
+func (s *Store) Get(ctx context.Context, collection, id string) (ports.Document, error) {
+	if err := checkDoc(collection, id); err != nil {
+		return ports.Document{}, err
+	}
+	var (
+		v   int64
+		raw string
+	)
+	err := s.pool.QueryRow(ctx, "SELECT version, data::text FROM "+s.docs+" WHERE collection = $1 AND id = $2", collection, id).Scan(&v, &raw)
+	if errors.Is(err, pgx.ErrNoRows) {
+		if err := s.requireCollection(ctx, collection); err != nil {
+			return ports.Document{}, fmt.Errorf("get %q: %w", id, err)
+		}
+		return ports.Document{}, fmt.Errorf("get %q in %q: %w", id, collection, ports.ErrNotFound)
+	}
+	if err != nil {
+		return ports.Document{}, fmt.Errorf("get %q in %q of table %s: %w", id, collection, s.name, err)
+	}
+	data, err := docjson.Decode([]byte(raw))
+	if err != nil {
+		return ports.Document{}, fmt.Errorf("get %q in %q of table %s: %w", id, collection, s.name, err)
+	}
+	return ports.Document{ID: id, Version: uint64(v), Data: data}, nil
+}
+
+// Delete removes the document in one statement; when it removes nothing, a
+// second read tells a missing document from a failed condition.
+func (s *Store) Delete(ctx context.Context, collection, id string, cond ports.Cond) error {
+	if err := checkDoc(collection, id); err != nil {
+		return err
+	}
+	want, conditional := cond.Version()
+	tag, err := s.pool.Exec(ctx, "DELETE FROM "+s.docs+" WHERE collection = $1 AND id = $2 AND (NOT $3 OR version = $4)",
+		collection, id, conditional, int64(want))
+	if err != nil {
+		return fmt.Errorf("delete %q in %q of table %s: %w", id, collection, s.name, err)
+	}
+	if tag.RowsAffected() == 1 {
+		return nil
+	}
+	_, err = s.Get(ctx, collection, id)
+	if err != nil {
+		return fmt.Errorf("delete: %w", err)
+	}
+	return fmt.Errorf("delete %q in %q at version %d: %w", id, collection, want, ports.ErrConflict)
+}
+
+// args collects positional parameters.
+type args []any
+
+func (a *args) add(v any) string {
+	*a = append(*a, v)
+	return fmt.Sprintf("$%d", len(*a))
+}
+
+// whereSQL compares jsonb values, which is equality on JSON: 1 = 1.0, true
+// is not 1, and a missing field equals nothing.
+func whereSQL(where []docjson.Where, a *args) string {
+	var b strings.Builder
+	for _, w := range where {
+		fmt.Fprintf(&b, " AND data -> %s = %s::jsonb", a.add(w.Field), a.add(w.JSON))
+	}
+	return b.String()
+}
+
+// Find pages by the order key of docjson, computed in SQL: the cursor holds
+// the last document's key, and the next page starts strictly after it.
+func (s *Store) Find(ctx context.Context, collection string, q ports.Query) ([]ports.Document, string, error) {
+	if err := storecheck.Collection(collection); err != nil {
+		return nil, "", err
+	}
+	where, limit, err := docjson.Check(q)
+	if err != nil {
+		return nil, "", err
+	}
+	after, hasCursor, err := docjson.DecodeCursor(q)
+	if err != nil {
+		return nil, "", err
+	}
+	if err := s.requireCollection(ctx, collection); err != nil {
+		return nil, "", fmt.Errorf("find: %w", err)
+	}
+	var a args
+	coll := a.add(collection)
+	cond := whereSQL(where, &a)
+	rank, num, str := "0", "0::float8", "''"
+	if q.OrderBy != "" {
+		f := a.add(q.OrderBy)
+		v, typ := "data -> "+f, "jsonb_typeof(data -> "+f+")"
+		rank = fmt.Sprintf(`CASE %s WHEN 'boolean' THEN 1 WHEN 'number' THEN 2 WHEN 'string' THEN 3
+			WHEN 'array' THEN 4 WHEN 'object' THEN 4 ELSE 0 END`, typ)
+		num = fmt.Sprintf(`CASE %[1]s WHEN 'boolean' THEN CASE WHEN %[2]s = 'true'::jsonb THEN 1 ELSE 0 END
+			WHEN 'number' THEN (data ->> %[3]s)::float8 ELSE 0 END::float8`, typ, v, f)
+		str = fmt.Sprintf(`CASE WHEN %s IN ('string', 'array', 'object') THEN data ->> %s ELSE '' END`, typ, f)
+	}
+	dir, cmp := "ASC", ">"
+	if q.Desc {
+		dir, cmp = "DESC", "<"
+	}
+	page := ""
+	if hasCursor {
+		page = fmt.Sprintf(`WHERE (r, n, s COLLATE "C", id) %s (%s::int, %s::float8, %s::text COLLATE "C", %s::text)`,
+			cmp, a.add(after.Rank), a.add(after.Num), a.add(after.Str), a.add(after.ID))
+	}
+	query := fmt.Sprintf(`SELECT id, version, data::text, r, n, s FROM (
+			SELECT id, version, data, %s AS r, %s AS n, (%s) COLLATE "C" AS s FROM %s
+			WHERE collection = %s%s
+		) AS m %s ORDER BY r %s, n %s, s COLLATE "C" %s, id %s LIMIT %s`,
+		rank, num, str, s.docs, coll, cond, page, dir, dir, dir, dir, a.add(limit+1))
+	rows, err := s.pool.Query(ctx, query, a...)
+	if err != nil {
+		return nil, "", fmt.Errorf("find in %q of table %s: %w", collection, s.name, err)
+	}
+	defer rows.Close()
+	var (
+		docs []ports.Document
+		keys []docjson.Key
+	)
+	for rows.Next() {
+		var (
+			d   ports.Document
+			v   int64
+			raw string
+			k   docjson.Key
+		)
+		if err := rows.Scan(&d.ID, &v, &raw, &k.Rank, &k.Num, &k.Str); err != nil {
+			return nil, "", fmt.Errorf("find in %q of table %s: %w", collection, s.name, err)
+		}
+		if d.Data, err = docjson.Decode([]byte(raw)); err != nil {
+			return nil, "", fmt.Errorf("find in %q of table %s: document %q: %w", collection, s.name, d.ID, err)
+		}
+		d.Version, k.ID = uint64(v), d.ID
+		docs, keys = append(docs, d), append(keys, k)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, "", fmt.Errorf("find in %q of table %s: %w", collection, s.name, err)
+	}
+	if len(docs) <= limit {
+		return docs, "", nil
+	}
+	return docs[:limit], docjson.EncodeCursor(q, keys[limit-1]), nil
+}
+
+// Count counts the documents matching where.
+func (s *Store) Count(ctx context.Context, collection string, where map[string]any) (int, error) {
+	if err := storecheck.Collection(collection); err != nil {
+		return 0, err
+	}
+	conds, err := docjson.Conditions(where)
+	if err != nil {
+		return 0, err
+	}
+	if err := s.requireCollection(ctx, collection); err != nil {
+		return 0, fmt.Errorf("count: %w", err)
+	}
+	var a args
+	coll := a.add(collection)
+	cond := whereSQL(conds, &a)
+	var n int
+	if err := s.pool.QueryRow(ctx, "SELECT count(*) FROM "+s.docs+" WHERE collection = "+coll+cond, a...).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count in %q of table %s: %w", collection, s.name, err)
+	}
+	return n, nil
+}
