@@ -2,6 +2,7 @@ package storage
 
 import (
 	docmemory "github.com/abi-engine/engine/adapters/secondary/document/memory"
+	docsqlite "github.com/abi-engine/engine/adapters/secondary/document/sqlite"
 	kvmemory "github.com/abi-engine/engine/adapters/secondary/keyvalue/memory"
 	kvpostgres "github.com/abi-engine/engine/adapters/secondary/keyvalue/postgres"
 	kvsqlite "github.com/abi-engine/engine/adapters/secondary/keyvalue/sqlite"
@@ -29,6 +30,9 @@ func init() {
 	register(ports.ServiceKeyValue, "postgres", adapter[kvpostgres.Config](nil, kvpostgres.Open))
 
 	register(ports.ServiceDocument, "memory", adapter[docmemory.Config](nil, docmemory.Open))
+	register(ports.ServiceDocument, "sqlite", adapter(func(c *docsqlite.Config, dir string) {
+		defaultPath(&c.Path, dir, "documents.sqlite")
+	}, docsqlite.Open))
 
 	register(ports.ServiceObjectStorage, "memory", adapter[objmemory.Config](nil, objmemory.Open))
 	register(ports.ServiceObjectStorage, "localfs", adapter(func(c *objlocalfs.Config, dir string) {

@@ -53,9 +53,10 @@ func TestLocalDefaultsAreDeclaredWithoutCreatingAFile(t *testing.T) {
 	dataDir := filepath.Join(t.TempDir(), "engine-data")
 	blocks := []storage.Block{
 		block(ports.ServiceKeyValue, "sqlite"),
-		block(ports.ServiceDocument, "memory"),
+		block(ports.ServiceDocument, "sqlite"),
 		block(ports.ServiceObjectStorage, "localfs"),
 		block(ports.ServiceVectorStore, "sqlite"),
+		block(ports.ServiceDocument, "memory"),
 	}
 	built, err := storage.Build(blocks, dataDir)
 	if err != nil {
@@ -63,9 +64,10 @@ func TestLocalDefaultsAreDeclaredWithoutCreatingAFile(t *testing.T) {
 	}
 	want := []string{
 		"SQLite at " + dataDir + "/kv.sqlite",
-		"this process",
+		"SQLite at " + dataDir + "/documents.sqlite",
 		"files under " + dataDir + "/objects",
 		"SQLite at " + dataDir + "/vectors.sqlite",
+		"this process",
 	}
 	decls := storage.Declarations(built)
 	for i, d := range decls {
@@ -76,7 +78,7 @@ func TestLocalDefaultsAreDeclaredWithoutCreatingAFile(t *testing.T) {
 	}
 	err = storagepolicy.Check("r7", decls)
 	wantErr := `rollout "r7" needs shared backends, but keyvalue keeps its data in SQLite at ` + dataDir +
-		`/kv.sqlite, document in this process, object_storage in files under ` + dataDir +
+		`/kv.sqlite, document in SQLite at ` + dataDir + `/documents.sqlite, document in this process, object_storage in files under ` + dataDir +
 		`/objects and vector_store in SQLite at ` + dataDir + `/vectors.sqlite`
 	if !errors.Is(err, storagepolicy.ErrLocalBackends) || err.Error() != wantErr {
 		t.Fatalf("Check:\n got %v\nwant %s", err, wantErr)
