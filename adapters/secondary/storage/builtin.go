@@ -2,6 +2,7 @@ package storage
 
 import (
 	docmemory "github.com/abi-engine/engine/adapters/secondary/document/memory"
+	docpostgres "github.com/abi-engine/engine/adapters/secondary/document/postgres"
 	docsqlite "github.com/abi-engine/engine/adapters/secondary/document/sqlite"
 	kvmemory "github.com/abi-engine/engine/adapters/secondary/keyvalue/memory"
 	kvpostgres "github.com/abi-engine/engine/adapters/secondary/keyvalue/postgres"
@@ -33,6 +34,7 @@ func init() {
 	register(ports.ServiceDocument, "sqlite", adapter(func(c *docsqlite.Config, dir string) {
 		defaultPath(&c.Path, dir, "documents.sqlite")
 	}, docsqlite.Open))
+	register(ports.ServiceDocument, "postgres", adapter[docpostgres.Config](nil, docpostgres.Open))
 
 	register(ports.ServiceObjectStorage, "memory", adapter[objmemory.Config](nil, objmemory.Open))
 	register(ports.ServiceObjectStorage, "localfs", adapter(func(c *objlocalfs.Config, dir string) {

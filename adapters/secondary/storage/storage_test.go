@@ -118,8 +118,10 @@ func TestSharedBackendsPassTheCheckWithoutConnecting(t *testing.T) {
 	obj.Config = node(t, "{endpoint: 'http://127.0.0.1:1', bucket: b, region: r, access_key: a, secret_key: s, path_style: true}")
 	vec := block(ports.ServiceVectorStore, "qdrant")
 	vec.Config = node(t, "{host: 127.0.0.1, port: 1}")
-	off := block(ports.ServiceDocument, "off")
-	built, err := storage.Build([]storage.Block{kv, off, obj, vec}, t.TempDir())
+	doc := block(ports.ServiceDocument, "postgres")
+	doc.Config = kv.Config
+	off := block(ports.ServiceCache, "off")
+	built, err := storage.Build([]storage.Block{kv, off, obj, vec, doc}, t.TempDir())
 	if err != nil {
 		t.Fatalf("Build: %v", err)
 	}
