@@ -1,0 +1,239 @@
+// Package objectstorage is a cache tier over the object storage service:
+// each entry is an object under a prefix in any ports.ObjectStorage, named
+// by the hash of its key, holding its expiry before its value. The tier is
+// as shared as that store.
+//
+// The expiry is a wall-clock time, since engines on other hosts read it:
+// hosts whose clocks differ see entries expire that much apart. Expired
+// objects stay until their key is written again; a conditional delete
+// would be needed to remove them without racing a new entry.
+package objectstorage
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/abi-engine/engine/internal/storecheck"
+	"github.com/abi-engine/engine/ports"
+)
+
+// DefaultPrefix keeps cache objects apart from the store's other objects.
+const DefaultPrefix = "cache/"
+
+// headerSize is the stored expiry: Unix nanoseconds, 0 for none.
+const headerSize = 8
+
+// Config is the object storage tier's block under services.cache.config.
+type Config struct {
+	// Prefix goes before every object name; DefaultPrefix when empty.
+	Prefix string `yaml:"prefix"`
+	// Service is the object storage service's configuration, set by the
+	// configuration layer: the tier keeps its data where that service does.
+	Service ports.StorageConfig `yaml:"-"`
+}
+
+// LocalStorage implements ports.StorageConfig: the tier is local exactly
+// when the object storage service is. Without the service's configuration
+// it cannot tell, and says so rather than pass as shared.
+func (c Config) LocalStorage() string {
+	if c.Service == nil {
+		return "object_storage tier on the object_storage service, whose storage is not configured"
+	}
+	where := c.Service.LocalStorage()
+	if where == "" {
+		return ""
+	}
+	return "object_storage tier on the object_storage service: " + where
+}
+
+// Store is a cache kept in an object store.
+type Store struct {
+	objects ports.ObjectStorage
+	prefix  string
+}
+
+var _ ports.Cache = (*Store)(nil)
+
+// Open checks the config and returns the tier over objects, which stays
+// open when the tier closes: it belongs to the object storage service.
+func Open(_ context.Context, c Config, objects ports.ObjectStorage) (*Store, error) {
+	if objects == nil {
+		return nil, fmt.Errorf("cache object_storage tier: no object store: %w", ports.ErrInvalidArgument)
+	}
+	prefix := c.Prefix
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	if err := storecheck.Key("cache.config.prefix", prefix); err != nil {
+		return nil, err
+	}
+	return &Store{objects: objects, prefix: prefix}, nil
+}
+
+// Close leaves the object store open.
+func (s *Store) Close() error { return nil }
+
+// objectKey names key's object by its hash, which fits any object store's
+// key rules whatever the cache key holds ("../x", 1 KiB).
+func (s *Store) objectKey(key string) (string, error) {
+	if err := storecheck.Key("cache key", key); err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256([]byte(key))
+	return s.prefix + hex.EncodeToString(sum[:]), nil
+}
+
+// entry is a stored value and when it expires (zero: never).
+type entry struct {
+	value   []byte
+	expires time.Time
+}
+
+func (e entry) live() bool { return e.expires.IsZero() || time.Now().Before(e.expires) }
+
+func encode(value []byte, ttl time.Duration) io.Reader {
+	var h [headerSize]byte
+	if ttl > 0 {
+		binary.BigEndian.PutUint64(h[:], uint64(time.Now().Add(ttl).UnixNano()))
+	}
+	return io.MultiReader(bytes.NewReader(h[:]), bytes.NewReader(bytes.Clone(value)))
+}
+
+// read returns the entry stored under an object key and the object's ETag.
+func (s *Store) read(ctx context.Context, okey string) (entry, string, error) {
+	r, info, err := s.objects.Get(ctx, okey, ports.GetObjectOptions{})
+	if err != nil {
+		return entry{}, "", err
+	}
+	defer r.Close()
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return entry{}, "", fmt.Errorf("read %q: %w", okey, err)
+	}
+	if len(b) < headerSize {
+		return entry{}, "", fmt.Errorf("cache object %q of %d bytes has no expiry header", okey, len(b))
+	}
+	e := entry{value: b[headerSize:]}
+	if ns := binary.BigEndian.Uint64(b[:headerSize]); ns != 0 {
+		e.expires = time.Unix(0, int64(ns))
+	}
+	return e, info.ETag, nil
+}
+
+// lookup returns key's live entry, or ErrNotFound.
+func (s *Store) lookup(ctx context.Context, key string) (entry, string, error) {
+	okey, err := s.objectKey(key)
+	if err != nil {
+		return entry{}, "", err
+	}
+	e, _, err := s.read(ctx, okey)
+	if err != nil {
+		return entry{}, "", fmt.Errorf("cache %q: %w", key, err)
+	}
+	if !e.live() {
+		return entry{}, okey, fmt.Errorf("cache %q expired at %v: %w", key, e.expires, ports.ErrNotFound)
+	}
+	return e, okey, nil
+}
+
+// Get implements ports.Cache.
+func (s *Store) Get(ctx context.Context, key string) ([]byte, error) {
+	e, _, err := s.lookup(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	return e.value, nil
+}
+
+// Set implements ports.Cache.
+func (s *Store) Set(ctx context.Context, key string, value []byte, ttl time.Duration) error {
+	okey, err := s.objectKey(key)
+	if err != nil {
+		return err
+	}
+	if err := storecheck.TTL(ttl); err != nil {
+		return err
+	}
+	if _, err := s.objects.Put(ctx, okey, encode(value, ttl), ports.PutObjectOptions{}); err != nil {
+		return fmt.Errorf("cache set %q: %w", key, err)
+	}
+	return nil
+}
+
+// SetIfAbsent implements ports.Cache. A missing object is created only if
+// still absent; an expired one is replaced only if its ETag is unchanged.
+// A racer that loses either write reads again and decides anew.
+func (s *Store) SetIfAbsent(ctx context.Context, key string, value []byte, ttl time.Duration) (bool, error) {
+	okey, err := s.objectKey(key)
+	if err != nil {
+		return false, err
+	}
+	if err := storecheck.TTL(ttl); err != nil {
+		return false, err
+	}
+	for {
+		_, err := s.objects.Put(ctx, okey, encode(value, ttl), ports.PutObjectOptions{IfAbsent: true})
+		if err == nil {
+			return true, nil
+		}
+		if !errors.Is(err, ports.ErrConflict) {
+			return false, fmt.Errorf("cache set %q if absent: %w", key, err)
+		}
+		cur, etag, err := s.read(ctx, okey)
+		if errors.Is(err, ports.ErrNotFound) {
+			continue // deleted since: try to create it again
+		}
+		if err != nil {
+			return false, fmt.Errorf("cache set %q if absent: %w", key, err)
+		}
+		if cur.live() {
+			return false, nil
+		}
+		_, err = s.objects.Put(ctx, okey, encode(value, ttl), ports.PutObjectOptions{IfMatch: etag})
+		if err == nil {
+			return true, nil
+		}
+		if !errors.Is(err, ports.ErrConflict) {
+			return false, fmt.Errorf("cache set %q if absent: %w", key, err)
+		}
+		if err := ctx.Err(); err != nil {
+			return false, fmt.Errorf("cache set %q if absent: %w", key, err)
+		}
+	}
+}
+
+// Delete implements ports.Cache. An expired entry counts as missing and is
+// left in place, since deleting it could remove a new entry written since.
+func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
+	_, okey, err := s.lookup(ctx, key)
+	if errors.Is(err, ports.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	err = s.objects.Delete(ctx, okey)
+	if errors.Is(err, ports.ErrNotFound) {
+		return false, nil // another caller deleted it first
+	}
+	if err != nil {
+		return false, fmt.Errorf("cache delete %q: %w", key, err)
+	}
+	return true, nil
+}
+
+// Exists implements ports.Cache.
+func (s *Store) Exists(ctx context.Context, key string) (bool, error) {
+	_, _, err := s.lookup(ctx, key)
+	if errors.Is(err, ports.ErrNotFound) {
+		return false, nil
+	}
+	return err == nil, err
+}

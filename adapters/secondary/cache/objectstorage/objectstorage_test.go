@@ -1,0 +1,104 @@
+package objectstorage_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/abi-engine/engine/adapters/secondary/cache/objectstorage"
+	"github.com/abi-engine/engine/adapters/secondary/objectstorage/localfs"
+	objmemory "github.com/abi-engine/engine/adapters/secondary/objectstorage/memory"
+	objects3 "github.com/abi-engine/engine/adapters/secondary/objectstorage/s3"
+	"github.com/abi-engine/engine/contracttests"
+	"github.com/abi-engine/engine/ports"
+)
+
+func openTier(t *testing.T, c objectstorage.Config, objects ports.ObjectStorage) *objectstorage.Store {
+	t.Helper()
+	tier, err := objectstorage.Open(t.Context(), c, objects)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { tier.Close() })
+	return tier
+}
+
+func openMemory(t *testing.T) *objmemory.Store {
+	t.Helper()
+	objects, err := objmemory.Open(t.Context(), objmemory.Config{})
+	if err != nil {
+		t.Fatalf("open the object store: %v", err)
+	}
+	t.Cleanup(func() { objects.Close() })
+	return objects
+}
+
+func TestCacheContract(t *testing.T) {
+	t.Run("object_storage", func(t *testing.T) {
+		contracttests.RunCache(t, contracttests.CacheHarnessFunc(func(t *testing.T) func(*testing.T) ports.Cache {
+			objects := openMemory(t)
+			// Each handle is a tier of its own over the one store, as two
+			// engines sharing an object storage service would be.
+			return func(t *testing.T) ports.Cache { return openTier(t, objectstorage.Config{}, objects) }
+		}))
+	})
+	// Over files, each handle also has an object store of its own on the
+	// shared directory, so the races go through the file locks.
+	t.Run("object_storage_on_localfs", func(t *testing.T) {
+		contracttests.RunCache(t, contracttests.CacheHarnessFunc(func(t *testing.T) func(*testing.T) ports.Cache {
+			dir := t.TempDir()
+			return func(t *testing.T) ports.Cache {
+				objects, err := localfs.Open(t.Context(), localfs.Config{Path: dir})
+				if err != nil {
+					t.Fatalf("open the object store: %v", err)
+				}
+				t.Cleanup(func() { objects.Close() })
+				return openTier(t, objectstorage.Config{}, objects)
+			}
+		}))
+	})
+}
+
+// The tier keeps to its prefix, so it never touches the store's other
+// objects, whatever its keys look like.
+func TestTierStaysUnderItsPrefix(t *testing.T) {
+	objects := openMemory(t)
+	if _, err := objects.Put(t.Context(), "other", strings.NewReader("theirs"), ports.PutObjectOptions{}); err != nil {
+		t.Fatalf("Put: %v", err)
+	}
+	tier := openTier(t, objectstorage.Config{Prefix: "c/"}, objects)
+	for _, key := range []string{"other", "../other", strings.Repeat("x", 1024)} {
+		if err := tier.Set(t.Context(), key, []byte("cached"), 0); err != nil {
+			t.Fatalf("tier Set %.20q: %v", key, err)
+		}
+	}
+	infos, _, err := objects.List(t.Context(), "", 1000, "")
+	if err != nil {
+		t.Fatalf("List: %v", err)
+	}
+	if len(infos) != 4 {
+		t.Fatalf("the store holds %d objects, want other and three under c/", len(infos))
+	}
+	for _, info := range infos {
+		if info.Key != "other" && !strings.HasPrefix(info.Key, "c/") {
+			t.Fatalf("the tier wrote %q outside its prefix c/", info.Key)
+		}
+	}
+}
+
+func TestLocalStorageFollowsTheService(t *testing.T) {
+	for _, c := range []struct {
+		service ports.StorageConfig
+		want    string
+	}{
+		{localfs.Config{Path: ".engine/objects"}, "object_storage tier on the object_storage service: files under .engine/objects"},
+		{objmemory.Config{}, "object_storage tier on the object_storage service: this process"},
+		{objects3.Config{Bucket: "engine"}, ""},
+	} {
+		if got := (objectstorage.Config{Service: c.service}).LocalStorage(); got != c.want {
+			t.Errorf("over %#v: LocalStorage %q, want %q", c.service, got, c.want)
+		}
+	}
+	if got := (objectstorage.Config{}).LocalStorage(); got == "" {
+		t.Errorf("without the service's configuration, LocalStorage passes as shared")
+	}
+}
