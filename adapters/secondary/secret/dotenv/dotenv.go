@@ -1,0 +1,189 @@
+// Package dotenv reads secrets from a .env file, parsed strictly when the
+// store opens: a line the parser does not understand is an error naming
+// the file and line, never a secret silently lost or misread.
+//
+// The syntax, one secret per line:
+//
+//	# a comment, and blank lines, are ignored
+//	NAME=value            unquoted: trimmed; " #" starts a comment; no quotes inside
+//	NAME='value'          single quotes: taken literally
+//	NAME="a\nb \"c\""     double quotes: escapes \n \r \t \" \\ \$
+//	export NAME=value     "export " is allowed and ignored
+//
+// Names are letters, digits and underscores, not starting with a digit,
+// and may appear once.
+package dotenv
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/abi-engine/engine/ports"
+)
+
+// maxLine is the longest line the parser reads.
+const maxLine = 1 << 20
+
+var validName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// Config is the dotenv adapter's block under services.secret.config.
+type Config struct {
+	// Path is the .env file.
+	Path string `yaml:"path"`
+}
+
+// LocalStorage implements ports.StorageConfig: secrets are deployment
+// configuration, the same for every engine of a deploy, so they never
+// count as data kept on one host.
+func (Config) LocalStorage() string { return "" }
+
+// Store holds the secrets read from the file when it opened.
+type Store struct {
+	path    string
+	secrets map[string]string
+}
+
+var _ ports.Secrets = (*Store)(nil)
+
+// Open reads and parses the file.
+func Open(_ context.Context, c Config) (*Store, error) {
+	if c.Path == "" {
+		return nil, fmt.Errorf("secret.config.path is empty: %w", ports.ErrInvalidArgument)
+	}
+	f, err := os.Open(c.Path)
+	if err != nil {
+		return nil, fmt.Errorf("secret.config.path: %w", err)
+	}
+	defer f.Close()
+	secrets, err := parse(c.Path, bufio.NewScanner(f))
+	if err != nil {
+		return nil, err
+	}
+	return &Store{path: c.Path, secrets: secrets}, nil
+}
+
+// Close releases nothing: the file was closed once read.
+func (s *Store) Close() error { return nil }
+
+// Get implements ports.Secrets.
+func (s *Store) Get(_ context.Context, name string) (string, error) {
+	v, ok := s.secrets[name]
+	if !ok {
+		return "", fmt.Errorf("secret %q in %s: %w", name, s.path, ports.ErrNotFound)
+	}
+	return v, nil
+}
+
+// List implements ports.Secrets.
+func (s *Store) List(_ context.Context) ([]string, error) {
+	names := make([]string, 0, len(s.secrets))
+	for name := range s.secrets {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return names, nil
+}
+
+func parse(path string, lines *bufio.Scanner) (map[string]string, error) {
+	lines.Buffer(make([]byte, 0, 64<<10), maxLine)
+	secrets := map[string]string{}
+	setOn := map[string]int{}
+	for n := 1; lines.Scan(); n++ {
+		fail := func(format string, args ...any) error {
+			return fmt.Errorf("%s:%d: %s: %w", path, n, fmt.Sprintf(format, args...), ports.ErrInvalidArgument)
+		}
+		line := strings.TrimSpace(lines.Text())
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		if rest, ok := strings.CutPrefix(line, "export "); ok {
+			line = strings.TrimLeft(rest, " \t")
+		}
+		name, rest, ok := strings.Cut(line, "=")
+		if !ok {
+			return nil, fail("%q is not NAME=value", line)
+		}
+		name = strings.TrimSpace(name)
+		if !validName.MatchString(name) {
+			return nil, fail("%q is not a name (letters, digits and underscores, not starting with a digit)", name)
+		}
+		if first, dup := setOn[name]; dup {
+			return nil, fail("%s is already set on line %d", name, first)
+		}
+		value, err := parseValue(strings.TrimLeft(rest, " \t"))
+		if err != nil {
+			return nil, fail("%s: %v", name, err)
+		}
+		secrets[name] = value
+		setOn[name] = n
+	}
+	if err := lines.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return secrets, nil
+}
+
+func parseValue(s string) (string, error) {
+	switch {
+	case strings.HasPrefix(s, `"`):
+		return parseDoubleQuoted(s[1:])
+	case strings.HasPrefix(s, `'`):
+		end := strings.IndexByte(s[1:], '\'')
+		if end < 0 {
+			return "", fmt.Errorf("single quote not closed on this line")
+		}
+		return s[1 : 1+end], onlyComment(s[2+end:])
+	}
+	if i := strings.Index(s, " #"); i >= 0 {
+		s = s[:i]
+	}
+	if strings.ContainsAny(s, `"'`) {
+		return "", fmt.Errorf("unquoted value %q contains a quote: quote the whole value", s)
+	}
+	return strings.TrimSpace(s), nil
+}
+
+func parseDoubleQuoted(s string) (string, error) {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '"':
+			return b.String(), onlyComment(s[i+1:])
+		case '\\':
+			if i+1 == len(s) {
+				return "", fmt.Errorf("double quote not closed on this line")
+			}
+			i++
+			switch s[i] {
+			case 'n':
+				b.WriteByte('\n')
+			case 'r':
+				b.WriteByte('\r')
+			case 't':
+				b.WriteByte('\t')
+			case '"', '\\', '$':
+				b.WriteByte(s[i])
+			default:
+				return "", fmt.Errorf("unknown escape \\%c in double quotes", s[i])
+			}
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return "", fmt.Errorf("double quote not closed on this line")
+}
+
+// onlyComment accepts what may follow a closing quote: spaces, then
+// perhaps a comment.
+func onlyComment(rest string) error {
+	rest = strings.TrimSpace(rest)
+	if rest != "" && rest[0] != '#' {
+		return fmt.Errorf("%q after the closing quote", rest)
+	}
+	return nil
+}

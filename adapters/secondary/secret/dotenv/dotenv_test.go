@@ -1,0 +1,120 @@
+package dotenv_test
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/abi-engine/engine/adapters/secondary/secret/dotenv"
+	"github.com/abi-engine/engine/contracttests"
+	"github.com/abi-engine/engine/ports"
+)
+
+// quote writes a value in double quotes with the escapes the parser reads.
+var quote = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`, "\r", `\r`, "\t", `\t`, "$", `\$`)
+
+func writeFile(t *testing.T, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), ".env")
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatalf("write %s: %v", path, err)
+	}
+	return path
+}
+
+func open(t *testing.T, path string) *dotenv.Store {
+	t.Helper()
+	s, err := dotenv.Open(t.Context(), dotenv.Config{Path: path})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func TestSecretContract(t *testing.T) {
+	t.Run("dotenv", func(t *testing.T) {
+		contracttests.RunSecret(t, contracttests.SecretHarnessFunc(func(t *testing.T, secrets map[string]string) func(*testing.T) ports.Secrets {
+			var b strings.Builder
+			b.WriteString("# written by the test\n\n")
+			for name, value := range secrets {
+				fmt.Fprintf(&b, "%s=\"%s\"\n", name, quote.Replace(value))
+			}
+			path := writeFile(t, b.String())
+			return func(t *testing.T) ports.Secrets { return open(t, path) }
+		}))
+	})
+}
+
+func TestSyntax(t *testing.T) {
+	s := open(t, writeFile(t, strings.Join([]string{
+		"# comment",
+		"   # indented comment",
+		"",
+		"PLAIN=value",
+		"SPACED = spaced value   ",
+		"COMMENTED=value # a comment",
+		"HASH=a#b",
+		"export EXPORTED=yes",
+		`SINGLE='literal \n "double" # not a comment'  # comment`,
+		`DOUBLE="tab\tnew\nquote\"backslash\\dollar\$"`,
+		"EMPTY=",
+		`EMPTY_QUOTED=""`,
+		"WINDOWS=crlf\r",
+	}, "\n")))
+	for name, want := range map[string]string{
+		"PLAIN":        "value",
+		"SPACED":       "spaced value",
+		"COMMENTED":    "value",
+		"HASH":         "a#b",
+		"EXPORTED":     "yes",
+		"SINGLE":       `literal \n "double" # not a comment`,
+		"DOUBLE":       "tab\tnew\nquote\"backslash\\dollar$",
+		"EMPTY":        "",
+		"EMPTY_QUOTED": "",
+		"WINDOWS":      "crlf",
+	} {
+		got, err := s.Get(t.Context(), name)
+		if err != nil || got != want {
+			t.Errorf("%s = %q, %v; want %q", name, got, err, want)
+		}
+	}
+}
+
+func TestErrorsNameTheLine(t *testing.T) {
+	for _, c := range []struct {
+		content, want string
+	}{
+		{"A=1\nno equals sign\n", ":2: "},
+		{"A=1\n\n1BAD=x\n", ":3: "},
+		{"BAD-NAME=x\n", ":1: "},
+		{"A=1\nB=2\nA=3\n", "A is already set on line 1"},
+		{"A=\"unterminated\n", ":1: "},
+		{"A='unterminated\n", ":1: "},
+		{"A=\"bad \\q escape\"\n", `unknown escape \q`},
+		{"A=\"x\" trailing\n", ":1: "},
+		{"A=it's\n", "contains a quote"},
+		{"=value\n", ":1: "},
+	} {
+		path := writeFile(t, c.content)
+		_, err := dotenv.Open(t.Context(), dotenv.Config{Path: path})
+		if !errors.Is(err, ports.ErrInvalidArgument) || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Open of %q: err %v, want ErrInvalidArgument naming %s and %q", c.content, err, path, c.want)
+		}
+	}
+}
+
+func TestOpen(t *testing.T) {
+	if _, err := dotenv.Open(t.Context(), dotenv.Config{}); !errors.Is(err, ports.ErrInvalidArgument) || !strings.Contains(err.Error(), "path") {
+		t.Fatalf("Open without a path: err %v, want ErrInvalidArgument naming path", err)
+	}
+	if _, err := dotenv.Open(t.Context(), dotenv.Config{Path: filepath.Join(t.TempDir(), "missing.env")}); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("Open of a missing file: err %v, want one saying it does not exist", err)
+	}
+	if got := (dotenv.Config{Path: ".env"}).LocalStorage(); got != "" {
+		t.Fatalf("LocalStorage %q, want \"\": secrets are deployment configuration", got)
+	}
+}
