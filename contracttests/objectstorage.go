@@ -93,6 +93,7 @@ func RunObjectStorage(t *testing.T, h ObjectStorageHarness, caps ObjectStorageCa
 		{"LargeObjectStreamsInBoundedMemory", objLargeObjectStreamsInBoundedMemory},
 		{"PutIfAbsent", objPutIfAbsent},
 		{"PutIfMatch", objPutIfMatch},
+		{"ConditionalPutOfALargeObject", objConditionalPutOfALargeObject},
 		{"PutIfAbsentRace", objPutIfAbsentRace},
 		{"PutIfMatchRace", objPutIfMatchRace},
 	}
@@ -770,6 +771,55 @@ func objPutIfMatch(t *testing.T, open func(t *testing.T) ports.ObjectStorage, ca
 	both := ports.PutObjectOptions{IfAbsent: true, IfMatch: v2.ETag}
 	if _, err := s.Put(ctx(t), "k", strings.NewReader("four"), both); !errors.Is(err, ports.ErrInvalidArgument) {
 		t.Fatalf("Put with IfAbsent and IfMatch: err %v, want ErrInvalidArgument", err)
+	}
+}
+
+// objSized yields n bytes of one letter, for objects larger than an
+// adapter's single request or part.
+func objSized(n int, letter byte) io.Reader {
+	return io.LimitReader(objRepeat(letter), int64(n))
+}
+
+type objRepeat byte
+
+func (r objRepeat) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = byte(r)
+	}
+	return len(p), nil
+}
+
+// A large object may travel in parts; its conditions must hold for the
+// object as published, not for a part.
+func objConditionalPutOfALargeObject(t *testing.T, open func(t *testing.T) ports.ObjectStorage, caps ObjectStorageCapabilities) {
+	objNeedConditional(t, caps)
+	s := open(t)
+	const size = 20 << 20
+	c, cancel := context.WithTimeout(t.Context(), objLargeTimeout)
+	t.Cleanup(cancel)
+	first, err := s.Put(c, "big", objSized(size, 'a'), ports.PutObjectOptions{IfAbsent: true})
+	if err != nil {
+		t.Fatalf("IfAbsent Put of %d MiB: %v", size>>20, err)
+	}
+	if _, err := s.Put(c, "big", objSized(size, 'b'), ports.PutObjectOptions{IfAbsent: true}); !errors.Is(err, ports.ErrConflict) {
+		t.Fatalf("second IfAbsent Put of %d MiB: err %v, want ErrConflict", size>>20, err)
+	}
+	if _, err := s.Put(c, "big", objSized(size, 'c'), ports.PutObjectOptions{IfMatch: "not-the-etag"}); !errors.Is(err, ports.ErrConflict) {
+		t.Fatalf("IfMatch Put of %d MiB at a wrong ETag: err %v, want ErrConflict", size>>20, err)
+	}
+	if got, _ := objGet(t, s, "big", ports.GetObjectOptions{Offset: size - 4}); got != "aaaa" {
+		t.Fatalf("after refused Puts the object ends in %q, want the first Put's aaaa", got)
+	}
+	objSameInfo(t, "Stat after refused Puts", objStat(t, s, "big"), first)
+	second, err := s.Put(c, "big", objSized(size, 'd'), ports.PutObjectOptions{IfMatch: first.ETag})
+	if err != nil {
+		t.Fatalf("IfMatch Put of %d MiB at the current ETag: %v", size>>20, err)
+	}
+	if second.ETag == first.ETag || second.Size != size {
+		t.Fatalf("IfMatch Put returned %+v after %+v", second, first)
+	}
+	if got, _ := objGet(t, s, "big", ports.GetObjectOptions{Offset: 5, Length: 3}); got != "ddd" {
+		t.Fatalf("after the IfMatch Put the object reads %q, want ddd", got)
 	}
 }
 
