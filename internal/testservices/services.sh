@@ -59,13 +59,19 @@ pg_ready() {
 
 # start_postgresql prints "postgresql" when it started the cluster.
 start_postgresql() {
+	local installed=""
 	if ! command -v pg_ctlcluster >/dev/null 2>&1; then
 		log "installing PostgreSQL with apt-get"
 		as_root apt-get update >&2
 		DEBIAN_FRONTEND=noninteractive as_root apt-get install -y postgresql >&2
+		installed=1
 	fi
 	mkdir -p "$STATE_DIR"
-	if ! pg_running; then
+	if [ -n "$installed" ] && pg_running; then
+		# the package's install script started the cluster: ours to stop
+		touch "$PG_MARK_FILE"
+		echo postgresql
+	elif ! pg_running; then
 		log "starting PostgreSQL $PG_VERSION/$PG_CLUSTER"
 		# exit status 2 means another caller started it meanwhile
 		as_root pg_ctlcluster "$PG_VERSION" "$PG_CLUSTER" start </dev/null >&2 || [ $? -eq 2 ]
