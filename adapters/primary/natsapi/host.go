@@ -1,0 +1,364 @@
+// Package natsapi serves the kernel services on NATS. Each service is a
+// NATS micro service whose endpoints answer on abi.svc.<service>.v1.<op>,
+// one queue group per service.
+//
+// A Host counts every call it receives, so a handover answers them all:
+// StopAccepting ends the queue subscriptions at the broker and returns once
+// every call delivered before that is counted; Wait returns once those are
+// answered; Stop cancels what is left. micro's own Stop cannot do this: it
+// drains the subscriptions but gives no way to wait for the handlers.
+//
+// The subscriptions live on a connection of their own (the accepting
+// connection), which StopAccepting drains and closes; replies go out on
+// the engine's session connection, which outlives it.
+package natsapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/abi-engine/engine/internal/callerauth"
+	"github.com/abi-engine/engine/internal/wire"
+	"github.com/abi-engine/engine/ports"
+)
+
+// Call is one request as a handler sees it.
+type Call struct {
+	Subject string
+	Data    []byte
+	Header  nats.Header
+	// Caller is who signed the call; "" when callers do not sign.
+	Caller string
+}
+
+// HandlerFunc answers a call. ctx ends when the engine fences or the drain
+// deadline passes; a handler must then stop.
+type HandlerFunc func(ctx context.Context, call *Call) ([]byte, error)
+
+// Endpoint is one operation of a service.
+type Endpoint struct {
+	Name    string
+	Handler HandlerFunc
+}
+
+// Service is a kernel service and its operations.
+type Service struct {
+	Name        string
+	Description string
+	Endpoints   []Endpoint
+}
+
+// JSON adapts a typed handler: the body is decoded strictly into Req (an
+// unknown field or malformed JSON is a 400 naming it), Resp is encoded.
+func JSON[Req, Resp any](f func(ctx context.Context, req Req) (Resp, error)) HandlerFunc {
+	return func(ctx context.Context, call *Call) ([]byte, error) {
+		var req Req
+		if err := Decode(call.Data, &req); err != nil {
+			return nil, err
+		}
+		resp, err := f(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		return json.Marshal(resp)
+	}
+}
+
+// Decode reads a JSON body strictly. An empty body is an empty object.
+func Decode(data []byte, v any) error {
+	if len(bytes.TrimSpace(data)) == 0 {
+		data = []byte("{}")
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var typeErr *json.UnmarshalTypeError
+		if errors.As(err, &typeErr) && typeErr.Field != "" {
+			want := typeErr.Type.String()
+			if wire.IsBytes(typeErr.Type) {
+				want = "base64"
+			}
+			return fmt.Errorf("%w: field %q: want %s", ports.ErrInvalidArgument, typeErr.Field, want)
+		}
+		return fmt.Errorf("%w: body: %v", ports.ErrInvalidArgument, err)
+	}
+	if dec.More() {
+		return fmt.Errorf("%w: body: more than one JSON value", ports.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// Options configure a Host.
+type Options struct {
+	// Owner is the engine's instance id, the owner of its sessions.
+	Owner string
+	// Connect opens a new accepting connection; it is called on every Serve.
+	Connect func() (*nats.Conn, error)
+	// Replies carries every reply; it must outlive the accepting connection.
+	Replies *nats.Conn
+	// MaxConcurrent bounds the calls handled at once; 0 means 64.
+	MaxConcurrent int
+	// MayServe is asked before each call; false answers 503. nil: always.
+	MayServe func() bool
+	// CallerSecret, when set, requires every call to carry a valid token.
+	CallerSecret []byte
+	Logger       *slog.Logger
+	// Version is reported in the micro services' info.
+	Version string
+}
+
+// Host serves a set of kernel services for one engine instance.
+type Host struct {
+	opts     Options
+	services []Service
+	sem      chan struct{}
+	calls    counter
+
+	mu     sync.Mutex
+	accept *nats.Conn
+	micros []micro.Service
+	ctx    context.Context // ends the calls of the current serving period
+	cancel context.CancelFunc
+}
+
+// NewHost checks the services and returns a host that does not serve yet.
+func NewHost(opts Options, services ...Service) (*Host, error) {
+	if opts.Connect == nil || opts.Replies == nil {
+		return nil, errors.New("natsapi: a host needs Connect and Replies")
+	}
+	if opts.MaxConcurrent <= 0 {
+		opts.MaxConcurrent = 64
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Version == "" {
+		opts.Version = "1.0.0"
+	}
+	if opts.MayServe == nil {
+		opts.MayServe = func() bool { return true }
+	}
+	return &Host{opts: opts, services: services, sem: make(chan struct{}, opts.MaxConcurrent)}, nil
+}
+
+// Serve opens the accepting connection and subscribes every endpoint. It
+// does nothing when the host already serves.
+func (h *Host) Serve() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.accept != nil {
+		return nil
+	}
+	nc, err := h.opts.Connect()
+	if err != nil {
+		return fmt.Errorf("serve kernel services: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var micros []micro.Service
+	fail := func(err error) error {
+		cancel()
+		nc.Close()
+		return err
+	}
+	for _, s := range h.services {
+		svc, err := micro.AddService(nc, micro.Config{
+			Name:        s.Name,
+			Version:     h.opts.Version,
+			Description: s.Description,
+			QueueGroup:  wire.QueueGroup(s.Name),
+			Metadata:    map[string]string{"owner": h.opts.Owner},
+		})
+		if err != nil {
+			return fail(fmt.Errorf("serve %s: %w", s.Name, err))
+		}
+		micros = append(micros, svc)
+		for _, ep := range s.Endpoints {
+			err := svc.AddEndpoint(ep.Name, h.dispatch(ctx, ep.Handler),
+				micro.WithEndpointSubject(wire.Subject(s.Name, ep.Name)))
+			if err != nil {
+				return fail(fmt.Errorf("serve %s.%s: %w", s.Name, ep.Name, err))
+			}
+		}
+	}
+	// The subscriptions are at the broker once a round trip has passed.
+	if err := nc.Flush(); err != nil {
+		return fail(fmt.Errorf("serve kernel services: %w", err))
+	}
+	h.accept, h.micros, h.ctx, h.cancel = nc, micros, ctx, cancel
+	return nil
+}
+
+// Serving reports whether the host takes calls.
+func (h *Host) Serving() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.accept != nil
+}
+
+// InFlight is how many received calls are not answered yet.
+func (h *Host) InFlight() int { return h.calls.value() }
+
+// dispatch counts a call the moment it arrives and answers it on a
+// goroutine of its own, so a slow call never holds up the subscription.
+func (h *Host) dispatch(ctx context.Context, handle HandlerFunc) micro.HandlerFunc {
+	return func(req micro.Request) {
+		h.calls.add()
+		call := &Call{Subject: req.Subject(), Data: req.Data(), Header: nats.Header(req.Headers())}
+		reply := req.Reply()
+		go func() {
+			defer h.calls.done()
+			data, err := h.handle(ctx, handle, call)
+			h.reply(reply, data, err)
+		}()
+	}
+}
+
+func (h *Host) handle(ctx context.Context, handle HandlerFunc, call *Call) ([]byte, error) {
+	select {
+	case h.sem <- struct{}{}:
+		defer func() { <-h.sem }()
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%w: the engine stopped before the call ran", wire.ErrUnavailable)
+	}
+	if !h.opts.MayServe() {
+		return nil, fmt.Errorf("%w: the engine does not hold the lease", wire.ErrUnavailable)
+	}
+	if len(h.opts.CallerSecret) > 0 {
+		caller, err := callerauth.Verify(h.opts.CallerSecret, call.Header.Get(wire.AuthHeader))
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", wire.ErrUnauthorized, err)
+		}
+		call.Caller = caller
+	}
+	data, err := handle(ctx, call)
+	if err != nil && ctx.Err() != nil {
+		return nil, fmt.Errorf("%w: the call was stopped: %w", wire.ErrUnavailable, err)
+	}
+	return data, err
+}
+
+func (h *Host) reply(subject string, data []byte, err error) {
+	if subject == "" {
+		return
+	}
+	msg := nats.NewMsg(subject)
+	if err != nil {
+		msg.Header.Set(wire.ErrorCodeHeader, fmt.Sprint(wire.CodeOf(err)))
+		msg.Header.Set(wire.ErrorHeader, err.Error())
+	} else {
+		msg.Data = data
+	}
+	if perr := h.opts.Replies.PublishMsg(msg); perr != nil {
+		h.opts.Logger.Warn("reply lost", "subject", subject, "err", perr)
+	}
+}
+
+// StopAccepting ends every queue subscription at the broker. It drains the
+// accepting connection: the broker stops routing to it, the calls it had
+// delivered are dispatched, and the connection closes. When it returns
+// every call this host will ever get is counted.
+func (h *Host) StopAccepting(ctx context.Context) error {
+	h.mu.Lock()
+	nc, micros := h.accept, h.micros
+	h.accept, h.micros = nil, nil
+	h.mu.Unlock()
+	if nc == nil {
+		return nil
+	}
+	closed := make(chan struct{})
+	nc.SetClosedHandler(func(*nats.Conn) { close(closed) })
+	if err := nc.Drain(); err != nil {
+		nc.Close()
+		return fmt.Errorf("stop accepting calls: %w", err)
+	}
+	select {
+	case <-closed:
+	case <-ctx.Done():
+		nc.Close()
+		return fmt.Errorf("stop accepting calls: %w", ctx.Err())
+	}
+	for _, svc := range micros {
+		_ = svc.Stop() // its connection is closed; this only forgets it
+	}
+	return nil
+}
+
+// Wait returns once every received call is answered, or ctx ends.
+func (h *Host) Wait(ctx context.Context) error { return h.calls.wait(ctx) }
+
+// Stop cancels the calls still running (they answer 503) and closes the
+// accepting connection if it is open.
+func (h *Host) Stop() {
+	h.mu.Lock()
+	nc, micros, cancel := h.accept, h.micros, h.cancel
+	h.accept, h.micros = nil, nil
+	h.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	if nc != nil {
+		nc.Close()
+	}
+	for _, svc := range micros {
+		_ = svc.Stop()
+	}
+}
+
+// Fence stops serving at once, as a holder that may have lost its lease
+// must: the accepting connection closes and running calls are cancelled.
+// Serve starts again.
+func (h *Host) Fence() { h.Stop() }
+
+// counter counts calls in flight and says when there are none.
+type counter struct {
+	mu   sync.Mutex
+	n    int
+	zero chan struct{} // closed while n is 0; nil when never counted
+}
+
+func (c *counter) add() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == 0 {
+		c.zero = make(chan struct{})
+	}
+	c.n++
+}
+
+func (c *counter) done() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n--
+	if c.n == 0 {
+		close(c.zero)
+	}
+}
+
+func (c *counter) value() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n
+}
+
+func (c *counter) wait(ctx context.Context) error {
+	c.mu.Lock()
+	n, zero := c.n, c.zero
+	c.mu.Unlock()
+	if n == 0 {
+		return nil
+	}
+	select {
+	case <-zero:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,392 @@
+package natsapi_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/abi-engine/engine/adapters/primary/natsapi"
+	"github.com/abi-engine/engine/adapters/secondary/natsclient"
+	"github.com/abi-engine/engine/domain"
+	"github.com/abi-engine/engine/internal/callerauth"
+	"github.com/abi-engine/engine/internal/natstest"
+	"github.com/abi-engine/engine/internal/wire"
+	"github.com/abi-engine/engine/ports"
+)
+
+// echo is a service whose one operation answers with the name of the host
+// that ran it, after an optional delay or once released.
+type echo struct {
+	name    string
+	delay   time.Duration
+	release chan struct{} // when set, calls wait for it or their context
+	started chan struct{} // when set, each call signals it has started
+	calls   atomic.Int64
+}
+
+func (e *echo) service() natsapi.Service {
+	return natsapi.Service{Name: "echo", Endpoints: []natsapi.Endpoint{{Name: "say", Handler: e.handle}}}
+}
+
+func (e *echo) handle(ctx context.Context, call *natsapi.Call) ([]byte, error) {
+	e.calls.Add(1)
+	if e.started != nil {
+		e.started <- struct{}{}
+	}
+	if e.release != nil {
+		select {
+		case <-e.release:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	if e.delay > 0 {
+		select {
+		case <-time.After(e.delay):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return []byte(e.name), nil
+}
+
+const sayer = "abi.svc.echo.v1.say"
+
+func newHost(t *testing.T, url string, opts natsapi.Options, services ...natsapi.Service) *natsapi.Host {
+	t.Helper()
+	opts.Owner = domain.NewInstanceID()
+	opts.Connect = func() (*nats.Conn, error) { return nats.Connect(url) }
+	opts.Replies = natstest.Connect(t, url)
+	h, err := natsapi.NewHost(opts, services...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Serve(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Stop)
+	return h
+}
+
+// ask sends one raw request, without the facade's retry.
+func ask(nc *nats.Conn, timeout time.Duration) (string, error) {
+	msg, err := nc.Request(sayer, nil, timeout)
+	if err != nil {
+		return "", err
+	}
+	if err := wire.ErrorFromHeaders(msg.Header.Get(wire.ErrorCodeHeader), msg.Header.Get(wire.ErrorHeader)); err != nil {
+		return "", err
+	}
+	return string(msg.Data), nil
+}
+
+func TestAQueueMemberDrainedUnderLoadLosesNoRequest(t *testing.T) {
+	for run := range 5 {
+		t.Run(fmt.Sprintf("run%d", run), func(t *testing.T) {
+			url := natstest.StartServer(t).ClientURL()
+			a := &echo{name: "a", delay: time.Millisecond}
+			b := &echo{name: "b", delay: time.Millisecond}
+			hostA := newHost(t, url, natsapi.Options{}, a.service())
+			newHost(t, url, natsapi.Options{}, b.service())
+
+			const requesters = 64
+			var wg sync.WaitGroup
+			var sent, lost atomic.Int64
+			stop := make(chan struct{})
+			for range requesters {
+				nc := natstest.Connect(t, url)
+				wg.Go(func() {
+					for {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						sent.Add(1)
+						if _, err := ask(nc, 5*time.Second); err != nil {
+							lost.Add(1)
+							t.Errorf("request lost: %v", err)
+						}
+					}
+				})
+			}
+			time.Sleep(200 * time.Millisecond)
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			defer cancel()
+			if err := hostA.StopAccepting(ctx); err != nil {
+				t.Fatalf("StopAccepting: %v", err)
+			}
+			if err := hostA.Wait(ctx); err != nil {
+				t.Fatalf("Wait: %v", err)
+			}
+			time.Sleep(200 * time.Millisecond)
+			close(stop)
+			wg.Wait()
+			if lost.Load() != 0 || a.calls.Load() == 0 || b.calls.Load() == 0 {
+				t.Fatalf("%d of %d requests lost; a answered %d, b %d", lost.Load(), sent.Load(), a.calls.Load(), b.calls.Load())
+			}
+		})
+	}
+}
+
+func TestCallsReceivedBeforeTheHandoverAreAnsweredAndNewOnesGoToTheNextEngine(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	old := &echo{name: "old", release: make(chan struct{}), started: make(chan struct{}, 2)}
+	oldHost := newHost(t, url, natsapi.Options{MaxConcurrent: 1}, old.service())
+	nc := natstest.Connect(t, url)
+
+	answers := make(chan string, 2)
+	for range 2 { // one runs, one waits behind it for the only slot
+		go func() {
+			s, err := ask(nc, 10*time.Second)
+			if err != nil {
+				s = "error: " + err.Error()
+			}
+			answers <- s
+		}()
+	}
+	<-old.started
+	waitFor(t, func() bool { return oldHost.InFlight() == 2 })
+
+	next := &echo{name: "next"}
+	newHost(t, url, natsapi.Options{}, next.service())
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := oldHost.StopAccepting(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		if s, err := ask(nc, 5*time.Second); err != nil || s != "next" {
+			t.Fatalf("a new call after the handover: %q, %v; want the next engine", s, err)
+		}
+	}
+	close(old.release)
+	if err := oldHost.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if s := <-answers; s != "old" {
+			t.Fatalf("a call received before the handover got %q, want the old engine's answer", s)
+		}
+	}
+}
+
+func TestACallSentWhileNoEngineServesIsAnsweredByTheNextOne(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	client := natsclient.New(natstest.Connect(t, url))
+	got := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, err := client.Request(ctx, sayer, nil, nil)
+		got <- err
+	}()
+	time.Sleep(300 * time.Millisecond) // nobody serves: the facade keeps asking
+	newHost(t, url, natsapi.Options{}, (&echo{name: "next"}).service())
+	if err := <-got; err != nil {
+		t.Fatalf("the call sent while nobody served failed: %v", err)
+	}
+}
+
+func TestNobodyServingFailsAfterTheRetryWindow(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	client := natsclient.New(natstest.Connect(t, url))
+	start := time.Now()
+	_, err := client.Request(t.Context(), sayer, nil, nil)
+	if !errors.Is(err, wire.ErrUnavailable) {
+		t.Fatalf("err %v, want ErrUnavailable", err)
+	}
+	if took := time.Since(start); took < natsclient.RetryWindow/2 {
+		t.Fatalf("gave up after %v, before the retry window", took)
+	}
+	// The call's own deadline wins over the window.
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	start = time.Now()
+	if _, err := client.Request(ctx, sayer, nil, nil); err == nil {
+		t.Fatalf("no error with nobody serving")
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Fatalf("retried for %v past a 300ms deadline", took)
+	}
+}
+
+func TestAnOwnerSubjectIsNeverRetried(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	client := natsclient.New(natstest.Connect(t, url))
+	start := time.Now()
+	_, err := client.Request(t.Context(), wire.OwnerSubject("object_storage", domain.NewInstanceID(), "read"), nil, nil)
+	if !errors.Is(err, wire.ErrUnavailable) || time.Since(start) > time.Second {
+		t.Fatalf("err %v after %v, want an immediate ErrUnavailable", err, time.Since(start))
+	}
+}
+
+func TestACallStillRunningAtTheDrainDeadlineIsCancelled(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	stuck := &echo{name: "stuck", release: make(chan struct{}), started: make(chan struct{}, 1)}
+	h := newHost(t, url, natsapi.Options{}, stuck.service())
+	nc := natstest.Connect(t, url)
+	got := make(chan error, 1)
+	go func() {
+		_, err := ask(nc, 10*time.Second)
+		got <- err
+	}()
+	<-stuck.started
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	finished, err := natsapi.Drain(ctx, h)
+	if err != nil || finished {
+		t.Fatalf("Drain = %v, %v; want unfinished at the deadline", finished, err)
+	}
+	if err := <-got; !errors.Is(err, wire.ErrUnavailable) {
+		t.Fatalf("the stuck call got %v, want 503", err)
+	}
+}
+
+func TestFencingStopsTheCallsAtOnce(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	stuck := &echo{name: "stuck", release: make(chan struct{}), started: make(chan struct{}, 1)}
+	h := newHost(t, url, natsapi.Options{}, stuck.service())
+	nc := natstest.Connect(t, url)
+	got := make(chan error, 1)
+	go func() {
+		_, err := ask(nc, 10*time.Second)
+		got <- err
+	}()
+	<-stuck.started
+	h.Fence()
+	if err := <-got; !errors.Is(err, wire.ErrUnavailable) {
+		t.Fatalf("the running call got %v, want 503", err)
+	}
+	if _, err := ask(nc, time.Second); !errors.Is(err, nats.ErrNoResponders) {
+		t.Fatalf("a fenced host answered a new call: %v", err)
+	}
+	if err := h.Serve(); err != nil {
+		t.Fatal(err)
+	}
+	close(stuck.release)
+	if s, err := ask(nc, 5*time.Second); err != nil || s != "stuck" {
+		t.Fatalf("after Serve again: %q, %v", s, err)
+	}
+}
+
+func TestAHostThatMayNotServeAnswers503(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	e := &echo{name: "e"}
+	newHost(t, url, natsapi.Options{MayServe: func() bool { return false }}, e.service())
+	if _, err := ask(natstest.Connect(t, url), 5*time.Second); !errors.Is(err, wire.ErrUnavailable) {
+		t.Fatalf("err %v, want 503", err)
+	}
+	if e.calls.Load() != 0 {
+		t.Fatalf("the handler ran on an engine that may not serve")
+	}
+}
+
+func TestCallersMustSignWhenASecretIsSet(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	secret := []byte("caller-secret")
+	e := &echo{name: "e"}
+	newHost(t, url, natsapi.Options{CallerSecret: secret}, e.service())
+	nc := natstest.Connect(t, url)
+
+	expired, _ := callerauth.Sign(secret, "m", -time.Minute)
+	forged, _ := callerauth.Sign([]byte("guess"), "m", time.Minute)
+	for name, tok := range map[string]string{"missing": "", "expired": expired, "forged": forged} {
+		msg := nats.NewMsg(sayer)
+		if tok != "" {
+			msg.Header.Set(wire.AuthHeader, tok)
+		}
+		reply, err := nc.RequestMsg(msg, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code := reply.Header.Get(wire.ErrorCodeHeader); code != "401" {
+			t.Errorf("%s token: code %q, want 401", name, code)
+		}
+	}
+	if e.calls.Load() != 0 {
+		t.Fatalf("an unsigned call reached the handler")
+	}
+	signed := natsclient.New(nc, natsclient.WithSigner(callerauth.NewSigner(secret, "module-a")))
+	if _, err := signed.Request(t.Context(), sayer, nil, nil); err != nil {
+		t.Fatalf("a signed call: %v", err)
+	}
+}
+
+func TestAMalformedBodyIsABadRequestNamingTheField(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	store := newMemoryKV(t)
+	newHost(t, url, natsapi.Options{}, natsapi.KeyValue(store))
+	nc := natstest.Connect(t, url)
+	cases := map[string]string{
+		`{"key": 5}`:                   `"key"`,
+		`{"kye": "k"}`:                 `unknown field "kye"`,
+		`not json`:                     "body",
+		`{"key":"k","value":"!!!"}`:    "value",
+		`{"key":"k"} {"key":"k"}`:      "more than one",
+		`{"key":"k","ttl_seconds":-1}`: "ttl_seconds",
+	}
+	for body, want := range cases {
+		reply, err := nc.Request(wire.Subject(ports.ServiceKeyValue, wire.KVSet), []byte(body), 5*time.Second)
+		if err != nil {
+			t.Fatalf("%s: %v", body, err)
+		}
+		code, msg := reply.Header.Get(wire.ErrorCodeHeader), reply.Header.Get(wire.ErrorHeader)
+		if code != "400" || !strings.Contains(msg, want) {
+			t.Errorf("%s: %s %q, want 400 naming %s", body, code, msg, want)
+		}
+	}
+	// The endpoint still answers after every bad call.
+	if reply, err := nc.Request(wire.Subject(ports.ServiceKeyValue, wire.KVSet), []byte(`{"key":"k","value":"aGk="}`), 5*time.Second); err != nil || reply.Header.Get(wire.ErrorCodeHeader) != "" {
+		t.Fatalf("a good call after bad ones: %v %v", err, reply.Header)
+	}
+}
+
+func TestTheKeyValueWireFormat(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	newHost(t, url, natsapi.Options{}, natsapi.KeyValue(newMemoryKV(t)))
+	nc := natstest.Connect(t, url)
+	call := func(op, body string) (string, string) {
+		reply, err := nc.Request(wire.Subject(ports.ServiceKeyValue, op), []byte(body), 5*time.Second)
+		if err != nil {
+			t.Fatalf("%s: %v", op, err)
+		}
+		return string(reply.Data), reply.Header.Get(wire.ErrorCodeHeader)
+	}
+	steps := []struct{ op, body, want, code string }{
+		{"set", `{"key":"k","value":"aGk="}`, `{}`, ""},
+		{"get", `{"key":"k"}`, `{"value":"aGk="}`, ""},
+		{"get", `{"key":"nope"}`, ``, "404"},
+		{"set_if_absent", `{"key":"k","value":"aGk="}`, `{"set":false}`, ""},
+		{"exists", `{"key":"k"}`, `{"exists":true}`, ""},
+		{"list_keys", `{"prefix":"k"}`, `{"keys":["k"],"cursor":""}`, ""},
+		{"delete_if_value", `{"key":"k","value":"eA=="}`, `{"deleted":false}`, ""},
+		{"delete", `{"key":"k"}`, `{"deleted":true}`, ""},
+		{"exists", `{"key":"k"}`, `{"exists":false}`, ""},
+	}
+	for _, s := range steps {
+		got, code := call(s.op, s.body)
+		if code != s.code || (s.code == "" && got != s.want) {
+			t.Fatalf("%s %s = %s (code %q), want %s (code %q)", s.op, s.body, got, code, s.want, s.code)
+		}
+	}
+}
+
+// waitFor polls cond for up to ten seconds.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met in 10s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

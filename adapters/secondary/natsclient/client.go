@@ -1,0 +1,169 @@
+// Package natsclient implements the ports by calling a serving engine over
+// NATS: the facades that modules and client engines use. A call that finds
+// no engine listening is sent again for a few seconds, which hides the
+// moment of a handover.
+package natsclient
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/abi-engine/engine/internal/callerauth"
+	"github.com/abi-engine/engine/internal/wire"
+	"github.com/abi-engine/engine/ports"
+)
+
+// Retry timing when nobody answers: the first wait, its ceiling, and the
+// whole window, which never passes the call's own deadline.
+const (
+	RetryFirst  = 50 * time.Millisecond
+	RetryMax    = 500 * time.Millisecond
+	RetryWindow = 5 * time.Second
+)
+
+// DefaultTimeout bounds a call whose context has no deadline.
+const DefaultTimeout = 10 * time.Second
+
+// Client sends calls to the serving engine.
+type Client struct {
+	nc      *nats.Conn
+	signer  *callerauth.Signer
+	timeout time.Duration
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithSigner signs every call, for engines that require caller tokens.
+func WithSigner(s *callerauth.Signer) Option { return func(c *Client) { c.signer = s } }
+
+// WithTimeout bounds calls whose context has no deadline.
+func WithTimeout(d time.Duration) Option { return func(c *Client) { c.timeout = d } }
+
+// New returns a client on nc.
+func New(nc *nats.Conn, opts ...Option) *Client {
+	c := &Client{nc: nc, timeout: DefaultTimeout}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
+}
+
+// Conn is the client's connection.
+func (c *Client) Conn() *nats.Conn { return c.nc }
+
+// Call sends req as JSON to subject and decodes the answer into resp (nil
+// to ignore it). An engine's error answer comes back as a *wire.RemoteError
+// that matches the ports' sentinel errors.
+func (c *Client) Call(ctx context.Context, subject string, req, resp any) error {
+	data, err := json.Marshal(req)
+	if err != nil {
+		return fmt.Errorf("%s: encode: %w", subject, err)
+	}
+	msg, err := c.Request(ctx, subject, data, nil)
+	if err != nil {
+		return err
+	}
+	if resp == nil {
+		return nil
+	}
+	if err := json.Unmarshal(msg.Data, resp); err != nil {
+		return fmt.Errorf("%s: decode the answer: %w", subject, err)
+	}
+	return nil
+}
+
+// Request sends data and returns the answer, or the engine's error. It
+// retries when nobody listens (or an engine refuses with 503, having done
+// nothing), only on subjects a queue group serves, within the retry window
+// and the call's deadline.
+func (c *Client) Request(ctx context.Context, subject string, data []byte, header nats.Header) (*nats.Msg, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.timeout)
+		defer cancel()
+	}
+	msg := nats.NewMsg(subject)
+	msg.Data = data
+	for k, v := range header {
+		msg.Header[k] = v
+	}
+	if c.signer != nil {
+		tok, err := c.signer.Token()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", subject, err)
+		}
+		msg.Header.Set(wire.AuthHeader, tok)
+	}
+	retry := Retryable(subject)
+	giveUp := time.Now().Add(RetryWindow)
+	wait := RetryFirst
+	for {
+		reply, err := c.nc.RequestMsgWithContext(ctx, msg)
+		if err == nil {
+			err = wire.ErrorFromHeaders(reply.Header.Get(wire.ErrorCodeHeader), reply.Header.Get(wire.ErrorHeader))
+			if err == nil {
+				return reply, nil
+			}
+		}
+		nobody := errors.Is(err, nats.ErrNoResponders) || errors.Is(err, wire.ErrUnavailable)
+		if !retry || !nobody || time.Now().Add(wait).After(giveUp) || !sleep(ctx, wait) {
+			if errors.Is(err, nats.ErrNoResponders) {
+				return nil, fmt.Errorf("%s: %w: %w", subject, wire.ErrUnavailable, err)
+			}
+			return nil, fmt.Errorf("%s: %w", subject, err)
+		}
+		wait = min(2*wait, RetryMax)
+	}
+}
+
+// sleep waits d unless ctx ends first, which it reports as false.
+func sleep(ctx context.Context, d time.Duration) bool {
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d {
+		return false
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// Retryable reports whether a subject is served on a queue group, where
+// "nobody answered" means no engine serves at this moment, so sending again
+// is safe and may reach the next one: one-shot kernel calls
+// (abi.svc.<service>.v1.<op>), transfer opens
+// (abi.svc.<service>.v1.transfer.open) and discovery
+// (abi.discovery.<project>.v1.<op>, but not presence). A session's owner
+// subject belongs to one engine instance: nobody there means it is gone.
+func Retryable(subject string) bool {
+	t := strings.Split(subject, ".")
+	switch {
+	case len(t) == 5 && t[0] == "abi" && t[1] == "svc" && t[3] == "v1":
+		return true
+	case len(t) == 6 && t[0] == "abi" && t[1] == "svc" && t[3] == "v1" && t[4] == "transfer" && t[5] == "open":
+		return true
+	case len(t) == 5 && t[0] == "abi" && t[1] == "discovery" && t[3] == "v1" && t[4] != "presence":
+		return true
+	}
+	return false
+}
+
+// text refuses a string JSON would alter on the way: invalid UTF-8 would
+// reach the engine as U+FFFD, another key than the caller's.
+func text(field, s string) error {
+	if !utf8.ValidString(s) {
+		return fmt.Errorf("%w: %s %q is not valid UTF-8", ports.ErrInvalidArgument, field, s)
+	}
+	return nil
+}

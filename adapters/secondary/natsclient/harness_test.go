@@ -1,0 +1,33 @@
+package natsclient_test
+
+import (
+	"testing"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/abi-engine/engine/adapters/primary/natsapi"
+	"github.com/abi-engine/engine/adapters/secondary/natsclient"
+	"github.com/abi-engine/engine/domain"
+	"github.com/abi-engine/engine/internal/natstest"
+)
+
+// serve runs the services on a broker of their own, behind a real host, and
+// returns a way to open clients on it: each subtest of a contract suite
+// gets its own broker, since every host joins the same queue groups.
+func serve(t *testing.T, services ...natsapi.Service) func(t *testing.T) *natsclient.Client {
+	t.Helper()
+	url := natstest.StartServer(t).ClientURL()
+	host, err := natsapi.NewHost(natsapi.Options{
+		Owner:   domain.NewInstanceID(),
+		Connect: func() (*nats.Conn, error) { return nats.Connect(url) },
+		Replies: natstest.Connect(t, url),
+	}, services...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := host.Serve(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(host.Stop)
+	return func(t *testing.T) *natsclient.Client { return natsclient.New(natstest.Connect(t, url)) }
+}

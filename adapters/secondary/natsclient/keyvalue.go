@@ -1,0 +1,87 @@
+package natsclient
+
+import (
+	"context"
+	"time"
+
+	"github.com/abi-engine/engine/internal/wire"
+	"github.com/abi-engine/engine/ports"
+)
+
+// KeyValue is the keyvalue service of the serving engine.
+type KeyValue struct{ c *Client }
+
+var _ ports.KeyValue = KeyValue{}
+
+// NewKeyValue calls the keyvalue service through c.
+func NewKeyValue(c *Client) KeyValue { return KeyValue{c: c} }
+
+func kvSubject(op string) string { return wire.Subject(ports.ServiceKeyValue, op) }
+
+// Get implements ports.KeyValue.
+func (k KeyValue) Get(ctx context.Context, key string) ([]byte, error) {
+	if err := text("key", key); err != nil {
+		return nil, err
+	}
+	var out wire.KVValue
+	err := k.c.Call(ctx, kvSubject(wire.KVGet), wire.KVKey{Key: key}, &out)
+	return out.Value, err
+}
+
+// Set implements ports.KeyValue.
+func (k KeyValue) Set(ctx context.Context, key string, value []byte, ttl time.Duration) error {
+	if err := text("key", key); err != nil {
+		return err
+	}
+	return k.c.Call(ctx, kvSubject(wire.KVSet), wire.KVWrite{Key: key, Value: wire.Bytes(value), TTLSeconds: ttl.Seconds()}, nil)
+}
+
+// SetIfAbsent implements ports.KeyValue.
+func (k KeyValue) SetIfAbsent(ctx context.Context, key string, value []byte, ttl time.Duration) (bool, error) {
+	if err := text("key", key); err != nil {
+		return false, err
+	}
+	var out wire.Set
+	err := k.c.Call(ctx, kvSubject(wire.KVSetIfAbsent), wire.KVWrite{Key: key, Value: wire.Bytes(value), TTLSeconds: ttl.Seconds()}, &out)
+	return out.Set, err
+}
+
+// Delete implements ports.KeyValue.
+func (k KeyValue) Delete(ctx context.Context, key string) (bool, error) {
+	if err := text("key", key); err != nil {
+		return false, err
+	}
+	var out wire.Deleted
+	err := k.c.Call(ctx, kvSubject(wire.KVDelete), wire.KVKey{Key: key}, &out)
+	return out.Deleted, err
+}
+
+// DeleteIfValue implements ports.KeyValue.
+func (k KeyValue) DeleteIfValue(ctx context.Context, key string, value []byte) (bool, error) {
+	if err := text("key", key); err != nil {
+		return false, err
+	}
+	var out wire.Deleted
+	err := k.c.Call(ctx, kvSubject(wire.KVDeleteIfValue), wire.KVKeyValue{Key: key, Value: wire.Bytes(value)}, &out)
+	return out.Deleted, err
+}
+
+// Exists implements ports.KeyValue.
+func (k KeyValue) Exists(ctx context.Context, key string) (bool, error) {
+	if err := text("key", key); err != nil {
+		return false, err
+	}
+	var out wire.Exists
+	err := k.c.Call(ctx, kvSubject(wire.KVExists), wire.KVKey{Key: key}, &out)
+	return out.Exists, err
+}
+
+// ListKeys implements ports.KeyValue.
+func (k KeyValue) ListKeys(ctx context.Context, prefix string, limit int, cursor string) ([]string, string, error) {
+	if err := text("prefix", prefix); err != nil {
+		return nil, "", err
+	}
+	var out wire.KVKeys
+	err := k.c.Call(ctx, kvSubject(wire.KVListKeys), wire.KVList{Prefix: prefix, Limit: limit, Cursor: cursor}, &out)
+	return out.Keys, out.Cursor, err
+}

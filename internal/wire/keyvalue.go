@@ -1,0 +1,64 @@
+package wire
+
+// Operations of the keyvalue service. Values are bytes, base64 in JSON.
+const (
+	KVSet           = "set"
+	KVGet           = "get"
+	KVSetIfAbsent   = "set_if_absent"
+	KVDelete        = "delete"
+	KVDeleteIfValue = "delete_if_value"
+	KVExists        = "exists"
+	KVListKeys      = "list_keys"
+)
+
+// KVKey names a key: get, delete, exists.
+type KVKey struct {
+	Key string `json:"key"`
+}
+
+// KVWrite writes a value: set, set_if_absent. TTLSeconds 0 keeps it.
+type KVWrite struct {
+	Key        string  `json:"key"`
+	Value      Bytes   `json:"value"`
+	TTLSeconds float64 `json:"ttl_seconds,omitempty"`
+}
+
+// KVKeyValue is a key and the value it must hold: delete_if_value.
+type KVKeyValue struct {
+	Key   string `json:"key"`
+	Value Bytes `json:"value"`
+}
+
+// KVValue answers get.
+type KVValue struct {
+	Value Bytes `json:"value"`
+}
+
+// KVList asks for a page of keys.
+type KVList struct {
+	Prefix string `json:"prefix,omitempty"`
+	Limit  int    `json:"limit,omitempty"`
+	Cursor string `json:"cursor,omitempty"`
+}
+
+// KVKeys answers list_keys; Cursor is "" on the last page.
+type KVKeys struct {
+	Keys   []string `json:"keys"`
+	Cursor string   `json:"cursor"`
+}
+
+// Set answers set_if_absent; Deleted answers delete and delete_if_value;
+// Exists answers exists.
+type (
+	Set struct {
+		Set bool `json:"set"`
+	}
+	Deleted struct {
+		Deleted bool `json:"deleted"`
+	}
+	Exists struct {
+		Exists bool `json:"exists"`
+	}
+	// Empty answers operations with nothing to say.
+	Empty struct{}
+)

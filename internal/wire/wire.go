@@ -1,0 +1,140 @@
+// Package wire is the kernel services' protocol on NATS, shared by the
+// endpoints that serve it and the client facades that call it: subjects,
+// headers, status codes and the JSON bodies of every operation. The
+// protocol itself is described for other languages in docs/protocol.md.
+package wire
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"strconv"
+	"strings"
+
+	"github.com/abi-engine/engine/ports"
+)
+
+// SubjectPrefix starts every kernel service subject.
+const SubjectPrefix = "abi.svc."
+
+// Subject is the queue-grouped subject of a one-shot operation:
+// abi.svc.<service>.v1.<operation>.
+func Subject(service, operation string) string {
+	return SubjectPrefix + service + ".v1." + operation
+}
+
+// OwnerSubject is where a session's later messages go: only the engine
+// instance that owns the session subscribes to it.
+func OwnerSubject(service, owner, operation string) string {
+	return SubjectPrefix + service + ".v1." + owner + "." + operation
+}
+
+// QueueGroup is the queue group of a service's endpoints: every serving
+// engine joins it, so each call reaches one of them.
+func QueueGroup(service string) string { return "abi.svc." + service }
+
+// Headers.
+const (
+	// AuthHeader carries the caller's signed token when callers must sign.
+	AuthHeader = "Nats-Auth-Token"
+	// ErrorHeader and ErrorCodeHeader are the NATS micro error headers.
+	ErrorHeader     = "Nats-Service-Error"
+	ErrorCodeHeader = "Nats-Service-Error-Code"
+)
+
+// Status codes, HTTP's, in the micro error header.
+const (
+	CodeBadRequest   = 400
+	CodeUnauthorized = 401
+	CodeNotFound     = 404
+	CodeConflict     = 409
+	CodeTooLarge     = 413
+	CodeInternal     = 500
+	CodeUnavailable  = 503
+)
+
+// Errors only the wire has: the caller was refused, or the engine could
+// not take the call (draining, fenced, or gone).
+var (
+	ErrUnauthorized = errors.New("unauthorized")
+	ErrUnavailable  = errors.New("engine unavailable")
+)
+
+// CodeOf maps an error to the status code the endpoint answers with.
+func CodeOf(err error) int {
+	switch {
+	case errors.Is(err, ports.ErrInvalidArgument):
+		return CodeBadRequest
+	case errors.Is(err, ErrUnauthorized):
+		return CodeUnauthorized
+	case errors.Is(err, ports.ErrNotFound):
+		return CodeNotFound
+	case errors.Is(err, ports.ErrConflict):
+		return CodeConflict
+	case errors.Is(err, ports.ErrTooLarge):
+		return CodeTooLarge
+	case errors.Is(err, ErrUnavailable):
+		return CodeUnavailable
+	}
+	return CodeInternal
+}
+
+// RemoteError is an error answered by an engine. It matches the sentinel
+// of its code, so errors.Is(err, ports.ErrNotFound) holds on either side.
+type RemoteError struct {
+	Code    int
+	Message string
+}
+
+func (e *RemoteError) Error() string {
+	return fmt.Sprintf("engine answered %d: %s", e.Code, e.Message)
+}
+
+// Is matches the sentinel of the code.
+func (e *RemoteError) Is(target error) bool {
+	switch e.Code {
+	case CodeBadRequest:
+		return target == ports.ErrInvalidArgument
+	case CodeUnauthorized:
+		return target == ErrUnauthorized
+	case CodeNotFound:
+		return target == ports.ErrNotFound
+	case CodeConflict:
+		return target == ports.ErrConflict
+	case CodeTooLarge:
+		return target == ports.ErrTooLarge
+	case CodeUnavailable:
+		return target == ErrUnavailable
+	}
+	return false
+}
+
+// ErrorFromHeaders reads the micro error headers; nil when there are none.
+func ErrorFromHeaders(code, message string) error {
+	if code == "" {
+		return nil
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(code))
+	if err != nil {
+		n = CodeInternal
+	}
+	return &RemoteError{Code: n, Message: message}
+}
+
+// Bytes is a byte string, base64 in JSON as Go writes []byte. Input that is
+// not base64 is refused as a type error, so the decoder names the field.
+type Bytes []byte
+
+// UnmarshalJSON reads a base64 string or null.
+func (b *Bytes) UnmarshalJSON(data []byte) error {
+	var raw []byte
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return &json.UnmarshalTypeError{Value: "not base64", Type: reflect.TypeFor[Bytes]()}
+	}
+	*b = raw
+	return nil
+}
+
+// IsBytes reports whether t is Bytes, so a decoder can say "want base64".
+func IsBytes(t reflect.Type) bool { return t == reflect.TypeFor[Bytes]() }
