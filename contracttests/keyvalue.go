@@ -72,6 +72,7 @@ func RunKeyValue(t *testing.T, h KeyValueHarness, caps KeyValueCapabilities) {
 		{"ListKeysPagination", kvListKeysPagination},
 		{"ListKeysDefaultPageSize", kvListKeysDefaultPageSize},
 		{"ListKeysPrefixIsLiteral", kvListKeysPrefixIsLiteral},
+		{"DeleteExpired", kvDeleteExpired},
 		{"Durable", func(t *testing.T, open func(t *testing.T) ports.KeyValue) {
 			if !caps.Durable {
 				t.Skipf("%s: no durability", adapterName(t))
@@ -453,6 +454,31 @@ func kvTTLExpiry(t *testing.T, open func(t *testing.T) ports.KeyValue) {
 	}
 	kvSet(t, kv, "ttl/list", []byte("again"), 0)
 	kvMustGet(t, other, "ttl/list", []byte("again"))
+}
+
+// A store that keeps expired entries until swept says so by implementing
+// ports.Expirer; sweeping removes what expired and nothing else.
+func kvDeleteExpired(t *testing.T, open func(t *testing.T) ports.KeyValue) {
+	kv := open(t)
+	sweeper, ok := kv.(ports.Expirer)
+	if !ok {
+		t.Skipf("%s: no ports.Expirer (expired keys are forgotten without a sweep)", adapterName(t))
+	}
+	kvSet(t, kv, "keep/none", []byte("v"), 0)
+	kvSet(t, kv, "keep/long", []byte("v"), time.Hour)
+	kvSet(t, kv, "gone/a", []byte("v"), kvShortTTL)
+	kvSet(t, kv, "gone/b", []byte("v"), kvShortTTL)
+	kvAwaitExpiry(t, kv, "gone/a")
+	kvAwaitExpiry(t, kv, "gone/b")
+	n, err := sweeper.DeleteExpired(ctx(t))
+	if err != nil || n != 2 {
+		t.Fatalf("DeleteExpired = %d, %v; want 2", n, err)
+	}
+	if n, err := sweeper.DeleteExpired(ctx(t)); err != nil || n != 0 {
+		t.Fatalf("a second DeleteExpired = %d, %v; want 0", n, err)
+	}
+	kvMustGet(t, kv, "keep/none", []byte("v"))
+	kvMustGet(t, kv, "keep/long", []byte("v"))
 }
 
 func kvSetWithoutTTLClearsTheTTL(t *testing.T, open func(t *testing.T) ports.KeyValue) {

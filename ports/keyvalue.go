@@ -27,3 +27,11 @@ type KeyValue interface {
 	// limit <= 0 means the adapter's default page size (100).
 	ListKeys(ctx context.Context, prefix string, limit int, cursor string) ([]string, string, error)
 }
+
+// Expirer is a store that keeps expired entries until they are swept. The
+// engine's sweep job calls DeleteExpired on every store that has it.
+type Expirer interface {
+	// DeleteExpired removes the entries whose TTL has passed and says how
+	// many it removed.
+	DeleteExpired(ctx context.Context) (int, error)
+}

@@ -216,3 +216,15 @@ func (s *Store) ListKeys(ctx context.Context, prefix string, limit int, cursor s
 	keys = keys[:limit]
 	return keys, keys[limit-1], nil
 }
+
+var _ ports.Expirer = (*Store)(nil)
+
+// DeleteExpired removes the rows whose TTL has passed on the server's
+// clock; reads already skip them, this only gives their space back.
+func (s *Store) DeleteExpired(ctx context.Context) (int, error) {
+	tag, err := s.pool.Exec(ctx, `DELETE FROM `+s.table+` WHERE expires_at IS NOT NULL AND expires_at <= clock_timestamp()`)
+	if err != nil {
+		return 0, fmt.Errorf("delete expired keys: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
+}

@@ -217,3 +217,17 @@ func (s *Store) ListKeys(ctx context.Context, prefix string, limit int, cursor s
 	keys = keys[:limit]
 	return keys, keys[limit-1], nil
 }
+
+var _ ports.Expirer = (*Store)(nil)
+
+// DeleteExpired removes the rows whose TTL has passed; reads already skip
+// them, this only gives their space back.
+func (s *Store) DeleteExpired(ctx context.Context) (int, error) {
+	res, err := s.db.ExecContext(ctx, `DELETE FROM kv WHERE expires_at IS NOT NULL AND expires_at <= :now`,
+		sql.Named("now", time.Now().UnixNano()))
+	if err != nil {
+		return 0, fmt.Errorf("delete expired keys: %w", err)
+	}
+	n, err := res.RowsAffected()
+	return int(n), err
+}
