@@ -1,0 +1,75 @@
+package natsapi
+
+import (
+	"context"
+
+	"github.com/abi-engine/engine/internal/wire"
+	"github.com/abi-engine/engine/ports"
+)
+
+// Document serves a ports.DocumentStore as the document service.
+func Document(docs ports.DocumentStore) Service {
+	return Service{
+		Name:        ports.ServiceDocument,
+		Description: "abi-engine document store",
+		Endpoints: []Endpoint{
+			{wire.DocEnsureCollection, JSON(func(ctx context.Context, r wire.DocCollection) (wire.Empty, error) {
+				return wire.Empty{}, docs.EnsureCollection(ctx, r.Name)
+			})},
+			{wire.DocDropCollection, JSON(func(ctx context.Context, r wire.DocCollection) (wire.Empty, error) {
+				return wire.Empty{}, docs.DropCollection(ctx, r.Name)
+			})},
+			{wire.DocCollections, JSON(func(ctx context.Context, _ wire.Empty) (wire.DocCollectionNames, error) {
+				names, err := docs.Collections(ctx)
+				if names == nil {
+					names = []string{}
+				}
+				return wire.DocCollectionNames{Collections: names}, err
+			})},
+			{wire.DocPut, JSON(func(ctx context.Context, r wire.DocWrite) (wire.Document, error) {
+				d, err := docs.Put(ctx, r.Collection, r.ID, r.Data, condOf(r.IfVersion))
+				return documentOf(d), err
+			})},
+			{wire.DocGet, JSON(func(ctx context.Context, r wire.DocRef) (wire.Document, error) {
+				d, err := docs.Get(ctx, r.Collection, r.ID)
+				return documentOf(d), err
+			})},
+			{wire.DocDelete, JSON(func(ctx context.Context, r wire.DocRemove) (wire.Empty, error) {
+				return wire.Empty{}, docs.Delete(ctx, r.Collection, r.ID, condOf(r.IfVersion))
+			})},
+			{wire.DocFind, JSON(func(ctx context.Context, r wire.DocQuery) (wire.DocPage, error) {
+				found, next, err := docs.Find(ctx, r.Collection, ports.Query{
+					Where: r.Where, OrderBy: r.OrderBy, Desc: r.Desc, Limit: r.Limit, Cursor: r.Cursor,
+				})
+				page := wire.DocPage{Documents: make([]wire.Document, len(found)), Cursor: next}
+				for i, d := range found {
+					page.Documents[i] = documentOf(d)
+				}
+				return page, err
+			})},
+			{wire.DocCount, JSON(func(ctx context.Context, r wire.DocWhere) (wire.Count, error) {
+				n, err := docs.Count(ctx, r.Collection, r.Where)
+				return wire.Count{Count: n}, err
+			})},
+		},
+	}
+}
+
+// condOf reads if_version: absent is no condition, present (0 included)
+// is the version the stored document must have.
+func condOf(v *uint64) ports.Cond {
+	if v == nil {
+		return ports.Cond{}
+	}
+	return ports.IfVersion(*v)
+}
+
+// documentOf puts a document on the wire; its data is never null, so a
+// reader always finds an object.
+func documentOf(d ports.Document) wire.Document {
+	data := d.Data
+	if data == nil {
+		data = map[string]any{}
+	}
+	return wire.Document{ID: d.ID, Version: d.Version, Data: data}
+}

@@ -1,0 +1,67 @@
+package natsapi
+
+import (
+	"context"
+
+	"github.com/abi-engine/engine/internal/wire"
+	"github.com/abi-engine/engine/ports"
+)
+
+// VectorStore serves a ports.VectorStore as the vector_store service.
+func VectorStore(vs ports.VectorStore) Service {
+	return Service{
+		Name:        ports.ServiceVectorStore,
+		Description: "abi-engine vector store",
+		Endpoints: []Endpoint{
+			{wire.VecCreateCollection, JSON(func(ctx context.Context, r wire.VecCollection) (wire.Empty, error) {
+				return wire.Empty{}, vs.CreateCollection(ctx, r.Name, r.Dimension, ports.Metric(r.Metric))
+			})},
+			{wire.VecDeleteCollection, JSON(func(ctx context.Context, r wire.VecName) (wire.Empty, error) {
+				return wire.Empty{}, vs.DeleteCollection(ctx, r.Name)
+			})},
+			{wire.VecCollections, JSON(func(ctx context.Context, _ wire.Empty) (wire.VecCollectionList, error) {
+				cs, err := vs.Collections(ctx)
+				out := wire.VecCollectionList{Collections: make([]wire.VecCollection, len(cs))}
+				for i, c := range cs {
+					out.Collections[i] = wire.VecCollection{Name: c.Name, Dimension: c.Dimension, Metric: string(c.Metric)}
+				}
+				return out, err
+			})},
+			{wire.VecUpsert, JSON(func(ctx context.Context, r wire.VecWrite) (wire.Empty, error) {
+				vectors := make([]ports.Vector, len(r.Vectors))
+				for i, v := range r.Vectors {
+					vectors[i] = ports.Vector{ID: v.ID, Values: v.Values, Payload: v.Payload}
+				}
+				return wire.Empty{}, vs.Upsert(ctx, r.Collection, vectors)
+			})},
+			{wire.VecSearch, JSON(func(ctx context.Context, r wire.VecQuery) (wire.VecResults, error) {
+				found, err := vs.Search(ctx, r.Collection, r.Vector, r.K, r.Filter)
+				out := wire.VecResults{Results: make([]wire.ScoredVector, len(found))}
+				for i, s := range found {
+					out.Results[i] = wire.ScoredVector{Vector: vectorOf(s.Vector), Score: s.Score}
+				}
+				return out, err
+			})},
+			{wire.VecGet, JSON(func(ctx context.Context, r wire.VecRef) (wire.Vector, error) {
+				v, err := vs.Get(ctx, r.Collection, r.ID)
+				return vectorOf(v), err
+			})},
+			{wire.VecDelete, JSON(func(ctx context.Context, r wire.VecIDs) (wire.Empty, error) {
+				return wire.Empty{}, vs.Delete(ctx, r.Collection, r.IDs)
+			})},
+			{wire.VecCount, JSON(func(ctx context.Context, r wire.VecIn) (wire.Count, error) {
+				n, err := vs.Count(ctx, r.Collection)
+				return wire.Count{Count: n}, err
+			})},
+		},
+	}
+}
+
+// vectorOf puts a vector on the wire; its values are never null.
+func vectorOf(v ports.Vector) wire.Vector {
+	values := v.Values
+	if values == nil {
+		values = []float32{}
+	}
+	return wire.Vector{ID: v.ID, Values: values, Payload: v.Payload}
+}
