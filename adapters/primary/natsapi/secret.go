@@ -1,0 +1,40 @@
+package natsapi
+
+import (
+	"context"
+	"fmt"
+	"unicode/utf8"
+
+	"github.com/abi-engine/engine/internal/wire"
+	"github.com/abi-engine/engine/ports"
+)
+
+// Secret serves a ports.Secrets as the secret service. Serve it only on a
+// host that requires caller tokens: without them anyone on the NATS
+// account could read every secret.
+func Secret(s ports.Secrets) Service {
+	return Service{
+		Name:        ports.ServiceSecret,
+		Description: "abi-engine secrets, for signed callers",
+		Endpoints: []Endpoint{
+			{wire.SecretGet, JSON(func(ctx context.Context, r wire.SecretName) (wire.SecretValue, error) {
+				v, err := s.Get(ctx, r.Name)
+				if err != nil {
+					return wire.SecretValue{}, err
+				}
+				// JSON would hand the caller U+FFFD in place of the bytes: another secret.
+				if !utf8.ValidString(v) {
+					return wire.SecretValue{}, fmt.Errorf("secret %q is not UTF-8 text and cannot be sent", r.Name)
+				}
+				return wire.SecretValue{Value: v}, nil
+			})},
+			{wire.SecretList, JSON(func(ctx context.Context, _ wire.Empty) (wire.SecretNames, error) {
+				names, err := s.List(ctx)
+				if names == nil {
+					names = []string{}
+				}
+				return wire.SecretNames{Names: names}, err
+			})},
+		},
+	}
+}
