@@ -1,0 +1,116 @@
+package natsapi_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/abi-engine/engine/adapters/primary/natsapi"
+	docmemory "github.com/abi-engine/engine/adapters/secondary/document/memory"
+	"github.com/abi-engine/engine/internal/natstest"
+	"github.com/abi-engine/engine/internal/wire"
+	"github.com/abi-engine/engine/ports"
+)
+
+// wireStep is one raw call and the exact answer it must get: the body when
+// code is "", else only the error code.
+type wireStep struct{ op, body, want, code string }
+
+// checkWire sends each step to the service as plain NATS requests, as a
+// client in another language would.
+func checkWire(t *testing.T, nc *nats.Conn, service string, header nats.Header, steps []wireStep) {
+	t.Helper()
+	for _, s := range steps {
+		msg := nats.NewMsg(wire.Subject(service, s.op))
+		msg.Data = []byte(s.body)
+		for k, v := range header {
+			msg.Header[k] = v
+		}
+		reply, err := nc.RequestMsg(msg, 5*time.Second)
+		if err != nil {
+			t.Fatalf("%s %s: %v", s.op, s.body, err)
+		}
+		got, code := string(reply.Data), reply.Header.Get(wire.ErrorCodeHeader)
+		if code != s.code || (s.code == "" && got != s.want) {
+			t.Fatalf("%s %s = %s (code %q %s), want %s (code %q)", s.op, s.body, got, code, reply.Header.Get(wire.ErrorHeader), s.want, s.code)
+		}
+	}
+}
+
+// fuzzService feeds any body to every endpoint of a fresh service: none may
+// panic, and anything refused must be one of the allowed errors.
+func fuzzService(f *testing.F, seeds string, fresh func(t *testing.T) natsapi.Service, allowed ...error) {
+	paths, _ := filepath.Glob(filepath.Join("testdata", seeds, "*.json"))
+	if len(paths) == 0 {
+		f.Fatalf("no seeds under testdata/%s", seeds)
+	}
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		for _, ep := range fresh(t).Endpoints {
+			_, err := ep.Handler(context.Background(), &natsapi.Call{Data: body})
+			if err == nil {
+				continue
+			}
+			ok := false
+			for _, a := range allowed {
+				ok = ok || errors.Is(err, a)
+			}
+			if !ok {
+				t.Fatalf("%s(%q): unexpected error %v", ep.Name, body, err)
+			}
+		}
+	})
+}
+
+func TestTheDocumentWireFormat(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	newHost(t, url, natsapi.Options{}, natsapi.Document(docmemory.New()))
+	checkWire(t, natstest.Connect(t, url), ports.ServiceDocument, nil, []wireStep{
+		{"ensure_collection", `{"name":"c"}`, `{}`, ""},
+		{"collections", ``, `{"collections":["c"]}`, ""},
+		{"put", `{"collection":"c","id":"d","data":{"s":"x","n":1},"if_version":0}`, `{"id":"d","version":1,"data":{"n":1,"s":"x"}}`, ""},
+		{"put", `{"collection":"c","id":"d","data":{},"if_version":0}`, ``, "409"},
+		{"put", `{"collection":"c","id":"d","data":{"s":"y","n":2.5},"if_version":1}`, `{"id":"d","version":2,"data":{"n":2.5,"s":"y"}}`, ""},
+		{"put", `{"collection":"c","id":"e"}`, `{"id":"e","version":1,"data":{}}`, ""},
+		{"get", `{"collection":"c","id":"d"}`, `{"id":"d","version":2,"data":{"n":2.5,"s":"y"}}`, ""},
+		{"get", `{"collection":"c","id":"nope"}`, ``, "404"},
+		{"get", `{"collection":"nope","id":"d"}`, ``, "404"},
+		{"find", `{"collection":"c","where":{"s":"y"}}`, `{"documents":[{"id":"d","version":2,"data":{"n":2.5,"s":"y"}}],"cursor":""}`, ""},
+		{"find", `{"collection":"c","order_by":"n","desc":true,"limit":5}`, `{"documents":[{"id":"d","version":2,"data":{"n":2.5,"s":"y"}},{"id":"e","version":1,"data":{}}],"cursor":""}`, ""},
+		{"count", `{"collection":"c"}`, `{"count":2}`, ""},
+		{"count", `{"collection":"c","where":{"n":2.5}}`, `{"count":1}`, ""},
+		{"delete", `{"collection":"c","id":"d","if_version":1}`, ``, "409"},
+		{"delete", `{"collection":"c","id":"d","if_version":2}`, `{}`, ""},
+		{"delete", `{"collection":"c","id":"d"}`, ``, "404"},
+		{"put", `{"collection":"c","id":"","data":{}}`, ``, "400"},
+		{"find", `{"collection":"c","limit":"5"}`, ``, "400"},
+		{"drop_collection", `{"name":"c"}`, `{}`, ""},
+		{"collections", `{}`, `{"collections":[]}`, ""},
+	})
+}
+
+// FuzzDocumentRequests runs every document endpoint on any body, against a
+// fresh store that has the collection "c".
+func FuzzDocumentRequests(f *testing.F) {
+	fuzzService(f, "document", func(t *testing.T) natsapi.Service {
+		store := docmemory.New()
+		if err := store.EnsureCollection(context.Background(), "c"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := store.Put(context.Background(), "c", "d", map[string]any{"n": 1}, ports.Cond{}); err != nil {
+			t.Fatal(err)
+		}
+		return natsapi.Document(store)
+	}, ports.ErrInvalidArgument, ports.ErrNotFound, ports.ErrConflict)
+}
