@@ -1,0 +1,47 @@
+package natsapi_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/abi-engine/engine/adapters/primary/natsapi"
+	cachememory "github.com/abi-engine/engine/adapters/secondary/cache/memory"
+	"github.com/abi-engine/engine/internal/natstest"
+	"github.com/abi-engine/engine/ports"
+)
+
+func newMemoryCache(tb testing.TB) ports.Cache {
+	tb.Helper()
+	store, err := cachememory.Open(context.Background(), cachememory.Config{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = store.Close() })
+	return store
+}
+
+func TestTheCacheWireFormat(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	newHost(t, url, natsapi.Options{}, natsapi.Cache(newMemoryCache(t)))
+	checkWire(t, natstest.Connect(t, url), ports.ServiceCache, nil, []wireStep{
+		{"set", `{"key":"k","value":"aGk=","ttl_seconds":3600}`, `{}`, ""},
+		{"get", `{"key":"k"}`, `{"value":"aGk="}`, ""},
+		{"get", `{"key":"nope"}`, ``, "404"},
+		{"set_if_absent", `{"key":"k","value":"eA=="}`, `{"set":false}`, ""},
+		{"set_if_absent", `{"key":"j","value":""}`, `{"set":true}`, ""},
+		{"get", `{"key":"j"}`, `{"value":""}`, ""},
+		{"exists", `{"key":"k"}`, `{"exists":true}`, ""},
+		{"delete", `{"key":"k"}`, `{"deleted":true}`, ""},
+		{"delete", `{"key":"k"}`, `{"deleted":false}`, ""},
+		{"exists", `{"key":"k"}`, `{"exists":false}`, ""},
+		{"set", `{"key":"k","value":"aGk=","ttl_seconds":-1}`, ``, "400"},
+	})
+}
+
+// FuzzCacheRequests runs every cache endpoint on any body, against a fresh
+// cache.
+func FuzzCacheRequests(f *testing.F) {
+	fuzzService(f, "cache", func(t *testing.T) natsapi.Service {
+		return natsapi.Cache(newMemoryCache(t))
+	}, ports.ErrInvalidArgument, ports.ErrNotFound)
+}
