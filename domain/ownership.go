@@ -41,6 +41,13 @@ type Option func(*Ownership)
 // Claim, AwaitLease or Release.
 func WithObserver(f func(Transition)) Option { return func(o *Ownership) { o.observe = f } }
 
+// WithHotStandby makes an engine that finds a live holder of its own
+// release (or, without rollout ids, any live holder) stand by instead of
+// failing: it waits with no timeout and takes over once the holder releases
+// the lease or stays silent for a full lease, so a crash costs one lease
+// period rather than a restart.
+func WithHotStandby() Option { return func(o *Ownership) { o.hot = true } }
+
 // WithLogger sets the logger, which should carry the engine's instance id
 // as the engine's own logger does. Without it, slog's default logger is
 // used with the instance id added.
@@ -55,6 +62,7 @@ type Ownership struct {
 	timing  Timing
 	log     *slog.Logger
 	observe func(Transition)
+	hot     bool
 
 	mu         sync.Mutex
 	state      State
@@ -159,7 +167,7 @@ func (o *Ownership) Claim(ctx context.Context, role Role) (Outcome, error) {
 			observed = time.Now()
 			continue
 		}
-		if rollout != "" && rec.Holder.RolloutID != rollout {
+		if rollout != "" && rec.Holder.RolloutID != rollout || o.hot && role == RoleServe {
 			o.mu.Lock()
 			o.record, o.observedAt = rec, observed
 			o.mu.Unlock()
@@ -224,11 +232,14 @@ func (o *Ownership) AwaitLease(ctx context.Context) error {
 			}
 			continue
 		}
-		if rec.Holder.RolloutID == o.me.RolloutID {
+		if rec.Holder.RolloutID == o.me.RolloutID && !o.hot {
 			o.transition(StateIdle, rec)
 			return &HeldError{Holder: rec.Holder}
 		}
 		now := time.Now()
+		if o.hot {
+			deadline = now.Add(o.timing.Lease) // a hot standby waits as long as the holder lives
+		}
 		if !now.Before(deadline) {
 			o.transition(StateIdle, rec)
 			return fmt.Errorf("%w after %v; the lease is still held by %s", ErrStandbyTimedOut, o.timing.StandbyTimeout, rec.Holder)

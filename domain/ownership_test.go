@@ -676,3 +676,68 @@ func TestRoles(t *testing.T) {
 		t.Fatalf("ParseRole(primary) = %v", err)
 	}
 }
+
+func TestAHotStandbyOfTheSameReleaseWaitsAndTakesOverAfterACrash(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.New()
+		a := newEngine(t, store, "a", "v1", testTiming())
+		a.mustServe(t)
+		defer a.kill()
+		timing := testTiming()
+		timing.StandbyTimeout = 2 * L
+		b := newEngine(t, store, "b", "v1", timing)
+		hot, err := domain.NewOwnership(b.store, b.o.Me(), timing, domain.WithHotStandby(),
+			domain.WithObserver(b.record), domain.WithLogger(slog.New(slog.DiscardHandler)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.o = hot
+		defer b.release(t)
+		if out, err := b.claim(t, domain.RoleServe); err != nil || out != domain.OutcomeStandby {
+			t.Fatalf("Claim = %v, %v; want a hot standby", out, err)
+		}
+		done, stop := b.awaitInBackground()
+		defer stop()
+		time.Sleep(5 * L) // past the standby timeout: a hot standby waits on
+		wantState(t, b, domain.StateStandby)
+		crashed := time.Since(b.start)
+		a.store.Cut(true)
+		if err := <-done; err != nil {
+			t.Fatalf("AwaitLease: %v", err)
+		}
+		served, _ := b.when(domain.StateServing)
+		if served-crashed > L || served-crashed < 3*L/4 {
+			t.Fatalf("took over %v after the crash, want one lease after the last renewal", served-crashed)
+		}
+	})
+}
+
+func TestAHotStandbyTakesOverAtRelease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.New()
+		a := newEngine(t, store, "a", "", testTiming())
+		a.mustServe(t)
+		b := newEngine(t, store, "b", "", testTiming())
+		hot, err := domain.NewOwnership(b.store, b.o.Me(), testTiming(), domain.WithHotStandby(),
+			domain.WithObserver(b.record), domain.WithLogger(slog.New(slog.DiscardHandler)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.o = hot
+		defer b.release(t)
+		if out, _ := b.claim(t, domain.RoleServe); out != domain.OutcomeStandby {
+			t.Fatalf("Claim = %v, want a hot standby", out)
+		}
+		done, stop := b.awaitInBackground()
+		defer stop()
+		time.Sleep(L)
+		released := time.Since(b.start)
+		a.release(t)
+		if err := <-done; err != nil {
+			t.Fatalf("AwaitLease: %v", err)
+		}
+		if served, _ := b.when(domain.StateServing); served != released {
+			t.Fatalf("served at %v, want at the release, %v", served, released)
+		}
+	})
+}

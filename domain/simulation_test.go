@@ -195,10 +195,15 @@ func runSlot(ctx context.Context, t *testing.T, s *slot, rng *rand.Rand, timing 
 		me := domain.ThisProcess("sim", rollouts[rng.IntN(len(rollouts))])
 		me.Host = s.name
 		name := s.name + " " + me.InstanceID[:8] + " " + me.RolloutID
-		o, err := domain.NewOwnership(s.store, me, timing, domain.WithLogger(slog.New(slog.DiscardHandler)),
+		opts := []domain.Option{domain.WithLogger(slog.New(slog.DiscardHandler)),
 			domain.WithObserver(func(tr domain.Transition) {
 				log.log("%s: %s at revision %d", name, tr, tr.Record.Revision)
-			}))
+			})}
+		if rng.IntN(3) == 0 {
+			name += " (hot standby)"
+			opts = append(opts, domain.WithHotStandby())
+		}
+		o, err := domain.NewOwnership(s.store, me, timing, opts...)
 		if err != nil {
 			t.Errorf("NewOwnership: %v", err)
 			return
