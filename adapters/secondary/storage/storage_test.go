@@ -250,3 +250,163 @@ func TestOpenOpensInOrderAndCloses(t *testing.T) {
 		t.Fatalf("Close: %v", err)
 	}
 }
+
+func TestCacheTiersAreAsLocalAsTheirService(t *testing.T) {
+	dataDir := filepath.Join(t.TempDir(), "data")
+	err := storage.RegisterCustom(ports.ServiceKeyValue, "far-kv", func(b storage.Block, env storage.Env) (storage.Built, error) {
+		return storage.Built{Declaration: storagepolicy.Declaration{Storage: farStorage{Where: "somewhere here"}}}, nil
+	})
+	if err != nil {
+		t.Fatalf("RegisterCustom: %v", err)
+	}
+	custom := func(shared bool) storage.Block {
+		b := block(ports.ServiceKeyValue, "custom")
+		b.Name, b.SharedStorage = "far-kv", shared
+		return b
+	}
+	pg := block(ports.ServiceKeyValue, "postgres")
+	pg.Config = node(t, `dsn: "postgres://u:p@127.0.0.1:1/none"`)
+	for _, c := range []struct {
+		name    string
+		service storage.Block
+		tier    string
+		want    string
+	}{
+		{"sqlite keyvalue", block(ports.ServiceKeyValue, "sqlite"), "keyvalue", "keyvalue tier on the keyvalue service: SQLite at " + dataDir + "/kv.sqlite"},
+		{"postgres keyvalue", pg, "keyvalue", ""},
+		{"shared custom keyvalue", custom(true), "keyvalue", ""},
+		{"local custom keyvalue", custom(false), "keyvalue", "keyvalue tier on the keyvalue service: somewhere here"},
+		{"localfs objects", block(ports.ServiceObjectStorage, "localfs"), "object_storage", "object_storage tier on the object_storage service: files under " + dataDir + "/objects"},
+		{"memory cache", block(ports.ServiceDocument, "postgres"), "memory", "this process"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			built, err := storage.Build([]storage.Block{c.service, block(ports.ServiceCache, c.tier)}, dataDir)
+			if err != nil {
+				t.Fatalf("Build: %v", err)
+			}
+			d := built[1].Declaration
+			if d.Service != ports.ServiceCache || d.Adapter != c.tier || d.Storage.LocalStorage() != c.want {
+				t.Fatalf("cache declaration %s %s %q, want cache %s %q", d.Service, d.Adapter, d.Storage.LocalStorage(), c.tier, c.want)
+			}
+			err = storagepolicy.Check("r7", storage.Declarations(built[1:]))
+			if c.want == "" && err != nil {
+				t.Fatalf("Check of a tier on a shared service: %v", err)
+			}
+			if c.want != "" && (!errors.Is(err, storagepolicy.ErrLocalBackends) || !strings.Contains(err.Error(), "cache keeps its data in "+c.want)) {
+				t.Fatalf("Check of a local tier: %v", err)
+			}
+		})
+	}
+	if files := listFiles(t, dataDir); files != nil {
+		t.Fatalf("building declarations created %v", files)
+	}
+}
+
+func TestACacheTierNeedsItsService(t *testing.T) {
+	for _, blocks := range [][]storage.Block{
+		{block(ports.ServiceCache, "keyvalue")},
+		{block(ports.ServiceKeyValue, "off"), block(ports.ServiceCache, "keyvalue")},
+		{block(ports.ServiceKeyValue, "memory"), block(ports.ServiceCache, "object_storage")},
+	} {
+		_, err := storage.Build(blocks, ".engine")
+		if !errors.Is(err, domain.ErrInvalidConfig) || !strings.Contains(err.Error(), "services.cache.adapter") || !strings.Contains(err.Error(), "which is off") {
+			t.Errorf("Build %+v: err %v, want the tier's service named as off", blocks, err)
+		}
+	}
+	tiered := block(ports.ServiceCache, "keyvalue")
+	tiered.Config = node(t, "prefix: c/\nttl: 3")
+	_, err := storage.Build([]storage.Block{block(ports.ServiceKeyValue, "memory"), tiered}, ".engine")
+	if !errors.Is(err, domain.ErrInvalidConfig) || !strings.Contains(err.Error(), "services.cache.config.ttl") {
+		t.Fatalf("a tier's settings are not strict: err %v", err)
+	}
+}
+
+func TestCacheTiersOpenOverTheirService(t *testing.T) {
+	for _, c := range []struct {
+		service storage.Block
+		tier    string
+	}{
+		{block(ports.ServiceKeyValue, "memory"), "keyvalue"},
+		{block(ports.ServiceObjectStorage, "memory"), "object_storage"},
+		{block(ports.ServiceDocument, "memory"), "memory"},
+	} {
+		t.Run(c.tier, func(t *testing.T) {
+			tiered := block(ports.ServiceCache, c.tier)
+			if c.tier != "memory" {
+				tiered.Config = node(t, "prefix: tier/")
+			}
+			built, err := storage.Build([]storage.Block{c.service, tiered}, t.TempDir())
+			if err != nil {
+				t.Fatalf("Build: %v", err)
+			}
+			opened, err := storage.Open(t.Context(), built)
+			if err != nil {
+				t.Fatalf("Open: %v", err)
+			}
+			t.Cleanup(func() { _ = storage.Close(opened) })
+			cache, ok := opened[1].Port.(ports.Cache)
+			if !ok {
+				t.Fatalf("cache opened as %T", opened[1].Port)
+			}
+			if err := cache.Set(t.Context(), "k", []byte("v"), 0); err != nil {
+				t.Fatalf("Set: %v", err)
+			}
+			if v, err := cache.Get(t.Context(), "k"); err != nil || string(v) != "v" {
+				t.Fatalf("Get = %q, %v", v, err)
+			}
+			switch under := opened[0].Port.(type) {
+			case ports.KeyValue:
+				keys, _, err := under.ListKeys(t.Context(), "tier/", 10, "")
+				if err != nil || len(keys) != 1 {
+					t.Fatalf("the entry is not in the keyvalue service under the tier's prefix: %q, %v", keys, err)
+				}
+			case ports.ObjectStorage:
+				keys, _, err := under.List(t.Context(), "tier/", 10, "")
+				if err != nil || len(keys) != 1 {
+					t.Fatalf("the entry is not in the object store under the tier's prefix: %v, %v", keys, err)
+				}
+			}
+		})
+	}
+}
+
+func TestSecretSources(t *testing.T) {
+	path := filepath.Join(t.TempDir(), ".env")
+	if err := os.WriteFile(path, []byte("DB_PASSWORD=from-file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("ABI_TEST_REGISTRY_DB_PASSWORD", "from-env")
+	env := block(ports.ServiceSecret, "env")
+	env.Config = node(t, "prefix: ABI_TEST_REGISTRY_")
+	dotenv := block(ports.ServiceSecret, "dotenv")
+	dotenv.Key = "services.secret[1]"
+	dotenv.Config = node(t, "path: "+path)
+	built, err := storage.Build([]storage.Block{env, dotenv}, t.TempDir())
+	if err != nil {
+		t.Fatalf("Build: %v", err)
+	}
+	for _, d := range storage.Declarations(built) {
+		if d.Storage.LocalStorage() != "" {
+			t.Fatalf("secret source %s declares %q, want \"\"", d.Adapter, d.Storage.LocalStorage())
+		}
+	}
+	opened, err := storage.Open(t.Context(), built)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { _ = storage.Close(opened) })
+	for i, want := range []string{"from-env", "from-file"} {
+		s, ok := opened[i].Port.(ports.Secrets)
+		if !ok {
+			t.Fatalf("secret source %d opened as %T", i, opened[i].Port)
+		}
+		if v, err := s.Get(t.Context(), "DB_PASSWORD"); err != nil || v != want {
+			t.Fatalf("secret source %d: Get = %q, %v; want %q", i, v, err, want)
+		}
+	}
+	bad := block(ports.ServiceSecret, "dotenv")
+	bad.Config = node(t, "file: x")
+	if _, err := storage.Build([]storage.Block{bad}, "."); !errors.Is(err, domain.ErrInvalidConfig) || !strings.Contains(err.Error(), "services.secret.config.file") {
+		t.Fatalf("dotenv with an unknown key: err %v", err)
+	}
+}
