@@ -7,6 +7,7 @@ import (
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxevent"
 
+	"github.com/abi-engine/engine/adapters/secondary/storage"
 	"github.com/abi-engine/engine/app/config"
 	"github.com/abi-engine/engine/domain"
 )
@@ -20,22 +21,62 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// New builds the engine's fx application. Every log line carries the
-// engine's instance id.
-func New(o Options) *fx.App {
+// AsModule provides a module constructor to the engine: f returns a type
+// that implements Module.
+func AsModule(f any) fx.Option {
+	return fx.Provide(fx.Annotate(f, fx.As(new(Module)), fx.ResultTags(`group:"modules"`)))
+}
+
+// engineIn is what the engine's constructor takes from the graph.
+type engineIn struct {
+	fx.In
+	Config     *config.Config
+	Holder     domain.Holder
+	Logger     *slog.Logger
+	Storage    []storage.Built
+	Modules    []Module `group:"modules"`
+	Options    Options
+	Shutdowner fx.Shutdowner
+}
+
+func newEngine(in engineIn) *Engine {
+	return NewEngine(EngineParams{
+		Config: in.Config, Holder: in.Holder, Logger: in.Logger, Storage: in.Storage,
+		Modules: in.Modules, Embed: in.Options.Embed,
+		Shutdown: func(code int) { _ = in.Shutdowner.Shutdown(fx.ExitCode(code)) },
+	})
+}
+
+// Graph is the engine's fx graph without its logger and timeouts: the
+// configuration, the shared-backend check (an Invoke, so a refused rollout
+// fails fx.New before anything opens), and the engine's lifecycle. Extra
+// options, such as modules, are added to it.
+func Graph(o Options, extra ...fx.Option) fx.Option {
 	me := domain.ThisProcess(o.Version, o.Config.NATS.Engine.RolloutID)
-	log := o.Logger.With("instance", me.InstanceID)
+	return fx.Options(
+		fx.Supply(o, o.Config, me, o.Logger.With("instance", me.InstanceID)),
+		fx.Provide(BuildStorage, newEngine),
+		fx.Invoke(CheckStorage),
+		fx.Invoke(func(lc fx.Lifecycle, e *Engine) { lc.Append(fx.StartStopHook(e.Start, e.Stop)) }),
+		fx.Options(extra...),
+	)
+}
+
+// New builds the engine's fx application.
+func New(o Options, extra ...fx.Option) *fx.App {
 	timing := o.Config.Timing()
 	return fx.New(
-		fx.Supply(EngineParams{Config: o.Config, Holder: me, Logger: log, Embed: o.Embed}),
-		Module,
+		Graph(o, extra...),
 		// A claim may watch the holder for a whole lease; a stop may drain
 		// for the drain period and then release.
 		fx.StartTimeout(timing.Lease+30*time.Second),
 		fx.StopTimeout(timing.Drain+timing.Lease+30*time.Second),
-		fx.WithLogger(func() fxevent.Logger {
+		fx.WithLogger(func(log *slog.Logger) fxevent.Logger {
+			// fx's own account of the graph is for debugging; failures reach
+			// the command as errors and are reported there once.
 			l := &fxevent.SlogLogger{Logger: log}
 			l.UseLogLevel(slog.LevelDebug)
+			l.UseErrorLevel(slog.LevelDebug)
 			return l
 		}),
 	)

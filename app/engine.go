@@ -1,6 +1,7 @@
-// Package app wires the engine: configuration, the shared-backend check,
-// the claim on the ownership lease, and what follows from its outcome. The
-// order of the lifecycle is the design: nothing opens before the claim.
+// Package app wires the engine. The order of its lifecycle is the design:
+// the configuration is checked, then the shared-backend check runs, then
+// the engine claims the lease, and only then does anything open: backends,
+// the kernel services, jobs and modules, as the claim decided.
 package app
 
 import (
@@ -8,68 +9,96 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"regexp"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
-	"go.uber.org/fx"
 
+	"github.com/abi-engine/engine/adapters/primary/natsapi"
 	"github.com/abi-engine/engine/adapters/secondary/lease/jetstream"
+	"github.com/abi-engine/engine/adapters/secondary/natsclient"
 	"github.com/abi-engine/engine/adapters/secondary/natsconn"
 	"github.com/abi-engine/engine/adapters/secondary/natsserver"
+	"github.com/abi-engine/engine/adapters/secondary/storage"
 	"github.com/abi-engine/engine/app/config"
 	"github.com/abi-engine/engine/domain"
+	"github.com/abi-engine/engine/internal/callerauth"
 )
 
 // Exit codes of the engine process.
 const (
 	// ExitLeaseLost: another engine took the lease, or a standby gave up.
 	ExitLeaseLost = 1
+	// ExitConnectionLost: the NATS connection closed for good.
+	ExitConnectionLost = 1
 )
 
-// Engine is one engine process's part on its NATS account. Start and Stop
-// are plain methods; Module hooks them into an fx lifecycle.
-type Engine struct {
-	cfg      *config.Config
-	me       domain.Holder
-	log      *slog.Logger
-	embed    bool
-	shutdown func(code int)
-
-	mu        sync.Mutex
-	broker    *server.Server
-	url       string
-	leaseConn *nats.Conn
-	ownership *domain.Ownership
-	outcome   domain.Outcome
-	stopWait  context.CancelFunc
-	waiting   chan struct{}
-}
+// connectionLostGrace is how long a graceful stop may take after the NATS
+// connection closed for good before the process exits regardless: an
+// engine must never stay up without its broker.
+const connectionLostGrace = 20 * time.Second
 
 // EngineParams build an Engine.
 type EngineParams struct {
 	Config *config.Config
 	Holder domain.Holder
 	Logger *slog.Logger
+	// Storage is every service's adapter, resolved and checked, unopened.
+	Storage []storage.Built
+	// Modules run next to the kernel services.
+	Modules []Module
 	// Embed runs a nats-server in the process when none answers at the
 	// configured URL. Only the no-configuration start sets it.
 	Embed bool
-	// Shutdown stops the process with an exit code; the lease calls it when
-	// it is lost and when a standby gives up.
+	// Shutdown stops the process gracefully with an exit code.
 	Shutdown func(code int)
+	// Exit ends the process at once; os.Exit when nil.
+	Exit func(code int)
+}
+
+// Engine is one engine process's part on its NATS account. Start and Stop
+// are plain methods; the fx lifecycle calls them.
+type Engine struct {
+	p        EngineParams
+	log      *slog.Logger
+	jobs     *Jobs
+	stopping atomic.Bool
+
+	mu          sync.Mutex
+	broker      *server.Server
+	url         string
+	session     *nats.Conn // replies, owner subjects and the facades
+	leaseConn   *nats.Conn // the lease's own, so a busy endpoint never delays a renewal
+	ownership   *domain.Ownership
+	outcome     domain.Outcome
+	local       *local
+	host        *natsapi.Host
+	services    Services
+	started     []Module
+	transitions chan domain.Transition
+	reacted     chan struct{}
+	stopWait    context.CancelFunc
+	waiting     chan struct{}
 }
 
 // NewEngine returns an engine that has not started.
 func NewEngine(p EngineParams) *Engine {
-	return &Engine{cfg: p.Config, me: p.Holder, log: p.Logger, embed: p.Embed, shutdown: p.Shutdown}
+	if p.Exit == nil {
+		p.Exit = os.Exit
+	}
+	return &Engine{p: p, log: p.Logger, jobs: NewJobs(p.Logger)}
 }
 
 // Me is the holder this engine writes into the lease.
-func (e *Engine) Me() domain.Holder { return e.me }
+func (e *Engine) Me() domain.Holder { return e.p.Holder }
 
-// Ownership is the lease state machine; nil for a client engine.
+// Ownership is the lease's state machine; nil for a client engine.
 func (e *Engine) Ownership() *domain.Ownership {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -83,6 +112,16 @@ func (e *Engine) Outcome() domain.Outcome {
 	return e.outcome
 }
 
+// Services are the kernel services as modules see them.
+func (e *Engine) Services() Services {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.services
+}
+
+// Jobs is the engine's job host.
+func (e *Engine) Jobs() *Jobs { return e.jobs }
+
 // URL is the NATS URL the engine uses.
 func (e *Engine) URL() string {
 	e.mu.Lock()
@@ -90,71 +129,248 @@ func (e *Engine) URL() string {
 	return e.url
 }
 
-// Start reaches the broker and claims the lease. A serving engine then
-// keeps it; a standby waits for it in the background; a client never
-// touches it.
+// Ready reports whether the engine does its part: serving, standing by, or
+// a client. It is not ready while it claims, when fenced, or when stopping.
+func (e *Engine) Ready() bool {
+	if e.stopping.Load() {
+		return false
+	}
+	e.mu.Lock()
+	o, outcome, started := e.ownership, e.outcome, e.services != (Services{}) || e.session != nil
+	e.mu.Unlock()
+	if !started {
+		return false
+	}
+	if o == nil || outcome == domain.OutcomeClient {
+		return e.session != nil
+	}
+	switch o.State() {
+	case domain.StateServing, domain.StateStandby:
+		return true
+	}
+	return false
+}
+
+// connect opens a NATS connection. A lasting one (session, lease) stops the
+// engine when it closes for good; the accepting connection is closed by the
+// engine itself at every fence and handover, so it does not.
+func (e *Engine) connect(name string, lasting bool) (*nats.Conn, error) {
+	c := e.p.Config.NATS.Credentials
+	o := natsconn.Options{
+		URL: e.url, Name: name + " " + e.p.Holder.InstanceID,
+		CredsFile: c.CredsFile, NkeySeedFile: c.NkeySeedFile, User: c.User, Password: c.Password,
+		Token: c.Token, CA: c.TLS.CA, Cert: c.TLS.Cert, Key: c.TLS.Key,
+	}
+	if lasting {
+		o.ClosedHandler = e.connectionClosed
+	}
+	return natsconn.Connect(o)
+}
+
+// connectionClosed stops the process when a connection closes for good
+// while the engine runs, and ends it outright if stopping takes too long.
+func (e *Engine) connectionClosed(nc *nats.Conn) {
+	if e.stopping.Load() {
+		return
+	}
+	e.log.Error("the NATS connection closed for good; stopping", "connection", nc.Opts.Name, "err", nc.LastError())
+	time.AfterFunc(connectionLostGrace, func() {
+		e.log.Error("stop took too long without NATS; exiting")
+		e.p.Exit(ExitConnectionLost)
+	})
+	e.p.Shutdown(ExitConnectionLost)
+}
+
+// Start reaches the broker, claims the lease and starts what the claim
+// decided. Nothing opens before the claim.
 func (e *Engine) Start(ctx context.Context) (err error) {
 	defer func() {
 		if err != nil {
-			e.closeConnections()
+			e.stopping.Store(true)
+			e.closeAll()
 		}
 	}()
-	url := e.cfg.NATS.URL
-	if e.embed && !natsserver.Answers(url, 500*time.Millisecond) {
-		hostport := strings.TrimPrefix(url, "nats://")
-		s, err := natsserver.Start(hostport, e.cfg.DataDir)
+	cfg := e.p.Config
+	e.url = cfg.NATS.URL
+	if e.p.Embed && !natsserver.Answers(e.url, 500*time.Millisecond) {
+		s, err := natsserver.Start(strings.TrimPrefix(e.url, "nats://"), cfg.DataDir)
 		if err != nil {
 			return err
 		}
 		e.broker = s
-		e.log.Info("no NATS server answered; embedded one", "url", url, "data", e.cfg.DataDir)
+		e.log.Info("no NATS server answered; embedded one", "url", e.url, "data", cfg.DataDir)
 	}
-	e.url = url
-	role := e.cfg.Role()
-	if role == domain.RoleClient {
-		e.outcome = domain.OutcomeClient
-		e.report(nil)
-		return nil
+	if e.session, err = e.connect("abi-engine", true); err != nil {
+		return err
 	}
 
-	cred := e.cfg.NATS.Credentials
-	nc, err := natsconn.Connect(natsconn.Options{
-		URL: url, Name: "abi-engine lease " + e.me.InstanceID,
-		CredsFile: cred.CredsFile, NkeySeedFile: cred.NkeySeedFile, User: cred.User, Password: cred.Password,
-		Token: cred.Token, CA: cred.TLS.CA, Cert: cred.TLS.Cert, Key: cred.TLS.Key,
-	})
+	role := cfg.Role()
+	if role == domain.RoleClient {
+		return e.startClient(ctx)
+	}
+	if e.leaseConn, err = e.connect("abi-engine lease", true); err != nil {
+		return err
+	}
+	lease, err := jetstream.Open(ctx, e.leaseConn, jetstream.Options{Replicas: cfg.NATS.Engine.BucketReplicas})
 	if err != nil {
 		return err
 	}
-	e.leaseConn = nc
-	lease, err := jetstream.Open(ctx, nc, jetstream.Options{Replicas: e.cfg.NATS.Engine.BucketReplicas})
+	transitions := make(chan domain.Transition, 64)
+	e.transitions, e.reacted = transitions, make(chan struct{})
+	opts := []domain.Option{domain.WithLogger(e.log), domain.WithObserver(func(tr domain.Transition) { transitions <- tr })}
+	if cfg.NATS.Engine.HotStandby {
+		opts = append(opts, domain.WithHotStandby())
+	}
+	o, err := domain.NewOwnership(lease, e.p.Holder, cfg.Timing(), opts...)
 	if err != nil {
 		return err
 	}
-	o, err := domain.NewOwnership(lease, e.me, e.cfg.Timing(), domain.WithLogger(e.log))
-	if err != nil {
-		return err
-	}
+	go e.react(transitions)
+	e.mu.Lock()
+	e.ownership = o
+	e.mu.Unlock()
+
 	outcome, err := o.Claim(ctx, role)
 	if err != nil {
 		return err
 	}
 	e.mu.Lock()
-	e.ownership, e.outcome = o, outcome
+	e.outcome = outcome
 	e.mu.Unlock()
-	e.report(o)
-
 	switch outcome {
+	case domain.OutcomeClient:
+		return e.startClient(ctx)
 	case domain.OutcomeServe:
-		go e.watchLost(o)
+		if err := e.openAndServe(ctx, true); err != nil {
+			return err
+		}
 	case domain.OutcomeStandby:
+		if err := e.openAndServe(ctx, false); err != nil {
+			return err
+		}
 		wctx, cancel := context.WithCancel(context.Background())
 		e.stopWait, e.waiting = cancel, make(chan struct{})
 		go e.awaitLease(wctx, o)
-	case domain.OutcomeClient:
-		// auto found a live engine: this one uses it and holds nothing.
+	}
+	e.report()
+	return nil
+}
+
+// startClient gives the modules facades and opens nothing.
+func (e *Engine) startClient(ctx context.Context) error {
+	e.mu.Lock()
+	e.outcome = domain.OutcomeClient
+	e.mu.Unlock()
+	if err := e.startModules(ctx); err != nil {
+		return err
+	}
+	e.report()
+	return nil
+}
+
+// openAndServe opens the backends and builds the kernel services; a serving
+// engine answers on them and runs its jobs at once, a standby once it has
+// the lease. Modules start either way: they use facades.
+func (e *Engine) openAndServe(ctx context.Context, serve bool) error {
+	l, err := openLocal(ctx, e.p.Storage)
+	if err != nil {
+		return err
+	}
+	o := e.Ownership()
+	var secret []byte
+	if s := e.p.Config.NATS.CallerSecret; s != "" {
+		secret = []byte(s)
+	}
+	services := append(l.kernelServices(), natsapi.Engine(e.p.Holder, o.State))
+	host, err := natsapi.NewHost(natsapi.Options{
+		Owner:        e.p.Holder.InstanceID,
+		Connect:      func() (*nats.Conn, error) { return e.connect("abi-engine accept", false) },
+		Replies:      e.session,
+		MayServe:     o.MayServe,
+		CallerSecret: secret,
+		Logger:       e.log,
+		Version:      microVersion(e.p.Holder.Version),
+	}, services...)
+	if err != nil {
+		return errors.Join(err, l.close())
+	}
+	for _, j := range l.sweepJobs() {
+		e.jobs.Register(j)
+	}
+	e.mu.Lock()
+	e.local, e.host = l, host
+	e.mu.Unlock()
+	if serve {
+		if err := host.Serve(); err != nil {
+			return err
+		}
+		e.jobs.Start()
+	}
+	return e.startModules(ctx)
+}
+
+func (e *Engine) startModules(ctx context.Context) error {
+	var signer *callerauth.Signer
+	if s := e.p.Config.NATS.CallerSecret; s != "" {
+		signer = callerauth.NewSigner([]byte(s), "engine "+e.p.Holder.InstanceID)
+	}
+	var opts []natsclient.Option
+	if signer != nil {
+		opts = append(opts, natsclient.WithSigner(signer))
+	}
+	svc := facades(natsclient.New(e.session, opts...), e.p.Config)
+	e.mu.Lock()
+	e.services = svc
+	e.mu.Unlock()
+	for _, m := range e.p.Modules {
+		for _, need := range m.Needs() {
+			if !svc.has(need) {
+				return fmt.Errorf("module %s needs the %s service, which is switched off", m.Name(), need)
+			}
+		}
+	}
+	env := ModuleEnv{Services: svc, Jobs: e.jobs, Logger: e.log}
+	for _, m := range e.p.Modules {
+		if err := m.Start(ctx, env); err != nil {
+			return fmt.Errorf("start module %s: %w", m.Name(), err)
+		}
+		e.mu.Lock()
+		e.started = append(e.started, m)
+		e.mu.Unlock()
 	}
 	return nil
+}
+
+// react carries out what the lease decides: serve when it is ours, stop
+// serving at once when fenced, stop the process when it is lost.
+func (e *Engine) react(transitions <-chan domain.Transition) {
+	defer close(e.reacted)
+	for tr := range transitions {
+		e.mu.Lock()
+		host := e.host
+		e.mu.Unlock()
+		switch tr.To {
+		case domain.StateServing:
+			if host == nil || e.stopping.Load() {
+				continue
+			}
+			if err := host.Serve(); err != nil {
+				e.log.Error("cannot serve the kernel services", "err", err)
+				e.p.Shutdown(ExitLeaseLost)
+				continue
+			}
+			e.jobs.Start()
+		case domain.StateFenced, domain.StateLost:
+			e.jobs.Stop()
+			if host != nil {
+				host.Fence()
+			}
+			if tr.To == domain.StateLost && !e.stopping.Load() {
+				e.log.Error("another engine took the lease; stopping")
+				e.p.Shutdown(ExitLeaseLost)
+			}
+		}
+	}
 }
 
 func (e *Engine) awaitLease(ctx context.Context, o *domain.Ownership) {
@@ -166,58 +382,111 @@ func (e *Engine) awaitLease(ctx context.Context, o *domain.Ownership) {
 		e.outcome = domain.OutcomeServe
 		e.mu.Unlock()
 		e.log.Info("standby took over the lease; serving")
-		go e.watchLost(o)
 	case ctx.Err() != nil:
 	default:
 		e.log.Error("standby stops", "err", err)
-		e.shutdown(ExitLeaseLost)
+		e.p.Shutdown(ExitLeaseLost)
 	}
 }
 
-func (e *Engine) watchLost(o *domain.Ownership) {
-	<-o.Lost()
-	e.log.Error("another engine took the lease; stopping")
-	e.shutdown(ExitLeaseLost)
-}
-
-// report prints where the engine stands, once, at start.
-func (e *Engine) report(o *domain.Ownership) {
+// report prints, once, where the engine stands.
+func (e *Engine) report() {
 	state := "client"
-	if o != nil {
+	if o := e.Ownership(); o != nil && e.Outcome() != domain.OutcomeClient {
 		state = o.State().String()
 	}
-	e.log.Info("engine started",
-		"role", e.cfg.Role().String(),
+	attrs := []any{
+		"role", e.p.Config.Role().String(),
 		"state", state,
-		"rollout", e.me.RolloutID,
+		"rollout", e.p.Holder.RolloutID,
 		"nats", e.url,
-		"data_dir", e.cfg.DataDir)
+		"http", e.p.Config.HTTP.Listen,
+	}
+	if e.Outcome() != domain.OutcomeClient {
+		for _, b := range e.p.Storage {
+			d := b.Declaration
+			where := "shared"
+			switch {
+			case d.Off:
+				where = "off"
+			case d.Storage != nil && d.Storage.LocalStorage() != "":
+				where = d.Storage.LocalStorage()
+			}
+			attrs = append(attrs, d.Service, d.Adapter+": "+where)
+		}
+	}
+	e.log.Info("engine started", attrs...)
 }
 
-// Stop releases the lease so a standby takes over at once, then closes
-// what Start opened, the embedded broker last.
+// Stop hands over: jobs stop, the lease is released (a standby takes it at
+// once), the engine stops accepting calls, answers those it received within
+// the drain period, then closes everything, the embedded broker last.
 func (e *Engine) Stop(ctx context.Context) error {
-	var errs []error
+	e.stopping.Store(true)
 	if e.stopWait != nil {
 		e.stopWait()
 		<-e.waiting
 	}
+	e.jobs.Stop()
+	var errs []error
 	if o := e.Ownership(); o != nil {
 		if err := o.Release(ctx); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	e.closeConnections()
+	e.mu.Lock()
+	host := e.host
+	e.mu.Unlock()
+	if host != nil {
+		dctx, cancel := context.WithTimeout(ctx, e.p.Config.Timing().Drain)
+		finished, err := natsapi.Drain(dctx, host)
+		cancel()
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if !finished {
+			e.log.Warn("drain deadline passed; calls still running were cancelled", "drain", e.p.Config.Timing().Drain)
+		}
+	}
+	e.mu.Lock()
+	started := e.started
+	e.mu.Unlock()
+	for _, m := range slices.Backward(started) {
+		if err := m.Stop(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("stop module %s: %w", m.Name(), err))
+		}
+	}
+	e.closeAll()
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("stop engine: %w", err)
 	}
+	e.log.Info("engine stopped")
 	return nil
 }
 
-// closeConnections closes the lease's connection, then the embedded broker.
-func (e *Engine) closeConnections() {
-	if e.leaseConn != nil {
-		e.leaseConn.Close()
+// closeAll closes backends and connections, the embedded broker last.
+func (e *Engine) closeAll() {
+	e.mu.Lock()
+	l, host, transitions := e.local, e.host, e.transitions
+	e.transitions = nil
+	e.mu.Unlock()
+	if host != nil {
+		host.Stop()
+	}
+	if o := e.Ownership(); o != nil {
+		_ = o.Release(context.Background()) // nothing when already released
+	}
+	if transitions != nil {
+		close(transitions)
+		<-e.reacted
+	}
+	if err := l.close(); err != nil {
+		e.log.Warn("closing backends", "err", err)
+	}
+	for _, nc := range []*nats.Conn{e.session, e.leaseConn} {
+		if nc != nil {
+			nc.Close()
+		}
 	}
 	if e.broker != nil {
 		e.broker.Shutdown()
@@ -225,14 +494,25 @@ func (e *Engine) closeConnections() {
 	}
 }
 
-// Module provides the Engine and hooks it into the fx lifecycle; supply
-// EngineParams without Shutdown, which comes from fx.
-var Module = fx.Module("engine",
-	fx.Provide(func(p EngineParams, sd fx.Shutdowner) *Engine {
-		p.Shutdown = func(code int) { _ = sd.Shutdown(fx.ExitCode(code)) }
-		return NewEngine(p)
-	}),
-	fx.Invoke(func(lc fx.Lifecycle, e *Engine) {
-		lc.Append(fx.StartStopHook(e.Start, e.Stop))
-	}),
-)
+var semver = regexp.MustCompile(`^\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?$`)
+
+// microVersion is the version NATS micro reports, which must be SemVer: a
+// build without one ("dev") reports 0.0.0-dev.
+func microVersion(v string) string {
+	if semver.MatchString(v) {
+		return v
+	}
+	clean := strings.Map(func(r rune) rune {
+		if r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r == '.' || r == '-' {
+			return r
+		}
+		return '-'
+	}, strings.TrimPrefix(v, "v"))
+	if semver.MatchString(clean) {
+		return clean
+	}
+	if clean == "" {
+		clean = "unknown"
+	}
+	return "0.0.0-" + clean
+}

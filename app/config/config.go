@@ -73,6 +73,9 @@ type Engine struct {
 	// BucketReplicas is the lease bucket's replica count: 1, or 3 on a
 	// clustered JetStream.
 	BucketReplicas int `yaml:"bucket_replicas"`
+	// HotStandby makes an engine that finds a live holder wait, backends
+	// open, instead of failing, and take over when the holder dies.
+	HotStandby bool `yaml:"hot_standby"`
 }
 
 // HTTP is the HTTP API's listener.

@@ -1,6 +1,11 @@
-// Command engine runs an abi-engine: with no flags, a single engine on
-// embedded defaults (a nats-server in the process when none answers on
-// 127.0.0.1:4222, every service on local files under ./.engine).
+// Command engine runs an abi-engine and talks to one.
+//
+//	engine [serve] [--config engine.yaml] [--data-dir DIR] [--nats-url URL]
+//	engine config check [--config engine.yaml]
+//
+// With no flags it runs a single engine on embedded defaults: a nats-server
+// in the process when none answers on 127.0.0.1:4222, and every service on
+// local files under ./.engine.
 package main
 
 import (
@@ -15,6 +20,8 @@ import (
 	"syscall"
 	"time"
 
+	"go.uber.org/dig"
+
 	"github.com/abi-engine/engine/app"
 	"github.com/abi-engine/engine/app/config"
 )
@@ -22,30 +29,60 @@ import (
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
 
-func main() { os.Exit(run(os.Args[1:], os.Stderr)) }
+// Exit codes: 0 ok, 1 error, 2 usage.
+const (
+	exitOK    = 0
+	exitError = 1
+	exitUsage = 2
+)
 
-// run is the whole command; it returns the exit code: 0 ok, 1 error, 2 usage.
-func run(args []string, stderr io.Writer) int {
-	fs := flag.NewFlagSet("engine", flag.ContinueOnError)
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+// run is the whole command; it returns the exit code.
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] != "" && args[0][0] != '-' {
+		switch args[0] {
+		case "serve":
+			return serve(args[1:], stderr)
+		case "config":
+			return configCommand(args[1:], stdout, stderr)
+		}
+		fmt.Fprintf(stderr, "engine: unknown command %q (want serve or config)\n", args[0])
+		return exitUsage
+	}
+	return serve(args, stderr)
+}
+
+// parse parses flags; ok is false with the exit code when the command
+// should stop (help asked, or a usage error).
+func parse(fs *flag.FlagSet, args []string, stderr io.Writer) (code int, ok bool) {
 	fs.SetOutput(stderr)
-	configPath := fs.String("config", "", "engine.yaml to load (none: embedded defaults)")
-	dataDir := fs.String("data-dir", "", "directory for local data, overriding data_dir")
-	natsURL := fs.String("nats-url", "", "NATS URL, overriding nats.url and NATS_URL")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return 0
+			return exitOK, false
 		}
-		return 2
+		return exitUsage, false
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "engine: unexpected argument %q\n", fs.Arg(0))
-		return 2
+		return exitUsage, false
+	}
+	return 0, true
+}
+
+func serve(args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("engine serve", flag.ContinueOnError)
+	configPath := fs.String("config", "", "engine.yaml to load (none: embedded defaults)")
+	dataDir := fs.String("data-dir", "", "directory for local data, overriding data_dir")
+	natsURL := fs.String("nats-url", "", "NATS URL, overriding nats.url and NATS_URL")
+	if code, ok := parse(fs, args, stderr); !ok {
+		return code
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	cfg, err := config.Load(*configPath)
 	if err != nil {
 		fmt.Fprintf(stderr, "engine: %v\n", err)
-		return 1
+		return exitError
 	}
 	if *dataDir != "" {
 		cfg.DataDir = *dataDir
@@ -57,8 +94,8 @@ func run(args []string, stderr io.Writer) int {
 
 	a := app.New(app.Options{Config: cfg, Version: version, Embed: embed, Logger: log})
 	if err := a.Err(); err != nil {
-		fmt.Fprintf(stderr, "engine: %v\n", err)
-		return 1
+		fmt.Fprintf(stderr, "engine: %v\n", dig.RootCause(err))
+		return exitError
 	}
 	// Signals are ours from before the start, so one that arrives while the
 	// engine claims the lease ends the claim instead of killing the process.
@@ -67,10 +104,10 @@ func run(args []string, stderr io.Writer) int {
 	startCtx, cancel := context.WithTimeout(signalled, a.StartTimeout())
 	defer cancel()
 	if err := a.Start(startCtx); err != nil {
-		fmt.Fprintf(stderr, "engine: %v\n", err)
-		return 1
+		fmt.Fprintf(stderr, "engine: %v\n", dig.RootCause(err))
+		return exitError
 	}
-	code := 0
+	code := exitOK
 	select {
 	case <-signalled.Done():
 		log.Info("stopping on a signal")
@@ -81,8 +118,54 @@ func run(args []string, stderr io.Writer) int {
 	stopCtx, cancelStop := context.WithTimeout(context.Background(), a.StopTimeout()+5*time.Second)
 	defer cancelStop()
 	if err := a.Stop(stopCtx); err != nil {
-		fmt.Fprintf(stderr, "engine: %v\n", err)
-		return 1
+		fmt.Fprintf(stderr, "engine: %v\n", dig.RootCause(err))
+		return exitError
 	}
 	return code
+}
+
+// configCommand: `engine config check` validates a configuration and prints
+// it resolved, secrets masked, with where each service keeps its data.
+func configCommand(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] != "check" {
+		fmt.Fprintln(stderr, "usage: engine config check [--config engine.yaml]")
+		return exitUsage
+	}
+	fs := flag.NewFlagSet("engine config check", flag.ContinueOnError)
+	configPath := fs.String("config", "", "engine.yaml to check (none: the defaults)")
+	if code, ok := parse(fs, args[1:], stderr); !ok {
+		return code
+	}
+	cfg, err := config.Load(*configPath)
+	if err != nil {
+		fmt.Fprintf(stderr, "engine: %v\n", err)
+		return exitError
+	}
+	built, err := app.BuildStorage(cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "engine: %v\n", err)
+		return exitError
+	}
+	if err := app.CheckStorage(cfg, built); err != nil {
+		fmt.Fprintf(stderr, "engine: %v\n", err)
+		return exitError
+	}
+	out, err := cfg.Masked().YAML()
+	if err != nil {
+		fmt.Fprintf(stderr, "engine: %v\n", err)
+		return exitError
+	}
+	fmt.Fprintf(stdout, "# configuration is valid\n%s# where each service keeps its data\n", out)
+	for _, b := range built {
+		d := b.Declaration
+		where := "shared: every engine reaches it"
+		switch {
+		case d.Off:
+			where = "switched off"
+		case d.Storage != nil && d.Storage.LocalStorage() != "":
+			where = "on this host: " + d.Storage.LocalStorage()
+		}
+		fmt.Fprintf(stdout, "#   %s (%s): %s\n", d.Service, d.Adapter, where)
+	}
+	return exitOK
 }

@@ -28,14 +28,22 @@ type Options struct {
 	ClosedHandler func(*nats.Conn)
 }
 
-// Connect dials the broker. It keeps reconnecting for a minute after a
-// lost connection before it gives up and calls ClosedHandler.
+// Reconnection: a lost connection is retried every second for about ten
+// seconds; then it closes for good and ClosedHandler runs. A serving
+// engine has fenced itself by then (half a lease), and a process that
+// stays up without its broker helps nobody.
+const (
+	ReconnectWait = time.Second
+	MaxReconnects = 10
+)
+
+// Connect dials the broker.
 func Connect(o Options) (*nats.Conn, error) {
 	opts := []nats.Option{
 		nats.Name(o.Name),
 		nats.Timeout(5 * time.Second),
-		nats.MaxReconnects(60),
-		nats.ReconnectWait(time.Second),
+		nats.MaxReconnects(MaxReconnects),
+		nats.ReconnectWait(ReconnectWait),
 	}
 	if o.ClosedHandler != nil {
 		opts = append(opts, nats.ClosedHandler(o.ClosedHandler))

@@ -1,0 +1,58 @@
+package app
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/abi-engine/engine/ports"
+)
+
+// Services are the kernel services as a module sees them: always clients
+// of the serving engine, so a standby's modules reach the old engine until
+// the handover. A service switched off is nil.
+type Services struct {
+	KeyValue      ports.KeyValue
+	Document      ports.DocumentStore
+	ObjectStorage ports.ObjectStorage
+	VectorStore   ports.VectorStore
+	Cache         ports.Cache
+	Secrets       ports.Secrets
+}
+
+// has reports whether the named service is there.
+func (s Services) has(name string) bool {
+	switch name {
+	case ports.ServiceKeyValue:
+		return s.KeyValue != nil
+	case ports.ServiceDocument:
+		return s.Document != nil
+	case ports.ServiceObjectStorage:
+		return s.ObjectStorage != nil
+	case ports.ServiceVectorStore:
+		return s.VectorStore != nil
+	case ports.ServiceCache:
+		return s.Cache != nil
+	case ports.ServiceSecret:
+		return s.Secrets != nil
+	}
+	return false
+}
+
+// ModuleEnv is what a module gets at start.
+type ModuleEnv struct {
+	Services Services
+	// Jobs registers periodic work, run only while this engine serves.
+	Jobs   *Jobs
+	Logger *slog.Logger
+}
+
+// Module is Go code that runs inside an engine next to the kernel services.
+// Provide one to the app with AsModule.
+type Module interface {
+	Name() string
+	// Needs names the services the module uses (ports.ServiceKeyValue...);
+	// the engine refuses to start when one is switched off.
+	Needs() []string
+	Start(ctx context.Context, env ModuleEnv) error
+	Stop(ctx context.Context) error
+}

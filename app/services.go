@@ -1,0 +1,171 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/abi-engine/engine/adapters/primary/natsapi"
+	"github.com/abi-engine/engine/adapters/secondary/natsclient"
+	"github.com/abi-engine/engine/adapters/secondary/storage"
+	"github.com/abi-engine/engine/app/config"
+	"github.com/abi-engine/engine/domain"
+	"github.com/abi-engine/engine/ports"
+	"github.com/abi-engine/engine/storagepolicy"
+)
+
+// storageBlocks turns the configuration's service blocks into the storage
+// registry's, a field-by-field copy: config knows no adapter and adapters
+// know no app.
+func storageBlocks(cfg *config.Config) []storage.Block {
+	var out []storage.Block
+	for _, b := range cfg.Blocks() {
+		conf := b.Service.Config
+		out = append(out, storage.Block{
+			Service: b.Name, Key: b.Key, Adapter: b.Service.Adapter,
+			Name: b.Service.Name, SharedStorage: b.Service.SharedStorage, Config: &conf,
+		})
+	}
+	return out
+}
+
+// BuildStorage resolves every service's adapter without opening anything.
+func BuildStorage(cfg *config.Config) ([]storage.Built, error) {
+	return storage.Build(storageBlocks(cfg), cfg.DataDir)
+}
+
+// CheckStorage is the shared-backend check: a serving engine with a rollout
+// id refuses local backends, before anything opens or the lease is touched.
+// A client engine owns no service, so it passes.
+func CheckStorage(cfg *config.Config, built []storage.Built) error {
+	if cfg.Role() == domain.RoleClient {
+		return nil
+	}
+	return storagepolicy.Check(cfg.NATS.Engine.RolloutID, storage.Declarations(built))
+}
+
+// local are the opened backends, by service.
+type local struct {
+	opened []storage.Opened
+}
+
+func openLocal(ctx context.Context, built []storage.Built) (*local, error) {
+	opened, err := storage.Open(ctx, built)
+	if err != nil {
+		return nil, err
+	}
+	return &local{opened: opened}, nil
+}
+
+func (l *local) close() error {
+	if l == nil {
+		return nil
+	}
+	return storage.Close(l.opened)
+}
+
+// port returns the first opened port of a service.
+func (l *local) port(service string) any {
+	for _, o := range l.opened {
+		if o.Service == service {
+			return o.Port
+		}
+	}
+	return nil
+}
+
+// secrets are every opened secret source, asked in order.
+func (l *local) secrets() ports.Secrets {
+	var chain secretChain
+	for _, o := range l.opened {
+		if s, ok := o.Port.(ports.Secrets); ok && o.Service == ports.ServiceSecret {
+			chain = append(chain, s)
+		}
+	}
+	if len(chain) == 0 {
+		return nil
+	}
+	return chain
+}
+
+// kernelServices are the services a serving engine answers on NATS.
+func (l *local) kernelServices() []natsapi.Service {
+	var out []natsapi.Service
+	if kv, ok := l.port(ports.ServiceKeyValue).(ports.KeyValue); ok {
+		out = append(out, natsapi.KeyValue(kv))
+	}
+	if docs, ok := l.port(ports.ServiceDocument).(ports.DocumentStore); ok {
+		out = append(out, natsapi.Document(docs))
+	}
+	if vs, ok := l.port(ports.ServiceVectorStore).(ports.VectorStore); ok {
+		out = append(out, natsapi.VectorStore(vs))
+	}
+	return out
+}
+
+// sweepJobs remove expired entries from the stores that keep them.
+func (l *local) sweepJobs() []Job {
+	var out []Job
+	for _, o := range l.opened {
+		if e, ok := o.Port.(ports.Expirer); ok {
+			out = append(out, Job{Name: "sweep-expired-" + o.Service, Every: time.Minute, Run: func(ctx context.Context) error {
+				_, err := e.DeleteExpired(ctx)
+				return err
+			}})
+		}
+	}
+	return out
+}
+
+// facades are the services as clients of the serving engine.
+func facades(c *natsclient.Client, cfg *config.Config) Services {
+	var s Services
+	for _, b := range cfg.Blocks() {
+		if b.Service.Off() {
+			continue
+		}
+		switch b.Name {
+		case ports.ServiceKeyValue:
+			s.KeyValue = natsclient.NewKeyValue(c)
+		case ports.ServiceDocument:
+			s.Document = natsclient.NewDocument(c)
+		case ports.ServiceVectorStore:
+			s.VectorStore = natsclient.NewVectorStore(c)
+		}
+	}
+	return s
+}
+
+// secretChain asks each source in turn; a name found nowhere is not found.
+type secretChain []ports.Secrets
+
+func (c secretChain) Get(ctx context.Context, name string) (string, error) {
+	for _, s := range c {
+		v, err := s.Get(ctx, name)
+		if !errors.Is(err, ports.ErrNotFound) {
+			return v, err
+		}
+	}
+	return "", fmt.Errorf("secret %q: %w", name, ports.ErrNotFound)
+}
+
+func (c secretChain) List(ctx context.Context) ([]string, error) {
+	seen := map[string]bool{}
+	var out []string
+	for _, s := range c {
+		names, err := s.List(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, n := range names {
+			if !seen[n] {
+				seen[n] = true
+				out = append(out, n)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
