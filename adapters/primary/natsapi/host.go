@@ -20,6 +20,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 
 	"github.com/nats-io/nats.go"
@@ -54,6 +56,9 @@ type Service struct {
 	Name        string
 	Description string
 	Endpoints   []Endpoint
+	// Prefix, when set, puts the endpoints on <Prefix>.<operation> instead
+	// of abi.svc.<service>.v1.<operation>.
+	Prefix string
 }
 
 // JSON adapts a typed handler: the body is decoded strictly into Req (an
@@ -110,7 +115,10 @@ type Options struct {
 	MayServe func() bool
 	// CallerSecret, when set, requires every call to carry a valid token.
 	CallerSecret []byte
-	Logger       *slog.Logger
+	// Overflow, when set, parks replies too large for one message and
+	// takes uploaded requests; it has the same Owner.
+	Overflow *OverflowHost
+	Logger   *slog.Logger
 	// Version is reported in the micro services' info.
 	Version string
 }
@@ -133,6 +141,12 @@ type Host struct {
 func NewHost(opts Options, services ...Service) (*Host, error) {
 	if opts.Connect == nil || opts.Replies == nil {
 		return nil, errors.New("natsapi: a host needs Connect and Replies")
+	}
+	if opts.Overflow != nil {
+		if opts.Overflow.t.owner != opts.Owner {
+			return nil, fmt.Errorf("natsapi: the overflow host belongs to %q, the host to %q", opts.Overflow.t.owner, opts.Owner)
+		}
+		services = append(slices.Clone(services), opts.Overflow.service())
 	}
 	if opts.MaxConcurrent <= 0 {
 		opts.MaxConcurrent = 64
@@ -181,8 +195,13 @@ func (h *Host) Serve() error {
 		}
 		micros = append(micros, svc)
 		for _, ep := range s.Endpoints {
-			err := svc.AddEndpoint(ep.Name, h.dispatch(ctx, ep.Handler),
-				micro.WithEndpointSubject(wire.Subject(s.Name, ep.Name)))
+			subject := wire.Subject(s.Name, ep.Name)
+			if s.Prefix != "" {
+				subject = s.Prefix + "." + ep.Name
+			}
+			// micro names take no dots, operations may (transfer.open).
+			name := strings.ReplaceAll(ep.Name, ".", "_")
+			err := svc.AddEndpoint(name, h.dispatch(ctx, ep.Handler), micro.WithEndpointSubject(subject))
 			if err != nil {
 				return fail(fmt.Errorf("serve %s.%s: %w", s.Name, ep.Name, err))
 			}
@@ -216,7 +235,7 @@ func (h *Host) dispatch(ctx context.Context, handle HandlerFunc) micro.HandlerFu
 		go func() {
 			defer h.calls.done()
 			data, err := h.handle(ctx, handle, call)
-			h.reply(reply, data, err)
+			h.reply(reply, call, data, err)
 		}()
 	}
 }
@@ -238,6 +257,9 @@ func (h *Host) handle(ctx context.Context, handle HandlerFunc, call *Call) ([]by
 		}
 		call.Caller = caller
 	}
+	if err := h.uploaded(call); err != nil {
+		return nil, err
+	}
 	data, err := handle(ctx, call)
 	if err != nil && ctx.Err() != nil {
 		return nil, fmt.Errorf("%w: the call was stopped: %w", wire.ErrUnavailable, err)
@@ -245,20 +267,15 @@ func (h *Host) handle(ctx context.Context, handle HandlerFunc, call *Call) ([]by
 	return data, err
 }
 
-func (h *Host) reply(subject string, data []byte, err error) {
+func (h *Host) reply(subject string, call *Call, data []byte, err error) {
 	if subject == "" {
 		return
 	}
-	msg := nats.NewMsg(subject)
-	if err != nil {
-		msg.Header.Set(wire.ErrorCodeHeader, fmt.Sprint(wire.CodeOf(err)))
-		msg.Header.Set(wire.ErrorHeader, err.Error())
-	} else {
-		msg.Data = data
+	var header nats.Header
+	if err == nil {
+		header, data, err = h.parkIfLarge(call, data)
 	}
-	if perr := h.opts.Replies.PublishMsg(msg); perr != nil {
-		h.opts.Logger.Warn("reply lost", "subject", subject, "err", perr)
-	}
+	respond(h.opts.Replies, h.opts.Logger, subject, header, data, err)
 }
 
 // StopAccepting ends every queue subscription at the broker. It drains the

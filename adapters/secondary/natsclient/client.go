@@ -61,20 +61,21 @@ func (c *Client) Conn() *nats.Conn { return c.nc }
 
 // Call sends req as JSON to subject and decodes the answer into resp (nil
 // to ignore it). An engine's error answer comes back as a *wire.RemoteError
-// that matches the ports' sentinel errors.
+// that matches the ports' sentinel errors. A request or an answer too
+// large for one message travels in chunks (overflow.go).
 func (c *Client) Call(ctx context.Context, subject string, req, resp any) error {
 	data, err := json.Marshal(req)
 	if err != nil {
 		return fmt.Errorf("%s: encode: %w", subject, err)
 	}
-	msg, err := c.Request(ctx, subject, data, nil)
+	answer, err := c.exchange(ctx, subject, data)
 	if err != nil {
 		return err
 	}
 	if resp == nil {
 		return nil
 	}
-	if err := json.Unmarshal(msg.Data, resp); err != nil {
+	if err := json.Unmarshal(answer, resp); err != nil {
 		return fmt.Errorf("%s: decode the answer: %w", subject, err)
 	}
 	return nil
@@ -143,10 +144,14 @@ func sleep(ctx context.Context, d time.Duration) bool {
 // "nobody answered" means no engine serves at this moment, so sending again
 // is safe and may reach the next one: one-shot kernel calls
 // (abi.svc.<service>.v1.<op>), transfer opens
-// (abi.svc.<service>.v1.transfer.open) and discovery
-// (abi.discovery.<project>.v1.<op>, but not presence). A session's owner
-// subject belongs to one engine instance: nobody there means it is gone.
+// (abi.svc.<service>.v1.transfer.open), overflow upload opens
+// (abi.rpc.overflow.open) and discovery (abi.discovery.<project>.v1.<op>,
+// but not presence). A session's owner subject belongs to one engine
+// instance: nobody there means it is gone.
 func Retryable(subject string) bool {
+	if subject == wire.OverflowOpenSubject {
+		return true
+	}
 	t := strings.Split(subject, ".")
 	switch {
 	case len(t) == 5 && t[0] == "abi" && t[1] == "svc" && t[3] == "v1":

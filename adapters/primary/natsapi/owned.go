@@ -1,0 +1,310 @@
+package natsapi
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/abi-engine/engine/internal/callerauth"
+	"github.com/abi-engine/engine/internal/wire"
+	"github.com/abi-engine/engine/ports"
+)
+
+// sessionTable is what the transfer and overflow hosts share: sessions
+// owned by one engine instance, reached on its owner subject
+// (<prefix>.<owner>.<operation>, no queue group), bound to the caller that
+// opened them, closed when idle, bounded in number.
+type sessionTable struct {
+	kind    string // what a session is called in errors: "transfer"
+	owner   string
+	subject string // the owner wildcard subject
+	nc      *nats.Conn
+	secret  []byte // the caller secret; nil when callers do not sign
+	idle    time.Duration
+	max     int
+	ops     map[string]sessionOp
+	logger  *slog.Logger
+	sem     chan struct{} // bounds the session calls handled at once
+
+	mu       sync.Mutex
+	sub      *nats.Subscription
+	stopped  bool
+	sessions map[string]*session
+	open     counter
+}
+
+// session is one open session. Its calls run one at a time, under mu.
+type session struct {
+	id, secret, caller string
+	// ctx ends when the session closes: whatever works for it stops.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu     sync.Mutex
+	last   time.Time
+	timer  *time.Timer
+	closed bool
+	state  sessionState
+}
+
+// sessionOp is one operation on an open session, run under its lock. It
+// answers a body and the headers that go with it.
+type sessionOp func(s *session, call *sessionCall) (nats.Header, []byte, error)
+
+// sessionCall is a session message: its chunk number (-1 when it has
+// none) and its body.
+type sessionCall struct {
+	Seq  int64
+	Data []byte
+}
+
+// seq is the chunk number an operation needs.
+func (c *sessionCall) seq() (int64, error) {
+	if c.Seq < 0 {
+		return 0, fmt.Errorf("%w: header %s is missing", ports.ErrInvalidArgument, wire.SeqHeader)
+	}
+	return c.Seq, nil
+}
+
+// sessionState is what a session holds; release frees it, once, under the
+// session's lock, after the session's context has ended.
+type sessionState interface{ release() }
+
+func newSessionTable(kind, prefix, owner string, nc *nats.Conn, secret []byte, idle time.Duration, maxOpen int, logger *slog.Logger) *sessionTable {
+	return &sessionTable{
+		kind:     kind,
+		owner:    owner,
+		subject:  prefix + "." + owner + ".*",
+		nc:       nc,
+		secret:   secret,
+		idle:     idle,
+		max:      maxOpen,
+		ops:      map[string]sessionOp{},
+		logger:   logger,
+		sem:      make(chan struct{}, 64),
+		sessions: map[string]*session{},
+	}
+}
+
+// serve subscribes the owner subject, without a queue group: only this
+// engine instance gets its sessions' messages.
+func (t *sessionTable) serve() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.stopped = false
+	if t.sub != nil {
+		return nil
+	}
+	sub, err := t.nc.Subscribe(t.subject, t.deliver)
+	if err != nil {
+		return fmt.Errorf("serve %ss: %w", t.kind, err)
+	}
+	if err := t.nc.Flush(); err != nil {
+		_ = sub.Unsubscribe()
+		return fmt.Errorf("serve %ss: %w", t.kind, err)
+	}
+	t.sub = sub
+	return nil
+}
+
+func (t *sessionTable) deliver(msg *nats.Msg) {
+	t.sem <- struct{}{}
+	go func() {
+		defer func() { <-t.sem }()
+		header, data, err := t.handle(msg)
+		respond(t.nc, t.logger, msg.Reply, header, data, err)
+	}()
+}
+
+// handle checks the caller and the headers that name the session, and
+// runs the operation on it.
+func (t *sessionTable) handle(msg *nats.Msg) (nats.Header, []byte, error) {
+	op := msg.Subject[strings.LastIndexByte(msg.Subject, '.')+1:]
+	f, ok := t.ops[op]
+	if !ok {
+		return nil, nil, fmt.Errorf("%w: no %s operation %q", ports.ErrNotFound, t.kind, op)
+	}
+	var caller string
+	if len(t.secret) > 0 {
+		var err error
+		if caller, err = callerauth.Verify(t.secret, msg.Header.Get(wire.AuthHeader)); err != nil {
+			return nil, nil, fmt.Errorf("%w: %w", wire.ErrUnauthorized, err)
+		}
+	}
+	ref := wire.SessionRef{ID: msg.Header.Get(wire.SessionHeader), Secret: msg.Header.Get(wire.SessionSecretHeader)}
+	if ref.ID == "" {
+		return nil, nil, fmt.Errorf("%w: header %s is missing", ports.ErrInvalidArgument, wire.SessionHeader)
+	}
+	call := &sessionCall{Seq: -1, Data: msg.Data}
+	if v := msg.Header.Get(wire.SeqHeader); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return nil, nil, fmt.Errorf("%w: header %s is %q, want 0 or more", ports.ErrInvalidArgument, wire.SeqHeader, v)
+		}
+		call.Seq = n
+	}
+	var header nats.Header
+	data, err := t.use(ref, caller, func(s *session) ([]byte, error) {
+		var (
+			data []byte
+			err  error
+		)
+		header, data, err = f(s, call)
+		return data, err
+	})
+	return header, data, err
+}
+
+// add opens a session for caller, or refuses when the engine stops or
+// holds as many as it may. The caller of add sets the state.
+func (t *sessionTable) add(caller string) (*session, error) {
+	s := &session{id: t.owner + ":" + randomHex(), secret: randomHex(), caller: caller, last: time.Now()}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	switch {
+	case t.stopped || t.sub == nil:
+		s.cancel()
+		return nil, fmt.Errorf("%w: this engine takes no new %ss", wire.ErrUnavailable, t.kind)
+	case len(t.sessions) >= t.max:
+		s.cancel()
+		return nil, fmt.Errorf("%w: %d %ss are open, the most this engine holds; try again later", wire.ErrUnavailable, t.max, t.kind)
+	}
+	t.sessions[s.id] = s
+	t.open.add()
+	s.timer = time.AfterFunc(t.idle, func() { t.expire(s) })
+	return s, nil
+}
+
+// use runs f on the session ref names, if the caller opened it. Any
+// mismatch is "not found", so nobody learns of another caller's sessions.
+func (t *sessionTable) use(ref wire.SessionRef, caller string, f func(s *session) ([]byte, error)) ([]byte, error) {
+	t.mu.Lock()
+	s := t.sessions[ref.ID]
+	t.mu.Unlock()
+	if s == nil || s.caller != caller || subtle.ConstantTimeCompare([]byte(s.secret), []byte(ref.Secret)) != 1 {
+		return nil, fmt.Errorf("%w: %s %q", ports.ErrNotFound, t.kind, ref.ID)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, fmt.Errorf("%w: %s %q", ports.ErrNotFound, t.kind, ref.ID)
+	}
+	defer func() { s.last = time.Now() }()
+	return f(s)
+}
+
+// expire closes a session idle for the idle time. A call in progress holds
+// the lock, and the time counts from its end.
+func (t *sessionTable) expire(s *session) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	if wait := t.idle - time.Since(s.last); wait > 0 {
+		s.timer.Reset(wait)
+		return
+	}
+	t.logger.Info("session expired", "kind", t.kind, "id", s.id, "idle", t.idle)
+	t.closeLocked(s)
+}
+
+// close ends a session from outside its calls: its context ends first, so
+// a call waiting on it lets go of the lock.
+func (t *sessionTable) close(s *session) {
+	s.cancel()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t.closeLocked(s)
+}
+
+// closeLocked ends a session whose lock the caller holds.
+func (t *sessionTable) closeLocked(s *session) {
+	if s.closed {
+		return
+	}
+	s.closed = true
+	s.cancel()
+	s.timer.Stop()
+	if s.state != nil {
+		s.state.release()
+	}
+	t.mu.Lock()
+	delete(t.sessions, s.id)
+	t.mu.Unlock()
+	t.open.done()
+}
+
+// count is how many sessions are open.
+func (t *sessionTable) count() int { return t.open.value() }
+
+// wait returns once no session is open, or ctx ends.
+func (t *sessionTable) wait(ctx context.Context) error { return t.open.wait(ctx) }
+
+// stop ends the owner subscription, so later calls find nobody and fail at
+// once, and closes every session.
+func (t *sessionTable) stop() {
+	t.mu.Lock()
+	t.stopped = true
+	sub := t.sub
+	t.sub = nil
+	open := make([]*session, 0, len(t.sessions))
+	for _, s := range t.sessions {
+		open = append(open, s)
+	}
+	t.mu.Unlock()
+	if sub != nil {
+		_ = sub.Unsubscribe()
+		_ = t.nc.Flush()
+	}
+	for _, s := range open {
+		t.close(s)
+	}
+}
+
+// randomHex is 128 random bits in hex: an id part nobody can guess.
+func randomHex() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// respond publishes an answer: data, or err as micro error headers.
+func respond(nc *nats.Conn, logger *slog.Logger, subject string, header nats.Header, data []byte, err error) {
+	if subject == "" {
+		return
+	}
+	msg := nats.NewMsg(subject)
+	for k, v := range header {
+		msg.Header[k] = v
+	}
+	if err != nil {
+		msg.Header.Set(wire.ErrorCodeHeader, fmt.Sprint(wire.CodeOf(err)))
+		msg.Header.Set(wire.ErrorHeader, err.Error())
+	} else {
+		msg.Data = data
+	}
+	if perr := nc.PublishMsg(msg); perr != nil {
+		logger.Warn("reply lost", "subject", subject, "err", perr)
+	}
+}
+
+// errSessionClosed is what a session's pending work sees when it closes.
+var errSessionClosed = errors.New("the session was closed")
+
+// closeOp ends a session at its caller's request.
+func (t *sessionTable) closeOp(s *session, _ *sessionCall) (nats.Header, []byte, error) {
+	t.closeLocked(s)
+	return nil, []byte("{}"), nil
+}

@@ -1,0 +1,310 @@
+package natsapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/abi-engine/engine/internal/wire"
+	"github.com/abi-engine/engine/ports"
+)
+
+// Transfer limits by default.
+const (
+	DefaultTransferIdle      = 60 * time.Second
+	DefaultMaxTransfers      = 32
+	DefaultTransferChunkSize = 64 << 10
+	// transferQueue is how many uploaded chunks wait for the store at
+	// most; a write is answered once its chunk is queued, which paces
+	// the uploader.
+	transferQueue = 2
+)
+
+// TransferOptions configure a TransferHost.
+type TransferOptions struct {
+	// Owner is the engine's instance id; transfer ids start with it.
+	Owner string
+	// Conn is the engine's session connection: it carries the owner
+	// subscription and its replies, and outlives the accepting connection.
+	Conn *nats.Conn
+	// CallerSecret, when set, requires every session call to carry a
+	// valid token naming the caller that opened the transfer.
+	CallerSecret []byte
+	// Idle closes a transfer with no call for this long; 0 means 60 s.
+	Idle time.Duration
+	// MaxOpen bounds the open transfers; 0 means 32.
+	MaxOpen int
+	// ChunkSize is the most data one message carries; 0 means 64 KiB. It
+	// may not pass half the connection's max payload, which leaves room
+	// for base64 and the JSON around it.
+	ChunkSize int
+	Logger    *slog.Logger
+}
+
+// TransferHost holds the object transfers of one engine instance. Opens
+// arrive through the object_storage service on its queue group, so they
+// end with the Host's StopAccepting; every later message comes on
+// abi.svc.object_storage.v1.<owner>.<operation>, which only this instance
+// subscribes to, and keeps working until Stop.
+type TransferHost struct {
+	t     *sessionTable
+	chunk int
+}
+
+var _ SessionHost = (*TransferHost)(nil)
+
+// NewTransferHost checks the options and returns a host that does not
+// serve yet.
+func NewTransferHost(opts TransferOptions) (*TransferHost, error) {
+	if opts.Owner == "" || opts.Conn == nil {
+		return nil, errors.New("natsapi: a transfer host needs an Owner and a Conn")
+	}
+	if opts.Idle < 0 || opts.MaxOpen < 0 || opts.ChunkSize < 0 {
+		return nil, fmt.Errorf("natsapi: transfer limits %v idle, %d open, %d-byte chunks: none may be negative", opts.Idle, opts.MaxOpen, opts.ChunkSize)
+	}
+	if opts.Idle == 0 {
+		opts.Idle = DefaultTransferIdle
+	}
+	if opts.MaxOpen == 0 {
+		opts.MaxOpen = DefaultMaxTransfers
+	}
+	most := int(opts.Conn.MaxPayload() / 2)
+	switch {
+	case opts.ChunkSize == 0:
+		opts.ChunkSize = min(DefaultTransferChunkSize, most)
+	case opts.ChunkSize > most:
+		return nil, fmt.Errorf("natsapi: transfer chunks of %d bytes pass half the connection's max payload (%d)", opts.ChunkSize, most)
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	prefix := wire.SubjectPrefix + ports.ServiceObjectStorage + ".v1"
+	h := &TransferHost{
+		t:     newSessionTable("transfer", prefix, opts.Owner, opts.Conn, opts.CallerSecret, opts.Idle, opts.MaxOpen, opts.Logger),
+		chunk: opts.ChunkSize,
+	}
+	h.t.ops[wire.SessionWrite] = h.write
+	h.t.ops[wire.SessionCommit] = h.commit
+	h.t.ops[wire.SessionRead] = h.read
+	h.t.ops[wire.SessionClose] = h.t.closeOp
+	return h, nil
+}
+
+// Serve subscribes the owner subject. After Stop it serves again.
+func (h *TransferHost) Serve() error { return h.t.serve() }
+
+// Open is how many transfers are open.
+func (h *TransferHost) Open() int { return h.t.count() }
+
+// StopAccepting does nothing: opens come through the Host, whose own
+// StopAccepting ends them, and open transfers go on.
+func (h *TransferHost) StopAccepting(context.Context) error { return nil }
+
+// Wait returns once no transfer is open, or ctx ends.
+func (h *TransferHost) Wait(ctx context.Context) error { return h.t.wait(ctx) }
+
+// Stop closes every transfer; their later calls find nobody.
+func (h *TransferHost) Stop() { h.t.stop() }
+
+// open starts a transfer on store for the caller.
+func (h *TransferHost) open(store ports.ObjectStorage, caller string, req wire.TransferOpen) (wire.SessionOpened, error) {
+	if req.Mode != wire.TransferPut && req.Mode != wire.TransferGet {
+		return wire.SessionOpened{}, fmt.Errorf("%w: field \"mode\": %q, want \"put\" or \"get\"", ports.ErrInvalidArgument, req.Mode)
+	}
+	s, err := h.t.add(caller)
+	if err != nil {
+		return wire.SessionOpened{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	opened := wire.SessionOpened{ID: s.id, Secret: s.secret, ChunkSize: h.chunk}
+	if req.Mode == wire.TransferPut {
+		s.state = startUpload(s.ctx, store, req)
+		return opened, nil
+	}
+	r, info, err := store.Get(s.ctx, req.Key, ports.GetObjectOptions{Offset: req.Offset, Length: req.Length})
+	if err != nil {
+		h.t.closeLocked(s)
+		return wire.SessionOpened{}, err
+	}
+	s.state = &download{r: r}
+	wi := wire.InfoOf(info)
+	opened.Object = &wi
+	return opened, nil
+}
+
+// upload streams chunks into a Put running on its own goroutine: chunks
+// wait in a short queue, a feeder writes them into a pipe, Put reads it.
+type upload struct {
+	chunks    chan []byte
+	pw        *io.PipeWriter
+	next      int64 // the sequence number the next chunk must carry
+	committed bool
+	done      chan struct{} // closed when Put has returned
+	info      ports.ObjectInfo
+	err       error
+}
+
+func startUpload(ctx context.Context, store ports.ObjectStorage, req wire.TransferOpen) *upload {
+	pr, pw := io.Pipe()
+	u := &upload{chunks: make(chan []byte, transferQueue), pw: pw, done: make(chan struct{})}
+	go func() {
+		for {
+			select {
+			case c, ok := <-u.chunks:
+				if !ok {
+					_ = pw.Close()
+					return
+				}
+				if _, err := pw.Write(c); err != nil {
+					return
+				}
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	go func() {
+		info, err := store.Put(ctx, req.Key, pr, ports.PutObjectOptions{ContentType: req.ContentType, IfAbsent: req.IfAbsent, IfMatch: req.IfMatch})
+		if err == nil {
+			_ = pr.Close()
+		} else {
+			_ = pr.CloseWithError(err)
+		}
+		u.info, u.err = info, err
+		close(u.done)
+	}()
+	return u
+}
+
+// release aborts a Put still reading: it sees an error, never a short
+// object.
+func (u *upload) release() { u.pw.CloseWithError(errSessionClosed) }
+
+// result waits for Put, unless the session closes first.
+func (u *upload) result(ctx context.Context) (ports.ObjectInfo, error) {
+	select {
+	case <-u.done:
+		return u.info, u.err
+	case <-ctx.Done():
+		return ports.ObjectInfo{}, fmt.Errorf("%w: the transfer was closed", wire.ErrUnavailable)
+	}
+}
+
+// download reads the object one chunk per read and keeps the last answer,
+// so a read sent again gets the same chunk.
+type download struct {
+	r    io.ReadCloser
+	next int64
+	last []byte // chunk next-1
+	done bool
+}
+
+func (d *download) release() { _ = d.r.Close() }
+
+func (h *TransferHost) write(s *session, call *sessionCall) (nats.Header, []byte, error) {
+	seq, err := call.seq()
+	if err != nil {
+		return nil, nil, err
+	}
+	u, ok := s.state.(*upload)
+	switch {
+	case !ok:
+		return nil, nil, fmt.Errorf("%w: transfer %q is a download: it takes no write", ports.ErrInvalidArgument, s.id)
+	case u.committed:
+		return nil, nil, fmt.Errorf("%w: transfer %q is committed: it takes no write", ports.ErrConflict, s.id)
+	case seq < u.next:
+		return ack(seq) // sent again: already held
+	case seq > u.next:
+		return nil, nil, fmt.Errorf("%w: transfer %q: write seq %d, want %d", ports.ErrConflict, s.id, seq, u.next)
+	case len(call.Data) > h.chunk:
+		return nil, nil, fmt.Errorf("%w: transfer %q: a chunk of %d bytes, the most is %d", ports.ErrTooLarge, s.id, len(call.Data), h.chunk)
+	}
+	select {
+	case u.chunks <- call.Data:
+	case <-u.done:
+		if u.err != nil {
+			return nil, nil, u.err
+		}
+		return nil, nil, fmt.Errorf("%w: transfer %q: the object ended before seq %d", ports.ErrConflict, s.id, seq)
+	case <-s.ctx.Done():
+		return nil, nil, fmt.Errorf("%w: transfer %q was closed", wire.ErrUnavailable, s.id)
+	}
+	u.next++
+	return ack(seq)
+}
+
+func ack(seq int64) (nats.Header, []byte, error) {
+	data, err := json.Marshal(wire.ChunkAck{Seq: seq})
+	return nil, data, err
+}
+
+func (h *TransferHost) commit(s *session, call *sessionCall) (nats.Header, []byte, error) {
+	var req wire.TransferCommit
+	if err := Decode(call.Data, &req); err != nil {
+		return nil, nil, err
+	}
+	u, ok := s.state.(*upload)
+	switch {
+	case !ok:
+		return nil, nil, fmt.Errorf("%w: transfer %q is a download: there is nothing to commit", ports.ErrInvalidArgument, s.id)
+	case req.Chunks != u.next:
+		return nil, nil, fmt.Errorf("%w: transfer %q: commit after %d chunks, the engine holds %d", ports.ErrConflict, s.id, req.Chunks, u.next)
+	case !u.committed:
+		u.committed = true
+		close(u.chunks)
+	}
+	info, err := u.result(s.ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	data, err := json.Marshal(wire.InfoOf(info))
+	return nil, data, err
+}
+
+func (h *TransferHost) read(s *session, call *sessionCall) (nats.Header, []byte, error) {
+	seq, err := call.seq()
+	if err != nil {
+		return nil, nil, err
+	}
+	d, ok := s.state.(*download)
+	switch {
+	case !ok:
+		return nil, nil, fmt.Errorf("%w: transfer %q is an upload: it takes no read", ports.ErrInvalidArgument, s.id)
+	case seq == d.next-1:
+		return chunkHeader(seq, d.done), d.last, nil // sent again: the same chunk
+	case seq != d.next:
+		return nil, nil, fmt.Errorf("%w: transfer %q: read seq %d, want %d", ports.ErrConflict, s.id, seq, d.next)
+	}
+	var data []byte
+	if !d.done {
+		// A fresh buffer each time: the answer is sent after the lock is let go.
+		buf := make([]byte, h.chunk)
+		n, err := io.ReadFull(d.r, buf)
+		switch {
+		case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+			d.done = true
+		case err != nil:
+			return nil, nil, fmt.Errorf("transfer %q: read the object: %w", s.id, err)
+		}
+		data = buf[:n]
+	}
+	d.next, d.last = d.next+1, data
+	return chunkHeader(seq, d.done), data, nil
+}
+
+// chunkHeader numbers a chunk read and says whether it is the last.
+func chunkHeader(seq int64, done bool) nats.Header {
+	h := nats.Header{wire.SeqHeader: {strconv.FormatInt(seq, 10)}}
+	if done {
+		h.Set(wire.DoneHeader, "1")
+	}
+	return h
+}

@@ -1,0 +1,185 @@
+package natsclient
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/abi-engine/engine/internal/wire"
+	"github.com/abi-engine/engine/ports"
+)
+
+// ObjectStorage is the object_storage service of the serving engine.
+// Objects move through transfers, one chunk per message, so neither side
+// holds a whole object.
+type ObjectStorage struct{ c *Client }
+
+var _ ports.ObjectStorage = ObjectStorage{}
+
+// NewObjectStorage calls the object_storage service through c.
+func NewObjectStorage(c *Client) ObjectStorage { return ObjectStorage{c: c} }
+
+func osSubject(op string) string { return wire.Subject(ports.ServiceObjectStorage, op) }
+
+func transferSubject(id, op string) string {
+	return wire.OwnerSubject(ports.ServiceObjectStorage, wire.OwnerOf(id), op)
+}
+
+// open opens a transfer.
+func (o ObjectStorage) open(ctx context.Context, req wire.TransferOpen) (wire.SessionOpened, error) {
+	var opened wire.SessionOpened
+	if err := o.c.call(ctx, osSubject(wire.OSTransferOpen), req, &opened); err != nil {
+		return opened, err
+	}
+	if opened.ChunkSize <= 0 {
+		o.close(opened)
+		return opened, fmt.Errorf("transfer %q: chunk size %d", opened.ID, opened.ChunkSize)
+	}
+	return opened, nil
+}
+
+func (o ObjectStorage) close(opened wire.SessionOpened) {
+	o.c.closeSession(transferSubject(opened.ID, wire.SessionClose), opened.Ref())
+}
+
+// Put implements ports.ObjectStorage: it reads r one chunk at a time and
+// writes each in sequence, then commits. Any failure closes the transfer,
+// which aborts the engine's Put.
+func (o ObjectStorage) Put(ctx context.Context, key string, r io.Reader, opts ports.PutObjectOptions) (ports.ObjectInfo, error) {
+	if err := errors.Join(text("key", key), text("content type", opts.ContentType), text("if match", opts.IfMatch)); err != nil {
+		return ports.ObjectInfo{}, err
+	}
+	opened, err := o.open(ctx, wire.TransferOpen{Mode: wire.TransferPut, Key: key, ContentType: opts.ContentType, IfAbsent: opts.IfAbsent, IfMatch: opts.IfMatch})
+	if err != nil {
+		return ports.ObjectInfo{}, err
+	}
+	defer o.close(opened)
+	write := transferSubject(opened.ID, wire.SessionWrite)
+	buf := make([]byte, opened.ChunkSize)
+	var seq int64
+	for {
+		n, rerr := io.ReadFull(r, buf)
+		if n > 0 {
+			if _, err := o.c.inSession(ctx, write, opened.Ref(), seq, buf[:n]); err != nil {
+				return ports.ObjectInfo{}, err
+			}
+			seq++
+		}
+		if errors.Is(rerr, io.EOF) || errors.Is(rerr, io.ErrUnexpectedEOF) {
+			break
+		}
+		if rerr != nil {
+			return ports.ObjectInfo{}, fmt.Errorf("put %q: read: %w", key, rerr)
+		}
+	}
+	body, err := json.Marshal(wire.TransferCommit{Chunks: seq})
+	if err != nil {
+		return ports.ObjectInfo{}, err
+	}
+	msg, err := o.c.inSession(ctx, transferSubject(opened.ID, wire.SessionCommit), opened.Ref(), -1, body)
+	if err != nil {
+		return ports.ObjectInfo{}, err
+	}
+	var info wire.ObjectInfo
+	if err := json.Unmarshal(msg.Data, &info); err != nil {
+		return ports.ObjectInfo{}, fmt.Errorf("put %q: decode the commit's answer: %w", key, err)
+	}
+	return info.Info(), nil
+}
+
+// Get implements ports.ObjectStorage: the reader fetches one chunk at a
+// time as it is read, and Close closes the transfer.
+func (o ObjectStorage) Get(ctx context.Context, key string, opts ports.GetObjectOptions) (io.ReadCloser, ports.ObjectInfo, error) {
+	if err := text("key", key); err != nil {
+		return nil, ports.ObjectInfo{}, err
+	}
+	opened, err := o.open(ctx, wire.TransferOpen{Mode: wire.TransferGet, Key: key, Offset: opts.Offset, Length: opts.Length})
+	if err != nil {
+		return nil, ports.ObjectInfo{}, err
+	}
+	if opened.Object == nil {
+		o.close(opened)
+		return nil, ports.ObjectInfo{}, fmt.Errorf("transfer %q: the engine did not describe %q", opened.ID, key)
+	}
+	return &reader{o: o, ctx: ctx, opened: opened, read: transferSubject(opened.ID, wire.SessionRead)}, opened.Object.Info(), nil
+}
+
+// reader is a download: chunk seq is fetched once the one before is read.
+type reader struct {
+	o      ObjectStorage
+	ctx    context.Context
+	opened wire.SessionOpened
+	read   string
+	seq    int64
+	buf    []byte
+	done   bool
+	err    error
+	closed bool
+}
+
+func (r *reader) Read(p []byte) (int, error) {
+	for len(r.buf) == 0 {
+		switch {
+		case r.err != nil:
+			return 0, r.err
+		case r.closed:
+			return 0, fmt.Errorf("transfer %q: read after close", r.opened.ID)
+		case r.done:
+			return 0, io.EOF
+		}
+		data, done, err := r.o.c.readChunk(r.ctx, r.read, r.opened.Ref(), r.seq)
+		if err != nil {
+			r.err = err
+			return 0, err
+		}
+		r.seq++
+		r.buf, r.done = data, done
+	}
+	n := copy(p, r.buf)
+	r.buf = r.buf[n:]
+	return n, nil
+}
+
+func (r *reader) Close() error {
+	if !r.closed {
+		r.closed = true
+		r.o.close(r.opened)
+	}
+	return nil
+}
+
+// Stat implements ports.ObjectStorage.
+func (o ObjectStorage) Stat(ctx context.Context, key string) (ports.ObjectInfo, error) {
+	if err := text("key", key); err != nil {
+		return ports.ObjectInfo{}, err
+	}
+	var info wire.ObjectInfo
+	err := o.c.Call(ctx, osSubject(wire.OSStat), wire.OSKey{Key: key}, &info)
+	return info.Info(), err
+}
+
+// Delete implements ports.ObjectStorage.
+func (o ObjectStorage) Delete(ctx context.Context, key string) error {
+	if err := text("key", key); err != nil {
+		return err
+	}
+	return o.c.Call(ctx, osSubject(wire.OSDelete), wire.OSKey{Key: key}, nil)
+}
+
+// List implements ports.ObjectStorage.
+func (o ObjectStorage) List(ctx context.Context, prefix string, limit int, cursor string) ([]ports.ObjectInfo, string, error) {
+	if err := errors.Join(text("prefix", prefix), text("cursor", cursor)); err != nil {
+		return nil, "", err
+	}
+	var out wire.OSObjects
+	if err := o.c.Call(ctx, osSubject(wire.OSList), wire.OSListPage{Prefix: prefix, Limit: limit, Cursor: cursor}, &out); err != nil {
+		return nil, "", err
+	}
+	infos := make([]ports.ObjectInfo, len(out.Objects))
+	for i, info := range out.Objects {
+		infos[i] = info.Info()
+	}
+	return infos, out.Cursor, nil
+}
