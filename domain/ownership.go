@@ -70,6 +70,7 @@ type Ownership struct {
 	observedAt time.Time // when record's revision was first seen (standby)
 	validUntil time.Time // serving is allowed before this instant
 	held       bool      // a write of ours made us the holder and no one else's followed
+	previous   Holder    // whom the lease was taken from, if it was not free
 	keepCancel context.CancelFunc
 	keepDone   chan struct{}
 	serving    chan struct{} // closed the first time the keeper serves
@@ -115,6 +116,20 @@ func (o *Ownership) Record() Record {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.record
+}
+
+// SinceChange is how long ago, on the local clock, the engine last renewed
+// the lease (while it holds it) or saw it change (while it waits for it).
+func (o *Ownership) SinceChange() time.Duration {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	switch {
+	case o.held:
+		return time.Since(o.validUntil.Add(-o.timing.Fence()))
+	case !o.observedAt.IsZero():
+		return time.Since(o.observedAt)
+	}
+	return 0
 }
 
 // MayServe reports whether the engine may accept a call now: it serves, and
@@ -233,16 +248,18 @@ func (o *Ownership) AwaitLease(ctx context.Context) error {
 			continue
 		}
 		if rec.Holder.RolloutID == o.me.RolloutID && !o.hot {
-			o.transition(StateIdle, rec)
-			return &HeldError{Holder: rec.Holder}
+			err := &HeldError{Holder: rec.Holder}
+			o.transitionWhy(StateIdle, rec, err.Error())
+			return err
 		}
 		now := time.Now()
 		if o.hot {
 			deadline = now.Add(o.timing.Lease) // a hot standby waits as long as the holder lives
 		}
 		if !now.Before(deadline) {
-			o.transition(StateIdle, rec)
-			return fmt.Errorf("%w after %v; the lease is still held by %s", ErrStandbyTimedOut, o.timing.StandbyTimeout, rec.Holder)
+			err := fmt.Errorf("%w after %v; the lease is still held by %s", ErrStandbyTimedOut, o.timing.StandbyTimeout, rec.Holder)
+			o.transitionWhy(StateIdle, rec, err.Error())
+			return err
 		}
 		wait := min(o.timing.Lease-now.Sub(observed), deadline.Sub(now))
 		next, err := o.lease.WaitForChange(ctx, rec.Revision, wait)
@@ -259,7 +276,7 @@ func (o *Ownership) AwaitLease(ctx context.Context) error {
 		if next.Revision != rec.Revision {
 			rec, observed = next, time.Now()
 			o.mu.Lock()
-			o.record = rec
+			o.record, o.observedAt = rec, observed
 			o.mu.Unlock()
 		}
 	}
@@ -311,6 +328,10 @@ func (o *Ownership) acquire(ctx context.Context, rec Record) (bool, error) {
 
 	kctx, cancel := context.WithCancel(context.Background())
 	o.mu.Lock()
+	o.previous = Holder{}
+	if rec.Present && !rec.Holder.Released {
+		o.previous = rec.Holder
+	}
 	o.record = Record{Holder: o.me, Revision: rev, Present: true}
 	o.held = true
 	o.keepCancel, o.keepDone = cancel, make(chan struct{})
@@ -489,7 +510,7 @@ func (o *Ownership) loseLease() {
 	rec := o.record
 	o.mu.Unlock()
 	o.log.Error("lease lost to another engine", "holder", rec.Holder.String())
-	o.transition(StateLost, rec)
+	o.transitionWhy(StateLost, rec, "the lease is held by "+rec.Holder.String())
 	close(o.lost)
 }
 
@@ -543,16 +564,26 @@ func (o *Ownership) Release(ctx context.Context) error {
 	return nil
 }
 
-func (o *Ownership) transition(to State, rec Record) {
+func (o *Ownership) transition(to State, rec Record) { o.transitionWhy(to, rec, "") }
+
+func (o *Ownership) transitionWhy(to State, rec Record, reason string) {
 	o.mu.Lock()
 	from := o.state
 	o.state = to
+	var previous Holder
+	if to == StateServing && (from == StateIdle || from == StateStandby) {
+		previous = o.previous
+	}
 	o.mu.Unlock()
 	if from == to {
 		return
 	}
-	o.log.Info("ownership "+from.String()+" -> "+to.String(), "revision", rec.Revision)
+	attrs := []any{"revision", rec.Revision}
+	if reason != "" {
+		attrs = append(attrs, "reason", reason)
+	}
+	o.log.Info("ownership "+from.String()+" -> "+to.String(), attrs...)
 	if o.observe != nil {
-		o.observe(Transition{From: from, To: to, Record: rec})
+		o.observe(Transition{From: from, To: to, Record: rec, Previous: previous, Reason: reason})
 	}
 }

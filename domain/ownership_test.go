@@ -741,3 +741,30 @@ func TestAHotStandbyTakesOverAtRelease(t *testing.T) {
 		}
 	})
 }
+
+func TestTransitionsSayFromWhomAndWhy(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.New()
+		var mu sync.Mutex
+		var seen []domain.Transition
+		me := domain.ThisProcess("t", "")
+		a := newEngine(t, store, "a", "", testTiming())
+		a.mustServe(t)
+		a.store.Cut(true)
+		defer a.kill()
+		b, err := domain.NewOwnership(store, me, testTiming(), domain.WithLogger(slog.New(slog.DiscardHandler)),
+			domain.WithObserver(func(tr domain.Transition) { mu.Lock(); seen = append(seen, tr); mu.Unlock() }))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Claim(context.Background(), domain.RoleServe); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = b.Release(context.Background()) }()
+		mu.Lock()
+		defer mu.Unlock()
+		if len(seen) == 0 || seen[0].To != domain.StateServing || seen[0].Previous.InstanceID != a.o.Me().InstanceID {
+			t.Fatalf("transitions %+v, want serving taken from %s", seen, a.o.Me().InstanceID)
+		}
+	})
+}

@@ -45,6 +45,12 @@ type Transition struct {
 	From, To State
 	// Record is the lease as the engine saw it when it moved.
 	Record Record
+	// Previous is the holder the lease was taken from, on the first move to
+	// serving; zero when the lease was free.
+	Previous Holder
+	// Reason says why, where the states alone do not: a standby that gives
+	// up, a lease lost to whom.
+	Reason string
 }
 
 func (t Transition) String() string { return t.From.String() + " -> " + t.To.String() }
