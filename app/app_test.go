@@ -2,6 +2,7 @@ package app_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxtest"
 
@@ -21,6 +23,7 @@ import (
 	"github.com/abi-engine/engine/app/config"
 	"github.com/abi-engine/engine/domain"
 	"github.com/abi-engine/engine/internal/natstest"
+	"github.com/abi-engine/engine/internal/wire"
 	"github.com/abi-engine/engine/storagepolicy"
 )
 
@@ -142,5 +145,37 @@ func assertNothingOpened(t *testing.T, s *server.Server, dir string) {
 	}
 	if _, err := js.KeyValue(jetstream.DefaultBucket); err == nil {
 		t.Errorf("a refused engine created the %s bucket", jetstream.DefaultBucket)
+	}
+}
+
+func TestEveryTransitionIsPublished(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	nc := natstest.Connect(t, url)
+	events := make(chan wire.EngineEvent, 16)
+	sub, err := nc.Subscribe(wire.EventsSubject, func(m *nats.Msg) {
+		var ev wire.EngineEvent
+		if err := json.Unmarshal(m.Data, &ev); err == nil {
+			events <- ev
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	e, a := start(t, testConfig(t, url, "serve", "", memoryServices))
+	a.RequireStop()
+	want := []string{"idle->serving", "serving->released"}
+	for _, w := range want {
+		select {
+		case ev := <-events:
+			if got := ev.From + "->" + ev.To; got != w || ev.InstanceID != e.Me().InstanceID {
+				t.Fatalf("event %+v, want %s from %s", ev, w, e.Me().InstanceID)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no %s event", w)
+		}
 	}
 }

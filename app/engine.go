@@ -6,6 +6,7 @@ package app
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -29,6 +30,7 @@ import (
 	"github.com/abi-engine/engine/app/config"
 	"github.com/abi-engine/engine/domain"
 	"github.com/abi-engine/engine/internal/callerauth"
+	"github.com/abi-engine/engine/internal/wire"
 )
 
 // Exit codes of the engine process.
@@ -425,6 +427,7 @@ func (e *Engine) react(transitions <-chan domain.Transition) {
 		e.mu.Lock()
 		host, observers := e.host, e.observers
 		e.mu.Unlock()
+		e.publish(tr)
 		for _, f := range observers {
 			f(tr)
 		}
@@ -449,6 +452,18 @@ func (e *Engine) react(transitions <-chan domain.Transition) {
 				e.p.Shutdown(ExitLeaseLost)
 			}
 		}
+	}
+}
+
+// publish announces a transition on wire.EventsSubject; it is best effort.
+func (e *Engine) publish(tr domain.Transition) {
+	b, err := json.Marshal(wire.EngineEvent{
+		InstanceID: e.p.Holder.InstanceID, RolloutID: e.p.Holder.RolloutID,
+		From: tr.From.String(), To: tr.To.String(), Revision: tr.Record.Revision,
+		Previous: tr.Previous.InstanceID, Reason: tr.Reason, At: time.Now().UnixNano(),
+	})
+	if err == nil {
+		_ = e.session.Publish(wire.EventsSubject, b)
 	}
 }
 
