@@ -26,7 +26,7 @@ type KVWrite struct {
 // KVKeyValue is a key and the value it must hold: delete_if_value.
 type KVKeyValue struct {
 	Key   string `json:"key"`
-	Value Bytes `json:"value"`
+	Value Bytes  `json:"value"`
 }
 
 // KVValue answers get.
