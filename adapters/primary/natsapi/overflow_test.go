@@ -1,0 +1,180 @@
+package natsapi_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/abi-engine/engine/adapters/primary/natsapi"
+	"github.com/abi-engine/engine/internal/natstest"
+	"github.com/abi-engine/engine/internal/wire"
+	"github.com/abi-engine/engine/ports"
+)
+
+// big is a service whose one operation answers size bytes, more than one
+// message holds, once released when release is set.
+type big struct {
+	size    int
+	release chan struct{}
+}
+
+const bigSubject = "abi.svc.big.v1.get"
+
+func (b *big) service() natsapi.Service {
+	return natsapi.Service{Name: "big", Endpoints: []natsapi.Endpoint{{Name: "get", Handler: func(ctx context.Context, _ *natsapi.Call) ([]byte, error) {
+		if b.release != nil {
+			select {
+			case <-b.release:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		return bigValue(b.size), nil
+	}}}}
+}
+
+func bigValue(n int) []byte {
+	v := make([]byte, n)
+	for i := range v {
+		v[i] = byte(i * 7)
+	}
+	return v
+}
+
+// askBig asks for the big answer, saying it can take an overflow reply.
+func askBig(t *testing.T, nc *nats.Conn) *nats.Msg {
+	t.Helper()
+	msg := nats.NewMsg(bigSubject)
+	msg.Header.Set(wire.OverflowHeader, "1")
+	reply, err := nc.RequestMsg(msg, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := wire.ErrorFromHeaders(reply.Header.Get(wire.ErrorCodeHeader), reply.Header.Get(wire.ErrorHeader)); err != nil {
+		t.Fatalf("the big call: %v", err)
+	}
+	if reply.Header.Get(wire.OverflowReplyHeader) == "" || len(reply.Data) != 0 {
+		t.Fatalf("the big call answered %d bytes, headers %v; want a parked reply", len(reply.Data), reply.Header)
+	}
+	return reply
+}
+
+// fetchParked reads a parked reply chunk by chunk and closes it.
+func fetchParked(nc *nats.Conn, reply *nats.Msg) ([]byte, error) {
+	id := reply.Header.Get(wire.OverflowReplyHeader)
+	ref := wire.SessionRef{ID: id, Secret: reply.Header.Get(wire.OverflowSecretHeader)}
+	owner := wire.OwnerOf(id)
+	var out []byte
+	for seq := int64(0); ; seq++ {
+		msg, err := sessionCall(nc, wire.OverflowSubject(owner, wire.SessionRead), ref, seq, nil, nil)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, msg.Data...)
+		if msg.Header.Get(wire.DoneHeader) == "1" {
+			break
+		}
+	}
+	if size := reply.Header.Get(wire.OverflowSizeHeader); size != strconv.Itoa(len(out)) {
+		return nil, errors.New("size " + size + ", read " + strconv.Itoa(len(out)))
+	}
+	_, err := sessionCall(nc, wire.OverflowSubject(owner, wire.SessionClose), ref, -1, nil, nil)
+	return out, err
+}
+
+func TestALargeReplyIsParkedOnlyForCallsThatCanFetchIt(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	b := &big{size: 3 << 20}
+	e := newEngine(t, url, newObjects(t), engineOptions{}, b.service())
+	nc := natstest.Connect(t, url)
+
+	reply, err := nc.Request(bigSubject, nil, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := reply.Header.Get(wire.ErrorCodeHeader); code != "413" || !bytes.Contains([]byte(reply.Header.Get(wire.ErrorHeader)), []byte(wire.OverflowHeader)) {
+		t.Fatalf("a big reply to a call without %s: code %q %q, want 413 naming the header", wire.OverflowHeader, code, reply.Header.Get(wire.ErrorHeader))
+	}
+	parked := askBig(t, nc)
+	got, err := fetchParked(nc, parked)
+	if err != nil || !bytes.Equal(got, bigValue(b.size)) {
+		t.Fatalf("fetched %d bytes, %v; want the %d answered", len(got), err, b.size)
+	}
+	if e.overflow.Open() != 0 {
+		t.Fatalf("%d overflow sessions open after the close", e.overflow.Open())
+	}
+}
+
+func TestOverflowLimitsGiveClearErrors(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	b := &big{size: 3 << 20}
+	e := newEngine(t, url, newObjects(t), engineOptions{overflow: natsapi.OverflowOptions{MaxValue: 2 << 20, Idle: time.Second}}, b.service())
+	nc := natstest.Connect(t, url)
+	msg := nats.NewMsg(bigSubject)
+	msg.Header.Set(wire.OverflowHeader, "1")
+	reply, err := nc.RequestMsg(msg, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := reply.Header.Get(wire.ErrorCodeHeader); code != "413" {
+		t.Fatalf("a reply over the most a session holds: code %q %q, want 413", code, reply.Header.Get(wire.ErrorHeader))
+	}
+	b.size = 1 << 20
+	parked := askBig(t, nc)
+	waitFor(t, func() bool { return e.overflow.Open() == 0 }) // left idle, it closes
+	if _, err := fetchParked(nc, parked); !errors.Is(err, ports.ErrNotFound) {
+		t.Fatalf("a read of an expired reply: %v, want 404", err)
+	}
+}
+
+// Drain waits twice: a call answered during the first wait parks its
+// reply on an overflow host that had already been waited for.
+func TestDrainWaitsForAReplyParkedDuringTheFirstWait(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	b := &big{size: 2 << 20, release: make(chan struct{})}
+	e := newEngine(t, url, newObjects(t), engineOptions{}, b.service())
+	nc := natstest.Connect(t, url)
+	replies := make(chan *nats.Msg, 1)
+	go func() {
+		msg := nats.NewMsg(bigSubject)
+		msg.Header.Set(wire.OverflowHeader, "1")
+		reply, err := nc.RequestMsg(msg, 10*time.Second)
+		if err != nil {
+			t.Error(err)
+		}
+		replies <- reply
+	}()
+	waitFor(t, func() bool { return e.host.InFlight() == 1 })
+
+	drained := make(chan bool, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		// The overflow host first: it has no session when first waited for.
+		ok, err := natsapi.Drain(ctx, e.overflow, e.transfers, e.host)
+		if err != nil {
+			t.Error(err)
+		}
+		drained <- ok
+	}()
+	waitFor(t, func() bool { return !e.host.Serving() })
+	time.Sleep(100 * time.Millisecond) // let the first wait reach the host
+	close(b.release)
+	reply := <-replies
+	if reply == nil || reply.Header.Get(wire.OverflowReplyHeader) == "" {
+		t.Fatalf("the call answered during the drain was not parked: %v", reply)
+	}
+	time.Sleep(200 * time.Millisecond) // a caller slower than the host's wait
+	got, err := fetchParked(nc, reply)
+	if err != nil || !bytes.Equal(got, bigValue(b.size)) {
+		t.Fatalf("fetched %d bytes of the parked reply during the drain, %v", len(got), err)
+	}
+	if ok := <-drained; !ok {
+		t.Fatalf("the drain did not finish once the reply was fetched")
+	}
+}

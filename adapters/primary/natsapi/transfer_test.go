@@ -1,0 +1,420 @@
+package natsapi_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/abi-engine/engine/adapters/primary/natsapi"
+	"github.com/abi-engine/engine/adapters/secondary/natsclient"
+	"github.com/abi-engine/engine/adapters/secondary/objectstorage/memory"
+	"github.com/abi-engine/engine/domain"
+	"github.com/abi-engine/engine/internal/callerauth"
+	"github.com/abi-engine/engine/internal/natstest"
+	"github.com/abi-engine/engine/internal/wire"
+	"github.com/abi-engine/engine/ports"
+)
+
+// engine is one serving engine: a host, its transfer and overflow hosts,
+// all owned by one instance id, serving object storage on store and any
+// other services given.
+type engine struct {
+	owner     string
+	host      *natsapi.Host
+	transfers *natsapi.TransferHost
+	overflow  *natsapi.OverflowHost
+}
+
+type engineOptions struct {
+	host      natsapi.Options
+	transfers natsapi.TransferOptions
+	overflow  natsapi.OverflowOptions
+}
+
+func newEngine(t *testing.T, url string, store ports.ObjectStorage, o engineOptions, services ...natsapi.Service) *engine {
+	t.Helper()
+	e := &engine{owner: domain.NewInstanceID()}
+	session := natstest.Connect(t, url)
+	o.transfers.Owner, o.transfers.Conn = e.owner, session
+	o.overflow.Owner, o.overflow.Conn = e.owner, session
+	var err error
+	if e.transfers, err = natsapi.NewTransferHost(o.transfers); err != nil {
+		t.Fatal(err)
+	}
+	if e.overflow, err = natsapi.NewOverflowHost(o.overflow); err != nil {
+		t.Fatal(err)
+	}
+	o.host.Owner, o.host.Replies, o.host.Overflow = e.owner, session, e.overflow
+	o.host.Connect = func() (*nats.Conn, error) { return nats.Connect(url) }
+	services = append(services, natsapi.ObjectStorage(store, e.transfers))
+	if e.host, err = natsapi.NewHost(o.host, services...); err != nil {
+		t.Fatal(err)
+	}
+	for _, serve := range []func() error{e.transfers.Serve, e.overflow.Serve, e.host.Serve} {
+		if err := serve(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		e.host.Stop()
+		e.transfers.Stop()
+		e.overflow.Stop()
+	})
+	return e
+}
+
+func newObjects(t *testing.T) ports.ObjectStorage {
+	t.Helper()
+	store, err := memory.Open(t.Context(), memory.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return store
+}
+
+// gatedReader yields first, then waits for the gate before the rest, so
+// a Put stays open for as long as a test needs.
+type gatedReader struct {
+	first, rest io.Reader
+	gate        chan struct{}
+	reached     chan struct{} // closed once the first part is read
+	once        sync.Once
+}
+
+func newGatedReader(first, rest string) *gatedReader {
+	return &gatedReader{first: strings.NewReader(first), rest: strings.NewReader(rest), gate: make(chan struct{}), reached: make(chan struct{})}
+}
+
+func (g *gatedReader) Read(p []byte) (int, error) {
+	if n, err := g.first.Read(p); err != io.EOF {
+		return n, err
+	}
+	g.once.Do(func() { close(g.reached) })
+	<-g.gate
+	return g.rest.Read(p)
+}
+
+// openTransfer sends a raw transfer.open, without the facade's retry.
+func openTransfer(t *testing.T, nc *nats.Conn, req wire.TransferOpen, header nats.Header) (wire.SessionOpened, error) {
+	t.Helper()
+	body, _ := json.Marshal(req)
+	msg := nats.NewMsg(wire.Subject(ports.ServiceObjectStorage, wire.OSTransferOpen))
+	msg.Data = body
+	for k, v := range header {
+		msg.Header[k] = v
+	}
+	reply, err := nc.RequestMsg(msg, 5*time.Second)
+	if err != nil {
+		t.Fatalf("transfer.open: %v", err)
+	}
+	if err := wire.ErrorFromHeaders(reply.Header.Get(wire.ErrorCodeHeader), reply.Header.Get(wire.ErrorHeader)); err != nil {
+		return wire.SessionOpened{}, err
+	}
+	var opened wire.SessionOpened
+	if err := json.Unmarshal(reply.Data, &opened); err != nil {
+		t.Fatalf("transfer.open answered %q: %v", reply.Data, err)
+	}
+	return opened, nil
+}
+
+// sessionCall sends one raw message of a transfer; seq < 0 sends none.
+func sessionCall(nc *nats.Conn, subject string, ref wire.SessionRef, seq int64, body []byte, header nats.Header) (*nats.Msg, error) {
+	msg := nats.NewMsg(subject)
+	msg.Data = body
+	for k, v := range header {
+		msg.Header[k] = v
+	}
+	msg.Header.Set(wire.SessionHeader, ref.ID)
+	msg.Header.Set(wire.SessionSecretHeader, ref.Secret)
+	if seq >= 0 {
+		msg.Header.Set(wire.SeqHeader, strconv.FormatInt(seq, 10))
+	}
+	reply, err := nc.RequestMsg(msg, 5*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	if err := wire.ErrorFromHeaders(reply.Header.Get(wire.ErrorCodeHeader), reply.Header.Get(wire.ErrorHeader)); err != nil {
+		return reply, err
+	}
+	return reply, nil
+}
+
+func transferSubject(id, op string) string {
+	return wire.OwnerSubject(ports.ServiceObjectStorage, wire.OwnerOf(id), op)
+}
+
+func TestATransferOpenAtTheHandoverFinishesOnItsEngine(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	store := newObjects(t) // a shared backend: both engines reach it
+	old := newEngine(t, url, store, engineOptions{})
+	client := natsclient.New(natstest.Connect(t, url))
+	objects := natsclient.NewObjectStorage(client)
+
+	first, rest := strings.Repeat("a", 200<<10), strings.Repeat("b", 300<<10)
+	src := newGatedReader(first, rest)
+	put := make(chan error, 1)
+	go func() {
+		_, err := objects.Put(t.Context(), "handover", src, ports.PutObjectOptions{})
+		put <- err
+	}()
+	<-src.reached
+	if old.transfers.Open() != 1 {
+		t.Fatalf("the old engine holds %d transfers, want the one in progress", old.transfers.Open())
+	}
+
+	next := newEngine(t, url, store, engineOptions{})
+	drained := make(chan bool, 1)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if err := old.host.StopAccepting(ctx); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		ok, err := natsapi.Drain(ctx, old.host, old.transfers, old.overflow)
+		if err != nil {
+			t.Errorf("Drain: %v", err)
+		}
+		drained <- ok
+	}()
+
+	for range 5 {
+		opened, err := openTransfer(t, natstest.Connect(t, url), wire.TransferOpen{Mode: wire.TransferPut, Key: "new"}, nil)
+		if err != nil {
+			t.Fatalf("a new open after the handover: %v", err)
+		}
+		if wire.OwnerOf(opened.ID) != next.owner {
+			t.Fatalf("a new open went to %s, want the next engine %s", wire.OwnerOf(opened.ID), next.owner)
+		}
+	}
+	select {
+	case <-drained:
+		t.Fatalf("the old engine finished draining with a transfer in progress")
+	case <-time.After(100 * time.Millisecond):
+	}
+
+	close(src.gate)
+	if err := <-put; err != nil {
+		t.Fatalf("the transfer open at the handover: %v", err)
+	}
+	if ok := <-drained; !ok {
+		t.Fatalf("the old engine did not finish before the deadline")
+	}
+	r, info, err := objects.Get(t.Context(), "handover", ports.GetObjectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	got, err := io.ReadAll(r)
+	if err != nil || string(got) != first+rest || info.Size != int64(len(first+rest)) {
+		t.Fatalf("read back %d bytes (size %d), %v; want the %d written", len(got), info.Size, err, len(first+rest))
+	}
+}
+
+func TestAStuckTransferIsClosedAtTheDrainDeadline(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	objs := newObjects(t)
+	e := newEngine(t, url, objs, engineOptions{})
+	nc := natstest.Connect(t, url)
+	opened, err := openTransfer(t, nc, wire.TransferOpen{Mode: wire.TransferPut, Key: "stuck"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sessionCall(nc, transferSubject(opened.ID, wire.SessionWrite), opened.Ref(), 0, []byte("half"), nil); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	if ok, err := natsapi.Drain(ctx, e.host, e.transfers, e.overflow); ok || err != nil {
+		t.Fatalf("Drain = %v, %v; want unfinished at the deadline", ok, err)
+	}
+	if e.transfers.Open() != 0 {
+		t.Fatalf("%d transfers still open after the drain deadline", e.transfers.Open())
+	}
+	_, err = sessionCall(nc, transferSubject(opened.ID, wire.SessionWrite), opened.Ref(), 1, []byte("rest"), nil)
+	if !errors.Is(err, nats.ErrNoResponders) {
+		t.Fatalf("a write after the drain deadline: %v, want no responders", err)
+	}
+	if _, err := objs.Stat(t.Context(), "stuck"); !errors.Is(err, ports.ErrNotFound) {
+		t.Fatalf("the stuck upload left an object: %v", err)
+	}
+}
+
+func TestATransfersSessionCallsAreNeverRetried(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	objs := newObjects(t)
+	e := newEngine(t, url, objs, engineOptions{})
+	objects := natsclient.NewObjectStorage(natsclient.New(natstest.Connect(t, url)))
+	src := newGatedReader("first chunk", "never sent")
+	put := make(chan error, 1)
+	go func() {
+		_, err := objects.Put(t.Context(), "k", src, ports.PutObjectOptions{})
+		put <- err
+	}()
+	<-src.reached
+	e.transfers.Stop() // the engine is gone for this transfer
+	start := time.Now()
+	close(src.gate)
+	err := <-put
+	if !errors.Is(err, wire.ErrUnavailable) || !errors.Is(err, nats.ErrNoResponders) {
+		t.Fatalf("a write to a stopped transfer host: %v, want no responders", err)
+	}
+	if took := time.Since(start); took >= natsclient.RetryFirst*4 {
+		t.Fatalf("the write failed after %v: it was retried", took)
+	}
+	// The open, on the queue group, is retried: a transfer host that
+	// serves again takes it.
+	if err := e.transfers.Serve(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := objects.Put(t.Context(), "k", strings.NewReader("again"), ports.PutObjectOptions{}); err != nil {
+		t.Fatalf("a Put once the transfers serve again: %v", err)
+	}
+	for subject, want := range map[string]bool{
+		wire.Subject(ports.ServiceObjectStorage, wire.OSTransferOpen): true,
+		wire.OverflowOpenSubject:                                     true,
+		transferSubject(e.owner+":x", wire.SessionWrite):              false,
+		transferSubject(e.owner+":x", wire.SessionRead):               false,
+		wire.OverflowSubject(e.owner, wire.SessionRead):               false,
+	} {
+		if got := natsclient.Retryable(subject); got != want {
+			t.Errorf("Retryable(%q) = %v, want %v", subject, got, want)
+		}
+	}
+}
+
+func TestAnotherCallerCannotUseATransfer(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	secret := []byte("caller-secret")
+	objs := newObjects(t)
+	if _, err := objs.Put(t.Context(), "mine", strings.NewReader("private"), ports.PutObjectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	newEngine(t, url, objs, engineOptions{
+		host:      natsapi.Options{CallerSecret: secret},
+		transfers: natsapi.TransferOptions{CallerSecret: secret},
+		overflow:  natsapi.OverflowOptions{CallerSecret: secret},
+	})
+	nc := natstest.Connect(t, url)
+	token := func(caller string) nats.Header {
+		tok, err := callerauth.Sign(secret, caller, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return nats.Header{wire.AuthHeader: {tok}}
+	}
+	alice, bob := token("alice"), token("bob")
+	opened, err := openTransfer(t, nc, wire.TransferOpen{Mode: wire.TransferGet, Key: "mine"}, alice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := transferSubject(opened.ID, wire.SessionRead)
+	for name, c := range map[string]struct {
+		ref    wire.SessionRef
+		header nats.Header
+	}{
+		"another caller with the secret": {opened.Ref(), bob},
+		"the caller without the secret":  {wire.SessionRef{ID: opened.ID, Secret: "guess"}, alice},
+		"another id":                     {wire.SessionRef{ID: opened.ID + "0", Secret: opened.Secret}, alice},
+	} {
+		if _, err := sessionCall(nc, read, c.ref, 0, nil, c.header); !errors.Is(err, ports.ErrNotFound) {
+			t.Errorf("%s: read got %v, want 404", name, err)
+		}
+	}
+	if _, err := sessionCall(nc, read, opened.Ref(), 0, nil, nil); !errors.Is(err, wire.ErrUnauthorized) {
+		t.Errorf("an unsigned read got %v, want 401", err)
+	}
+	reply, err := sessionCall(nc, read, opened.Ref(), 0, nil, alice)
+	if err != nil || string(reply.Data) != "private" || reply.Header.Get(wire.DoneHeader) != "1" {
+		t.Fatalf("the caller that opened it read %q, %v", reply.Data, err)
+	}
+}
+
+func TestTransferLimitsGiveClearErrors(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	objs := newObjects(t)
+	e := newEngine(t, url, objs, engineOptions{transfers: natsapi.TransferOptions{MaxOpen: 2, Idle: time.Second, ChunkSize: 1024}})
+	nc := natstest.Connect(t, url)
+
+	var open []wire.SessionOpened
+	for range 2 {
+		opened, err := openTransfer(t, nc, wire.TransferOpen{Mode: wire.TransferPut, Key: "k"}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		open = append(open, opened)
+	}
+	if _, err := openTransfer(t, nc, wire.TransferOpen{Mode: wire.TransferPut, Key: "k"}, nil); !errors.Is(err, wire.ErrUnavailable) || !strings.Contains(err.Error(), "2 transfers are open") {
+		t.Fatalf("a third open: %v, want 503 saying 2 transfers are open", err)
+	}
+
+	write := transferSubject(open[0].ID, wire.SessionWrite)
+	if _, err := sessionCall(nc, write, open[0].Ref(), 0, make([]byte, 1025), nil); !errors.Is(err, ports.ErrTooLarge) || !strings.Contains(err.Error(), "the most is 1024") {
+		t.Fatalf("a chunk over the chunk size: %v, want 413 naming the size", err)
+	}
+	if _, err := sessionCall(nc, write, open[0].Ref(), 1, []byte("x"), nil); !errors.Is(err, ports.ErrConflict) || !strings.Contains(err.Error(), "write seq 1, want 0") {
+		t.Fatalf("a write out of sequence: %v, want 409 naming the sequence", err)
+	}
+	for range 2 { // the same chunk sent twice is held once
+		if _, err := sessionCall(nc, write, open[0].Ref(), 0, []byte("x"), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := sessionCall(nc, write, open[0].Ref(), -1, []byte("x"), nil); !errors.Is(err, ports.ErrInvalidArgument) || !strings.Contains(err.Error(), wire.SeqHeader) {
+		t.Fatalf("a write without a sequence number: %v, want 400 naming %s", err, wire.SeqHeader)
+	}
+	commit := transferSubject(open[0].ID, wire.SessionCommit)
+	if _, err := sessionCall(nc, commit, open[0].Ref(), -1, []byte(`{"chunks":2}`), nil); !errors.Is(err, ports.ErrConflict) {
+		t.Fatalf("a commit of more chunks than written: %v, want 409", err)
+	}
+	reply, err := sessionCall(nc, commit, open[0].Ref(), -1, []byte(`{"chunks":1}`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info wire.ObjectInfo
+	if err := json.Unmarshal(reply.Data, &info); err != nil || info.Size != 1 {
+		t.Fatalf("commit answered %s, %v", reply.Data, err)
+	}
+
+	// Left idle, both transfers close; a later call finds nothing.
+	waitFor(t, func() bool { return e.transfers.Open() == 0 })
+	if _, err := sessionCall(nc, write, open[1].Ref(), 0, []byte("x"), nil); !errors.Is(err, ports.ErrNotFound) {
+		t.Fatalf("a write to an expired transfer: %v, want 404", err)
+	}
+	if _, err := openTransfer(t, nc, wire.TransferOpen{Mode: wire.TransferPut, Key: "k"}, nil); err != nil {
+		t.Fatalf("an open once the idle transfers closed: %v", err)
+	}
+
+	if _, err := natsapi.NewTransferHost(natsapi.TransferOptions{Owner: e.owner, Conn: nc, ChunkSize: int(nc.MaxPayload())}); err == nil {
+		t.Fatalf("a chunk size of the whole max payload was accepted")
+	}
+}
+
+func TestEverySessionHostTakesTheEnginesInstanceID(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	objs := newObjects(t)
+	e := newEngine(t, url, objs, engineOptions{}, (&big{size: 2 << 20}).service())
+	nc := natstest.Connect(t, url)
+	opened, err := openTransfer(t, nc, wire.TransferOpen{Mode: wire.TransferPut, Key: "k"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parked := askBig(t, nc)
+	for what, id := range map[string]string{"transfer": opened.ID, "overflow reply": parked.Header.Get(wire.OverflowReplyHeader)} {
+		if owner := wire.OwnerOf(id); owner != e.owner || !domain.ValidInstanceID(owner) {
+			t.Errorf("the %s %q is not owned by the engine %s", what, id, e.owner)
+		}
+	}
+	if !bytes.HasPrefix([]byte(opened.ID), []byte(e.owner+":")) {
+		t.Fatalf("transfer id %q", opened.ID)
+	}
+}
