@@ -1,0 +1,93 @@
+package natsclient_test
+
+import (
+	"context"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/abi-engine/engine/adapters/primary/natsapi"
+	"github.com/abi-engine/engine/adapters/secondary/keyvalue/memory"
+	"github.com/abi-engine/engine/adapters/secondary/natsclient"
+	"github.com/abi-engine/engine/domain"
+	"github.com/abi-engine/engine/internal/natstest"
+)
+
+// benchCallers is how many goroutines call at once in both benchmarks, so
+// the kernel call and the raw echo are compared at the same parallelism.
+const benchCallers = 64
+
+// parallel runs call from benchCallers goroutines over one embedded broker
+// and reports the calls per second next to ns/op.
+func parallel(b *testing.B, call func(ctx context.Context) error) {
+	b.Helper()
+	b.SetParallelism(max(1, benchCallers/runtime.GOMAXPROCS(0)))
+	b.ReportAllocs()
+	start := time.Now()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			err := call(ctx)
+			cancel()
+			if err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "calls/s")
+}
+
+// BenchmarkRawEcho is the floor: plain nats.go request/reply to a queue
+// subscriber that answers at once.
+func BenchmarkRawEcho(b *testing.B) {
+	url := natstest.StartServer(b).ClientURL()
+	responder := natstest.Connect(b, url)
+	if _, err := responder.QueueSubscribe("bench.echo", "bench", func(m *nats.Msg) { _ = m.Respond(m.Data) }); err != nil {
+		b.Fatal(err)
+	}
+	if err := responder.Flush(); err != nil {
+		b.Fatal(err)
+	}
+	caller := natstest.Connect(b, url)
+	body := []byte(`{"key":"bench"}`)
+	parallel(b, func(ctx context.Context) error {
+		_, err := caller.RequestWithContext(ctx, "bench.echo", body)
+		return err
+	})
+}
+
+// BenchmarkKeyValueGet is a kernel call end to end: the facade, the broker,
+// the host with its accounting and the memory adapter.
+func BenchmarkKeyValueGet(b *testing.B) {
+	store, err := memory.Open(b.Context(), memory.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = store.Close() })
+	if err := store.Set(b.Context(), "bench", []byte("value"), 0); err != nil {
+		b.Fatal(err)
+	}
+	url := natstest.StartServer(b).ClientURL()
+	host, err := natsapi.NewHost(natsapi.Options{
+		Owner:   domain.NewInstanceID(),
+		Connect: func() (*nats.Conn, error) { return nats.Connect(url) },
+		Replies: natstest.Connect(b, url),
+	}, natsapi.KeyValue(store))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := host.Serve(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(host.Stop)
+	kv := natsclient.NewKeyValue(natsclient.New(natstest.Connect(b, url)))
+	parallel(b, func(ctx context.Context) error {
+		_, err := kv.Get(ctx, "bench")
+		return err
+	})
+}
