@@ -179,3 +179,91 @@ func TestEveryTransitionIsPublished(t *testing.T) {
 		}
 	}
 }
+
+// recorder is a module that writes through the keyvalue service it needs
+// and registers a job.
+type recorder struct {
+	needs   []string
+	started chan app.Services
+	stopped chan struct{}
+	ran     chan struct{}
+}
+
+func (r *recorder) Name() string    { return "recorder" }
+func (r *recorder) Needs() []string { return r.needs }
+func (r *recorder) Start(ctx context.Context, env app.ModuleEnv) error {
+	env.Jobs.Register(app.Job{Name: "tick", Every: 10 * time.Millisecond, Run: func(context.Context) error {
+		select {
+		case r.ran <- struct{}{}:
+		default:
+		}
+		return nil
+	}})
+	r.started <- env.Services
+	return nil
+}
+func (r *recorder) Stop(context.Context) error { close(r.stopped); return nil }
+
+func newRecorder(needs ...string) *recorder {
+	return &recorder{needs: needs, started: make(chan app.Services, 1), stopped: make(chan struct{}), ran: make(chan struct{}, 1)}
+}
+
+func TestModulesGetFacadesAndJobsRunWhileServing(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	r := newRecorder("keyvalue", "document")
+	var e *app.Engine
+	a := fxtest.New(t, app.Graph(options(testConfig(t, url, "serve", "", memoryServices)),
+		app.AsModule(func() *recorder { return r })), fx.Populate(&e))
+	a.RequireStart()
+	svc := <-r.started
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := svc.KeyValue.Set(ctx, "m", []byte("v"), 0); err != nil {
+		t.Fatalf("a module's call: %v", err)
+	}
+	select {
+	case <-r.ran:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the module's job never ran on a serving engine")
+	}
+	if !slicesContains(e.Jobs().Names(), "tick") {
+		t.Fatalf("jobs %v lack the module's", e.Jobs().Names())
+	}
+	a.RequireStop()
+	select {
+	case <-r.stopped:
+	default:
+		t.Fatalf("the module was not stopped")
+	}
+}
+
+func TestAModuleNeedingASwitchedOffServiceStopsTheStart(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	services := strings.Replace(memoryServices, "vector_store: {adapter: memory}", "vector_store: {adapter: off}", 1)
+	r := newRecorder("vector_store")
+	a := fx.New(app.Graph(options(testConfig(t, url, "serve", "", services)),
+		app.AsModule(func() *recorder { return r })), fx.NopLogger)
+	err := a.Start(t.Context())
+	if err == nil || !strings.Contains(err.Error(), "needs the vector_store service, which is switched off") {
+		t.Fatalf("Start error %v, want one naming the switched-off service", err)
+	}
+}
+
+func TestSweepJobsForStoresThatKeepExpiredEntries(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	services := strings.Replace(memoryServices, "keyvalue: {adapter: memory}", "keyvalue: {adapter: sqlite}", 1)
+	e, a := start(t, testConfig(t, url, "serve", "", services))
+	defer a.RequireStop()
+	if !slicesContains(e.Jobs().Names(), "sweep-expired-keyvalue") {
+		t.Fatalf("jobs %v lack the keyvalue sweep", e.Jobs().Names())
+	}
+}
+
+func slicesContains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}

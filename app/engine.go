@@ -31,6 +31,7 @@ import (
 	"github.com/abi-engine/engine/domain"
 	"github.com/abi-engine/engine/internal/callerauth"
 	"github.com/abi-engine/engine/internal/wire"
+	"github.com/abi-engine/engine/ports"
 )
 
 // Exit codes of the engine process.
@@ -359,7 +360,7 @@ func (e *Engine) openAndServe(ctx context.Context, serve bool) error {
 	if s := e.p.Config.NATS.CallerSecret; s != "" {
 		secret = []byte(s)
 	}
-	services := append(l.kernelServices(), natsapi.Engine(e.p.Holder, o.State))
+	services := append(l.kernelServices(secret != nil), natsapi.Engine(e.p.Holder, o.State))
 	host, err := natsapi.NewHost(natsapi.Options{
 		Owner:        e.p.Holder.InstanceID,
 		Connect:      func() (*nats.Conn, error) { return e.connect("abi-engine accept", false) },
@@ -402,9 +403,13 @@ func (e *Engine) startModules(ctx context.Context) error {
 	e.mu.Unlock()
 	for _, m := range e.p.Modules {
 		for _, need := range m.Needs() {
-			if !svc.has(need) {
-				return fmt.Errorf("module %s needs the %s service, which is switched off", m.Name(), need)
+			if svc.has(need) {
+				continue
 			}
+			if need == ports.ServiceSecret {
+				return fmt.Errorf("module %s needs the secret service, which is served only with nats.caller_secret set", m.Name())
+			}
+			return fmt.Errorf("module %s needs the %s service, which is switched off", m.Name(), need)
 		}
 	}
 	env := ModuleEnv{Services: svc, Jobs: e.jobs, Logger: e.log}

@@ -21,6 +21,7 @@ type Jobs struct {
 
 	mu     sync.Mutex
 	jobs   []Job
+	ctx    context.Context // of the running jobs; nil while stopped
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
@@ -28,11 +29,15 @@ type Jobs struct {
 // NewJobs returns a job host with no job.
 func NewJobs(log *slog.Logger) *Jobs { return &Jobs{log: log} }
 
-// Register adds a job; one registered while jobs run starts at the next Start.
+// Register adds a job; it starts at once if the jobs run.
 func (j *Jobs) Register(job Job) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	j.jobs = append(j.jobs, job)
+	if j.ctx != nil {
+		ctx := j.ctx
+		j.wg.Go(func() { j.loop(ctx, job) })
+	}
 }
 
 // Names lists the registered jobs.
@@ -54,7 +59,7 @@ func (j *Jobs) Start() {
 		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	j.cancel = cancel
+	j.ctx, j.cancel = ctx, cancel
 	for _, job := range j.jobs {
 		j.wg.Go(func() { j.loop(ctx, job) })
 	}
@@ -79,7 +84,7 @@ func (j *Jobs) loop(ctx context.Context, job Job) {
 func (j *Jobs) Stop() {
 	j.mu.Lock()
 	cancel := j.cancel
-	j.cancel = nil
+	j.ctx, j.cancel = nil, nil
 	j.mu.Unlock()
 	if cancel != nil {
 		cancel()

@@ -90,8 +90,10 @@ func (l *local) secrets() ports.Secrets {
 	return chain
 }
 
-// kernelServices are the services a serving engine answers on NATS.
-func (l *local) kernelServices() []natsapi.Service {
+// kernelServices are the services a serving engine answers on NATS. The
+// secret service is served only when callers must sign: without a caller
+// secret, anyone on the NATS account could read every secret.
+func (l *local) kernelServices(signed bool) []natsapi.Service {
 	var out []natsapi.Service
 	if kv, ok := l.port(ports.ServiceKeyValue).(ports.KeyValue); ok {
 		out = append(out, natsapi.KeyValue(kv))
@@ -101,6 +103,12 @@ func (l *local) kernelServices() []natsapi.Service {
 	}
 	if vs, ok := l.port(ports.ServiceVectorStore).(ports.VectorStore); ok {
 		out = append(out, natsapi.VectorStore(vs))
+	}
+	if c, ok := l.port(ports.ServiceCache).(ports.Cache); ok {
+		out = append(out, natsapi.Cache(c))
+	}
+	if secrets := l.secrets(); secrets != nil && signed {
+		out = append(out, natsapi.Secret(secrets))
 	}
 	return out
 }
@@ -133,6 +141,12 @@ func facades(c *natsclient.Client, cfg *config.Config) Services {
 			s.Document = natsclient.NewDocument(c)
 		case ports.ServiceVectorStore:
 			s.VectorStore = natsclient.NewVectorStore(c)
+		case ports.ServiceCache:
+			s.Cache = natsclient.NewCache(c)
+		case ports.ServiceSecret:
+			if cfg.NATS.CallerSecret != "" {
+				s.Secrets = natsclient.NewSecrets(c)
+			}
 		}
 	}
 	return s
