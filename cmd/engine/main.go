@@ -1,11 +1,18 @@
 // Command engine runs an abi-engine and talks to one.
 //
 //	engine [serve] [--config engine.yaml] [--data-dir DIR] [--nats-url URL]
+//	engine status
+//	engine kv get|set|del|ls
+//	engine obj put|get|ls|rm
+//	engine doc get|put|del|find
+//	engine history
 //	engine config check [--config engine.yaml]
 //
 // With no flags it runs a single engine on embedded defaults: a nats-server
 // in the process when none answers on 127.0.0.1:4222, and every service on
-// local files under ./.engine.
+// local files under ./.engine. The client commands (kv, obj, doc, history)
+// run an engine of role auto in the process: a client of the engine that
+// serves, or, when none does, serving for the length of the command.
 package main
 
 import (
@@ -29,6 +36,21 @@ import (
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
 
+// usage lists the commands.
+const usage = `usage: engine [command] [flags]
+
+  serve                        run an engine (the default command)
+  status                       the engine that serves, read from the lease
+  kv get|set|del|ls            the keyvalue service
+  obj put|get|ls|rm            the object storage service
+  doc get|put|del|find         the document service
+  history                      the activity log, newest first
+  config check                 validate a configuration and show where data lives
+  help                         this list
+
+Run "engine COMMAND -h" for a command's flags.
+`
+
 // Exit codes: 0 ok, 1 error, 2 usage.
 const (
 	exitOK    = 0
@@ -46,8 +68,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return serve(args[1:], stderr)
 		case "config":
 			return configCommand(args[1:], stdout, stderr)
+		case "status":
+			return statusCommand(args[1:], stdout, stderr)
+		case "kv":
+			return kvCommand(args[1:], stdout, stderr)
+		case "doc":
+			return docCommand(args[1:], stdout, stderr)
+		case "help":
+			fmt.Fprint(stdout, usage)
+			return exitOK
 		}
-		fmt.Fprintf(stderr, "engine: unknown command %q (want serve or config)\n", args[0])
+		fmt.Fprintf(stderr, "engine: unknown command %q\n%s", args[0], usage)
 		return exitUsage
 	}
 	return serve(args, stderr)

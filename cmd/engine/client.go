@@ -1,0 +1,231 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"go.uber.org/dig"
+	"go.uber.org/fx"
+
+	"github.com/abi-engine/engine/adapters/secondary/natsconn"
+	"github.com/abi-engine/engine/app"
+	"github.com/abi-engine/engine/app/config"
+	"github.com/abi-engine/engine/domain"
+	"github.com/abi-engine/engine/internal/wire"
+)
+
+// clientFlags are the flags the commands that talk to an engine share.
+type clientFlags struct {
+	config  string
+	natsURL string
+	dataDir string
+	// output is "text" or "json"; only read commands have the flag.
+	output string
+}
+
+// newFlags returns a command's flag set with the shared flags: --config and
+// --nats-url always, --data-dir for client commands (an engine of role
+// auto may serve and keep data), --output for read commands. usage is the
+// synopsis after "engine".
+func newFlags(name, usage string, dataDir, read bool) (*flag.FlagSet, *clientFlags) {
+	fs := flag.NewFlagSet("engine "+name, flag.ContinueOnError)
+	cf := &clientFlags{output: "text"}
+	fs.StringVar(&cf.config, "config", "", "engine.yaml to load (none: embedded defaults)")
+	fs.StringVar(&cf.natsURL, "nats-url", "", "NATS URL, overriding nats.url and NATS_URL")
+	if dataDir {
+		fs.StringVar(&cf.dataDir, "data-dir", "", "directory for local data when this command serves, overriding data_dir")
+	}
+	if read {
+		fs.StringVar(&cf.output, "output", "text", "output format: text or json")
+	}
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: engine %s\n", usage)
+		fs.PrintDefaults()
+	}
+	return fs, cf
+}
+
+// parseArgs parses flags placed anywhere among the arguments, so
+// "kv get k --output json" works, and returns the positional arguments
+// ("--" ends the flags). ok is false with the exit code when the command
+// should stop: help asked, a bad flag, or fewer than min or more than max
+// arguments.
+func parseArgs(fs *flag.FlagSet, cf *clientFlags, args []string, stderr io.Writer, min, max int) (pos []string, code int, ok bool) {
+	fs.SetOutput(stderr)
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, exitOK, false
+			}
+			return nil, exitUsage, false
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
+			pos = append(pos, rest...)
+			break
+		}
+		pos, args = append(pos, rest[0]), rest[1:]
+	}
+	switch {
+	case len(pos) < min:
+		fmt.Fprintf(stderr, "%s: missing argument\n", fs.Name())
+		fs.Usage()
+		return nil, exitUsage, false
+	case len(pos) > max:
+		fmt.Fprintf(stderr, "%s: unexpected argument %q\n", fs.Name(), pos[max])
+		fs.Usage()
+		return nil, exitUsage, false
+	}
+	if cf != nil && cf.output != "text" && cf.output != "json" {
+		fmt.Fprintf(stderr, "%s: --output is %q, want text or json\n", fs.Name(), cf.output)
+		return nil, exitUsage, false
+	}
+	return pos, exitOK, true
+}
+
+// load reads the configuration with the flags applied.
+func (cf *clientFlags) load() (*config.Config, error) {
+	cfg, err := config.Load(cf.config)
+	if err != nil {
+		return nil, err
+	}
+	if cf.dataDir != "" {
+		cfg.DataDir = cf.dataDir
+	}
+	if cf.natsURL != "" {
+		cfg.NATS.URL = cf.natsURL
+	}
+	return cfg, nil
+}
+
+// embedded reports whether the command runs on embedded defaults: no file
+// and no NATS URL, so a nats-server in the process stands in for a missing
+// one, as for `engine` itself.
+func (cf *clientFlags) embedded() bool {
+	return cf.config == "" && cf.natsURL == "" && os.Getenv(config.EnvNATSURL) == ""
+}
+
+// json reports whether the command prints JSON.
+func (cf *clientFlags) json() bool { return cf.output == "json" }
+
+// withEngine runs f with the services of an engine started in this process
+// with role auto (unless ABI_ENGINE_ROLE chooses another): next to a
+// serving engine it is a client, on its own it serves until f returns. Its
+// logs reach stderr only from warnings up, so stdout carries the answer
+// alone. It returns the exit code.
+func withEngine(cf *clientFlags, stderr io.Writer, f func(ctx context.Context, svc app.Services) error) int {
+	cfg, err := cf.load()
+	if err != nil {
+		return fail(stderr, err)
+	}
+	if os.Getenv(config.EnvRole) == "" {
+		cfg.NATS.Engine.Role = domain.RoleAuto.String()
+		if engineAnswers(cfg) {
+			cfg.NATS.Engine.Role = domain.RoleClient.String()
+		}
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	var eng *app.Engine
+	a := app.New(app.Options{Config: cfg, Version: version, Embed: cf.embedded(), Logger: log}, fx.Populate(&eng))
+	if err := a.Err(); err != nil {
+		return fail(stderr, dig.RootCause(err))
+	}
+	ctx, stopSignals := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stopSignals()
+	startCtx, cancel := context.WithTimeout(ctx, a.StartTimeout())
+	err = a.Start(startCtx)
+	cancel()
+	if err != nil {
+		return fail(stderr, dig.RootCause(err))
+	}
+	runErr := f(ctx, eng.Services())
+	stopCtx, cancelStop := context.WithTimeout(context.Background(), a.StopTimeout()+5*time.Second)
+	defer cancelStop()
+	if err := a.Stop(stopCtx); err != nil && runErr == nil {
+		runErr = dig.RootCause(err)
+	}
+	if runErr != nil {
+		return fail(stderr, runErr)
+	}
+	return exitOK
+}
+
+// engineAnswers reports whether a serving engine answers on its info
+// subject. Role auto would find it too, but only after watching the lease
+// for a renewal, up to a third of a lease; an answer proves at once that an
+// engine serves, so the command can be a client without touching the lease.
+// Anything else (no broker, no responder, no answer in time) leaves the
+// decision to auto.
+func engineAnswers(cfg *config.Config) bool {
+	nc, err := natsconn.Connect(natsOptions(cfg, "abi-engine probe"))
+	if err != nil {
+		return false
+	}
+	defer nc.Close()
+	_, err = nc.Request(wire.Subject(wire.ServiceEngine, wire.EngineInfo), []byte("{}"), 2*time.Second)
+	return err == nil
+}
+
+// natsOptions are the configured broker and credentials.
+func natsOptions(cfg *config.Config, name string) natsconn.Options {
+	c := cfg.NATS.Credentials
+	return natsconn.Options{
+		URL: cfg.NATS.URL, Name: name,
+		CredsFile: c.CredsFile, NkeySeedFile: c.NkeySeedFile, User: c.User, Password: c.Password,
+		Token: c.Token, CA: c.TLS.CA, Cert: c.TLS.Cert, Key: c.TLS.Key,
+	}
+}
+
+// fail reports err and returns the error exit code.
+func fail(stderr io.Writer, err error) int {
+	fmt.Fprintf(stderr, "engine: %v\n", err)
+	return exitError
+}
+
+// switchedOff is the error of a command whose service the configuration
+// switches off.
+func switchedOff(service string) error {
+	return fmt.Errorf("the %s service is switched off in the configuration", service)
+}
+
+// writeJSON prints v as one indented JSON document.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// isTerminal reports whether w is a character device such as a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// readInput is the value given as an argument, or stdin when there is none
+// or it is "-".
+func readInput(args []string, at int) ([]byte, error) {
+	if len(args) > at && args[at] != "-" {
+		return []byte(args[at]), nil
+	}
+	b, err := io.ReadAll(os.Stdin)
+	if err != nil {
+		return nil, fmt.Errorf("read stdin: %w", err)
+	}
+	return b, nil
+}

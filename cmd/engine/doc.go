@@ -1,0 +1,238 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+
+	"github.com/abi-engine/engine/app"
+	"github.com/abi-engine/engine/ports"
+)
+
+const docUsage = "usage: engine doc get|put|del|find [flags]\n"
+
+// docCommand: `engine doc get|put|del|find` on the document service.
+func docCommand(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, docUsage)
+		return exitUsage
+	}
+	switch args[0] {
+	case "get":
+		return docGet(args[1:], stdout, stderr)
+	case "put":
+		return docPut(args[1:], stdout, stderr)
+	case "del":
+		return docDel(args[1:], stderr)
+	case "find":
+		return docFind(args[1:], stdout, stderr)
+	}
+	fmt.Fprintf(stderr, "engine doc: unknown command %q\n%s", args[0], docUsage)
+	return exitUsage
+}
+
+func documents(svc app.Services) (ports.DocumentStore, error) {
+	if svc.Document == nil {
+		return nil, switchedOff(ports.ServiceDocument)
+	}
+	return svc.Document, nil
+}
+
+// docJSON is a document as JSON prints it.
+type docJSON struct {
+	Collection string         `json:"collection"`
+	ID         string         `json:"id"`
+	Version    uint64         `json:"version"`
+	Data       map[string]any `json:"data"`
+}
+
+// ifVersion is the --if-version flag: unset means an unconditional write.
+func ifVersion(fs *flag.FlagSet) *ports.Cond {
+	cond := new(ports.Cond)
+	fs.Func("if-version", "write only if the stored version is this one (0: only if the document does not exist)", func(s string) error {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			return errors.New("want a version number")
+		}
+		*cond = ports.IfVersion(v)
+		return nil
+	})
+	return cond
+}
+
+// jsonObject reads a JSON object, keeping numbers as written.
+func jsonObject(what string, b []byte) (map[string]any, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var m map[string]any
+	if err := dec.Decode(&m); err != nil {
+		return nil, fmt.Errorf("%s is not a JSON object: %w", what, err)
+	}
+	if m == nil {
+		return nil, fmt.Errorf("%s is not a JSON object: null", what)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("%s holds more than one JSON value", what)
+	}
+	return m, nil
+}
+
+func docGet(args []string, stdout, stderr io.Writer) int {
+	fs, cf := newFlags("doc get", "doc get COLLECTION ID [flags]", true, true)
+	pos, code, ok := parseArgs(fs, cf, args, stderr, 2, 2)
+	if !ok {
+		return code
+	}
+	collection, id := pos[0], pos[1]
+	return withEngine(cf, stderr, func(ctx context.Context, svc app.Services) error {
+		docs, err := documents(svc)
+		if err != nil {
+			return err
+		}
+		d, err := docs.Get(ctx, collection, id)
+		if errors.Is(err, ports.ErrNotFound) {
+			return fmt.Errorf("document %q not found in collection %q", id, collection)
+		}
+		if err != nil {
+			return err
+		}
+		if cf.json() {
+			return writeJSON(stdout, docJSON{Collection: collection, ID: d.ID, Version: d.Version, Data: d.Data})
+		}
+		if _, err := fmt.Fprintf(stdout, "# %s/%s version %d\n", collection, d.ID, d.Version); err != nil {
+			return err
+		}
+		return writeJSON(stdout, d.Data)
+	})
+}
+
+func docPut(args []string, stdout, stderr io.Writer) int {
+	fs, cf := newFlags("doc put", "doc put COLLECTION ID [JSON|-] [flags] (no JSON or -: read the object from stdin)", true, false)
+	cond := ifVersion(fs)
+	pos, code, ok := parseArgs(fs, cf, args, stderr, 2, 3)
+	if !ok {
+		return code
+	}
+	collection, id := pos[0], pos[1]
+	raw, err := readInput(pos, 2)
+	if err != nil {
+		return fail(stderr, err)
+	}
+	data, err := jsonObject("the document", raw)
+	if err != nil {
+		fmt.Fprintf(stderr, "engine doc put: %v\n", err)
+		return exitUsage
+	}
+	return withEngine(cf, stderr, func(ctx context.Context, svc app.Services) error {
+		docs, err := documents(svc)
+		if err != nil {
+			return err
+		}
+		if err := docs.EnsureCollection(ctx, collection); err != nil {
+			return err
+		}
+		d, err := docs.Put(ctx, collection, id, data, *cond)
+		if errors.Is(err, ports.ErrConflict) {
+			v, _ := cond.Version()
+			return fmt.Errorf("document %q in collection %q is not at version %d: %w", id, collection, v, err)
+		}
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(stdout, "%s/%s version %d\n", collection, d.ID, d.Version)
+		return err
+	})
+}
+
+func docDel(args []string, stderr io.Writer) int {
+	fs, cf := newFlags("doc del", "doc del COLLECTION ID [flags]", true, false)
+	cond := ifVersion(fs)
+	pos, code, ok := parseArgs(fs, cf, args, stderr, 2, 2)
+	if !ok {
+		return code
+	}
+	collection, id := pos[0], pos[1]
+	return withEngine(cf, stderr, func(ctx context.Context, svc app.Services) error {
+		docs, err := documents(svc)
+		if err != nil {
+			return err
+		}
+		err = docs.Delete(ctx, collection, id, *cond)
+		switch {
+		case errors.Is(err, ports.ErrNotFound):
+			return fmt.Errorf("document %q not found in collection %q", id, collection)
+		case errors.Is(err, ports.ErrConflict):
+			v, _ := cond.Version()
+			return fmt.Errorf("document %q in collection %q is not at version %d: %w", id, collection, v, err)
+		}
+		return err
+	})
+}
+
+func docFind(args []string, stdout, stderr io.Writer) int {
+	fs, cf := newFlags("doc find", "doc find COLLECTION [flags]", true, true)
+	where := fs.String("where", "", `keep documents whose top-level fields equal these, as a JSON object: '{"status":"open"}'`)
+	orderBy := fs.String("order-by", "", "order by this top-level field (none: by id)")
+	desc := fs.Bool("desc", false, "reverse the order")
+	limit := fs.Int("limit", 100, "page size")
+	cursor := fs.String("cursor", "", "continue after a previous page")
+	pos, code, ok := parseArgs(fs, cf, args, stderr, 1, 1)
+	if !ok {
+		return code
+	}
+	if *limit <= 0 {
+		fmt.Fprintf(stderr, "engine doc find: --limit is %d, want 1 or more\n", *limit)
+		return exitUsage
+	}
+	q := ports.Query{OrderBy: *orderBy, Desc: *desc, Limit: *limit, Cursor: *cursor}
+	if *where != "" {
+		m, err := jsonObject("--where", []byte(*where))
+		if err != nil {
+			fmt.Fprintf(stderr, "engine doc find: %v\n", err)
+			return exitUsage
+		}
+		q.Where = m
+	}
+	collection := pos[0]
+	return withEngine(cf, stderr, func(ctx context.Context, svc app.Services) error {
+		docs, err := documents(svc)
+		if err != nil {
+			return err
+		}
+		found, next, err := docs.Find(ctx, collection, q)
+		if errors.Is(err, ports.ErrNotFound) {
+			return fmt.Errorf("collection %q not found", collection)
+		}
+		if err != nil {
+			return err
+		}
+		if cf.json() {
+			out := struct {
+				Documents []docJSON `json:"documents"`
+				Cursor    string    `json:"cursor,omitempty"`
+			}{Documents: []docJSON{}, Cursor: next}
+			for _, d := range found {
+				out.Documents = append(out.Documents, docJSON{Collection: collection, ID: d.ID, Version: d.Version, Data: d.Data})
+			}
+			return writeJSON(stdout, out)
+		}
+		for _, d := range found {
+			data, err := json.Marshal(d.Data)
+			if err != nil {
+				return err
+			}
+			if _, err := fmt.Fprintf(stdout, "%s\tversion %d\t%s\n", d.ID, d.Version, data); err != nil {
+				return err
+			}
+		}
+		if next != "" {
+			fmt.Fprintf(stderr, "more documents follow: --cursor %s\n", next)
+		}
+		return nil
+	})
+}

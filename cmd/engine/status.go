@@ -1,0 +1,145 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	lease "github.com/abi-engine/engine/adapters/secondary/lease/jetstream"
+	"github.com/abi-engine/engine/adapters/secondary/natsconn"
+	"github.com/abi-engine/engine/adapters/secondary/natsserver"
+	"github.com/abi-engine/engine/app/config"
+)
+
+// statusTimeout bounds the whole status read.
+const statusTimeout = 30 * time.Second
+
+// leaseStatus is what `engine status` reports.
+type leaseStatus struct {
+	Serving bool `json:"serving"`
+	// Reason says why no engine serves; empty while one does.
+	Reason string `json:"reason,omitempty"`
+	// Holder is the lease value as the bucket stores it: the serving
+	// engine, or the last one when it released the lease.
+	Holder   json.RawMessage `json:"holder,omitempty"`
+	Revision uint64          `json:"revision,omitempty"`
+	// WrittenAt is when the broker stored the value, and SinceWrite how
+	// long ago that was on this host's clock: the holder renews it every
+	// third of a lease.
+	WrittenAt  time.Time `json:"written_at,omitzero"`
+	SinceWrite float64   `json:"since_write_seconds,omitempty"`
+}
+
+// statusCommand: `engine status` reads the lease holder straight from the
+// bucket, without starting an engine and without creating the bucket.
+func statusCommand(args []string, stdout, stderr io.Writer) int {
+	fs, cf := newFlags("status", "status [flags]", false, true)
+	if _, code, ok := parseArgs(fs, cf, args, stderr, 0, 0); !ok {
+		return code
+	}
+	cfg, err := cf.load()
+	if err != nil {
+		return fail(stderr, err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, statusTimeout)
+	defer cancel()
+	st, err := readStatus(ctx, cfg, cf.embedded())
+	if err != nil {
+		return fail(stderr, err)
+	}
+	if cf.json() {
+		err = writeJSON(stdout, st)
+	} else {
+		err = printStatus(stdout, st)
+	}
+	if err != nil {
+		return fail(stderr, err)
+	}
+	return exitOK
+}
+
+func readStatus(ctx context.Context, cfg *config.Config, embedded bool) (leaseStatus, error) {
+	// On embedded defaults a missing broker is the normal state of an
+	// account where nothing runs; anywhere else it is an error.
+	if embedded && !natsserver.Answers(cfg.NATS.URL, time.Second) {
+		return leaseStatus{Reason: "no NATS server answers at " + cfg.NATS.URL}, nil
+	}
+	nc, err := natsconn.Connect(natsOptions(cfg, "abi-engine status"))
+	if err != nil {
+		return leaseStatus{}, err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return leaseStatus{}, fmt.Errorf("lease bucket %s: %w", lease.DefaultBucket, err)
+	}
+	// KeyValue only looks the bucket up; lease.Open would create it.
+	kv, err := js.KeyValue(ctx, lease.DefaultBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return leaseStatus{Reason: fmt.Sprintf("the lease bucket %s does not exist: no engine has served on this account", lease.DefaultBucket)}, nil
+	}
+	if err != nil {
+		return leaseStatus{}, fmt.Errorf("lease bucket %s: %w", lease.DefaultBucket, err)
+	}
+	// Get answers "not found" for a key never written, deleted or purged.
+	e, err := kv.Get(ctx, lease.Key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return leaseStatus{Reason: "the lease is free"}, nil
+	}
+	if err != nil {
+		return leaseStatus{}, fmt.Errorf("read lease %s.%s: %w", lease.DefaultBucket, lease.Key, err)
+	}
+	h := lease.DecodeHolder(e.Value())
+	st := leaseStatus{
+		Serving: true, Revision: e.Revision(), WrittenAt: e.Created().UTC(),
+		SinceWrite: time.Since(e.Created()).Round(100 * time.Millisecond).Seconds(),
+	}
+	if h.InstanceID != "" {
+		st.Holder = lease.EncodeHolder(h)
+	}
+	if h.Released {
+		st.Serving, st.Reason = false, fmt.Sprintf("engine %s on host %s released the lease", h.InstanceID, h.Host)
+	}
+	return st, nil
+}
+
+func printStatus(w io.Writer, st leaseStatus) error {
+	if !st.Serving {
+		_, err := fmt.Fprintf(w, "no engine serves: %s\n", st.Reason)
+		if err != nil || st.Holder == nil {
+			return err
+		}
+		_, err = fmt.Fprintf(w, "  revision:    %d\n  last write:  %s ago\n", st.Revision, time.Duration(st.SinceWrite*float64(time.Second)))
+		return err
+	}
+	if st.Holder == nil {
+		_, err := fmt.Fprintf(w, "an unknown engine holds the lease (its value could not be read)\n  revision:    %d\n  last write:  %s ago\n",
+			st.Revision, time.Duration(st.SinceWrite*float64(time.Second)))
+		return err
+	}
+	h := lease.DecodeHolder(st.Holder)
+	rollout := h.RolloutID
+	if rollout == "" {
+		rollout = "none"
+	}
+	_, err := fmt.Fprintf(w, `engine %s serves
+  host:        %s
+  pid:         %d
+  version:     %s
+  rollout:     %s
+  started:     %s
+  revision:    %d
+  last write:  %s ago
+`, h.InstanceID, h.Host, h.PID, h.Version, rollout, h.StartedAt.UTC().Format(time.RFC3339), st.Revision,
+		time.Duration(st.SinceWrite*float64(time.Second)))
+	return err
+}
