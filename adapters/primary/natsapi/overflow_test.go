@@ -3,6 +3,7 @@ package natsapi_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"strconv"
 	"testing"
@@ -176,5 +177,48 @@ func TestDrainWaitsForAReplyParkedDuringTheFirstWait(t *testing.T) {
 	}
 	if ok := <-drained; !ok {
 		t.Fatalf("the drain did not finish once the reply was fetched")
+	}
+}
+
+// An uploaded request is the engine's that holds it: another engine
+// refuses it with 503 and does nothing, and the facade uploads again.
+func TestAnUploadedRequestIsTakenOnlyByItsEngine(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	kv := newMemoryKV(t)
+	old := newEngine(t, url, newObjects(t), engineOptions{}, natsapi.KeyValue(kv))
+	nc := natstest.Connect(t, url)
+	body := []byte(`{"key":"k","value":"aGk="}`)
+	reply, err := nc.Request(wire.OverflowOpenSubject, []byte(`{"size":`+strconv.Itoa(len(body))+`}`), 5*time.Second)
+	if err != nil || reply.Header.Get(wire.ErrorCodeHeader) != "" {
+		t.Fatalf("open an upload: %v %v", err, reply.Header)
+	}
+	var up wire.SessionOpened
+	if err := json.Unmarshal(reply.Data, &up); err != nil || wire.OwnerOf(up.ID) != old.owner {
+		t.Fatalf("upload %s, %v; want one owned by %s", reply.Data, err, old.owner)
+	}
+	write := wire.OverflowSubject(old.owner, wire.SessionWrite)
+	if _, err := sessionCall(nc, write, up.Ref(), 0, append(body, ' '), nil); !errors.Is(err, ports.ErrTooLarge) {
+		t.Fatalf("a write past the size announced: %v, want 413", err)
+	}
+	if _, err := sessionCall(nc, write, up.Ref(), 0, body, nil); err != nil {
+		t.Fatal(err)
+	}
+
+	newEngine(t, url, newObjects(t), engineOptions{}, natsapi.KeyValue(kv))
+	if err := old.host.StopAccepting(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	msg := nats.NewMsg(wire.Subject(ports.ServiceKeyValue, wire.KVSet))
+	msg.Header.Set(wire.OverflowRequestHeader, up.ID)
+	msg.Header.Set(wire.OverflowSecretHeader, up.Secret)
+	reply, err = nc.RequestMsg(msg, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, text := reply.Header.Get(wire.ErrorCodeHeader), reply.Header.Get(wire.ErrorHeader); code != "503" || !bytes.Contains([]byte(text), []byte(old.owner)) {
+		t.Fatalf("the next engine answered %q %q to another engine's upload, want 503 naming it", code, text)
+	}
+	if ok, _ := kv.Exists(t.Context(), "k"); ok {
+		t.Fatalf("a refused call wrote")
 	}
 }

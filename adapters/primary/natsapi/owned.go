@@ -170,6 +170,9 @@ func (t *sessionTable) handle(msg *nats.Msg) (nats.Header, []byte, error) {
 func (t *sessionTable) add(caller string) (*session, error) {
 	s := &session{id: t.owner + ":" + randomHex(), secret: randomHex(), caller: caller, last: time.Now()}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	// The timer is set under the session's lock, which its expiry takes.
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	switch {

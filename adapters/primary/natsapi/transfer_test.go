@@ -281,10 +281,10 @@ func TestATransfersSessionCallsAreNeverRetried(t *testing.T) {
 	}
 	for subject, want := range map[string]bool{
 		wire.Subject(ports.ServiceObjectStorage, wire.OSTransferOpen): true,
-		wire.OverflowOpenSubject:                                     true,
-		transferSubject(e.owner+":x", wire.SessionWrite):              false,
-		transferSubject(e.owner+":x", wire.SessionRead):               false,
-		wire.OverflowSubject(e.owner, wire.SessionRead):               false,
+		wire.OverflowOpenSubject:                         true,
+		transferSubject(e.owner+":x", wire.SessionWrite): false,
+		transferSubject(e.owner+":x", wire.SessionRead):  false,
+		wire.OverflowSubject(e.owner, wire.SessionRead):  false,
 	} {
 		if got := natsclient.Retryable(subject); got != want {
 			t.Errorf("Retryable(%q) = %v, want %v", subject, got, want)

@@ -30,19 +30,24 @@ func (c *Client) exchange(ctx context.Context, subject string, data []byte) ([]b
 	for attempt := 0; ; attempt++ {
 		header := nats.Header{wire.OverflowHeader: {"1"}}
 		body := data
+		var upload wire.SessionOpened
 		if large {
-			opened, err := c.upload(ctx, data)
-			if err != nil {
+			var err error
+			if upload, err = c.upload(ctx, data); err != nil {
 				return nil, fmt.Errorf("%s: upload the request: %w", subject, err)
 			}
-			header.Set(wire.OverflowRequestHeader, opened.ID)
-			header.Set(wire.OverflowSecretHeader, opened.Secret)
+			header.Set(wire.OverflowRequestHeader, upload.ID)
+			header.Set(wire.OverflowSecretHeader, upload.Secret)
 			body = nil
 		}
 		msg, err := c.Request(ctx, subject, body, header)
 		if err != nil {
-			if large && attempt == 0 && errors.Is(err, wire.ErrUnavailable) && ctx.Err() == nil {
-				continue
+			if large {
+				// Whether an engine took it or not, the upload is done with.
+				c.closeSession(wire.OverflowSubject(wire.OwnerOf(upload.ID), wire.SessionClose), upload.Ref())
+				if attempt == 0 && errors.Is(err, wire.ErrUnavailable) && ctx.Err() == nil {
+					continue
+				}
 			}
 			return nil, err
 		}
