@@ -72,6 +72,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return statusCommand(args[1:], stdout, stderr)
 		case "kv":
 			return kvCommand(args[1:], stdout, stderr)
+		case "obj":
+			return objCommand(args[1:], stdout, stderr)
 		case "doc":
 			return docCommand(args[1:], stdout, stderr)
 		case "help":

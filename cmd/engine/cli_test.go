@@ -1,0 +1,345 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/abi-engine/engine/adapters/secondary/lease/jetstream"
+	"github.com/abi-engine/engine/adapters/secondary/natsclient"
+	"github.com/abi-engine/engine/internal/natstest"
+)
+
+// result is one run of the command.
+type result struct {
+	stdout, stderr string
+	code           int
+	pid            int
+}
+
+// cli runs the engine binary with args, stdin from in (nil: none), in an
+// environment that chooses neither role, rollout nor broker.
+func cli(t *testing.T, in io.Reader, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, engineBin, args...)
+	for _, kv := range os.Environ() {
+		if name, _, _ := strings.Cut(kv, "="); name != "ABI_ENGINE_ROLE" && name != "ABI_ROLLOUT_ID" && name != "NATS_URL" {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = in, &stdout, &stderr
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		t.Fatalf("engine %q: %v", args, err)
+	}
+	return result{stdout: stdout.String(), stderr: stderr.String(), code: cmd.ProcessState.ExitCode(), pid: cmd.ProcessState.Pid()}
+}
+
+// ok runs a command that must succeed without a word on stderr.
+func ok(t *testing.T, in io.Reader, args ...string) string {
+	t.Helper()
+	r := cli(t, in, args...)
+	if r.code != 0 || r.stderr != "" {
+		t.Fatalf("engine %q = %d\nstdout: %s\nstderr: %s", args, r.code, r.stdout, r.stderr)
+	}
+	return r.stdout
+}
+
+// failsWith runs a command that must exit with code, saying want on
+// stderr and nothing on stdout.
+func failsWith(t *testing.T, code int, want string, args ...string) {
+	t.Helper()
+	r := cli(t, nil, args...)
+	if r.code != code || !strings.Contains(r.stderr, want) || r.stdout != "" {
+		t.Fatalf("engine %q = %d\nstdout: %s\nstderr: %s\nwant %d and %q on stderr alone", args, r.code, r.stdout, r.stderr, code, want)
+	}
+}
+
+// decodeOne parses out as exactly one JSON document into v.
+func decodeOne(t *testing.T, out string, v any) {
+	t.Helper()
+	dec := json.NewDecoder(strings.NewReader(out))
+	if err := dec.Decode(v); err != nil {
+		t.Fatalf("output is not JSON: %v\n%s", err, out)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		t.Fatalf("output holds more than one JSON document:\n%s", out)
+	}
+}
+
+// exerciseKeyValue runs every kv command against the engine config reaches.
+func exerciseKeyValue(t *testing.T, config string) {
+	if out := ok(t, nil, "kv", "set", "greeting", "hello", "--config", config); out != "" {
+		t.Fatalf("kv set printed %q", out)
+	}
+	if out := ok(t, nil, "kv", "get", "--config", config, "greeting"); out != "hello" {
+		t.Fatalf("kv get = %q, want the value's exact bytes", out)
+	}
+	var entry struct{ Key, Value string }
+	decodeOne(t, ok(t, nil, "kv", "get", "greeting", "--config", config, "--output", "json"), &entry)
+	if entry.Key != "greeting" || entry.Value != "hello" {
+		t.Fatalf("kv get --output json = %+v", entry)
+	}
+	ok(t, strings.NewReader("line one\nline two\n"), "kv", "set", "--config", config, "lines")
+	if out := ok(t, nil, "kv", "get", "lines", "--config", config); out != "line one\nline two\n" {
+		t.Fatalf("a value set from stdin reads back as %q", out)
+	}
+	ok(t, nil, "kv", "set", "--config", config, "--", "dash", "-1")
+	if out := ok(t, nil, "kv", "get", "dash", "--config", config); out != "-1" {
+		t.Fatalf("a value after -- reads back as %q", out)
+	}
+	if out := ok(t, nil, "kv", "ls", "--config", config); out != "dash\ngreeting\nlines\n" {
+		t.Fatalf("kv ls = %q", out)
+	}
+	var list struct{ Keys []string }
+	decodeOne(t, ok(t, nil, "kv", "ls", "g", "--config", config, "--output", "json"), &list)
+	if len(list.Keys) != 1 || list.Keys[0] != "greeting" {
+		t.Fatalf("kv ls g --output json = %+v", list)
+	}
+	ok(t, nil, "kv", "del", "greeting", "--config", config)
+	failsWith(t, 1, `key "greeting" not found`, "kv", "get", "greeting", "--config", config)
+	failsWith(t, 1, `key "greeting" not found`, "kv", "del", "greeting", "--config", config)
+	failsWith(t, 1, `key "greeting" not found`, "kv", "get", "greeting", "--config", config, "--output", "json")
+}
+
+// exerciseDocuments runs every doc command against the engine config reaches.
+func exerciseDocuments(t *testing.T, config string) {
+	if out := ok(t, nil, "doc", "put", "tickets", "t1", `{"status":"open"}`, "--config", config); out != "tickets/t1 version 1\n" {
+		t.Fatalf("doc put = %q", out)
+	}
+	ok(t, strings.NewReader(`{"status":"closed"}`), "doc", "put", "tickets", "t2", "--config", config)
+	if out := ok(t, nil, "doc", "put", "tickets", "t1", `{"status":"open","n":2}`, "--if-version", "1", "--config", config); out != "tickets/t1 version 2\n" {
+		t.Fatalf("a conditional doc put = %q", out)
+	}
+	failsWith(t, 1, "not at version 1", "doc", "put", "tickets", "t1", `{}`, "--if-version", "1", "--config", config)
+
+	out := ok(t, nil, "doc", "get", "tickets", "t1", "--config", config)
+	if !strings.HasPrefix(out, "# tickets/t1 version 2\n") || !strings.Contains(out, `"status": "open"`) {
+		t.Fatalf("doc get = %q", out)
+	}
+	var d struct {
+		Collection, ID string
+		Version        uint64
+		Data           map[string]any
+	}
+	decodeOne(t, ok(t, nil, "doc", "get", "tickets", "t1", "--config", config, "--output", "json"), &d)
+	if d.Collection != "tickets" || d.ID != "t1" || d.Version != 2 || d.Data["status"] != "open" {
+		t.Fatalf("doc get --output json = %+v", d)
+	}
+
+	var found struct {
+		Documents []struct {
+			ID   string
+			Data map[string]any
+		}
+	}
+	decodeOne(t, ok(t, nil, "doc", "find", "tickets", "--where", `{"status":"closed"}`, "--config", config, "--output", "json"), &found)
+	if len(found.Documents) != 1 || found.Documents[0].ID != "t2" {
+		t.Fatalf("doc find --where closed = %+v", found)
+	}
+	if out := ok(t, nil, "doc", "find", "tickets", "--desc", "--config", config); !strings.HasPrefix(out, "t2\tversion 1\t") || !strings.Contains(out, "\nt1\tversion 2\t") {
+		t.Fatalf("doc find --desc = %q", out)
+	}
+
+	ok(t, nil, "doc", "del", "tickets", "t1", "--config", config)
+	failsWith(t, 1, `document "t1" not found in collection "tickets"`, "doc", "get", "tickets", "t1", "--config", config)
+	failsWith(t, 1, `document "t1" not found in collection "tickets"`, "doc", "del", "tickets", "t1", "--config", config)
+	failsWith(t, 1, `collection "nothing" not found`, "doc", "find", "nothing", "--config", config)
+}
+
+func TestCommandsNextToAServingEngineAreItsClients(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	config := writeConfig(t, url)
+	e := startEngine(t, config)
+	e.waitLog(t, "state=serving")
+	holder := readLease(t, url).Holder
+
+	t.Run("Status", func(t *testing.T) {
+		out := ok(t, nil, "status", "--config", config)
+		for _, want := range []string{"engine " + holder.InstanceID + " serves", "host:        " + holder.Host, "revision:", "last write:"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("status does not say %q:\n%s", want, out)
+			}
+		}
+		var st struct {
+			Serving bool
+			Holder  struct {
+				InstanceID string `json:"instance_id"`
+				PID        int
+			}
+			Revision   uint64
+			SinceWrite float64 `json:"since_write_seconds"`
+		}
+		decodeOne(t, ok(t, nil, "status", "--output", "json", "--nats-url", url), &st)
+		if !st.Serving || st.Holder.InstanceID != holder.InstanceID || st.Holder.PID != e.cmd.Process.Pid || st.Revision == 0 {
+			t.Fatalf("status --output json = %+v, want the engine %s", st, holder.InstanceID)
+		}
+	})
+	t.Run("KeyValue", func(t *testing.T) {
+		exerciseKeyValue(t, config)
+		// What the commands wrote is the serving engine's.
+		ok(t, nil, "kv", "set", "shared", "yes", "--config", config)
+		kv := natsclient.NewKeyValue(natsclient.New(natstest.Connect(t, url)))
+		if v, err := kv.Get(t.Context(), "shared"); err != nil || string(v) != "yes" {
+			t.Fatalf("the engine reads %q, %v", v, err)
+		}
+	})
+	t.Run("Documents", func(t *testing.T) { exerciseDocuments(t, config) })
+	t.Run("AClientOpensNothing", func(t *testing.T) {
+		dir := t.TempDir()
+		ok(t, nil, "kv", "get", "shared", "--config", config, "--data-dir", dir)
+		if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+			t.Fatalf("a command next to a serving engine wrote %d entries in its data dir", len(entries))
+		}
+		if rec := readLease(t, url); rec.Holder.InstanceID != holder.InstanceID || rec.Holder.Released {
+			t.Fatalf("after the commands the lease reads %+v, want the engine's", rec)
+		}
+	})
+}
+
+func TestCommandsOnTheirOwnServeForTheirLength(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	config := writeConfig(t, url)
+	t.Run("KeyValue", func(t *testing.T) { exerciseKeyValue(t, config) })
+	t.Run("Documents", func(t *testing.T) { exerciseDocuments(t, config) })
+	t.Run("TheLeaseIsReleasedAfterEach", func(t *testing.T) {
+		r := cli(t, nil, "kv", "set", "k", "v", "--config", config)
+		if r.code != 0 || r.stderr != "" {
+			t.Fatalf("kv set = %d: %s", r.code, r.stderr)
+		}
+		rec := readLease(t, url)
+		if !rec.Present || !rec.Holder.Released || rec.Holder.PID != r.pid {
+			t.Fatalf("after the command the lease reads %+v, want released by pid %d", rec, r.pid)
+		}
+		out := ok(t, nil, "status", "--config", config)
+		if !strings.HasPrefix(out, "no engine serves: engine "+rec.Holder.InstanceID+" on host "+rec.Holder.Host+" released the lease\n") {
+			t.Fatalf("status after a command served = %q", out)
+		}
+		var st struct {
+			Serving bool
+			Reason  string
+		}
+		decodeOne(t, ok(t, nil, "status", "--config", config, "--output", "json"), &st)
+		if st.Serving || !strings.Contains(st.Reason, "released the lease") {
+			t.Fatalf("status --output json = %+v", st)
+		}
+	})
+}
+
+func TestStatusWithoutALeaseBucketCreatesNone(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	out := ok(t, nil, "status", "--nats-url", url)
+	if out != "no engine serves: the lease bucket ABI_ENGINE does not exist: no engine has served on this account\n" {
+		t.Fatalf("status = %q", out)
+	}
+	var st struct{ Serving bool }
+	decodeOne(t, ok(t, nil, "status", "--nats-url", url, "--output", "json"), &st)
+	if st.Serving {
+		t.Fatal("status --output json says an engine serves")
+	}
+	js, err := natstest.Connect(t, url).JetStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.KeyValue(jetstream.DefaultBucket); !errors.Is(err, nats.ErrBucketNotFound) {
+		t.Fatalf("status created the lease bucket: %v", err)
+	}
+	failsWith(t, 1, "connect to NATS", "status", "--nats-url", "nats://127.0.0.1:1")
+}
+
+func TestCommandUsage(t *testing.T) {
+	dir := t.TempDir()
+	config := filepath.Join(dir, "engine.yaml")
+	if err := os.WriteFile(config, []byte("nats:\n  url: nats://127.0.0.1:1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"nosuch"}, `unknown command "nosuch"`},
+		{[]string{"kv"}, "usage: engine kv get|set|del|ls"},
+		{[]string{"kv", "put", "k"}, `engine kv: unknown command "put"`},
+		{[]string{"kv", "get"}, "engine kv get: missing argument"},
+		{[]string{"kv", "get", "a", "b"}, `engine kv get: unexpected argument "b"`},
+		{[]string{"kv", "get", "k", "--output", "yaml"}, `--output is "yaml", want text or json`},
+		{[]string{"kv", "get", "k", "--bogus"}, "flag provided but not defined: -bogus"},
+		{[]string{"kv", "set", "k", "v", "--output", "json"}, "flag provided but not defined: -output"},
+		{[]string{"kv", "set", "k", "v", "--ttl", "soon"}, `invalid value "soon" for flag -ttl`},
+		{[]string{"kv", "set", "k", "v", "--ttl", "-1s"}, "--ttl is -1s, want 0 or more"},
+		{[]string{"kv", "ls", "--limit", "-1"}, "--limit is -1, want 0 or more"},
+		{[]string{"doc"}, "usage: engine doc get|put|del|find"},
+		{[]string{"doc", "get", "c"}, "engine doc get: missing argument"},
+		{[]string{"doc", "put", "c", "id", "[1]"}, "the document is not a JSON object"},
+		{[]string{"doc", "put", "c", "id", "{}", "--if-version", "x"}, "want a version number"},
+		{[]string{"doc", "find", "c", "--where", "open"}, "--where is not a JSON object"},
+		{[]string{"doc", "find", "c", "--limit", "0"}, "--limit is 0, want 1 or more"},
+		{[]string{"obj"}, "usage: engine obj put|get|ls|rm"},
+		{[]string{"obj", "put"}, "engine obj put: missing argument"},
+		{[]string{"obj", "get", "k", "f", "g"}, `engine obj get: unexpected argument "g"`},
+		{[]string{"status", "extra"}, `engine status: unexpected argument "extra"`},
+		{[]string{"status", "--data-dir", dir}, "flag provided but not defined: -data-dir"},
+	}
+	for _, c := range cases {
+		// A usage error stops before the configuration's broker is dialled.
+		failsWith(t, 2, c.want, append(c.args, "--config", config)...)
+	}
+	if out := ok(t, nil, "help"); !strings.Contains(out, "kv get|set|del|ls") {
+		t.Fatalf("help = %q", out)
+	}
+	if r := cli(t, nil, "kv", "get", "-h"); r.code != 0 || !strings.Contains(r.stderr, "usage: engine kv get KEY") {
+		t.Fatalf("kv get -h = %d, %q", r.code, r.stderr)
+	}
+	failsWith(t, 1, "connect to NATS", "kv", "get", "k", "--config", config)
+}
+
+func TestProgressBar(t *testing.T) {
+	var w bytes.Buffer
+	p := &progress{w: &w, label: "put big", total: 3 << 20}
+	if _, err := io.Copy(io.Discard, p.reader(bytes.NewReader(make([]byte, 3<<20)))); err != nil {
+		t.Fatal(err)
+	}
+	p.finish()
+	out := w.String()
+	if !strings.HasPrefix(out, "\rput big [") || !strings.HasSuffix(out, "] 100% 3.0 MiB / 3.0 MiB\n") {
+		t.Fatalf("bar = %q", out)
+	}
+
+	w.Reset()
+	small := &progress{w: &w, label: "put small", total: 1 << 20}
+	if _, err := io.Copy(io.Discard, small.reader(bytes.NewReader(make([]byte, 1<<20)))); err != nil {
+		t.Fatal(err)
+	}
+	small.finish()
+	if w.Len() != 0 {
+		t.Fatalf("a transfer of 1 MiB drew %q", w.String())
+	}
+
+	w.Reset()
+	unknown := &progress{w: &w, label: "put stdin"}
+	if _, err := io.Copy(io.Discard, unknown.reader(bytes.NewReader(make([]byte, 2<<20)))); err != nil {
+		t.Fatal(err)
+	}
+	unknown.finish()
+	if !strings.HasSuffix(w.String(), "\rput stdin 2.0 MiB\n") {
+		t.Fatalf("a bar of unknown size = %q", w.String())
+	}
+
+	if newProgress(&w, "x", 3<<20) != nil {
+		t.Fatal("a bar on a buffer, which is no terminal")
+	}
+}

@@ -1,0 +1,213 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"text/tabwriter"
+	"time"
+
+	"github.com/abi-engine/engine/app"
+	"github.com/abi-engine/engine/ports"
+)
+
+const objUsage = "usage: engine obj put|get|ls|rm [flags]\n"
+
+// objCommand: `engine obj put|get|ls|rm` on the object storage service.
+// Objects stream through: neither side holds a whole object in memory.
+func objCommand(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, objUsage)
+		return exitUsage
+	}
+	switch args[0] {
+	case "put":
+		return objPut(args[1:], stdout, stderr)
+	case "get":
+		return objGet(args[1:], stdout, stderr)
+	case "ls":
+		return objList(args[1:], stdout, stderr)
+	case "rm":
+		return objRemove(args[1:], stderr)
+	}
+	fmt.Fprintf(stderr, "engine obj: unknown command %q\n%s", args[0], objUsage)
+	return exitUsage
+}
+
+func objects(svc app.Services) (ports.ObjectStorage, error) {
+	if svc.ObjectStorage == nil {
+		return nil, switchedOff(ports.ServiceObjectStorage)
+	}
+	return svc.ObjectStorage, nil
+}
+
+// objJSON is an object's description as JSON prints it.
+type objJSON struct {
+	Key         string    `json:"key"`
+	Size        int64     `json:"size"`
+	ETag        string    `json:"etag,omitempty"`
+	ContentType string    `json:"content_type,omitempty"`
+	Modified    time.Time `json:"modified,omitzero"`
+}
+
+func objPut(args []string, stdout, stderr io.Writer) int {
+	fs, cf := newFlags("obj put", "obj put KEY [FILE|-] [flags] (no FILE or -: read stdin)", true, false)
+	contentType := fs.String("content-type", "", "the object's content type")
+	pos, code, ok := parseArgs(fs, cf, args, stderr, 1, 2)
+	if !ok {
+		return code
+	}
+	key := pos[0]
+	src, name := os.Stdin, "stdin"
+	if len(pos) == 2 && pos[1] != "-" {
+		f, err := os.Open(pos[1])
+		if err != nil {
+			return fail(stderr, err)
+		}
+		defer f.Close()
+		src, name = f, pos[1]
+	}
+	// The size, when the source has one, sizes the bar; a pipe has none.
+	var size int64
+	if fi, err := src.Stat(); err == nil && fi.Mode().IsRegular() {
+		size = fi.Size()
+	}
+	return withEngine(cf, stderr, func(ctx context.Context, svc app.Services) error {
+		store, err := objects(svc)
+		if err != nil {
+			return err
+		}
+		bar := newProgress(stderr, "put "+key, size)
+		info, err := store.Put(ctx, key, bar.reader(src), ports.PutObjectOptions{ContentType: *contentType})
+		bar.finish()
+		if err != nil {
+			return fmt.Errorf("put %q from %s: %w", key, name, err)
+		}
+		_, err = fmt.Fprintf(stdout, "%s: %d bytes, etag %s\n", info.Key, info.Size, info.ETag)
+		return err
+	})
+}
+
+func objGet(args []string, stdout, stderr io.Writer) int {
+	fs, cf := newFlags("obj get", "obj get KEY [FILE|-] [flags] (no FILE or -: write to stdout)", true, false)
+	pos, code, ok := parseArgs(fs, cf, args, stderr, 1, 2)
+	if !ok {
+		return code
+	}
+	key := pos[0]
+	path := ""
+	if len(pos) == 2 && pos[1] != "-" {
+		path = pos[1]
+	}
+	return withEngine(cf, stderr, func(ctx context.Context, svc app.Services) error {
+		store, err := objects(svc)
+		if err != nil {
+			return err
+		}
+		body, info, err := store.Get(ctx, key, ports.GetObjectOptions{})
+		if errors.Is(err, ports.ErrNotFound) {
+			return fmt.Errorf("object %q not found", key)
+		}
+		if err != nil {
+			return err
+		}
+		defer body.Close()
+		dst := stdout
+		if path != "" {
+			f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o666)
+			if err != nil {
+				return err
+			}
+			dst = f
+		}
+		bar := newProgress(stderr, "get "+key, info.Size)
+		n, err := io.Copy(dst, bar.reader(body))
+		bar.finish()
+		if err == nil && n != info.Size {
+			err = fmt.Errorf("read %d of its %d bytes", n, info.Size)
+		}
+		if f, ok := dst.(*os.File); ok && path != "" {
+			// A file left half written would pass for the object.
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				_ = os.Remove(path)
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("get %q: %w", key, err)
+		}
+		return nil
+	})
+}
+
+func objList(args []string, stdout, stderr io.Writer) int {
+	fs, cf := newFlags("obj ls", "obj ls [PREFIX] [flags]", true, true)
+	limit := fs.Int("limit", 0, "list at most this many objects (0: all)")
+	pos, code, ok := parseArgs(fs, cf, args, stderr, 0, 1)
+	if !ok {
+		return code
+	}
+	if *limit < 0 {
+		fmt.Fprintf(stderr, "engine obj ls: --limit is %d, want 0 or more\n", *limit)
+		return exitUsage
+	}
+	prefix := ""
+	if len(pos) == 1 {
+		prefix = pos[0]
+	}
+	return withEngine(cf, stderr, func(ctx context.Context, svc app.Services) error {
+		store, err := objects(svc)
+		if err != nil {
+			return err
+		}
+		list := []objJSON{}
+		for cursor := ""; ; {
+			page, next, err := store.List(ctx, prefix, 0, cursor)
+			if err != nil {
+				return err
+			}
+			for _, o := range page {
+				list = append(list, objJSON{Key: o.Key, Size: o.Size, ETag: o.ETag, ContentType: o.ContentType, Modified: o.Modified.UTC()})
+			}
+			if next == "" || *limit > 0 && len(list) >= *limit {
+				break
+			}
+			cursor = next
+		}
+		if *limit > 0 && len(list) > *limit {
+			list = list[:*limit]
+		}
+		if cf.json() {
+			return writeJSON(stdout, map[string][]objJSON{"objects": list})
+		}
+		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+		for _, o := range list {
+			fmt.Fprintf(tw, "%d\t%s\t%s\n", o.Size, o.Modified.Format(time.RFC3339), o.Key)
+		}
+		return tw.Flush()
+	})
+}
+
+func objRemove(args []string, stderr io.Writer) int {
+	fs, cf := newFlags("obj rm", "obj rm KEY [flags]", true, false)
+	pos, code, ok := parseArgs(fs, cf, args, stderr, 1, 1)
+	if !ok {
+		return code
+	}
+	key := pos[0]
+	return withEngine(cf, stderr, func(ctx context.Context, svc app.Services) error {
+		store, err := objects(svc)
+		if err != nil {
+			return err
+		}
+		err = store.Delete(ctx, key)
+		if errors.Is(err, ports.ErrNotFound) {
+			return fmt.Errorf("object %q not found", key)
+		}
+		return err
+	})
+}
