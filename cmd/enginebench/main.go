@@ -1,0 +1,150 @@
+// Command enginebench measures the engine on this machine: real engine
+// processes on loopback, an embedded broker, every scenario side by side in
+// one run.
+//
+//	enginebench [-duration 10s] [-json] [-scenarios throughput,handover,failover,boot]
+//
+// It prints a table of the figures beside the aims, or with -json one
+// JSON object on one line; notes on how a figure was taken go to standard
+// error. It stops every process it started.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// Scenarios, in the order they run.
+var scenarios = []string{"throughput", "handover", "failover", "boot"}
+
+// The raw echo's responder is this command again, started with echoEnv
+// naming the broker, so the echo is answered from another process as the
+// engine's calls are.
+const (
+	echoEnv     = "ENGINEBENCH_ECHO_URL"
+	echoSubject = "bench.echo"
+)
+
+func main() {
+	if url := os.Getenv(echoEnv); url != "" {
+		os.Exit(echo(url))
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("enginebench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	duration := fs.Duration("duration", 10*time.Second, "how long each load runs")
+	asJSON := fs.Bool("json", false, "print one JSON object on one line instead of a table")
+	list := fs.String("scenarios", strings.Join(scenarios, ","), "comma-separated scenarios to run")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	chosen, err := parseScenarios(*list)
+	if err != nil || *duration <= 0 || fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "enginebench: want -duration > 0 and -scenarios from %s\n", strings.Join(scenarios, ","))
+		return 2
+	}
+	l, err := newLab()
+	if err != nil {
+		fmt.Fprintf(stderr, "enginebench: %v\n", err)
+		return 1
+	}
+	defer l.stop()
+	fmt.Fprintln(stderr, "enginebench: building the engine")
+	if err := l.buildEngine(ctx); err != nil {
+		fmt.Fprintf(stderr, "enginebench: %v\n", err)
+		return 1
+	}
+	b := &bench{lab: l, duration: *duration}
+	steps := map[string]func(context.Context) error{
+		"throughput": b.throughput, "handover": b.handover, "failover": b.failover, "boot": b.boot,
+	}
+	code := 0
+	for _, name := range chosen {
+		fmt.Fprintf(stderr, "enginebench: %s\n", name)
+		if err := steps[name](ctx); err != nil {
+			fmt.Fprintf(stderr, "enginebench: %s: %v\n", name, err)
+			code = 1
+			if ctx.Err() != nil {
+				break
+			}
+		}
+	}
+	if *asJSON {
+		for _, n := range b.notes {
+			fmt.Fprintf(stderr, "note: %s\n", n)
+		}
+		line, err := json.Marshal(b.result)
+		if err != nil {
+			fmt.Fprintf(stderr, "enginebench: %v\n", err)
+			return 1
+		}
+		fmt.Fprintf(stdout, "%s\n", line)
+		return code
+	}
+	fmt.Fprintf(stdout, "enginebench: %d callers, %v per load, %d CPUs\n", callers, *duration, runtime.NumCPU())
+	if err := b.result.table(stdout); err != nil {
+		return 1
+	}
+	for _, n := range b.notes {
+		fmt.Fprintf(stdout, "note: %s\n", n)
+	}
+	return code
+}
+
+func parseScenarios(list string) ([]string, error) {
+	var out []string
+	for name := range strings.SplitSeq(list, ",") {
+		name = strings.TrimSpace(name)
+		if !slices.Contains(scenarios, name) {
+			return nil, fmt.Errorf("unknown scenario %q", name)
+		}
+		if !slices.Contains(out, name) {
+			out = append(out, name)
+		}
+	}
+	// Scenarios run in their own order, whatever the list's.
+	slices.SortFunc(out, func(a, b string) int { return slices.Index(scenarios, a) - slices.Index(scenarios, b) })
+	return out, nil
+}
+
+// echo answers every request on echoSubject with its body until a signal
+// comes.
+func echo(url string) int {
+	nc, err := nats.Connect(url)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer nc.Close()
+	if _, err := nc.QueueSubscribe(echoSubject, "bench", func(m *nats.Msg) { _ = m.Respond(m.Data) }); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if err := nc.Flush(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Println("ready")
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	<-ctx.Done()
+	return 0
+}
