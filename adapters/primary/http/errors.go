@@ -1,0 +1,57 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"net/http"
+
+	"github.com/abi-engine/engine/internal/wire"
+	"github.com/abi-engine/engine/ports"
+)
+
+// errorBody is every error's JSON: {"error":{"code":404,"message":"..."}}.
+type errorBody struct {
+	Error errorDetail `json:"error"`
+}
+
+type errorDetail struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+}
+
+func writeError(w http.ResponseWriter, code int, message string) {
+	writeJSON(w, code, errorBody{Error: errorDetail{Code: code, Message: message}})
+}
+
+// StatusOf maps a service's error to the HTTP status the API answers with.
+func StatusOf(err error) int {
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.Is(err, ports.ErrInvalidArgument):
+		return http.StatusBadRequest
+	case errors.Is(err, ports.ErrNotFound):
+		return http.StatusNotFound
+	case errors.Is(err, ports.ErrConflict):
+		return http.StatusConflict
+	case errors.Is(err, ports.ErrTooLarge), errors.As(err, &tooBig):
+		return http.StatusRequestEntityTooLarge
+	case errors.Is(err, wire.ErrUnavailable):
+		return http.StatusServiceUnavailable
+	case errors.Is(err, wire.ErrUnauthorized):
+		// The serving engine refused this engine's caller token: the
+		// client did nothing wrong, the engines disagree on the secret.
+		return http.StatusBadGateway
+	case errors.Is(err, context.DeadlineExceeded):
+		return http.StatusGatewayTimeout
+	}
+	return http.StatusInternalServerError
+}
+
+// fail answers err with its status; a server-side failure is also logged.
+func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
+	code := StatusOf(err)
+	if code >= 500 {
+		a.log.Warn("HTTP API call failed", "method", r.Method, "path", r.URL.Path, "code", code, "err", err)
+	}
+	writeError(w, code, err.Error())
+}

@@ -1,0 +1,200 @@
+package httpapi
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/abi-engine/engine/ports"
+)
+
+// ObjectInfo describes a stored object; PUT answers it.
+type ObjectInfo struct {
+	Key         string    `json:"key"`
+	Size        int64     `json:"size"`
+	ETag        string    `json:"etag"`
+	ContentType string    `json:"content_type"`
+	Modified    time.Time `json:"modified"`
+}
+
+// byteRange is a satisfiable range of an object: length bytes from offset.
+type byteRange struct{ offset, length int64 }
+
+// errUnsatisfiable is a Range that selects no byte of the object.
+var errUnsatisfiable = errors.New("range not satisfiable")
+
+// parseRange reads a Range header against the object's size. It handles
+// one range ("bytes=a-b", "bytes=a-", "bytes=-n"); ok is false when the
+// header is absent, malformed or asks for several ranges, which HTTP lets a
+// server answer with the whole object.
+func parseRange(h string, size int64) (r byteRange, ok bool, err error) {
+	spec, found := strings.CutPrefix(h, "bytes=")
+	if !found || strings.Contains(spec, ",") {
+		return r, false, nil
+	}
+	first, last, found := strings.Cut(strings.TrimSpace(spec), "-")
+	if !found {
+		return r, false, nil
+	}
+	if first == "" {
+		n, err := strconv.ParseInt(last, 10, 64)
+		if err != nil || n < 0 {
+			return r, false, nil
+		}
+		if n == 0 || size == 0 {
+			return r, true, errUnsatisfiable
+		}
+		n = min(n, size)
+		return byteRange{offset: size - n, length: n}, true, nil
+	}
+	start, err := strconv.ParseInt(first, 10, 64)
+	if err != nil || start < 0 {
+		return r, false, nil
+	}
+	end := size - 1
+	if last != "" {
+		if end, err = strconv.ParseInt(last, 10, 64); err != nil || end < start {
+			return r, false, nil
+		}
+		end = min(end, size-1)
+	}
+	if start >= size {
+		return r, true, errUnsatisfiable
+	}
+	return byteRange{offset: start, length: end - start + 1}, true, nil
+}
+
+func etag(e string) string { return strconv.Quote(e) }
+
+func objectHeaders(w http.ResponseWriter, info ports.ObjectInfo) {
+	h := w.Header()
+	h.Set("Accept-Ranges", "bytes")
+	h.Set("ETag", etag(info.ETag))
+	if info.ContentType != "" {
+		h.Set("Content-Type", info.ContentType)
+	}
+	if !info.Modified.IsZero() {
+		h.Set("Last-Modified", info.Modified.UTC().Format(http.TimeFormat))
+	}
+}
+
+// objGet streams the object, or the range asked for, from the store to
+// the client: neither side holds it whole. HEAD answers the headers alone.
+// A range is resolved against a Stat, and the read is checked to be of the
+// same version, so a Content-Range never mixes two versions of an object.
+func (a *api) objGet(w http.ResponseWriter, r *http.Request) {
+	key, store := r.PathValue("key"), a.services.ObjectStorage
+	ctx := r.Context()
+	rangeHeader := r.Header.Get("Range")
+	if r.Method == http.MethodHead || rangeHeader != "" || r.Header.Get("If-None-Match") != "" {
+		info, err := store.Stat(ctx, key)
+		if err != nil {
+			a.fail(w, r, err)
+			return
+		}
+		if match := r.Header.Get("If-None-Match"); match == etag(info.ETag) || match == "*" {
+			objectHeaders(w, info)
+			w.WriteHeader(http.StatusNotModified)
+			return
+		}
+		rng, ranged, err := parseRange(rangeHeader, info.Size)
+		if err != nil {
+			w.Header().Set("Content-Range", fmt.Sprintf("bytes */%d", info.Size))
+			writeError(w, http.StatusRequestedRangeNotSatisfiable, fmt.Sprintf("object %q of %d bytes: %s %q", key, info.Size, err, rangeHeader))
+			return
+		}
+		if r.Method == http.MethodHead {
+			objectHeaders(w, info)
+			w.Header().Set("Content-Length", strconv.FormatInt(info.Size, 10))
+			return
+		}
+		if ranged {
+			a.sendObject(w, r, key, info.ETag, &rng)
+			return
+		}
+	}
+	a.sendObject(w, r, key, "", nil)
+}
+
+// sendObject opens the object (or rng of it, expecting version etag) and
+// copies it to the client.
+func (a *api) sendObject(w http.ResponseWriter, r *http.Request, key, version string, rng *byteRange) {
+	opts := ports.GetObjectOptions{}
+	if rng != nil {
+		opts = ports.GetObjectOptions{Offset: rng.offset, Length: rng.length}
+	}
+	body, info, err := a.services.ObjectStorage.Get(r.Context(), key, opts)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	defer body.Close()
+	if version != "" && info.ETag != version {
+		a.fail(w, r, fmt.Errorf("object %q changed while its range was read; ask again: %w", key, ports.ErrConflict))
+		return
+	}
+	objectHeaders(w, info)
+	length, code := info.Size, http.StatusOK
+	if rng != nil {
+		length, code = rng.length, http.StatusPartialContent
+		w.Header().Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", rng.offset, rng.offset+rng.length-1, info.Size))
+	}
+	w.Header().Set("Content-Length", strconv.FormatInt(length, 10))
+	w.WriteHeader(code)
+	a.metrics.SessionOpened(ViaHTTP)
+	defer a.metrics.SessionClosed(ViaHTTP)
+	n, err := io.Copy(w, body)
+	a.metrics.Transferred(ViaHTTP, DirectionOut, n)
+	if err != nil {
+		// The status is sent; a short body against its Content-Length is
+		// how the client learns of the failure.
+		a.log.Warn("object download broke off", "key", key, "sent", n, "of", length, "err", err)
+	}
+}
+
+// countingReader counts the bytes read through it.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// objPut streams the body into the store. If-None-Match: * stores only if
+// the key is absent, If-Match: "<etag>" only over that version; a failed
+// condition is 409.
+func (a *api) objPut(w http.ResponseWriter, r *http.Request) {
+	key := r.PathValue("key")
+	opts := ports.PutObjectOptions{
+		ContentType: r.Header.Get("Content-Type"),
+		IfAbsent:    r.Header.Get("If-None-Match") == "*",
+		IfMatch:     strings.Trim(r.Header.Get("If-Match"), `"`),
+	}
+	body := &countingReader{r: r.Body}
+	a.metrics.SessionOpened(ViaHTTP)
+	info, err := a.services.ObjectStorage.Put(r.Context(), key, body, opts)
+	a.metrics.SessionClosed(ViaHTTP)
+	a.metrics.Transferred(ViaHTTP, DirectionIn, body.n)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	w.Header().Set("ETag", etag(info.ETag))
+	writeJSON(w, http.StatusOK, ObjectInfo{Key: info.Key, Size: info.Size, ETag: info.ETag, ContentType: info.ContentType, Modified: info.Modified})
+}
+
+func (a *api) objDelete(w http.ResponseWriter, r *http.Request) {
+	if err := a.services.ObjectStorage.Delete(r.Context(), r.PathValue("key")); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}

@@ -1,0 +1,259 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/abi-engine/engine/ports"
+)
+
+// kvGet answers the value as it is stored.
+func (a *api) kvGet(w http.ResponseWriter, r *http.Request) {
+	v, err := a.services.KeyValue.Get(r.Context(), r.PathValue("key"))
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Length", strconv.Itoa(len(v)))
+	_, _ = w.Write(v)
+}
+
+// kvSet stores the body. ?ttl= (a Go duration such as 30s) makes it
+// expire; If-None-Match: * writes only if the key is absent, else 409.
+func (a *api) kvSet(w http.ResponseWriter, r *http.Request) {
+	key := r.PathValue("key")
+	var ttl time.Duration
+	if s := r.URL.Query().Get("ttl"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil || d < 0 {
+			a.fail(w, r, fmt.Errorf("%w: ttl %q: want a duration such as 30s", ports.ErrInvalidArgument, s))
+			return
+		}
+		ttl = d
+	}
+	value, err := io.ReadAll(http.MaxBytesReader(w, r.Body, a.maxBody))
+	if err != nil {
+		a.fail(w, r, fmt.Errorf("read the value of %q: %w", key, err))
+		return
+	}
+	if r.Header.Get("If-None-Match") == "*" {
+		ok, err := a.services.KeyValue.SetIfAbsent(r.Context(), key, value, ttl)
+		if err == nil && !ok {
+			err = fmt.Errorf("set %q if absent: the key exists: %w", key, ports.ErrConflict)
+		}
+		if err != nil {
+			a.fail(w, r, err)
+			return
+		}
+	} else if err := a.services.KeyValue.Set(r.Context(), key, value, ttl); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (a *api) kvDelete(w http.ResponseWriter, r *http.Request) {
+	key := r.PathValue("key")
+	existed, err := a.services.KeyValue.Delete(r.Context(), key)
+	if err == nil && !existed {
+		err = fmt.Errorf("delete %q: %w", key, ports.ErrNotFound)
+	}
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// Document is a document as the API shows it; its version is also the
+// response's ETag.
+type Document struct {
+	ID      string         `json:"id"`
+	Version uint64         `json:"version"`
+	Data    map[string]any `json:"data"`
+}
+
+func documentOf(d ports.Document) Document {
+	return Document{ID: d.ID, Version: d.Version, Data: d.Data}
+}
+
+func (a *api) writeDocument(w http.ResponseWriter, d ports.Document) {
+	w.Header().Set("ETag", strconv.Quote(strconv.FormatUint(d.Version, 10)))
+	writeJSON(w, http.StatusOK, documentOf(d))
+}
+
+func (a *api) docGet(w http.ResponseWriter, r *http.Request) {
+	d, err := a.services.Document.Get(r.Context(), r.PathValue("collection"), r.PathValue("id"))
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	a.writeDocument(w, d)
+}
+
+// cond reads a document write's condition: If-Match: "<version>" needs
+// that version, If-None-Match: * needs the document to be absent.
+func cond(r *http.Request) (ports.Cond, error) {
+	if m := r.Header.Get("If-Match"); m != "" {
+		v, err := strconv.ParseUint(strings.Trim(m, `"`), 10, 64)
+		if err != nil || v == 0 {
+			return ports.Cond{}, fmt.Errorf("%w: If-Match %q: want a document version", ports.ErrInvalidArgument, m)
+		}
+		return ports.IfVersion(v), nil
+	}
+	if r.Header.Get("If-None-Match") == "*" {
+		return ports.IfVersion(0), nil
+	}
+	return ports.Cond{}, nil
+}
+
+// docPut writes the body, a JSON object, as the document's data. A missing
+// collection is made on the first write, as a client expects of a REST
+// resource.
+func (a *api) docPut(w http.ResponseWriter, r *http.Request) {
+	collection, id := r.PathValue("collection"), r.PathValue("id")
+	c, err := cond(r)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	var data map[string]any
+	if err := a.decode(w, r, &data); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	if data == nil {
+		a.fail(w, r, fmt.Errorf("%w: body: want a JSON object", ports.ErrInvalidArgument))
+		return
+	}
+	docs := a.services.Document
+	d, err := docs.Put(r.Context(), collection, id, data, c)
+	if errors.Is(err, ports.ErrNotFound) {
+		if err = docs.EnsureCollection(r.Context(), collection); err == nil {
+			d, err = docs.Put(r.Context(), collection, id, data, c)
+		}
+	}
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	a.writeDocument(w, d)
+}
+
+func (a *api) docDelete(w http.ResponseWriter, r *http.Request) {
+	c, err := cond(r)
+	if err == nil {
+		err = a.services.Document.Delete(r.Context(), r.PathValue("collection"), r.PathValue("id"), c)
+	}
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// FindRequest is the body of POST /v1/documents/{collection}/find.
+type FindRequest struct {
+	Where   map[string]any `json:"where,omitempty"`
+	OrderBy string         `json:"order_by,omitempty"`
+	Desc    bool           `json:"desc,omitempty"`
+	Limit   int            `json:"limit,omitempty"`
+	Cursor  string         `json:"cursor,omitempty"`
+}
+
+// FindResponse is one page of documents and the next page's cursor, ""
+// on the last.
+type FindResponse struct {
+	Documents []Document `json:"documents"`
+	Cursor    string     `json:"cursor"`
+}
+
+func (a *api) docFind(w http.ResponseWriter, r *http.Request) {
+	var q FindRequest
+	if err := a.decode(w, r, &q); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	docs, next, err := a.services.Document.Find(r.Context(), r.PathValue("collection"), ports.Query{
+		Where: q.Where, OrderBy: q.OrderBy, Desc: q.Desc, Limit: q.Limit, Cursor: q.Cursor,
+	})
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	out := FindResponse{Documents: make([]Document, len(docs)), Cursor: next}
+	for i, d := range docs {
+		out.Documents[i] = documentOf(d)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// SearchRequest is the body of POST /v1/vectors/{collection}/search; K 0
+// means DefaultK.
+type SearchRequest struct {
+	Vector []float32      `json:"vector"`
+	K      int            `json:"k,omitempty"`
+	Filter map[string]any `json:"filter,omitempty"`
+}
+
+// DefaultK is how many vectors a search without k returns.
+const DefaultK = 10
+
+// ScoredVector is one search result.
+type ScoredVector struct {
+	ID      string         `json:"id"`
+	Score   float64        `json:"score"`
+	Values  []float32      `json:"values"`
+	Payload map[string]any `json:"payload,omitempty"`
+}
+
+// SearchResponse lists the results, closest first.
+type SearchResponse struct {
+	Results []ScoredVector `json:"results"`
+}
+
+func (a *api) vecSearch(w http.ResponseWriter, r *http.Request) {
+	var q SearchRequest
+	if err := a.decode(w, r, &q); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	if q.K == 0 {
+		q.K = DefaultK
+	}
+	found, err := a.services.VectorStore.Search(r.Context(), r.PathValue("collection"), q.Vector, q.K, q.Filter)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	out := SearchResponse{Results: make([]ScoredVector, len(found))}
+	for i, v := range found {
+		out.Results[i] = ScoredVector{ID: v.ID, Score: v.Score, Values: v.Values, Payload: v.Payload}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// decode reads one JSON value from the body, refusing unknown fields and
+// bodies over the limit.
+func (a *api) decode(w http.ResponseWriter, r *http.Request, v any) error {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, a.maxBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return fmt.Errorf("%w: body over %d bytes", ports.ErrTooLarge, tooBig.Limit)
+		}
+		return fmt.Errorf("%w: body: %v", ports.ErrInvalidArgument, err)
+	}
+	if dec.More() {
+		return fmt.Errorf("%w: body: more than one JSON value", ports.ErrInvalidArgument)
+	}
+	return nil
+}

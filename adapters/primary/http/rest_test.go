@@ -1,0 +1,206 @@
+package httpapi_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	httpapi "github.com/abi-engine/engine/adapters/primary/http"
+	"github.com/abi-engine/engine/ports"
+)
+
+func TestKeyValue(t *testing.T) {
+	_, services := kernel(t, nil)
+	a := serveAPI(t, services, httpapi.Options{MaxBody: 1024})
+	for _, key := range []string{"plain", "with/slashes/in it", "ünï cödé"} {
+		path := "/v1/kv/" + url.PathEscape(key)
+		if strings.Contains(key, "/") {
+			path = "/v1/kv/with/slashes/in%20it"
+		}
+		resp, body := a.expect(http.StatusNotFound, "GET", path, "")
+		errorOf(t, resp, body)
+		a.expect(http.StatusNoContent, "PUT", path, "value of "+key)
+		resp, got := a.expect(http.StatusOK, "GET", path, "")
+		if got != "value of "+key || resp.Header.Get("Content-Type") != "application/octet-stream" {
+			t.Fatalf("GET %s: %q (%s)", path, got, resp.Header.Get("Content-Type"))
+		}
+		if v, err := services.KeyValue.Get(t.Context(), key); err != nil || string(v) != "value of "+key {
+			t.Fatalf("the store holds %q, %v under %q", v, err, key)
+		}
+		a.expect(http.StatusNoContent, "DELETE", path, "")
+		resp, body = a.expect(http.StatusNotFound, "DELETE", path, "")
+		errorOf(t, resp, body)
+	}
+
+	a.expect(http.StatusNoContent, "PUT", "/v1/kv/once", "first", "If-None-Match", "*")
+	resp, body := a.expect(http.StatusConflict, "PUT", "/v1/kv/once", "second", "If-None-Match", "*")
+	errorOf(t, resp, body)
+	if _, got := a.expect(http.StatusOK, "GET", "/v1/kv/once", ""); got != "first" {
+		t.Fatalf("a refused If-None-Match write changed the value to %q", got)
+	}
+
+	a.expect(http.StatusNoContent, "PUT", "/v1/kv/short?ttl=1s", "gone soon")
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, _ := a.do("GET", "/v1/kv/short", nil)
+		if resp.StatusCode == http.StatusNotFound {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a key set with ttl=1s still answers %d after 20s", resp.StatusCode)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	for _, ttl := range []string{"soon", "-1s"} {
+		resp, body := a.expect(http.StatusBadRequest, "PUT", "/v1/kv/k?ttl="+ttl, "v")
+		if msg := errorOf(t, resp, body); !strings.Contains(msg, "ttl") {
+			t.Fatalf("ttl=%s: %q", ttl, msg)
+		}
+	}
+	resp, body = a.expect(http.StatusBadRequest, "GET", "/v1/kv/", "")
+	errorOf(t, resp, body)
+	resp, body = a.expect(http.StatusRequestEntityTooLarge, "PUT", "/v1/kv/big", strings.Repeat("x", 1025))
+	errorOf(t, resp, body)
+	a.expect(http.StatusNoContent, "PUT", "/v1/kv/just-fits", strings.Repeat("x", 1024))
+}
+
+// document decodes a document answer and checks its ETag is its version.
+func document(t *testing.T, resp *http.Response, body string) httpapi.Document {
+	t.Helper()
+	var d httpapi.Document
+	if err := json.Unmarshal([]byte(body), &d); err != nil {
+		t.Fatalf("document %q: %v", body, err)
+	}
+	if want := `"` + jsonNumber(d.Version) + `"`; resp.Header.Get("ETag") != want {
+		t.Fatalf("ETag %q for version %d", resp.Header.Get("ETag"), d.Version)
+	}
+	return d
+}
+
+func jsonNumber(v uint64) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+func TestDocuments(t *testing.T) {
+	_, services := kernel(t, nil)
+	a := serveAPI(t, services, httpapi.Options{MaxBody: 4096})
+	doc := func(resp *http.Response, body string) httpapi.Document { return document(t, resp, body) }
+	resp, body := a.expect(http.StatusNotFound, "GET", "/v1/documents/people/ada", "")
+	errorOf(t, resp, body)
+
+	// The first write makes the collection.
+	d := doc(a.expect(http.StatusOK, "PUT", "/v1/documents/people/ada", `{"name":"Ada","born":1815}`))
+	if d.ID != "ada" || d.Version == 0 || d.Data["name"] != "Ada" {
+		t.Fatalf("PUT answered %+v", d)
+	}
+	got := doc(a.expect(http.StatusOK, "GET", "/v1/documents/people/ada", ""))
+	if got.Version != d.Version || got.Data["born"] != float64(1815) {
+		t.Fatalf("GET answered %+v after PUT %+v", got, d)
+	}
+
+	stale := `"` + jsonNumber(d.Version) + `"`
+	d2 := doc(a.expect(http.StatusOK, "PUT", "/v1/documents/people/ada", `{"name":"Ada Lovelace"}`, "If-Match", stale))
+	if d2.Version <= d.Version {
+		t.Fatalf("version %d after %d", d2.Version, d.Version)
+	}
+	resp, body = a.expect(http.StatusConflict, "PUT", "/v1/documents/people/ada", `{"name":"lost update"}`, "If-Match", stale)
+	errorOf(t, resp, body)
+	resp, body = a.expect(http.StatusConflict, "PUT", "/v1/documents/people/ada", `{}`, "If-None-Match", "*")
+	errorOf(t, resp, body)
+	resp, body = a.expect(http.StatusConflict, "DELETE", "/v1/documents/people/ada", "", "If-Match", stale)
+	errorOf(t, resp, body)
+
+	for _, bad := range []string{`[1,2]`, `{"a":`, `{} {}`, `null`} {
+		resp, body := a.expect(http.StatusBadRequest, "PUT", "/v1/documents/people/x", bad)
+		errorOf(t, resp, body)
+	}
+	resp, body = a.expect(http.StatusBadRequest, "PUT", "/v1/documents/people/x", `{}`, "If-Match", "v1")
+	errorOf(t, resp, body)
+	resp, body = a.expect(http.StatusBadRequest, "PUT", "/v1/documents/not%20a%20name/x", `{}`)
+	errorOf(t, resp, body)
+	resp, body = a.expect(http.StatusRequestEntityTooLarge, "PUT", "/v1/documents/people/x", `{"a":"`+strings.Repeat("x", 4096)+`"}`)
+	errorOf(t, resp, body)
+
+	for _, p := range []struct {
+		id   string
+		born int
+	}{{"grace", 1906}, {"alan", 1912}, {"edsger", 1930}} {
+		a.expect(http.StatusOK, "PUT", "/v1/documents/people/"+p.id, `{"born":`+jsonNumber(uint64(p.born))+`,"kind":"pioneer"}`)
+	}
+	var page httpapi.FindResponse
+	_, body = a.expect(http.StatusOK, "POST", "/v1/documents/people/find", `{"where":{"kind":"pioneer"},"order_by":"born","desc":true,"limit":2}`)
+	if err := json.Unmarshal([]byte(body), &page); err != nil {
+		t.Fatal(err)
+	}
+	if len(page.Documents) != 2 || page.Documents[0].ID != "edsger" || page.Documents[1].ID != "alan" || page.Cursor == "" {
+		t.Fatalf("first page: %s", body)
+	}
+	next, _ := json.Marshal(httpapi.FindRequest{Where: map[string]any{"kind": "pioneer"}, OrderBy: "born", Desc: true, Limit: 2, Cursor: page.Cursor})
+	_, body = a.expect(http.StatusOK, "POST", "/v1/documents/people/find", string(next))
+	page = httpapi.FindResponse{}
+	if err := json.Unmarshal([]byte(body), &page); err != nil {
+		t.Fatal(err)
+	}
+	if len(page.Documents) != 1 || page.Documents[0].ID != "grace" || page.Cursor != "" {
+		t.Fatalf("last page: %s", body)
+	}
+	resp, body = a.expect(http.StatusBadRequest, "POST", "/v1/documents/people/find", `{"wher":{}}`)
+	errorOf(t, resp, body)
+	resp, body = a.expect(http.StatusNotFound, "POST", "/v1/documents/nobody/find", `{}`)
+	errorOf(t, resp, body)
+
+	a.expect(http.StatusNoContent, "DELETE", "/v1/documents/people/ada", "", "If-Match", `"`+jsonNumber(d2.Version)+`"`)
+	resp, body = a.expect(http.StatusNotFound, "DELETE", "/v1/documents/people/ada", "")
+	errorOf(t, resp, body)
+	// A document whose id is "find" is reachable with every method but POST.
+	a.expect(http.StatusOK, "PUT", "/v1/documents/people/find", `{"odd":true}`)
+	doc(a.expect(http.StatusOK, "GET", "/v1/documents/people/find", ""))
+}
+
+func TestVectorSearch(t *testing.T) {
+	_, services := kernel(t, nil)
+	a := serveAPI(t, services, httpapi.Options{})
+	ctx := t.Context()
+	if err := services.VectorStore.CreateCollection(ctx, "docs", 2, ports.MetricCosine); err != nil {
+		t.Fatal(err)
+	}
+	if err := services.VectorStore.Upsert(ctx, "docs", []ports.Vector{
+		{ID: "east", Values: []float32{1, 0}, Payload: map[string]any{"lang": "en"}},
+		{ID: "north", Values: []float32{0, 1}, Payload: map[string]any{"lang": "en"}},
+		{ID: "northeast", Values: []float32{0.7, 0.7}, Payload: map[string]any{"lang": "fr"}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	search := func(body string) httpapi.SearchResponse {
+		t.Helper()
+		_, got := a.expect(http.StatusOK, "POST", "/v1/vectors/docs/search", body)
+		var r httpapi.SearchResponse
+		if err := json.Unmarshal([]byte(got), &r); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	r := search(`{"vector":[1,0.1],"k":2}`)
+	if len(r.Results) != 2 || r.Results[0].ID != "east" || r.Results[1].ID != "northeast" || r.Results[0].Score < r.Results[1].Score {
+		t.Fatalf("k=2: %+v", r)
+	}
+	if r := search(`{"vector":[1,0.1]}`); len(r.Results) != 3 {
+		t.Fatalf("no k gives %d results, want all 3 (the default is %d)", len(r.Results), httpapi.DefaultK)
+	}
+	if r := search(`{"vector":[1,0.1],"filter":{"lang":"en"},"k":5}`); len(r.Results) != 2 || r.Results[0].Payload["lang"] != "en" {
+		t.Fatalf("filtered: %+v", r)
+	}
+	resp, body := a.expect(http.StatusBadRequest, "POST", "/v1/vectors/docs/search", `{"vector":[1,0,0]}`)
+	if msg := errorOf(t, resp, body); !strings.Contains(msg, "dimension") {
+		t.Fatalf("a wrong dimension: %q", msg)
+	}
+	resp, body = a.expect(http.StatusNotFound, "POST", "/v1/vectors/nothing/search", `{"vector":[1,0]}`)
+	errorOf(t, resp, body)
+	resp, body = a.expect(http.StatusBadRequest, "POST", "/v1/vectors/docs/search", `{"vector":"up"}`)
+	errorOf(t, resp, body)
+}

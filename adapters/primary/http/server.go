@@ -1,0 +1,262 @@
+// Package httpapi is the engine's HTTP API: probes for the orchestrator,
+// the engine's status, Prometheus metrics, and a REST surface over the
+// kernel services. It drives the engine through interfaces of its own, so
+// the services are whatever the app hands it: the client facades, which
+// reach the serving engine, so a standby answers during a handover.
+package httpapi
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/abi-engine/engine/ports"
+)
+
+// Engine is what the API reports about the engine.
+type Engine interface {
+	// Status is where the engine stands, encoded as JSON for /status.
+	Status() any
+	// Ready reports whether the engine does its part: serving, standing
+	// by, or a client. /readyz answers 503 when it does not.
+	Ready() bool
+}
+
+// Services are the kernel services the REST surface calls; a nil one is
+// switched off and its routes answer 501.
+type Services struct {
+	KeyValue      ports.KeyValue
+	ObjectStorage ports.ObjectStorage
+	Document      ports.DocumentStore
+	VectorStore   ports.VectorStore
+}
+
+// DefaultMaxBody bounds the bodies the API reads whole: key-value values
+// and JSON requests. Objects are streamed and have no bound.
+const DefaultMaxBody = 8 << 20
+
+// Options configure the API.
+type Options struct {
+	Engine   Engine
+	Services Services
+	// Metrics, when nil, are made afresh.
+	Metrics *Metrics
+	// Token, when set, is required as a bearer token on every route but
+	// /healthz and /readyz.
+	Token  string
+	Logger *slog.Logger
+	// MaxBody is DefaultMaxBody when <= 0.
+	MaxBody int64
+}
+
+// api holds what the handlers share.
+type api struct {
+	engine   Engine
+	services Services
+	metrics  *Metrics
+	log      *slog.Logger
+	maxBody  int64
+}
+
+// NewHandler returns the API's routes.
+func NewHandler(o Options) http.Handler {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Metrics == nil {
+		o.Metrics = NewMetrics()
+	}
+	if o.MaxBody <= 0 {
+		o.MaxBody = DefaultMaxBody
+	}
+	a := &api{engine: o.Engine, services: o.Services, metrics: o.Metrics, log: o.Logger, maxBody: o.MaxBody}
+	open := http.NewServeMux()
+	open.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]bool{"alive": true})
+	})
+	open.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		ready := a.engine.Ready()
+		code := http.StatusOK
+		if !ready {
+			code = http.StatusServiceUnavailable
+		}
+		writeJSON(w, code, map[string]bool{"ready": ready})
+	})
+
+	guarded := http.NewServeMux()
+	guarded.HandleFunc("GET /status", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, a.engine.Status())
+	})
+	guarded.Handle("GET /metrics", a.metrics.Handler())
+	a.routes(guarded)
+
+	rest := jsonErrors(guarded)
+	if o.Token != "" {
+		rest = bearer(o.Token, rest)
+	}
+	open.Handle("/", rest)
+	return open
+}
+
+// routes registers the REST surface.
+func (a *api) routes(mux *http.ServeMux) {
+	for _, rt := range []struct {
+		pattern, service, op string
+		h                    http.HandlerFunc
+	}{
+		{"GET /v1/kv/{key...}", ports.ServiceKeyValue, "get", a.kvGet},
+		{"PUT /v1/kv/{key...}", ports.ServiceKeyValue, "set", a.kvSet},
+		{"DELETE /v1/kv/{key...}", ports.ServiceKeyValue, "delete", a.kvDelete},
+		{"GET /v1/objects/{key...}", ports.ServiceObjectStorage, "get", a.objGet},
+		{"PUT /v1/objects/{key...}", ports.ServiceObjectStorage, "put", a.objPut},
+		{"DELETE /v1/objects/{key...}", ports.ServiceObjectStorage, "delete", a.objDelete},
+		{"GET /v1/documents/{collection}/{id}", ports.ServiceDocument, "get", a.docGet},
+		{"PUT /v1/documents/{collection}/{id}", ports.ServiceDocument, "put", a.docPut},
+		{"DELETE /v1/documents/{collection}/{id}", ports.ServiceDocument, "delete", a.docDelete},
+		{"POST /v1/documents/{collection}/find", ports.ServiceDocument, "find", a.docFind},
+		{"POST /v1/vectors/{collection}/search", ports.ServiceVectorStore, "search", a.vecSearch},
+	} {
+		mux.Handle(rt.pattern, a.metered(rt.service, rt.op, a.needs(rt.service, rt.h)))
+	}
+}
+
+// jsonErrors answers in JSON what the mux would answer in plain text: no
+// route (404) or a wrong method (405, with its Allow header).
+func jsonErrors(mux *http.ServeMux) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h, pattern := mux.Handler(r)
+		if pattern != "" {
+			mux.ServeHTTP(w, r)
+			return
+		}
+		rec := &headerRecorder{header: http.Header{}}
+		h.ServeHTTP(rec, r)
+		if allow := rec.header.Get("Allow"); allow != "" {
+			w.Header().Set("Allow", allow)
+		}
+		if rec.code == http.StatusMethodNotAllowed {
+			writeError(w, rec.code, fmt.Sprintf("%s %s: allowed methods are %s", r.Method, r.URL.Path, rec.header.Get("Allow")))
+			return
+		}
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path))
+	})
+}
+
+// headerRecorder keeps the status and headers of the mux's own error
+// answer and drops its plain-text body.
+type headerRecorder struct {
+	header http.Header
+	code   int
+}
+
+func (h *headerRecorder) Header() http.Header         { return h.header }
+func (h *headerRecorder) Write(b []byte) (int, error) { return len(b), nil }
+func (h *headerRecorder) WriteHeader(code int)        { h.code = code }
+
+// needs answers 501 when the route's service is switched off.
+func (a *api) needs(service string, h http.HandlerFunc) http.HandlerFunc {
+	var on bool
+	switch service {
+	case ports.ServiceKeyValue:
+		on = a.services.KeyValue != nil
+	case ports.ServiceObjectStorage:
+		on = a.services.ObjectStorage != nil
+	case ports.ServiceDocument:
+		on = a.services.Document != nil
+	case ports.ServiceVectorStore:
+		on = a.services.VectorStore != nil
+	}
+	if on {
+		return h
+	}
+	return func(w http.ResponseWriter, _ *http.Request) {
+		writeError(w, http.StatusNotImplemented, fmt.Sprintf("the %s service is switched off on this engine", service))
+	}
+}
+
+// bearer refuses a request without the token. Both sides are hashed first
+// so the comparison takes the same time whatever the lengths.
+func bearer(token string, next http.Handler) http.Handler {
+	want := sha256.Sum256([]byte(token))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		sum := sha256.Sum256([]byte(got))
+		if !ok || subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="abi-engine"`)
+			writeError(w, http.StatusUnauthorized, "a valid bearer token is required")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// Server serves the API on a listener of its own.
+type Server struct {
+	srv  *http.Server
+	ln   net.Listener
+	log  *slog.Logger
+	done chan struct{}
+	mu   sync.Mutex
+	err  error
+}
+
+// Listen binds addr at once, so a taken port fails the caller, and serves
+// h on it in a goroutine until Shutdown.
+func Listen(addr string, h http.Handler, logger *slog.Logger) (*Server, error) {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("http.listen %s: %w", addr, err)
+	}
+	s := &Server{
+		// No write timeout: an object download lasts as long as it must.
+		srv:  &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)},
+		ln:   ln,
+		log:  logger,
+		done: make(chan struct{}),
+	}
+	go func() {
+		defer close(s.done)
+		if err := s.srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			logger.Error("the HTTP API stopped serving", "err", err)
+			s.mu.Lock()
+			s.err = err
+			s.mu.Unlock()
+		}
+	}()
+	return s, nil
+}
+
+// Addr is the address the server listens on, with the port the system
+// chose for port 0.
+func (s *Server) Addr() string { return s.ln.Addr().String() }
+
+// Shutdown stops accepting, lets requests in progress finish until ctx
+// ends, then closes those left.
+func (s *Server) Shutdown(ctx context.Context) error {
+	err := s.srv.Shutdown(ctx)
+	if err != nil {
+		err = errors.Join(err, s.srv.Close())
+	}
+	<-s.done
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return errors.Join(err, s.err)
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}

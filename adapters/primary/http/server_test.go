@@ -1,0 +1,176 @@
+package httpapi_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	httpapi "github.com/abi-engine/engine/adapters/primary/http"
+	"github.com/abi-engine/engine/adapters/secondary/natsclient"
+	"github.com/abi-engine/engine/internal/natstest"
+	"github.com/abi-engine/engine/ports"
+)
+
+// errorOf decodes an error body and checks it carries the status.
+func errorOf(t *testing.T, resp *http.Response, body string) string {
+	t.Helper()
+	var e struct {
+		Error struct {
+			Code    int    `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(body), &e); err != nil {
+		t.Fatalf("error body %q is not JSON: %v", body, err)
+	}
+	if e.Error.Code != resp.StatusCode || e.Error.Message == "" || resp.Header.Get("Content-Type") != "application/json" {
+		t.Fatalf("status %d with error body %q (%s)", resp.StatusCode, body, resp.Header.Get("Content-Type"))
+	}
+	return e.Error.Message
+}
+
+func TestProbes(t *testing.T) {
+	a := serveAPI(t, httpapi.Services{}, httpapi.Options{})
+	a.expect(http.StatusOK, "GET", "/healthz", "")
+	a.expect(http.StatusOK, "GET", "/readyz", "")
+	a.engine.ready.Store(false)
+	_, body := a.expect(http.StatusServiceUnavailable, "GET", "/readyz", "")
+	if !strings.Contains(body, `"ready":false`) {
+		t.Fatalf("/readyz of an engine that is not ready: %s", body)
+	}
+	a.expect(http.StatusOK, "GET", "/healthz", "")
+}
+
+func TestStatusIsTheEnginesOwnJSON(t *testing.T) {
+	a := serveAPI(t, httpapi.Services{}, httpapi.Options{})
+	resp, body := a.expect(http.StatusOK, "GET", "/status", "")
+	var st map[string]any
+	if err := json.Unmarshal([]byte(body), &st); err != nil || st["state"] != "serving" || resp.Header.Get("Content-Type") != "application/json" {
+		t.Fatalf("/status: %s (%v)", body, err)
+	}
+}
+
+func TestTheTokenGuardsAllButTheProbes(t *testing.T) {
+	_, services := kernel(t, nil)
+	a := serveAPI(t, services, httpapi.Options{Token: "s3cret"})
+	anonymous := *a
+	anonymous.token = ""
+	wrong := *a
+	wrong.token = "s3creT"
+	longer := *a
+	longer.token = "s3cret-and-more"
+	for _, path := range []string{"/healthz", "/readyz"} {
+		anonymous.expect(http.StatusOK, "GET", path, "")
+	}
+	for _, c := range []*api{&anonymous, &wrong, &longer} {
+		for _, r := range [][2]string{{"GET", "/status"}, {"GET", "/metrics"}, {"GET", "/v1/kv/k"}, {"PUT", "/v1/kv/k"}, {"GET", "/nowhere"}} {
+			resp, body := c.expect(http.StatusUnauthorized, r[0], r[1], "")
+			errorOf(t, resp, body)
+			if resp.Header.Get("WWW-Authenticate") == "" {
+				t.Fatalf("%s %s: 401 without WWW-Authenticate", r[0], r[1])
+			}
+		}
+	}
+	a.expect(http.StatusNoContent, "PUT", "/v1/kv/k", "v")
+	a.expect(http.StatusOK, "GET", "/status", "")
+	a.expect(http.StatusOK, "GET", "/metrics", "")
+	if _, got := a.expect(http.StatusOK, "GET", "/v1/kv/k", ""); got != "v" {
+		t.Fatalf("GET with the token: %q", got)
+	}
+}
+
+func TestUnknownRoutesAndMethodsAnswerJSON(t *testing.T) {
+	a := serveAPI(t, memoryServices(t), httpapi.Options{})
+	resp, body := a.expect(http.StatusNotFound, "GET", "/v2/kv/k", "")
+	errorOf(t, resp, body)
+	resp, body = a.expect(http.StatusMethodNotAllowed, "POST", "/v1/kv/k", "")
+	errorOf(t, resp, body)
+	if allow := resp.Header.Get("Allow"); allow != "DELETE, GET, HEAD, PUT" {
+		t.Fatalf("Allow: %q", allow)
+	}
+	resp, body = a.expect(http.StatusMethodNotAllowed, "PATCH", "/v1/documents/c/find", "")
+	errorOf(t, resp, body)
+}
+
+func TestASwitchedOffServiceAnswers501(t *testing.T) {
+	a := serveAPI(t, memoryServices(t), httpapi.Options{})
+	for _, r := range [][2]string{{"GET", "/v1/documents/c/d"}, {"POST", "/v1/documents/c/find"}, {"POST", "/v1/vectors/c/search"}} {
+		resp, body := a.expect(http.StatusNotImplemented, r[0], r[1], "{}")
+		if msg := errorOf(t, resp, body); !strings.Contains(msg, "switched off") {
+			t.Fatalf("%s %s: %q", r[0], r[1], msg)
+		}
+	}
+}
+
+// With no engine serving, the facades give up after their deadline and the
+// API says the service is unavailable: what a client sees between the old
+// engine and the new one if the handover takes too long.
+func TestNoServingEngineIs503(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	a := serveAPI(t, facades(natsclient.New(natstest.Connect(t, url), natsclient.WithTimeout(time.Second))), httpapi.Options{})
+	for _, r := range [][2]string{{"GET", "/v1/kv/k"}, {"GET", "/v1/documents/c/d"}, {"GET", "/v1/objects/o"}} {
+		resp, body := a.expect(http.StatusServiceUnavailable, r[0], r[1], "")
+		errorOf(t, resp, body)
+	}
+}
+
+// An engine that requires caller tokens refuses an unsigned facade: the
+// HTTP client did nothing wrong, so it is told 502, not 401.
+func TestACallerTokenRefusalIs502(t *testing.T) {
+	_, services := kernel(t, []byte("caller-secret"))
+	a := serveAPI(t, services, httpapi.Options{})
+	resp, body := a.expect(http.StatusBadGateway, "GET", "/v1/kv/k", "")
+	errorOf(t, resp, body)
+}
+
+func TestStatusOf(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want int
+	}{
+		{ports.ErrInvalidArgument, 400},
+		{ports.ErrNotFound, 404},
+		{ports.ErrConflict, 409},
+		{ports.ErrTooLarge, 413},
+		{&http.MaxBytesError{Limit: 1}, 413},
+		{context.DeadlineExceeded, 504},
+		{errors.New("disk on fire"), 500},
+	} {
+		if got := httpapi.StatusOf(c.err); got != c.want {
+			t.Errorf("StatusOf(%v) = %d, want %d", c.err, got, c.want)
+		}
+	}
+}
+
+func TestListenOnPortZeroAndShutdown(t *testing.T) {
+	e := &engine{}
+	e.ready.Store(true)
+	s, err := httpapi.Listen("127.0.0.1:0", httpapi.NewHandler(httpapi.Options{Engine: e}), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, port, _ := net.SplitHostPort(s.Addr()); port == "0" || port == "" {
+		t.Fatalf("Addr %q has no real port", s.Addr())
+	}
+	resp, err := http.Get("http://" + s.Addr() + "/readyz")
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /readyz: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	if _, err := httpapi.Listen(s.Addr(), httpapi.NewHandler(httpapi.Options{Engine: e}), nil); err == nil || !strings.Contains(err.Error(), "http.listen") {
+		t.Fatalf("a second Listen on a taken port: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := s.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := http.Get("http://" + s.Addr() + "/healthz"); err == nil {
+		t.Fatalf("the server still answers after Shutdown")
+	}
+}
