@@ -13,8 +13,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/abi-engine/engine/adapters/primary/natsapi"
 	httpapi "github.com/abi-engine/engine/adapters/primary/http"
+	"github.com/abi-engine/engine/adapters/primary/natsapi"
 	docmemory "github.com/abi-engine/engine/adapters/secondary/document/memory"
 	kvmemory "github.com/abi-engine/engine/adapters/secondary/keyvalue/memory"
 	"github.com/abi-engine/engine/adapters/secondary/natsclient"
