@@ -49,8 +49,9 @@ func newEngine(in engineIn) *Engine {
 
 // Graph is the engine's fx graph without its logger and timeouts: the
 // configuration, the shared-backend check (an Invoke, so a refused rollout
-// fails fx.New before anything opens), and the engine's lifecycle. Extra
-// options, such as modules, are added to it.
+// fails fx.New before anything opens), the engine's lifecycle, then the
+// HTTP API and the activity log. Extra options, such as modules, are added
+// to it.
 func Graph(o Options, extra ...fx.Option) fx.Option {
 	me := domain.ThisProcess(o.Version, o.Config.NATS.Engine.RolloutID)
 	return fx.Options(
@@ -58,6 +59,8 @@ func Graph(o Options, extra ...fx.Option) fx.Option {
 		fx.Provide(BuildStorage, newEngine),
 		fx.Invoke(CheckStorage),
 		fx.Invoke(func(lc fx.Lifecycle, e *Engine) { lc.Append(fx.StartStopHook(e.Start, e.Stop)) }),
+		httpAPI(),
+		activityLog(),
 		fx.Options(extra...),
 	)
 }

@@ -42,7 +42,7 @@ services:
 func testConfig(t *testing.T, url, role, rollout, services string) *config.Config {
 	t.Helper()
 	dir := t.TempDir()
-	yaml := fmt.Sprintf("nats:\n  url: %s\n  engine: {role: %s, rollout_id: %q, lease_seconds: 1, drain_seconds: 1}\ndata_dir: %s\n%s",
+	yaml := fmt.Sprintf("nats:\n  url: %s\n  engine: {role: %s, rollout_id: %q, lease_seconds: 1, drain_seconds: 1}\nhttp: {listen: \"127.0.0.1:0\"}\ndata_dir: %s\n%s",
 		url, role, rollout, filepath.Join(dir, "data"), services)
 	cfg, err := config.Parse("test.yaml", []byte(yaml), func(string) string { return "" })
 	if err != nil {

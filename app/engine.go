@@ -81,7 +81,7 @@ type Engine struct {
 	ownership   *domain.Ownership
 	outcome     domain.Outcome
 	local       *local
-	host        *natsapi.Host
+	kernel      *kernel
 	services    Services
 	started     []Module
 	transitions chan domain.Transition
@@ -360,8 +360,7 @@ func (e *Engine) openAndServe(ctx context.Context, serve bool) error {
 	if s := e.p.Config.NATS.CallerSecret; s != "" {
 		secret = []byte(s)
 	}
-	services := append(l.kernelServices(secret != nil), natsapi.Engine(e.p.Holder, o.State))
-	host, err := natsapi.NewHost(natsapi.Options{
+	k, err := newKernel(natsapi.Options{
 		Owner:        e.p.Holder.InstanceID,
 		Connect:      func() (*nats.Conn, error) { return e.connect("abi-engine accept", false) },
 		Replies:      e.session,
@@ -369,7 +368,9 @@ func (e *Engine) openAndServe(ctx context.Context, serve bool) error {
 		CallerSecret: secret,
 		Logger:       e.log,
 		Version:      microVersion(e.p.Holder.Version),
-	}, services...)
+	}, func(transfers *natsapi.TransferHost) []natsapi.Service {
+		return append(l.kernelServices(secret != nil, transfers), natsapi.Engine(e.p.Holder, o.State))
+	})
 	if err != nil {
 		return errors.Join(err, l.close())
 	}
@@ -377,10 +378,10 @@ func (e *Engine) openAndServe(ctx context.Context, serve bool) error {
 		e.jobs.Register(j)
 	}
 	e.mu.Lock()
-	e.local, e.host = l, host
+	e.local, e.kernel = l, k
 	e.mu.Unlock()
 	if serve {
-		if err := host.Serve(); err != nil {
+		if err := k.serve(); err != nil {
 			return err
 		}
 		e.jobs.Start()
@@ -430,7 +431,7 @@ func (e *Engine) react(transitions <-chan domain.Transition) {
 	defer close(e.reacted)
 	for tr := range transitions {
 		e.mu.Lock()
-		host, observers := e.host, e.observers
+		k, observers := e.kernel, e.observers
 		e.mu.Unlock()
 		e.publish(tr)
 		for _, f := range observers {
@@ -438,10 +439,10 @@ func (e *Engine) react(transitions <-chan domain.Transition) {
 		}
 		switch tr.To {
 		case domain.StateServing:
-			if host == nil || e.stopping.Load() {
+			if k == nil || e.stopping.Load() {
 				continue
 			}
-			if err := host.Serve(); err != nil {
+			if err := k.serve(); err != nil {
 				e.log.Error("cannot serve the kernel services", "err", err)
 				e.p.Shutdown(ExitLeaseLost)
 				continue
@@ -449,8 +450,8 @@ func (e *Engine) react(transitions <-chan domain.Transition) {
 			e.jobs.Start()
 		case domain.StateFenced, domain.StateLost:
 			e.jobs.Stop()
-			if host != nil {
-				host.Fence()
+			if k != nil {
+				k.fence()
 			}
 			if tr.To == domain.StateLost && !e.stopping.Load() {
 				e.log.Error("another engine took the lease; stopping")
@@ -534,11 +535,11 @@ func (e *Engine) Stop(ctx context.Context) error {
 		}
 	}
 	e.mu.Lock()
-	host := e.host
+	k := e.kernel
 	e.mu.Unlock()
-	if host != nil {
+	if k != nil {
 		dctx, cancel := context.WithTimeout(ctx, e.p.Config.Timing().Drain)
-		finished, err := natsapi.Drain(dctx, host)
+		finished, err := k.drain(dctx)
 		cancel()
 		if err != nil {
 			errs = append(errs, err)
@@ -566,11 +567,11 @@ func (e *Engine) Stop(ctx context.Context) error {
 // closeAll closes backends and connections, the embedded broker last.
 func (e *Engine) closeAll() {
 	e.mu.Lock()
-	l, host, transitions := e.local, e.host, e.transitions
+	l, k, transitions := e.local, e.kernel, e.transitions
 	e.transitions = nil
 	e.mu.Unlock()
-	if host != nil {
-		host.Stop()
+	if k != nil {
+		k.stop()
 	}
 	if o := e.Ownership(); o != nil {
 		_ = o.Release(context.Background()) // nothing when already released

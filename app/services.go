@@ -93,7 +93,7 @@ func (l *local) secrets() ports.Secrets {
 // kernelServices are the services a serving engine answers on NATS. The
 // secret service is served only when callers must sign: without a caller
 // secret, anyone on the NATS account could read every secret.
-func (l *local) kernelServices(signed bool) []natsapi.Service {
+func (l *local) kernelServices(signed bool, transfers *natsapi.TransferHost) []natsapi.Service {
 	var out []natsapi.Service
 	if kv, ok := l.port(ports.ServiceKeyValue).(ports.KeyValue); ok {
 		out = append(out, natsapi.KeyValue(kv))
@@ -103,6 +103,9 @@ func (l *local) kernelServices(signed bool) []natsapi.Service {
 	}
 	if vs, ok := l.port(ports.ServiceVectorStore).(ports.VectorStore); ok {
 		out = append(out, natsapi.VectorStore(vs))
+	}
+	if objects, ok := l.port(ports.ServiceObjectStorage).(ports.ObjectStorage); ok {
+		out = append(out, natsapi.ObjectStorage(objects, transfers))
 	}
 	if c, ok := l.port(ports.ServiceCache).(ports.Cache); ok {
 		out = append(out, natsapi.Cache(c))
@@ -141,6 +144,8 @@ func facades(c *natsclient.Client, cfg *config.Config) Services {
 			s.Document = natsclient.NewDocument(c)
 		case ports.ServiceVectorStore:
 			s.VectorStore = natsclient.NewVectorStore(c)
+		case ports.ServiceObjectStorage:
+			s.ObjectStorage = natsclient.NewObjectStorage(c)
 		case ports.ServiceCache:
 			s.Cache = natsclient.NewCache(c)
 		case ports.ServiceSecret:

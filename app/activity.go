@@ -1,0 +1,346 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/fx"
+
+	"github.com/abi-engine/engine/domain"
+	"github.com/abi-engine/engine/ports"
+)
+
+// ActivityCollection is the document collection of the activity log. On
+// shared backends it is the history of every deploy.
+const ActivityCollection = "activity_log"
+
+// Activity events: what happened to an engine's ownership.
+const (
+	EventAcquired        = "acquired"
+	EventTookOver        = "took_over"
+	EventFenced          = "fenced"
+	EventRestored        = "restored"
+	EventLost            = "lost"
+	EventReleased        = "released"
+	EventStandbyStarted  = "standby_started"
+	EventStandbyTimedOut = "standby_timed_out"
+	// EventStandbyEnded: a standby gave up because an engine of its own
+	// release took the lease.
+	EventStandbyEnded = "standby_ended"
+	// EventStandbyStopped: an engine stopped before it ever served.
+	EventStandbyStopped = "standby_stopped"
+)
+
+// activityTime is RFC 3339 in UTC with every nanosecond digit, so entries
+// sort by it as strings.
+const activityTime = "2006-01-02T15:04:05.000000000Z07:00"
+
+// ActivityEntry is one ownership event of one engine.
+type ActivityEntry struct {
+	InstanceID string `json:"instance_id"`
+	Host       string `json:"host"`
+	PID        int    `json:"pid"`
+	Version    string `json:"version"`
+	Rollout    string `json:"rollout"`
+	Event      string `json:"event"`
+	Detail     string `json:"detail"`
+	// Revision is the lease's revision as the engine saw it.
+	Revision uint64 `json:"revision"`
+	// Time is when the engine observed the event, as activityTime.
+	Time string `json:"time"`
+}
+
+// eventOf names a transition; ok is false for one the log leaves out.
+func eventOf(tr domain.Transition) (event, detail string, ok bool) {
+	switch tr.To {
+	case domain.StateServing:
+		switch {
+		case tr.From == domain.StateFenced:
+			return EventRestored, "a renewal succeeded again", true
+		case tr.Previous.InstanceID != "":
+			return EventTookOver, "took over from " + tr.Previous.String(), true
+		}
+		return EventAcquired, "the lease was free", true
+	case domain.StateFenced:
+		return EventFenced, "no renewal succeeded for half a lease; not serving", true
+	case domain.StateLost:
+		return EventLost, tr.Reason, true
+	case domain.StateReleased:
+		if tr.From == domain.StateServing || tr.From == domain.StateFenced {
+			return EventReleased, "released the lease on shutdown", true
+		}
+		return EventStandbyStopped, "stopped before it served", true
+	case domain.StateStandby:
+		return EventStandbyStarted, "waiting for " + tr.Record.Holder.String(), true
+	case domain.StateIdle:
+		if tr.From != domain.StateStandby {
+			return "", "", false
+		}
+		if strings.Contains(tr.Reason, domain.ErrStandbyTimedOut.Error()) {
+			return EventStandbyTimedOut, tr.Reason, true
+		}
+		return EventStandbyEnded, tr.Reason, true
+	}
+	return "", "", false
+}
+
+// activityQueue bounds the entries waiting to be written; the observer
+// drops beyond it rather than hold up the lease's transitions.
+const activityQueue = 64
+
+// activityWrite bounds one entry's write; the facade retries within it
+// while no engine serves.
+const activityWrite = 10 * time.Second
+
+// Activity writes the engine's ownership events into the activity log. It
+// is a module: it starts with the engine's facades, and it stops after the
+// engine has released the lease and drained, before its backends close, so
+// the release is logged too. Entries go through the document facade, to
+// whichever engine serves, but for the release, which goes to this
+// engine's own store: at that moment no engine may be serving.
+type Activity struct {
+	me  domain.Holder
+	log *slog.Logger
+
+	// current is the engine's lease state, ok false for a client; own is
+	// the engine's opened document store, nil when it has none.
+	current func() (domain.State, bool)
+	own     func() ports.DocumentStore
+
+	mu      sync.Mutex
+	queue   chan ActivityEntry
+	closed  bool
+	last    domain.State
+	changed chan struct{}
+	docs    ports.DocumentStore
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+// NewActivity returns an activity log for the engine me.
+func NewActivity(me domain.Holder, log *slog.Logger) *Activity {
+	return &Activity{me: me, log: log, queue: make(chan ActivityEntry, activityQueue), changed: make(chan struct{})}
+}
+
+// Name implements Module.
+func (a *Activity) Name() string { return "activity-log" }
+
+// Needs implements Module: none, since without a document service the log
+// is simply not kept.
+func (a *Activity) Needs() []string { return nil }
+
+// Observe queues a transition's entry; it never blocks. Give it to the
+// engine's Observe before the engine starts.
+func (a *Activity) Observe(tr domain.Transition) {
+	event, detail, ok := eventOf(tr)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.last = tr.To
+	close(a.changed)
+	a.changed = make(chan struct{})
+	if !ok || a.closed {
+		return
+	}
+	entry := ActivityEntry{
+		InstanceID: a.me.InstanceID, Host: a.me.Host, PID: a.me.PID, Version: a.me.Version, Rollout: a.me.RolloutID,
+		Event: event, Detail: detail, Revision: tr.Record.Revision, Time: time.Now().UTC().Format(activityTime),
+	}
+	select {
+	case a.queue <- entry:
+	default:
+		a.log.Warn("activity log queue full; entry dropped", "event", event, "queued", activityQueue)
+	}
+}
+
+// Start implements Module: it writes the entries queued so far, and those
+// to come, from a goroutine.
+func (a *Activity) Start(_ context.Context, env ModuleEnv) error {
+	if env.Services.Document == nil {
+		a.log.Info("activity log not kept: the document service is switched off")
+		a.mu.Lock()
+		a.closed = true
+		a.mu.Unlock()
+		return nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	a.mu.Lock()
+	a.docs, a.cancel, a.done = env.Services.Document, cancel, make(chan struct{})
+	a.mu.Unlock()
+	go a.run(ctx)
+	return nil
+}
+
+func (a *Activity) run(ctx context.Context) {
+	defer close(a.done)
+	for entry := range a.queue {
+		if err := a.write(ctx, entry); err != nil {
+			a.log.Warn("activity log entry not written", "event", entry.Event, "err", err)
+		}
+	}
+}
+
+// write stores one entry under an id that sorts by time.
+func (a *Activity) write(ctx context.Context, entry ActivityEntry) error {
+	a.mu.Lock()
+	docs := a.docs
+	a.mu.Unlock()
+	if entry.Event == EventReleased && a.own != nil {
+		if own := a.own(); own != nil {
+			docs = own
+		}
+	}
+	data, err := entryData(entry)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, activityWrite)
+	defer cancel()
+	if err := docs.EnsureCollection(ctx, ActivityCollection); err != nil {
+		return err
+	}
+	_, err = docs.Put(ctx, ActivityCollection, entry.Time+"_"+entry.InstanceID, data, ports.IfVersion(0))
+	return err
+}
+
+// Stop implements Module: it waits for the engine's last transition to be
+// observed (the release happens just before modules stop, on another
+// goroutine), then writes what is queued, within ctx.
+func (a *Activity) Stop(ctx context.Context) error {
+	a.awaitObserved(ctx)
+	a.mu.Lock()
+	if !a.closed {
+		a.closed = true
+		close(a.queue)
+	}
+	done, cancel := a.done, a.cancel
+	a.mu.Unlock()
+	if done == nil {
+		return nil
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+		cancel()
+		<-done
+	}
+	cancel()
+	return nil
+}
+
+// observedWait bounds how long Stop waits for a transition to reach the
+// observer: it is on its way when Stop runs, or it never comes.
+const observedWait = 2 * time.Second
+
+func (a *Activity) awaitObserved(ctx context.Context) {
+	if a.current == nil {
+		return
+	}
+	want, ok := a.current()
+	if !ok {
+		return
+	}
+	t := time.NewTimer(observedWait)
+	defer t.Stop()
+	for {
+		a.mu.Lock()
+		seen, changed := a.last, a.changed
+		a.mu.Unlock()
+		if seen == want {
+			return
+		}
+		select {
+		case <-changed:
+		case <-t.C:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+func entryData(e ActivityEntry) (map[string]any, error) {
+	b, err := json.Marshal(e)
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]any
+	return m, json.Unmarshal(b, &m)
+}
+
+// History returns up to limit entries of the activity log, newest first;
+// limit <= 0 means 100. A log never written is empty.
+func History(ctx context.Context, docs ports.DocumentStore, limit int) ([]ActivityEntry, error) {
+	if limit <= 0 {
+		limit = 100
+	}
+	var out []ActivityEntry
+	cursor := ""
+	for len(out) < limit {
+		page, next, err := docs.Find(ctx, ActivityCollection, ports.Query{OrderBy: "time", Desc: true, Limit: min(limit-len(out), 100), Cursor: cursor})
+		if errors.Is(err, ports.ErrNotFound) && cursor == "" {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read the activity log: %w", err)
+		}
+		for _, d := range page {
+			b, err := json.Marshal(d.Data)
+			if err != nil {
+				return nil, err
+			}
+			var e ActivityEntry
+			if err := json.Unmarshal(b, &e); err != nil {
+				return nil, fmt.Errorf("activity log entry %q: %w", d.ID, err)
+			}
+			out = append(out, e)
+		}
+		if next == "" || len(page) == 0 {
+			break
+		}
+		cursor = next
+	}
+	return out, nil
+}
+
+// ownDocuments is the document store this engine opened, nil when it
+// opened none (a client, or the service switched off).
+func (e *Engine) ownDocuments() ports.DocumentStore {
+	e.mu.Lock()
+	l := e.local
+	e.mu.Unlock()
+	if l == nil {
+		return nil
+	}
+	docs, _ := l.port(ports.ServiceDocument).(ports.DocumentStore)
+	return docs
+}
+
+// leaseState is the engine's lease state; ok is false for a client.
+func (e *Engine) leaseState() (domain.State, bool) {
+	o := e.Ownership()
+	if o == nil || e.Outcome() == domain.OutcomeClient {
+		return 0, false
+	}
+	return o.State(), true
+}
+
+// activityLog adds the activity log to the engine's modules and has it
+// observe the engine's transitions from the first.
+func activityLog() fx.Option {
+	return fx.Options(
+		fx.Provide(
+			func(me domain.Holder, log *slog.Logger) *Activity { return NewActivity(me, log) },
+			fx.Annotate(func(a *Activity) Module { return a }, fx.ResultTags(`group:"modules"`)),
+		),
+		fx.Invoke(func(e *Engine, a *Activity) {
+			a.current, a.own = e.leaseState, e.ownDocuments
+			e.Observe(a.Observe)
+		}),
+	)
+}

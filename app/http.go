@@ -1,0 +1,98 @@
+package app
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+
+	"go.uber.org/fx"
+
+	httpapi "github.com/abi-engine/engine/adapters/primary/http"
+	"github.com/abi-engine/engine/app/config"
+)
+
+// HTTP is the engine's HTTP API on http.listen: probes, status, metrics and
+// the REST surface over the engine's facades, so a standby answers it
+// during a handover.
+type HTTP struct {
+	cfg     config.HTTP
+	engine  *Engine
+	metrics *httpapi.Metrics
+	log     *slog.Logger
+
+	mu  sync.Mutex
+	srv *httpapi.Server
+}
+
+// NewHTTP makes the API and counts the engine's lease transitions in its
+// metrics from the first, so it must run before the engine starts.
+func NewHTTP(cfg *config.Config, e *Engine, log *slog.Logger) *HTTP {
+	m := httpapi.NewMetrics()
+	e.Observe(m.Observe)
+	return &HTTP{cfg: cfg.HTTP, engine: e, metrics: m, log: log}
+}
+
+// Metrics are the engine's Prometheus metrics.
+func (h *HTTP) Metrics() *httpapi.Metrics { return h.metrics }
+
+// engineView is the engine as the API sees it.
+type engineView struct{ e *Engine }
+
+func (v engineView) Status() any { return v.e.Status() }
+func (v engineView) Ready() bool { return v.e.Ready() }
+
+// Start listens at once, so a taken port fails the start, and serves in a
+// goroutine. The engine has claimed by now: its services are known.
+func (h *HTTP) Start(context.Context) error {
+	s := h.engine.Services()
+	handler := httpapi.NewHandler(httpapi.Options{
+		Engine: engineView{h.engine},
+		Services: httpapi.Services{
+			KeyValue: s.KeyValue, ObjectStorage: s.ObjectStorage, Document: s.Document, VectorStore: s.VectorStore,
+		},
+		Metrics: h.metrics,
+		Token:   h.cfg.Token,
+		Logger:  h.log,
+	})
+	srv, err := httpapi.Listen(h.cfg.Listen, handler, h.log)
+	if err != nil {
+		return err
+	}
+	h.mu.Lock()
+	h.srv = srv
+	h.mu.Unlock()
+	h.log.Info("HTTP API listening", "addr", srv.Addr(), "token", h.cfg.Token != "")
+	return nil
+}
+
+// Stop lets the requests in progress finish, within ctx.
+func (h *HTTP) Stop(ctx context.Context) error {
+	h.mu.Lock()
+	srv := h.srv
+	h.mu.Unlock()
+	if srv == nil {
+		return nil
+	}
+	return srv.Shutdown(ctx)
+}
+
+// Addr is the address the API listens on, with the port the system chose
+// for port 0; "" before Start.
+func (h *HTTP) Addr() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.srv == nil {
+		return ""
+	}
+	return h.srv.Addr()
+}
+
+// httpAPI appends the API's hook after the engine's, so it listens once the
+// engine has claimed, and fx, stopping in reverse, shuts it down before the
+// engine hands over.
+func httpAPI() fx.Option {
+	return fx.Options(
+		fx.Provide(NewHTTP),
+		fx.Invoke(func(lc fx.Lifecycle, h *HTTP) { lc.Append(fx.StartStopHook(h.Start, h.Stop)) }),
+	)
+}

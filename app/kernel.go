@@ -1,0 +1,70 @@
+package app
+
+import (
+	"context"
+
+	"github.com/abi-engine/engine/adapters/primary/natsapi"
+)
+
+// kernel is what a serving engine answers on NATS: the kernel services'
+// endpoints, and the sessions they open (object transfers, overflow
+// replies), all owned by the engine's instance id.
+type kernel struct {
+	host      *natsapi.Host
+	transfers *natsapi.TransferHost
+	overflow  *natsapi.OverflowHost
+}
+
+// serve subscribes the owner subjects, then the queue groups, so a session
+// can be reached as soon as a call can open one.
+func (k *kernel) serve() error {
+	for _, serve := range []func() error{k.transfers.Serve, k.overflow.Serve, k.host.Serve} {
+		if err := serve(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// fence stops everything at once: a fenced engine does not wait for its
+// sessions.
+func (k *kernel) fence() {
+	k.host.Fence()
+	k.transfers.Stop()
+	k.overflow.Stop()
+}
+
+// drain stops accepting calls, lets those received and the sessions open
+// finish within ctx, then stops what is left. It reports whether all
+// finished in time.
+func (k *kernel) drain(ctx context.Context) (bool, error) {
+	return natsapi.Drain(ctx, k.host, k.transfers, k.overflow)
+}
+
+func (k *kernel) stop() {
+	k.host.Stop()
+	k.transfers.Stop()
+	k.overflow.Stop()
+}
+
+// newKernel builds the session hosts and the endpoint host around them.
+func newKernel(opts natsapi.Options, services func(*natsapi.TransferHost) []natsapi.Service) (*kernel, error) {
+	transfers, err := natsapi.NewTransferHost(natsapi.TransferOptions{
+		Owner: opts.Owner, Conn: opts.Replies, CallerSecret: opts.CallerSecret, Logger: opts.Logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	overflow, err := natsapi.NewOverflowHost(natsapi.OverflowOptions{
+		Owner: opts.Owner, Conn: opts.Replies, CallerSecret: opts.CallerSecret, Logger: opts.Logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	opts.Overflow = overflow
+	host, err := natsapi.NewHost(opts, services(transfers)...)
+	if err != nil {
+		return nil, err
+	}
+	return &kernel{host: host, transfers: transfers, overflow: overflow}, nil
+}
