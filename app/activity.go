@@ -57,7 +57,10 @@ type ActivityEntry struct {
 }
 
 // eventOf names a transition; ok is false for one the log leaves out.
-func eventOf(tr domain.Transition) (event, detail string, ok bool) {
+// waitedFor is the holder a standby waited for: the transition names the
+// previous holder only when it took the lease from a silent one, not when
+// the holder released it in a handover.
+func eventOf(tr domain.Transition, waitedFor domain.Holder) (event, detail string, ok bool) {
 	switch tr.To {
 	case domain.StateServing:
 		switch {
@@ -65,6 +68,8 @@ func eventOf(tr domain.Transition) (event, detail string, ok bool) {
 			return EventRestored, "a renewal succeeded again", true
 		case tr.Previous.InstanceID != "":
 			return EventTookOver, "took over from " + tr.Previous.String(), true
+		case tr.From == domain.StateStandby && waitedFor.InstanceID != "":
+			return EventTookOver, "took over from " + waitedFor.String() + ", which released the lease", true
 		}
 		return EventAcquired, "the lease was free", true
 	case domain.StateFenced:
@@ -113,14 +118,16 @@ type Activity struct {
 	current func() (domain.State, bool)
 	own     func() ports.DocumentStore
 
-	mu      sync.Mutex
-	queue   chan ActivityEntry
-	closed  bool
-	last    domain.State
-	changed chan struct{}
-	docs    ports.DocumentStore
-	cancel  context.CancelFunc
-	done    chan struct{}
+	mu     sync.Mutex
+	queue  chan ActivityEntry
+	closed bool
+	last   domain.State
+	// waitedFor is the holder this engine stood by for.
+	waitedFor domain.Holder
+	changed   chan struct{}
+	docs      ports.DocumentStore
+	cancel    context.CancelFunc
+	done      chan struct{}
 }
 
 // NewActivity returns an activity log for the engine me.
@@ -138,9 +145,12 @@ func (a *Activity) Needs() []string { return nil }
 // Observe queues a transition's entry; it never blocks. Give it to the
 // engine's Observe before the engine starts.
 func (a *Activity) Observe(tr domain.Transition) {
-	event, detail, ok := eventOf(tr)
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	event, detail, ok := eventOf(tr, a.waitedFor)
+	if tr.To == domain.StateStandby {
+		a.waitedFor = tr.Record.Holder
+	}
 	a.last = tr.To
 	close(a.changed)
 	a.changed = make(chan struct{})

@@ -66,7 +66,7 @@ func NewMetrics() *Metrics {
 		}),
 		handovers: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "abi_engine_lease_handovers_total",
-			Help: "Times this engine took the lease over from another engine.",
+			Help: "Times this engine took the lease over from another engine: as a standby, or from a silent holder.",
 		}),
 		standbyWait: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "abi_engine_standby_wait_seconds",
@@ -122,7 +122,9 @@ func (m *Metrics) Observe(tr domain.Transition) {
 	if tr.To == domain.StateFenced {
 		m.fencings.Inc()
 	}
-	if tr.To == domain.StateServing && tr.Previous.InstanceID != "" {
+	// A standby takes the lease over from the engine it waited for, which
+	// released it; Previous names only a silent holder taken over.
+	if tr.To == domain.StateServing && (tr.From == domain.StateStandby || tr.Previous.InstanceID != "") {
 		m.handovers.Inc()
 	}
 	m.mu.Lock()

@@ -1,0 +1,104 @@
+package app_test
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/fx"
+	"go.uber.org/fx/fxtest"
+
+	"github.com/abi-engine/engine/app"
+	"github.com/abi-engine/engine/app/config"
+	"github.com/abi-engine/engine/internal/natstest"
+)
+
+// startWithHTTP runs an engine's graph and returns it with its HTTP API.
+func startWithHTTP(t *testing.T, cfg *config.Config) (*app.Engine, *app.HTTP, *fxtest.App) {
+	t.Helper()
+	var (
+		e *app.Engine
+		h *app.HTTP
+	)
+	a := fxtest.New(t, app.Graph(options(cfg)), fx.Populate(&e, &h), fx.StartTimeout(30*time.Second))
+	a.RequireStart()
+	return e, h, a
+}
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	c := http.Client{Timeout: 10 * time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(b)
+}
+
+func TestTheHTTPAPIAnswersForEveryRole(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	served, h, a := startWithHTTP(t, testConfig(t, url, "serve", "", memoryServices))
+	base := "http://" + h.Addr()
+	if code, body := get(t, base+"/readyz"); code != http.StatusOK {
+		t.Fatalf("/readyz of a serving engine: %d %s", code, body)
+	}
+	code, body := get(t, base+"/status")
+	var st app.Status
+	if err := json.Unmarshal([]byte(body), &st); err != nil || code != http.StatusOK {
+		t.Fatalf("/status: %d %s (%v)", code, body, err)
+	}
+	if st.State != "serving" || st.InstanceID != served.Me().InstanceID || st.Lease == nil ||
+		st.Lease.Holder.InstanceID != served.Me().InstanceID || st.Lease.Revision == 0 || len(st.Services) == 0 {
+		t.Fatalf("/status of a serving engine: %s", body)
+	}
+	if code, body := get(t, base+"/metrics"); code != http.StatusOK || !strings.Contains(body, `abi_engine_lease_state{state="serving"} 1`) {
+		t.Fatalf("/metrics of a serving engine: %d\n%s", code, body)
+	}
+
+	client, ch, b := startWithHTTP(t, testConfig(t, url, "client", "", memoryServices))
+	cbase := "http://" + ch.Addr()
+	if code, body := get(t, cbase+"/readyz"); code != http.StatusOK || !client.Ready() {
+		t.Fatalf("/readyz of a client engine: %d %s", code, body)
+	}
+	if code, body := get(t, cbase+"/status"); code != http.StatusOK || !strings.Contains(body, `"state":"client"`) {
+		t.Fatalf("/status of a client engine: %d %s", code, body)
+	}
+	// The client's REST surface reaches the serving engine.
+	req, err := http.NewRequestWithContext(t.Context(), "PUT", cbase+"/v1/kv/through-the-client", strings.NewReader("v"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("PUT through the client: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	if code, body := get(t, base+"/v1/kv/through-the-client"); code != http.StatusOK || body != "v" {
+		t.Fatalf("GET from the serving engine: %d %q", code, body)
+	}
+	b.RequireStop()
+	a.RequireStop()
+	if _, err := http.Get(base + "/healthz"); err == nil {
+		t.Fatalf("the HTTP API answers after the engine stopped")
+	}
+}
+
+func TestATakenHTTPPortFailsTheStart(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	_, h, _ := startWithHTTP(t, testConfig(t, url, "serve", "", memoryServices))
+	cfg := testConfig(t, url, "client", "", memoryServices)
+	cfg.HTTP.Listen = h.Addr()
+	a := fx.New(app.Graph(options(cfg)), fx.NopLogger)
+	err := a.Start(t.Context())
+	if err == nil || !strings.Contains(err.Error(), "http.listen") {
+		t.Fatalf("start on a taken port: %v", err)
+	}
+}
