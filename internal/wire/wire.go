@@ -58,7 +58,13 @@ const (
 // not take the call (draining, fenced, or gone).
 var (
 	ErrUnauthorized = errors.New("unauthorized")
-	ErrUnavailable  = errors.New("engine unavailable")
+	// ErrUnavailable (503): the engine did nothing with the call, so
+	// sending it again is safe.
+	ErrUnavailable = errors.New("engine unavailable")
+	// ErrInterrupted (500): the call had started when the engine stopped it
+	// (fencing, the drain deadline); it may or may not have taken effect,
+	// so it is not sent again on its own.
+	ErrInterrupted = errors.New("call interrupted")
 )
 
 // CodeOf maps an error to the status code the endpoint answers with.

@@ -262,7 +262,7 @@ func (h *Host) handle(ctx context.Context, handle HandlerFunc, call *Call) ([]by
 	}
 	data, err := handle(ctx, call)
 	if err != nil && ctx.Err() != nil {
-		return nil, fmt.Errorf("%w: the call was stopped: %w", wire.ErrUnavailable, err)
+		return nil, fmt.Errorf("%w: the engine stopped the call while it ran: %w", wire.ErrInterrupted, err)
 	}
 	return data, err
 }
