@@ -1,0 +1,395 @@
+// Package kubernetes holds the engine's Kubernetes manifests. No cluster
+// runs in the tests, so this test parses them and checks what a rolling
+// handover depends on.
+package kubernetes
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/abi-engine/engine/app"
+	"github.com/abi-engine/engine/app/config"
+)
+
+type probe struct {
+	HTTPGet struct {
+		Path string `yaml:"path"`
+		Port string `yaml:"port"`
+	} `yaml:"httpGet"`
+	PeriodSeconds    int `yaml:"periodSeconds"`
+	FailureThreshold int `yaml:"failureThreshold"`
+}
+
+type deployment struct {
+	Kind string `yaml:"kind"`
+	Spec struct {
+		Replicas int `yaml:"replicas"`
+		Selector struct {
+			MatchLabels map[string]string `yaml:"matchLabels"`
+		} `yaml:"selector"`
+		Strategy struct {
+			Type          string `yaml:"type"`
+			RollingUpdate struct {
+				MaxSurge       any `yaml:"maxSurge"`
+				MaxUnavailable any `yaml:"maxUnavailable"`
+			} `yaml:"rollingUpdate"`
+		} `yaml:"strategy"`
+		Template struct {
+			Metadata struct {
+				Labels map[string]string `yaml:"labels"`
+			} `yaml:"metadata"`
+			Spec struct {
+				TerminationGracePeriodSeconds int `yaml:"terminationGracePeriodSeconds"`
+				SecurityContext               struct {
+					RunAsNonRoot bool `yaml:"runAsNonRoot"`
+					RunAsUser    int  `yaml:"runAsUser"`
+				} `yaml:"securityContext"`
+				Containers []struct {
+					Image string   `yaml:"image"`
+					Args  []string `yaml:"args"`
+					Ports []struct {
+						Name          string `yaml:"name"`
+						ContainerPort int    `yaml:"containerPort"`
+					} `yaml:"ports"`
+					Env []struct {
+						Name      string `yaml:"name"`
+						ValueFrom struct {
+							FieldRef struct {
+								FieldPath string `yaml:"fieldPath"`
+							} `yaml:"fieldRef"`
+						} `yaml:"valueFrom"`
+					} `yaml:"env"`
+					EnvFrom []struct {
+						SecretRef struct {
+							Name string `yaml:"name"`
+						} `yaml:"secretRef"`
+					} `yaml:"envFrom"`
+					StartupProbe   probe `yaml:"startupProbe"`
+					LivenessProbe  probe `yaml:"livenessProbe"`
+					ReadinessProbe probe `yaml:"readinessProbe"`
+					VolumeMounts   []struct {
+						Name      string `yaml:"name"`
+						MountPath string `yaml:"mountPath"`
+					} `yaml:"volumeMounts"`
+				} `yaml:"containers"`
+				Volumes []struct {
+					Name      string `yaml:"name"`
+					ConfigMap struct {
+						Name string `yaml:"name"`
+					} `yaml:"configMap"`
+				} `yaml:"volumes"`
+			} `yaml:"spec"`
+		} `yaml:"template"`
+	} `yaml:"spec"`
+}
+
+type configMap struct {
+	Kind     string `yaml:"kind"`
+	Metadata struct {
+		Name string `yaml:"name"`
+	} `yaml:"metadata"`
+	Data map[string]string `yaml:"data"`
+}
+
+type secret struct {
+	Kind     string `yaml:"kind"`
+	Metadata struct {
+		Name string `yaml:"name"`
+	} `yaml:"metadata"`
+	StringData map[string]string `yaml:"stringData"`
+}
+
+type kustomization struct {
+	Resources []string `yaml:"resources"`
+	Images    []struct {
+		Name    string `yaml:"name"`
+		NewName string `yaml:"newName"`
+		NewTag  string `yaml:"newTag"`
+	} `yaml:"images"`
+	Labels []struct {
+		Pairs            map[string]string `yaml:"pairs"`
+		IncludeSelectors bool              `yaml:"includeSelectors"`
+		IncludeTemplates bool              `yaml:"includeTemplates"`
+	} `yaml:"labels"`
+}
+
+func load(t *testing.T, file string, v any) {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := yaml.NewDecoder(strings.NewReader(string(b)))
+	if err := dec.Decode(v); err != nil {
+		t.Fatalf("%s: %v", file, err)
+	}
+}
+
+// rolloutLabel is the pod label the engine reads as ABI_ROLLOUT_ID.
+const rolloutLabel = "abi-engine/rollout"
+
+// manifests are every file, parsed.
+type manifests struct {
+	deploy deployment
+	cm     configMap
+	secret secret
+	kust   kustomization
+}
+
+func loadAll(t *testing.T) manifests {
+	t.Helper()
+	var m manifests
+	load(t, "deployment.yaml", &m.deploy)
+	load(t, "configmap.yaml", &m.cm)
+	load(t, "secret.example.yaml", &m.secret)
+	load(t, "kustomization.yaml", &m.kust)
+	return m
+}
+
+// engineConfig loads the ConfigMap's engine.yaml with the Secret's keys set
+// to test values and the rollout id the pod would get.
+func engineConfig(t *testing.T, m manifests, rollout string) *config.Config {
+	t.Helper()
+	src, ok := m.cm.Data["engine.yaml"]
+	if !ok {
+		t.Fatalf("the ConfigMap has no engine.yaml")
+	}
+	env := map[string]string{config.EnvRolloutID: rollout}
+	for k := range m.secret.StringData {
+		env[k] = "test-" + strings.ToLower(k)
+	}
+	env["ABI_PG_DSN"] = "postgres://engine:pw@db:5432/engine"
+	env["ABI_S3_ENDPOINT"] = "https://s3.example.com"
+	cfg, err := config.Parse("engine.yaml", []byte(src), func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatalf("engine.yaml: %v", err)
+	}
+	return cfg
+}
+
+func TestTheConfigMapIsOnSharedBackends(t *testing.T) {
+	m := loadAll(t)
+	cfg := engineConfig(t, m, "1.4.0")
+	if cfg.NATS.Engine.RolloutID != "1.4.0" {
+		t.Fatalf("rollout id %q: ABI_ROLLOUT_ID does not reach the configuration", cfg.NATS.Engine.RolloutID)
+	}
+	built, err := app.BuildStorage(cfg)
+	if err != nil {
+		t.Fatalf("BuildStorage: %v", err)
+	}
+	if err := app.CheckStorage(cfg, built); err != nil {
+		t.Fatalf("a rollout on the ConfigMap's backends is refused: %v", err)
+	}
+	e := cfg.NATS.Engine
+	if e.Role != "serve" || e.BucketReplicas != 3 || e.HotStandby || cfg.HTTP.Token != "test-abi_http_token" {
+		t.Fatalf("nats.engine %+v, http.token %q", e, cfg.HTTP.Token)
+	}
+	s := cfg.Services
+	got := []string{s.KeyValue.Adapter, s.Document.Adapter, s.ObjectStorage.Adapter, s.VectorStore.Adapter, s.Cache.Adapter}
+	if want := []string{"postgres", "postgres", "s3", "qdrant", "keyvalue"}; !slices.Equal(got, want) || len(s.Secret) != 1 || s.Secret[0].Adapter != "env" {
+		t.Fatalf("adapters %v and secret %+v, want %v and env", got, s.Secret, want)
+	}
+	host, _, err := net.SplitHostPort(cfg.HTTP.Listen)
+	if err != nil || host != "0.0.0.0" {
+		t.Fatalf("http.listen %q: a probe from the kubelet must reach it", cfg.HTTP.Listen)
+	}
+}
+
+func TestEveryVariableOfTheConfigMapIsInTheSecret(t *testing.T) {
+	m := loadAll(t)
+	if m.secret.Kind != "Secret" || m.secret.Metadata.Name != "abi-engine" {
+		t.Fatalf("secret.example.yaml is %s %s", m.secret.Kind, m.secret.Metadata.Name)
+	}
+	vars := regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`).FindAllStringSubmatch(m.cm.Data["engine.yaml"], -1)
+	if len(vars) == 0 {
+		t.Fatalf("engine.yaml takes nothing from the Secret")
+	}
+	for _, v := range vars {
+		if _, ok := m.secret.StringData[v[1]]; !ok {
+			t.Errorf("engine.yaml uses ${%s}, which the Secret lacks", v[1])
+		}
+	}
+	for k, v := range m.secret.StringData {
+		if !strings.Contains(v, "<") || !strings.Contains(v, ">") {
+			t.Errorf("the example Secret's %s is %q, not a <placeholder>", k, v)
+		}
+	}
+}
+
+func TestTheDeploymentHandsOverOnARollingUpdate(t *testing.T) {
+	m := loadAll(t)
+	d := m.deploy
+	cfg := engineConfig(t, m, "1.4.0")
+	if d.Kind != "Deployment" || d.Spec.Replicas != 1 {
+		t.Fatalf("%s with %d replicas: one engine serves an account", d.Kind, d.Spec.Replicas)
+	}
+	ru := d.Spec.Strategy.RollingUpdate
+	if d.Spec.Strategy.Type != "RollingUpdate" || ru.MaxSurge != 1 || ru.MaxUnavailable != 0 {
+		t.Fatalf("strategy %+v: the new pod must start (and stand by) before the old one stops", d.Spec.Strategy)
+	}
+	pod := d.Spec.Template
+	for k, v := range d.Spec.Selector.MatchLabels {
+		if pod.Metadata.Labels[k] != v {
+			t.Fatalf("the selector's %s=%s is not on the pod", k, v)
+		}
+	}
+	if _, ok := d.Spec.Selector.MatchLabels[rolloutLabel]; ok {
+		t.Fatalf("the selector holds %s, which changes every release; selectors cannot", rolloutLabel)
+	}
+	// A stop: jobs return, the lease is released within a renewal, calls
+	// drain for drain_seconds; the pod must not be killed before.
+	const jobsAndRelease = 30
+	if min := cfg.NATS.Engine.DrainSeconds + jobsAndRelease; pod.Spec.TerminationGracePeriodSeconds <= min {
+		t.Fatalf("terminationGracePeriodSeconds %d, want above %d (drain_seconds %d + %d)",
+			pod.Spec.TerminationGracePeriodSeconds, min, cfg.NATS.Engine.DrainSeconds, jobsAndRelease)
+	}
+	sc := pod.Spec.SecurityContext
+	if !sc.RunAsNonRoot || sc.RunAsUser == 0 {
+		t.Fatalf("the pod may run as root: %+v", sc)
+	}
+	if len(pod.Spec.Containers) != 1 {
+		t.Fatalf("%d containers", len(pod.Spec.Containers))
+	}
+	c := pod.Spec.Containers[0]
+
+	_, port, _ := net.SplitHostPort(cfg.HTTP.Listen)
+	if len(c.Ports) != 1 || c.Ports[0].Name != "http" || strconv.Itoa(c.Ports[0].ContainerPort) != port {
+		t.Fatalf("ports %+v, want http on %s (http.listen)", c.Ports, port)
+	}
+	for _, p := range []struct {
+		name  string
+		probe probe
+		path  string
+	}{{"readiness", c.ReadinessProbe, "/readyz"}, {"liveness", c.LivenessProbe, "/healthz"}, {"startup", c.StartupProbe, "/healthz"}} {
+		if p.probe.HTTPGet.Path != p.path || p.probe.HTTPGet.Port != "http" {
+			t.Errorf("%s probe %+v, want %s on http", p.name, p.probe.HTTPGet, p.path)
+		}
+	}
+	// The API listens only after the claim, which may watch the holder for
+	// a whole lease: liveness must not count before.
+	if budget := c.StartupProbe.PeriodSeconds * c.StartupProbe.FailureThreshold; budget <= cfg.NATS.Engine.LeaseSeconds {
+		t.Errorf("the startup probe allows %d s, not above a lease (%d s)", budget, cfg.NATS.Engine.LeaseSeconds)
+	}
+
+	i := slices.IndexFunc(c.Env, func(e struct {
+		Name      string `yaml:"name"`
+		ValueFrom struct {
+			FieldRef struct {
+				FieldPath string `yaml:"fieldPath"`
+			} `yaml:"fieldRef"`
+		} `yaml:"valueFrom"`
+	}) bool {
+		return e.Name == config.EnvRolloutID
+	})
+	if i < 0 || c.Env[i].ValueFrom.FieldRef.FieldPath != fmt.Sprintf("metadata.labels['%s']", rolloutLabel) {
+		t.Fatalf("%s is not set from the pod's %s label: %+v", config.EnvRolloutID, rolloutLabel, c.Env)
+	}
+	if len(c.EnvFrom) != 1 || c.EnvFrom[0].SecretRef.Name != m.secret.Metadata.Name {
+		t.Fatalf("envFrom %+v, want the %s Secret", c.EnvFrom, m.secret.Metadata.Name)
+	}
+
+	if len(c.Args) != 2 || c.Args[0] != "--config" {
+		t.Fatalf("args %v, want --config <file>", c.Args)
+	}
+	dir, file := filepath.Split(c.Args[1])
+	if _, ok := m.cm.Data[file]; !ok {
+		t.Fatalf("--config %s: the ConfigMap has no %s", c.Args[1], file)
+	}
+	mounted := false
+	for _, vm := range c.VolumeMounts {
+		for _, v := range pod.Spec.Volumes {
+			if vm.Name == v.Name && v.ConfigMap.Name == m.cm.Metadata.Name && filepath.Clean(vm.MountPath) == filepath.Clean(dir) {
+				mounted = true
+			}
+		}
+	}
+	if !mounted {
+		t.Fatalf("the ConfigMap %s is not mounted at %s", m.cm.Metadata.Name, dir)
+	}
+	if !slices.ContainsFunc(c.VolumeMounts, func(vm struct {
+		Name      string `yaml:"name"`
+		MountPath string `yaml:"mountPath"`
+	}) bool {
+		return filepath.Clean(vm.MountPath) == filepath.Clean(cfg.DataDir)
+	}) {
+		t.Fatalf("data_dir %s is not a mounted volume (the root file system is read-only)", cfg.DataDir)
+	}
+}
+
+func TestTheImageTagIsTheRolloutID(t *testing.T) {
+	m := loadAll(t)
+	for _, r := range m.kust.Resources {
+		if _, err := os.Stat(r); err != nil {
+			t.Errorf("kustomization resource %s: %v", r, err)
+		}
+	}
+	if slices.Contains(m.kust.Resources, "secret.example.yaml") {
+		t.Errorf("the kustomization applies the example Secret, which would overwrite the real one")
+	}
+	c := m.deploy.Spec.Template.Spec.Containers[0]
+	if len(m.kust.Images) != 1 || m.kust.Images[0].Name != c.Image || m.kust.Images[0].NewTag == "" {
+		t.Fatalf("images %+v do not set the container's image %q", m.kust.Images, c.Image)
+	}
+	tag := m.kust.Images[0].NewTag
+	if len(m.kust.Labels) != 1 || m.kust.Labels[0].Pairs[rolloutLabel] != tag || m.kust.Labels[0].IncludeSelectors || !m.kust.Labels[0].IncludeTemplates {
+		t.Fatalf("labels %+v: want %s=%s on the pod template and not on the selector", m.kust.Labels, rolloutLabel, tag)
+	}
+	if got := m.deploy.Spec.Template.Metadata.Labels[rolloutLabel]; got != tag {
+		t.Fatalf("deployment.yaml's %s is %q, the image tag %q", rolloutLabel, got, tag)
+	}
+	// The tag must be a valid rollout id, which the configuration checks.
+	engineConfig(t, m, tag)
+}
+
+func TestTheDockerfileBuildsAStaticNonRootImage(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var froms []string
+	var user string
+	var lines []string
+	for _, l := range strings.Split(string(b), "\n") {
+		l = strings.TrimSpace(l)
+		if l == "" || strings.HasPrefix(l, "#") {
+			continue
+		}
+		lines = append(lines, l)
+		switch {
+		case strings.HasPrefix(l, "FROM "):
+			froms = append(froms, strings.TrimPrefix(l, "FROM "))
+		case strings.HasPrefix(l, "USER "):
+			user = strings.TrimPrefix(l, "USER ")
+		}
+	}
+	if len(froms) != 2 || froms[0] != "golang:1.26 AS build" {
+		t.Fatalf("stages %q, want golang:1.26 AS build, then the runtime", froms)
+	}
+	if !strings.HasPrefix(froms[1], "gcr.io/distroless/static") && froms[1] != "scratch" {
+		t.Fatalf("runtime stage %q, want distroless static or scratch", froms[1])
+	}
+	text := strings.Join(lines, "\n")
+	for _, want := range []string{"ARG VERSION", "CGO_ENABLED=0", `-X main.version=${VERSION}`, "./cmd/engine", "COPY --from=build", "ENTRYPOINT"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the Dockerfile lacks %q", want)
+		}
+	}
+	uid, _, _ := strings.Cut(user, ":")
+	if uid == "" || uid == "0" || uid == "root" {
+		t.Fatalf("USER %q: the image must not run as root", user)
+	}
+	var d deployment
+	load(t, "deployment.yaml", &d)
+	if want := strconv.Itoa(d.Spec.Template.Spec.SecurityContext.RunAsUser); uid != want {
+		t.Fatalf("the image runs as %s, the deployment as %s", uid, want)
+	}
+}
