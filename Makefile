@@ -3,7 +3,7 @@ GO ?= go
 
 SERVICES := internal/testservices/services.sh
 
-.PHONY: all build vet test test-short services services-stop run
+.PHONY: all build vet test test-short services services-stop run bench chaos fuzz
 
 all: vet build
 
@@ -39,3 +39,26 @@ test-short:
 ## run: an engine on embedded defaults.
 run:
 	$(GO) run ./cmd/engine
+
+## bench: every scenario of cmd/enginebench on this machine, as a table
+## (BENCHFLAGS="-json -duration 2s" and the like). The handover uses
+## PostgreSQL when ENGINE_TEST_PG_DSN is set (eval "$(make -s services)").
+BENCHFLAGS ?=
+bench:
+	$(GO) run ./cmd/enginebench $(BENCHFLAGS)
+
+## chaos: the chaos run at its normal setting, a summary line per fault;
+## `make test` runs it at the short setting.
+chaos:
+	ENGINE_CHAOS=normal $(GO) test -count=1 -v -timeout 20m -run 'TestChaos$$' ./internal/chaos/
+
+## fuzz: every fuzz target in the repository for FUZZTIME each, starting
+## from the seeds under each package's testdata/.
+FUZZTIME ?= 10s
+fuzz:
+	@set -e; list=$$($(GO) test -list 'Fuzz.*' ./...); echo "$$list" | \
+	awk '/^Fuzz/ { t[n++] = $$1 } /^(ok|\?)/ { for (i = 0; i < n; i++) print $$2, t[i]; n = 0 }' | \
+	while read -r pkg target; do \
+		echo "fuzz $$pkg $$target ($(FUZZTIME))"; \
+		$(GO) test -run '^$$' -fuzz "^$$target$$" -fuzztime $(FUZZTIME) "$$pkg" </dev/null; \
+	done
