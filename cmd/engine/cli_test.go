@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -161,6 +163,64 @@ func exerciseDocuments(t *testing.T, config string) {
 	failsWith(t, 1, `collection "nothing" not found`, "doc", "find", "nothing", "--config", config)
 }
 
+// exerciseObjects runs every obj command against the engine config reaches,
+// with an object of 3 MiB: several chunks, and a size that would show a bar
+// on a terminal.
+func exerciseObjects(t *testing.T, config string) {
+	big := make([]byte, 3<<20)
+	if _, err := rand.Read(big); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	src := filepath.Join(dir, "big.bin")
+	if err := os.WriteFile(src, big, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out := ok(t, nil, "obj", "put", "data/big.bin", src, "--config", config)
+	if !strings.HasPrefix(out, "data/big.bin: 3145728 bytes, etag ") {
+		t.Fatalf("obj put = %q", out)
+	}
+	dst := filepath.Join(dir, "copy.bin")
+	ok(t, nil, "obj", "get", "data/big.bin", dst, "--config", config)
+	if got, err := os.ReadFile(dst); err != nil || !bytes.Equal(got, big) {
+		t.Fatalf("the object read back into a file differs from the file put (%d of %d bytes, %v)", len(got), len(big), err)
+	}
+	if got := ok(t, nil, "obj", "get", "data/big.bin", "--config", config); got != string(big) {
+		t.Fatalf("the object read back on stdout differs from the file put (%d of %d bytes)", len(got), len(big))
+	}
+
+	ok(t, strings.NewReader("small object"), "obj", "put", "data/small.txt", "-", "--content-type", "text/plain", "--config", config)
+	if got := ok(t, nil, "obj", "get", "data/small.txt", "-", "--config", config); got != "small object" {
+		t.Fatalf("an object put from stdin reads back as %q", got)
+	}
+	var list struct {
+		Objects []struct {
+			Key         string
+			Size        int64
+			ContentType string `json:"content_type"`
+		}
+	}
+	decodeOne(t, ok(t, nil, "obj", "ls", "data/", "--config", config, "--output", "json"), &list)
+	if len(list.Objects) != 2 || list.Objects[0].Key != "data/big.bin" || list.Objects[0].Size != 3<<20 ||
+		list.Objects[1].Key != "data/small.txt" || list.Objects[1].Size != 12 {
+		t.Fatalf("obj ls --output json = %+v", list)
+	}
+	if out := ok(t, nil, "obj", "ls", "--config", config); !strings.Contains(out, "     3145728  ") || !strings.HasSuffix(out, "Z  data/small.txt\n") {
+		t.Fatalf("obj ls = %q", out)
+	}
+
+	ok(t, nil, "obj", "rm", "data/small.txt", "--config", config)
+	failsWith(t, 1, `object "data/small.txt" not found`, "obj", "get", "data/small.txt", "--config", config)
+	failsWith(t, 1, `object "data/small.txt" not found`, "obj", "rm", "data/small.txt", "--config", config)
+	if _, err := os.Stat(filepath.Join(dir, "none.bin")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatal("test file exists before the test")
+	}
+	failsWith(t, 1, `object "data/small.txt" not found`, "obj", "get", "data/small.txt", filepath.Join(dir, "none.bin"), "--config", config)
+	if _, err := os.Stat(filepath.Join(dir, "none.bin")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatal("obj get of a missing object created its file")
+	}
+}
+
 func TestCommandsNextToAServingEngineAreItsClients(t *testing.T) {
 	url := natstest.StartServer(t).ClientURL()
 	config := writeConfig(t, url)
@@ -199,6 +259,7 @@ func TestCommandsNextToAServingEngineAreItsClients(t *testing.T) {
 		}
 	})
 	t.Run("Documents", func(t *testing.T) { exerciseDocuments(t, config) })
+	t.Run("Objects", func(t *testing.T) { exerciseObjects(t, config) })
 	t.Run("AClientOpensNothing", func(t *testing.T) {
 		dir := t.TempDir()
 		ok(t, nil, "kv", "get", "shared", "--config", config, "--data-dir", dir)
@@ -216,6 +277,7 @@ func TestCommandsOnTheirOwnServeForTheirLength(t *testing.T) {
 	config := writeConfig(t, url)
 	t.Run("KeyValue", func(t *testing.T) { exerciseKeyValue(t, config) })
 	t.Run("Documents", func(t *testing.T) { exerciseDocuments(t, config) })
+	t.Run("Objects", func(t *testing.T) { exerciseObjects(t, config) })
 	t.Run("TheLeaseIsReleasedAfterEach", func(t *testing.T) {
 		r := cli(t, nil, "kv", "set", "k", "v", "--config", config)
 		if r.code != 0 || r.stderr != "" {
@@ -238,6 +300,68 @@ func TestCommandsOnTheirOwnServeForTheirLength(t *testing.T) {
 			t.Fatalf("status --output json = %+v", st)
 		}
 	})
+}
+
+// historyEntry is an activity log entry as `history --output json` prints it.
+type historyEntry struct {
+	InstanceID string `json:"instance_id"`
+	Event      string
+	Time       string
+}
+
+// history waits until the activity log's newest entries are want (each
+// "event instance"), newest first; the log is written in the background.
+func history(t *testing.T, config string, want ...string) []historyEntry {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var out struct{ Entries []historyEntry }
+		decodeOne(t, ok(t, nil, "history", "--config", config, "--output", "json"), &out)
+		var got []string
+		for _, e := range out.Entries {
+			got = append(got, e.Event+" "+e.InstanceID)
+		}
+		if len(got) >= len(want) && strings.Join(got[:len(want)], "\n") == strings.Join(want, "\n") {
+			return out.Entries
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the activity log reads, newest first:\n%s\nwant it to start with:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func TestHistoryNewestFirst(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	config := writeConfig(t, url)
+	first := startEngine(t, config)
+	first.waitLog(t, "state=serving")
+	firstID := readLease(t, url).Holder.InstanceID
+	history(t, config, "acquired "+firstID)
+	if err := first.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if code := first.exitCode(t); code != 0 {
+		t.Fatalf("exit code %d:\n%s", code, first.output())
+	}
+
+	second := startEngine(t, config)
+	second.waitLog(t, "state=serving")
+	secondID := readLease(t, url).Holder.InstanceID
+	// A released lease is free: the next engine acquires it.
+	entries := history(t, config, "acquired "+secondID, "released "+firstID, "acquired "+firstID)
+	for i := 1; i < len(entries); i++ {
+		if entries[i-1].Time < entries[i].Time {
+			t.Fatalf("entry %d (%s) is older than entry %d (%s)", i-1, entries[i-1].Time, i, entries[i].Time)
+		}
+	}
+
+	out := ok(t, nil, "history", "--config", config, "--limit", "2")
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[0], "  acquired  ") || !strings.Contains(lines[0], "engine "+secondID+" on host ") ||
+		!strings.Contains(lines[1], "  released  ") || !strings.Contains(lines[1], "released the lease on shutdown") {
+		t.Fatalf("history --limit 2 =\n%s", out)
+	}
 }
 
 func TestStatusWithoutALeaseBucketCreatesNone(t *testing.T) {
@@ -292,6 +416,8 @@ func TestCommandUsage(t *testing.T) {
 		{[]string{"obj", "put"}, "engine obj put: missing argument"},
 		{[]string{"obj", "get", "k", "f", "g"}, `engine obj get: unexpected argument "g"`},
 		{[]string{"status", "extra"}, `engine status: unexpected argument "extra"`},
+		{[]string{"history", "extra"}, `engine history: unexpected argument "extra"`},
+		{[]string{"history", "--limit", "0"}, "--limit is 0, want 1 or more"},
 		{[]string{"status", "--data-dir", dir}, "flag provided but not defined: -data-dir"},
 	}
 	for _, c := range cases {

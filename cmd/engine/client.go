@@ -136,6 +136,9 @@ func withEngine(cf *clientFlags, stderr io.Writer, f func(ctx context.Context, s
 			cfg.NATS.Engine.Role = domain.RoleClient.String()
 		}
 	}
+	// The configured HTTP address belongs to the engines that run for good;
+	// a command's engine listens on a port of its own for its short life.
+	cfg.HTTP.Listen = "127.0.0.1:0"
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	var eng *app.Engine
 	a := app.New(app.Options{Config: cfg, Version: version, Embed: cf.embedded(), Logger: log}, fx.Populate(&eng))

@@ -37,6 +37,7 @@ func sharedConfig(t *testing.T, url string, extra string) string {
 	yaml := fmt.Sprintf(`nats:
   url: %s
   engine: {lease_seconds: 1, drain_seconds: 5%s}
+http: {listen: "127.0.0.1:0"}
 data_dir: %s
 services:
   keyvalue: {adapter: postgres, config: {dsn: %q, table: %s_kv}}

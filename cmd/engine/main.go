@@ -76,6 +76,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return objCommand(args[1:], stdout, stderr)
 		case "doc":
 			return docCommand(args[1:], stdout, stderr)
+		case "history":
+			return historyCommand(args[1:], stdout, stderr)
 		case "help":
 			fmt.Fprint(stdout, usage)
 			return exitOK

@@ -55,7 +55,9 @@ func writeConfig(t *testing.T, url string) string {
 	t.Helper()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "engine.yaml")
-	yaml := fmt.Sprintf("nats:\n  url: %s\n  engine:\n    lease_seconds: 1\n    drain_seconds: 1\ndata_dir: %s\n", url, filepath.Join(dir, "data"))
+	// Port 0: engines of one test, and tests running at once, each listen
+	// on a port of their own.
+	yaml := fmt.Sprintf("nats:\n  url: %s\n  engine:\n    lease_seconds: 1\n    drain_seconds: 1\nhttp:\n  listen: 127.0.0.1:0\ndata_dir: %s\n", url, filepath.Join(dir, "data"))
 	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}

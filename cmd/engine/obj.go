@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"text/tabwriter"
 	"time"
 
 	"github.com/abi-engine/engine/app"
@@ -184,11 +183,13 @@ func objList(args []string, stdout, stderr io.Writer) int {
 		if cf.json() {
 			return writeJSON(stdout, map[string][]objJSON{"objects": list})
 		}
-		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+		// Size and time are of fixed width, so the key, last, may hold spaces.
 		for _, o := range list {
-			fmt.Fprintf(tw, "%d\t%s\t%s\n", o.Size, o.Modified.Format(time.RFC3339), o.Key)
+			if _, err := fmt.Fprintf(stdout, "%12d  %s  %s\n", o.Size, o.Modified.Format(time.RFC3339), o.Key); err != nil {
+				return err
+			}
 		}
-		return tw.Flush()
+		return nil
 	})
 }
 
