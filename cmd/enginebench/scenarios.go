@@ -339,15 +339,20 @@ func (b *bench) handover(ctx context.Context) error {
 		b.note("handover: ENGINE_TEST_PG_DSN is not set, and a rollout needs shared backends; " +
 			"ran two engines without rollout ids, the second a hot standby, keyvalue in memory in each")
 	}
-	config, err := b.writeConfig(c)
+	// A configuration each: the engines listen for HTTP on ports of their own.
+	oldConfig, err := b.writeConfig(c)
 	if err != nil {
 		return err
 	}
-	old, err := b.engine(ctx, config, "serving", oldEnv...)
+	nextConfig, err := b.writeConfig(c)
 	if err != nil {
 		return err
 	}
-	next, err := b.engine(ctx, config, "standby", nextEnv...)
+	old, err := b.engine(ctx, oldConfig, "serving", oldEnv...)
+	if err != nil {
+		return err
+	}
+	next, err := b.engine(ctx, nextConfig, "standby", nextEnv...)
 	if err != nil {
 		return err
 	}
@@ -388,7 +393,7 @@ func (b *bench) handover(ctx context.Context) error {
 			break
 		}
 		if time.Now().After(deadline) {
-			return errors.New("handover: the new engine never answered")
+			return fmt.Errorf("handover: the new engine never answered; its output:\n%s", next.output())
 		}
 		if !sleep(ctx, 10*time.Millisecond) {
 			return ctx.Err()
@@ -499,15 +504,20 @@ func (b *bench) failover(ctx context.Context) error {
 		return err
 	}
 	url := s.ClientURL()
-	config, err := b.writeConfig(engineConfig{url: url, lease: int(failoverLease / time.Second), hot: true})
+	c := engineConfig{url: url, lease: int(failoverLease / time.Second), hot: true}
+	servingConfig, err := b.writeConfig(c)
 	if err != nil {
 		return err
 	}
-	serving, err := b.engine(ctx, config, "serving")
+	standbyConfig, err := b.writeConfig(c)
 	if err != nil {
 		return err
 	}
-	standby, err := b.engine(ctx, config, "standby")
+	serving, err := b.engine(ctx, servingConfig, "serving")
+	if err != nil {
+		return err
+	}
+	standby, err := b.engine(ctx, standbyConfig, "standby")
 	if err != nil {
 		return err
 	}
@@ -542,7 +552,7 @@ func (b *bench) failover(ctx context.Context) error {
 		}
 		sleep(ctx, 10*time.Millisecond)
 	}
-	return fmt.Errorf("failover: no engine answered within %v of the kill", 10*failoverLease)
+	return fmt.Errorf("failover: no engine answered within %v of the kill; the standby's output:\n%s", 10*failoverLease, standby.output())
 }
 
 // boot starts an engine on embedded defaults (no flags, in an empty
