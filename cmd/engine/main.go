@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"go.uber.org/dig"
+	"go.uber.org/fx"
 
 	"github.com/abi-engine/engine/app"
 	"github.com/abi-engine/engine/app/config"
@@ -127,24 +128,49 @@ func serve(args []string, stderr io.Writer) int {
 	}
 	embed := *configPath == "" && *natsURL == "" && os.Getenv("NATS_URL") == ""
 
-	a := app.New(app.Options{Config: cfg, Version: version, Embed: embed, Logger: log})
+	var eng *app.Engine
+	a := app.New(app.Options{Config: cfg, Version: version, Embed: embed, Logger: log}, fx.Populate(&eng))
 	if err := a.Err(); err != nil {
 		fmt.Fprintf(stderr, "engine: %v\n", dig.RootCause(err))
 		return exitError
 	}
-	// Signals are ours from before the start, so one that arrives while the
-	// engine claims the lease ends the claim instead of killing the process.
-	signalled, stopSignals := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stopSignals()
-	startCtx, cancel := context.WithTimeout(signalled, a.StartTimeout())
+	// Signals are ours from before the start. One that arrives while the
+	// engine claims the lease ends the claim instead of killing the process;
+	// once the engine has claimed, the start completes and the engine stops
+	// as usual, so the lease it holds is released on a live context.
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(signals)
+	startCtx, cancel := context.WithTimeout(context.Background(), a.StartTimeout())
 	defer cancel()
-	if err := a.Start(startCtx); err != nil {
+	stopAsked, started := make(chan struct{}), make(chan struct{})
+	go func() {
+		select {
+		case <-signals:
+			close(stopAsked)
+			if !eng.Ready() {
+				cancel()
+			}
+		case <-started:
+		}
+	}()
+	err = a.Start(startCtx)
+	close(started)
+	if err != nil {
+		select {
+		case <-stopAsked:
+			log.Info("stopped by a signal while claiming the lease")
+			return exitOK
+		default:
+		}
 		fmt.Fprintf(stderr, "engine: %v\n", dig.RootCause(err))
 		return exitError
 	}
 	code := exitOK
 	select {
-	case <-signalled.Done():
+	case <-stopAsked:
+		log.Info("stopping on a signal")
+	case <-signals:
 		log.Info("stopping on a signal")
 	case sig := <-a.Wait():
 		code = sig.ExitCode
