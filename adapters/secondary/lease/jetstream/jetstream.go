@@ -112,7 +112,7 @@ func DecodeHolder(b []byte) domain.Holder {
 // Read returns the last message of the key: a value, or the marker of a
 // deletion or purge, which keeps its revision.
 func (l *Lease) Read(ctx context.Context) (domain.Record, error) {
-	m, err := l.stream.GetLastMsgForSubject(ctx, l.subject)
+	m, err := l.lastMessage(ctx)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return domain.Record{}, nil
 	}
@@ -124,6 +124,26 @@ func (l *Lease) Read(ctx context.Context) (domain.Record, error) {
 		return domain.Record{Revision: m.Sequence}, nil
 	}
 	return domain.Record{Holder: DecodeHolder(m.Data), Revision: m.Sequence, Present: true}, nil
+}
+
+// lastMessage reads the key's last message. On a replicated bucket the
+// replicas answer reads, and for a moment after the bucket is created or a
+// replica restarts none may listen; that is retried briefly, within ctx.
+func (l *Lease) lastMessage(ctx context.Context) (*jetstream.RawStreamMsg, error) {
+	wait := 20 * time.Millisecond
+	giveUp := time.Now().Add(2 * time.Second)
+	for {
+		m, err := l.stream.GetLastMsgForSubject(ctx, l.subject)
+		if !errors.Is(err, nats.ErrNoResponders) || time.Now().After(giveUp) {
+			return m, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 200*time.Millisecond)
+	}
 }
 
 // Create writes h unless the key holds a value.
@@ -186,14 +206,21 @@ func (l *Lease) WaitForChange(ctx context.Context, rev uint64, timeout time.Dura
 				return domain.Record{}, errors.New("watch lease: the watch closed")
 			}
 			if e == nil {
-				// The initial values are done; with none, the key was never written.
+				// The initial values are done. With none, the key may never
+				// have been written, or (on a replicated bucket) the watch
+				// started from a stale count: ask the stream before saying so.
 				if !seen && rev != 0 {
-					return domain.Record{}, nil
+					rec, err := l.Read(ctx)
+					if err != nil || rec.Revision != rev {
+						return rec, err
+					}
 				}
 				continue
 			}
 			seen = true
-			if e.Revision() == rev {
+			if e.Revision() <= rev {
+				// The revision we know, or an older one from a replica
+				// behind: revisions only grow, so neither is a change.
 				continue
 			}
 			if e.Operation() != jetstream.KeyValuePut {
