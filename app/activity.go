@@ -57,19 +57,24 @@ type ActivityEntry struct {
 }
 
 // eventOf names a transition; ok is false for one the log leaves out.
-// waitedFor is the holder a standby waited for: the transition names the
-// previous holder only when it took the lease from a silent one, not when
-// the holder released it in a handover.
+// waitedFor is the holder a standby waited for. Taking over is from a
+// silent holder, or from the one a standby waited for once it released;
+// a lease released earlier by an engine nobody waited for is acquired.
 func eventOf(tr domain.Transition, waitedFor domain.Holder) (event, detail string, ok bool) {
 	switch tr.To {
 	case domain.StateServing:
+		prev := tr.Previous
 		switch {
 		case tr.From == domain.StateFenced:
 			return EventRestored, "a renewal succeeded again", true
-		case tr.Previous.InstanceID != "":
-			return EventTookOver, "took over from " + tr.Previous.String(), true
+		case prev.InstanceID != "" && !prev.Released:
+			return EventTookOver, "took over from " + prev.String(), true
+		case tr.From == domain.StateStandby && prev.InstanceID != "":
+			return EventTookOver, "took over from " + prev.String() + ", which released the lease", true
 		case tr.From == domain.StateStandby && waitedFor.InstanceID != "":
 			return EventTookOver, "took over from " + waitedFor.String() + ", which released the lease", true
+		case prev.InstanceID != "":
+			return EventAcquired, "the lease was released by " + prev.String(), true
 		}
 		return EventAcquired, "the lease was free", true
 	case domain.StateFenced:
@@ -106,9 +111,11 @@ const activityWrite = 10 * time.Second
 // Activity writes the engine's ownership events into the activity log. It
 // is a module: it starts with the engine's facades, and it stops after the
 // engine has released the lease and drained, before its backends close, so
-// the release is logged too. Entries go through the document facade, to
-// whichever engine serves, but for the release, which goes to this
-// engine's own store: at that moment no engine may be serving.
+// the release is logged too. Entries go straight to the engine's own opened
+// document store, which a serving engine or a standby has: at a start or a
+// shutdown no engine may be answering on NATS, and on shared backends it is
+// the same store every engine writes. Only an engine without backends uses
+// the document facade.
 type Activity struct {
 	me  domain.Holder
 	log *slog.Logger
@@ -200,7 +207,7 @@ func (a *Activity) write(ctx context.Context, entry ActivityEntry) error {
 	a.mu.Lock()
 	docs := a.docs
 	a.mu.Unlock()
-	if entry.Event == EventReleased && a.own != nil {
+	if a.own != nil {
 		if own := a.own(); own != nil {
 			docs = own
 		}

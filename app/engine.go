@@ -68,10 +68,11 @@ type EngineParams struct {
 // Engine is one engine process's part on its NATS account. Start and Stop
 // are plain methods; the fx lifecycle calls them.
 type Engine struct {
-	p        EngineParams
-	log      *slog.Logger
-	jobs     *Jobs
-	stopping atomic.Bool
+	p           EngineParams
+	log         *slog.Logger
+	jobs        *Jobs
+	stopping    atomic.Bool
+	handingOver atomic.Bool // released while serving, still draining
 
 	mu          sync.Mutex
 	broker      *server.Server
@@ -86,6 +87,8 @@ type Engine struct {
 	started     []Module
 	transitions chan domain.Transition
 	observers   []func(domain.Transition)
+	onCall      func(service, op string, code int, took time.Duration)
+	onRenewal   func(ok bool, took time.Duration)
 	reacted     chan struct{}
 	stopWait    context.CancelFunc
 	waiting     chan struct{}
@@ -208,6 +211,22 @@ func (e *Engine) Observe(f func(domain.Transition)) {
 	e.observers = append(e.observers, f)
 }
 
+// ObserveCalls hands every kernel call's outcome to f, for metrics.
+// Register before Start; f must not block.
+func (e *Engine) ObserveCalls(f func(service, op string, code int, took time.Duration)) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.onCall = f
+}
+
+// ObserveRenewals hands every lease renewal's outcome to f, for metrics.
+// Register before Start; f must not block.
+func (e *Engine) ObserveRenewals(f func(ok bool, took time.Duration)) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.onRenewal = f
+}
+
 // Ready reports whether the engine does its part: serving, standing by, or
 // a client. It is not ready while it claims, when fenced, or when stopping.
 func (e *Engine) Ready() bool {
@@ -300,6 +319,12 @@ func (e *Engine) Start(ctx context.Context) (err error) {
 	if cfg.NATS.Engine.HotStandby {
 		opts = append(opts, domain.WithHotStandby())
 	}
+	e.mu.Lock()
+	onRenewal := e.onRenewal
+	e.mu.Unlock()
+	if onRenewal != nil {
+		opts = append(opts, domain.WithRenewalObserver(onRenewal))
+	}
 	o, err := domain.NewOwnership(lease, e.p.Holder, cfg.Timing(), opts...)
 	if err != nil {
 		return err
@@ -364,10 +389,11 @@ func (e *Engine) openAndServe(ctx context.Context, serve bool) error {
 		Owner:        e.p.Holder.InstanceID,
 		Connect:      func() (*nats.Conn, error) { return e.connect("abi-engine accept", false) },
 		Replies:      e.session,
-		MayServe:     o.MayServe,
+		MayServe:     func() bool { return o.MayServe() || e.handingOver.Load() },
 		CallerSecret: secret,
 		Logger:       e.log,
 		Version:      microVersion(e.p.Holder.Version),
+		OnCall:       e.onCall,
 	}, func(transfers *natsapi.TransferHost) []natsapi.Service {
 		return append(l.kernelServices(secret != nil, transfers), natsapi.Engine(e.p.Holder, o.State))
 	})
@@ -522,6 +548,18 @@ func (e *Engine) report() {
 // once), the engine stops accepting calls, answers those it received within
 // the drain period, then closes everything, the embedded broker last.
 func (e *Engine) Stop(ctx context.Context) error {
+	// The release and the drain must run even when the stop comes from a
+	// start cut short by a signal, whose context is already cancelled; they
+	// are bounded by the drain and a lease instead.
+	timing := e.p.Config.Timing()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timing.Drain+timing.Lease+10*time.Second)
+	defer cancel()
+	// A serving engine keeps answering what reaches it until it has stopped
+	// accepting: the standby subscribes meanwhile, an overlap rather than a
+	// gap, which shared backends make safe. A fenced one does not.
+	if o := e.Ownership(); o != nil && o.MayServe() {
+		e.handingOver.Store(true)
+	}
 	e.stopping.Store(true)
 	if e.stopWait != nil {
 		e.stopWait()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"time"
 
 	"go.uber.org/fx"
 
@@ -29,6 +30,8 @@ type HTTP struct {
 func NewHTTP(cfg *config.Config, e *Engine, log *slog.Logger) *HTTP {
 	m := httpapi.NewMetrics()
 	e.Observe(m.Observe)
+	e.ObserveRenewals(m.Renewal)
+	e.ObserveCalls(func(service, op string, code int, took time.Duration) { m.Call("nats", service, op, code, took) })
 	return &HTTP{cfg: cfg.HTTP, engine: e, metrics: m, log: log}
 }
 

@@ -48,6 +48,13 @@ func WithObserver(f func(Transition)) Option { return func(o *Ownership) { o.obs
 // period rather than a restart.
 func WithHotStandby() Option { return func(o *Ownership) { o.hot = true } }
 
+// WithRenewalObserver reports the outcome of every renewal attempt and how
+// long it took, for metrics. f runs on the keeper's goroutine and must not
+// block.
+func WithRenewalObserver(f func(ok bool, took time.Duration)) Option {
+	return func(o *Ownership) { o.renewed = f }
+}
+
 // WithLogger sets the logger, which should carry the engine's instance id
 // as the engine's own logger does. Without it, slog's default logger is
 // used with the instance id added.
@@ -62,6 +69,7 @@ type Ownership struct {
 	timing  Timing
 	log     *slog.Logger
 	observe func(Transition)
+	renewed func(ok bool, took time.Duration)
 	hot     bool
 
 	mu         sync.Mutex
@@ -329,8 +337,8 @@ func (o *Ownership) acquire(ctx context.Context, rec Record) (bool, error) {
 	kctx, cancel := context.WithCancel(context.Background())
 	o.mu.Lock()
 	o.previous = Holder{}
-	if rec.Present && !rec.Holder.Released {
-		o.previous = rec.Holder
+	if rec.Present {
+		o.previous = rec.Holder // a silent holder, or one that released
 	}
 	o.record = Record{Holder: o.me, Revision: rev, Present: true}
 	o.held = true
@@ -404,6 +412,9 @@ func (o *Ownership) keep(ctx context.Context, renewedAt, serveFrom time.Time) {
 			}
 		case r := <-results:
 			inFlight = false
+			if o.renewed != nil {
+				o.renewed(r.err == nil, time.Since(r.start))
+			}
 			if errors.Is(r.err, ErrLeaseLost) {
 				o.loseLease()
 				return

@@ -46,7 +46,8 @@ type Transition struct {
 	// Record is the lease as the engine saw it when it moved.
 	Record Record
 	// Previous is the holder the lease was taken from, on the first move to
-	// serving; zero when the lease was free.
+	// serving: a silent one, or one that released it. Zero when the key was
+	// absent or deleted.
 	Previous Holder
 	// Reason says why, where the states alone do not: a standby that gives
 	// up, a lease lost to whom.

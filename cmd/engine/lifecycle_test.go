@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
@@ -27,6 +28,13 @@ import (
 // with rollout ids needs: keyvalue and document on PostgreSQL (tables of
 // this test's own), the rest switched off.
 func sharedConfig(t *testing.T, url string, extra string) string {
+	t.Helper()
+	path, _ := sharedConfigTable(t, url, extra)
+	return path
+}
+
+// sharedConfigTable is sharedConfig, also naming the keyvalue table.
+func sharedConfigTable(t *testing.T, url string, extra string) (path, kvTable string) {
 	t.Helper()
 	dsn := testenv.Lookup(t, "ENGINE_TEST_PG_DSN", "PostgreSQL", false)
 	table := fmt.Sprintf("t%d_%s", time.Now().UnixNano()%1e9, strings.ToLower(strings.NewReplacer("/", "_", "-", "_").Replace(t.Name())))
@@ -47,11 +55,11 @@ services:
   cache: {adapter: off}
   secret: {adapter: env}
 `, url, extra, filepath.Join(dir, "data"), dsn, table, dsn, table)
-	path := filepath.Join(dir, "engine.yaml")
+	path = filepath.Join(dir, "engine.yaml")
 	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return path
+	return path, table + "_kv"
 }
 
 // traffic calls the engine without pause until stopped: callers doing
@@ -207,49 +215,66 @@ func TestAfterACrashTheStandbyAnswersEveryLaterCall(t *testing.T) {
 	}
 }
 
-func TestCallsInFlightAtShutdownAreAnswered(t *testing.T) {
+// A call the engine is running when it is told to stop is answered before
+// it exits. The test holds a row lock in PostgreSQL so that the engine's
+// write of that key waits, stops the engine, then lets the write through.
+func TestACallInProgressAtShutdownIsAnswered(t *testing.T) {
 	url := natstest.StartServer(t).ClientURL()
-	e := startEngine(t, sharedConfig(t, url, ""))
+	config, table := sharedConfigTable(t, url, "")
+	e := startEngine(t, config)
 	e.waitLog(t, "state=serving")
 	kv := natsclient.NewKeyValue(natsclient.New(natstest.Connect(t, url)))
-
-	var stopped atomic.Bool
-	var sentBefore, failedBefore atomic.Int64
-	var wg sync.WaitGroup
-	for i := range 8 {
-		wg.Go(func() {
-			for n := 0; !stopped.Load(); n++ {
-				before := time.Now()
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				err := kv.Set(ctx, fmt.Sprintf("inflight/%d/%d", i, n), []byte("v"), 0)
-				cancel()
-				if signalledAt := signalTime.Load(); signalledAt == nil || before.Before(*signalledAt) {
-					sentBefore.Add(1)
-					if err != nil {
-						failedBefore.Add(1)
-						t.Errorf("a call sent before SIGTERM failed: %v", err)
-					}
-				}
-			}
-		})
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	if err := kv.Set(ctx, "held", []byte("before"), 0); err != nil {
+		t.Fatal(err)
 	}
-	time.Sleep(500 * time.Millisecond)
-	now := time.Now()
-	signalTime.Store(&now)
+	db, err := pgx.Connect(ctx, os.Getenv("ENGINE_TEST_PG_DSN"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close(context.Background())
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM `+table+` WHERE key = $1 FOR UPDATE`, "held"); err != nil {
+		t.Fatal(err)
+	}
+	answered := make(chan error, 1)
+	go func() { answered <- kv.Set(ctx, "held", []byte("during"), 0) }()
+	waitUntil(t, "the engine's write to wait on the lock", func() bool {
+		var waiting int
+		err := db.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE NOT granted`).Scan(&waiting)
+		return err == nil && waiting > 0
+	})
+
 	if err := e.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
+	}
+	e.waitLog(t, "lease released")
+	select {
+	case err := <-answered:
+		t.Fatalf("the call returned (%v) while its write still waited", err)
+	case <-e.done:
+		t.Fatalf("the engine exited with a call in progress:\n%s", e.output())
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-answered; err != nil {
+		t.Fatalf("the call in progress at shutdown failed: %v\n%s", err, e.output())
 	}
 	if code := e.exitCode(t); code != 0 {
 		t.Fatalf("exit code %d:\n%s", code, e.output())
 	}
-	stopped.Store(true)
-	wg.Wait()
-	if sentBefore.Load() < 10 || failedBefore.Load() != 0 {
-		t.Fatalf("%d of %d calls sent before SIGTERM failed", failedBefore.Load(), sentBefore.Load())
+	var value []byte
+	if err := db.QueryRow(ctx, `SELECT value FROM `+table+` WHERE key = $1`, "held").Scan(&value); err != nil || string(value) != "during" {
+		t.Fatalf("stored %q, %v; want the write made during the shutdown", value, err)
 	}
 }
-
-var signalTime atomic.Pointer[time.Time]
 
 func TestARolloutWithLocalBackendsIsRefusedBeforeAnythingOpens(t *testing.T) {
 	s := natstest.StartServer(t)

@@ -33,16 +33,18 @@ var states = []domain.State{
 // Metrics are the engine's Prometheus metrics, on a registry of their own
 // with the Go runtime and process collectors.
 type Metrics struct {
-	reg           *prometheus.Registry
-	leaseState    *prometheus.GaugeVec
-	transitions   *prometheus.CounterVec
-	fencings      prometheus.Counter
-	handovers     prometheus.Counter
-	standbyWait   prometheus.Histogram
-	calls         *prometheus.CounterVec
-	callSeconds   *prometheus.HistogramVec
-	sessionsOpen  *prometheus.GaugeVec
-	transferBytes *prometheus.CounterVec
+	reg            *prometheus.Registry
+	leaseState     *prometheus.GaugeVec
+	transitions    *prometheus.CounterVec
+	renewals       *prometheus.CounterVec
+	renewalSeconds prometheus.Histogram
+	fencings       prometheus.Counter
+	handovers      prometheus.Counter
+	standbyWait    prometheus.Histogram
+	calls          *prometheus.CounterVec
+	callSeconds    *prometheus.HistogramVec
+	sessionsOpen   *prometheus.GaugeVec
+	transferBytes  *prometheus.CounterVec
 
 	mu           sync.Mutex
 	standbySince time.Time
@@ -60,6 +62,15 @@ func NewMetrics() *Metrics {
 			Name: "abi_engine_lease_transitions_total",
 			Help: "Lease state transitions of this engine.",
 		}, []string{"from", "to"}),
+		renewals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "abi_engine_lease_renewals_total",
+			Help: "Lease renewal attempts of this engine, by result (ok, failed).",
+		}, []string{"result"}),
+		renewalSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "abi_engine_lease_renewal_duration_seconds",
+			Help:    "How long lease renewals took, from send to answer or cut-off.",
+			Buckets: []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5},
+		}),
 		fencings: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "abi_engine_lease_fencings_total",
 			Help: "Times this engine stopped serving because no renewal succeeded for half a lease.",
@@ -94,7 +105,7 @@ func NewMetrics() *Metrics {
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.leaseState, m.transitions, m.fencings, m.handovers, m.standbyWait,
+		m.leaseState, m.transitions, m.renewals, m.renewalSeconds, m.fencings, m.handovers, m.standbyWait,
 		m.calls, m.callSeconds, m.sessionsOpen, m.transferBytes,
 	)
 	return m
@@ -122,9 +133,9 @@ func (m *Metrics) Observe(tr domain.Transition) {
 	if tr.To == domain.StateFenced {
 		m.fencings.Inc()
 	}
-	// A standby takes the lease over from the engine it waited for, which
-	// released it; Previous names only a silent holder taken over.
-	if tr.To == domain.StateServing && (tr.From == domain.StateStandby || tr.Previous.InstanceID != "") {
+	// A handover: a standby that took the lease, or a silent holder's lease
+	// taken over.
+	if tr.To == domain.StateServing && (tr.From == domain.StateStandby || tr.Previous.InstanceID != "" && !tr.Previous.Released) {
 		m.handovers.Inc()
 	}
 	m.mu.Lock()
@@ -136,6 +147,17 @@ func (m *Metrics) Observe(tr domain.Transition) {
 		m.standbyWait.Observe(time.Since(m.standbySince).Seconds())
 		m.standbySince = time.Time{}
 	}
+}
+
+// Renewal records one lease renewal attempt; pass it to the engine's
+// ObserveRenewals.
+func (m *Metrics) Renewal(ok bool, took time.Duration) {
+	result := "ok"
+	if !ok {
+		result = "failed"
+	}
+	m.renewals.WithLabelValues(result).Inc()
+	m.renewalSeconds.Observe(took.Seconds())
 }
 
 // Call records one service call and how it ended: code is the HTTP status

@@ -23,6 +23,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
@@ -121,6 +122,9 @@ type Options struct {
 	Logger   *slog.Logger
 	// Version is reported in the micro services' info.
 	Version string
+	// OnCall, when set, learns how each call ended: its service and
+	// operation, the status code (200 for success) and how long it took.
+	OnCall func(service, operation string, code int, took time.Duration)
 }
 
 // Host serves a set of kernel services for one engine instance.
@@ -201,7 +205,7 @@ func (h *Host) Serve() error {
 			}
 			// micro names take no dots, operations may (transfer.open).
 			name := strings.ReplaceAll(ep.Name, ".", "_")
-			err := svc.AddEndpoint(name, h.dispatch(ctx, ep.Handler), micro.WithEndpointSubject(subject))
+			err := svc.AddEndpoint(name, h.dispatch(ctx, s.Name, ep.Name, ep.Handler), micro.WithEndpointSubject(subject))
 			if err != nil {
 				return fail(fmt.Errorf("serve %s.%s: %w", s.Name, ep.Name, err))
 			}
@@ -227,15 +231,23 @@ func (h *Host) InFlight() int { return h.calls.value() }
 
 // dispatch counts a call the moment it arrives and answers it on a
 // goroutine of its own, so a slow call never holds up the subscription.
-func (h *Host) dispatch(ctx context.Context, handle HandlerFunc) micro.HandlerFunc {
+func (h *Host) dispatch(ctx context.Context, service, op string, handle HandlerFunc) micro.HandlerFunc {
 	return func(req micro.Request) {
 		h.calls.add()
+		start := time.Now()
 		call := &Call{Subject: req.Subject(), Data: req.Data(), Header: nats.Header(req.Headers())}
 		reply := req.Reply()
 		go func() {
 			defer h.calls.done()
 			data, err := h.handle(ctx, handle, call)
 			h.reply(reply, call, data, err)
+			if h.opts.OnCall != nil {
+				code := 200
+				if err != nil {
+					code = wire.CodeOf(err)
+				}
+				h.opts.OnCall(service, op, code, time.Since(start))
+			}
 		}()
 	}
 }
