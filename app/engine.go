@@ -71,6 +71,7 @@ type Engine struct {
 	p           EngineParams
 	log         *slog.Logger
 	jobs        *Jobs
+	ready       atomic.Bool // Start has done its part
 	stopping    atomic.Bool
 	handingOver atomic.Bool // released while serving, still draining
 
@@ -230,17 +231,12 @@ func (e *Engine) ObserveRenewals(f func(ok bool, took time.Duration)) {
 // Ready reports whether the engine does its part: serving, standing by, or
 // a client. It is not ready while it claims, when fenced, or when stopping.
 func (e *Engine) Ready() bool {
-	if e.stopping.Load() {
+	if !e.ready.Load() || e.stopping.Load() {
 		return false
 	}
-	e.mu.Lock()
-	o, outcome, started := e.ownership, e.outcome, e.services != (Services{}) || e.session != nil
-	e.mu.Unlock()
-	if !started {
-		return false
-	}
-	if o == nil || outcome == domain.OutcomeClient {
-		return e.session != nil
+	o := e.Ownership()
+	if o == nil || e.Outcome() == domain.OutcomeClient {
+		return true
 	}
 	switch o.State() {
 	case domain.StateServing, domain.StateStandby:
@@ -515,8 +511,9 @@ func (e *Engine) awaitLease(ctx context.Context, o *domain.Ownership) {
 	}
 }
 
-// report prints, once, where the engine stands.
+// report marks the engine started and prints, once, where it stands.
 func (e *Engine) report() {
+	e.ready.Store(true)
 	state := "client"
 	if o := e.Ownership(); o != nil && e.Outcome() != domain.OutcomeClient {
 		state = o.State().String()
