@@ -212,6 +212,18 @@ func (e *Engine) Observe(f func(domain.Transition)) {
 	e.observers = append(e.observers, f)
 }
 
+// SessionsOpen is how many object transfers and parked overflow replies
+// this engine holds on NATS now.
+func (e *Engine) SessionsOpen() int {
+	e.mu.Lock()
+	k := e.kernel
+	e.mu.Unlock()
+	if k == nil {
+		return 0
+	}
+	return k.transfers.Open() + k.overflow.Open()
+}
+
 // ObserveCalls hands every kernel call's outcome to f, for metrics.
 // Register before Start; f must not block.
 func (e *Engine) ObserveCalls(f func(service, op string, code int, took time.Duration)) {

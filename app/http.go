@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/fx"
 
 	httpapi "github.com/abi-engine/engine/adapters/primary/http"
@@ -32,6 +33,10 @@ func NewHTTP(cfg *config.Config, e *Engine, log *slog.Logger) *HTTP {
 	e.Observe(m.Observe)
 	e.ObserveRenewals(m.Renewal)
 	e.ObserveCalls(func(service, op string, code int, took time.Duration) { m.Call("nats", service, op, code, took) })
+	m.Registry().MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "abi_engine_nats_sessions_open",
+		Help: "Object transfers and parked overflow replies this engine holds on NATS.",
+	}, func() float64 { return float64(e.SessionsOpen()) }))
 	return &HTTP{cfg: cfg.HTTP, engine: e, metrics: m, log: log}
 }
 

@@ -1,6 +1,7 @@
 package app_test
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -61,6 +62,29 @@ func TestTheHTTPAPIAnswersForEveryRole(t *testing.T) {
 	}
 	if code, body := get(t, base+"/metrics"); code != http.StatusOK || !strings.Contains(body, `abi_engine_lease_state{state="serving"} 1`) {
 		t.Fatalf("/metrics of a serving engine: %d\n%s", code, body)
+	}
+	// A kernel call over NATS and the lease's renewals are counted too.
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if _, err := served.Services().KeyValue.Exists(ctx, "counted"); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		`abi_engine_calls_total{code="200",operation="exists",service="keyvalue",via="nats"} 1`,
+		`abi_engine_lease_renewals_total{result="ok"}`,
+		`abi_engine_nats_sessions_open 0`,
+	} {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			_, body := get(t, base+"/metrics")
+			if strings.Contains(body, want) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("/metrics lacks %s:\n%s", want, body)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
 	}
 
 	client, ch, b := startWithHTTP(t, testConfig(t, url, "client", "", memoryServices))
