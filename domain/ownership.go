@@ -470,8 +470,17 @@ func (o *Ownership) settle(now, renewedAt, serveFrom time.Time) {
 	default:
 		to = from
 	}
-	first := to == StateServing && o.serving != nil
-	if first {
+	// The state changes under the lock, before Claim or AwaitLease learn
+	// that the engine serves, so MayServe holds as soon as they return; the
+	// observer hears of it just after.
+	var previous Holder
+	if to != from {
+		o.state = to
+		if to == StateServing && (from == StateIdle || from == StateStandby) {
+			previous = o.previous
+		}
+	}
+	if to == StateServing && o.serving != nil {
 		select {
 		case <-o.serving:
 		default:
@@ -480,7 +489,7 @@ func (o *Ownership) settle(now, renewedAt, serveFrom time.Time) {
 	}
 	o.mu.Unlock()
 	if to != from {
-		o.transition(to, rec)
+		o.announce(Transition{From: from, To: to, Record: rec, Previous: previous})
 	}
 }
 
@@ -581,20 +590,20 @@ func (o *Ownership) transitionWhy(to State, rec Record, reason string) {
 	o.mu.Lock()
 	from := o.state
 	o.state = to
-	var previous Holder
-	if to == StateServing && (from == StateIdle || from == StateStandby) {
-		previous = o.previous
-	}
 	o.mu.Unlock()
-	if from == to {
-		return
+	if from != to {
+		o.announce(Transition{From: from, To: to, Record: rec, Reason: reason})
 	}
-	attrs := []any{"revision", rec.Revision}
-	if reason != "" {
-		attrs = append(attrs, "reason", reason)
+}
+
+// announce logs a transition and reports it to the observer.
+func (o *Ownership) announce(tr Transition) {
+	attrs := []any{"revision", tr.Record.Revision}
+	if tr.Reason != "" {
+		attrs = append(attrs, "reason", tr.Reason)
 	}
-	o.log.Info("ownership "+from.String()+" -> "+to.String(), attrs...)
+	o.log.Info("ownership "+tr.From.String()+" -> "+tr.To.String(), attrs...)
 	if o.observe != nil {
-		o.observe(Transition{From: from, To: to, Record: rec, Previous: previous, Reason: reason})
+		o.observe(tr)
 	}
 }

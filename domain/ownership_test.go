@@ -761,6 +761,7 @@ func TestTransitionsSayFromWhomAndWhy(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer func() { _ = b.Release(context.Background()) }()
+		synctest.Wait() // the keeper reports the move to serving after Claim returns
 		mu.Lock()
 		defer mu.Unlock()
 		if len(seen) == 0 || seen[0].To != domain.StateServing || seen[0].Previous.InstanceID != a.o.Me().InstanceID {
