@@ -223,7 +223,7 @@ func exerciseObjects(t *testing.T, config string) {
 
 func TestCommandsNextToAServingEngineAreItsClients(t *testing.T) {
 	url := natstest.StartServer(t).ClientURL()
-	config := writeConfig(t, url)
+	config := writeConfigLease(t, url, 10)
 	e := startEngine(t, config)
 	e.waitLog(t, "state=serving")
 	holder := readLease(t, url).Holder
@@ -274,7 +274,7 @@ func TestCommandsNextToAServingEngineAreItsClients(t *testing.T) {
 
 func TestCommandsOnTheirOwnServeForTheirLength(t *testing.T) {
 	url := natstest.StartServer(t).ClientURL()
-	config := writeConfig(t, url)
+	config := writeConfigLease(t, url, 10)
 	t.Run("KeyValue", func(t *testing.T) { exerciseKeyValue(t, config) })
 	t.Run("Documents", func(t *testing.T) { exerciseDocuments(t, config) })
 	t.Run("Objects", func(t *testing.T) { exerciseObjects(t, config) })

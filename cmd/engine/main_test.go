@@ -16,6 +16,7 @@ import (
 
 	"github.com/abi-engine/engine/adapters/secondary/lease/jetstream"
 	"github.com/abi-engine/engine/domain"
+	"github.com/abi-engine/engine/internal/enginetest"
 	"github.com/abi-engine/engine/internal/natstest"
 )
 
@@ -24,23 +25,7 @@ import (
 
 var engineBin string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "engine-bin")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	engineBin = filepath.Join(dir, "engine")
-	build := exec.Command("go", "build", "-o", engineBin, ".")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build engine:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	_ = os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(enginetest.Main(m, &engineBin)) }
 
 // process is a running engine whose log lines the test can wait for.
 type process struct {
@@ -53,11 +38,19 @@ type process struct {
 
 func writeConfig(t *testing.T, url string) string {
 	t.Helper()
+	return writeConfigLease(t, url, 1)
+}
+
+// writeConfigLease is writeConfig with a lease of its own: a test that
+// moves megabytes through a process under the race detector gives it a
+// longer lease, so a starved renewal does not fence it mid-transfer.
+func writeConfigLease(t *testing.T, url string, leaseSeconds int) string {
+	t.Helper()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "engine.yaml")
 	// Port 0: engines of one test, and tests running at once, each listen
 	// on a port of their own.
-	yaml := fmt.Sprintf("nats:\n  url: %s\n  engine:\n    lease_seconds: 1\n    drain_seconds: 1\nhttp:\n  listen: 127.0.0.1:0\ndata_dir: %s\n", url, filepath.Join(dir, "data"))
+	yaml := fmt.Sprintf("nats:\n  url: %s\n  engine:\n    lease_seconds: %d\n    drain_seconds: 1\nhttp:\n  listen: 127.0.0.1:0\ndata_dir: %s\n", url, leaseSeconds, filepath.Join(dir, "data"))
 	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,6 +16,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/abi-engine/engine/internal/enginetest"
 )
 
 // lab holds what a run starts: a scratch directory, the engine binary,
@@ -40,14 +41,9 @@ func newLab() (*lab, error) {
 
 // buildEngine builds the engine command once, as a deploy would run it.
 func (l *lab) buildEngine(ctx context.Context) error {
-	l.engine = filepath.Join(l.dir, "engine")
-	build := exec.CommandContext(ctx, "go", "build", "-o", l.engine, "github.com/abi-engine/engine/cmd/engine")
-	var out bytes.Buffer
-	build.Stdout, build.Stderr = &out, &out
-	if err := build.Run(); err != nil {
-		return fmt.Errorf("build the engine: %w\n%s", err, out.String())
-	}
-	return nil
+	bin, err := enginetest.Build(ctx, l.dir)
+	l.engine = bin
+	return err
 }
 
 // mkdir makes a fresh directory under the lab's.

@@ -23,6 +23,7 @@ import (
 
 	leasejs "github.com/abi-engine/engine/adapters/secondary/lease/jetstream"
 	"github.com/abi-engine/engine/domain"
+	"github.com/abi-engine/engine/internal/enginetest"
 	"github.com/abi-engine/engine/internal/natstest"
 	"github.com/abi-engine/engine/internal/tcpproxy"
 	"github.com/abi-engine/engine/internal/wire"
@@ -56,23 +57,7 @@ func chaosSetting(t *testing.T) setting {
 
 var engineBin string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "chaos-engine")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	engineBin = filepath.Join(dir, "engine")
-	build := exec.Command("go", "build", "-o", engineBin, "github.com/abi-engine/engine/cmd/engine")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build engine:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	_ = os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(enginetest.Main(m, &engineBin)) }
 
 // fault is one kind of fault: inject does it and undoes it, and returns
 // when it was undone.
