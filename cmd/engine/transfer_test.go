@@ -27,7 +27,9 @@ import (
 
 // objectsConfig writes a configuration whose objects live in a fresh bucket
 // of the test S3 server and keys in PostgreSQL: shared, so rollouts may
-// hand over.
+// hand over. The lease is long: these handovers are releases, and a lease
+// of one second could fence an engine whose renewal the race detector
+// starves while it moves megabytes.
 func objectsConfig(t *testing.T, url string, drainSeconds int) string {
 	t.Helper()
 	dsn := testenv.Lookup(t, "ENGINE_TEST_PG_DSN", "PostgreSQL", false)
@@ -47,7 +49,7 @@ func objectsConfig(t *testing.T, url string, drainSeconds int) string {
 	dir := t.TempDir()
 	yaml := fmt.Sprintf(`nats:
   url: %s
-  engine: {lease_seconds: 1, drain_seconds: %d}
+  engine: {lease_seconds: 10, drain_seconds: %d}
 http: {listen: "127.0.0.1:0"}
 data_dir: %s
 services:
