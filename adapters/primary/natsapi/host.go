@@ -302,29 +302,48 @@ func (h *Host) StopAccepting(ctx context.Context) error {
 	if nc == nil {
 		return nil
 	}
-	closed := make(chan struct{})
-	nc.SetClosedHandler(func(*nats.Conn) { close(closed) })
-	if err := nc.Drain(); err != nil {
-		nc.Close()
-		return fmt.Errorf("stop accepting calls: %w", err)
-	}
-	select {
-	case <-closed:
-	case <-ctx.Done():
-		nc.Close()
-		return fmt.Errorf("stop accepting calls: %w", ctx.Err())
-	}
+	err := drain(ctx, nc)
 	for _, svc := range micros {
 		_ = svc.Stop() // its connection is closed; this only forgets it
+	}
+	if err != nil {
+		return fmt.Errorf("stop accepting calls: %w", err)
 	}
 	return nil
 }
 
+// drain ends nc's subscriptions at the broker, lets the messages it had
+// delivered reach their handlers, and closes it; at ctx's end it closes it
+// at once.
+func drain(ctx context.Context, nc *nats.Conn) error {
+	closed := make(chan struct{})
+	nc.SetClosedHandler(func(*nats.Conn) { close(closed) })
+	if err := nc.Drain(); err != nil {
+		nc.Close()
+		return err
+	}
+	select {
+	case <-closed:
+		return nil
+	case <-ctx.Done():
+		nc.Close()
+		return ctx.Err()
+	}
+}
+
+// fenceDrain bounds how long Stop waits for the broker to confirm that the
+// accepting connection's subscriptions are gone.
+const fenceDrain = 2 * time.Second
+
 // Wait returns once every received call is answered, or ctx ends.
 func (h *Host) Wait(ctx context.Context) error { return h.calls.wait(ctx) }
 
-// Stop cancels the calls still running (they answer 503) and closes the
-// accepting connection if it is open.
+// Stop cancels the calls still running (they answer 500, interrupted) and
+// ends the accepting connection if it is open. The calls it had delivered
+// but not started meet the cancelled context and answer 503, so their
+// callers send them again; and its subscriptions are ended at the broker
+// before it closes, so no new call is routed to a connection about to
+// vanish, where its caller would only time out.
 func (h *Host) Stop() {
 	h.mu.Lock()
 	nc, micros, cancel := h.accept, h.micros, h.cancel
@@ -334,7 +353,9 @@ func (h *Host) Stop() {
 		cancel()
 	}
 	if nc != nil {
-		nc.Close()
+		ctx, done := context.WithTimeout(context.Background(), fenceDrain)
+		_ = drain(ctx, nc)
+		done()
 	}
 	for _, svc := range micros {
 		_ = svc.Stop()
@@ -342,7 +363,7 @@ func (h *Host) Stop() {
 }
 
 // Fence stops serving at once, as a holder that may have lost its lease
-// must: the accepting connection closes and running calls are cancelled.
+// must: running calls are cancelled and the accepting connection ends.
 // Serve starts again.
 func (h *Host) Fence() { h.Stop() }
 
