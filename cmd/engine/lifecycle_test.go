@@ -20,6 +20,7 @@ import (
 	"github.com/abi-engine/engine/adapters/secondary/lease/jetstream"
 	"github.com/abi-engine/engine/adapters/secondary/natsclient"
 	"github.com/abi-engine/engine/internal/natstest"
+	"github.com/abi-engine/engine/internal/pgtest"
 	"github.com/abi-engine/engine/internal/testenv"
 	"github.com/abi-engine/engine/internal/wire"
 )
@@ -37,10 +38,7 @@ func sharedConfig(t *testing.T, url string, extra string) string {
 func sharedConfigTable(t *testing.T, url string, extra string) (path, kvTable string) {
 	t.Helper()
 	dsn := testenv.Lookup(t, "ENGINE_TEST_PG_DSN", "PostgreSQL", false)
-	table := fmt.Sprintf("t%d_%s", time.Now().UnixNano()%1e9, strings.ToLower(strings.NewReplacer("/", "_", "-", "_").Replace(t.Name())))
-	if len(table) > 40 {
-		table = table[:40]
-	}
+	table := pgtest.Table(t, dsn, "engine", "_kv", "_doc", "_doc_collections")
 	dir := t.TempDir()
 	yaml := fmt.Sprintf(`nats:
   url: %s

@@ -21,6 +21,7 @@ import (
 
 	"github.com/abi-engine/engine/adapters/secondary/natsclient"
 	"github.com/abi-engine/engine/internal/natstest"
+	"github.com/abi-engine/engine/internal/pgtest"
 	"github.com/abi-engine/engine/internal/testenv"
 	"github.com/abi-engine/engine/ports"
 )
@@ -53,13 +54,13 @@ func objectsConfig(t *testing.T, url string, drainSeconds int) string {
 http: {listen: "127.0.0.1:0"}
 data_dir: %s
 services:
-  keyvalue: {adapter: postgres, config: {dsn: %q, table: t%s_kv}}
+  keyvalue: {adapter: postgres, config: {dsn: %q, table: %s}}
   document: {adapter: off}
   object_storage: {adapter: s3, config: {endpoint: %q, bucket: %s, region: us-east-1, access_key: %q, secret_key: %q, path_style: true}}
   vector_store: {adapter: off}
   cache: {adapter: off}
   secret: {adapter: env}
-`, url, drainSeconds, filepath.Join(dir, "data"), dsn, hex.EncodeToString(suffix), endpoint, bucket, access, secret)
+`, url, drainSeconds, filepath.Join(dir, "data"), dsn, pgtest.Table(t, dsn, "objects"), endpoint, bucket, access, secret)
 	path := filepath.Join(dir, "engine.yaml")
 	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)

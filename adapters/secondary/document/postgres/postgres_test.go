@@ -1,54 +1,21 @@
 package postgres_test
 
 import (
-	"context"
 	"errors"
-	"fmt"
-	"hash/fnv"
 	"testing"
-	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/abi-engine/engine/adapters/secondary/document/postgres"
 	"github.com/abi-engine/engine/contracttests"
+	"github.com/abi-engine/engine/internal/pgtest"
 	"github.com/abi-engine/engine/internal/testenv"
 	"github.com/abi-engine/engine/ports"
 )
-
-// tableFor names the tables after the test, so parallel tests on one server
-// never share them.
-func tableFor(t *testing.T) string {
-	h := fnv.New64a()
-	h.Write([]byte(t.Name()))
-	return fmt.Sprintf("doctest_%016x", h.Sum64())
-}
-
-// dropTables removes the test's tables when the test ends.
-func dropTables(t *testing.T, dsn, table string) {
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, dsn)
-		if err != nil {
-			t.Errorf("connect to drop table %s: %v", table, err)
-			return
-		}
-		defer conn.Close(ctx)
-		drop := fmt.Sprintf("DROP TABLE IF EXISTS %s, %s",
-			pgx.Identifier{table}.Sanitize(), pgx.Identifier{table + "_collections"}.Sanitize())
-		if _, err := conn.Exec(ctx, drop); err != nil {
-			t.Errorf("drop table %s: %v", table, err)
-		}
-	})
-}
 
 func TestDocumentContract(t *testing.T) {
 	t.Run("postgres", func(t *testing.T) {
 		dsn := testenv.Lookup(t, "ENGINE_TEST_PG_DSN", "PostgreSQL", false)
 		contracttests.RunDocument(t, contracttests.DocumentHarnessFunc(func(t *testing.T) func(*testing.T) ports.DocumentStore {
-			cfg := postgres.Config{DSN: dsn, Table: tableFor(t)}
-			dropTables(t, dsn, cfg.Table)
+			cfg := postgres.Config{DSN: dsn, Table: pgtest.Table(t, dsn, "doctest", "", "_collections")}
 			return func(t *testing.T) ports.DocumentStore {
 				store, err := postgres.Open(t.Context(), cfg)
 				if err != nil {

@@ -1,52 +1,21 @@
 package postgres_test
 
 import (
-	"context"
 	"errors"
-	"fmt"
-	"hash/fnv"
 	"testing"
-	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/abi-engine/engine/adapters/secondary/keyvalue/postgres"
 	"github.com/abi-engine/engine/contracttests"
+	"github.com/abi-engine/engine/internal/pgtest"
 	"github.com/abi-engine/engine/internal/testenv"
 	"github.com/abi-engine/engine/ports"
 )
-
-// tableFor names a table after the test, so parallel tests on one server
-// never share one.
-func tableFor(t *testing.T) string {
-	h := fnv.New64a()
-	h.Write([]byte(t.Name()))
-	return fmt.Sprintf("kvtest_%016x", h.Sum64())
-}
-
-// dropTable removes the test's table when the test ends.
-func dropTable(t *testing.T, dsn, table string) {
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, dsn)
-		if err != nil {
-			t.Errorf("connect to drop table %s: %v", table, err)
-			return
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{table}.Sanitize()); err != nil {
-			t.Errorf("drop table %s: %v", table, err)
-		}
-	})
-}
 
 func TestKeyValueContract(t *testing.T) {
 	t.Run("postgres", func(t *testing.T) {
 		dsn := testenv.Lookup(t, "ENGINE_TEST_PG_DSN", "PostgreSQL", false)
 		contracttests.RunKeyValue(t, contracttests.KeyValueHarnessFunc(func(t *testing.T) func(*testing.T) ports.KeyValue {
-			cfg := postgres.Config{DSN: dsn, Table: tableFor(t)}
-			dropTable(t, dsn, cfg.Table)
+			cfg := postgres.Config{DSN: dsn, Table: pgtest.Table(t, dsn, "kvtest")}
 			return func(t *testing.T) ports.KeyValue {
 				store, err := postgres.Open(t.Context(), cfg)
 				if err != nil {
