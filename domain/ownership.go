@@ -184,10 +184,19 @@ func (o *Ownership) Claim(ctx context.Context, role Role) (Outcome, error) {
 			if ok {
 				return OutcomeServe, nil
 			}
-			if rec, err = o.lease.Read(ctx); err != nil {
+			next, err := o.lease.Read(ctx)
+			if err != nil {
 				return 0, fmt.Errorf("read the lease: %w", err)
 			}
-			observed = time.Now()
+			if next.Revision == rec.Revision {
+				// A replica behind the write that beat us: wait for it,
+				// rather than spin on the same stale record.
+				if err := o.pause(ctx); err != nil {
+					return 0, err
+				}
+				continue
+			}
+			rec, observed = next, time.Now()
 			continue
 		}
 		if rollout != "" && rec.Holder.RolloutID != rollout || o.hot && role == RoleServe {
@@ -243,15 +252,18 @@ func (o *Ownership) AwaitLease(ctx context.Context) error {
 				}
 			}
 			next, err := o.lease.Read(ctx)
-			if err != nil {
-				if ctx.Err() != nil {
-					return ctx.Err()
-				}
+			switch {
+			case ctx.Err() != nil:
+				return ctx.Err()
+			case err != nil:
 				o.log.Warn("lease read failed; standby keeps waiting", "err", err)
+			case next.Revision != rec.Revision:
+				rec, observed = next, time.Now()
 				continue
 			}
-			if next.Revision != rec.Revision {
-				rec, observed = next, time.Now()
+			// No news, or a replica behind: wait before trying again.
+			if err := o.pause(ctx); err != nil {
+				return err
 			}
 			continue
 		}
