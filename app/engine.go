@@ -342,6 +342,7 @@ func (e *Engine) Start(ctx context.Context) (err error) {
 	e.ownership = o
 	e.mu.Unlock()
 
+	e.log.Info("claiming the lease", "role", role.String(), "rollout", e.p.Holder.RolloutID)
 	outcome, err := o.Claim(ctx, role)
 	if err != nil {
 		return err

@@ -70,7 +70,10 @@ func (e *testEngine) record(tr domain.Transition) {
 }
 
 // when returns when the engine last moved to state, and whether it did.
+// It first lets the bubble settle: Claim and AwaitLease return as soon as
+// the engine serves, and the observer hears of it just after.
 func (e *testEngine) when(state domain.State) (time.Duration, bool) {
+	synctest.Wait()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for i := len(e.events) - 1; i >= 0; i-- {
@@ -82,6 +85,7 @@ func (e *testEngine) when(state domain.State) (time.Duration, bool) {
 }
 
 func (e *testEngine) path() string {
+	synctest.Wait()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	var b strings.Builder

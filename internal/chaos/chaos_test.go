@@ -44,7 +44,7 @@ type setting struct {
 func chaosSetting(t *testing.T) setting {
 	switch v := os.Getenv("ENGINE_CHAOS"); v {
 	case "", "short":
-		return setting{name: "short", lease: time.Second, rounds: 1, callers: 4, settle: time.Second, recover: 30 * time.Second}
+		return setting{name: "short", lease: time.Second, rounds: 1, callers: 4, settle: time.Second, recover: 60 * time.Second}
 	case "normal":
 		return setting{name: "normal", lease: 2 * time.Second, rounds: 3, callers: 8, settle: 3 * time.Second, recover: 60 * time.Second}
 	case "off":
