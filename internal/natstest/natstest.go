@@ -36,15 +36,36 @@ func StartServer(tb testing.TB) *server.Server {
 }
 
 // StartCluster runs a three-node JetStream cluster and returns once its meta
-// leader sees every peer and every node is current.
+// leader sees every peer and every node is current. The route ports are
+// picked free and then bound by the nodes, so another process can take one
+// in between; a cluster that does not come up is torn down and tried again
+// on new ports, three times at most.
 func StartCluster(tb testing.TB) []*server.Server {
 	tb.Helper()
+	var err error
+	for range 3 {
+		var servers []*server.Server
+		if servers, err = startCluster(tb); err == nil {
+			return servers
+		}
+	}
+	tb.Fatalf("nats cluster: %v", err)
+	return nil
+}
+
+func startCluster(tb testing.TB) ([]*server.Server, error) {
 	ports := freePorts(tb, 3)
 	routes := make([]string, len(ports))
 	for i, p := range ports {
 		routes[i] = fmt.Sprintf("nats-route://127.0.0.1:%d", p)
 	}
-	servers := make([]*server.Server, len(ports))
+	servers := make([]*server.Server, 0, len(ports))
+	fail := func(err error) ([]*server.Server, error) {
+		for _, s := range servers {
+			s.Shutdown()
+		}
+		return nil, err
+	}
 	for i, p := range ports {
 		opts := &server.Options{
 			ServerName: fmt.Sprintf("n%d", i+1),
@@ -63,27 +84,25 @@ func StartCluster(tb testing.TB) []*server.Server {
 		}
 		s, err := server.NewServer(opts)
 		if err != nil {
-			tb.Fatalf("nats-server n%d: %v", i+1, err)
+			return fail(fmt.Errorf("nats-server n%d: %w", i+1, err))
 		}
-		servers[i] = s
+		servers = append(servers, s)
 		go s.Start()
 		tb.Cleanup(s.Shutdown)
 	}
 	for _, s := range servers {
-		if !s.ReadyForConnections(10 * time.Second) {
-			tb.Fatalf("nats-server %s not ready in 10s", s.Name())
+		if !s.ReadyForConnections(20 * time.Second) {
+			return fail(fmt.Errorf("nats-server %s not ready in 20s", s.Name()))
 		}
 	}
 	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if clusterReady(servers) {
-			return servers
-		}
+	for !clusterReady(servers) {
 		if time.Now().After(deadline) {
-			tb.Fatalf("nats cluster not ready in 30s")
+			return fail(fmt.Errorf("nats cluster not ready in 30s"))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	return servers, nil
 }
 
 func clusterReady(servers []*server.Server) bool {
