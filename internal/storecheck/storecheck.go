@@ -48,6 +48,15 @@ func TTL(ttl time.Duration) error {
 	return nil
 }
 
+// Write checks what every write with a TTL takes: a valid key, named what
+// in the error, and a TTL that is not negative.
+func Write(what, key string, ttl time.Duration) error {
+	if err := Key(what, key); err != nil {
+		return err
+	}
+	return TTL(ttl)
+}
+
 var collectionName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
 // Collection checks a collection name against the port's rule.

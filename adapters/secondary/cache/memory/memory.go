@@ -46,13 +46,6 @@ func (s *Store) Close() error {
 	return nil
 }
 
-func check(key string, ttl time.Duration) error {
-	if err := storecheck.Key("cache key", key); err != nil {
-		return err
-	}
-	return storecheck.TTL(ttl)
-}
-
 // live returns key's entry unless it is missing or expired; the caller
 // holds the lock.
 func (s *Store) live(key string) (entry, bool) {
@@ -74,7 +67,7 @@ func newEntry(value []byte, ttl time.Duration) entry {
 
 // Get implements ports.Cache.
 func (s *Store) Get(_ context.Context, key string) ([]byte, error) {
-	if err := check(key, 0); err != nil {
+	if err := storecheck.Key("cache key", key); err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
@@ -88,7 +81,7 @@ func (s *Store) Get(_ context.Context, key string) ([]byte, error) {
 
 // Set implements ports.Cache.
 func (s *Store) Set(_ context.Context, key string, value []byte, ttl time.Duration) error {
-	if err := check(key, ttl); err != nil {
+	if err := storecheck.Write("cache key", key, ttl); err != nil {
 		return err
 	}
 	s.mu.Lock()
@@ -99,7 +92,7 @@ func (s *Store) Set(_ context.Context, key string, value []byte, ttl time.Durati
 
 // SetIfAbsent implements ports.Cache.
 func (s *Store) SetIfAbsent(_ context.Context, key string, value []byte, ttl time.Duration) (bool, error) {
-	if err := check(key, ttl); err != nil {
+	if err := storecheck.Write("cache key", key, ttl); err != nil {
 		return false, err
 	}
 	s.mu.Lock()
@@ -113,7 +106,7 @@ func (s *Store) SetIfAbsent(_ context.Context, key string, value []byte, ttl tim
 
 // Delete implements ports.Cache.
 func (s *Store) Delete(_ context.Context, key string) (bool, error) {
-	if err := check(key, 0); err != nil {
+	if err := storecheck.Key("cache key", key); err != nil {
 		return false, err
 	}
 	s.mu.Lock()
@@ -125,7 +118,7 @@ func (s *Store) Delete(_ context.Context, key string) (bool, error) {
 
 // Exists implements ports.Cache.
 func (s *Store) Exists(_ context.Context, key string) (bool, error) {
-	if err := check(key, 0); err != nil {
+	if err := storecheck.Key("cache key", key); err != nil {
 		return false, err
 	}
 	s.mu.Lock()

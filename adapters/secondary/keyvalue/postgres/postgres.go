@@ -91,13 +91,6 @@ func bytea(v []byte) []byte {
 	return v
 }
 
-func checkWrite(key string, ttl time.Duration) error {
-	if err := storecheck.Key("key", key); err != nil {
-		return err
-	}
-	return storecheck.TTL(ttl)
-}
-
 // Get returns the value unless it is missing or expired.
 func (s *Store) Get(ctx context.Context, key string) ([]byte, error) {
 	if err := storecheck.Key("key", key); err != nil {
@@ -116,7 +109,7 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, error) {
 
 // Set writes the value and its expiry, replacing any other.
 func (s *Store) Set(ctx context.Context, key string, value []byte, ttl time.Duration) error {
-	if err := checkWrite(key, ttl); err != nil {
+	if err := storecheck.Write("key", key, ttl); err != nil {
 		return err
 	}
 	_, err := s.pool.Exec(ctx, `INSERT INTO `+s.table+` (key, value, expires_at)
@@ -133,7 +126,7 @@ func (s *Store) Set(ctx context.Context, key string, value []byte, ttl time.Dura
 // statement. Racers on one key queue on its row lock, and each re-checks
 // the WHERE against the row the winner wrote, so exactly one changes it.
 func (s *Store) SetIfAbsent(ctx context.Context, key string, value []byte, ttl time.Duration) (bool, error) {
-	if err := checkWrite(key, ttl); err != nil {
+	if err := storecheck.Write("key", key, ttl); err != nil {
 		return false, err
 	}
 	tag, err := s.pool.Exec(ctx, `INSERT INTO `+s.table+` AS kv (key, value, expires_at)

@@ -78,13 +78,6 @@ func blob(v []byte) []byte {
 	return v
 }
 
-func checkWrite(key string, ttl time.Duration) error {
-	if err := storecheck.Key("key", key); err != nil {
-		return err
-	}
-	return storecheck.TTL(ttl)
-}
-
 // Get returns the value unless it is missing or expired.
 func (s *Store) Get(ctx context.Context, key string) ([]byte, error) {
 	if err := storecheck.Key("key", key); err != nil {
@@ -103,7 +96,7 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, error) {
 
 // Set writes the value and its expiry, replacing any other.
 func (s *Store) Set(ctx context.Context, key string, value []byte, ttl time.Duration) error {
-	if err := checkWrite(key, ttl); err != nil {
+	if err := storecheck.Write("key", key, ttl); err != nil {
 		return err
 	}
 	_, err := s.db.ExecContext(ctx, `INSERT INTO kv (key, value, expires_at) VALUES (:key, :value, :expires)
@@ -118,7 +111,7 @@ func (s *Store) Set(ctx context.Context, key string, value []byte, ttl time.Dura
 // SetIfAbsent inserts the value, or replaces an expired one, in one
 // statement: a live row makes the upsert change nothing.
 func (s *Store) SetIfAbsent(ctx context.Context, key string, value []byte, ttl time.Duration) (bool, error) {
-	if err := checkWrite(key, ttl); err != nil {
+	if err := storecheck.Write("key", key, ttl); err != nil {
 		return false, err
 	}
 	res, err := s.db.ExecContext(ctx, `INSERT INTO kv (key, value, expires_at) VALUES (:key, :value, :expires)
