@@ -16,8 +16,11 @@ package contracttests
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
+
+	"github.com/abi-engine/engine/ports"
 )
 
 // callTimeout bounds every blocking call of a suite.
@@ -35,4 +38,22 @@ func ctx(t *testing.T) context.Context {
 func contextWithCancel(t *testing.T) (context.Context, context.CancelFunc) {
 	t.Helper()
 	return context.WithCancel(ctx(t))
+}
+
+// expiredShown reports that method still showed key after the TTL it was
+// written with passed, and blames the method that broke the rule: if Get
+// returns key as well, writer kept the TTL too long or dropped it; if Get
+// says it expired, method ignores an expiry that Get honours.
+func expiredShown(t *testing.T, get func(context.Context, string) ([]byte, error), ttl time.Duration, key, writer, method string) {
+	t.Helper()
+	v, err := get(ctx(t), key)
+	switch {
+	case err == nil:
+		t.Errorf("%s %q with a TTL of %v: %s shows it and Get still returns %q after the TTL passed; %s kept the TTL too long or dropped it",
+			writer, key, ttl, method, v, writer)
+	case errors.Is(err, ports.ErrNotFound):
+		t.Errorf("%s shows %q after its TTL of %v passed, while Get says it expired: %s ignores expiry", method, key, ttl, method)
+	default:
+		t.Errorf("%s shows %q after its TTL of %v passed; Get %q to tell why: %v", method, key, ttl, key, err)
+	}
 }

@@ -15,23 +15,6 @@ import (
 	"github.com/abi-engine/engine/ports"
 )
 
-// DocumentHarness opens document stores for RunDocument.
-type DocumentHarness interface {
-	// NewStore makes a fresh, empty store for one subtest and returns a
-	// function that opens a handle on it. Every handle sees the same data;
-	// an adapter with connections gives each handle its own, and closes it
-	// when the test ends.
-	NewStore(t *testing.T) (open func(t *testing.T) ports.DocumentStore)
-}
-
-// DocumentHarnessFunc adapts a function to DocumentHarness.
-type DocumentHarnessFunc func(t *testing.T) func(t *testing.T) ports.DocumentStore
-
-// NewStore calls f.
-func (f DocumentHarnessFunc) NewStore(t *testing.T) func(t *testing.T) ports.DocumentStore {
-	return f(t)
-}
-
 // DocumentCapabilities are what an adapter offers beyond the core contract.
 type DocumentCapabilities struct {
 	// Durable: the data outlives every handle. Handles then implement
@@ -45,7 +28,7 @@ const docCount = 1000
 // RunDocument holds a document adapter to the ports.DocumentStore
 // contract. Documents come back as a JSON reader sees them: numbers are
 // float64 whatever type was put.
-func RunDocument(t *testing.T, h DocumentHarness, caps DocumentCapabilities) {
+func RunDocument(t *testing.T, h Harness[ports.DocumentStore], caps DocumentCapabilities) {
 	cases := []struct {
 		name string
 		run  func(t *testing.T, open func(t *testing.T) ports.DocumentStore)
@@ -86,7 +69,7 @@ func RunDocument(t *testing.T, h DocumentHarness, caps DocumentCapabilities) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			c.run(t, h.NewStore(t))
+			c.run(t, newStore(t, h))
 		})
 	}
 }

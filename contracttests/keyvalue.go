@@ -14,21 +14,6 @@ import (
 	"github.com/abi-engine/engine/ports"
 )
 
-// KeyValueHarness opens key-value stores for RunKeyValue.
-type KeyValueHarness interface {
-	// NewStore makes a fresh, empty store for one subtest and returns a
-	// function that opens a handle on it. Every handle sees the same data;
-	// an adapter with connections gives each handle its own, and closes it
-	// when the test ends.
-	NewStore(t *testing.T) (open func(t *testing.T) ports.KeyValue)
-}
-
-// KeyValueHarnessFunc adapts a function to KeyValueHarness.
-type KeyValueHarnessFunc func(t *testing.T) func(t *testing.T) ports.KeyValue
-
-// NewStore calls f.
-func (f KeyValueHarnessFunc) NewStore(t *testing.T) func(t *testing.T) ports.KeyValue { return f(t) }
-
 // KeyValueCapabilities are what an adapter offers beyond the core contract.
 type KeyValueCapabilities struct {
 	// Durable: the data outlives every handle. Handles then implement
@@ -46,7 +31,7 @@ const (
 )
 
 // RunKeyValue holds a key-value adapter to the ports.KeyValue contract.
-func RunKeyValue(t *testing.T, h KeyValueHarness, caps KeyValueCapabilities) {
+func RunKeyValue(t *testing.T, h Harness[ports.KeyValue], caps KeyValueCapabilities) {
 	cases := []struct {
 		name string
 		run  func(t *testing.T, open func(t *testing.T) ports.KeyValue)
@@ -83,7 +68,7 @@ func RunKeyValue(t *testing.T, h KeyValueHarness, caps KeyValueCapabilities) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			c.run(t, h.NewStore(t))
+			c.run(t, newStore(t, h))
 		})
 	}
 }
@@ -398,7 +383,8 @@ func kvNegativeTTLIsInvalid(t *testing.T, open func(t *testing.T) ports.KeyValue
 }
 
 // kvAwaitExpiry polls key until Get says it is gone, within the call timeout.
-func kvAwaitExpiry(t *testing.T, kv ports.KeyValue, key string) {
+// writer is the method that stored key with kvShortTTL, named when it stays.
+func kvAwaitExpiry(t *testing.T, kv ports.KeyValue, key, writer string) {
 	t.Helper()
 	deadline := time.Now().Add(callTimeout)
 	for {
@@ -410,7 +396,8 @@ func kvAwaitExpiry(t *testing.T, kv ports.KeyValue, key string) {
 			t.Fatalf("Get %q: %v", key, err)
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("key %q with a TTL of %v still there after %v", key, kvShortTTL, callTimeout)
+			t.Fatalf("%s %q with a TTL of %v: Get still returns it after %v; %s kept the TTL too long or dropped it, or Get ignores expiry",
+				writer, key, kvShortTTL, callTimeout, writer)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -432,22 +419,41 @@ func kvTTLExpiry(t *testing.T, open func(t *testing.T) ports.KeyValue) {
 	if ok, err := kv.SetIfAbsent(ctx(t), "ttl/get", []byte("old"), kvShortTTL); err != nil || !ok {
 		t.Fatalf("SetIfAbsent with a short TTL = %v, %v; want true", ok, err)
 	}
-	kvAwaitExpiry(t, other, "ttl/get")
+	kvAwaitExpiry(t, other, "ttl/get", "SetIfAbsent")
 
-	if got, want := kvAllKeys(t, other, "", 0), []string{"keep/absent", "keep/long", "keep/none"}; !slices.Equal(got, want) {
+	want := []string{"keep/absent", "keep/long", "keep/none"}
+	if got := kvAllKeys(t, other, "", 0); !slices.Equal(got, want) {
+		for _, k := range got {
+			if !slices.Contains(want, k) {
+				expiredShown(t, other.Get, kvShortTTL, k, "Set", "ListKeys")
+			}
+		}
 		t.Fatalf("ListKeys after expiry = %q, want %q", got, want)
 	}
-	kvMustExist(t, other, "ttl/exists", false)
+	if ok, err := other.Exists(ctx(t), "ttl/exists"); err != nil || ok {
+		if err != nil {
+			t.Fatalf("Exists %q: %v", "ttl/exists", err)
+		}
+		expiredShown(t, other.Get, kvShortTTL, "ttl/exists", "Set", "Exists")
+		t.FailNow()
+	}
 	ok, err := other.SetIfAbsent(ctx(t), "ttl/setifabsent", []byte("new"), 0)
-	if err != nil || !ok {
-		t.Fatalf("SetIfAbsent over an expired key = %v, %v; want true", ok, err)
+	if err != nil {
+		t.Fatalf("SetIfAbsent over an expired key: %v", err)
+	}
+	if !ok {
+		expiredShown(t, other.Get, kvShortTTL, "ttl/setifabsent", "Set", "SetIfAbsent")
+		t.FailNow()
 	}
 	kvMustGet(t, kv, "ttl/setifabsent", []byte("new"))
+	// Delete and DeleteIfValue remove what they find, so a wrong answer
+	// cannot be traced back with Get: the cases above have already judged
+	// Set's TTL by then.
 	if ok, err := other.Delete(ctx(t), "ttl/delete"); err != nil || ok {
-		t.Fatalf("Delete of an expired key = %v, %v; want false", ok, err)
+		t.Fatalf("Delete of an expired key = %v, %v; want false: Delete ignores expiry", ok, err)
 	}
 	if ok, err := other.DeleteIfValue(ctx(t), "ttl/deleteifvalue", []byte("old")); err != nil || ok {
-		t.Fatalf("DeleteIfValue of an expired key = %v, %v; want false", ok, err)
+		t.Fatalf("DeleteIfValue of an expired key = %v, %v; want false: DeleteIfValue ignores expiry", ok, err)
 	}
 	for _, k := range []string{"keep/none", "keep/long", "keep/absent"} {
 		kvMustGet(t, other, k, []byte("v"))
@@ -468,8 +474,8 @@ func kvDeleteExpired(t *testing.T, open func(t *testing.T) ports.KeyValue) {
 	kvSet(t, kv, "keep/long", []byte("v"), time.Hour)
 	kvSet(t, kv, "gone/a", []byte("v"), kvShortTTL)
 	kvSet(t, kv, "gone/b", []byte("v"), kvShortTTL)
-	kvAwaitExpiry(t, kv, "gone/a")
-	kvAwaitExpiry(t, kv, "gone/b")
+	kvAwaitExpiry(t, kv, "gone/a", "Set")
+	kvAwaitExpiry(t, kv, "gone/b", "Set")
 	n, err := sweeper.DeleteExpired(ctx(t))
 	if err != nil || n != 2 {
 		t.Fatalf("DeleteExpired = %d, %v; want 2", n, err)
@@ -486,7 +492,7 @@ func kvSetWithoutTTLClearsTheTTL(t *testing.T, open func(t *testing.T) ports.Key
 	kvSet(t, kv, "k", []byte("short"), kvShortTTL)
 	kvSet(t, kv, "k", []byte("forever"), 0)
 	kvSet(t, kv, "marker", []byte("v"), kvShortTTL)
-	kvAwaitExpiry(t, kv, "marker")
+	kvAwaitExpiry(t, kv, "marker", "Set")
 	kvMustGet(t, kv, "k", []byte("forever"))
 }
 
@@ -578,8 +584,8 @@ func kvListKeysPagination(t *testing.T, open func(t *testing.T) ports.KeyValue) 
 	}
 	for _, limit := range []int{1, 37, 100, 1000, 5000} {
 		if got := kvAllKeys(t, other, "p/", limit); !slices.Equal(got, want) {
-			t.Fatalf("ListKeys p/ by %d: %d keys from %q to %q, want %d keys, each once in order",
-				limit, len(got), got[0], got[len(got)-1], len(want))
+			t.Fatalf("ListKeys p/ by %d: %d keys (%s), want %d keys, each once in order",
+				limit, len(got), kvSpan(got), len(want))
 		}
 	}
 	if got := kvAllKeys(t, other, "", 111); len(got) != 1006 {
@@ -629,6 +635,17 @@ func kvListKeysPrefixIsLiteral(t *testing.T, open func(t *testing.T) ports.KeyVa
 			t.Errorf("ListKeys %q = %q, want %q", prefix, got, want)
 		}
 	}
+}
+
+// kvSpan describes a list of keys by its ends, for a failure message.
+func kvSpan(keys []string) string {
+	switch len(keys) {
+	case 0:
+		return "none"
+	case 1:
+		return fmt.Sprintf("only %q", keys[0])
+	}
+	return fmt.Sprintf("from %q to %q", keys[0], keys[len(keys)-1])
 }
 
 func kvDurable(t *testing.T, open func(t *testing.T) ports.KeyValue) {

@@ -10,26 +10,12 @@ import (
 	"github.com/abi-engine/engine/ports"
 )
 
-// LeaseHarness opens lease stores for RunLease.
-type LeaseHarness interface {
-	// NewStore makes a fresh, empty store for one subtest and returns a
-	// function that opens a handle on it. Every handle sees the same key;
-	// an adapter with connections gives each handle its own.
-	NewStore(t *testing.T) (open func(t *testing.T) ports.Lease)
-}
-
-// LeaseHarnessFunc adapts a function to LeaseHarness.
-type LeaseHarnessFunc func(t *testing.T) func(t *testing.T) ports.Lease
-
-// NewStore calls f.
-func (f LeaseHarnessFunc) NewStore(t *testing.T) func(t *testing.T) ports.Lease { return f(t) }
-
 // raceRounds is how many times the two-handle races run.
 const raceRounds = 50
 
 // RunLease holds a lease adapter to the contract the ownership state
 // machine relies on.
-func RunLease(t *testing.T, h LeaseHarness) {
+func RunLease(t *testing.T, h Harness[ports.Lease]) {
 	cases := []struct {
 		name string
 		run  func(t *testing.T, open func(t *testing.T) ports.Lease)
@@ -58,7 +44,7 @@ func RunLease(t *testing.T, h LeaseHarness) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			c.run(t, h.NewStore(t))
+			c.run(t, newStore(t, h))
 		})
 	}
 }
@@ -272,32 +258,40 @@ func leaseWaitReturnsAfterTheTimeout(t *testing.T, open func(t *testing.T) ports
 	}
 }
 
+// waited is what a background WaitForChange returned.
+type waited struct {
+	rec domain.Record
+	err error
+}
+
 // waitInBackground starts WaitForChange and returns where its result lands.
-func waitInBackground(t *testing.T, l ports.Lease, rev uint64) <-chan domain.Record {
+// The goroutine reports nothing to t itself: it may outlive a subtest that
+// failed early, and a report after the end panics the whole test binary.
+func waitInBackground(t *testing.T, l ports.Lease, rev uint64) <-chan waited {
 	t.Helper()
-	out := make(chan domain.Record, 1)
+	out := make(chan waited, 1)
 	c := ctx(t)
 	go func() {
 		rec, err := l.WaitForChange(c, rev, callTimeout/2)
-		if err != nil {
-			t.Errorf("WaitForChange: %v", err)
-		}
-		out <- rec
+		out <- waited{rec, err}
 	}()
 	return out
 }
 
 // changed waits for a background WaitForChange that must see a change.
-func changed(t *testing.T, got <-chan domain.Record, from uint64) domain.Record {
+func changed(t *testing.T, got <-chan waited, from uint64) domain.Record {
 	t.Helper()
 	select {
-	case rec := <-got:
-		if rec.Revision == from {
+	case w := <-got:
+		if w.err != nil {
+			t.Fatalf("WaitForChange from revision %d: %v", from, w.err)
+		}
+		if w.rec.Revision == from {
 			t.Fatalf("WaitForChange timed out at revision %d: it missed a change", from)
 		}
-		return rec
+		return w.rec
 	case <-time.After(callTimeout):
-		t.Fatalf("WaitForChange hung")
+		t.Fatalf("WaitForChange from revision %d hung", from)
 	}
 	return domain.Record{}
 }

@@ -19,22 +19,6 @@ import (
 	"github.com/abi-engine/engine/ports"
 )
 
-// ObjectStorageHarness opens object stores for RunObjectStorage.
-type ObjectStorageHarness interface {
-	// NewStore makes a fresh, empty store for one subtest and returns a
-	// function that opens a handle on it. Every handle sees the same objects;
-	// an adapter with connections gives each handle its own.
-	NewStore(t *testing.T) (open func(t *testing.T) ports.ObjectStorage)
-}
-
-// ObjectStorageHarnessFunc adapts a function to ObjectStorageHarness.
-type ObjectStorageHarnessFunc func(t *testing.T) func(t *testing.T) ports.ObjectStorage
-
-// NewStore calls f.
-func (f ObjectStorageHarnessFunc) NewStore(t *testing.T) func(t *testing.T) ports.ObjectStorage {
-	return f(t)
-}
-
 // ObjectStorageCapabilities are what an adapter offers beyond the core.
 type ObjectStorageCapabilities struct {
 	// ConditionalPut: IfAbsent and IfMatch Puts are checked and applied
@@ -69,7 +53,7 @@ const (
 
 // RunObjectStorage holds an object storage adapter to the contract of
 // ports.ObjectStorage.
-func RunObjectStorage(t *testing.T, h ObjectStorageHarness, caps ObjectStorageCapabilities) {
+func RunObjectStorage(t *testing.T, h Harness[ports.ObjectStorage], caps ObjectStorageCapabilities) {
 	cases := []struct {
 		name string
 		run  func(t *testing.T, open func(t *testing.T) ports.ObjectStorage, caps ObjectStorageCapabilities)
@@ -100,7 +84,7 @@ func RunObjectStorage(t *testing.T, h ObjectStorageHarness, caps ObjectStorageCa
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			c.run(t, h.NewStore(t), caps)
+			c.run(t, newStore(t, h), caps)
 		})
 	}
 }
@@ -139,6 +123,9 @@ func objGet(t *testing.T, s ports.ObjectStorage, key string, opts ports.GetObjec
 	r, info, err := s.Get(ctx(t), key, opts)
 	if err != nil {
 		t.Fatalf("Get %q %+v: %v", key, opts, err)
+	}
+	if r == nil {
+		t.Fatalf("Get %q %+v returned no reader and no error", key, opts)
 	}
 	t.Cleanup(func() { r.Close() })
 	b, err := io.ReadAll(r)
@@ -700,6 +687,9 @@ func objLargeObjectStreamsInBoundedMemory(t *testing.T, open func(t *testing.T) 
 	r, got, err := s.Get(c, "large", ports.GetObjectOptions{})
 	if err != nil {
 		t.Fatalf("Get of %d MiB: %v", objLargeSize>>20, err)
+	}
+	if r == nil {
+		t.Fatalf("Get of %d MiB returned no reader and no error", objLargeSize>>20)
 	}
 	t.Cleanup(func() { r.Close() })
 	if got.Size != objLargeSize {

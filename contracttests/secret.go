@@ -56,7 +56,9 @@ func RunSecret(t *testing.T, h SecretHarness) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			c.run(t, h.NewStore(t, c.secrets), c.secrets)
+			c.run(t, newStore(t, HarnessFunc[ports.Secrets](func(t *testing.T) func(*testing.T) ports.Secrets {
+				return h.NewStore(t, c.secrets)
+			})), c.secrets)
 		})
 	}
 }

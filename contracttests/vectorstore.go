@@ -16,22 +16,6 @@ import (
 	"github.com/abi-engine/engine/ports"
 )
 
-// VectorStoreHarness opens vector stores for RunVectorStore.
-type VectorStoreHarness interface {
-	// NewStore makes a fresh, empty store for one subtest and returns a
-	// function that opens a handle on it. Every handle sees the same
-	// collections; an adapter with connections gives each handle its own.
-	NewStore(t *testing.T) (open func(t *testing.T) ports.VectorStore)
-}
-
-// VectorStoreHarnessFunc adapts a function to VectorStoreHarness.
-type VectorStoreHarnessFunc func(t *testing.T) func(t *testing.T) ports.VectorStore
-
-// NewStore calls f.
-func (f VectorStoreHarnessFunc) NewStore(t *testing.T) func(t *testing.T) ports.VectorStore {
-	return f(t)
-}
-
 // VectorStoreCapabilities are what an adapter offers beyond the core; the
 // zero value is an exact store.
 type VectorStoreCapabilities struct {
@@ -63,7 +47,7 @@ const (
 // RunVectorStore holds a vector store adapter to the ports.VectorStore
 // contract: collections, writes and reads, and search checked against an
 // exact brute-force ranking.
-func RunVectorStore(t *testing.T, h VectorStoreHarness, caps VectorStoreCapabilities) {
+func RunVectorStore(t *testing.T, h Harness[ports.VectorStore], caps VectorStoreCapabilities) {
 	cases := []struct {
 		name string
 		run  func(t *testing.T, open func(t *testing.T) ports.VectorStore, caps VectorStoreCapabilities)
@@ -95,7 +79,7 @@ func RunVectorStore(t *testing.T, h VectorStoreHarness, caps VectorStoreCapabili
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			c.run(t, h.NewStore(t), caps)
+			c.run(t, newStore(t, h), caps)
 		})
 	}
 }

@@ -14,7 +14,7 @@ import (
 // endpoint, memory adapter.
 func TestCacheContract(t *testing.T) {
 	t.Run("nats", func(t *testing.T) {
-		contracttests.RunCache(t, contracttests.CacheHarnessFunc(func(t *testing.T) func(*testing.T) ports.Cache {
+		contracttests.RunCache(t, contracttests.HarnessFunc[ports.Cache](func(t *testing.T) func(*testing.T) ports.Cache {
 			store, err := memory.Open(t.Context(), memory.Config{})
 			if err != nil {
 				t.Fatal(err)

@@ -14,7 +14,7 @@ import (
 // endpoint, memory adapter.
 func TestDocumentContract(t *testing.T) {
 	t.Run("nats", func(t *testing.T) {
-		contracttests.RunDocument(t, contracttests.DocumentHarnessFunc(func(t *testing.T) func(*testing.T) ports.DocumentStore {
+		contracttests.RunDocument(t, contracttests.HarnessFunc[ports.DocumentStore](func(t *testing.T) func(*testing.T) ports.DocumentStore {
 			store, err := memory.Open(t.Context(), memory.Config{})
 			if err != nil {
 				t.Fatal(err)

@@ -62,7 +62,7 @@ func serveEngine(t *testing.T, url string, services func(*natsapi.TransferHost) 
 // through transfers: facade, broker, endpoints, memory adapter.
 func TestObjectStorageContract(t *testing.T) {
 	t.Run("nats", func(t *testing.T) {
-		contracttests.RunObjectStorage(t, contracttests.ObjectStorageHarnessFunc(func(t *testing.T) func(*testing.T) ports.ObjectStorage {
+		contracttests.RunObjectStorage(t, contracttests.HarnessFunc[ports.ObjectStorage](func(t *testing.T) func(*testing.T) ports.ObjectStorage {
 			store, err := memory.Open(t.Context(), memory.Config{})
 			if err != nil {
 				t.Fatal(err)

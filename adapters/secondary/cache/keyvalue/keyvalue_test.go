@@ -33,7 +33,7 @@ func openTier(t *testing.T, c keyvalue.Config, kv ports.KeyValue) *keyvalue.Stor
 
 func TestCacheContract(t *testing.T) {
 	t.Run("keyvalue", func(t *testing.T) {
-		contracttests.RunCache(t, contracttests.CacheHarnessFunc(func(t *testing.T) func(*testing.T) ports.Cache {
+		contracttests.RunCache(t, contracttests.HarnessFunc[ports.Cache](func(t *testing.T) func(*testing.T) ports.Cache {
 			kv := openKeyValue(t)
 			// Each handle is a tier of its own over the one store, as two
 			// engines sharing a keyvalue service would be.

@@ -10,7 +10,7 @@ import (
 
 func TestCacheContract(t *testing.T) {
 	t.Run("memory", func(t *testing.T) {
-		contracttests.RunCache(t, contracttests.CacheHarnessFunc(func(t *testing.T) func(*testing.T) ports.Cache {
+		contracttests.RunCache(t, contracttests.HarnessFunc[ports.Cache](func(t *testing.T) func(*testing.T) ports.Cache {
 			store, err := memory.Open(t.Context(), memory.Config{})
 			if err != nil {
 				t.Fatalf("Open: %v", err)

@@ -34,7 +34,7 @@ func openMemory(t *testing.T) *objmemory.Store {
 
 func TestCacheContract(t *testing.T) {
 	t.Run("object_storage", func(t *testing.T) {
-		contracttests.RunCache(t, contracttests.CacheHarnessFunc(func(t *testing.T) func(*testing.T) ports.Cache {
+		contracttests.RunCache(t, contracttests.HarnessFunc[ports.Cache](func(t *testing.T) func(*testing.T) ports.Cache {
 			objects := openMemory(t)
 			// Each handle is a tier of its own over the one store, as two
 			// engines sharing an object storage service would be.
@@ -44,7 +44,7 @@ func TestCacheContract(t *testing.T) {
 	// Over files, each handle also has an object store of its own on the
 	// shared directory, so the races go through the file locks.
 	t.Run("object_storage_on_localfs", func(t *testing.T) {
-		contracttests.RunCache(t, contracttests.CacheHarnessFunc(func(t *testing.T) func(*testing.T) ports.Cache {
+		contracttests.RunCache(t, contracttests.HarnessFunc[ports.Cache](func(t *testing.T) func(*testing.T) ports.Cache {
 			dir := t.TempDir()
 			return func(t *testing.T) ports.Cache {
 				objects, err := localfs.Open(t.Context(), localfs.Config{Path: dir})

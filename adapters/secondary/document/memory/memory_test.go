@@ -10,7 +10,7 @@ import (
 
 func TestDocumentContract(t *testing.T) {
 	t.Run("memory", func(t *testing.T) {
-		contracttests.RunDocument(t, contracttests.DocumentHarnessFunc(func(t *testing.T) func(*testing.T) ports.DocumentStore {
+		contracttests.RunDocument(t, contracttests.HarnessFunc[ports.DocumentStore](func(t *testing.T) func(*testing.T) ports.DocumentStore {
 			store, err := memory.Open(t.Context(), memory.Config{})
 			if err != nil {
 				t.Fatalf("Open: %v", err)

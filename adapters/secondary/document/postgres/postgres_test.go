@@ -14,7 +14,7 @@ import (
 func TestDocumentContract(t *testing.T) {
 	t.Run("postgres", func(t *testing.T) {
 		dsn := testenv.Lookup(t, "ENGINE_TEST_PG_DSN", "PostgreSQL", false)
-		contracttests.RunDocument(t, contracttests.DocumentHarnessFunc(func(t *testing.T) func(*testing.T) ports.DocumentStore {
+		contracttests.RunDocument(t, contracttests.HarnessFunc[ports.DocumentStore](func(t *testing.T) func(*testing.T) ports.DocumentStore {
 			cfg := postgres.Config{DSN: dsn, Table: pgtest.Table(t, dsn, "doctest", "", "_collections")}
 			return func(t *testing.T) ports.DocumentStore {
 				store, err := postgres.Open(t.Context(), cfg)

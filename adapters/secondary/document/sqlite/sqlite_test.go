@@ -12,7 +12,7 @@ import (
 
 func TestDocumentContract(t *testing.T) {
 	t.Run("sqlite", func(t *testing.T) {
-		contracttests.RunDocument(t, contracttests.DocumentHarnessFunc(func(t *testing.T) func(*testing.T) ports.DocumentStore {
+		contracttests.RunDocument(t, contracttests.HarnessFunc[ports.DocumentStore](func(t *testing.T) func(*testing.T) ports.DocumentStore {
 			path := filepath.Join(t.TempDir(), "data", "documents.sqlite")
 			return func(t *testing.T) ports.DocumentStore {
 				store, err := sqlite.Open(t.Context(), sqlite.Config{Path: path})

@@ -10,7 +10,7 @@ import (
 
 func TestKeyValueContract(t *testing.T) {
 	t.Run("memory", func(t *testing.T) {
-		contracttests.RunKeyValue(t, contracttests.KeyValueHarnessFunc(func(t *testing.T) func(*testing.T) ports.KeyValue {
+		contracttests.RunKeyValue(t, contracttests.HarnessFunc[ports.KeyValue](func(t *testing.T) func(*testing.T) ports.KeyValue {
 			store, err := memory.Open(t.Context(), memory.Config{})
 			if err != nil {
 				t.Fatalf("Open: %v", err)

@@ -14,7 +14,7 @@ import (
 func TestKeyValueContract(t *testing.T) {
 	t.Run("postgres", func(t *testing.T) {
 		dsn := testenv.Lookup(t, "ENGINE_TEST_PG_DSN", "PostgreSQL", false)
-		contracttests.RunKeyValue(t, contracttests.KeyValueHarnessFunc(func(t *testing.T) func(*testing.T) ports.KeyValue {
+		contracttests.RunKeyValue(t, contracttests.HarnessFunc[ports.KeyValue](func(t *testing.T) func(*testing.T) ports.KeyValue {
 			cfg := postgres.Config{DSN: dsn, Table: pgtest.Table(t, dsn, "kvtest")}
 			return func(t *testing.T) ports.KeyValue {
 				store, err := postgres.Open(t.Context(), cfg)

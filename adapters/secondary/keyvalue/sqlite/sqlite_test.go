@@ -12,7 +12,7 @@ import (
 
 func TestKeyValueContract(t *testing.T) {
 	t.Run("sqlite", func(t *testing.T) {
-		contracttests.RunKeyValue(t, contracttests.KeyValueHarnessFunc(func(t *testing.T) func(*testing.T) ports.KeyValue {
+		contracttests.RunKeyValue(t, contracttests.HarnessFunc[ports.KeyValue](func(t *testing.T) func(*testing.T) ports.KeyValue {
 			path := filepath.Join(t.TempDir(), "data", "kv.sqlite")
 			return func(t *testing.T) ports.KeyValue {
 				store, err := sqlite.Open(t.Context(), sqlite.Config{Path: path})

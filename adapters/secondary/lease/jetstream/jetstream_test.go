@@ -22,8 +22,8 @@ var buckets atomic.Int64
 
 // harness gives each subtest a bucket of its own on one broker, and each
 // handle a connection of its own.
-func harness(url string, replicas int) contracttests.LeaseHarness {
-	return contracttests.LeaseHarnessFunc(func(t *testing.T) func(*testing.T) ports.Lease {
+func harness(url string, replicas int) contracttests.Harness[ports.Lease] {
+	return contracttests.HarnessFunc[ports.Lease](func(t *testing.T) func(*testing.T) ports.Lease {
 		bucket := bucketName(t)
 		return func(t *testing.T) ports.Lease {
 			return open(t, url, jetstream.Options{Bucket: bucket, Replicas: replicas})

@@ -10,7 +10,7 @@ import (
 
 func TestLeaseContract(t *testing.T) {
 	t.Run("memory", func(t *testing.T) {
-		contracttests.RunLease(t, contracttests.LeaseHarnessFunc(func(t *testing.T) func(*testing.T) ports.Lease {
+		contracttests.RunLease(t, contracttests.HarnessFunc[ports.Lease](func(t *testing.T) func(*testing.T) ports.Lease {
 			store := memory.New()
 			return func(*testing.T) ports.Lease { return store }
 		}))

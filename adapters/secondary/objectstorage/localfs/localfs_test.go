@@ -25,7 +25,7 @@ func open(t *testing.T, dir string) *localfs.Store {
 
 func TestObjectStorageContract(t *testing.T) {
 	t.Run("localfs", func(t *testing.T) {
-		contracttests.RunObjectStorage(t, contracttests.ObjectStorageHarnessFunc(func(t *testing.T) func(*testing.T) ports.ObjectStorage {
+		contracttests.RunObjectStorage(t, contracttests.HarnessFunc[ports.ObjectStorage](func(t *testing.T) func(*testing.T) ports.ObjectStorage {
 			dir := t.TempDir()
 			// Each handle is a store of its own on the shared directory, as
 			// two engines on one host would be.

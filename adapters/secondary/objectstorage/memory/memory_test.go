@@ -10,7 +10,7 @@ import (
 
 func TestObjectStorageContract(t *testing.T) {
 	t.Run("memory", func(t *testing.T) {
-		contracttests.RunObjectStorage(t, contracttests.ObjectStorageHarnessFunc(func(t *testing.T) func(*testing.T) ports.ObjectStorage {
+		contracttests.RunObjectStorage(t, contracttests.HarnessFunc[ports.ObjectStorage](func(t *testing.T) func(*testing.T) ports.ObjectStorage {
 			store, err := memory.Open(t.Context(), memory.Config{})
 			if err != nil {
 				t.Fatalf("Open: %v", err)

@@ -96,7 +96,7 @@ func open(t *testing.T, c objects3.Config) *objects3.Store {
 func TestObjectStorageContract(t *testing.T) {
 	t.Run("s3", func(t *testing.T) {
 		c := server(t)
-		contracttests.RunObjectStorage(t, contracttests.ObjectStorageHarnessFunc(func(t *testing.T) func(*testing.T) ports.ObjectStorage {
+		contracttests.RunObjectStorage(t, contracttests.HarnessFunc[ports.ObjectStorage](func(t *testing.T) func(*testing.T) ports.ObjectStorage {
 			c := c
 			c.Bucket = newBucket(t, c)
 			// Each handle has a client and connections of its own.

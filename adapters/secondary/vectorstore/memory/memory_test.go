@@ -10,7 +10,7 @@ import (
 
 func TestVectorStoreContract(t *testing.T) {
 	t.Run("memory", func(t *testing.T) {
-		contracttests.RunVectorStore(t, contracttests.VectorStoreHarnessFunc(func(t *testing.T) func(*testing.T) ports.VectorStore {
+		contracttests.RunVectorStore(t, contracttests.HarnessFunc[ports.VectorStore](func(t *testing.T) func(*testing.T) ports.VectorStore {
 			store, err := memory.Open(t.Context(), memory.Config{})
 			if err != nil {
 				t.Fatalf("Open: %v", err)

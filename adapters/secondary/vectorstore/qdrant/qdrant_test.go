@@ -34,7 +34,7 @@ func config(t *testing.T) qdrant.Config {
 func TestVectorStoreContract(t *testing.T) {
 	t.Run("qdrant", func(t *testing.T) {
 		base := config(t)
-		contracttests.RunVectorStore(t, contracttests.VectorStoreHarnessFunc(func(t *testing.T) func(*testing.T) ports.VectorStore {
+		contracttests.RunVectorStore(t, contracttests.HarnessFunc[ports.VectorStore](func(t *testing.T) func(*testing.T) ports.VectorStore {
 			// A prefix of its own gives each subtest an empty store on the
 			// shared server; its collections are dropped afterwards.
 			b := make([]byte, 6)

@@ -13,7 +13,7 @@ import (
 
 func TestVectorStoreContract(t *testing.T) {
 	t.Run("sqlite", func(t *testing.T) {
-		contracttests.RunVectorStore(t, contracttests.VectorStoreHarnessFunc(func(t *testing.T) func(*testing.T) ports.VectorStore {
+		contracttests.RunVectorStore(t, contracttests.HarnessFunc[ports.VectorStore](func(t *testing.T) func(*testing.T) ports.VectorStore {
 			path := filepath.Join(t.TempDir(), "data", "vectors.sqlite")
 			return func(t *testing.T) ports.VectorStore {
 				store, err := sqlite.Open(t.Context(), sqlite.Config{Path: path})
