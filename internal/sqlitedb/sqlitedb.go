@@ -6,38 +6,94 @@ package sqlitedb
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 
 	"github.com/abi-engine/engine/ports"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 )
 
-// dsnOptions apply to every connection: writers wait up to 10 s for the
-// lock, readers never block writers (WAL), and transactions take the write
-// lock when they begin, so a read-then-write transaction cannot lose its
-// snapshot half way.
-const dsnOptions = "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_txlock=immediate"
+// writerOptions apply to the writer's connection: it waits up to 10 s for
+// the lock (another handle on the file may hold it), the file is in WAL so
+// readers never block it, and transactions take the write lock when they
+// begin, so a read-then-write transaction cannot lose its snapshot half way.
+const writerOptions = "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_txlock=immediate"
+
+// readerOptions apply to the readers: query_only makes a write sent to the
+// wrong pool fail at once instead of racing the writer for the lock.
+const readerOptions = "?_pragma=busy_timeout(10000)&_pragma=query_only(1)"
+
+// Readers is how many read connections a handle keeps open. Each reader
+// holds a prepared copy of every statement it ran and a page cache, so the
+// pool is bounded and stays open; more readers than cores only queue in
+// the pure Go driver.
+func Readers() int { return max(4, runtime.GOMAXPROCS(0)) }
+
+// DB is one handle on a file: one writer connection, through which every
+// write goes in turn, as SQLite would serialise them anyway (contending
+// writers would only spin on the busy handler), and a bounded pool of
+// reader connections, which WAL lets read beside the writer. A read on a
+// reader sees every write committed before it began.
+type DB struct {
+	Write *sql.DB
+	Read  *sql.DB
+}
 
 // Open opens the file at path, creating it and its directory if missing,
 // and runs schema, which must be idempotent. what names the adapter in
 // errors, such as "keyvalue sqlite".
-func Open(ctx context.Context, what, path, schema string) (*sql.DB, error) {
+func Open(ctx context.Context, what, path, schema string) (*DB, error) {
 	if path == "" {
 		return nil, fmt.Errorf("%s: path is empty: %w", what, ports.ErrInvalidArgument)
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("%s: create the directory of %s: %w", what, path, err)
 	}
-	db, err := sql.Open("sqlite", path+dsnOptions)
+	w, err := sql.Open("sqlite", path+writerOptions)
 	if err != nil {
 		return nil, fmt.Errorf("%s: open %s: %w", what, path, err)
 	}
-	if _, err := db.ExecContext(ctx, schema); err != nil {
-		_ = db.Close()
+	w.SetMaxOpenConns(1)
+	w.SetMaxIdleConns(1)
+	// The schema runs first, on the writer, so the file is in WAL before
+	// a reader opens it.
+	if _, err := w.ExecContext(ctx, schema); err != nil {
+		_ = w.Close()
 		return nil, fmt.Errorf("%s: create tables in %s: %w", what, path, err)
 	}
-	return db, nil
+	r, err := sql.Open("sqlite", path+readerOptions)
+	if err != nil {
+		_ = w.Close()
+		return nil, fmt.Errorf("%s: open %s for reading: %w", what, path, err)
+	}
+	r.SetMaxOpenConns(Readers())
+	r.SetMaxIdleConns(Readers())
+	return &DB{Write: w, Read: r}, nil
+}
+
+// Close closes both pools; closing twice is harmless.
+func (d *DB) Close() error {
+	return errors.Join(d.Read.Close(), d.Write.Close())
+}
+
+// Prepare prepares each query on db, in order, and returns the statements.
+// database/sql prepares a statement again on each connection the first
+// time it runs there and keeps it, so a call costs no parse.
+func Prepare(ctx context.Context, db *sql.DB, queries ...string) ([]*sql.Stmt, error) {
+	stmts := make([]*sql.Stmt, 0, len(queries))
+	for _, q := range queries {
+		st, err := db.PrepareContext(ctx, q)
+		if err != nil {
+			for _, s := range stmts {
+				_ = s.Close()
+			}
+			return nil, fmt.Errorf("prepare %q: %w", q, err)
+		}
+		stmts = append(stmts, st)
+	}
+	return stmts, nil
 }

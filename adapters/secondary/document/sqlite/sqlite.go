@@ -40,10 +40,25 @@ CREATE TABLE IF NOT EXISTS documents (
 	PRIMARY KEY (collection, id)
 ) WITHOUT ROWID`
 
-// Store is one handle on the file.
+// The statements of the hot calls, prepared once per handle; find and
+// count build theirs from the query.
+const (
+	getSQL        = "SELECT version, data FROM documents WHERE collection = ? AND id = ?"
+	collectionSQL = "SELECT EXISTS (SELECT 1 FROM collections WHERE name = ?)"
+	versionSQL    = "SELECT version FROM documents WHERE collection = ? AND id = ?"
+	putSQL        = `INSERT INTO documents (collection, id, version, data) VALUES (?, ?, ?, ?)
+		ON CONFLICT (collection, id) DO UPDATE SET version = excluded.version, data = excluded.data`
+	deleteSQL = "DELETE FROM documents WHERE collection = ? AND id = ?"
+)
+
+// Store is one handle on the file: reads on the reader pool, writes and
+// the reads of a conditional write on the one writer.
 type Store struct {
-	db   *sql.DB
+	db   *sqlitedb.DB
 	path string
+
+	getDoc, hasReading                    *sql.Stmt
+	hasWriting, versionOf, upsert, remove *sql.Stmt
 }
 
 // Open opens or creates the file at c.Path.
@@ -52,20 +67,30 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{db: db, path: c.Path}, nil
+	s := &Store{db: db, path: c.Path}
+	reads, err := sqlitedb.Prepare(ctx, db.Read, getSQL, collectionSQL)
+	if err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("document sqlite %s: %w", c.Path, err)
+	}
+	s.getDoc, s.hasReading = reads[0], reads[1]
+	writes, err := sqlitedb.Prepare(ctx, db.Write, collectionSQL, versionSQL, putSQL, deleteSQL)
+	if err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("document sqlite %s: %w", c.Path, err)
+	}
+	s.hasWriting, s.versionOf, s.upsert, s.remove = writes[0], writes[1], writes[2], writes[3]
+	return s, nil
 }
 
 // Close closes the handle; closing twice is harmless.
 func (s *Store) Close() error { return s.db.Close() }
 
-type querier interface {
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-}
-
-// requireCollection fails with ErrNotFound when the collection is missing.
-func (s *Store) requireCollection(ctx context.Context, q querier, name string) error {
+// requireCollection fails with ErrNotFound when the collection is missing;
+// has is hasReading, or hasWriting within a write transaction.
+func (s *Store) requireCollection(ctx context.Context, has *sql.Stmt, name string) error {
 	var ok bool
-	err := q.QueryRowContext(ctx, "SELECT EXISTS (SELECT 1 FROM collections WHERE name = ?)", name).Scan(&ok)
+	err := has.QueryRowContext(ctx, name).Scan(&ok)
 	if err != nil {
 		return fmt.Errorf("collection %q in %s: %w", name, s.path, err)
 	}
@@ -87,7 +112,7 @@ func (s *Store) EnsureCollection(ctx context.Context, name string) error {
 	if err := storecheck.Collection(name); err != nil {
 		return err
 	}
-	if _, err := s.db.ExecContext(ctx, "INSERT INTO collections (name) VALUES (?) ON CONFLICT DO NOTHING", name); err != nil {
+	if _, err := s.db.Write.ExecContext(ctx, "INSERT INTO collections (name) VALUES (?) ON CONFLICT DO NOTHING", name); err != nil {
 		return fmt.Errorf("ensure collection %q in %s: %w", name, s.path, err)
 	}
 	return nil
@@ -116,7 +141,7 @@ func (s *Store) DropCollection(ctx context.Context, name string) error {
 
 // Collections lists the collections by name.
 func (s *Store) Collections(ctx context.Context) ([]string, error) {
-	rows, err := s.db.QueryContext(ctx, "SELECT name FROM collections ORDER BY name")
+	rows, err := s.db.Read.QueryContext(ctx, "SELECT name FROM collections ORDER BY name")
 	if err != nil {
 		return nil, fmt.Errorf("list collections in %s: %w", s.path, err)
 	}
@@ -135,7 +160,7 @@ func (s *Store) Collections(ctx context.Context) ([]string, error) {
 // inTx runs f in a transaction, which the DSN makes take the write lock at
 // once.
 func (s *Store) inTx(ctx context.Context, f func(tx *sql.Tx) error) error {
-	tx, err := s.db.BeginTx(ctx, nil)
+	tx, err := s.db.Write.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("begin in %s: %w", s.path, err)
 	}
@@ -152,7 +177,7 @@ func (s *Store) inTx(ctx context.Context, f func(tx *sql.Tx) error) error {
 // version is the stored version of the document, 0 when missing.
 func (s *Store) version(ctx context.Context, tx *sql.Tx, collection, id string) (uint64, error) {
 	var v uint64
-	err := tx.QueryRowContext(ctx, "SELECT version FROM documents WHERE collection = ? AND id = ?", collection, id).Scan(&v)
+	err := tx.StmtContext(ctx, s.versionOf).QueryRowContext(ctx, collection, id).Scan(&v)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, nil
 	}
@@ -173,7 +198,7 @@ func (s *Store) Put(ctx context.Context, collection, id string, data map[string]
 	}
 	doc := ports.Document{ID: id, Data: canonical}
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
-		if err := s.requireCollection(ctx, tx, collection); err != nil {
+		if err := s.requireCollection(ctx, tx.StmtContext(ctx, s.hasWriting), collection); err != nil {
 			return fmt.Errorf("put %q: %w", id, err)
 		}
 		cur, err := s.version(ctx, tx, collection, id)
@@ -184,9 +209,7 @@ func (s *Store) Put(ctx context.Context, collection, id string, data map[string]
 			return fmt.Errorf("put %q in %q at version %d, stored %d: %w", id, collection, want, cur, ports.ErrConflict)
 		}
 		doc.Version = cur + 1
-		_, err = tx.ExecContext(ctx, `INSERT INTO documents (collection, id, version, data) VALUES (?, ?, ?, ?)
-			ON CONFLICT (collection, id) DO UPDATE SET version = excluded.version, data = excluded.data`,
-			collection, id, doc.Version, string(raw))
+		_, err = tx.StmtContext(ctx, s.upsert).ExecContext(ctx, collection, id, doc.Version, string(raw))
 		if err != nil {
 			return fmt.Errorf("put %q in %q of %s: %w", id, collection, s.path, err)
 		}
@@ -207,9 +230,9 @@ func (s *Store) Get(ctx context.Context, collection, id string) (ports.Document,
 		v   uint64
 		raw string
 	)
-	err := s.db.QueryRowContext(ctx, "SELECT version, data FROM documents WHERE collection = ? AND id = ?", collection, id).Scan(&v, &raw)
+	err := s.getDoc.QueryRowContext(ctx, collection, id).Scan(&v, &raw)
 	if errors.Is(err, sql.ErrNoRows) {
-		if err := s.requireCollection(ctx, s.db, collection); err != nil {
+		if err := s.requireCollection(ctx, s.hasReading, collection); err != nil {
 			return ports.Document{}, fmt.Errorf("get %q: %w", id, err)
 		}
 		return ports.Document{}, fmt.Errorf("get %q in %q: %w", id, collection, ports.ErrNotFound)
@@ -230,7 +253,7 @@ func (s *Store) Delete(ctx context.Context, collection, id string, cond ports.Co
 		return err
 	}
 	return s.inTx(ctx, func(tx *sql.Tx) error {
-		if err := s.requireCollection(ctx, tx, collection); err != nil {
+		if err := s.requireCollection(ctx, tx.StmtContext(ctx, s.hasWriting), collection); err != nil {
 			return fmt.Errorf("delete %q: %w", id, err)
 		}
 		cur, err := s.version(ctx, tx, collection, id)
@@ -243,7 +266,7 @@ func (s *Store) Delete(ctx context.Context, collection, id string, cond ports.Co
 		if want, ok := cond.Version(); ok && want != cur {
 			return fmt.Errorf("delete %q in %q at version %d, stored %d: %w", id, collection, want, cur, ports.ErrConflict)
 		}
-		if _, err := tx.ExecContext(ctx, "DELETE FROM documents WHERE collection = ? AND id = ?", collection, id); err != nil {
+		if _, err := tx.StmtContext(ctx, s.remove).ExecContext(ctx, collection, id); err != nil {
 			return fmt.Errorf("delete %q in %q of %s: %w", id, collection, s.path, err)
 		}
 		return nil
@@ -310,7 +333,7 @@ func (s *Store) Find(ctx context.Context, collection string, q ports.Query) ([]p
 	if err != nil {
 		return nil, "", err
 	}
-	if err := s.requireCollection(ctx, s.db, collection); err != nil {
+	if err := s.requireCollection(ctx, s.hasReading, collection); err != nil {
 		return nil, "", fmt.Errorf("find: %w", err)
 	}
 	cond, args := whereSQL(where)
@@ -334,7 +357,7 @@ func (s *Store) Find(ctx context.Context, collection string, q ports.Query) ([]p
 			WHERE collection = :collection%s
 		) %s ORDER BY r %s, n %s, s %s, id %s LIMIT :limit`,
 		rank, num, str, cond, page, dir, dir, dir, dir)
-	rows, err := s.db.QueryContext(ctx, query, args...)
+	rows, err := s.db.Read.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, "", fmt.Errorf("find in %q of %s: %w", collection, s.path, err)
 	}
@@ -376,13 +399,13 @@ func (s *Store) Count(ctx context.Context, collection string, where map[string]a
 	if err != nil {
 		return 0, err
 	}
-	if err := s.requireCollection(ctx, s.db, collection); err != nil {
+	if err := s.requireCollection(ctx, s.hasReading, collection); err != nil {
 		return 0, fmt.Errorf("count: %w", err)
 	}
 	cond, args := whereSQL(conds)
 	args = append(args, sql.Named("collection", collection))
 	var n int
-	if err := s.db.QueryRowContext(ctx, "SELECT count(*) FROM documents WHERE collection = :collection"+cond, args...).Scan(&n); err != nil {
+	if err := s.db.Read.QueryRowContext(ctx, "SELECT count(*) FROM documents WHERE collection = :collection"+cond, args...).Scan(&n); err != nil {
 		return 0, fmt.Errorf("count in %q of %s: %w", collection, s.path, err)
 	}
 	return n, nil

@@ -42,10 +42,32 @@ const schema = `CREATE TABLE IF NOT EXISTS kv (
 // live is the condition of a row that has not expired at the parameter now.
 const live = "(expires_at IS NULL OR expires_at > :now)"
 
-// Store is one handle on the file.
+// The statements, prepared once per handle: parsing one costs more than
+// running it on a small table.
+const (
+	getSQL    = "SELECT value FROM kv WHERE key = :key AND " + live
+	existsSQL = "SELECT EXISTS (SELECT 1 FROM kv WHERE key = :key AND " + live + ")"
+	listSQL   = `SELECT key FROM kv
+		WHERE key >= :prefix AND key > :cursor AND substr(key, 1, length(:prefix)) = :prefix AND ` + live + `
+		ORDER BY key LIMIT :limit`
+	setSQL = `INSERT INTO kv (key, value, expires_at) VALUES (:key, :value, :expires)
+		ON CONFLICT (key) DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at`
+	setIfAbsentSQL = `INSERT INTO kv (key, value, expires_at) VALUES (:key, :value, :expires)
+		ON CONFLICT (key) DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at
+		WHERE kv.expires_at IS NOT NULL AND kv.expires_at <= :now`
+	deleteSQL        = "DELETE FROM kv WHERE key = :key RETURNING " + live
+	deleteIfValueSQL = "DELETE FROM kv WHERE key = :key AND value = :value AND " + live
+	deleteExpiredSQL = "DELETE FROM kv WHERE expires_at IS NOT NULL AND expires_at <= :now"
+)
+
+// Store is one handle on the file: reads on the reader pool, writes on the
+// one writer.
 type Store struct {
-	db   *sql.DB
+	db   *sqlitedb.DB
 	path string
+
+	get, exists, list                                   *sql.Stmt
+	set, setIfAbsent, del, deleteIfValue, deleteExpired *sql.Stmt
 }
 
 // Open opens or creates the file at c.Path.
@@ -54,10 +76,24 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{db: db, path: c.Path}, nil
+	s := &Store{db: db, path: c.Path}
+	reads, err := sqlitedb.Prepare(ctx, db.Read, getSQL, existsSQL, listSQL)
+	if err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("keyvalue sqlite %s: %w", c.Path, err)
+	}
+	s.get, s.exists, s.list = reads[0], reads[1], reads[2]
+	writes, err := sqlitedb.Prepare(ctx, db.Write, setSQL, setIfAbsentSQL, deleteSQL, deleteIfValueSQL, deleteExpiredSQL)
+	if err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("keyvalue sqlite %s: %w", c.Path, err)
+	}
+	s.set, s.setIfAbsent, s.del, s.deleteIfValue, s.deleteExpired = writes[0], writes[1], writes[2], writes[3], writes[4]
+	return s, nil
 }
 
-// Close closes the handle; closing twice is harmless.
+// Close closes the handle; closing twice is harmless. Closing the pools
+// closes the statements prepared on them.
 func (s *Store) Close() error { return s.db.Close() }
 
 func now() sql.NamedArg { return sql.Named("now", time.Now().UnixNano()) }
@@ -84,7 +120,7 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, error) {
 		return nil, err
 	}
 	var v []byte
-	err := s.db.QueryRowContext(ctx, "SELECT value FROM kv WHERE key = :key AND "+live, sql.Named("key", key), now()).Scan(&v)
+	err := s.get.QueryRowContext(ctx, sql.Named("key", key), now()).Scan(&v)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("get %q: %w", key, ports.ErrNotFound)
 	}
@@ -99,9 +135,7 @@ func (s *Store) Set(ctx context.Context, key string, value []byte, ttl time.Dura
 	if err := storecheck.Write("key", key, ttl); err != nil {
 		return err
 	}
-	_, err := s.db.ExecContext(ctx, `INSERT INTO kv (key, value, expires_at) VALUES (:key, :value, :expires)
-		ON CONFLICT (key) DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at`,
-		sql.Named("key", key), sql.Named("value", blob(value)), expiry(ttl))
+	_, err := s.set.ExecContext(ctx, sql.Named("key", key), sql.Named("value", blob(value)), expiry(ttl))
 	if err != nil {
 		return fmt.Errorf("set %q in %s: %w", key, s.path, err)
 	}
@@ -114,10 +148,7 @@ func (s *Store) SetIfAbsent(ctx context.Context, key string, value []byte, ttl t
 	if err := storecheck.Write("key", key, ttl); err != nil {
 		return false, err
 	}
-	res, err := s.db.ExecContext(ctx, `INSERT INTO kv (key, value, expires_at) VALUES (:key, :value, :expires)
-		ON CONFLICT (key) DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at
-		WHERE kv.expires_at IS NOT NULL AND kv.expires_at <= :now`,
-		sql.Named("key", key), sql.Named("value", blob(value)), expiry(ttl), now())
+	res, err := s.setIfAbsent.ExecContext(ctx, sql.Named("key", key), sql.Named("value", blob(value)), expiry(ttl), now())
 	if err != nil {
 		return false, fmt.Errorf("set %q if absent in %s: %w", key, s.path, err)
 	}
@@ -135,7 +166,7 @@ func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 		return false, err
 	}
 	var wasLive bool
-	err := s.db.QueryRowContext(ctx, "DELETE FROM kv WHERE key = :key RETURNING "+live, sql.Named("key", key), now()).Scan(&wasLive)
+	err := s.del.QueryRowContext(ctx, sql.Named("key", key), now()).Scan(&wasLive)
 	if errors.Is(err, sql.ErrNoRows) {
 		return false, nil
 	}
@@ -150,8 +181,7 @@ func (s *Store) DeleteIfValue(ctx context.Context, key string, value []byte) (bo
 	if err := storecheck.Key("key", key); err != nil {
 		return false, err
 	}
-	res, err := s.db.ExecContext(ctx, "DELETE FROM kv WHERE key = :key AND value = :value AND "+live,
-		sql.Named("key", key), sql.Named("value", blob(value)), now())
+	res, err := s.deleteIfValue.ExecContext(ctx, sql.Named("key", key), sql.Named("value", blob(value)), now())
 	if err != nil {
 		return false, fmt.Errorf("delete %q if it holds the value, in %s: %w", key, s.path, err)
 	}
@@ -164,8 +194,7 @@ func (s *Store) Exists(ctx context.Context, key string) (bool, error) {
 		return false, err
 	}
 	var ok bool
-	err := s.db.QueryRowContext(ctx, "SELECT EXISTS (SELECT 1 FROM kv WHERE key = :key AND "+live+")",
-		sql.Named("key", key), now()).Scan(&ok)
+	err := s.exists.QueryRowContext(ctx, sql.Named("key", key), now()).Scan(&ok)
 	if err != nil {
 		return false, fmt.Errorf("exists %q in %s: %w", key, s.path, err)
 	}
@@ -185,10 +214,7 @@ func (s *Store) ListKeys(ctx context.Context, prefix string, limit int, cursor s
 	if limit <= 0 {
 		limit = defaultPageSize
 	}
-	rows, err := s.db.QueryContext(ctx, `SELECT key FROM kv
-		WHERE key >= :prefix AND key > :cursor AND substr(key, 1, length(:prefix)) = :prefix AND `+live+`
-		ORDER BY key LIMIT :limit`,
-		sql.Named("prefix", prefix), sql.Named("cursor", cursor), now(), sql.Named("limit", limit+1))
+	rows, err := s.list.QueryContext(ctx, sql.Named("prefix", prefix), sql.Named("cursor", cursor), now(), sql.Named("limit", limit+1))
 	if err != nil {
 		return nil, "", fmt.Errorf("list keys %q in %s: %w", prefix, s.path, err)
 	}
@@ -216,8 +242,7 @@ var _ ports.Expirer = (*Store)(nil)
 // DeleteExpired removes the rows whose TTL has passed; reads already skip
 // them, this only gives their space back.
 func (s *Store) DeleteExpired(ctx context.Context) (int, error) {
-	res, err := s.db.ExecContext(ctx, `DELETE FROM kv WHERE expires_at IS NOT NULL AND expires_at <= :now`,
-		sql.Named("now", time.Now().UnixNano()))
+	res, err := s.deleteExpired.ExecContext(ctx, sql.Named("now", time.Now().UnixNano()))
 	if err != nil {
 		return 0, fmt.Errorf("delete expired keys: %w", err)
 	}

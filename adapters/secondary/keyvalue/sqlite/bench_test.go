@@ -1,0 +1,62 @@
+package sqlite_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"runtime"
+	"testing"
+
+	"github.com/abi-engine/engine/adapters/secondary/keyvalue/sqlite"
+)
+
+// benchCallers is how many goroutines call at once, as in the kernel call
+// benchmarks of natsclient.
+const benchCallers = 64
+
+func openBench(b *testing.B) *sqlite.Store {
+	b.Helper()
+	store, err := sqlite.Open(b.Context(), sqlite.Config{Path: filepath.Join(b.TempDir(), "kv.sqlite")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = store.Close() })
+	for i := range 1000 {
+		if err := store.Set(b.Context(), fmt.Sprintf("bench/%d", i), []byte("0123456789abcdef"), 0); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return store
+}
+
+func parallel(b *testing.B, call func(ctx context.Context, i int) error) {
+	b.Helper()
+	b.SetParallelism(max(1, benchCallers/runtime.GOMAXPROCS(0)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for i := 0; pb.Next(); i++ {
+			if err := call(context.Background(), i%1000); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+// BenchmarkGet reads a 16-byte value from 64 goroutines.
+func BenchmarkGet(b *testing.B) {
+	store := openBench(b)
+	parallel(b, func(ctx context.Context, i int) error {
+		_, err := store.Get(ctx, fmt.Sprintf("bench/%d", i))
+		return err
+	})
+}
+
+// BenchmarkSet writes a 16-byte value from 64 goroutines.
+func BenchmarkSet(b *testing.B) {
+	store := openBench(b)
+	parallel(b, func(ctx context.Context, i int) error {
+		return store.Set(ctx, fmt.Sprintf("bench/%d", i), []byte("fedcba9876543210"), 0)
+	})
+}
