@@ -24,8 +24,7 @@ func storageBlocks(cfg *config.Config) []storage.Block {
 	for _, b := range cfg.Blocks() {
 		conf := b.Service.Config
 		out = append(out, storage.Block{
-			Service: b.Name, Key: b.Key, Adapter: b.Service.Adapter,
-			Name: b.Service.Name, SharedStorage: b.Service.SharedStorage, Config: &conf,
+			Service: b.Name, Key: b.Key, Adapter: b.Service.Adapter, Config: &conf,
 		})
 	}
 	return out

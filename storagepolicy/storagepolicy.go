@@ -24,16 +24,11 @@ type Declaration struct {
 	// Service is the service's name, ports.ServiceKeyValue and the like.
 	Service string
 	// Adapter is the adapter's name in the configuration: "sqlite", "s3",
-	// or, for a custom adapter, the name it was registered under.
+	// or the name any other adapter was registered under.
 	Adapter string
 	// Off: the service is switched off, so the engine neither owns nor
 	// serves it.
 	Off bool
-	// Custom: the adapter was registered from Go code; it passes only when
-	// SharedStorage is set.
-	Custom bool
-	// SharedStorage is a custom adapter's shared_storage flag.
-	SharedStorage bool
 	// Storage is the adapter's configuration. A cache tier's says where
 	// the service it uses keeps its data.
 	Storage ports.StorageConfig
@@ -87,8 +82,7 @@ func rank(service string) int {
 // Check applies the rules. Without a rollout id every backend is fine: the
 // engine never stands by. With one, each service the engine owns must keep
 // its data where every engine reaches it; secrets are deployment
-// configuration and always pass; a custom adapter passes only with
-// shared_storage. The error names every offending service and where its
+// configuration and always pass. The error names every offending service and where its
 // data is.
 func Check(rolloutID string, services []Declaration) error {
 	if rolloutID == "" {
@@ -118,15 +112,6 @@ func whereLocal(d Declaration) string {
 	switch {
 	case d.Off, d.Service == ports.ServiceSecret:
 		return ""
-	case d.Custom && d.SharedStorage:
-		return ""
-	case d.Custom:
-		if d.Storage != nil {
-			if where := d.Storage.LocalStorage(); where != "" {
-				return where
-			}
-		}
-		return fmt.Sprintf("the custom adapter %q, which does not say shared_storage: true", d.Adapter)
 	case d.Storage == nil:
 		// Fail safe: an adapter that cannot say where its data is may well
 		// keep it here.

@@ -28,9 +28,6 @@ func TestCheck(t *testing.T) {
 		d.Off = true
 		return d
 	}
-	custom := func(service, name string, shared bool, w where) storagepolicy.Declaration {
-		return storagepolicy.Declaration{Service: service, Adapter: name, Custom: true, SharedStorage: shared, Storage: w}
-	}
 	cases := []struct {
 		name     string
 		rollout  string
@@ -57,12 +54,8 @@ func TestCheck(t *testing.T) {
 			`rollout "r7" needs shared backends, but object_storage keeps its data in files under ./.engine/objects and cache in the object_storage service: files under ./.engine/objects`},
 		{"MemoryCacheFails", "r7", []storagepolicy.Declaration{kvPostgres, decl(ports.ServiceCache, "memory", "this process")},
 			`rollout "r7" needs shared backends, but cache keeps its data in this process`},
-		{"CustomWithSharedStoragePasses", "r7", []storagepolicy.Declaration{custom(ports.ServiceKeyValue, "redis", true, "")}, ""},
-		{"CustomWithSharedStoragePassesWhateverItsConfigSays", "r7", []storagepolicy.Declaration{
-			custom(ports.ServiceKeyValue, "redis", true, "this process")}, ""},
-		{"CustomWithoutSharedStorageFails", "r7", []storagepolicy.Declaration{custom(ports.ServiceDocument, "mongo", false, "")},
-			`rollout "r7" needs shared backends, but document keeps its data in the custom adapter "mongo", which does not say shared_storage: true`},
-		{"CustomWithoutSharedStorageNamesItsStorage", "r7", []storagepolicy.Declaration{custom(ports.ServiceDocument, "bolt", false, "BoltDB at ./x.db")},
+		{"AnAdapterRegisteredElsewhereIsJudgedByItsOwnAnswer", "r7", []storagepolicy.Declaration{
+			decl(ports.ServiceKeyValue, "redis", ""), decl(ports.ServiceDocument, "bolt", "BoltDB at ./x.db")},
 			`rollout "r7" needs shared backends, but document keeps its data in BoltDB at ./x.db`},
 		{"AnAdapterThatSaysNothingFails", "r7", []storagepolicy.Declaration{{Service: ports.ServiceVectorStore, Adapter: "mystery"}},
 			`rollout "r7" needs shared backends, but vector_store keeps its data in the adapter "mystery", which does not say where its data lives`},

@@ -6,7 +6,8 @@
 //
 // Each service block is {adapter: <name>, config: {...}}. The config part
 // stays a YAML node here: the storage registry decodes it into the chosen
-// adapter's own Config, so this package knows no adapter.
+// adapter's own Config, and is asked which names exist and which settings
+// are secret, so this package names no adapter.
 package config
 
 import (
@@ -14,6 +15,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/abi-engine/engine/adapters/secondary/storage"
 	"github.com/abi-engine/engine/domain"
 	"github.com/abi-engine/engine/ports"
 )
@@ -97,24 +99,14 @@ type Services struct {
 	Secret        Secrets `yaml:"secret"`
 }
 
-// Adapter names with a meaning of their own in every service block.
-const (
-	// AdapterOff switches a service off: the engine neither owns nor
-	// serves it.
-	AdapterOff = "off"
-	// AdapterCustom is an adapter registered from Go code under Name.
-	AdapterCustom = "custom"
-)
+// AdapterOff switches a service off: the engine neither owns nor serves
+// it.
+const AdapterOff = storage.Off
 
 // Service is one service block.
 type Service struct {
-	// Adapter is a built-in adapter's name, "custom" or "off".
+	// Adapter is a registered adapter's name (storage.Adapters), or "off".
 	Adapter string `yaml:"adapter"`
-	// Name is a custom adapter's registered name.
-	Name string `yaml:"name,omitempty"`
-	// SharedStorage says a custom adapter's data is reached by every
-	// engine, which lets it pass the shared-backend check.
-	SharedStorage bool `yaml:"shared_storage,omitempty"`
 	// Config is the adapter's own block, decoded by the storage registry.
 	Config yaml.Node `yaml:"config,omitempty"`
 }
@@ -124,17 +116,6 @@ type Secrets []Service
 
 // Off reports whether the block switches its service off.
 func (s Service) Off() bool { return s.Adapter == AdapterOff }
-
-// BuiltinAdapters are the adapters each service has without custom code;
-// the storage registry holds their factories.
-var BuiltinAdapters = map[string][]string{
-	ports.ServiceKeyValue:      {"memory", "sqlite", "postgres"},
-	ports.ServiceDocument:      {"memory", "sqlite", "postgres"},
-	ports.ServiceObjectStorage: {"memory", "localfs", "s3"},
-	ports.ServiceVectorStore:   {"memory", "sqlite", "qdrant"},
-	ports.ServiceCache:         {"memory", ports.ServiceKeyValue, ports.ServiceObjectStorage},
-	ports.ServiceSecret:        {"env", "dotenv"},
-}
 
 // Default is the configuration without a file: a single engine on a local
 // NATS server with every service on local backends under ./.engine.

@@ -1,6 +1,7 @@
 package config_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -8,8 +9,11 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	secretenv "github.com/abi-engine/engine/adapters/secondary/secret/env"
+	"github.com/abi-engine/engine/adapters/secondary/storage"
 	"github.com/abi-engine/engine/app/config"
 	"github.com/abi-engine/engine/domain"
+	"github.com/abi-engine/engine/ports"
 )
 
 // env is a fixed environment.
@@ -229,12 +233,10 @@ func TestErrorsNameTheKeyAndTheLine(t *testing.T) {
 		{"DataDir", "data_dir: \"\"\n", "data_dir", 1},
 		{"MissingAdapter", "services:\n  document: {config: {path: d.sqlite}}\n", "services.document", 2},
 		{"UnknownAdapter", "services:\n  document:\n    adapter: mongo\n", "services.document.adapter", 3},
-		{"CustomWithoutName", "services:\n  keyvalue:\n    adapter: custom\n    shared_storage: true\n", "services.keyvalue.name", 2},
-		{"NameWithoutCustom", "services:\n  keyvalue:\n    adapter: sqlite\n    name: redis\n", "services.keyvalue.name", 4},
-		{"SharedStorageWithoutCustom", "services:\n  keyvalue:\n    adapter: sqlite\n    shared_storage: true\n", "services.keyvalue.shared_storage", 4},
+		{"TheOldCustomForm", "services:\n  keyvalue:\n    adapter: custom\n    name: redis\n", "services.keyvalue.name", 4},
 		{"CacheTierOnAServiceThatIsOff", "services:\n  object_storage: {adapter: off}\n  cache:\n    adapter: object_storage\n", "services.cache.adapter", 4},
 		{"SecretOffAmongOthers", "services:\n  secret:\n    - {adapter: env}\n    - {adapter: off}\n", "services.secret[1].adapter", 4},
-		{"UnknownSecretAdapter", "services:\n  secret: {adapter: vault}\n", "services.secret[0].adapter", 2},
+		{"UnknownSecretAdapter", "services:\n  secret: {adapter: keyring}\n", "services.secret[0].adapter", 2},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -290,11 +292,50 @@ func TestSecretIsOneBlockOrAList(t *testing.T) {
 	}
 }
 
-func TestCustomBlocks(t *testing.T) {
-	c := parse(t, "services:\n  keyvalue: {adapter: custom, name: redis, shared_storage: true, config: {addr: \"r:6379\"}}\n", env())
-	kv := c.Services.KeyValue
-	if kv.Adapter != config.AdapterCustom || kv.Name != "redis" || !kv.SharedStorage || kv.Config.Kind != yaml.MappingNode {
-		t.Fatalf("custom block: %+v", kv)
+// vaultConfig is a secret adapter's configuration as a program outside
+// this repository would declare it: its secrets say so by a tag.
+type vaultConfig struct {
+	Address string `yaml:"address"`
+	Nested  struct {
+		Token string `yaml:"token" secret:"true"`
+	} `yaml:"nested"`
+}
+
+func (vaultConfig) LocalStorage() string { return "" }
+
+func init() {
+	storage.Register(ports.ServiceSecret, "vault", func(ctx context.Context, _ vaultConfig) (*secretenv.Store, error) {
+		return secretenv.Open(ctx, secretenv.Config{})
+	})
+}
+
+// The storage registry is the one list of adapter names: each name it
+// holds loads, and a name it lacks is refused with exactly its list, so
+// the two cannot drift.
+func TestAdapterNamesAreTheRegistrys(t *testing.T) {
+	for _, b := range config.Default().Blocks() {
+		names := storage.Adapters(b.Name)
+		if len(names) == 0 {
+			t.Fatalf("no adapter registered for %s", b.Name)
+		}
+		for _, name := range names {
+			src := fmt.Sprintf("services:\n  %s: {adapter: %s}\n", strings.TrimPrefix(b.Key, "services."), name)
+			if b.Name == ports.ServiceSecret {
+				src = fmt.Sprintf("services:\n  secret: {adapter: %s}\n", name)
+			}
+			if _, err := config.Parse("engine.yaml", []byte(src), env()); err != nil {
+				t.Errorf("%s adapter %q is registered but does not load: %v", b.Name, name, err)
+			}
+		}
+		src := fmt.Sprintf("services:\n  %s: {adapter: nonesuch}\n", strings.TrimPrefix(strings.TrimSuffix(b.Key, "[0]"), "services."))
+		_, err := config.Parse("engine.yaml", []byte(src), env())
+		if want := fmt.Sprintf("want one of %s or off", strings.Join(names, ", ")); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("an unknown %s adapter: err %v, want %q", b.Name, err, want)
+		}
+	}
+	c := parse(t, "services:\n  secret: {adapter: vault, config: {address: \"https://vault:8200\"}}\n", env())
+	if s := c.Services.Secret[0]; s.Adapter != "vault" || s.Config.Kind != yaml.MappingNode {
+		t.Fatalf("a registered adapter's block: %+v", s)
 	}
 }
 
@@ -309,7 +350,7 @@ services:
   document: {adapter: postgres, config: {dsn: "host=db user=doc password=pgkvpw dbname=engine"}}
   object_storage: {adapter: s3, config: {endpoint: "http://s3:7070", bucket: objects, access_key: AKIDVISIBLE, secret_key: s3secretkey}}
   vector_store: {adapter: qdrant, config: {host: qdrant, api_key: qdrantkey}}
-  secret: [{adapter: custom, name: vault, shared_storage: true, config: {nested: {token: vaulttoken}}}]
+  secret: [{adapter: vault, config: {address: "https://vault:8200", nested: {token: vaulttoken}}}]
 http: {listen: "127.0.0.1:8080", token: httptoken}
 `
 	c := parse(t, src, env())

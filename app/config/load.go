@@ -311,10 +311,6 @@ func (s *Service) UnmarshalYAML(n *yaml.Node) error {
 		switch k.Value {
 		case "adapter":
 			err = v.Decode(&s.Adapter)
-		case "name":
-			err = v.Decode(&s.Name)
-		case "shared_storage":
-			err = v.Decode(&s.SharedStorage)
 		case "config":
 			if v.Kind != yaml.MappingNode && v.ShortTag() != "!!null" {
 				return &yaml.TypeError{Errors: []string{fmt.Sprintf(

@@ -4,20 +4,21 @@ import (
 	"regexp"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/abi-engine/engine/adapters/secondary/storage"
+	"github.com/abi-engine/engine/ports"
 )
 
 // masked replaces a secret's value in rendered configuration.
-const masked = "***"
-
-// secretName matches the keys of adapter settings whose values are secrets.
-var secretName = regexp.MustCompile(`(?i)(password|passwd|token|secret|api_?key|private_?key)`)
+const masked = storage.Masked
 
 // dsnPassword finds a password in a key=value connection string.
 var dsnPassword = regexp.MustCompile(`(?i)(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)`)
 
 // Masked returns a copy for display, with every secret replaced: NATS
 // credentials, the caller secret, the HTTP token, passwords in URLs and
-// connection strings, and adapter settings named like secrets.
+// connection strings, and the adapter settings whose Config field is
+// tagged secret:"true" (the storage registry knows each adapter's Config).
 func (c *Config) Masked() *Config {
 	m := *c
 	cr := &m.NATS.Credentials
@@ -26,12 +27,15 @@ func (c *Config) Masked() *Config {
 	}
 	m.NATS.URL = maskURLs(m.NATS.URL)
 	sv := &m.Services
-	for _, s := range []*Service{&sv.KeyValue, &sv.Document, &sv.ObjectStorage, &sv.VectorStore, &sv.Cache} {
-		s.Config = maskNode(s.Config)
+	for name, s := range map[string]*Service{
+		ports.ServiceKeyValue: &sv.KeyValue, ports.ServiceDocument: &sv.Document, ports.ServiceObjectStorage: &sv.ObjectStorage,
+		ports.ServiceVectorStore: &sv.VectorStore, ports.ServiceCache: &sv.Cache,
+	} {
+		s.Config = maskBlock(name, *s)
 	}
 	m.Services.Secret = make(Secrets, len(c.Services.Secret))
 	for i, s := range c.Services.Secret {
-		s.Config = maskNode(s.Config)
+		s.Config = maskBlock(ports.ServiceSecret, s)
 		m.Services.Secret[i] = s
 	}
 	return &m
@@ -55,21 +59,22 @@ func maskURLs(s string) string {
 	return dsnPassword.ReplaceAllString(s, "${1}"+masked)
 }
 
-// maskNode copies an adapter's settings with secrets masked.
+// maskBlock copies a block's settings with the fields its adapter declares
+// secret masked, and passwords in URLs and connection strings.
+func maskBlock(service string, s Service) yaml.Node {
+	n := maskNode(s.Config)
+	storage.MaskSecrets(service, s.Adapter, &n)
+	return n
+}
+
+// maskNode deep-copies settings, masking the passwords of URLs and
+// connection strings in every value.
 func maskNode(n yaml.Node) yaml.Node {
 	out := n
 	out.Content = make([]*yaml.Node, len(n.Content))
 	for i, ch := range n.Content {
 		c := maskNode(*ch)
 		out.Content[i] = &c
-	}
-	if n.Kind == yaml.MappingNode {
-		for i := 0; i+1 < len(out.Content); i += 2 {
-			v := out.Content[i+1]
-			if v.Kind == yaml.ScalarNode && secretName.MatchString(out.Content[i].Value) && v.Value != "" {
-				v.Value, v.Tag, v.Style = masked, "!!str", 0
-			}
-		}
 	}
 	if out.Kind == yaml.ScalarNode {
 		out.Value = maskURLs(out.Value)

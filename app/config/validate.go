@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/abi-engine/engine/adapters/secondary/storage"
 	"github.com/abi-engine/engine/domain"
 	"github.com/abi-engine/engine/ports"
 )
@@ -115,20 +116,16 @@ func (c *Config) validateServices() error {
 	}
 	for _, b := range blocks {
 		s := b.Service
-		known := BuiltinAdapters[b.Name]
+		// The registry is the one list of adapter names: built-in adapters
+		// and those a program registers before loading are alike.
+		known := storage.Adapters(b.Name)
 		switch {
 		case s.Adapter == "":
-			return c.errAt(b.Key, fmt.Errorf("adapter is missing: want one of %s, custom or off", strings.Join(known, ", ")))
+			return c.errAt(b.Key, fmt.Errorf("adapter is missing: want one of %s or off", strings.Join(known, ", ")))
 		case s.Adapter == AdapterOff && b.Name == ports.ServiceSecret && secrets > 1:
 			return c.errAt(b.Key+".adapter", errors.New("off switches secrets off, so it cannot be one source among others"))
-		case s.Adapter == AdapterCustom && s.Name == "":
-			return c.errAt(b.Key+".name", errors.New("a custom adapter needs the name it was registered under"))
-		case s.Adapter != AdapterCustom && s.Name != "":
-			return c.errAt(b.Key+".name", fmt.Errorf("is only for adapter: custom, not %s", s.Adapter))
-		case s.Adapter != AdapterCustom && s.SharedStorage:
-			return c.errAt(b.Key+".shared_storage", fmt.Errorf("is only for adapter: custom; %s says itself where its data lives", s.Adapter))
-		case s.Adapter != AdapterCustom && s.Adapter != AdapterOff && !slices.Contains(known, s.Adapter):
-			return c.errAt(b.Key+".adapter", fmt.Errorf("%q: want one of %s, custom or off", s.Adapter, strings.Join(known, ", ")))
+		case s.Adapter != AdapterOff && !slices.Contains(known, s.Adapter):
+			return c.errAt(b.Key+".adapter", fmt.Errorf("%q: want one of %s or off", s.Adapter, strings.Join(known, ", ")))
 		}
 	}
 	// A cache tier stores its entries through another service, which must

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"reflect"
 
 	cachekv "github.com/abi-engine/engine/adapters/secondary/cache/keyvalue"
 	cachememory "github.com/abi-engine/engine/adapters/secondary/cache/memory"
@@ -26,49 +28,40 @@ import (
 	"github.com/abi-engine/engine/storagepolicy"
 )
 
-// The built-in adapters and their local defaults under the data directory.
+// The built-in adapters register like any other; their defaults under the
+// data directory are their Configs' own (Defaulter).
 func init() {
-	register(ports.ServiceVectorStore, "memory", adapter[vecmemory.Config](nil, vecmemory.Open))
-	register(ports.ServiceVectorStore, "sqlite", adapter(func(c *vecsqlite.Config, dir string) {
-		defaultPath(&c.Path, dir, "vectors.sqlite")
-	}, vecsqlite.Open))
-	register(ports.ServiceVectorStore, "qdrant", adapter[vecqdrant.Config](nil, vecqdrant.Open))
+	Register(ports.ServiceVectorStore, "memory", vecmemory.Open)
+	Register(ports.ServiceVectorStore, "sqlite", vecsqlite.Open)
+	Register(ports.ServiceVectorStore, "qdrant", vecqdrant.Open)
 
-	register(ports.ServiceKeyValue, "memory", adapter[kvmemory.Config](nil, kvmemory.Open))
-	register(ports.ServiceKeyValue, "sqlite", adapter(func(c *kvsqlite.Config, dir string) {
-		defaultPath(&c.Path, dir, "kv.sqlite")
-	}, kvsqlite.Open))
-	register(ports.ServiceKeyValue, "postgres", adapter[kvpostgres.Config](nil, kvpostgres.Open))
+	Register(ports.ServiceKeyValue, "memory", kvmemory.Open)
+	Register(ports.ServiceKeyValue, "sqlite", kvsqlite.Open)
+	Register(ports.ServiceKeyValue, "postgres", kvpostgres.Open)
 
-	register(ports.ServiceDocument, "memory", adapter[docmemory.Config](nil, docmemory.Open))
-	register(ports.ServiceDocument, "sqlite", adapter(func(c *docsqlite.Config, dir string) {
-		defaultPath(&c.Path, dir, "documents.sqlite")
-	}, docsqlite.Open))
-	register(ports.ServiceDocument, "postgres", adapter[docpostgres.Config](nil, docpostgres.Open))
+	Register(ports.ServiceDocument, "memory", docmemory.Open)
+	Register(ports.ServiceDocument, "sqlite", docsqlite.Open)
+	Register(ports.ServiceDocument, "postgres", docpostgres.Open)
 
-	register(ports.ServiceObjectStorage, "memory", adapter[objmemory.Config](nil, objmemory.Open))
-	register(ports.ServiceObjectStorage, "localfs", adapter(func(c *objlocalfs.Config, dir string) {
-		defaultPath(&c.Path, dir, "objects")
-	}, objlocalfs.Open))
-	register(ports.ServiceObjectStorage, "s3", adapter[objs3.Config](nil, objs3.Open))
+	Register(ports.ServiceObjectStorage, "memory", objmemory.Open)
+	Register(ports.ServiceObjectStorage, "localfs", objlocalfs.Open)
+	Register(ports.ServiceObjectStorage, "s3", objs3.Open)
 
-	register(ports.ServiceCache, "memory", adapter[cachememory.Config](nil, cachememory.Open))
-	register(ports.ServiceCache, ports.ServiceKeyValue, tier(ports.ServiceKeyValue,
-		func(c *cachekv.Config, on ports.StorageConfig) { c.Service = on }, cachekv.Open))
-	register(ports.ServiceCache, ports.ServiceObjectStorage, tier(ports.ServiceObjectStorage,
-		func(c *cacheobj.Config, on ports.StorageConfig) { c.Service = on }, cacheobj.Open))
+	Register(ports.ServiceCache, "memory", cachememory.Open)
+	tier(ports.ServiceKeyValue, func(c *cachekv.Config, on ports.StorageConfig) { c.Service = on }, cachekv.Open)
+	tier(ports.ServiceObjectStorage, func(c *cacheobj.Config, on ports.StorageConfig) { c.Service = on }, cacheobj.Open)
 
-	register(ports.ServiceSecret, "env", adapter[secretenv.Config](nil, secretenv.Open))
-	register(ports.ServiceSecret, "dotenv", adapter[secretdotenv.Config](nil, secretdotenv.Open))
+	Register(ports.ServiceSecret, "env", secretenv.Open)
+	Register(ports.ServiceSecret, "dotenv", secretdotenv.Open)
 }
 
-// tier makes the factory of a cache tier that keeps its entries in another
-// service: its declaration says where that service keeps its data, and it
-// opens over the store Open opened for that service.
-func tier[C ports.StorageConfig, P any, S interface{ Close() error }](service string, on func(c *C, storage ports.StorageConfig), open func(context.Context, C, P) (S, error)) Factory {
-	return func(b Block, env Env) (Built, error) {
-		var c C
-		if err := Decode(b.Config, &c, b.Key+".config"); err != nil {
+// tier registers the cache tier named after the service it keeps its
+// entries in: its declaration says where that service keeps its data, and
+// it opens over the store Open opened for that service.
+func tier[C ports.StorageConfig, P any, S io.Closer](service string, on func(c *C, storage ports.StorageConfig), open func(context.Context, C, P) (S, error)) {
+	register(ports.ServiceCache, service, reflect.TypeFor[C](), func(b Block, env Env) (Built, error) {
+		c, err := decodeConfig[C](b, env)
+		if err != nil {
 			return Built{}, err
 		}
 		dep, ok := env.Built[service]
@@ -90,12 +83,11 @@ func tier[C ports.StorageConfig, P any, S interface{ Close() error }](service st
 				return s, s.Close, nil
 			},
 		}, nil
-	}
+	})
 }
 
 // serviceStorage is where a service keeps its data as the shared-backend
-// check judges it, custom adapters and their shared_storage included, so a
-// tier on that service is judged the same.
+// check judges it, so a tier on that service is judged the same.
 type serviceStorage storagepolicy.Declaration
 
 // LocalStorage implements ports.StorageConfig.

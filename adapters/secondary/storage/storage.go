@@ -1,19 +1,23 @@
-// Package storage is the registry of storage adapters. For each service and
-// adapter name it holds a factory that decodes the adapter's block of
-// engine.yaml into that adapter's Config, fills local defaults under the
-// data directory, and returns what the shared-backend check needs (a
-// declaration) separately from what opens the store. So the check runs on
-// declarations alone, before any file or connection exists.
+// Package storage is the registry of storage adapters. Every adapter, built
+// in or not, registers under a service and a name with its configuration
+// type, the way database/sql drivers do:
 //
-// Built-in adapters register themselves here; other teams add theirs with
-// RegisterCustom and select them in engine.yaml with
-// {adapter: custom, name: <name>, shared_storage: <bool>, config: {...}}.
+//	storage.Register(ports.ServiceKeyValue, "redis", redis.Open)
+//
+// and a block {adapter: redis, config: {...}} under services.keyvalue of
+// engine.yaml selects it. The registry decodes the block's config strictly
+// into the adapter's Config, fills defaults under the data directory, and
+// returns what the shared-backend check needs (a declaration) separately
+// from what opens the store, so the check runs on declarations alone,
+// before any file or connection exists. It also masks the Config's fields
+// tagged secret:"true" when the configuration is shown.
 package storage
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"reflect"
 	"slices"
 	"strings"
@@ -33,11 +37,8 @@ type Block struct {
 	// Key is the block's place in the file, "services.keyvalue", for
 	// error messages.
 	Key string
-	// Adapter is the adapter's name, "custom" or "off".
+	// Adapter is the adapter's registered name, or "off".
 	Adapter string
-	// Name and SharedStorage are a custom block's.
-	Name          string
-	SharedStorage bool
 	// Config is the adapter's own settings; nil or empty means none.
 	Config *yaml.Node
 }
@@ -61,52 +62,138 @@ type Built struct {
 	Open func(ctx context.Context, deps map[string]any) (port any, close func() error, err error)
 }
 
-// Factory builds a service from its block. It must not touch a file or the
-// network: opening is Built.Open's job.
-type Factory func(b Block, env Env) (Built, error)
+// Defaulter is implemented by an adapter's *Config that fills in settings
+// a block left out, such as a file under the engine's data directory. The
+// registry calls it after decoding and before the shared-backend check, so
+// the check judges the path the adapter will use.
+type Defaulter interface {
+	Default(dataDir string)
+}
+
+// Off is the adapter name that switches a service off: the engine neither
+// owns nor serves it. No adapter may register under it.
+const Off = "off"
+
+// factory builds a service from its block. It must not touch a file or
+// the network: opening is Built.Open's job.
+type factory func(b Block, env Env) (Built, error)
 
 type key struct{ service, adapter string }
 
-var (
-	mu      sync.RWMutex
-	builtin = map[key]Factory{}
-	custom  = map[key]Factory{}
-)
-
-// register adds a built-in adapter; a second registration is a bug.
-func register(service, adapter string, f Factory) {
-	mu.Lock()
-	defer mu.Unlock()
-	k := key{service, adapter}
-	if _, dup := builtin[k]; dup {
-		panic(fmt.Sprintf("storage: %s adapter %q registered twice", service, adapter))
-	}
-	builtin[k] = f
+// entry is one registered adapter.
+type entry struct {
+	build factory
+	// config is the adapter's Config type, for masking its secrets.
+	config reflect.Type
 }
 
-// RegisterCustom adds an adapter for a service under a name, for blocks
-// that say {adapter: custom, name: <name>}. It fails when the name is taken
-// for that service.
-func RegisterCustom(service, name string, f Factory) error {
-	if name == "" || f == nil {
-		return fmt.Errorf("register a custom %s adapter: name and factory are required: %w", service, ports.ErrInvalidArgument)
+var (
+	mu       sync.RWMutex
+	registry = map[key]entry{}
+)
+
+// portTypes is the port an adapter of each service must implement.
+var portTypes = map[string]reflect.Type{
+	ports.ServiceKeyValue:      reflect.TypeFor[ports.KeyValue](),
+	ports.ServiceDocument:      reflect.TypeFor[ports.DocumentStore](),
+	ports.ServiceObjectStorage: reflect.TypeFor[ports.ObjectStorage](),
+	ports.ServiceVectorStore:   reflect.TypeFor[ports.VectorStore](),
+	ports.ServiceCache:         reflect.TypeFor[ports.Cache](),
+	ports.ServiceSecret:        reflect.TypeFor[ports.Secrets](),
+}
+
+// Register adds a storage adapter of service (ports.ServiceKeyValue and the
+// like) under name, so that engine.yaml selects it with
+// services.<service>: {adapter: <name>, config: {...}}.
+//
+// C is the adapter's configuration, a struct: the block's config decodes
+// into it strictly (yaml tags in snake_case name the keys; an unknown key
+// is an error naming it and its line), *C fills defaults if it implements
+// Defaulter, C.LocalStorage answers the shared-backend check, and fields
+// tagged secret:"true" are masked wherever the configuration is shown.
+// open opens the store; what it returns must implement the service's port
+// and is closed when the engine stops.
+//
+// Register is meant for init functions and main, before the configuration
+// is loaded. Like sql.Register, it panics when the service is unknown, the
+// name is empty, "off" or taken, C is not a struct, or S does not
+// implement the port: each is a mistake in the program, not in its input.
+func Register[C ports.StorageConfig, S io.Closer](service, name string, open func(ctx context.Context, c C) (S, error)) {
+	if open == nil {
+		panic(fmt.Sprintf("storage: Register %s adapter %q: open is nil", service, name))
+	}
+	port, ok := portTypes[service]
+	if !ok {
+		panic(fmt.Sprintf("storage: Register %s adapter %q: no such service; want one of %s", service, name, strings.Join(services(), ", ")))
+	}
+	if s := reflect.TypeFor[S](); !s.Implements(port) {
+		panic(fmt.Sprintf("storage: Register %s adapter %q: %v does not implement %v", service, name, s, port))
+	}
+	register(service, name, reflect.TypeFor[C](), func(b Block, env Env) (Built, error) {
+		c, err := decodeConfig[C](b, env)
+		if err != nil {
+			return Built{}, err
+		}
+		return Built{
+			Declaration: storagepolicy.Declaration{Service: b.Service, Adapter: b.Adapter, Storage: c},
+			Open: func(ctx context.Context, _ map[string]any) (any, func() error, error) {
+				s, err := open(ctx, c)
+				if err != nil {
+					return nil, nil, err
+				}
+				return s, s.Close, nil
+			},
+		}, nil
+	})
+}
+
+// register adds an adapter's factory; Register and the cache tiers use it.
+func register(service, name string, config reflect.Type, f factory) {
+	if name == "" || name == Off {
+		panic(fmt.Sprintf("storage: Register %s adapter %q: the name is empty or reserved", service, name))
+	}
+	if config.Kind() != reflect.Struct {
+		panic(fmt.Sprintf("storage: Register %s adapter %q: its configuration %v is not a struct", service, name, config))
 	}
 	mu.Lock()
 	defer mu.Unlock()
 	k := key{service, name}
-	if _, dup := custom[k]; dup {
-		return fmt.Errorf("custom %s adapter %q is already registered: %w", service, name, ports.ErrConflict)
+	if _, dup := registry[k]; dup {
+		panic(fmt.Sprintf("storage: Register %s adapter %q: registered twice", service, name))
 	}
-	custom[k] = f
-	return nil
+	registry[k] = entry{build: f, config: config}
 }
 
-// Adapters lists the built-in adapter names of a service, sorted.
+// decodeConfig decodes a block's config into a fresh C and fills its
+// defaults.
+func decodeConfig[C any](b Block, env Env) (C, error) {
+	var c C
+	if err := decode(b.Config, &c, b.Key+".config"); err != nil {
+		return c, err
+	}
+	if d, ok := any(&c).(Defaulter); ok {
+		d.Default(env.DataDir)
+	}
+	return c, nil
+}
+
+// services lists the service names, sorted.
+func services() []string {
+	out := make([]string, 0, len(portTypes))
+	for s := range portTypes {
+		out = append(out, s)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Adapters lists the registered adapter names of a service, sorted: the
+// names engine.yaml accepts for it besides "off".
 func Adapters(service string) []string {
 	mu.RLock()
 	defer mu.RUnlock()
 	var out []string
-	for k := range builtin {
+	for k := range registry {
 		if k.service == service {
 			out = append(out, k.adapter)
 		}
@@ -135,32 +222,17 @@ func Build(blocks []Block, dataDir string) ([]Built, error) {
 
 // BuildOne builds one block.
 func BuildOne(b Block, env Env) (Built, error) {
-	switch b.Adapter {
-	case "off":
+	if b.Adapter == Off {
 		return Built{Declaration: storagepolicy.Declaration{Service: b.Service, Adapter: b.Adapter, Off: true}}, nil
-	case "custom":
-		mu.RLock()
-		f, ok := custom[key{b.Service, b.Name}]
-		mu.RUnlock()
-		if !ok {
-			return Built{}, configError(b.Key+".name", fmt.Errorf("no custom %s adapter is registered as %q", b.Service, b.Name))
-		}
-		built, err := f(b, env)
-		if err != nil {
-			return Built{}, err
-		}
-		d := &built.Declaration
-		d.Service, d.Adapter, d.Custom, d.SharedStorage = b.Service, b.Name, true, b.SharedStorage
-		return built, nil
 	}
 	mu.RLock()
-	f, ok := builtin[key{b.Service, b.Adapter}]
+	e, ok := registry[key{b.Service, b.Adapter}]
 	mu.RUnlock()
 	if !ok {
-		return Built{}, configError(b.Key+".adapter", fmt.Errorf("%q: want one of %s, custom or off",
+		return Built{}, configError(b.Key+".adapter", fmt.Errorf("%q: want one of %s or off",
 			b.Adapter, strings.Join(Adapters(b.Service), ", ")))
 	}
-	return f(b, env)
+	return e.build(b, env)
 }
 
 // Declarations are what storagepolicy.Check reads.
@@ -218,10 +290,10 @@ func configError(key string, err error) error {
 	return fmt.Errorf("%w: %s: %w", domain.ErrInvalidConfig, key, err)
 }
 
-// Decode decodes an adapter's settings into out (a pointer to its Config)
+// decode decodes an adapter's settings into out (a pointer to its Config)
 // strictly: a key that is not one of the Config's yaml fields is an error
 // naming it and its line, as for the rest of the file.
-func Decode(n *yaml.Node, out any, key string) error {
+func decode(n *yaml.Node, out any, key string) error {
 	if n == nil || n.IsZero() || n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null" {
 		return nil
 	}
@@ -276,39 +348,44 @@ func fieldByTag(t reflect.Type, name string) (reflect.StructField, bool) {
 	return reflect.StructField{}, false
 }
 
-// Under is a default path under the data directory, written so it reads
-// as the user wrote the directory ("./.engine/kv.sqlite").
-func Under(dataDir, name string) string {
-	return strings.TrimRight(dataDir, "/") + "/" + name
-}
+// Masked is what a secret's value shows as in displayed configuration.
+const Masked = "***"
 
-// adapter makes a factory from an adapter package's Config, a filler of
-// local defaults, and its Open.
-func adapter[C ports.StorageConfig, S interface{ Close() error }](fill func(c *C, dataDir string), open func(context.Context, C) (S, error)) Factory {
-	return func(b Block, env Env) (Built, error) {
-		var c C
-		if err := Decode(b.Config, &c, b.Key+".config"); err != nil {
-			return Built{}, err
-		}
-		if fill != nil {
-			fill(&c, env.DataDir)
-		}
-		return Built{
-			Declaration: storagepolicy.Declaration{Service: b.Service, Adapter: b.Adapter, Storage: c},
-			Open: func(ctx context.Context, _ map[string]any) (any, func() error, error) {
-				s, err := open(ctx, c)
-				if err != nil {
-					return nil, nil, err
-				}
-				return s, s.Close, nil
-			},
-		}, nil
+// MaskSecrets replaces, in n (the block's config, which the caller owns),
+// the value of every field the adapter's Config tags secret:"true", at any
+// depth. A block of an unknown adapter is left as it is: loading it fails
+// anyway.
+func MaskSecrets(service, adapter string, n *yaml.Node) {
+	mu.RLock()
+	e, ok := registry[key{service, adapter}]
+	mu.RUnlock()
+	if ok {
+		maskFields(n, e.config)
 	}
 }
 
-// defaultPath fills an empty path under the data directory.
-func defaultPath(p *string, dataDir, name string) {
-	if *p == "" {
-		*p = Under(dataDir, name)
+func maskFields(n *yaml.Node, t reflect.Type) {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if n.Kind == yaml.DocumentNode && len(n.Content) == 1 {
+		n = n.Content[0]
+	}
+	if n.Kind != yaml.MappingNode || t.Kind() != reflect.Struct {
+		return
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		f, ok := fieldByTag(t, n.Content[i].Value)
+		if !ok {
+			continue
+		}
+		v := n.Content[i+1]
+		if f.Tag.Get("secret") == "true" {
+			if v.Kind == yaml.ScalarNode && v.Value != "" && v.ShortTag() != "!!null" {
+				*v = yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: Masked, Line: v.Line, Column: v.Column}
+			}
+			continue
+		}
+		maskFields(v, f.Type)
 	}
 }

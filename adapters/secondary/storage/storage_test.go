@@ -1,15 +1,20 @@
 package storage_test
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"gopkg.in/yaml.v3"
 
+	kvmemory "github.com/abi-engine/engine/adapters/secondary/keyvalue/memory"
 	"github.com/abi-engine/engine/adapters/secondary/storage"
+	vecmemory "github.com/abi-engine/engine/adapters/secondary/vectorstore/memory"
 	"github.com/abi-engine/engine/domain"
 	"github.com/abi-engine/engine/ports"
 	"github.com/abi-engine/engine/storagepolicy"
@@ -155,64 +160,138 @@ func TestUnknownAdapter(t *testing.T) {
 	}
 }
 
-// farStorage is a custom adapter's config.
+// farStorage is the configuration of adapters this test registers, as a
+// program would register its own.
 type farStorage struct {
-	Where string `yaml:"where"`
+	Where  string `yaml:"where"`
+	Token  string `yaml:"token" secret:"true"`
+	Nested struct {
+		Password string `yaml:"password" secret:"true"`
+		Shown    string `yaml:"shown"`
+	} `yaml:"nested"`
 }
 
 func (c farStorage) LocalStorage() string { return c.Where }
 
-func TestCustomAdapters(t *testing.T) {
-	opened := 0
-	err := storage.RegisterCustom(ports.ServiceVectorStore, "far", func(b storage.Block, env storage.Env) (storage.Built, error) {
-		var c farStorage
-		if err := storage.Decode(b.Config, &c, b.Key+".config"); err != nil {
-			return storage.Built{}, err
-		}
-		return storage.Built{Declaration: storagepolicy.Declaration{Storage: c}}, nil
-	})
-	if err != nil {
-		t.Fatalf("RegisterCustom: %v", err)
+func openFarVectors(ctx context.Context, _ farStorage) (*vecmemory.Store, error) {
+	return vecmemory.Open(ctx, vecmemory.Config{})
+}
+
+func openFarKV(ctx context.Context, _ farStorage) (*kvmemory.Store, error) {
+	return kvmemory.Open(ctx, kvmemory.Config{})
+}
+
+// Registration is once per process, as in a program's init, so the tests
+// also pass with -count above 1.
+func init() {
+	storage.Register(ports.ServiceVectorStore, "far", openFarVectors)
+	storage.Register(ports.ServiceKeyValue, "far-kv", openFarKV)
+}
+
+// registerPanics calls Register and returns what it panicked with.
+func registerPanics(register func()) (msg string) {
+	defer func() { msg = fmt.Sprint(recover()) }()
+	register()
+	return ""
+}
+
+func TestRegisterRefusesMistakes(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		register func()
+		want     string
+	}{
+		{"Twice", func() { storage.Register(ports.ServiceVectorStore, "far", openFarVectors) }, "registered twice"},
+		{"TheNameOff", func() { storage.Register(ports.ServiceVectorStore, "off", openFarVectors) }, "empty or reserved"},
+		{"NoName", func() { storage.Register(ports.ServiceVectorStore, "", openFarVectors) }, "empty or reserved"},
+		{"AnUnknownService", func() { storage.Register("blobs", "far", openFarVectors) }, "no such service"},
+		{"AStoreOfAnotherPort", func() { storage.Register(ports.ServiceKeyValue, "wrong", openFarVectors) }, "does not implement ports.KeyValue"},
+		{"NoOpen", func() { storage.Register[farStorage, *kvmemory.Store](ports.ServiceKeyValue, "nil", nil) }, "open is nil"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := registerPanics(c.register); !strings.Contains(got, c.want) {
+				t.Fatalf("Register panicked with %q, want %q", got, c.want)
+			}
+		})
 	}
-	if err := storage.RegisterCustom(ports.ServiceVectorStore, "far", nil); !errors.Is(err, ports.ErrInvalidArgument) {
-		t.Fatalf("RegisterCustom without a factory: err %v", err)
+	if got := storage.Adapters(ports.ServiceKeyValue); slices.Contains(got, "wrong") || slices.Contains(got, "nil") {
+		t.Fatalf("a refused registration is listed: %q", got)
 	}
-	dup := func(storage.Block, storage.Env) (storage.Built, error) { opened++; return storage.Built{}, nil }
-	if err := storage.RegisterCustom(ports.ServiceVectorStore, "far", dup); !errors.Is(err, ports.ErrConflict) {
-		t.Fatalf("RegisterCustom twice: err %v, want ErrConflict", err)
+}
+
+func TestRegisteredAdaptersBuildLikeBuiltIns(t *testing.T) {
+	if got := storage.Adapters(ports.ServiceVectorStore); !slices.Equal(got, []string{"far", "memory", "qdrant", "sqlite"}) {
+		t.Fatalf("vector_store adapters %q", got)
 	}
-	custom := func(shared bool, settings string) storage.Block {
-		b := block(ports.ServiceVectorStore, "custom")
-		b.Name, b.SharedStorage, b.Config = "far", shared, node(t, settings)
+	far := func(settings string) storage.Block {
+		b := block(ports.ServiceVectorStore, "far")
+		b.Config = node(t, settings)
 		return b
 	}
-	built, err := storage.Build([]storage.Block{custom(true, "where: ''")}, ".engine")
+	built, err := storage.Build([]storage.Block{far("where: ''")}, ".engine")
 	if err != nil {
 		t.Fatalf("Build: %v", err)
 	}
-	d := built[0].Declaration
-	if !d.Custom || !d.SharedStorage || d.Adapter != "far" || d.Service != ports.ServiceVectorStore {
-		t.Fatalf("custom declaration %+v", d)
+	if d := built[0].Declaration; d.Adapter != "far" || d.Service != ports.ServiceVectorStore {
+		t.Fatalf("declaration %+v", d)
 	}
 	if err := storagepolicy.Check("r7", storage.Declarations(built)); err != nil {
-		t.Fatalf("Check with shared_storage: %v", err)
+		t.Fatalf("Check of an adapter on a shared backend: %v", err)
 	}
-	built, err = storage.Build([]storage.Block{custom(false, "where: ''")}, ".engine")
+	opened, err := storage.Open(t.Context(), built)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	if _, ok := opened[0].Port.(ports.VectorStore); !ok {
+		t.Fatalf("opened as %T", opened[0].Port)
+	}
+	if err := storage.Close(opened); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	built, err = storage.Build([]storage.Block{far("where: a file here")}, ".engine")
 	if err != nil {
 		t.Fatalf("Build: %v", err)
 	}
 	if err := storagepolicy.Check("r7", storage.Declarations(built)); !errors.Is(err, storagepolicy.ErrLocalBackends) ||
-		!strings.Contains(err.Error(), `the custom adapter "far"`) {
-		t.Fatalf("Check without shared_storage: %v", err)
+		!strings.Contains(err.Error(), "vector_store keeps its data in a file here") {
+		t.Fatalf("Check of an adapter with local data: %v", err)
 	}
-	unknown := custom(true, "where: x")
-	unknown.Name = "near"
-	if _, err := storage.Build([]storage.Block{unknown}, ".engine"); !errors.Is(err, domain.ErrInvalidConfig) ||
-		!strings.Contains(err.Error(), "services.vector_store.name") {
-		t.Fatalf("Build of an unregistered custom adapter: err %v", err)
+	if _, err := storage.Build([]storage.Block{far("where: x\nwhen: now")}, ".engine"); err == nil {
+		t.Fatalf("Build accepted an unknown key")
 	}
-	if opened != 0 {
-		t.Fatalf("a refused registration was used")
+	bad := far("nested: {shown: x, color: red}")
+	if _, err := storage.Build([]storage.Block{bad}, ".engine"); !errors.Is(err, domain.ErrInvalidConfig) ||
+		!strings.Contains(err.Error(), "unknown key services.vector_store.config.nested.color") {
+		t.Fatalf("Build of an unknown nested key: err %v", err)
+	}
+	if _, err := storage.Build([]storage.Block{block(ports.ServiceVectorStore, "near")}, ".engine"); !errors.Is(err, domain.ErrInvalidConfig) ||
+		!strings.Contains(err.Error(), `"near": want one of far, memory, qdrant, sqlite or off`) {
+		t.Fatalf("Build of an unregistered adapter: err %v", err)
+	}
+}
+
+func TestMaskSecretsFollowsTheConfigsTags(t *testing.T) {
+	n := node(t, "where: here\ntoken: tok\nnested: {password: pw, shown: visible}\n")
+	storage.MaskSecrets(ports.ServiceVectorStore, "far", n)
+	out, err := yaml.Marshal(n)
+	if err != nil {
+		t.Fatalf("Marshal: %v", err)
+	}
+	for _, secret := range []string{"tok", "pw"} {
+		if strings.Contains(string(out), ": "+secret+"\n") || strings.Contains(string(out), ": "+secret+",") {
+			t.Errorf("masked settings show %q:\n%s", secret, out)
+		}
+	}
+	for _, shown := range []string{"where: here", "shown: visible", "token: '***'", "password: '***'"} {
+		if !strings.Contains(string(out), shown) {
+			t.Errorf("masked settings lack %q:\n%s", shown, out)
+		}
+	}
+	// A field named like a secret is not masked unless its adapter says so.
+	kv := node(t, "password: not-a-secret-here\n")
+	storage.MaskSecrets(ports.ServiceKeyValue, "memory", kv)
+	if out, _ := yaml.Marshal(kv); !strings.Contains(string(out), "not-a-secret-here") {
+		t.Errorf("a field without the tag was masked:\n%s", out)
 	}
 }
 
@@ -253,15 +332,9 @@ func TestOpenOpensInOrderAndCloses(t *testing.T) {
 
 func TestCacheTiersAreAsLocalAsTheirService(t *testing.T) {
 	dataDir := filepath.Join(t.TempDir(), "data")
-	err := storage.RegisterCustom(ports.ServiceKeyValue, "far-kv", func(b storage.Block, env storage.Env) (storage.Built, error) {
-		return storage.Built{Declaration: storagepolicy.Declaration{Storage: farStorage{Where: "somewhere here"}}}, nil
-	})
-	if err != nil {
-		t.Fatalf("RegisterCustom: %v", err)
-	}
-	custom := func(shared bool) storage.Block {
-		b := block(ports.ServiceKeyValue, "custom")
-		b.Name, b.SharedStorage = "far-kv", shared
+	farKV := func(where string) storage.Block {
+		b := block(ports.ServiceKeyValue, "far-kv")
+		b.Config = node(t, "where: "+where)
 		return b
 	}
 	pg := block(ports.ServiceKeyValue, "postgres")
@@ -274,8 +347,8 @@ func TestCacheTiersAreAsLocalAsTheirService(t *testing.T) {
 	}{
 		{"sqlite keyvalue", block(ports.ServiceKeyValue, "sqlite"), "keyvalue", "keyvalue tier on the keyvalue service: SQLite at " + dataDir + "/kv.sqlite"},
 		{"postgres keyvalue", pg, "keyvalue", ""},
-		{"shared custom keyvalue", custom(true), "keyvalue", ""},
-		{"local custom keyvalue", custom(false), "keyvalue", "keyvalue tier on the keyvalue service: somewhere here"},
+		{"shared registered keyvalue", farKV("''"), "keyvalue", ""},
+		{"local registered keyvalue", farKV("somewhere here"), "keyvalue", "keyvalue tier on the keyvalue service: somewhere here"},
 		{"localfs objects", block(ports.ServiceObjectStorage, "localfs"), "object_storage", "object_storage tier on the object_storage service: files under " + dataDir + "/objects"},
 		{"memory cache", block(ports.ServiceDocument, "postgres"), "memory", "this process"},
 	} {

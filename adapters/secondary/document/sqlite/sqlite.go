@@ -28,6 +28,14 @@ type Config struct {
 // LocalStorage implements ports.StorageConfig.
 func (c Config) LocalStorage() string { return "SQLite at " + c.Path }
 
+// Default puts an empty Path at documents.sqlite under the data directory, written so
+// it reads as the user wrote the directory ("./.engine/documents.sqlite").
+func (c *Config) Default(dataDir string) {
+	if c.Path == "" {
+		c.Path = strings.TrimRight(dataDir, "/") + "/documents.sqlite"
+	}
+}
+
 // data holds the canonical JSON text of each document.
 const schema = `CREATE TABLE IF NOT EXISTS collections (
 	name TEXT NOT NULL PRIMARY KEY

@@ -9,6 +9,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/abi-engine/engine/internal/sqlitedb"
@@ -30,6 +31,14 @@ type Config struct {
 
 // LocalStorage implements ports.StorageConfig.
 func (c Config) LocalStorage() string { return "SQLite at " + c.Path }
+
+// Default puts an empty Path at kv.sqlite under the data directory, written so
+// it reads as the user wrote the directory ("./.engine/kv.sqlite").
+func (c *Config) Default(dataDir string) {
+	if c.Path == "" {
+		c.Path = strings.TrimRight(dataDir, "/") + "/kv.sqlite"
+	}
+}
 
 // expires_at is in Unix nanoseconds of this host's clock, NULL for never:
 // only engines on this host open the file, so they share the clock.

@@ -53,6 +53,14 @@ type Config struct {
 // LocalStorage implements ports.StorageConfig: the files stay on this host.
 func (c Config) LocalStorage() string { return "files under " + c.Path }
 
+// Default puts an empty Path at objects under the data directory, written so
+// it reads as the user wrote the directory ("./.engine/objects").
+func (c *Config) Default(dataDir string) {
+	if c.Path == "" {
+		c.Path = strings.TrimRight(dataDir, "/") + "/objects"
+	}
+}
+
 // Store keeps objects under one directory. Several stores, in this process
 // or others, may share the directory.
 type Store struct {

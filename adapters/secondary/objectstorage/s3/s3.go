@@ -60,7 +60,7 @@ type Config struct {
 	Bucket    string `yaml:"bucket"`
 	Region    string `yaml:"region"`
 	AccessKey string `yaml:"access_key"`
-	SecretKey string `yaml:"secret_key"`
+	SecretKey string `yaml:"secret_key" secret:"true"`
 	// PathStyle addresses the bucket in the path rather than the host name,
 	// as most S3-compatible services need.
 	PathStyle bool `yaml:"path_style"`

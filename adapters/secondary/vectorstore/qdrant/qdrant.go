@@ -28,7 +28,7 @@ type Config struct {
 	// Port is Qdrant's gRPC port; 0 means 6334.
 	Port int `yaml:"port"`
 	// APIKey is sent with every call when set.
-	APIKey string `yaml:"api_key"`
+	APIKey string `yaml:"api_key" secret:"true"`
 	// TLS connects with TLS.
 	TLS bool `yaml:"tls"`
 	// CollectionPrefix is put before every collection name in Qdrant, so

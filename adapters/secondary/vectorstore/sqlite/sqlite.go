@@ -31,6 +31,14 @@ type Config struct {
 // LocalStorage implements ports.StorageConfig: the file stays on this host.
 func (c Config) LocalStorage() string { return "SQLite at " + c.Path }
 
+// Default puts an empty Path at vectors.sqlite under the data directory, written so
+// it reads as the user wrote the directory ("./.engine/vectors.sqlite").
+func (c *Config) Default(dataDir string) {
+	if c.Path == "" {
+		c.Path = strings.TrimRight(dataDir, "/") + "/vectors.sqlite"
+	}
+}
+
 // Store is one handle on the file. Several handles, in one process or
 // several, may share a file: writes take SQLite's write lock up front and
 // wait for it.
