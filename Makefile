@@ -3,7 +3,7 @@ GO ?= go
 
 SERVICES := internal/testservices/services.sh
 
-.PHONY: all build vet test test-short services services-stop run bench chaos fuzz
+.PHONY: all build vet test test-short services services-stop run bench chaos linearizable fuzz
 
 all: vet build
 
@@ -51,6 +51,13 @@ bench:
 ## `make test` runs it at the short setting.
 chaos:
 	ENGINE_CHAOS=normal $(GO) test -count=1 -v -timeout 20m -run 'TestChaos$$' ./internal/chaos/
+
+## linearizable: the linearizability check over real engine processes at
+## its long setting (more rounds of deploys, pauses and crashes, more
+## clients); `make test` runs it at the short setting. Needs PostgreSQL
+## (eval "$(make -s services)").
+linearizable:
+	ENGINE_LINEARIZABLE=long $(GO) test -count=1 -v -timeout 20m -run 'TestLinearizable$$' ./internal/linearizable/
 
 ## fuzz: every fuzz target in the repository for FUZZTIME each, starting
 ## from the seeds under each package's testdata/.

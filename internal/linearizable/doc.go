@@ -1,0 +1,38 @@
+// Package linearizable checks that the kernel services stay linearizable
+// while the engine that serves them changes: concurrent clients call
+// keyvalue (get, set, set_if_absent, delete) and document (get, and put and
+// delete conditional on a version) on a few shared keys, through the NATS
+// client facades, to real engine processes on shared PostgreSQL; meanwhile
+// the engines go through two deploys (SIGTERM of the holder, a standby of
+// the next release takes over), a pause of the holder past its lease
+// (SIGSTOP until a hot standby serves, then SIGCONT) and a crash (SIGKILL;
+// a hot standby takes over after a lease of silence). Every call is
+// recorded with when it was sent and when it was answered, and the history
+// is checked with porcupine against a sequential model of each store,
+// partitioned by key.
+//
+// The history follows the protocol's promises:
+//
+//   - A call answered 503 (wire.ErrUnavailable, also what the facade
+//     reports once nobody answered through its retries) did nothing: it is
+//     left out of the history. If an engine answered 503 and wrote anyway,
+//     the history shows a write that no recorded call made, and the check
+//     fails.
+//   - A write answered 500 (wire.ErrInterrupted, or any other failure) or
+//     not answered before the client gave up may have happened, at any time
+//     after it was sent: it is recorded with an unknown outcome and no
+//     return (porcupine's math.MaxInt64). A read without an answer tells
+//     nothing and is left out.
+//   - Every other answer, a value, "not found", "conflict", is definite.
+//
+// A history that is not linearizable fails the test, and porcupine's
+// visualization of it is written to the test's artifact directory (kept
+// with `go test -artifacts`), whose path the failure names.
+//
+// The test is the package's only content. `go test ./internal/linearizable`
+// runs it at a short setting (one round of every fault, lease 2 s);
+// ENGINE_LINEARIZABLE=long (`make linearizable`) runs more rounds with more
+// clients; ENGINE_LINEARIZABLE=off or -short skips it. It needs PostgreSQL
+// (ENGINE_TEST_PG_DSN) and skips without it, unless
+// ENGINE_TEST_REQUIRE_BACKENDS=1.
+package linearizable

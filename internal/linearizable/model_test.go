@@ -1,0 +1,363 @@
+package linearizable_test
+
+import (
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// The sequential models the history is checked against: one for the
+// keyvalue service and one for the document service, each partitioned by
+// key, so a partition's state is one key's.
+
+type kvOp int
+
+const (
+	kvGet kvOp = iota
+	kvSet
+	kvSetIfAbsent
+	kvDelete
+)
+
+func (o kvOp) String() string {
+	return [...]string{"get", "set", "set_if_absent", "delete"}[o]
+}
+
+// kvInput is one keyvalue call; value is unique to the write.
+type kvInput struct {
+	op    kvOp
+	key   string
+	value string
+}
+
+// kvOutput is its answer: for get, found and value; for set_if_absent
+// and delete, ok (stored, deleted). unknown: a write that may or may not
+// have happened.
+type kvOutput struct {
+	found   bool
+	value   string
+	ok      bool
+	unknown bool
+}
+
+// kvState is one key's: present with a value, or absent.
+type kvState struct {
+	present bool
+	value   string
+}
+
+func (s kvState) String() string {
+	if !s.present {
+		return "absent"
+	}
+	return s.value
+}
+
+var kvModel = porcupine.Model{
+	Partition: partitionBy(func(in any) string { return in.(kvInput).key }),
+	Init:      func() any { return kvState{} },
+	Step: func(state, input, output any) (bool, any) {
+		s, in, out := state.(kvState), input.(kvInput), output.(kvOutput)
+		switch in.op {
+		case kvGet:
+			return out.found == s.present && (!s.present || out.value == s.value), s
+		case kvSet:
+			return true, kvState{present: true, value: in.value}
+		case kvSetIfAbsent:
+			if s.present {
+				return out.unknown || !out.ok, s
+			}
+			return out.unknown || out.ok, kvState{present: true, value: in.value}
+		case kvDelete:
+			return out.unknown || out.ok == s.present, kvState{}
+		}
+		panic(fmt.Sprintf("keyvalue model: operation %d", in.op))
+	},
+	DescribeOperation: func(input, output any) string {
+		in, out := input.(kvInput), output.(kvOutput)
+		call := fmt.Sprintf("%s(%s)", in.op, in.key)
+		if in.op != kvGet && in.op != kvDelete {
+			call = fmt.Sprintf("%s(%s, %s)", in.op, in.key, in.value)
+		}
+		switch {
+		case out.unknown:
+			return call + " -> ?"
+		case in.op == kvGet && !out.found:
+			return call + " -> not found"
+		case in.op == kvGet:
+			return call + " -> " + out.value
+		case in.op == kvSet:
+			return call + " -> ok"
+		}
+		return fmt.Sprintf("%s -> %t", call, out.ok)
+	},
+	DescribeState:             func(state any) string { return state.(kvState).String() },
+	DescribeOperationMetadata: describeMetadata,
+}
+
+type docOp int
+
+const (
+	docGet docOp = iota
+	docPut
+	docDelete
+)
+
+func (o docOp) String() string { return [...]string{"get", "put", "delete"}[o] }
+
+// docInput is one document call; put and delete are conditional on
+// ifVersion (0: the document must not exist), value is unique to the put.
+type docInput struct {
+	op        docOp
+	id        string
+	ifVersion uint64
+	value     string
+}
+
+// docOutput is its answer: the document read or written (found, version,
+// value), or a refusal (conflict, notFound). unknown: a write that may or
+// may not have happened.
+type docOutput struct {
+	found    bool
+	version  uint64
+	value    string
+	conflict bool
+	notFound bool
+	unknown  bool
+}
+
+// docState is one document's.
+type docState struct {
+	present bool
+	version uint64
+	value   string
+}
+
+func (s docState) String() string {
+	if !s.present {
+		return "absent"
+	}
+	return fmt.Sprintf("v%d %s", s.version, s.value)
+}
+
+var docModel = porcupine.Model{
+	Partition: partitionBy(func(in any) string { return in.(docInput).id }),
+	Init:      func() any { return docState{} },
+	Step: func(state, input, output any) (bool, any) {
+		s, in, out := state.(docState), input.(docInput), output.(docOutput)
+		switch in.op {
+		case docGet:
+			if !s.present {
+				return out.notFound, s
+			}
+			return out.found && out.version == s.version && out.value == s.value, s
+		case docPut:
+			if s.present != (in.ifVersion != 0) || s.present && s.version != in.ifVersion {
+				return out.unknown || out.conflict, s
+			}
+			next := docState{present: true, version: in.ifVersion + 1, value: in.value}
+			return out.unknown || out.found && out.version == next.version, next
+		case docDelete:
+			switch {
+			case !s.present:
+				return out.unknown || out.notFound, s
+			case s.version != in.ifVersion:
+				return out.unknown || out.conflict, s
+			}
+			return out.unknown || !out.conflict && !out.notFound, docState{}
+		}
+		panic(fmt.Sprintf("document model: operation %d", in.op))
+	},
+	DescribeOperation: func(input, output any) string {
+		in, out := input.(docInput), output.(docOutput)
+		call := fmt.Sprintf("%s(%s)", in.op, in.id)
+		switch in.op {
+		case docPut:
+			call = fmt.Sprintf("put(%s, %s, if v%d)", in.id, in.value, in.ifVersion)
+		case docDelete:
+			call = fmt.Sprintf("delete(%s, if v%d)", in.id, in.ifVersion)
+		}
+		switch {
+		case out.unknown:
+			return call + " -> ?"
+		case out.conflict:
+			return call + " -> conflict"
+		case out.notFound:
+			return call + " -> not found"
+		case in.op == docGet:
+			return fmt.Sprintf("%s -> v%d %s", call, out.version, out.value)
+		case in.op == docPut:
+			return fmt.Sprintf("%s -> v%d", call, out.version)
+		}
+		return call + " -> ok"
+	},
+	DescribeState:             func(state any) string { return state.(docState).String() },
+	DescribeOperationMetadata: describeMetadata,
+}
+
+// partitionBy splits a history by the key of each operation's input.
+func partitionBy(key func(input any) string) func([]porcupine.Operation) [][]porcupine.Operation {
+	return func(history []porcupine.Operation) [][]porcupine.Operation {
+		index := map[string]int{}
+		var parts [][]porcupine.Operation
+		for _, op := range history {
+			k := key(op.Input)
+			i, ok := index[k]
+			if !ok {
+				i = len(parts)
+				index[k] = i
+				parts = append(parts, nil)
+			}
+			parts[i] = append(parts[i], op)
+		}
+		return parts
+	}
+}
+
+// callInfo is what the visualization shows of a call besides its input
+// and output: which client made it and, for an unknown outcome, why.
+type callInfo struct {
+	client int
+	err    string
+}
+
+func describeMetadata(m any) string {
+	info, ok := m.(callInfo)
+	if !ok {
+		return ""
+	}
+	if info.err == "" {
+		return fmt.Sprintf("client %d", info.client)
+	}
+	return fmt.Sprintf("client %d: %s", info.client, info.err)
+}
+
+// op builds an operation; ret math.MaxInt64 is an outcome still unknown.
+func op(client int, call, ret int64, in, out any) porcupine.Operation {
+	return porcupine.Operation{ClientId: client, Call: call, Return: ret, Input: in, Output: out, Metadata: callInfo{client: client}}
+}
+
+// The checker must be able to say no: each history here is one a store
+// that broke a promise would produce, and is rejected; its variant that
+// keeps the promise is accepted.
+func TestTheModelsRejectWhatAStoreMustNotDo(t *testing.T) {
+	const never = math.MaxInt64
+	cases := []struct {
+		name    string
+		model   porcupine.Model
+		bad     []porcupine.Operation
+		allowed []porcupine.Operation
+	}{
+		{
+			name:  "a stale read after a write completed",
+			model: kvModel,
+			bad: []porcupine.Operation{
+				op(0, 0, 10, kvInput{op: kvSet, key: "k", value: "a"}, kvOutput{}),
+				op(0, 20, 30, kvInput{op: kvSet, key: "k", value: "b"}, kvOutput{}),
+				op(1, 40, 50, kvInput{op: kvGet, key: "k"}, kvOutput{found: true, value: "a"}),
+			},
+			allowed: []porcupine.Operation{
+				op(0, 0, 10, kvInput{op: kvSet, key: "k", value: "a"}, kvOutput{}),
+				op(0, 20, 45, kvInput{op: kvSet, key: "k", value: "b"}, kvOutput{}),
+				op(1, 40, 50, kvInput{op: kvGet, key: "k"}, kvOutput{found: true, value: "a"}),
+			},
+		},
+		{
+			name:  "two set_if_absent both stored",
+			model: kvModel,
+			bad: []porcupine.Operation{
+				op(0, 0, 10, kvInput{op: kvSetIfAbsent, key: "k", value: "a"}, kvOutput{ok: true}),
+				op(1, 0, 10, kvInput{op: kvSetIfAbsent, key: "k", value: "b"}, kvOutput{ok: true}),
+			},
+			allowed: []porcupine.Operation{
+				op(0, 0, 10, kvInput{op: kvSetIfAbsent, key: "k", value: "a"}, kvOutput{ok: true}),
+				op(1, 0, 10, kvInput{op: kvSetIfAbsent, key: "k", value: "b"}, kvOutput{ok: false}),
+			},
+		},
+		{
+			// A write answered 503 is left out of the history; if it
+			// happened anyway, a read shows a value no recorded call wrote.
+			name:  "a write refused with 503 that took effect",
+			model: kvModel,
+			bad: []porcupine.Operation{
+				op(0, 0, 10, kvInput{op: kvSet, key: "k", value: "a"}, kvOutput{}),
+				op(1, 20, 30, kvInput{op: kvGet, key: "k"}, kvOutput{found: true, value: "refused"}),
+			},
+			allowed: []porcupine.Operation{
+				op(0, 0, 10, kvInput{op: kvSet, key: "k", value: "a"}, kvOutput{}),
+				op(2, 5, never, kvInput{op: kvSet, key: "k", value: "interrupted"}, kvOutput{unknown: true}),
+				op(1, 20, 30, kvInput{op: kvGet, key: "k"}, kvOutput{found: true, value: "interrupted"}),
+				op(1, 40, 50, kvInput{op: kvGet, key: "k"}, kvOutput{found: true, value: "interrupted"}),
+			},
+		},
+		{
+			name:  "a write of unknown outcome seen, then undone",
+			model: kvModel,
+			bad: []porcupine.Operation{
+				op(0, 0, 10, kvInput{op: kvSet, key: "k", value: "a"}, kvOutput{}),
+				op(2, 5, never, kvInput{op: kvSet, key: "k", value: "b"}, kvOutput{unknown: true}),
+				op(1, 20, 30, kvInput{op: kvGet, key: "k"}, kvOutput{found: true, value: "b"}),
+				op(1, 40, 50, kvInput{op: kvGet, key: "k"}, kvOutput{found: true, value: "a"}),
+			},
+			allowed: []porcupine.Operation{
+				op(0, 0, 10, kvInput{op: kvSet, key: "k", value: "a"}, kvOutput{}),
+				op(2, 5, never, kvInput{op: kvSet, key: "k", value: "b"}, kvOutput{unknown: true}),
+				op(1, 20, 30, kvInput{op: kvGet, key: "k"}, kvOutput{found: true, value: "a"}),
+				op(1, 40, 50, kvInput{op: kvGet, key: "k"}, kvOutput{found: true, value: "b"}),
+			},
+		},
+		{
+			name:  "a delete that reports nothing to delete after a set",
+			model: kvModel,
+			bad: []porcupine.Operation{
+				op(0, 0, 10, kvInput{op: kvSet, key: "k", value: "a"}, kvOutput{}),
+				op(1, 20, 30, kvInput{op: kvDelete, key: "k"}, kvOutput{ok: false}),
+			},
+			allowed: []porcupine.Operation{
+				op(0, 0, 10, kvInput{op: kvSet, key: "k", value: "a"}, kvOutput{}),
+				op(1, 20, 30, kvInput{op: kvDelete, key: "k"}, kvOutput{ok: true}),
+				op(1, 40, 50, kvInput{op: kvGet, key: "k"}, kvOutput{found: false}),
+			},
+		},
+		{
+			name:  "two compare-and-sets from one version both won",
+			model: docModel,
+			bad: []porcupine.Operation{
+				op(0, 0, 10, docInput{op: docPut, id: "d", value: "a"}, docOutput{found: true, version: 1}),
+				op(0, 20, 30, docInput{op: docPut, id: "d", ifVersion: 1, value: "b"}, docOutput{found: true, version: 2}),
+				op(1, 20, 30, docInput{op: docPut, id: "d", ifVersion: 1, value: "c"}, docOutput{found: true, version: 2}),
+			},
+			allowed: []porcupine.Operation{
+				op(0, 0, 10, docInput{op: docPut, id: "d", value: "a"}, docOutput{found: true, version: 1}),
+				op(0, 20, 30, docInput{op: docPut, id: "d", ifVersion: 1, value: "b"}, docOutput{found: true, version: 2}),
+				op(1, 20, 30, docInput{op: docPut, id: "d", ifVersion: 1, value: "c"}, docOutput{conflict: true}),
+			},
+		},
+		{
+			name:  "a document read at an old version",
+			model: docModel,
+			bad: []porcupine.Operation{
+				op(0, 0, 10, docInput{op: docPut, id: "d", value: "a"}, docOutput{found: true, version: 1}),
+				op(0, 20, 30, docInput{op: docPut, id: "d", ifVersion: 1, value: "b"}, docOutput{found: true, version: 2}),
+				op(1, 40, 50, docInput{op: docGet, id: "d"}, docOutput{found: true, version: 1, value: "a"}),
+			},
+			allowed: []porcupine.Operation{
+				op(0, 0, 10, docInput{op: docPut, id: "d", value: "a"}, docOutput{found: true, version: 1}),
+				op(0, 20, 30, docInput{op: docPut, id: "d", ifVersion: 1, value: "b"}, docOutput{found: true, version: 2}),
+				op(1, 40, 50, docInput{op: docGet, id: "d"}, docOutput{found: true, version: 2, value: "b"}),
+				op(1, 60, 70, docInput{op: docDelete, id: "d", ifVersion: 2}, docOutput{}),
+				op(1, 80, 90, docInput{op: docGet, id: "d"}, docOutput{notFound: true}),
+			},
+		},
+	}
+	for _, c := range cases {
+		if porcupine.CheckOperations(c.model, c.bad) {
+			t.Errorf("%s: accepted", c.name)
+		}
+		if !porcupine.CheckOperations(c.model, c.allowed) {
+			t.Errorf("%s: its allowed variant was rejected", c.name)
+		}
+	}
+}
