@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -180,63 +179,5 @@ func TestAnInterruptReleasesTheLeaseAndExitsZero(t *testing.T) {
 	rec := readLease(t, url)
 	if !rec.Present || !rec.Holder.Released || rec.Holder.PID != e.cmd.Process.Pid {
 		t.Fatalf("after SIGINT the lease reads %+v, want the engine's released record", rec)
-	}
-}
-
-func TestUsage(t *testing.T) {
-	cases := []struct {
-		args []string
-		code int
-		want string
-	}{
-		{[]string{"--no-such-flag"}, 2, "flag provided but not defined"},
-		{[]string{"extra"}, 2, `unknown command "extra"`},
-		{[]string{"serve", "extra"}, 2, `unexpected argument "extra"`},
-		{[]string{"config"}, 2, "usage: engine config check"},
-		{[]string{"config", "check", "--config", "/nonexistent/engine.yaml"}, 1, "read configuration"},
-		{[]string{"--config", "/nonexistent/engine.yaml"}, 1, "read configuration"},
-	}
-	for _, c := range cases {
-		var stderr bytes.Buffer
-		if code := run(c.args, io.Discard, &stderr); code != c.code || !strings.Contains(stderr.String(), c.want) {
-			t.Errorf("run(%q) = %d, %q; want %d and %q", c.args, code, stderr.String(), c.code, c.want)
-		}
-	}
-}
-
-func TestConfigCheck(t *testing.T) {
-	dir := t.TempDir()
-	good := filepath.Join(dir, "good.yaml")
-	if err := os.WriteFile(good, []byte("nats:\n  url: nats://user:hunter2@127.0.0.1:4222\n  caller_secret: s3cret\nservices:\n  vector_store: {adapter: off}\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	var stdout, stderr bytes.Buffer
-	if code := run([]string{"config", "check", "--config", good}, &stdout, &stderr); code != 0 {
-		t.Fatalf("config check of a good file = %d: %s", code, stderr.String())
-	}
-	out := stdout.String()
-	for _, want := range []string{"configuration is valid", "keyvalue (sqlite): on this host: SQLite at", "vector_store (off): switched off"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("output lacks %q:\n%s", want, out)
-		}
-	}
-	for _, secret := range []string{"hunter2", "s3cret"} {
-		if strings.Contains(out, secret) {
-			t.Errorf("output shows the secret %q:\n%s", secret, out)
-		}
-	}
-
-	bad := filepath.Join(dir, "bad.yaml")
-	if err := os.WriteFile(bad, []byte("nats:\n  engine:\n    lease_seconds: 0\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	stderr.Reset()
-	if code := run([]string{"config", "check", "--config", bad}, io.Discard, &stderr); code != 1 || !strings.Contains(stderr.String(), "lease_seconds") {
-		t.Fatalf("config check of a bad file = %d, %q; want 1 naming lease_seconds", code, stderr.String())
-	}
-	stderr.Reset()
-	t.Setenv("ABI_ROLLOUT_ID", "r7")
-	if code := run([]string{"config", "check", "--config", good}, io.Discard, &stderr); code != 1 || !strings.Contains(stderr.String(), "needs shared backends") {
-		t.Fatalf("config check of a rollout on local backends = %d, %q", code, stderr.String())
 	}
 }

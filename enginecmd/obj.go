@@ -1,4 +1,4 @@
-package main
+package enginecmd
 
 import (
 	"context"
@@ -16,20 +16,20 @@ const objUsage = "usage: engine obj put|get|ls|rm [flags]\n"
 
 // objCommand: `engine obj put|get|ls|rm` on the object storage service.
 // Objects stream through: neither side holds a whole object in memory.
-func objCommand(args []string, stdout, stderr io.Writer) int {
+func (c *command) objCommand(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, objUsage)
 		return exitUsage
 	}
 	switch args[0] {
 	case "put":
-		return objPut(args[1:], stdout, stderr)
+		return c.objPut(args[1:], stdout, stderr)
 	case "get":
-		return objGet(args[1:], stdout, stderr)
+		return c.objGet(args[1:], stdout, stderr)
 	case "ls":
-		return objList(args[1:], stdout, stderr)
+		return c.objList(args[1:], stdout, stderr)
 	case "rm":
-		return objRemove(args[1:], stderr)
+		return c.objRemove(args[1:], stderr)
 	}
 	fmt.Fprintf(stderr, "engine obj: unknown command %q\n%s", args[0], objUsage)
 	return exitUsage
@@ -51,7 +51,7 @@ type objJSON struct {
 	Modified    time.Time `json:"modified,omitzero"`
 }
 
-func objPut(args []string, stdout, stderr io.Writer) int {
+func (c *command) objPut(args []string, stdout, stderr io.Writer) int {
 	fs, cf := newFlags("obj put", "obj put KEY [FILE|-] [flags] (no FILE or -: read stdin)", true, false)
 	contentType := fs.String("content-type", "", "the object's content type")
 	pos, code, ok := parseArgs(fs, cf, args, stderr, 1, 2)
@@ -73,7 +73,7 @@ func objPut(args []string, stdout, stderr io.Writer) int {
 	if fi, err := src.Stat(); err == nil && fi.Mode().IsRegular() {
 		size = fi.Size()
 	}
-	return withEngine(cf, stderr, func(ctx context.Context, svc app.Services) error {
+	return c.withEngine(cf, stderr, func(ctx context.Context, svc app.Services) error {
 		store, err := objects(svc)
 		if err != nil {
 			return err
@@ -89,7 +89,7 @@ func objPut(args []string, stdout, stderr io.Writer) int {
 	})
 }
 
-func objGet(args []string, stdout, stderr io.Writer) int {
+func (c *command) objGet(args []string, stdout, stderr io.Writer) int {
 	fs, cf := newFlags("obj get", "obj get KEY [FILE|-] [flags] (no FILE or -: write to stdout)", true, false)
 	pos, code, ok := parseArgs(fs, cf, args, stderr, 1, 2)
 	if !ok {
@@ -100,7 +100,7 @@ func objGet(args []string, stdout, stderr io.Writer) int {
 	if len(pos) == 2 && pos[1] != "-" {
 		path = pos[1]
 	}
-	return withEngine(cf, stderr, func(ctx context.Context, svc app.Services) error {
+	return c.withEngine(cf, stderr, func(ctx context.Context, svc app.Services) error {
 		store, err := objects(svc)
 		if err != nil {
 			return err
@@ -143,7 +143,7 @@ func objGet(args []string, stdout, stderr io.Writer) int {
 	})
 }
 
-func objList(args []string, stdout, stderr io.Writer) int {
+func (c *command) objList(args []string, stdout, stderr io.Writer) int {
 	fs, cf := newFlags("obj ls", "obj ls [PREFIX] [flags]", true, true)
 	limit := fs.Int("limit", 0, "list at most this many objects (0: all)")
 	pos, code, ok := parseArgs(fs, cf, args, stderr, 0, 1)
@@ -158,7 +158,7 @@ func objList(args []string, stdout, stderr io.Writer) int {
 	if len(pos) == 1 {
 		prefix = pos[0]
 	}
-	return withEngine(cf, stderr, func(ctx context.Context, svc app.Services) error {
+	return c.withEngine(cf, stderr, func(ctx context.Context, svc app.Services) error {
 		store, err := objects(svc)
 		if err != nil {
 			return err
@@ -193,14 +193,14 @@ func objList(args []string, stdout, stderr io.Writer) int {
 	})
 }
 
-func objRemove(args []string, stderr io.Writer) int {
+func (c *command) objRemove(args []string, stderr io.Writer) int {
 	fs, cf := newFlags("obj rm", "obj rm KEY [flags]", true, false)
 	pos, code, ok := parseArgs(fs, cf, args, stderr, 1, 1)
 	if !ok {
 		return code
 	}
 	key := pos[0]
-	return withEngine(cf, stderr, func(ctx context.Context, svc app.Services) error {
+	return c.withEngine(cf, stderr, func(ctx context.Context, svc app.Services) error {
 		store, err := objects(svc)
 		if err != nil {
 			return err

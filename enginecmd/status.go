@@ -1,4 +1,4 @@
-package main
+package enginecmd
 
 import (
 	"context"
@@ -39,7 +39,7 @@ type leaseStatus struct {
 
 // statusCommand: `engine status` reads the lease holder straight from the
 // bucket, without starting an engine and without creating the bucket.
-func statusCommand(args []string, stdout, stderr io.Writer) int {
+func (c *command) statusCommand(args []string, stdout, stderr io.Writer) int {
 	fs, cf := newFlags("status", "status [flags]", false, true)
 	if _, code, ok := parseArgs(fs, cf, args, stderr, 0, 0); !ok {
 		return code

@@ -1,4 +1,4 @@
-package main
+package enginecmd
 
 import (
 	"context"
@@ -14,20 +14,20 @@ import (
 const kvUsage = "usage: engine kv get|set|del|ls [flags]\n"
 
 // kvCommand: `engine kv get|set|del|ls` on the keyvalue service.
-func kvCommand(args []string, stdout, stderr io.Writer) int {
+func (c *command) kvCommand(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, kvUsage)
 		return exitUsage
 	}
 	switch args[0] {
 	case "get":
-		return kvGet(args[1:], stdout, stderr)
+		return c.kvGet(args[1:], stdout, stderr)
 	case "set":
-		return kvSet(args[1:], stderr)
+		return c.kvSet(args[1:], stderr)
 	case "del":
-		return kvDel(args[1:], stderr)
+		return c.kvDel(args[1:], stderr)
 	case "ls":
-		return kvList(args[1:], stdout, stderr)
+		return c.kvList(args[1:], stdout, stderr)
 	}
 	fmt.Fprintf(stderr, "engine kv: unknown command %q\n%s", args[0], kvUsage)
 	return exitUsage
@@ -49,14 +49,14 @@ type kvEntry struct {
 	ValueBase64 []byte `json:"value_base64,omitempty"`
 }
 
-func kvGet(args []string, stdout, stderr io.Writer) int {
+func (c *command) kvGet(args []string, stdout, stderr io.Writer) int {
 	fs, cf := newFlags("kv get", "kv get KEY [flags]", true, true)
 	pos, code, ok := parseArgs(fs, cf, args, stderr, 1, 1)
 	if !ok {
 		return code
 	}
 	key := pos[0]
-	return withEngine(cf, stderr, func(ctx context.Context, svc app.Services) error {
+	return c.withEngine(cf, stderr, func(ctx context.Context, svc app.Services) error {
 		kv, err := keyValue(svc)
 		if err != nil {
 			return err
@@ -87,7 +87,7 @@ func kvGet(args []string, stdout, stderr io.Writer) int {
 	})
 }
 
-func kvSet(args []string, stderr io.Writer) int {
+func (c *command) kvSet(args []string, stderr io.Writer) int {
 	fs, cf := newFlags("kv set", "kv set KEY [VALUE|-] [flags] (no VALUE or -: read it from stdin)", true, false)
 	ttl := fs.Duration("ttl", 0, "time to live, such as 10m (0: until deleted)")
 	pos, code, ok := parseArgs(fs, cf, args, stderr, 1, 2)
@@ -102,7 +102,7 @@ func kvSet(args []string, stderr io.Writer) int {
 	if err != nil {
 		return fail(stderr, err)
 	}
-	return withEngine(cf, stderr, func(ctx context.Context, svc app.Services) error {
+	return c.withEngine(cf, stderr, func(ctx context.Context, svc app.Services) error {
 		kv, err := keyValue(svc)
 		if err != nil {
 			return err
@@ -111,14 +111,14 @@ func kvSet(args []string, stderr io.Writer) int {
 	})
 }
 
-func kvDel(args []string, stderr io.Writer) int {
+func (c *command) kvDel(args []string, stderr io.Writer) int {
 	fs, cf := newFlags("kv del", "kv del KEY [flags]", true, false)
 	pos, code, ok := parseArgs(fs, cf, args, stderr, 1, 1)
 	if !ok {
 		return code
 	}
 	key := pos[0]
-	return withEngine(cf, stderr, func(ctx context.Context, svc app.Services) error {
+	return c.withEngine(cf, stderr, func(ctx context.Context, svc app.Services) error {
 		kv, err := keyValue(svc)
 		if err != nil {
 			return err
@@ -134,7 +134,7 @@ func kvDel(args []string, stderr io.Writer) int {
 	})
 }
 
-func kvList(args []string, stdout, stderr io.Writer) int {
+func (c *command) kvList(args []string, stdout, stderr io.Writer) int {
 	fs, cf := newFlags("kv ls", "kv ls [PREFIX] [flags]", true, true)
 	limit := fs.Int("limit", 0, "list at most this many keys (0: all)")
 	pos, code, ok := parseArgs(fs, cf, args, stderr, 0, 1)
@@ -149,7 +149,7 @@ func kvList(args []string, stdout, stderr io.Writer) int {
 	if len(pos) == 1 {
 		prefix = pos[0]
 	}
-	return withEngine(cf, stderr, func(ctx context.Context, svc app.Services) error {
+	return c.withEngine(cf, stderr, func(ctx context.Context, svc app.Services) error {
 		kv, err := keyValue(svc)
 		if err != nil {
 			return err

@@ -1,4 +1,4 @@
-package main
+package enginecmd
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 
 // historyCommand: `engine history` prints the activity log, newest first:
 // every engine's ownership events, on shared backends every deploy's.
-func historyCommand(args []string, stdout, stderr io.Writer) int {
+func (c *command) historyCommand(args []string, stdout, stderr io.Writer) int {
 	fs, cf := newFlags("history", "history [flags]", true, true)
 	limit := fs.Int("limit", 100, "print at most this many entries")
 	if _, code, ok := parseArgs(fs, cf, args, stderr, 0, 0); !ok {
@@ -21,7 +21,7 @@ func historyCommand(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "engine history: --limit is %d, want 1 or more\n", *limit)
 		return exitUsage
 	}
-	return withEngine(cf, stderr, func(ctx context.Context, svc app.Services) error {
+	return c.withEngine(cf, stderr, func(ctx context.Context, svc app.Services) error {
 		docs, err := documents(svc)
 		if err != nil {
 			return err

@@ -1,4 +1,4 @@
-package main
+package enginecmd
 
 import (
 	"bytes"
@@ -17,20 +17,20 @@ import (
 const docUsage = "usage: engine doc get|put|del|find [flags]\n"
 
 // docCommand: `engine doc get|put|del|find` on the document service.
-func docCommand(args []string, stdout, stderr io.Writer) int {
+func (c *command) docCommand(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, docUsage)
 		return exitUsage
 	}
 	switch args[0] {
 	case "get":
-		return docGet(args[1:], stdout, stderr)
+		return c.docGet(args[1:], stdout, stderr)
 	case "put":
-		return docPut(args[1:], stdout, stderr)
+		return c.docPut(args[1:], stdout, stderr)
 	case "del":
-		return docDel(args[1:], stderr)
+		return c.docDel(args[1:], stderr)
 	case "find":
-		return docFind(args[1:], stdout, stderr)
+		return c.docFind(args[1:], stdout, stderr)
 	}
 	fmt.Fprintf(stderr, "engine doc: unknown command %q\n%s", args[0], docUsage)
 	return exitUsage
@@ -82,14 +82,14 @@ func jsonObject(what string, b []byte) (map[string]any, error) {
 	return m, nil
 }
 
-func docGet(args []string, stdout, stderr io.Writer) int {
+func (c *command) docGet(args []string, stdout, stderr io.Writer) int {
 	fs, cf := newFlags("doc get", "doc get COLLECTION ID [flags]", true, true)
 	pos, code, ok := parseArgs(fs, cf, args, stderr, 2, 2)
 	if !ok {
 		return code
 	}
 	collection, id := pos[0], pos[1]
-	return withEngine(cf, stderr, func(ctx context.Context, svc app.Services) error {
+	return c.withEngine(cf, stderr, func(ctx context.Context, svc app.Services) error {
 		docs, err := documents(svc)
 		if err != nil {
 			return err
@@ -111,7 +111,7 @@ func docGet(args []string, stdout, stderr io.Writer) int {
 	})
 }
 
-func docPut(args []string, stdout, stderr io.Writer) int {
+func (c *command) docPut(args []string, stdout, stderr io.Writer) int {
 	fs, cf := newFlags("doc put", "doc put COLLECTION ID [JSON|-] [flags] (no JSON or -: read the object from stdin)", true, false)
 	cond := ifVersion(fs)
 	pos, code, ok := parseArgs(fs, cf, args, stderr, 2, 3)
@@ -128,7 +128,7 @@ func docPut(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "engine doc put: %v\n", err)
 		return exitUsage
 	}
-	return withEngine(cf, stderr, func(ctx context.Context, svc app.Services) error {
+	return c.withEngine(cf, stderr, func(ctx context.Context, svc app.Services) error {
 		docs, err := documents(svc)
 		if err != nil {
 			return err
@@ -149,7 +149,7 @@ func docPut(args []string, stdout, stderr io.Writer) int {
 	})
 }
 
-func docDel(args []string, stderr io.Writer) int {
+func (c *command) docDel(args []string, stderr io.Writer) int {
 	fs, cf := newFlags("doc del", "doc del COLLECTION ID [flags]", true, false)
 	cond := ifVersion(fs)
 	pos, code, ok := parseArgs(fs, cf, args, stderr, 2, 2)
@@ -157,7 +157,7 @@ func docDel(args []string, stderr io.Writer) int {
 		return code
 	}
 	collection, id := pos[0], pos[1]
-	return withEngine(cf, stderr, func(ctx context.Context, svc app.Services) error {
+	return c.withEngine(cf, stderr, func(ctx context.Context, svc app.Services) error {
 		docs, err := documents(svc)
 		if err != nil {
 			return err
@@ -174,7 +174,7 @@ func docDel(args []string, stderr io.Writer) int {
 	})
 }
 
-func docFind(args []string, stdout, stderr io.Writer) int {
+func (c *command) docFind(args []string, stdout, stderr io.Writer) int {
 	fs, cf := newFlags("doc find", "doc find COLLECTION [flags]", true, true)
 	where := fs.String("where", "", `keep documents whose top-level fields equal these, as a JSON object: '{"status":"open"}'`)
 	orderBy := fs.String("order-by", "", "order by this top-level field (none: by id)")
@@ -199,7 +199,7 @@ func docFind(args []string, stdout, stderr io.Writer) int {
 		q.Where = m
 	}
 	collection := pos[0]
-	return withEngine(cf, stderr, func(ctx context.Context, svc app.Services) error {
+	return c.withEngine(cf, stderr, func(ctx context.Context, svc app.Services) error {
 		docs, err := documents(svc)
 		if err != nil {
 			return err

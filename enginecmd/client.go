@@ -1,4 +1,4 @@
-package main
+package enginecmd
 
 import (
 	"context"
@@ -125,7 +125,7 @@ func (cf *clientFlags) json() bool { return cf.output == "json" }
 // serving engine it is a client, on its own it serves until f returns. Its
 // logs reach stderr only from warnings up, so stdout carries the answer
 // alone. It returns the exit code.
-func withEngine(cf *clientFlags, stderr io.Writer, f func(ctx context.Context, svc app.Services) error) int {
+func (c *command) withEngine(cf *clientFlags, stderr io.Writer, f func(ctx context.Context, svc app.Services) error) int {
 	cfg, err := cf.load()
 	if err != nil {
 		return fail(stderr, err)
@@ -141,7 +141,7 @@ func withEngine(cf *clientFlags, stderr io.Writer, f func(ctx context.Context, s
 	cfg.HTTP.Listen = "127.0.0.1:0"
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	var eng *app.Engine
-	a := app.New(app.Options{Config: cfg, Version: version, Embed: cf.embedded(), Logger: log}, fx.Populate(&eng))
+	a := c.newApp(app.Options{Config: cfg, Embed: cf.embedded(), Logger: log}, fx.Populate(&eng))
 	if err := a.Err(); err != nil {
 		return fail(stderr, dig.RootCause(err))
 	}

@@ -1,0 +1,277 @@
+// Package enginecmd is the engine command: serve, status, the client
+// commands (kv, obj, doc, history) and config check, as cmd/engine runs
+// them. A team's own engine is a main that registers its adapters and
+// modules and calls Main:
+//
+//	func main() {
+//		storage.Register(ports.ServiceKeyValue, "redis", redis.Open)
+//		enginecmd.Main(enginecmd.Options{
+//			Modules: []fx.Option{app.AsModule(billing.New)},
+//		})
+//	}
+//
+// Its adapters are then chosen in engine.yaml like the built-in ones
+// (services: {keyvalue: {adapter: redis, config: {...}}}), decoded
+// strictly, masked by config check and judged by the shared-backend check.
+//
+//	engine [serve] [--config engine.yaml] [--data-dir DIR] [--nats-url URL]
+//	engine status
+//	engine kv get|set|del|ls
+//	engine obj put|get|ls|rm
+//	engine doc get|put|del|find
+//	engine history
+//	engine config check [--config engine.yaml]
+//
+// With no flags it runs a single engine on embedded defaults: a nats-server
+// in the process when none answers on 127.0.0.1:4222, and every service on
+// local files under ./.engine. The client commands (kv, obj, doc, history)
+// run an engine of role auto in the process: a client of the engine that
+// serves, or, when none does, serving for the length of the command.
+package enginecmd
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"slices"
+	"syscall"
+	"time"
+
+	"go.uber.org/dig"
+	"go.uber.org/fx"
+
+	"github.com/abi-engine/engine/app"
+	"github.com/abi-engine/engine/app/config"
+)
+
+// usage lists the commands.
+const usage = `usage: engine [command] [flags]
+
+  serve                        run an engine (the default command)
+  status                       the engine that serves, read from the lease
+  kv get|set|del|ls            the keyvalue service
+  obj put|get|ls|rm            the object storage service
+  doc get|put|del|find         the document service
+  history                      the activity log, newest first
+  config check                 validate a configuration and show where data lives
+  help                         this list
+
+Run "engine COMMAND -h" for a command's flags.
+`
+
+// Exit codes: 0 ok, 1 error, 2 usage.
+const (
+	exitOK    = 0
+	exitError = 1
+	exitUsage = 2
+)
+
+// Options extend the engine command. The zero value is the command as
+// cmd/engine builds it.
+type Options struct {
+	// Version is the release the engine reports in the lease, its logs and
+	// status; "dev" when empty.
+	Version string
+	// Modules are added to every engine the command starts, serving or
+	// for the length of a client command: app.AsModule(NewMyModule), or
+	// any other fx option the engine's graph should carry.
+	Modules []fx.Option
+}
+
+// Main runs the command on the process's arguments and exits with its
+// code: 0 done, 1 failed, 2 a usage error.
+func Main(o Options) { os.Exit(Run(os.Args[1:], os.Stdout, os.Stderr, o)) }
+
+// Run is the whole command with args (without the program's name); it
+// returns the exit code. Storage adapters must be registered before it is
+// called.
+func Run(args []string, stdout, stderr io.Writer, o Options) int {
+	if o.Version == "" {
+		o.Version = "dev"
+	}
+	return (&command{o: o}).run(args, stdout, stderr)
+}
+
+// command is one run of the command, with its options.
+type command struct{ o Options }
+
+// newApp builds an engine with the command's modules.
+func (c *command) newApp(o app.Options, extra ...fx.Option) *fx.App {
+	o.Version = c.o.Version
+	return app.New(o, append(slices.Clone(c.o.Modules), extra...)...)
+}
+
+// run dispatches to the command named by the first argument.
+func (c *command) run(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] != "" && args[0][0] != '-' {
+		switch args[0] {
+		case "serve":
+			return c.serve(args[1:], stderr)
+		case "config":
+			return c.configCommand(args[1:], stdout, stderr)
+		case "status":
+			return c.statusCommand(args[1:], stdout, stderr)
+		case "kv":
+			return c.kvCommand(args[1:], stdout, stderr)
+		case "obj":
+			return c.objCommand(args[1:], stdout, stderr)
+		case "doc":
+			return c.docCommand(args[1:], stdout, stderr)
+		case "history":
+			return c.historyCommand(args[1:], stdout, stderr)
+		case "help":
+			fmt.Fprint(stdout, usage)
+			return exitOK
+		}
+		fmt.Fprintf(stderr, "engine: unknown command %q\n%s", args[0], usage)
+		return exitUsage
+	}
+	return c.serve(args, stderr)
+}
+
+// parse parses flags; ok is false with the exit code when the command
+// should stop (help asked, or a usage error).
+func parse(fs *flag.FlagSet, args []string, stderr io.Writer) (code int, ok bool) {
+	fs.SetOutput(stderr)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK, false
+		}
+		return exitUsage, false
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "engine: unexpected argument %q\n", fs.Arg(0))
+		return exitUsage, false
+	}
+	return 0, true
+}
+
+func (c *command) serve(args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("engine serve", flag.ContinueOnError)
+	configPath := fs.String("config", "", "engine.yaml to load (none: embedded defaults)")
+	dataDir := fs.String("data-dir", "", "directory for local data, overriding data_dir")
+	natsURL := fs.String("nats-url", "", "NATS URL, overriding nats.url and NATS_URL")
+	if code, ok := parse(fs, args, stderr); !ok {
+		return code
+	}
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+	cfg, err := config.Load(*configPath)
+	if err != nil {
+		fmt.Fprintf(stderr, "engine: %v\n", err)
+		return exitError
+	}
+	if *dataDir != "" {
+		cfg.DataDir = *dataDir
+	}
+	if *natsURL != "" {
+		cfg.NATS.URL = *natsURL
+	}
+	embed := *configPath == "" && *natsURL == "" && os.Getenv("NATS_URL") == ""
+
+	var eng *app.Engine
+	a := c.newApp(app.Options{Config: cfg, Embed: embed, Logger: log}, fx.Populate(&eng))
+	if err := a.Err(); err != nil {
+		fmt.Fprintf(stderr, "engine: %v\n", dig.RootCause(err))
+		return exitError
+	}
+	// Signals are ours from before the start. One that arrives while the
+	// engine claims the lease ends the claim instead of killing the process;
+	// once the engine has claimed, the start completes and the engine stops
+	// as usual, so the lease it holds is released on a live context.
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(signals)
+	startCtx, cancel := context.WithTimeout(context.Background(), a.StartTimeout())
+	defer cancel()
+	stopAsked, started := make(chan struct{}), make(chan struct{})
+	go func() {
+		select {
+		case <-signals:
+			close(stopAsked)
+			if !eng.Ready() {
+				cancel()
+			}
+		case <-started:
+		}
+	}()
+	err = a.Start(startCtx)
+	close(started)
+	if err != nil {
+		select {
+		case <-stopAsked:
+			log.Info("stopped by a signal while claiming the lease")
+			return exitOK
+		default:
+		}
+		fmt.Fprintf(stderr, "engine: %v\n", dig.RootCause(err))
+		return exitError
+	}
+	code := exitOK
+	select {
+	case <-stopAsked:
+		log.Info("stopping on a signal")
+	case <-signals:
+		log.Info("stopping on a signal")
+	case sig := <-a.Wait():
+		code = sig.ExitCode
+		log.Info("stopping", "exit_code", code)
+	}
+	stopCtx, cancelStop := context.WithTimeout(context.Background(), a.StopTimeout()+5*time.Second)
+	defer cancelStop()
+	if err := a.Stop(stopCtx); err != nil {
+		fmt.Fprintf(stderr, "engine: %v\n", dig.RootCause(err))
+		return exitError
+	}
+	return code
+}
+
+// configCommand: `engine config check` validates a configuration and prints
+// it resolved, secrets masked, with where each service keeps its data.
+func (c *command) configCommand(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] != "check" {
+		fmt.Fprintln(stderr, "usage: engine config check [--config engine.yaml]")
+		return exitUsage
+	}
+	fs := flag.NewFlagSet("engine config check", flag.ContinueOnError)
+	configPath := fs.String("config", "", "engine.yaml to check (none: the defaults)")
+	if code, ok := parse(fs, args[1:], stderr); !ok {
+		return code
+	}
+	cfg, err := config.Load(*configPath)
+	if err != nil {
+		fmt.Fprintf(stderr, "engine: %v\n", err)
+		return exitError
+	}
+	built, err := app.BuildStorage(cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "engine: %v\n", err)
+		return exitError
+	}
+	if err := app.CheckStorage(cfg, built); err != nil {
+		fmt.Fprintf(stderr, "engine: %v\n", err)
+		return exitError
+	}
+	out, err := cfg.Masked().YAML()
+	if err != nil {
+		fmt.Fprintf(stderr, "engine: %v\n", err)
+		return exitError
+	}
+	fmt.Fprintf(stdout, "# configuration is valid\n%s# where each service keeps its data\n", out)
+	for _, b := range built {
+		d := b.Declaration
+		where := "shared: every engine reaches it"
+		switch {
+		case d.Off:
+			where = "switched off"
+		case d.Storage != nil && d.Storage.LocalStorage() != "":
+			where = "on this host: " + d.Storage.LocalStorage()
+		}
+		fmt.Fprintf(stdout, "#   %s (%s): %s\n", d.Service, d.Adapter, where)
+	}
+	return exitOK
+}

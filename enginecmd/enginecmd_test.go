@@ -1,0 +1,193 @@
+package enginecmd
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"go.uber.org/fx"
+
+	kvmemory "github.com/abi-engine/engine/adapters/secondary/keyvalue/memory"
+	"github.com/abi-engine/engine/adapters/secondary/storage"
+	"github.com/abi-engine/engine/app"
+	"github.com/abi-engine/engine/internal/natstest"
+	"github.com/abi-engine/engine/ports"
+)
+
+func TestUsage(t *testing.T) {
+	cases := []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"--no-such-flag"}, 2, "flag provided but not defined"},
+		{[]string{"extra"}, 2, `unknown command "extra"`},
+		{[]string{"serve", "extra"}, 2, `unexpected argument "extra"`},
+		{[]string{"config"}, 2, "usage: engine config check"},
+		{[]string{"config", "check", "--config", "/nonexistent/engine.yaml"}, 1, "read configuration"},
+		{[]string{"--config", "/nonexistent/engine.yaml"}, 1, "read configuration"},
+	}
+	for _, c := range cases {
+		var stderr bytes.Buffer
+		if code := Run(c.args, io.Discard, &stderr, Options{}); code != c.code || !strings.Contains(stderr.String(), c.want) {
+			t.Errorf("Run(%q) = %d, %q; want %d and %q", c.args, code, stderr.String(), c.code, c.want)
+		}
+	}
+}
+
+func TestConfigCheck(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.yaml")
+	if err := os.WriteFile(good, []byte("nats:\n  url: nats://user:hunter2@127.0.0.1:4222\n  caller_secret: s3cret\nservices:\n  vector_store: {adapter: off}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	if code := Run([]string{"config", "check", "--config", good}, &stdout, &stderr, Options{}); code != 0 {
+		t.Fatalf("config check of a good file = %d: %s", code, stderr.String())
+	}
+	out := stdout.String()
+	for _, want := range []string{"configuration is valid", "keyvalue (sqlite): on this host: SQLite at", "vector_store (off): switched off"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	for _, secret := range []string{"hunter2", "s3cret"} {
+		if strings.Contains(out, secret) {
+			t.Errorf("output shows the secret %q:\n%s", secret, out)
+		}
+	}
+
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("nats:\n  engine:\n    lease_seconds: 0\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	stderr.Reset()
+	if code := Run([]string{"config", "check", "--config", bad}, io.Discard, &stderr, Options{}); code != 1 || !strings.Contains(stderr.String(), "lease_seconds") {
+		t.Fatalf("config check of a bad file = %d, %q; want 1 naming lease_seconds", code, stderr.String())
+	}
+	stderr.Reset()
+	t.Setenv("ABI_ROLLOUT_ID", "r7")
+	if code := Run([]string{"config", "check", "--config", good}, io.Discard, &stderr, Options{}); code != 1 || !strings.Contains(stderr.String(), "needs shared backends") {
+		t.Fatalf("config check of a rollout on local backends = %d, %q", code, stderr.String())
+	}
+}
+
+func TestProgressBar(t *testing.T) {
+	var w bytes.Buffer
+	p := &progress{w: &w, label: "put big", total: 3 << 20}
+	if _, err := io.Copy(io.Discard, p.reader(bytes.NewReader(make([]byte, 3<<20)))); err != nil {
+		t.Fatal(err)
+	}
+	p.finish()
+	out := w.String()
+	if !strings.HasPrefix(out, "\rput big [") || !strings.HasSuffix(out, "] 100% 3.0 MiB / 3.0 MiB\n") {
+		t.Fatalf("bar = %q", out)
+	}
+
+	w.Reset()
+	small := &progress{w: &w, label: "put small", total: 1 << 20}
+	if _, err := io.Copy(io.Discard, small.reader(bytes.NewReader(make([]byte, 1<<20)))); err != nil {
+		t.Fatal(err)
+	}
+	small.finish()
+	if w.Len() != 0 {
+		t.Fatalf("a transfer of 1 MiB drew %q", w.String())
+	}
+
+	w.Reset()
+	unknown := &progress{w: &w, label: "put stdin"}
+	if _, err := io.Copy(io.Discard, unknown.reader(bytes.NewReader(make([]byte, 2<<20)))); err != nil {
+		t.Fatal(err)
+	}
+	unknown.finish()
+	if !strings.HasSuffix(w.String(), "\rput stdin 2.0 MiB\n") {
+		t.Fatalf("a bar of unknown size = %q", w.String())
+	}
+
+	if newProgress(&w, "x", 3<<20) != nil {
+		t.Fatal("a bar on a buffer, which is no terminal")
+	}
+}
+
+// sharedKV is a keyvalue adapter this test registers as a program would:
+// every engine the commands start opens the same store, so a value set by
+// one command is read by the next only if the adapter was really used.
+type sharedKV struct{ *kvmemory.Store }
+
+func (sharedKV) Close() error { return nil }
+
+var shared = kvmemory.New()
+
+type sharedKVConfig struct {
+	Label    string `yaml:"label"`
+	Password string `yaml:"password" secret:"true"`
+}
+
+func (sharedKVConfig) LocalStorage() string { return "" }
+
+// recorder is a module that counts its starts.
+type recorder struct{ started *atomic.Int32 }
+
+func (recorder) Name() string    { return "recorder" }
+func (recorder) Needs() []string { return []string{ports.ServiceKeyValue} }
+func (r recorder) Start(context.Context, app.ModuleEnv) error {
+	r.started.Add(1)
+	return nil
+}
+func (recorder) Stop(context.Context) error { return nil }
+
+func init() {
+	storage.Register(ports.ServiceKeyValue, "shared", func(_ context.Context, _ sharedKVConfig) (sharedKV, error) {
+		return sharedKV{shared}, nil
+	})
+}
+
+// A program's own adapter and module, given to Run, serve the client
+// commands and appear in config check as the built-in ones do.
+func TestRunWithAProgramsAdapterAndModule(t *testing.T) {
+	srv := natstest.StartServer(t)
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "engine.yaml")
+	yaml := fmt.Sprintf("nats:\n  url: %s\n  engine: {lease_seconds: 1, drain_seconds: 1}\nhttp: {listen: \"127.0.0.1:0\"}\ndata_dir: %s\n"+
+		"services:\n  keyvalue: {adapter: shared, config: {label: visible-label, password: hidden-password}}\n  vector_store: {adapter: off}\n",
+		srv.ClientURL(), filepath.Join(dir, "data"))
+	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("ABI_ENGINE_ROLE", "")
+	var started atomic.Int32
+	o := Options{Modules: []fx.Option{app.AsModule(func() recorder { return recorder{&started} })}}
+	run := func(args ...string) string {
+		t.Helper()
+		var stdout, stderr bytes.Buffer
+		if code := Run(append(args, "--config", cfg), &stdout, &stderr, o); code != 0 {
+			t.Fatalf("engine %q = %d: %s", args, code, stderr.String())
+		}
+		return stdout.String()
+	}
+	run("kv", "set", "k", "through the program's adapter")
+	if got, err := shared.Get(t.Context(), "k"); err != nil || string(got) != "through the program's adapter" {
+		t.Fatalf("the registered store holds %q, %v", got, err)
+	}
+	if out := run("kv", "get", "k"); out != "through the program's adapter" {
+		t.Fatalf("kv get = %q", out)
+	}
+	if n := started.Load(); n != 2 {
+		t.Fatalf("the module started %d times for two commands, want 2", n)
+	}
+	out := run("config", "check")
+	for _, want := range []string{"adapter: shared", "label: visible-label", "keyvalue (shared): shared: every engine reaches it"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("config check lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "hidden-password") {
+		t.Errorf("config check shows the adapter's secret:\n%s", out)
+	}
+}
