@@ -58,6 +58,9 @@ func RunDocument(t *testing.T, h Harness[ports.DocumentStore], caps DocumentCapa
 		{"FindPagination", docFindPagination},
 		{"FindBadCursor", docFindBadCursor},
 		{"FindInvalidField", docFindInvalidField},
+		{"DepthIsBounded", docDepthIsBounded},
+		{"NULIsRefused", docNULIsRefused},
+		{"FindLimitIsBounded", docFindLimitIsBounded},
 		{"Count", docCountCase},
 		{"Durable", func(t *testing.T, open func(t *testing.T) ports.DocumentStore) {
 			if !caps.Durable {
@@ -730,7 +733,7 @@ func docFindPagination(t *testing.T, open func(t *testing.T) ports.DocumentStore
 		return out
 	}
 	wantByID, wantByGroup := ids(byID), ids(byGroup)
-	for _, limit := range []int{0, 33, 1000, 5000} {
+	for _, limit := range []int{0, 33, 999, ports.MaxPage} {
 		if got := docIDs(docFindAll(t, other, "c", ports.Query{Limit: limit})); !slices.Equal(got, wantByID) {
 			t.Fatalf("Find by id, pages of %d: %d documents, not each once in order", limit, len(got))
 		}

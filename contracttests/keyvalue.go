@@ -49,6 +49,8 @@ func RunKeyValue(t *testing.T, h Harness[ports.KeyValue], caps KeyValueCapabilit
 		{"OddKeys", kvOddKeys},
 		{"InvalidKeys", kvInvalidKeys},
 		{"NegativeTTLIsInvalid", kvNegativeTTLIsInvalid},
+		{"TTLIsBounded", kvTTLIsBounded},
+		{"ListKeysLimitIsBounded", kvListKeysLimitIsBounded},
 		{"TTLExpiry", kvTTLExpiry},
 		{"SetWithoutTTLClearsTheTTL", kvSetWithoutTTLClearsTheTTL},
 		{"HandlesShareTheStore", kvHandlesShareTheStore},
@@ -582,7 +584,7 @@ func kvListKeysPagination(t *testing.T, open func(t *testing.T) ports.KeyValue) 
 	for _, k := range []string{"p", "o/9999", "p.", "p0", "q/0000", "P/0001"} {
 		kvSet(t, kv, k, []byte("v"), 0)
 	}
-	for _, limit := range []int{1, 37, 100, 1000, 5000} {
+	for _, limit := range []int{1, 37, 100, 999, ports.MaxPage} {
 		if got := kvAllKeys(t, other, "p/", limit); !slices.Equal(got, want) {
 			t.Fatalf("ListKeys p/ by %d: %d keys (%s), want %d keys, each once in order",
 				limit, len(got), kvSpan(got), len(want))

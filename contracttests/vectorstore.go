@@ -66,6 +66,7 @@ func RunVectorStore(t *testing.T, h Harness[ports.VectorStore], caps VectorStore
 		{"DeleteIgnoresMissingIds", vsDeleteIgnoresMissingIds},
 		{"WrongDimensionIsInvalidAndWritesNothing", vsWrongDimensionIsInvalidAndWritesNothing},
 		{"InvalidInputIsRejected", vsInvalidInputIsRejected},
+		{"InputIsBounded", vsInputIsBounded},
 		{"SearchCosineMatchesBruteForce", vsSearchMatchesBruteForce(ports.MetricCosine)},
 		{"SearchDotMatchesBruteForce", vsSearchMatchesBruteForce(ports.MetricDot)},
 		{"SearchEuclidMatchesBruteForce", vsSearchMatchesBruteForce(ports.MetricEuclid)},

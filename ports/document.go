@@ -32,7 +32,8 @@ type Query struct {
 	OrderBy string
 	// Desc reverses the order.
 	Desc bool
-	// Limit is the page size; <= 0 means 100.
+	// Limit is the page size; <= 0 means DefaultPage, above MaxPage is
+	// ErrInvalidArgument.
 	Limit int
 	// Cursor continues from a previous page.
 	Cursor string

@@ -11,7 +11,8 @@ import (
 type KeyValue interface {
 	// Get returns the value, or ErrNotFound for a missing or expired key.
 	Get(ctx context.Context, key string) ([]byte, error)
-	// Set writes the value. ttl 0 keeps it until deleted.
+	// Set writes the value. ttl 0 keeps it until deleted; any other is
+	// MinTTL to MaxTTL, else ErrInvalidArgument.
 	Set(ctx context.Context, key string, value []byte, ttl time.Duration) error
 	// SetIfAbsent writes the value only if the key is missing or expired, and
 	// reports whether it did. Of many concurrent callers exactly one wins.
@@ -24,7 +25,7 @@ type KeyValue interface {
 	Exists(ctx context.Context, key string) (bool, error)
 	// ListKeys returns up to limit keys with the prefix, in byte order, after
 	// the cursor, and the cursor for the next page ("" on the last page).
-	// limit <= 0 means the adapter's default page size (100).
+	// limit <= 0 means DefaultPage; above MaxPage it is ErrInvalidArgument.
 	ListKeys(ctx context.Context, prefix string, limit int, cursor string) ([]string, string, error)
 }
 

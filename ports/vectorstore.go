@@ -37,14 +37,15 @@ type VectorCollection struct {
 // dimensions; a missing collection is ErrNotFound.
 type VectorStore interface {
 	// CreateCollection makes a collection; an existing one with other
-	// settings is ErrConflict, with the same settings it is no error.
+	// settings is ErrConflict, with the same settings it is no error. The
+	// dimension is 1 to MaxDimension.
 	CreateCollection(ctx context.Context, name string, dimension int, metric Metric) error
 	DeleteCollection(ctx context.Context, name string) error
 	Collections(ctx context.Context) ([]VectorCollection, error)
 	// Upsert writes the vectors, replacing those with the same ids.
 	Upsert(ctx context.Context, collection string, vectors []Vector) error
 	// Search returns the k closest vectors whose payload has every field of
-	// filter equal to the given JSON value, closest first.
+	// filter equal to the given JSON value, closest first; k is 1 to MaxK.
 	Search(ctx context.Context, collection string, query []float32, k int, filter map[string]any) ([]ScoredVector, error)
 	Get(ctx context.Context, collection, id string) (Vector, error)
 	// Delete removes the vectors with these ids; missing ids are ignored.

@@ -15,9 +15,6 @@ import (
 	"github.com/abi-engine/engine/ports"
 )
 
-// DefaultLimit is the page size of Find when the query gives none.
-const DefaultLimit = 100
-
 // Data returns the canonical JSON of a document's data and the data as a
 // reader of that JSON sees it (numbers as float64), so every adapter hands
 // back the same values. nil data is an empty object.
@@ -32,6 +29,9 @@ func Data(id string, data map[string]any) ([]byte, map[string]any, error) {
 	var m map[string]any
 	if err := json.Unmarshal(raw, &m); err != nil {
 		return nil, nil, fmt.Errorf("document %q is not JSON: %w: %w", id, ports.ErrInvalidArgument, err)
+	}
+	if err := storecheck.JSON(fmt.Sprintf("document %q data", id), m); err != nil {
+		return nil, nil, err
 	}
 	raw, err = json.Marshal(m)
 	if err != nil {
@@ -68,9 +68,9 @@ func Check(q ports.Query) ([]Where, int, error) {
 			return nil, 0, fmt.Errorf("order by: %w", err)
 		}
 	}
-	limit := q.Limit
-	if limit <= 0 {
-		limit = DefaultLimit
+	limit, err := storecheck.Limit("limit", q.Limit)
+	if err != nil {
+		return nil, 0, err
 	}
 	return where, limit, nil
 }
@@ -89,6 +89,9 @@ func Conditions(where map[string]any) ([]Where, error) {
 		var c any
 		if err := json.Unmarshal(raw, &c); err != nil {
 			return nil, fmt.Errorf("where %q: value is not JSON: %w: %w", field, ports.ErrInvalidArgument, err)
+		}
+		if err := storecheck.JSON(fmt.Sprintf("where %q", field), c); err != nil {
+			return nil, err
 		}
 		if raw, err = json.Marshal(c); err != nil {
 			return nil, fmt.Errorf("where %q: value is not JSON: %w: %w", field, ports.ErrInvalidArgument, err)

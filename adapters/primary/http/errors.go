@@ -2,7 +2,10 @@ package httpapi
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
+	"fmt"
 	"net/http"
 
 	"github.com/abi-engine/engine/internal/wire"
@@ -48,10 +51,26 @@ func StatusOf(err error) int {
 }
 
 // fail answers err with its status; a server-side failure is also logged.
+// A 500's text may name files of this host or a backend's internals, so
+// the body says what failed and where in the log the rest is.
 func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 	code := StatusOf(err)
-	if code >= 500 {
-		a.log.Warn("HTTP API call failed", "method", r.Method, "path", r.URL.Path, "code", code, "err", err)
+	if code < 500 {
+		writeError(w, code, err.Error())
+		return
 	}
-	writeError(w, code, err.Error())
+	ref := logRef()
+	a.log.Warn("HTTP API call failed", "method", r.Method, "path", r.URL.Path, "code", code, "ref", ref, "err", err)
+	if code != http.StatusInternalServerError {
+		writeError(w, code, err.Error())
+		return
+	}
+	writeError(w, code, fmt.Sprintf("%s %s failed in the engine (log ref %s)", r.Method, r.URL.Path, ref))
+}
+
+// logRef is a short random id that ties an answer to its log line.
+func logRef() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/abi-engine/engine/internal/storecheck"
 	"github.com/abi-engine/engine/ports"
 )
 
@@ -34,6 +35,10 @@ func (a *api) kvSet(w http.ResponseWriter, r *http.Request) {
 		d, err := time.ParseDuration(s)
 		if err != nil || d < 0 {
 			a.fail(w, r, fmt.Errorf("%w: ttl %q: want a duration such as 30s", ports.ErrInvalidArgument, s))
+			return
+		}
+		if err := storecheck.TTL(d); err != nil {
+			a.fail(w, r, fmt.Errorf("query parameter ttl: %w", err))
 			return
 		}
 		ttl = d

@@ -6,11 +6,13 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	httpapi "github.com/abi-engine/engine/adapters/primary/http"
+	kvsqlite "github.com/abi-engine/engine/adapters/secondary/keyvalue/sqlite"
 	"github.com/abi-engine/engine/adapters/secondary/natsclient"
 	"github.com/abi-engine/engine/internal/natstest"
 	"github.com/abi-engine/engine/ports"
@@ -172,5 +174,30 @@ func TestListenOnPortZeroAndShutdown(t *testing.T) {
 	}
 	if _, err := http.Get("http://" + s.Addr() + "/healthz"); err == nil {
 		t.Fatalf("the server still answers after Shutdown")
+	}
+}
+
+// A 500's body says what failed and where in the log the rest is, never
+// the backend's text: here a real SQLite store, closed under the API,
+// fails with an error naming its file on the engine's host.
+func TestA500BodyHidesTheBackendsText(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "kv.db")
+	kv, err := kvsqlite.Open(t.Context(), kvsqlite.Config{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Get(t.Context(), "k"); err == nil || !strings.Contains(err.Error(), path) {
+		t.Fatalf("the closed store's error %v does not name its file; the test shows nothing", err)
+	}
+	a := serveAPI(t, httpapi.Services{KeyValue: kv}, httpapi.Options{})
+	_, body := a.expect(http.StatusInternalServerError, "GET", "/v1/kv/k", "")
+	if strings.Contains(body, path) || strings.Contains(body, "closed") {
+		t.Fatalf("the 500 body carries the backend's text: %s", body)
+	}
+	if !strings.Contains(body, "log ref ") || !strings.Contains(body, "/v1/kv/k") {
+		t.Fatalf("the 500 body %s names neither the call nor a log reference", body)
 	}
 }

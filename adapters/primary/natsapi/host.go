@@ -287,7 +287,7 @@ func (h *Host) reply(subject string, call *Call, data []byte, err error) {
 	if err == nil {
 		header, data, err = h.parkIfLarge(call, data)
 	}
-	respond(h.opts.Replies, h.opts.Logger, subject, header, data, err)
+	respond(h.opts.Replies, h.opts.Logger, call.Subject, subject, header, data, err)
 }
 
 // StopAccepting ends every queue subscription at the broker. It drains the

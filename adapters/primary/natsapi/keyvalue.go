@@ -2,10 +2,9 @@ package natsapi
 
 import (
 	"context"
-	"fmt"
-	"math"
 	"time"
 
+	"github.com/abi-engine/engine/internal/storecheck"
 	"github.com/abi-engine/engine/internal/wire"
 	"github.com/abi-engine/engine/ports"
 )
@@ -58,10 +57,8 @@ func KeyValue(kv ports.KeyValue) Service {
 	}
 }
 
-// ttlOf reads ttl_seconds: 0 or more, finite.
+// ttlOf reads ttl_seconds by the stores' rule: 0 keeps the value, else
+// at least storecheck.MinTTL and at most storecheck.MaxTTL.
 func ttlOf(seconds float64) (time.Duration, error) {
-	if seconds < 0 || math.IsNaN(seconds) || seconds > math.MaxInt64/float64(time.Second) {
-		return 0, fmt.Errorf("%w: ttl_seconds is %v, want 0 or more", ports.ErrInvalidArgument, seconds)
-	}
-	return time.Duration(seconds * float64(time.Second)), nil
+	return storecheck.TTLSeconds("ttl_seconds", seconds)
 }

@@ -122,7 +122,7 @@ func (t *sessionTable) deliver(msg *nats.Msg) {
 	go func() {
 		defer func() { <-t.sem }()
 		header, data, err := t.handle(msg)
-		respond(t.nc, t.logger, msg.Reply, header, data, err)
+		respond(t.nc, t.logger, msg.Subject, msg.Reply, header, data, err)
 	}()
 }
 
@@ -283,8 +283,9 @@ func randomHex() string {
 	return hex.EncodeToString(b[:])
 }
 
-// respond publishes an answer: data, or err as micro error headers.
-func respond(nc *nats.Conn, logger *slog.Logger, subject string, header nats.Header, data []byte, err error) {
+// respond publishes the answer to a call on what (its subject): data, or
+// err as micro error headers.
+func respond(nc *nats.Conn, logger *slog.Logger, what, subject string, header nats.Header, data []byte, err error) {
 	if subject == "" {
 		return
 	}
@@ -293,14 +294,32 @@ func respond(nc *nats.Conn, logger *slog.Logger, subject string, header nats.Hea
 		msg.Header[k] = v
 	}
 	if err != nil {
-		msg.Header.Set(wire.ErrorCodeHeader, fmt.Sprint(wire.CodeOf(err)))
-		msg.Header.Set(wire.ErrorHeader, err.Error())
+		code := wire.CodeOf(err)
+		msg.Header.Set(wire.ErrorCodeHeader, fmt.Sprint(code))
+		msg.Header.Set(wire.ErrorHeader, publicMessage(logger, what, code, err))
 	} else {
 		msg.Data = data
 	}
 	if perr := nc.PublishMsg(msg); perr != nil {
 		logger.Warn("reply lost", "subject", subject, "err", perr)
 	}
+}
+
+// publicMessage is what a caller learns of a failed call. The text of a
+// 500 comes from deep inside (a backend's error, a file of this host) and
+// may name paths or internals, so the caller gets what failed and a
+// reference to the log line that holds the rest. Other codes are about the
+// caller's own input and say which argument was wrong.
+func publicMessage(logger *slog.Logger, what string, code int, err error) string {
+	if code != wire.CodeInternal {
+		return err.Error()
+	}
+	ref := randomHex()[:12]
+	logger.Error("call failed", "subject", what, "ref", ref, "err", err)
+	if errors.Is(err, wire.ErrInterrupted) {
+		return fmt.Sprintf("%v: the engine stopped %s while it ran; it may or may not have taken effect (log ref %s)", wire.ErrInterrupted, what, ref)
+	}
+	return fmt.Sprintf("the engine failed to answer %s (log ref %s)", what, ref)
 }
 
 // errSessionClosed is what a session's pending work sees when it closes.

@@ -16,9 +16,6 @@ import (
 
 var _ ports.KeyValue = (*Store)(nil)
 
-// defaultPageSize is the page size of ListKeys when the caller gives none.
-const defaultPageSize = 100
-
 // Config is the adapter's block under services.keyvalue.config: it has no
 // settings.
 type Config struct{}
@@ -187,8 +184,9 @@ func (s *Store) ListKeys(ctx context.Context, prefix string, limit int, cursor s
 	if err := storecheck.Prefix("cursor", cursor); err != nil {
 		return nil, "", err
 	}
-	if limit <= 0 {
-		limit = defaultPageSize
+	limit, err := storecheck.Limit("limit", limit)
+	if err != nil {
+		return nil, "", err
 	}
 	s.mu.Lock()
 	var keys []string

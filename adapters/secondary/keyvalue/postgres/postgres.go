@@ -21,8 +21,6 @@ import (
 var _ ports.KeyValue = (*Store)(nil)
 
 const (
-	// defaultPageSize is the page size of ListKeys when the caller gives none.
-	defaultPageSize = 100
 	// DefaultTable is the table used when the configuration names none.
 	DefaultTable = "engine_kv"
 )
@@ -190,8 +188,9 @@ func (s *Store) ListKeys(ctx context.Context, prefix string, limit int, cursor s
 	if err := storecheck.Prefix("cursor", cursor); err != nil {
 		return nil, "", err
 	}
-	if limit <= 0 {
-		limit = defaultPageSize
+	limit, err := storecheck.Limit("limit", limit)
+	if err != nil {
+		return nil, "", err
 	}
 	rows, err := s.pool.Query(ctx, `SELECT key FROM `+s.table+`
 		WHERE key >= $1 AND key > $2 AND starts_with(key, $1) AND `+live+`

@@ -19,9 +19,6 @@ import (
 
 var _ ports.KeyValue = (*Store)(nil)
 
-// defaultPageSize is the page size of ListKeys when the caller gives none.
-const defaultPageSize = 100
-
 // Config is the adapter's block under services.keyvalue.config.
 type Config struct {
 	// Path is the SQLite file; the configuration layer defaults it under
@@ -220,8 +217,9 @@ func (s *Store) ListKeys(ctx context.Context, prefix string, limit int, cursor s
 	if err := storecheck.Prefix("cursor", cursor); err != nil {
 		return nil, "", err
 	}
-	if limit <= 0 {
-		limit = defaultPageSize
+	limit, err := storecheck.Limit("limit", limit)
+	if err != nil {
+		return nil, "", err
 	}
 	rows, err := s.list.QueryContext(ctx, sql.Named("prefix", prefix), sql.Named("cursor", cursor), now(), sql.Named("limit", limit+1))
 	if err != nil {

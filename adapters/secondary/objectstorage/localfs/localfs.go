@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/abi-engine/engine/adapters/secondary/objectstorage/internal/objkey"
+	"github.com/abi-engine/engine/internal/storecheck"
 	"github.com/abi-engine/engine/ports"
 )
 
@@ -352,7 +353,10 @@ func (s *Store) Delete(_ context.Context, key string) error {
 // objects number in the thousands, not millions. The cursor is the last key
 // of the previous page.
 func (s *Store) List(ctx context.Context, prefix string, limit int, cursor string) ([]ports.ObjectInfo, string, error) {
-	limit = objkey.Limit(limit)
+	limit, err := storecheck.Limit("limit", limit)
+	if err != nil {
+		return nil, "", err
+	}
 	dir := filepath.Join(s.root, objectsDir)
 	entries, err := os.ReadDir(dir)
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/abi-engine/engine/adapters/secondary/objectstorage/internal/objkey"
+	"github.com/abi-engine/engine/internal/storecheck"
 	"github.com/abi-engine/engine/ports"
 )
 
@@ -183,7 +184,10 @@ func (s *Store) Delete(_ context.Context, key string) error {
 // List implements ports.ObjectStorage. The cursor is the last key of the
 // previous page.
 func (s *Store) List(_ context.Context, prefix string, limit int, cursor string) ([]ports.ObjectInfo, string, error) {
-	limit = objkey.Limit(limit)
+	limit, err := storecheck.Limit("limit", limit)
+	if err != nil {
+		return nil, "", err
+	}
 	s.mu.Lock()
 	var infos []ports.ObjectInfo
 	for key, obj := range s.objects {

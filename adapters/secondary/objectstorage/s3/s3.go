@@ -30,6 +30,7 @@ import (
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	"github.com/abi-engine/engine/adapters/secondary/objectstorage/internal/objkey"
+	"github.com/abi-engine/engine/internal/storecheck"
 	"github.com/abi-engine/engine/ports"
 )
 
@@ -431,7 +432,10 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 // List implements ports.ObjectStorage. The cursor is the last key of the
 // previous page. S3 lists no content types, so List leaves them empty.
 func (s *Store) List(ctx context.Context, prefix string, limit int, cursor string) ([]ports.ObjectInfo, string, error) {
-	limit = objkey.Limit(limit)
+	limit, err := storecheck.Limit("limit", limit)
+	if err != nil {
+		return nil, "", err
+	}
 	in := &s3.ListObjectsV2Input{
 		Bucket:  aws.String(s.bucket),
 		Prefix:  aws.String(prefix),

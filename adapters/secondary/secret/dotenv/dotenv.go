@@ -44,7 +44,6 @@ func (Config) LocalStorage() string { return "" }
 
 // Store holds the secrets read from the file when it opened.
 type Store struct {
-	path    string
 	secrets map[string]string
 }
 
@@ -64,7 +63,7 @@ func Open(_ context.Context, c Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{path: c.Path, secrets: secrets}, nil
+	return &Store{secrets: secrets}, nil
 }
 
 // Close releases nothing: the file was closed once read.
@@ -74,7 +73,8 @@ func (s *Store) Close() error { return nil }
 func (s *Store) Get(_ context.Context, name string) (string, error) {
 	v, ok := s.secrets[name]
 	if !ok {
-		return "", fmt.Errorf("secret %q in %s: %w", name, s.path, ports.ErrNotFound)
+		// The file's path stays out: the error reaches callers.
+		return "", fmt.Errorf("secret %q: %w", name, ports.ErrNotFound)
 	}
 	return v, nil
 }

@@ -198,10 +198,11 @@ func (s *Store) Upsert(ctx context.Context, name string, vectors []ports.Vector)
 	for i, v := range vectors {
 		rows[i] = row{id: v.ID, vec: encode(v.Values)}
 		if len(v.Payload) > 0 {
-			b, err := json.Marshal(v.Payload)
+			p, err := vecutil.NormalizePayload(v.Payload)
 			if err != nil {
-				return fmt.Errorf("upsert %q into %q: payload is not JSON: %v: %w", v.ID, name, err, ports.ErrInvalidArgument)
+				return fmt.Errorf("upsert %q into %q: %w", v.ID, name, err)
 			}
+			b, _ := json.Marshal(p) // a normalised payload always marshals
 			rows[i].payload = sql.NullString{String: string(b), Valid: true}
 		}
 	}

@@ -78,11 +78,3 @@ func Span(key string, opts ports.GetObjectOptions, size int64) (offset, length i
 	}
 	return opts.Offset, length, nil
 }
-
-// Limit returns the page size List uses for a requested limit.
-func Limit(limit int) int {
-	if limit <= 0 {
-		return 100
-	}
-	return limit
-}

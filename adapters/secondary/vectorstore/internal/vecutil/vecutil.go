@@ -11,6 +11,7 @@ import (
 	"reflect"
 	"regexp"
 
+	"github.com/abi-engine/engine/internal/storecheck"
 	"github.com/abi-engine/engine/ports"
 )
 
@@ -29,8 +30,8 @@ func CheckCollection(name string, dimension int, metric ports.Metric) error {
 	if err := CheckName(name); err != nil {
 		return err
 	}
-	if dimension < 1 {
-		return fmt.Errorf("collection %q: dimension %d: want 1 or more: %w", name, dimension, ports.ErrInvalidArgument)
+	if dimension < 1 || dimension > ports.MaxDimension {
+		return fmt.Errorf("collection %q: dimension %d: want 1 to %d: %w", name, dimension, ports.MaxDimension, ports.ErrInvalidArgument)
 	}
 	switch metric {
 	case ports.MetricCosine, ports.MetricDot, ports.MetricEuclid:
@@ -69,8 +70,8 @@ func CheckVectors(collection string, dimension int, vs []ports.Vector) error {
 
 // CheckSearch checks a query and k.
 func CheckSearch(collection string, dimension int, query []float32, k int) error {
-	if k < 1 {
-		return fmt.Errorf("search %q: k is %d, want 1 or more: %w", collection, k, ports.ErrInvalidArgument)
+	if k < 1 || k > ports.MaxK {
+		return fmt.Errorf("search %q: k is %d, want 1 to %d: %w", collection, k, ports.MaxK, ports.ErrInvalidArgument)
 	}
 	return CheckValues(collection, "query", dimension, query)
 }
@@ -89,6 +90,9 @@ func NormalizePayload(p map[string]any) (map[string]any, error) {
 	var out map[string]any
 	if err := json.Unmarshal(b, &out); err != nil {
 		return nil, fmt.Errorf("payload is not JSON: %v: %w", err, ports.ErrInvalidArgument)
+	}
+	if err := storecheck.JSON("payload", out); err != nil {
+		return nil, err
 	}
 	return out, nil
 }

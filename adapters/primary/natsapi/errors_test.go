@@ -1,0 +1,77 @@
+package natsapi_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/abi-engine/engine/adapters/primary/natsapi"
+	"github.com/abi-engine/engine/internal/natstest"
+	"github.com/abi-engine/engine/internal/wire"
+	"github.com/abi-engine/engine/ports"
+)
+
+// syncBuffer is a log sink safe for the handlers' goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// A 500 reaches the caller without the backend's text, which may name
+// files of the engine's host; the log keeps it, under the reference the
+// caller is given. A 400 keeps its text: it names the caller's argument.
+func TestA500HidesItsTextFromTheCallerAndLogsIt(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	const secretPath = "/var/lib/abi/engine.db"
+	logs := &syncBuffer{}
+	failing := natsapi.Service{Name: "echo", Endpoints: []natsapi.Endpoint{{Name: "say", Handler: func(_ context.Context, call *natsapi.Call) ([]byte, error) {
+		if string(call.Data) == "bad" {
+			return nil, fmt.Errorf("field \"key\": %w", ports.ErrInvalidArgument)
+		}
+		return nil, fmt.Errorf("put %q in %s: disk I/O error", "k", secretPath)
+	}}}}
+	newHost(t, url, natsapi.Options{Logger: slog.New(slog.NewTextHandler(logs, nil))}, failing)
+	nc := natstest.Connect(t, url)
+
+	_, err := ask(nc, 5*time.Second)
+	var re *wire.RemoteError
+	if !errors.As(err, &re) || re.Code != wire.CodeInternal {
+		t.Fatalf("a failing call answered %v, want a 500", err)
+	}
+	if strings.Contains(re.Message, secretPath) || strings.Contains(re.Message, "disk I/O") {
+		t.Fatalf("the caller reads the backend's text: %q", re.Message)
+	}
+	ref := re.Message[strings.LastIndex(re.Message, "log ref ")+len("log ref ") : len(re.Message)-1]
+	if !strings.Contains(re.Message, sayer) || len(ref) != 12 {
+		t.Fatalf("the message %q names neither the call nor a log reference", re.Message)
+	}
+	if log := logs.String(); !strings.Contains(log, ref) || !strings.Contains(log, secretPath) {
+		t.Fatalf("the log lacks the reference %s or the error's text:\n%s", ref, log)
+	}
+
+	msg, err := nc.Request(sayer, []byte("bad"), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := msg.Header.Get(wire.ErrorHeader); msg.Header.Get(wire.ErrorCodeHeader) != "400" || !strings.Contains(got, `field "key"`) {
+		t.Fatalf("a 400 answered %s %q, want its text naming the field", msg.Header.Get(wire.ErrorCodeHeader), got)
+	}
+}

@@ -1,0 +1,177 @@
+package contracttests
+
+import (
+	"errors"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/abi-engine/engine/ports"
+)
+
+// The cases of this file hold every adapter to the bounds of ports/limits.go
+// and to the same refusals of input one backend cannot keep (NUL in JSON),
+// so no deploy meets a new refusal when it changes adapters and no caller
+// makes one call do unbounded work.
+
+// nested is a JSON object nesting depth levels: {"a":{"a":...{"leaf":1}}}.
+func nested(depth int) map[string]any {
+	m := map[string]any{"leaf": 1.0}
+	for range depth - 1 {
+		m = map[string]any{"a": m}
+	}
+	return m
+}
+
+// nestedArray is a JSON array nesting depth levels: [[...[1]...]].
+func nestedArray(depth int) any {
+	var v any = []any{1.0}
+	for range depth - 1 {
+		v = []any{v}
+	}
+	return v
+}
+
+func wantInvalid(t *testing.T, what string, err error) {
+	t.Helper()
+	if !errors.Is(err, ports.ErrInvalidArgument) {
+		t.Errorf("%s: err %v, want ErrInvalidArgument", what, err)
+	}
+}
+
+// docDepthIsBounded: a document nesting MaxDepth levels is stored and its
+// collection stays queryable with where and order_by; one level more is
+// refused, in an object or an array.
+func docDepthIsBounded(t *testing.T, open func(t *testing.T) ports.DocumentStore) {
+	s := open(t)
+	docEnsure(t, s, "c")
+	deepest := nested(ports.MaxDepth)
+	deepest["n"] = 1.0
+	docPut(t, s, "c", "deepest", deepest)
+	docPut(t, s, "c", "flat", map[string]any{"n": 2.0})
+	for name, data := range map[string]map[string]any{
+		"an object": nested(ports.MaxDepth + 1),
+		"an array":  {"a": nestedArray(ports.MaxDepth)},
+	} {
+		_, err := s.Put(ctx(t), "c", "deeper", data, ports.Cond{})
+		wantInvalid(t, "Put "+name+" nesting one level past MaxDepth", err)
+	}
+	docMustBeMissing(t, s, "c", "deeper")
+	found, _, err := s.Find(ctx(t), "c", ports.Query{Where: map[string]any{"n": 1.0}, OrderBy: "a"})
+	if err != nil || len(found) != 1 || found[0].ID != "deepest" {
+		t.Fatalf("Find where n=1 order by a = %v, %v; want the deepest document", docIDs(found), err)
+	}
+	if n, err := s.Count(ctx(t), "c", map[string]any{"n": 2.0}); err != nil || n != 1 {
+		t.Fatalf("Count where n=2 = %d, %v; want 1", n, err)
+	}
+	_, _, err = s.Find(ctx(t), "c", ports.Query{Where: map[string]any{"a": nested(ports.MaxDepth + 1)}})
+	wantInvalid(t, "Find where a value nests past MaxDepth", err)
+}
+
+// docNULIsRefused: NUL in a string or a field name of data or where is
+// refused by every adapter, since PostgreSQL's jsonb cannot keep it.
+func docNULIsRefused(t *testing.T, open func(t *testing.T) ports.DocumentStore) {
+	s := open(t)
+	docEnsure(t, s, "c")
+	docPut(t, s, "c", "d", map[string]any{"v": "kept"})
+	for name, data := range map[string]map[string]any{
+		"a string":        {"v": "a\x00b"},
+		"a nested string": {"o": map[string]any{"l": []any{"x", "\x00"}}},
+		"a field name":    {"a\x00": 1.0},
+		"a nested field":  {"o": map[string]any{"\x00": 1.0}},
+		"only NUL":        {"v": "\x00"},
+	} {
+		_, err := s.Put(ctx(t), "c", "d", data, ports.Cond{})
+		wantInvalid(t, "Put with NUL in "+name, err)
+	}
+	docSameData(t, "after refused Puts", docMustGet(t, s, "c", "d").Data, map[string]any{"v": "kept"})
+	_, _, err := s.Find(ctx(t), "c", ports.Query{Where: map[string]any{"v": "kept\x00"}})
+	wantInvalid(t, "Find where a string holds NUL", err)
+	_, err = s.Count(ctx(t), "c", map[string]any{"v": []any{"\x00"}})
+	wantInvalid(t, "Count where a string holds NUL", err)
+}
+
+// docFindLimitIsBounded: MaxPage is a page; more, up to the largest int,
+// is refused rather than overflowing into no limit at all.
+func docFindLimitIsBounded(t *testing.T, open func(t *testing.T) ports.DocumentStore) {
+	s := open(t)
+	docSample(t, s)
+	if found, _, err := s.Find(ctx(t), "c", ports.Query{Limit: ports.MaxPage}); err != nil || len(found) != 7 {
+		t.Fatalf("Find limit MaxPage = %d documents, %v; want 7", len(found), err)
+	}
+	for _, limit := range []int{ports.MaxPage + 1, math.MaxInt32, math.MaxInt} {
+		_, _, err := s.Find(ctx(t), "c", ports.Query{Limit: limit})
+		wantInvalid(t, "Find with a limit past MaxPage", err)
+	}
+}
+
+// kvTTLIsBounded: a TTL that would round to zero ("never expires") and one
+// past MaxTTL are refused; the bounds themselves are taken.
+func kvTTLIsBounded(t *testing.T, open func(t *testing.T) ports.KeyValue) {
+	kv := open(t)
+	for _, ttl := range []time.Duration{time.Nanosecond, ports.MinTTL - 1, ports.MaxTTL + time.Second, math.MaxInt64} {
+		wantInvalid(t, "Set with TTL "+ttl.String(), kv.Set(ctx(t), "k", []byte("v"), ttl))
+		_, err := kv.SetIfAbsent(ctx(t), "k", []byte("v"), ttl)
+		wantInvalid(t, "SetIfAbsent with TTL "+ttl.String(), err)
+	}
+	kvMustBeMissing(t, kv, "k")
+	kvSet(t, kv, "long", []byte("v"), ports.MaxTTL)
+	kvMustGet(t, kv, "long", []byte("v"))
+	kvSet(t, kv, "short", []byte("v"), ports.MinTTL)
+}
+
+// kvListKeysLimitIsBounded: ListKeys takes MaxPage and refuses more.
+func kvListKeysLimitIsBounded(t *testing.T, open func(t *testing.T) ports.KeyValue) {
+	kv := open(t)
+	kvSet(t, kv, "k", []byte("v"), 0)
+	if keys, _, err := kv.ListKeys(ctx(t), "", ports.MaxPage, ""); err != nil || len(keys) != 1 {
+		t.Fatalf("ListKeys limit MaxPage = %q, %v; want [k]", keys, err)
+	}
+	for _, limit := range []int{ports.MaxPage + 1, math.MaxInt} {
+		_, _, err := kv.ListKeys(ctx(t), "", limit, "")
+		wantInvalid(t, "ListKeys with a limit past MaxPage", err)
+	}
+}
+
+// objListLimitIsBounded: List takes MaxPage and refuses more.
+func objListLimitIsBounded(t *testing.T, open func(t *testing.T) ports.ObjectStorage, _ ObjectStorageCapabilities) {
+	s := open(t)
+	objPut(t, s, "k", "v", ports.PutObjectOptions{})
+	if infos, _, err := s.List(ctx(t), "", ports.MaxPage, ""); err != nil || len(infos) != 1 {
+		t.Fatalf("List limit MaxPage = %d objects, %v; want 1", len(infos), err)
+	}
+	for _, limit := range []int{ports.MaxPage + 1, math.MaxInt} {
+		_, _, err := s.List(ctx(t), "", limit, "")
+		wantInvalid(t, "List with a limit past MaxPage", err)
+	}
+}
+
+// vsInputIsBounded: dimension, k and payloads are held to the port's
+// bounds, and NUL in a payload is refused as in a document.
+func vsInputIsBounded(t *testing.T, open func(t *testing.T) ports.VectorStore, _ VectorStoreCapabilities) {
+	s := open(t)
+	wantInvalid(t, "CreateCollection past MaxDimension", s.CreateCollection(ctx(t), "huge", ports.MaxDimension+1, ports.MetricDot))
+	vsCreate(t, s, "v", 2, ports.MetricDot)
+	for name, payload := range map[string]map[string]any{
+		"NUL in a string":       {"k": "a\x00"},
+		"NUL in a field name":   {"\x00": 1.0},
+		"nesting past MaxDepth": nested(ports.MaxDepth + 1),
+	} {
+		err := s.Upsert(ctx(t), "v", []ports.Vector{{ID: "a", Values: []float32{1, 0}, Payload: payload}})
+		wantInvalid(t, "Upsert a payload with "+name, err)
+	}
+	if n := vsCount(t, s, "v"); n != 0 {
+		t.Fatalf("refused upserts left %d vectors", n)
+	}
+	vsUpsert(t, s, "v", ports.Vector{ID: "a", Values: []float32{1, 0}, Payload: map[string]any{"k": strings.Repeat("x", 3)}})
+	if got, err := s.Search(ctx(t), "v", []float32{1, 0}, ports.MaxK, nil); err != nil || len(got) != 1 {
+		t.Fatalf("Search k MaxK = %d results, %v; want 1", len(got), err)
+	}
+	for _, k := range []int{ports.MaxK + 1, math.MaxInt} {
+		_, err := s.Search(ctx(t), "v", []float32{1, 0}, k, nil)
+		wantInvalid(t, "Search with k past MaxK", err)
+	}
+	_, err := s.Search(ctx(t), "v", []float32{1, 0}, 1, map[string]any{"k": "\x00"})
+	wantInvalid(t, "Search with NUL in the filter", err)
+}
