@@ -16,6 +16,7 @@ import (
 	"github.com/abi-engine/engine/adapters/secondary/natsconn"
 	"github.com/abi-engine/engine/adapters/secondary/natsserver"
 	"github.com/abi-engine/engine/app/config"
+	"github.com/abi-engine/engine/internal/redact"
 )
 
 // statusTimeout bounds the whole status read.
@@ -71,7 +72,7 @@ func readStatus(ctx context.Context, cfg *config.Config, embedded bool) (leaseSt
 	// On embedded defaults a missing broker is the normal state of an
 	// account where nothing runs; anywhere else it is an error.
 	if embedded && !natsserver.Answers(cfg.NATS.URL, time.Second) {
-		return leaseStatus{Reason: "no NATS server answers at " + cfg.NATS.URL}, nil
+		return leaseStatus{Reason: "no NATS server answers at " + redact.URLs(cfg.NATS.URL)}, nil
 	}
 	nc, err := natsconn.Connect(natsOptions(cfg, "abi-engine status"))
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/abi-engine/engine/adapters/secondary/storage"
+	"github.com/abi-engine/engine/internal/redact"
 	"github.com/abi-engine/engine/ports"
 )
 
@@ -48,15 +49,10 @@ func mask(s string) string {
 	return masked
 }
 
-// urlPassword finds the password of a URL's user info, in one URL or a
-// comma-separated list.
-var urlPassword = regexp.MustCompile(`(://[^/@:,\s]*:)[^/@,\s]*@`)
-
-// maskURLs hides the passwords of URLs and of key=value connection
-// strings, wherever they appear in a value.
+// maskURLs hides the credentials of URLs and the passwords of key=value
+// connection strings, wherever they appear in a value.
 func maskURLs(s string) string {
-	s = urlPassword.ReplaceAllString(s, "${1}"+masked+"@")
-	return dsnPassword.ReplaceAllString(s, "${1}"+masked)
+	return dsnPassword.ReplaceAllString(redact.URLs(s), "${1}"+masked)
 }
 
 // maskBlock copies a block's settings with the fields its adapter declares

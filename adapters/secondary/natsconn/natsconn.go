@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/abi-engine/engine/internal/redact"
 )
 
 // Options say how to reach and authenticate to the broker. At most one of
@@ -73,7 +75,7 @@ func Connect(o Options) (*nats.Conn, error) {
 	}
 	nc, err := nats.Connect(o.URL, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("connect to NATS at %s: %w", o.URL, err)
+		return nil, fmt.Errorf("connect to NATS at %s: %w", redact.URLs(o.URL), err)
 	}
 	return nc, nil
 }
