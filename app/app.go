@@ -19,6 +19,10 @@ type Options struct {
 	// Embed: see EngineParams.Embed.
 	Embed  bool
 	Logger *slog.Logger
+	// Transient: the engine lives for one command, such as `engine kv
+	// get`, and leaves the operator's start-time warnings to the engines
+	// that run for good.
+	Transient bool
 }
 
 // AsModule provides a module constructor to the engine: f returns a type
@@ -59,6 +63,7 @@ func Graph(o Options, extra ...fx.Option) fx.Option {
 		fx.Provide(BuildStorage, newEngine),
 		fx.Invoke(CheckStorage),
 		fx.Invoke(func(lc fx.Lifecycle, e *Engine) { lc.Append(fx.StartStopHook(e.Start, e.Stop)) }),
+		callerCheckWarning(),
 		httpAPI(),
 		activityLog(),
 		fx.Options(extra...),

@@ -30,6 +30,7 @@ import (
 	"github.com/abi-engine/engine/app/config"
 	"github.com/abi-engine/engine/domain"
 	"github.com/abi-engine/engine/internal/callerauth"
+	"github.com/abi-engine/engine/internal/redact"
 	"github.com/abi-engine/engine/internal/wire"
 	"github.com/abi-engine/engine/ports"
 )
@@ -179,7 +180,7 @@ func (e *Engine) Status() Status {
 	st := Status{
 		Role: e.p.Config.Role().String(), State: "client", Ready: e.Ready(),
 		InstanceID: me.InstanceID, Host: me.Host, PID: me.PID, Version: me.Version, RolloutID: me.RolloutID,
-		NATS: e.URL(), Services: []ServiceStatus{},
+		NATS: redact.URLs(e.URL()), Services: []ServiceStatus{},
 	}
 	if e.stopping.Load() {
 		st.State = "stopping"
@@ -304,7 +305,7 @@ func (e *Engine) Start(ctx context.Context) (err error) {
 			return err
 		}
 		e.broker = s
-		e.log.Info("no NATS server answered; embedded one", "url", e.url, "data", cfg.DataDir)
+		e.log.Info("no NATS server answered; embedded one", "url", redact.URLs(e.url), "data", cfg.DataDir)
 	}
 	if e.session, err = e.connect("abi-engine", true); err != nil {
 		return err
@@ -535,7 +536,7 @@ func (e *Engine) report() {
 		"role", e.p.Config.Role().String(),
 		"state", state,
 		"rollout", e.p.Holder.RolloutID,
-		"nats", e.url,
+		"nats", redact.URLs(e.url),
 		"http", e.p.Config.HTTP.Listen,
 	}
 	if e.Outcome() != domain.OutcomeClient {

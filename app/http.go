@@ -50,8 +50,13 @@ func (v engineView) Status() any { return v.e.Status() }
 func (v engineView) Ready() bool { return v.e.Ready() }
 
 // Start listens at once, so a taken port fails the start, and serves in a
-// goroutine. The engine has claimed by now: its services are known.
+// goroutine. The engine has claimed by now: its services are known. With
+// http.listen off it does nothing.
 func (h *HTTP) Start(context.Context) error {
+	if h.cfg.Off() {
+		h.log.Info("HTTP API off")
+		return nil
+	}
 	s := h.engine.Services()
 	handler := httpapi.NewHandler(httpapi.Options{
 		Engine: engineView{h.engine},
@@ -60,6 +65,8 @@ func (h *HTTP) Start(context.Context) error {
 		},
 		Metrics: h.metrics,
 		Token:   h.cfg.Token,
+		Listen:  h.cfg.Listen,
+		Hosts:   h.cfg.Hosts,
 		Logger:  h.log,
 	})
 	srv, err := httpapi.Listen(h.cfg.Listen, handler, h.log)

@@ -141,7 +141,7 @@ func (c *command) withEngine(cf *clientFlags, stderr io.Writer, f func(ctx conte
 	cfg.HTTP.Listen = "127.0.0.1:0"
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	var eng *app.Engine
-	a := c.newApp(app.Options{Config: cfg, Embed: cf.embedded(), Logger: log}, fx.Populate(&eng))
+	a := c.newApp(app.Options{Config: cfg, Embed: cf.embedded(), Logger: log, Transient: true}, fx.Populate(&eng))
 	if err := a.Err(); err != nil {
 		return fail(stderr, dig.RootCause(err))
 	}

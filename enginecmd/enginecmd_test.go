@@ -44,7 +44,7 @@ func TestUsage(t *testing.T) {
 func TestConfigCheck(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good.yaml")
-	if err := os.WriteFile(good, []byte("nats:\n  url: nats://user:hunter2@127.0.0.1:4222\n  caller_secret: s3cret\nservices:\n  vector_store: {adapter: off}\n"), 0o600); err != nil {
+	if err := os.WriteFile(good, []byte("nats:\n  url: nats://user:hunter2@127.0.0.1:4222,nats://T0KENs3cret@127.0.0.2:4222\n  caller_secret: s3cret-s3cret-s3cret-s3cret-s3cret\nhttp: {token: httpt0ken}\nservices:\n  vector_store: {adapter: off}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	var stdout, stderr bytes.Buffer
@@ -57,7 +57,7 @@ func TestConfigCheck(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
-	for _, secret := range []string{"hunter2", "s3cret"} {
+	for _, secret := range []string{"hunter2", "s3cret", "T0KENs3cret", "httpt0ken"} {
 		if strings.Contains(out, secret) {
 			t.Errorf("output shows the secret %q:\n%s", secret, out)
 		}
@@ -189,5 +189,24 @@ func TestRunWithAProgramsAdapterAndModule(t *testing.T) {
 	}
 	if strings.Contains(out, "hidden-password") {
 		t.Errorf("config check shows the adapter's secret:\n%s", out)
+	}
+}
+
+func TestConfigCheckRefusesACallerSecretThatCameOutEmpty(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "engine.yaml")
+	if err := os.WriteFile(path, []byte("nats:\n  url: nats://u:hunter2@nats:4222\n  caller_secret: ${ENGINE_CALLER_SECRET}\nhttp: {token: tok}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("ENGINE_CALLER_SECRET", "")
+	var stderr bytes.Buffer
+	code := Run([]string{"config", "check", "--config", path}, io.Discard, &stderr, Options{})
+	msg := stderr.String()
+	if code != exitError || !strings.Contains(msg, "nats.caller_secret") || !strings.Contains(msg, "ENGINE_CALLER_SECRET") {
+		t.Fatalf("config check = %d, %q; want 1 naming the key and the variable", code, msg)
+	}
+	stderr.Reset()
+	if code := Run([]string{"serve", "--config", path}, io.Discard, &stderr, Options{}); code != exitError || !strings.Contains(stderr.String(), "ENGINE_CALLER_SECRET") {
+		t.Fatalf("serve = %d, %q; want 1 naming the variable", code, stderr.String())
 	}
 }

@@ -35,6 +35,9 @@ type Config struct {
 	lines  map[string]int
 	// fromEnv maps a key path to the variable that overrode it.
 	fromEnv map[string]string
+	// emptyVars maps a line of the file to the "${VAR}"s on it that
+	// expanded to nothing.
+	emptyVars map[int][]string
 }
 
 // NATS is the connection and the engine's part on its account.
@@ -42,8 +45,10 @@ type NATS struct {
 	// URL is one server URL or a comma-separated list.
 	URL         string      `yaml:"url"`
 	Credentials Credentials `yaml:"credentials"`
-	// CallerSecret, when set, makes callers sign their requests.
-	CallerSecret string `yaml:"caller_secret"`
+	// CallerSecret, when set, makes callers sign their requests. Leaving
+	// the key out is the only way to run without caller tokens: a key that
+	// is present must hold at least MinCallerSecret bytes.
+	CallerSecret string `yaml:"caller_secret,omitempty"`
 	Engine       Engine `yaml:"engine"`
 }
 
@@ -80,12 +85,28 @@ type Engine struct {
 	HotStandby bool `yaml:"hot_standby"`
 }
 
+// MinCallerSecret is the shortest caller secret accepted, in bytes: the
+// tokens are HS256, whose key should be no shorter than its hash.
+const MinCallerSecret = 32
+
+// HTTPOff as http.listen switches the HTTP API off.
+const HTTPOff = "off"
+
 // HTTP is the HTTP API's listener.
 type HTTP struct {
+	// Listen is host:port, or HTTPOff.
 	Listen string `yaml:"listen"`
 	// Token, when set, is required as a bearer token on every request.
 	Token string `yaml:"token"`
+	// Hosts are the names, besides the listen address, that a request's
+	// Host header may carry when no token is set: what keeps a web page in
+	// a browser from reaching the API through a name it controls (DNS
+	// rebinding). A name is a host, or host:port to allow that port only.
+	Hosts []string `yaml:"hosts,omitempty"`
 }
+
+// Off reports whether the HTTP API is switched off.
+func (h HTTP) Off() bool { return h.Listen == HTTPOff }
 
 // Services holds one block per storage service. Secret is a list of
 // sources (a single block is read as a list of one); the others are one

@@ -78,10 +78,11 @@ func Parse(source string, data []byte, getenv func(string) string) (*Config, err
 	c.source = source
 	c.lines = map[string]int{}
 	c.fromEnv = map[string]string{}
-	expanded, err := expand(data, getenv)
+	expanded, empty, err := expand(data, getenv)
 	if err != nil {
 		return nil, &Error{Source: source, Line: lineOf(err), Err: err}
 	}
+	c.emptyVars = empty
 	if err := c.decode(expanded); err != nil {
 		return nil, err
 	}
@@ -112,32 +113,39 @@ var varName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // expand replaces each "${NAME}" with the variable's value; an unset
 // variable is "". It runs on the text before YAML sees it, so a value that
-// holds YAML syntax should be quoted in the file.
-func expand(data []byte, getenv func(string) string) ([]byte, error) {
+// holds YAML syntax should be quoted in the file. empty maps each line to
+// the variables on it that expanded to nothing, so a secret that came out
+// empty can be refused naming its variable.
+func expand(data []byte, getenv func(string) string) (out []byte, empty map[int][]string, err error) {
 	if !bytes.Contains(data, []byte("${")) {
-		return data, nil
+		return data, nil, nil
 	}
-	var out bytes.Buffer
+	var buf bytes.Buffer
+	empty = map[int][]string{}
 	rest := data
 	line := 1
 	for {
 		i := bytes.Index(rest, []byte("${"))
 		if i < 0 {
-			out.Write(rest)
-			return out.Bytes(), nil
+			buf.Write(rest)
+			return buf.Bytes(), empty, nil
 		}
 		line += bytes.Count(rest[:i], []byte("\n"))
-		out.Write(rest[:i])
+		buf.Write(rest[:i])
 		rest = rest[i+2:]
 		end := bytes.IndexAny(rest, "}\n")
 		if end < 0 || rest[end] != '}' {
-			return nil, &expandError{line: line, msg: `"${" without a closing "}" on its line`}
+			return nil, nil, &expandError{line: line, msg: `"${" without a closing "}" on its line`}
 		}
 		name := string(rest[:end])
 		if !varName.MatchString(name) {
-			return nil, &expandError{line: line, msg: fmt.Sprintf("${%s}: %q is not a variable name", name, name)}
+			return nil, nil, &expandError{line: line, msg: fmt.Sprintf("${%s}: %q is not a variable name", name, name)}
 		}
-		out.WriteString(getenv(name))
+		v := getenv(name)
+		if v == "" {
+			empty[line] = append(empty[line], name)
+		}
+		buf.WriteString(v)
 		rest = rest[end+1:]
 	}
 }

@@ -11,12 +11,13 @@ import (
 
 	"github.com/abi-engine/engine/adapters/secondary/storage"
 	"github.com/abi-engine/engine/domain"
+	"github.com/abi-engine/engine/internal/redact"
 	"github.com/abi-engine/engine/ports"
 )
 
 // validate checks every value and names the first bad one by its key.
 func (c *Config) validate() error {
-	for _, check := range []func() error{c.validateNATS, c.validateEngine, c.validateHTTP, c.validateServices} {
+	for _, check := range []func() error{c.validateNATS, c.validateEngine, c.validateHTTP, c.validateCallers, c.validateServices} {
 		if err := check(); err != nil {
 			return err
 		}
@@ -32,17 +33,18 @@ func (c *Config) validateNATS() error {
 		return c.errAt("nats.url", errors.New("is empty"))
 	}
 	for _, raw := range strings.Split(c.NATS.URL, ",") {
-		u, err := url.Parse(strings.TrimSpace(raw))
+		raw = strings.TrimSpace(raw)
+		u, err := url.Parse(raw)
 		if err != nil {
-			return c.errAt("nats.url", fmt.Errorf("%q is not a URL", raw))
+			return c.errAt("nats.url", fmt.Errorf("%q is not a URL", redact.URLs(raw)))
 		}
 		switch u.Scheme {
 		case "nats", "tls", "ws", "wss":
 		default:
-			return c.errAt("nats.url", fmt.Errorf("%q: want a nats://, tls://, ws:// or wss:// URL", u.Redacted()))
+			return c.errAt("nats.url", fmt.Errorf("%q: want a nats://, tls://, ws:// or wss:// URL", redact.URLs(raw)))
 		}
 		if u.Host == "" {
-			return c.errAt("nats.url", fmt.Errorf("%q has no host", u.Redacted()))
+			return c.errAt("nats.url", fmt.Errorf("%q has no host", redact.URLs(raw)))
 		}
 	}
 	cr := c.NATS.Credentials
@@ -95,10 +97,22 @@ func (c *Config) validateEngine() error {
 }
 
 func (c *Config) validateHTTP() error {
+	if v := c.emptyVar("http.token"); v != "" && c.HTTP.Token == "" {
+		return c.errFromVar("http.token", v, errors.New(
+			"the variable is empty or unset; set it, or leave the key out to run the HTTP API without a token"))
+	}
+	for i, h := range c.HTTP.Hosts {
+		if h == "" || strings.ContainsAny(h, "/@ \t") {
+			return c.errAt("http.hosts", fmt.Errorf("entry %d %q: want a host name, or host:port", i, h))
+		}
+	}
+	if c.HTTP.Off() {
+		return nil
+	}
 	// An empty host listens on every interface, which is allowed.
 	_, port, err := net.SplitHostPort(c.HTTP.Listen)
 	if err != nil {
-		return c.errAt("http.listen", fmt.Errorf("%q: want host:port", c.HTTP.Listen))
+		return c.errAt("http.listen", fmt.Errorf("%q: want host:port, or off", c.HTTP.Listen))
 	}
 	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
 		return c.errAt("http.listen", fmt.Errorf("%q: port %q is not 0 to 65535", c.HTTP.Listen, port))
@@ -141,4 +155,50 @@ func (c *Config) validateServices() error {
 		}
 	}
 	return nil
+}
+
+// validateCallers keeps caller checking from being switched off by
+// mistake: a caller_secret key that is present must hold a secret, a
+// variable that expands to nothing is named, and a secret comes with an
+// HTTP API that is guarded or off, since the API calls the services on
+// behalf of whoever reaches it.
+func (c *Config) validateCallers() error {
+	const key = "nats.caller_secret"
+	secret := c.NATS.CallerSecret
+	if secret == "" {
+		if _, present := c.lines[key]; !present {
+			return nil
+		}
+		if v := c.emptyVar(key); v != "" {
+			return c.errFromVar(key, v, errors.New(
+				"the variable is empty or unset; set it, or leave the key out to run without caller tokens"))
+		}
+		return c.errAt(key, fmt.Errorf(
+			"is empty; set a secret of at least %d bytes, or leave the key out to run without caller tokens", MinCallerSecret))
+	}
+	if len(secret) < MinCallerSecret {
+		return c.errAt(key, fmt.Errorf(
+			"is %d bytes, want at least %d (for example the output of `openssl rand -base64 32`)", len(secret), MinCallerSecret))
+	}
+	if c.HTTP.Token == "" && !c.HTTP.Off() {
+		return c.errAt("http.token", fmt.Errorf(
+			"is empty while nats.caller_secret is set: the HTTP API at %s would call every service for anyone who reaches it, unsigned; set http.token, or set http.listen to off",
+			c.HTTP.Listen))
+	}
+	return nil
+}
+
+// emptyVar names the "${VAR}"s on key's line that expanded to nothing,
+// "" when none did.
+func (c *Config) emptyVar(key string) string {
+	line, ok := c.lines[key]
+	if !ok {
+		return ""
+	}
+	return strings.Join(c.emptyVars[line], ", ")
+}
+
+// errFromVar is an error about a key whose value came from variables.
+func (c *Config) errFromVar(key, vars string, err error) error {
+	return &Error{Source: c.source, Line: c.lines[key], Key: key, Env: vars, Err: err}
 }

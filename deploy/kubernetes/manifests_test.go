@@ -167,6 +167,8 @@ func engineConfig(t *testing.T, m manifests, rollout string) *config.Config {
 	for k := range m.secret.StringData {
 		env[k] = "test-" + strings.ToLower(k)
 	}
+	// The caller secret must be 32 bytes at least.
+	env["ABI_CALLER_SECRET"] = strings.Repeat("test-abi_caller_secret ", 2)
 	env["ABI_PG_DSN"] = "postgres://engine:pw@db:5432/engine"
 	env["ABI_S3_ENDPOINT"] = "https://s3.example.com"
 	cfg, err := config.Parse("engine.yaml", []byte(src), func(k string) string { return env[k] })

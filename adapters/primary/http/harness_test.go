@@ -126,6 +126,12 @@ func (a *api) do(method, path string, body io.Reader, header ...string) (*http.R
 		req.Header.Set("Authorization", "Bearer "+a.token)
 	}
 	for i := 0; i+1 < len(header); i += 2 {
+		if header[i] == "Host" {
+			if header[i+1] != "" {
+				req.Host = header[i+1]
+			}
+			continue
+		}
 		req.Header.Set(header[i], header[i+1])
 	}
 	resp, err := http.DefaultClient.Do(req)

@@ -70,13 +70,11 @@ func parseRange(h string, size int64) (r byteRange, ok bool, err error) {
 
 func etag(e string) string { return strconv.Quote(e) }
 
-func objectHeaders(w http.ResponseWriter, info ports.ObjectInfo) {
+func objectHeaders(w http.ResponseWriter, key string, info ports.ObjectInfo) {
 	h := w.Header()
 	h.Set("Accept-Ranges", "bytes")
 	h.Set("ETag", etag(info.ETag))
-	if info.ContentType != "" {
-		h.Set("Content-Type", info.ContentType)
-	}
+	objectSafety(h, key, info.ContentType)
 	if !info.Modified.IsZero() {
 		h.Set("Last-Modified", info.Modified.UTC().Format(http.TimeFormat))
 	}
@@ -97,7 +95,7 @@ func (a *api) objGet(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if match := r.Header.Get("If-None-Match"); match == etag(info.ETag) || match == "*" {
-			objectHeaders(w, info)
+			objectHeaders(w, key, info)
 			w.WriteHeader(http.StatusNotModified)
 			return
 		}
@@ -108,7 +106,7 @@ func (a *api) objGet(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if r.Method == http.MethodHead {
-			objectHeaders(w, info)
+			objectHeaders(w, key, info)
 			w.Header().Set("Content-Length", strconv.FormatInt(info.Size, 10))
 			return
 		}
@@ -137,7 +135,7 @@ func (a *api) sendObject(w http.ResponseWriter, r *http.Request, key, version st
 		a.fail(w, r, fmt.Errorf("object %q changed while its range was read; ask again: %w", key, ports.ErrConflict))
 		return
 	}
-	objectHeaders(w, info)
+	objectHeaders(w, key, info)
 	length, code := info.Size, http.StatusOK
 	if rng != nil {
 		length, code = rng.length, http.StatusPartialContent

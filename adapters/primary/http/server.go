@@ -52,7 +52,13 @@ type Options struct {
 	Metrics *Metrics
 	// Token, when set, is required as a bearer token on every route but
 	// /healthz and /readyz.
-	Token  string
+	Token string
+	// Listen is the address the API listens on, and Hosts the other names
+	// it is known by: without a token, a request to any route but
+	// /healthz and /readyz must name one of them, or an IP address, as
+	// its Host (see hostCheck).
+	Listen string
+	Hosts  []string
 	Logger *slog.Logger
 	// MaxBody is DefaultMaxBody when <= 0.
 	MaxBody int64
@@ -102,9 +108,11 @@ func NewHandler(o Options) http.Handler {
 	rest := jsonErrors(guarded)
 	if o.Token != "" {
 		rest = bearer(o.Token, rest)
+	} else {
+		rest = hostCheck(o.Listen, o.Hosts, rest)
 	}
 	open.Handle("/", rest)
-	return open
+	return nosniff(open)
 }
 
 // routes registers the REST surface.

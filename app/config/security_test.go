@@ -1,0 +1,103 @@
+package config_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/abi-engine/engine/app/config"
+	"github.com/abi-engine/engine/domain"
+)
+
+func TestCallerSecretCannotBeSilentlyOff(t *testing.T) {
+	cases := []struct {
+		name, src string
+		getenv    func(string) string
+		// want are the parts of the error; none when the file is valid.
+		want []string
+	}{
+		{name: "KeyLeftOut", src: "nats: {url: \"nats://h:4222\"}\n", getenv: env()},
+		{name: "VariableUnset", src: "nats:\n  caller_secret: ${ENGINE_CALLER_SECRET}\nhttp: {token: tok}\n", getenv: env(),
+			want: []string{"engine.yaml line 2", "nats.caller_secret", "ENGINE_CALLER_SECRET", "empty or unset", "leave the key out"}},
+		{name: "VariableQuotedAndEmpty", src: "nats:\n  caller_secret: \"${S}\"\nhttp: {token: tok}\n", getenv: env("S", ""),
+			want: []string{"line 2", "nats.caller_secret (from S)", "empty or unset"}},
+		{name: "LiteralEmpty", src: "nats:\n  caller_secret: \"\"\nhttp: {token: tok}\n", getenv: env(),
+			want: []string{"line 2", "nats.caller_secret", "is empty", "leave the key out"}},
+		{name: "NullValue", src: "nats:\n  caller_secret:\nhttp: {token: tok}\n", getenv: env(),
+			want: []string{"line 2", "nats.caller_secret", "is empty"}},
+		{name: "TooShort", src: "nats:\n  caller_secret: ${S}\nhttp: {token: tok}\n", getenv: env("S", callerSecret[:31]),
+			want: []string{"line 2", "nats.caller_secret", "is 31 bytes, want at least 32"}},
+		{name: "LongEnough", src: "nats:\n  caller_secret: ${S}\nhttp: {token: tok}\n", getenv: env("S", callerSecret)},
+		{name: "HTTPUnguarded", src: "nats:\n  caller_secret: ${S}\n", getenv: env("S", callerSecret),
+			want: []string{"http.token", "is empty while nats.caller_secret is set", "127.0.0.1:8080", "unsigned", "http.listen to off"}},
+		{name: "HTTPOff", src: "nats:\n  caller_secret: ${S}\nhttp: {listen: off}\n", getenv: env("S", callerSecret)},
+		{name: "HTTPTokenVariableUnset", src: "http: {token: \"${ABI_HTTP_TOKEN}\"}\n", getenv: env(),
+			want: []string{"line 1", "http.token (from ABI_HTTP_TOKEN)", "empty or unset"}},
+		{name: "HTTPTokenLiteralEmpty", src: "http: {token: \"\"}\n", getenv: env()},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := config.Parse("engine.yaml", []byte(c.src), c.getenv)
+			if len(c.want) == 0 {
+				if err != nil {
+					t.Fatalf("Parse: %v", err)
+				}
+				return
+			}
+			if err == nil || !errors.Is(err, domain.ErrInvalidConfig) {
+				t.Fatalf("Parse = %v, want a configuration error", err)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not say %q", err, w)
+				}
+			}
+			if strings.Contains(err.Error(), callerSecret[:31]) {
+				t.Errorf("error %q shows the secret", err)
+			}
+		})
+	}
+}
+
+// credentialURLs are the URL forms that carry NATS credentials, each with
+// the secret it must not show.
+var credentialURLs = []struct{ name, url, secret string }{
+	{"UserPassword", "nats://engine:natspw@nats-1:4222", "natspw"},
+	{"Token", "nats://T0KENs3cret@nats-1:4222", "T0KENs3cret"},
+	{"SeveralURLs", "nats://a:listpw1@n1:4222,nats://listtok2@n2:4222", "listpw1,listtok2"},
+	{"TLS", "tls://engine:tlspw@nats-1:4222", "tlspw"},
+	{"WebSocket", "ws://engine:wspw@nats-1:8080", "wspw"},
+	{"SecureWebSocket", "wss://wsstoken@nats-1:443", "wsstoken"},
+}
+
+func TestURLCredentialsAreMaskedInTheRenderingAndInErrors(t *testing.T) {
+	for _, u := range credentialURLs {
+		t.Run(u.name, func(t *testing.T) {
+			c := parse(t, "nats: {url: \""+u.url+"\"}\n", env())
+			out, err := c.Masked().YAML()
+			if err != nil {
+				t.Fatal(err)
+			}
+			bad := "nats: {url: \"" + strings.Replace(u.url, "://", "x://", 1) + "\"}\n"
+			_, perr := config.Parse("engine.yaml", []byte(bad), env())
+			if perr == nil {
+				t.Fatalf("a URL of an unknown scheme loads: %s", bad)
+			}
+			fromEnv := strings.ReplaceAll(u.url, ",", "/%zz,") + "/%zz"
+			_, eerr := config.Parse("engine.yaml", nil, env(config.EnvNATSURL, fromEnv))
+			if eerr == nil {
+				t.Fatalf("an unparsable URL from %s loads", config.EnvNATSURL)
+			}
+			for _, s := range strings.Split(u.secret, ",") {
+				for where, text := range map[string]string{"rendering": string(out), "scheme error": perr.Error(), "parse error": eerr.Error()} {
+					if strings.Contains(text, s) {
+						t.Errorf("the %s shows %q: %s", where, s, text)
+					}
+					if !strings.Contains(text, "***") {
+						t.Errorf("the %s masks nothing: %s", where, text)
+					}
+				}
+			}
+		})
+	}
+}
