@@ -103,6 +103,7 @@ func TestLinearizable(t *testing.T) {
 	w.stopClients()
 
 	w.rec.summary(t, set)
+	t.Logf("engine transitions, by the state moved to: %s", w.ev.transitions())
 	w.check("keyvalue", kvModel, w.rec.kv)
 	w.check("document", docModel, w.rec.doc)
 }
@@ -117,9 +118,10 @@ type world struct {
 	ev    *events
 	rec   *recorder
 
-	mu      sync.Mutex
-	engines []*engine
-	marks   []porcupine.Annotation
+	mu       sync.Mutex
+	engines  []*engine
+	marks    []porcupine.Annotation
+	evidence string // where a failure's drawings and logs go
 
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -309,8 +311,9 @@ func (w *world) tails() string {
 func (w *world) keepLogs() {
 	dir := w.failureDir()
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	for i, e := range w.engines {
+	engines := w.engines
+	w.mu.Unlock()
+	for i, e := range engines {
 		path := filepath.Join(dir, fmt.Sprintf("engine-%d-%s.log", i+1, e.release))
 		if err := os.WriteFile(path, []byte(e.output()), 0o644); err == nil {
 			w.t.Logf("log of %s: %s", e, path)
@@ -318,20 +321,25 @@ func (w *world) keepLogs() {
 	}
 }
 
-var failureDirOnce = sync.OnceValues(func() (string, error) { return os.MkdirTemp("", "linearizable-") })
-
 // failureDir is where a failing run leaves its evidence: the test's
-// artifact directory with -artifacts, otherwise a directory that outlives
-// the test, since the evidence is for reading after it.
+// artifact directory with -artifacts, otherwise a directory of its own
+// that outlives the test, since the evidence is for reading after it.
 func (w *world) failureDir() string {
-	if f := flag.Lookup("test.artifacts"); f != nil && f.Value.String() == "true" {
-		return w.t.ArtifactDir()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.evidence != "" {
+		return w.evidence
 	}
-	dir, err := failureDirOnce()
+	if f := flag.Lookup("test.artifacts"); f != nil && f.Value.String() == "true" {
+		w.evidence = w.t.ArtifactDir()
+		return w.evidence
+	}
+	dir, err := os.MkdirTemp("", "linearizable-")
 	if err != nil {
 		w.t.Logf("no directory for the evidence: %v; using the artifact directory", err)
-		return w.t.ArtifactDir()
+		dir = w.t.ArtifactDir()
 	}
+	w.evidence = dir
 	return dir
 }
 
@@ -372,6 +380,8 @@ func (w *world) startClients() {
 		}
 		w.clients.Go(cl.run)
 	}
+	// Before their connections close, which were registered earlier.
+	w.t.Cleanup(w.stopClients)
 }
 
 func (w *world) stopClients() {
@@ -634,11 +644,12 @@ func (r *recorder) summary(t *testing.T, set setting) {
 type events struct {
 	mu     sync.Mutex
 	states map[string]string // instance id -> latest state
+	counts map[string]int    // transitions seen, by the state moved to
 	wake   chan struct{}     // closed and replaced on every event
 }
 
 func watchEvents(t *testing.T, nc *nats.Conn) *events {
-	ev := &events{states: map[string]string{}, wake: make(chan struct{})}
+	ev := &events{states: map[string]string{}, counts: map[string]int{}, wake: make(chan struct{})}
 	_, err := nc.Subscribe(wire.EventsSubject, func(m *nats.Msg) {
 		var e wire.EngineEvent
 		if err := json.Unmarshal(m.Data, &e); err != nil {
@@ -647,6 +658,7 @@ func watchEvents(t *testing.T, nc *nats.Conn) *events {
 		}
 		ev.mu.Lock()
 		ev.states[e.InstanceID] = e.To
+		ev.counts[e.To]++
 		close(ev.wake)
 		ev.wake = make(chan struct{})
 		ev.mu.Unlock()
@@ -664,6 +676,12 @@ func (ev *events) state(instance string) string {
 	ev.mu.Lock()
 	defer ev.mu.Unlock()
 	return ev.states[instance]
+}
+
+func (ev *events) transitions() string {
+	ev.mu.Lock()
+	defer ev.mu.Unlock()
+	return fmt.Sprint(ev.counts)
 }
 
 func (ev *events) changed() <-chan struct{} {
