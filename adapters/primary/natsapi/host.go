@@ -64,17 +64,22 @@ type Service struct {
 
 // JSON adapts a typed handler: the body is decoded strictly into Req (an
 // unknown field or malformed JSON is a 400 naming it), Resp is encoded.
+// The hot bodies have hand readers and writers (wire.FastDecoder and
+// wire.FastEncoder); a body a hand reader does not take goes to Decode,
+// which refuses it or reads it as before.
 func JSON[Req, Resp any](f func(ctx context.Context, req Req) (Resp, error)) HandlerFunc {
 	return func(ctx context.Context, call *Call) ([]byte, error) {
 		var req Req
-		if err := Decode(call.Data, &req); err != nil {
-			return nil, err
+		if d, ok := any(&req).(wire.FastDecoder); !ok || !d.DecodeJSON(call.Data) {
+			if err := Decode(call.Data, &req); err != nil {
+				return nil, err
+			}
 		}
 		resp, err := f(ctx, req)
 		if err != nil {
 			return nil, err
 		}
-		return json.Marshal(resp)
+		return wire.Marshal(resp)
 	}
 }
 

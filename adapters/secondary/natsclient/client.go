@@ -6,7 +6,6 @@ package natsclient
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -64,7 +63,7 @@ func (c *Client) Conn() *nats.Conn { return c.nc }
 // that matches the ports' sentinel errors. A request or an answer too
 // large for one message travels in chunks (overflow.go).
 func (c *Client) Call(ctx context.Context, subject string, req, resp any) error {
-	data, err := json.Marshal(req)
+	data, err := wire.Marshal(req)
 	if err != nil {
 		return fmt.Errorf("%s: encode: %w", subject, err)
 	}
@@ -75,7 +74,7 @@ func (c *Client) Call(ctx context.Context, subject string, req, resp any) error 
 	if resp == nil {
 		return nil
 	}
-	if err := json.Unmarshal(answer, resp); err != nil {
+	if err := wire.Unmarshal(answer, resp); err != nil {
 		return fmt.Errorf("%s: decode the answer: %w", subject, err)
 	}
 	return nil
@@ -152,7 +151,17 @@ func Retryable(subject string) bool {
 	if subject == wire.OverflowOpenSubject {
 		return true
 	}
-	t := strings.Split(subject, ".")
+	// The tokens go into an array on the stack: this runs on every call.
+	var tokens [6]string
+	n := 0
+	for tok := range strings.SplitSeq(subject, ".") {
+		if n == len(tokens) {
+			return false
+		}
+		tokens[n] = tok
+		n++
+	}
+	t := tokens[:n]
 	switch {
 	case len(t) == 5 && t[0] == "abi" && t[1] == "svc" && t[3] == "v1":
 		return true

@@ -2,6 +2,8 @@ package natsclient
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/abi-engine/engine/internal/wire"
@@ -18,14 +20,29 @@ func NewKeyValue(c *Client) KeyValue { return KeyValue{c: c} }
 
 func kvSubject(op string) string { return wire.Subject(ports.ServiceKeyValue, op) }
 
-// Get implements ports.KeyValue.
+// kvGet is the subject of the hottest call, built once.
+var kvGet = kvSubject(wire.KVGet)
+
+// Get implements ports.KeyValue. It writes and reads its bodies by hand
+// rather than through Call, which takes them as interfaces, so that a get
+// allocates as little as it can.
 func (k KeyValue) Get(ctx context.Context, key string) ([]byte, error) {
 	if err := text("key", key); err != nil {
 		return nil, err
 	}
+	answer, err := k.c.exchange(ctx, kvGet, wire.KVKey{Key: key}.AppendJSON(make([]byte, 0, 16+len(key))))
+	if err != nil {
+		return nil, err
+	}
 	var out wire.KVValue
-	err := k.c.Call(ctx, kvSubject(wire.KVGet), wire.KVKey{Key: key}, &out)
-	return out.Value, err
+	if wire.Blank(answer) || !out.DecodeJSON(answer) {
+		var lenient wire.KVValue
+		if err := json.Unmarshal(answer, &lenient); err != nil {
+			return nil, fmt.Errorf("%s: decode the answer: %w", kvGet, err)
+		}
+		out = lenient
+	}
+	return out.Value, nil
 }
 
 // Set implements ports.KeyValue.

@@ -14,6 +14,10 @@ import (
 	"github.com/abi-engine/engine/internal/wire"
 )
 
+// overflowOn is the value of the overflow header on every call; nats.go
+// only reads it, so one slice serves them all.
+var overflowOn = []string{"1"}
+
 // closeTimeout bounds the close of a session.
 const closeTimeout = 5 * time.Second
 
@@ -28,7 +32,7 @@ const requestHeadroom = 8 << 10
 func (c *Client) exchange(ctx context.Context, subject string, data []byte) ([]byte, error) {
 	large := len(data) > int(c.nc.MaxPayload())-requestHeadroom
 	for attempt := 0; ; attempt++ {
-		header := nats.Header{wire.OverflowHeader: {"1"}}
+		header := nats.Header{wire.OverflowHeader: overflowOn}
 		body := data
 		var upload wire.SessionOpened
 		if large {
