@@ -40,6 +40,9 @@ type Call struct {
 	Header  nats.Header
 	// Caller is who signed the call; "" when callers do not sign.
 	Caller string
+	// Who is whom the call's sessions and bytes count against: Caller,
+	// or, when callers do not sign, the connection the call came from.
+	Who string
 }
 
 // HandlerFunc answers a call. ctx ends when the engine fences or the drain
@@ -117,6 +120,9 @@ type Options struct {
 	Replies *nats.Conn
 	// MaxConcurrent bounds the calls handled at once; 0 means 64.
 	MaxConcurrent int
+	// MaxQueued bounds the calls that wait for one of those slots; a call
+	// beyond it is answered 503 at once. 0 means 256.
+	MaxQueued int
 	// MayServe is asked before each call; false answers 503. nil: always.
 	MayServe func() bool
 	// CallerSecret, when set, requires every call to carry a valid token.
@@ -136,7 +142,8 @@ type Options struct {
 type Host struct {
 	opts     Options
 	services []Service
-	sem      chan struct{}
+	sem      chan struct{} // a slot per call running
+	queue    chan struct{} // a place per call waiting for a slot
 	calls    counter
 
 	mu     sync.Mutex
@@ -160,6 +167,9 @@ func NewHost(opts Options, services ...Service) (*Host, error) {
 	if opts.MaxConcurrent <= 0 {
 		opts.MaxConcurrent = 64
 	}
+	if opts.MaxQueued <= 0 {
+		opts.MaxQueued = 256
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -169,7 +179,12 @@ func NewHost(opts Options, services ...Service) (*Host, error) {
 	if opts.MayServe == nil {
 		opts.MayServe = func() bool { return true }
 	}
-	return &Host{opts: opts, services: services, sem: make(chan struct{}, opts.MaxConcurrent)}, nil
+	return &Host{
+		opts:     opts,
+		services: services,
+		sem:      make(chan struct{}, opts.MaxConcurrent),
+		queue:    make(chan struct{}, opts.MaxQueued),
+	}, nil
 }
 
 // Serve opens the accepting connection and subscribes every endpoint. It
@@ -234,17 +249,21 @@ func (h *Host) Serving() bool {
 // InFlight is how many received calls are not answered yet.
 func (h *Host) InFlight() int { return h.calls.value() }
 
-// dispatch counts a call the moment it arrives and answers it on a
-// goroutine of its own, so a slow call never holds up the subscription.
+// dispatch counts a call the moment it arrives, checks its token and
+// admits it, all on the subscription's goroutine, so a flood of unsigned
+// or surplus calls costs no goroutine each. An admitted call runs on a
+// goroutine of its own, so a slow call never holds up the subscription:
+// at once when a slot is free, else after waiting in a bounded queue;
+// beyond the queue it is answered 503 at once. At most MaxConcurrent +
+// MaxQueued goroutines run calls, whatever arrives.
 func (h *Host) dispatch(ctx context.Context, service, op string, handle HandlerFunc) micro.HandlerFunc {
 	return func(req micro.Request) {
 		h.calls.add()
 		start := time.Now()
 		call := &Call{Subject: req.Subject(), Data: req.Data(), Header: nats.Header(req.Headers())}
 		reply := req.Reply()
-		go func() {
+		finish := func(data []byte, err error) {
 			defer h.calls.done()
-			data, err := h.handle(ctx, handle, call)
 			h.reply(reply, call, data, err)
 			if h.opts.OnCall != nil {
 				code := 200
@@ -253,30 +272,79 @@ func (h *Host) dispatch(ctx context.Context, service, op string, handle HandlerF
 				}
 				h.opts.OnCall(service, op, code, time.Since(start))
 			}
-		}()
+		}
+		if err := h.identify(call, reply); err != nil {
+			finish(nil, err)
+			return
+		}
+		select {
+		case h.sem <- struct{}{}:
+			go func() {
+				defer func() { <-h.sem }()
+				finish(h.handle(ctx, handle, call))
+			}()
+			return
+		default:
+		}
+		select {
+		case h.queue <- struct{}{}:
+			go func() {
+				select {
+				case h.sem <- struct{}{}:
+					<-h.queue
+					defer func() { <-h.sem }()
+					finish(h.handle(ctx, handle, call))
+				case <-ctx.Done():
+					<-h.queue
+					finish(nil, fmt.Errorf("%w: the engine stopped before the call ran", wire.ErrUnavailable))
+				}
+			}()
+		default:
+			finish(nil, fmt.Errorf("%w: %d calls run and %d wait, the most this engine takes; try again later",
+				wire.ErrUnavailable, h.opts.MaxConcurrent, h.opts.MaxQueued))
+		}
 	}
 }
 
+// identify checks the call's token, when callers sign, and names whom the
+// call counts against: the token's subject, or the connection it came from
+// (its reply subject up to the last token, the connection's inbox prefix).
+func (h *Host) identify(call *Call, reply string) error {
+	if len(h.opts.CallerSecret) > 0 {
+		caller, err := callerauth.Verify(h.opts.CallerSecret, call.Header.Get(wire.AuthHeader))
+		if err != nil {
+			return fmt.Errorf("%w: %w", wire.ErrUnauthorized, err)
+		}
+		call.Caller, call.Who = caller, caller
+		return nil
+	}
+	call.Who = connectionOf(reply)
+	return nil
+}
+
+// connectionOf names the connection a reply subject leads to: a NATS
+// client's inboxes share a prefix per connection (_INBOX.<random>.<n>).
+// Without tokens the account is the only boundary, and a caller who wants
+// to may pose as many connections; the share then bounds the careless.
+func connectionOf(reply string) string {
+	if i := strings.LastIndexByte(reply, '.'); i > 0 {
+		return "connection " + reply[:i]
+	}
+	return "connection " + reply
+}
+
 func (h *Host) handle(ctx context.Context, handle HandlerFunc, call *Call) ([]byte, error) {
-	select {
-	case h.sem <- struct{}{}:
-		defer func() { <-h.sem }()
-	case <-ctx.Done():
+	if ctx.Err() != nil {
 		return nil, fmt.Errorf("%w: the engine stopped before the call ran", wire.ErrUnavailable)
 	}
 	if !h.opts.MayServe() {
 		return nil, fmt.Errorf("%w: the engine does not hold the lease", wire.ErrUnavailable)
 	}
-	if len(h.opts.CallerSecret) > 0 {
-		caller, err := callerauth.Verify(h.opts.CallerSecret, call.Header.Get(wire.AuthHeader))
-		if err != nil {
-			return nil, fmt.Errorf("%w: %w", wire.ErrUnauthorized, err)
-		}
-		call.Caller = caller
-	}
-	if err := h.uploaded(call); err != nil {
+	release, err := h.uploaded(call)
+	if err != nil {
 		return nil, err
 	}
+	defer release()
 	data, err := handle(ctx, call)
 	if err != nil && ctx.Err() != nil {
 		return nil, fmt.Errorf("%w: the engine stopped the call while it ran: %w", wire.ErrInterrupted, err)

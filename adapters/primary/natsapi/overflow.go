@@ -23,6 +23,7 @@ const (
 	DefaultMaxOverflowValue  = 256 << 20
 	DefaultMaxOverflowParked = 1 << 30
 	DefaultOverflowChunkSize = 1 << 20
+	DefaultUploadIdle        = 5 * time.Second
 	// replyHeadroom is kept free of a reply's body in a message, for the
 	// headers that may travel with it.
 	replyHeadroom = 4 << 10
@@ -44,6 +45,15 @@ type OverflowOptions struct {
 	MaxValue int64
 	// MaxParked bounds the bytes all sessions hold; 0 means 1 GiB.
 	MaxParked int64
+	// MaxOpenPerCaller bounds the sessions of one caller (see Call.Who);
+	// 0 means a quarter of MaxOpen.
+	MaxOpenPerCaller int
+	// MaxParkedPerCaller bounds the bytes one caller's sessions and calls
+	// hold; 0 means a quarter of MaxParked, and never less than MaxValue.
+	MaxParkedPerCaller int64
+	// UploadIdle closes an upload that receives no write for this long,
+	// which frees the bytes it reserved; 0 means 5 s.
+	UploadIdle time.Duration
 	// ChunkSize is the most data one message carries; 0 means 1 MiB, or
 	// half the connection's max payload when that is less.
 	ChunkSize int
@@ -56,13 +66,16 @@ type OverflowOptions struct {
 // in its Options parks the large replies of calls that carry
 // Abi-Overflow: 1 and serves the upload opens on abi.rpc.overflow.open.
 type OverflowHost struct {
-	t         *sessionTable
-	chunk     int
-	maxValue  int64
-	maxParked int64
+	t          *sessionTable
+	chunk      int
+	maxValue   int64
+	maxParked  int64
+	maxPerWho  int64
+	uploadIdle time.Duration
 
-	mu     sync.Mutex
-	parked int64
+	mu       sync.Mutex
+	parked   int64
+	parkedBy map[string]int64 // by Call.Who
 }
 
 var _ SessionHost = (*OverflowHost)(nil)
@@ -73,7 +86,8 @@ func NewOverflowHost(opts OverflowOptions) (*OverflowHost, error) {
 	if opts.Owner == "" || opts.Conn == nil {
 		return nil, errors.New("natsapi: an overflow host needs an Owner and a Conn")
 	}
-	if opts.Idle < 0 || opts.MaxOpen < 0 || opts.MaxValue < 0 || opts.MaxParked < 0 || opts.ChunkSize < 0 {
+	if opts.Idle < 0 || opts.MaxOpen < 0 || opts.MaxValue < 0 || opts.MaxParked < 0 || opts.ChunkSize < 0 ||
+		opts.MaxOpenPerCaller < 0 || opts.MaxParkedPerCaller < 0 || opts.UploadIdle < 0 {
 		return nil, fmt.Errorf("natsapi: overflow limits %+v: none may be negative", opts)
 	}
 	if opts.Idle == 0 {
@@ -88,6 +102,15 @@ func NewOverflowHost(opts OverflowOptions) (*OverflowHost, error) {
 	if opts.MaxParked == 0 {
 		opts.MaxParked = DefaultMaxOverflowParked
 	}
+	if opts.MaxOpenPerCaller == 0 {
+		opts.MaxOpenPerCaller = max(1, opts.MaxOpen/4)
+	}
+	if opts.MaxParkedPerCaller == 0 {
+		opts.MaxParkedPerCaller = min(opts.MaxParked, max(opts.MaxValue, opts.MaxParked/4))
+	}
+	if opts.UploadIdle == 0 {
+		opts.UploadIdle = DefaultUploadIdle
+	}
 	most := int(opts.Conn.MaxPayload() / 2)
 	switch {
 	case opts.ChunkSize == 0:
@@ -99,10 +122,14 @@ func NewOverflowHost(opts OverflowOptions) (*OverflowHost, error) {
 		opts.Logger = slog.Default()
 	}
 	h := &OverflowHost{
-		t:         newSessionTable("overflow session", wire.OverflowPrefix, opts.Owner, opts.Conn, opts.CallerSecret, opts.Idle, opts.MaxOpen, opts.Logger),
-		chunk:     opts.ChunkSize,
-		maxValue:  opts.MaxValue,
-		maxParked: opts.MaxParked,
+		t: newSessionTable("overflow session", wire.OverflowPrefix, opts.Owner, opts.Conn, opts.CallerSecret,
+			opts.Idle, opts.MaxOpen, opts.MaxOpenPerCaller, opts.Logger),
+		chunk:      opts.ChunkSize,
+		maxValue:   opts.MaxValue,
+		maxParked:  opts.MaxParked,
+		maxPerWho:  opts.MaxParkedPerCaller,
+		uploadIdle: opts.UploadIdle,
+		parkedBy:   map[string]int64{},
 	}
 	h.t.ops[wire.SessionWrite] = h.write
 	h.t.ops[wire.SessionRead] = h.read
@@ -127,9 +154,10 @@ func (h *OverflowHost) Wait(ctx context.Context) error { return h.t.wait(ctx) }
 func (h *OverflowHost) Stop() { h.t.stop() }
 
 // held is a parked reply, or a request being uploaded (upload true), with
-// the bytes it has reserved of the parked budget.
+// the bytes it has reserved of the parked budget, counted against who.
 type held struct {
 	h        *OverflowHost
+	who      string
 	data     []byte
 	reserved int64
 	upload   bool
@@ -137,40 +165,56 @@ type held struct {
 }
 
 func (p *held) release() {
-	p.h.mu.Lock()
-	p.h.parked -= p.reserved
-	p.h.mu.Unlock()
+	p.h.unreserve(p.who, p.reserved)
+	p.reserved = 0
 	p.data = nil
 }
 
-// reserve takes n bytes of the parked budget.
-func (h *OverflowHost) reserve(n int64) error {
+// reserve takes n bytes of the parked budget, and of who's share of it.
+func (h *OverflowHost) reserve(who string, n int64) error {
 	if n > h.maxValue {
 		return fmt.Errorf("%w: %d bytes, more than the %d an overflow session holds", ports.ErrTooLarge, n, h.maxValue)
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.parkedBy[who]+n > h.maxPerWho {
+		return fmt.Errorf("%w: %d more bytes would pass the %d one caller holds (%s holds %d)",
+			wire.ErrUnavailable, n, h.maxPerWho, who, h.parkedBy[who])
+	}
 	if h.parked+n > h.maxParked {
 		return fmt.Errorf("%w: %d more bytes would pass the %d this engine parks", wire.ErrUnavailable, n, h.maxParked)
 	}
 	h.parked += n
+	h.parkedBy[who] += n
 	return nil
 }
 
-func (h *OverflowHost) unreserve(n int64) {
+func (h *OverflowHost) unreserve(who string, n int64) {
 	h.mu.Lock()
+	defer h.mu.Unlock()
 	h.parked -= n
-	h.mu.Unlock()
+	if h.parkedBy[who] -= n; h.parkedBy[who] <= 0 {
+		delete(h.parkedBy, who)
+	}
 }
 
-// start opens a session holding p, its bytes reserved.
-func (h *OverflowHost) start(caller string, p *held) (*session, error) {
-	if err := h.reserve(p.reserved); err != nil {
+// Parked is how many bytes sessions and running calls hold.
+func (h *OverflowHost) Parked() int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.parked
+}
+
+// start opens a session holding p, its bytes reserved, for caller (who
+// may use it) and p.who (whose share it takes); it closes after idle
+// without a call.
+func (h *OverflowHost) start(caller string, p *held, idle time.Duration) (*session, error) {
+	if err := h.reserve(p.who, p.reserved); err != nil {
 		return nil, err
 	}
-	s, err := h.t.add(caller)
+	s, err := h.t.add(caller, p.who, idle)
 	if err != nil {
-		h.unreserve(p.reserved)
+		h.unreserve(p.who, p.reserved)
 		return nil, err
 	}
 	s.mu.Lock()
@@ -181,8 +225,8 @@ func (h *OverflowHost) start(caller string, p *held) (*session, error) {
 
 // park keeps a reply until its caller fetches it. The call has run, so a
 // refusal is not 503 (which would have the caller send it again) but 413.
-func (h *OverflowHost) park(caller string, data []byte) (*session, error) {
-	s, err := h.start(caller, &held{h: h, data: data, reserved: int64(len(data))})
+func (h *OverflowHost) park(call *Call, data []byte) (*session, error) {
+	s, err := h.start(call.Caller, &held{h: h, who: call.Who, data: data, reserved: int64(len(data))}, h.t.idle)
 	if err != nil && !errors.Is(err, ports.ErrTooLarge) {
 		return nil, fmt.Errorf("%w: a reply of %d bytes cannot be parked: %v", ports.ErrTooLarge, len(data), err)
 	}
@@ -205,7 +249,7 @@ func (h *OverflowHost) service() Service {
 				if req.Size < 0 {
 					return nil, fmt.Errorf("%w: field \"size\": %d, want 0 or more", ports.ErrInvalidArgument, req.Size)
 				}
-				s, err := h.start(call.Caller, &held{h: h, reserved: req.Size, upload: true})
+				s, err := h.start(call.Caller, &held{h: h, who: call.Who, reserved: req.Size, upload: true}, h.uploadIdle)
 				if err != nil {
 					return nil, err
 				}
@@ -259,12 +303,17 @@ func (h *OverflowHost) read(s *session, call *sessionCall) (nats.Header, []byte,
 	return chunkHeader(seq, seq == chunks-1), p.data[start:end], nil
 }
 
-// take hands over an uploaded request body and closes its session.
-func (h *OverflowHost) take(id, secret, caller string) ([]byte, error) {
+// take hands over an uploaded request body and closes its session. The
+// bytes stay reserved until the call that takes them ends, when it calls
+// release: a body decoded and worked on is in memory as much as a parked
+// one.
+func (h *OverflowHost) take(id, secret, caller string) (data []byte, release func(), err error) {
 	if owner := wire.OwnerOf(id); owner != h.t.owner {
-		return nil, fmt.Errorf("%w: the uploaded request %q is held by engine %q", wire.ErrUnavailable, id, owner)
+		return nil, nil, fmt.Errorf("%w: the uploaded request %q is held by engine %q", wire.ErrUnavailable, id, owner)
 	}
-	data, err := h.t.use(wire.SessionRef{ID: id, Secret: secret}, caller, func(s *session) ([]byte, error) {
+	var who string
+	var n int64
+	data, err = h.t.use(wire.SessionRef{ID: id, Secret: secret}, caller, func(s *session) ([]byte, error) {
 		p := s.state.(*held)
 		if !p.upload {
 			return nil, fmt.Errorf("%w: overflow session %q is a reply, not a request", ports.ErrInvalidArgument, id)
@@ -272,31 +321,36 @@ func (h *OverflowHost) take(id, secret, caller string) ([]byte, error) {
 		if int64(len(p.data)) != p.reserved {
 			return nil, fmt.Errorf("%w: overflow request %q: %d of %d bytes uploaded", ports.ErrInvalidArgument, id, len(p.data), p.reserved)
 		}
-		data := p.data
+		data, who, n = p.data, p.who, p.reserved
+		p.reserved = 0 // handed over to the call with the data
 		h.t.closeLocked(s)
 		return data, nil
 	})
 	if errors.Is(err, ports.ErrNotFound) {
-		return nil, fmt.Errorf("%w: header %s: no uploaded request %q (expired?)", ports.ErrInvalidArgument, wire.OverflowRequestHeader, id)
+		return nil, nil, fmt.Errorf("%w: header %s: no uploaded request %q (expired?)", ports.ErrInvalidArgument, wire.OverflowRequestHeader, id)
 	}
-	return data, err
+	if err != nil {
+		return nil, nil, err
+	}
+	return data, func() { h.unreserve(who, n) }, nil
 }
 
-// uploaded replaces the body of a call that names an uploaded request.
-func (h *Host) uploaded(call *Call) error {
+// uploaded replaces the body of a call that names an uploaded request;
+// release frees its bytes once the call has ended.
+func (h *Host) uploaded(call *Call) (release func(), err error) {
 	id := call.Header.Get(wire.OverflowRequestHeader)
 	if id == "" {
-		return nil
+		return func() {}, nil
 	}
 	if h.opts.Overflow == nil {
-		return fmt.Errorf("%w: header %s: this engine takes no uploaded requests", ports.ErrInvalidArgument, wire.OverflowRequestHeader)
+		return nil, fmt.Errorf("%w: header %s: this engine takes no uploaded requests", ports.ErrInvalidArgument, wire.OverflowRequestHeader)
 	}
-	data, err := h.opts.Overflow.take(id, call.Header.Get(wire.OverflowSecretHeader), call.Caller)
+	data, release, err := h.opts.Overflow.take(id, call.Header.Get(wire.OverflowSecretHeader), call.Caller)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	call.Data = data
-	return nil
+	return release, nil
 }
 
 // parkIfLarge parks a reply too large for one message when the call can
@@ -310,7 +364,7 @@ func (h *Host) parkIfLarge(call *Call, data []byte) (nats.Header, []byte, error)
 		return nil, nil, fmt.Errorf("%w: the reply of %d bytes passes the %d one message holds; send %s: 1 to fetch it in chunks",
 			ports.ErrTooLarge, len(data), most, wire.OverflowHeader)
 	}
-	s, err := h.opts.Overflow.park(call.Caller, data)
+	s, err := h.opts.Overflow.park(call, data)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -32,6 +32,7 @@ type sessionTable struct {
 	secret  []byte // the caller secret; nil when callers do not sign
 	idle    time.Duration
 	max     int
+	maxWho  int // the most sessions one caller (see Call.Who) holds
 	ops     map[string]sessionOp
 	logger  *slog.Logger
 	sem     chan struct{} // bounds the session calls handled at once
@@ -40,12 +41,15 @@ type sessionTable struct {
 	sub      *nats.Subscription
 	stopped  bool
 	sessions map[string]*session
+	byWho    map[string]int
 	open     counter
 }
 
 // session is one open session. Its calls run one at a time, under mu.
 type session struct {
 	id, secret, caller string
+	who                string        // whose share the session takes
+	idle               time.Duration // closes it after this long without a call
 	// ctx ends when the session closes: whatever works for it stops.
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -80,7 +84,7 @@ func (c *sessionCall) seq() (int64, error) {
 // session's lock, after the session's context has ended.
 type sessionState interface{ release() }
 
-func newSessionTable(kind, prefix, owner string, nc *nats.Conn, secret []byte, idle time.Duration, maxOpen int, logger *slog.Logger) *sessionTable {
+func newSessionTable(kind, prefix, owner string, nc *nats.Conn, secret []byte, idle time.Duration, maxOpen, maxPerCaller int, logger *slog.Logger) *sessionTable {
 	return &sessionTable{
 		kind:     kind,
 		owner:    owner,
@@ -89,10 +93,12 @@ func newSessionTable(kind, prefix, owner string, nc *nats.Conn, secret []byte, i
 		secret:   secret,
 		idle:     idle,
 		max:      maxOpen,
+		maxWho:   maxPerCaller,
 		ops:      map[string]sessionOp{},
 		logger:   logger,
 		sem:      make(chan struct{}, 64),
 		sessions: map[string]*session{},
+		byWho:    map[string]int{},
 	}
 }
 
@@ -165,10 +171,11 @@ func (t *sessionTable) handle(msg *nats.Msg) (nats.Header, []byte, error) {
 	return header, data, err
 }
 
-// add opens a session for caller, or refuses when the engine stops or
-// holds as many as it may. The caller of add sets the state.
-func (t *sessionTable) add(caller string) (*session, error) {
-	s := &session{id: t.owner + ":" + randomHex(), secret: randomHex(), caller: caller, last: time.Now()}
+// add opens a session for caller, counted against who, that closes after
+// idle without a call; or refuses when the engine stops or holds as many
+// as it may, in all or for who. The caller of add sets the state.
+func (t *sessionTable) add(caller, who string, idle time.Duration) (*session, error) {
+	s := &session{id: t.owner + ":" + randomHex(), secret: randomHex(), caller: caller, who: who, idle: idle, last: time.Now()}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	// The timer is set under the session's lock, which its expiry takes.
 	s.mu.Lock()
@@ -182,10 +189,14 @@ func (t *sessionTable) add(caller string) (*session, error) {
 	case len(t.sessions) >= t.max:
 		s.cancel()
 		return nil, fmt.Errorf("%w: %d %ss are open, the most this engine holds; try again later", wire.ErrUnavailable, t.max, t.kind)
+	case t.byWho[who] >= t.maxWho:
+		s.cancel()
+		return nil, fmt.Errorf("%w: %s holds %d %ss, the most one caller holds; try again later", wire.ErrUnavailable, who, t.maxWho, t.kind)
 	}
 	t.sessions[s.id] = s
+	t.byWho[who]++
 	t.open.add()
-	s.timer = time.AfterFunc(t.idle, func() { t.expire(s) })
+	s.timer = time.AfterFunc(idle, func() { t.expire(s) })
 	return s, nil
 }
 
@@ -215,11 +226,11 @@ func (t *sessionTable) expire(s *session) {
 	if s.closed {
 		return
 	}
-	if wait := t.idle - time.Since(s.last); wait > 0 {
+	if wait := s.idle - time.Since(s.last); wait > 0 {
 		s.timer.Reset(wait)
 		return
 	}
-	t.logger.Info("session expired", "kind", t.kind, "id", s.id, "idle", t.idle)
+	t.logger.Info("session expired", "kind", t.kind, "id", s.id, "who", s.who, "idle", s.idle)
 	t.closeLocked(s)
 }
 
@@ -245,6 +256,9 @@ func (t *sessionTable) closeLocked(s *session) {
 	}
 	t.mu.Lock()
 	delete(t.sessions, s.id)
+	if t.byWho[s.who]--; t.byWho[s.who] <= 0 {
+		delete(t.byWho, s.who)
+	}
 	t.mu.Unlock()
 	t.open.done()
 }

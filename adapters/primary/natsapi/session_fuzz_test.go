@@ -98,11 +98,11 @@ func FuzzTransferRequests(f *testing.F) {
 				}
 			})
 		}
-		put, err := h.open(store, "", wire.TransferOpen{Mode: wire.TransferPut, Key: "k"})
+		put, err := h.open(store, "", "", wire.TransferOpen{Mode: wire.TransferPut, Key: "k"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		get, err := h.open(store, "", wire.TransferOpen{Mode: wire.TransferGet, Key: "obj"})
+		get, err := h.open(store, "", "", wire.TransferOpen{Mode: wire.TransferGet, Key: "obj"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -141,11 +141,11 @@ func FuzzOverflowRequests(f *testing.F) {
 		if _, err := open.Handler(context.Background(), &Call{Data: body}); !expected(err) {
 			t.Fatalf("open(%q): unexpected error %v", body, err)
 		}
-		reply, err := h.park("", []byte("a parked reply of forty bytes, near it."))
+		reply, err := h.park(&Call{}, []byte("a parked reply of forty bytes, near it."))
 		if err != nil {
 			t.Fatal(err)
 		}
-		up, err := h.start("", &held{h: h, reserved: 8, upload: true})
+		up, err := h.start("", &held{h: h, reserved: 8, upload: true}, time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -161,8 +161,12 @@ func FuzzOverflowRequests(f *testing.F) {
 				t.Fatalf("%s seq %q body %q: unexpected error %v", op, seq, body, err)
 			}
 		})
-		if _, err := h.take(ref.ID, seq, ""); !expected(err) {
+		_, release, err := h.take(ref.ID, seq, "")
+		if !expected(err) {
 			t.Fatalf("take(%q, %q): unexpected error %v", ref.ID, seq, err)
+		}
+		if err == nil {
+			release()
 		}
 	})
 }

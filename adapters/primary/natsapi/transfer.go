@@ -41,6 +41,9 @@ type TransferOptions struct {
 	Idle time.Duration
 	// MaxOpen bounds the open transfers; 0 means 32.
 	MaxOpen int
+	// MaxOpenPerCaller bounds the transfers of one caller (see Call.Who);
+	// 0 means a quarter of MaxOpen.
+	MaxOpenPerCaller int
 	// ChunkSize is the most data one message carries; 0 means 64 KiB. It
 	// may not pass half the connection's max payload, which leaves room
 	// for base64 and the JSON around it.
@@ -66,7 +69,7 @@ func NewTransferHost(opts TransferOptions) (*TransferHost, error) {
 	if opts.Owner == "" || opts.Conn == nil {
 		return nil, errors.New("natsapi: a transfer host needs an Owner and a Conn")
 	}
-	if opts.Idle < 0 || opts.MaxOpen < 0 || opts.ChunkSize < 0 {
+	if opts.Idle < 0 || opts.MaxOpen < 0 || opts.ChunkSize < 0 || opts.MaxOpenPerCaller < 0 {
 		return nil, fmt.Errorf("natsapi: transfer limits %v idle, %d open, %d-byte chunks: none may be negative", opts.Idle, opts.MaxOpen, opts.ChunkSize)
 	}
 	if opts.Idle == 0 {
@@ -74,6 +77,9 @@ func NewTransferHost(opts TransferOptions) (*TransferHost, error) {
 	}
 	if opts.MaxOpen == 0 {
 		opts.MaxOpen = DefaultMaxTransfers
+	}
+	if opts.MaxOpenPerCaller == 0 {
+		opts.MaxOpenPerCaller = max(1, opts.MaxOpen/4)
 	}
 	most := int(opts.Conn.MaxPayload() / 2)
 	switch {
@@ -87,7 +93,7 @@ func NewTransferHost(opts TransferOptions) (*TransferHost, error) {
 	}
 	prefix := wire.SubjectPrefix + ports.ServiceObjectStorage + ".v1"
 	h := &TransferHost{
-		t:     newSessionTable("transfer", prefix, opts.Owner, opts.Conn, opts.CallerSecret, opts.Idle, opts.MaxOpen, opts.Logger),
+		t:     newSessionTable("transfer", prefix, opts.Owner, opts.Conn, opts.CallerSecret, opts.Idle, opts.MaxOpen, opts.MaxOpenPerCaller, opts.Logger),
 		chunk: opts.ChunkSize,
 	}
 	h.t.ops[wire.SessionWrite] = h.write
@@ -113,12 +119,12 @@ func (h *TransferHost) Wait(ctx context.Context) error { return h.t.wait(ctx) }
 // Stop closes every transfer; their later calls find nobody.
 func (h *TransferHost) Stop() { h.t.stop() }
 
-// open starts a transfer on store for the caller.
-func (h *TransferHost) open(store ports.ObjectStorage, caller string, req wire.TransferOpen) (wire.SessionOpened, error) {
+// open starts a transfer on store for the caller, counted against who.
+func (h *TransferHost) open(store ports.ObjectStorage, caller, who string, req wire.TransferOpen) (wire.SessionOpened, error) {
 	if req.Mode != wire.TransferPut && req.Mode != wire.TransferGet {
 		return wire.SessionOpened{}, fmt.Errorf("%w: field \"mode\": %q, want \"put\" or \"get\"", ports.ErrInvalidArgument, req.Mode)
 	}
-	s, err := h.t.add(caller)
+	s, err := h.t.add(caller, who, h.t.idle)
 	if err != nil {
 		return wire.SessionOpened{}, err
 	}

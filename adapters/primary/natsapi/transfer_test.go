@@ -342,7 +342,7 @@ func TestAnotherCallerCannotUseATransfer(t *testing.T) {
 func TestTransferLimitsGiveClearErrors(t *testing.T) {
 	url := natstest.StartServer(t).ClientURL()
 	objs := newObjects(t)
-	e := newEngine(t, url, objs, engineOptions{transfers: natsapi.TransferOptions{MaxOpen: 2, Idle: time.Second, ChunkSize: 1024}})
+	e := newEngine(t, url, objs, engineOptions{transfers: natsapi.TransferOptions{MaxOpen: 2, MaxOpenPerCaller: 2, Idle: time.Second, ChunkSize: 1024}})
 	nc := natstest.Connect(t, url)
 
 	var open []wire.SessionOpened

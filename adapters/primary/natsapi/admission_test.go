@@ -1,0 +1,206 @@
+package natsapi_test
+
+import (
+	"encoding/json"
+	"errors"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/abi-engine/engine/adapters/primary/natsapi"
+	"github.com/abi-engine/engine/internal/callerauth"
+	"github.com/abi-engine/engine/internal/natstest"
+	"github.com/abi-engine/engine/internal/wire"
+)
+
+// flood sends n requests on subject at once, with header, and returns the
+// error code of each answer ("" for success), in no order.
+func flood(t *testing.T, nc *nats.Conn, subject string, header nats.Header, n int) []string {
+	t.Helper()
+	inbox := nats.NewInbox()
+	replies := make(chan *nats.Msg, n)
+	sub, err := nc.ChanSubscribe(inbox+".*", replies)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	for i := range n {
+		msg := nats.NewMsg(subject)
+		msg.Reply = inbox + "." + strconv.Itoa(i)
+		for k, v := range header {
+			msg.Header[k] = v
+		}
+		if err := nc.PublishMsg(msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	codes := make([]string, 0, n)
+	timeout := time.After(30 * time.Second)
+	for len(codes) < n {
+		select {
+		case msg := <-replies:
+			codes = append(codes, msg.Header.Get(wire.ErrorCodeHeader))
+		case <-timeout:
+			t.Fatalf("%d of %d answers in 30s", len(codes), n)
+		}
+	}
+	return codes
+}
+
+func count(codes []string, code string) int {
+	n := 0
+	for _, c := range codes {
+		if c == code {
+			n++
+		}
+	}
+	return n
+}
+
+// While every slot is busy and the queue is full, unsigned calls are
+// refused 401 and signed ones 503, each at once and without a goroutine of
+// its own; the calls admitted before all finish once released.
+func TestACallIsAdmittedBeforeItCostsAGoroutine(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	secret := []byte("a caller secret of enough bytes..")
+	e := &echo{name: "a", release: make(chan struct{}), started: make(chan struct{}, 8)}
+	h := newHost(t, url, natsapi.Options{CallerSecret: secret, MaxConcurrent: 2, MaxQueued: 3}, e.service())
+	nc := natstest.Connect(t, url)
+	token, err := callerauth.Sign(secret, "alice", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	signed := nats.Header{wire.AuthHeader: {token}}
+
+	admitted := make(chan []string, 1)
+	go func() { admitted <- flood(t, nc, sayer, signed, 5) }()
+	for range 2 {
+		<-e.started
+	}
+	waitFor(t, func() bool { return h.InFlight() == 5 })
+	before := runtime.NumGoroutine()
+
+	const hostile = 500
+	if codes := flood(t, nc, sayer, nil, hostile); count(codes, "401") != hostile {
+		t.Fatalf("unsigned calls while the engine is busy: %d of %d refused 401", count(codes, "401"), hostile)
+	}
+	codes := flood(t, nc, sayer, signed, hostile)
+	if count(codes, "503") != hostile {
+		t.Fatalf("signed calls past the queue: %d of %d refused 503", count(codes, "503"), hostile)
+	}
+	// Each refused call would have held a goroutine until the release; a
+	// few come and go in the client and the broker.
+	if grown := runtime.NumGoroutine() - before; grown > 50 {
+		t.Fatalf("%d goroutines more after %d refused calls", grown, 2*hostile)
+	}
+	close(e.release)
+	if codes := <-admitted; count(codes, "") != 5 {
+		t.Fatalf("the admitted calls answered %q, want 5 successes", codes)
+	}
+	if got := e.calls.Load(); got != 5 {
+		t.Fatalf("the handler ran %d times, want only the 5 admitted", got)
+	}
+}
+
+// openUpload opens an overflow upload of size bytes and returns it, or the
+// error the engine answered.
+func openUpload(t *testing.T, nc *nats.Conn, size int) (wire.SessionOpened, error) {
+	t.Helper()
+	reply, err := nc.Request(wire.OverflowOpenSubject, []byte(`{"size":`+strconv.Itoa(size)+`}`), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := wire.ErrorFromHeaders(reply.Header.Get(wire.ErrorCodeHeader), reply.Header.Get(wire.ErrorHeader)); err != nil {
+		return wire.SessionOpened{}, err
+	}
+	var up wire.SessionOpened
+	if err := json.Unmarshal(reply.Data, &up); err != nil {
+		t.Fatal(err)
+	}
+	return up, nil
+}
+
+// One caller's uploads take at most its share of the bytes the engine
+// holds; an upload that sends nothing is released after UploadIdle, and
+// another caller is served all along.
+func TestACallerHoldsOnlyItsShareOfOverflowBytes(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	e := newEngine(t, url, newObjects(t), engineOptions{overflow: natsapi.OverflowOptions{
+		MaxValue: 1 << 20, MaxParked: 4 << 20, UploadIdle: 300 * time.Millisecond,
+	}})
+	hostile, bystander := natstest.Connect(t, url), natstest.Connect(t, url)
+	if _, err := openUpload(t, hostile, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	_, err := openUpload(t, hostile, 1)
+	if !errors.Is(err, wire.ErrUnavailable) || !strings.Contains(err.Error(), "one caller holds") {
+		t.Fatalf("an upload past the caller's share: %v, want 503 naming the share", err)
+	}
+	if _, err := openUpload(t, bystander, 1<<20); err != nil {
+		t.Fatalf("another caller's upload while the first holds its share: %v", err)
+	}
+	// Neither sends a byte: both reservations are released.
+	waitFor(t, func() bool { return e.overflow.Parked() == 0 && e.overflow.Open() == 0 })
+	if _, err := openUpload(t, hostile, 1<<20); err != nil {
+		t.Fatalf("an upload once the idle one was released: %v", err)
+	}
+}
+
+// The bytes of an uploaded request count against the budget until the
+// call that takes them ends, not only until it is taken.
+func TestAnUploadedBodyCountsUntilItsCallEnds(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	slow := &echo{name: "a", release: make(chan struct{}), started: make(chan struct{}, 1)}
+	e := newEngine(t, url, newObjects(t), engineOptions{}, slow.service())
+	nc := natstest.Connect(t, url)
+	body := []byte(`{"any":"body"}`)
+	up, err := openUpload(t, nc, len(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sessionCall(nc, wire.OverflowSubject(e.owner, wire.SessionWrite), up.Ref(), 0, body, nil); err != nil {
+		t.Fatal(err)
+	}
+	msg := nats.NewMsg(sayer)
+	msg.Header.Set(wire.OverflowRequestHeader, up.ID)
+	msg.Header.Set(wire.OverflowSecretHeader, up.Secret)
+	done := make(chan error, 1)
+	go func() {
+		_, err := nc.RequestMsg(msg, 10*time.Second)
+		done <- err
+	}()
+	<-slow.started
+	if got := e.overflow.Parked(); got != int64(len(body)) {
+		t.Fatalf("while the call runs the engine counts %d bytes, want the body's %d", got, len(body))
+	}
+	close(slow.release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return e.overflow.Parked() == 0 })
+}
+
+// One caller opens at most its share of transfers; another caller still
+// opens one while it holds them.
+func TestACallerHoldsOnlyItsShareOfTransfers(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	newEngine(t, url, newObjects(t), engineOptions{transfers: natsapi.TransferOptions{MaxOpen: 8}})
+	hostile, bystander := natstest.Connect(t, url), natstest.Connect(t, url)
+	put := wire.TransferOpen{Mode: wire.TransferPut, Key: "k"}
+	for range 2 {
+		if _, err := openTransfer(t, hostile, put, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := openTransfer(t, hostile, put, nil)
+	if !errors.Is(err, wire.ErrUnavailable) || !strings.Contains(err.Error(), "the most one caller holds") {
+		t.Fatalf("a transfer past the caller's share: %v, want 503 naming the share", err)
+	}
+	if _, err := openTransfer(t, bystander, put, nil); err != nil {
+		t.Fatalf("another caller's transfer: %v", err)
+	}
+}
