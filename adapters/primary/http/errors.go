@@ -44,6 +44,8 @@ func StatusOf(err error) int {
 		// The serving engine refused this engine's caller token: the
 		// client did nothing wrong, the engines disagree on the secret.
 		return http.StatusBadGateway
+	case errors.Is(err, errTooSlow):
+		return http.StatusRequestTimeout
 	case errors.Is(err, context.DeadlineExceeded):
 		return http.StatusGatewayTimeout
 	}

@@ -145,7 +145,7 @@ func (a *api) sendObject(w http.ResponseWriter, r *http.Request, key, version st
 	w.WriteHeader(code)
 	a.metrics.SessionOpened(ViaHTTP)
 	defer a.metrics.SessionClosed(ViaHTTP)
-	n, err := io.Copy(w, body)
+	n, err := io.Copy(a.pacedResponse(w), body)
 	a.metrics.Transferred(ViaHTTP, DirectionOut, n)
 	if err != nil {
 		// The status is sent; a short body against its Content-Length is
@@ -176,11 +176,14 @@ func (a *api) objPut(w http.ResponseWriter, r *http.Request) {
 		IfAbsent:    r.Header.Get("If-None-Match") == "*",
 		IfMatch:     strings.Trim(r.Header.Get("If-Match"), `"`),
 	}
-	body := &countingReader{r: r.Body}
+	body := &countingReader{r: a.pacedBody(w, r)}
 	a.metrics.SessionOpened(ViaHTTP)
 	info, err := a.services.ObjectStorage.Put(r.Context(), key, body, opts)
 	a.metrics.SessionClosed(ViaHTTP)
 	a.metrics.Transferred(ViaHTTP, DirectionIn, body.n)
+	// The server's write deadline ran from the request's start; the
+	// upload may have taken longer.
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(a.stall))
 	if err != nil {
 		a.fail(w, r, err)
 		return

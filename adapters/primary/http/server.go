@@ -62,6 +62,11 @@ type Options struct {
 	Logger *slog.Logger
 	// MaxBody is DefaultMaxBody when <= 0.
 	MaxBody int64
+	// MaxTransfers, TransferStall and MinTransferRate bound object
+	// transfers; each is its Default when <= 0.
+	MaxTransfers    int
+	TransferStall   time.Duration
+	MinTransferRate float64
 }
 
 // api holds what the handlers share.
@@ -71,6 +76,10 @@ type api struct {
 	metrics  *Metrics
 	log      *slog.Logger
 	maxBody  int64
+
+	transfers chan struct{} // a slot per object transfer running
+	stall     time.Duration
+	minRate   float64
 }
 
 // NewHandler returns the API's routes.
@@ -84,7 +93,19 @@ func NewHandler(o Options) http.Handler {
 	if o.MaxBody <= 0 {
 		o.MaxBody = DefaultMaxBody
 	}
-	a := &api{engine: o.Engine, services: o.Services, metrics: o.Metrics, log: o.Logger, maxBody: o.MaxBody}
+	if o.MaxTransfers <= 0 {
+		o.MaxTransfers = DefaultMaxTransfers
+	}
+	if o.TransferStall <= 0 {
+		o.TransferStall = DefaultTransferStall
+	}
+	if o.MinTransferRate <= 0 {
+		o.MinTransferRate = DefaultMinTransferRate
+	}
+	a := &api{
+		engine: o.Engine, services: o.Services, metrics: o.Metrics, log: o.Logger, maxBody: o.MaxBody,
+		transfers: make(chan struct{}, o.MaxTransfers), stall: o.TransferStall, minRate: o.MinTransferRate,
+	}
 	open := http.NewServeMux()
 	open.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]bool{"alive": true})
@@ -124,8 +145,8 @@ func (a *api) routes(mux *http.ServeMux) {
 		{"GET /v1/kv/{key...}", ports.ServiceKeyValue, "get", a.kvGet},
 		{"PUT /v1/kv/{key...}", ports.ServiceKeyValue, "set", a.kvSet},
 		{"DELETE /v1/kv/{key...}", ports.ServiceKeyValue, "delete", a.kvDelete},
-		{"GET /v1/objects/{key...}", ports.ServiceObjectStorage, "get", a.objGet},
-		{"PUT /v1/objects/{key...}", ports.ServiceObjectStorage, "put", a.objPut},
+		{"GET /v1/objects/{key...}", ports.ServiceObjectStorage, "get", a.transferSlots(a.objGet)},
+		{"PUT /v1/objects/{key...}", ports.ServiceObjectStorage, "put", a.transferSlots(a.objPut)},
 		{"DELETE /v1/objects/{key...}", ports.ServiceObjectStorage, "delete", a.objDelete},
 		{"GET /v1/documents/{collection}/{id}", ports.ServiceDocument, "get", a.docGet},
 		{"PUT /v1/documents/{collection}/{id}", ports.ServiceDocument, "put", a.docPut},
@@ -207,6 +228,10 @@ func bearer(token string, next http.Handler) http.Handler {
 	})
 }
 
+// requestTimeout bounds reading a request and writing its answer, but for
+// object transfers; an 8 MiB body (DefaultMaxBody) fits at 140 KiB/s.
+const requestTimeout = time.Minute
+
 // Server serves the API on a listener of its own.
 type Server struct {
 	srv  *http.Server
@@ -228,8 +253,17 @@ func Listen(addr string, h http.Handler, logger *slog.Logger) (*Server, error) {
 		return nil, fmt.Errorf("http.listen %s: %w", addr, err)
 	}
 	s := &Server{
-		// No write timeout: an object download lasts as long as it must.
-		srv:  &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)},
+		// A request and its answer are bounded whole; object transfers,
+		// which last as long as their size needs, move these deadlines on
+		// while their client keeps up a minimum rate (see pace).
+		srv: &http.Server{
+			Handler:           h,
+			ReadHeaderTimeout: 10 * time.Second,
+			ReadTimeout:       requestTimeout,
+			WriteTimeout:      requestTimeout,
+			IdleTimeout:       2 * requestTimeout,
+			ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+		},
 		ln:   ln,
 		log:  logger,
 		done: make(chan struct{}),

@@ -77,7 +77,7 @@ func get(kv ports.KeyValue) HandlerFunc {
 }
 
 // ttlOf reads ttl_seconds by the stores' rule: 0 keeps the value, else
-// at least storecheck.MinTTL and at most storecheck.MaxTTL.
+// at least ports.MinTTL and at most ports.MaxTTL.
 func ttlOf(seconds float64) (time.Duration, error) {
 	return storecheck.TTLSeconds("ttl_seconds", seconds)
 }

@@ -1,0 +1,151 @@
+package httpapi_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	httpapi "github.com/abi-engine/engine/adapters/primary/http"
+)
+
+// put starts a PUT of an object whose body comes from body, and returns
+// its status (0 when the request failed) once it ends.
+func (a *api) put(key string, body io.Reader) <-chan int {
+	done := make(chan int, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		req, err := http.NewRequestWithContext(ctx, "PUT", a.url+"/v1/objects/"+key, body)
+		if err != nil {
+			done <- 0
+			return
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			done <- 0
+			return
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		done <- resp.StatusCode
+	}()
+	return done
+}
+
+// A client that stalls an upload holds its transfer slot only for the
+// stall time; meanwhile another transfer is refused 503 at once and every
+// other route is served.
+func TestAStalledUploadHoldsItsSlotOnlyForTheStallTime(t *testing.T) {
+	a := serveAPI(t, memoryServices(t), httpapi.Options{MaxTransfers: 1, TransferStall: 500 * time.Millisecond})
+	stalled, stall := io.Pipe()
+	t.Cleanup(func() { _ = stall.Close() })
+	slow := a.put("slow", stalled)
+	if _, err := stall.Write([]byte("a first byte")); err != nil {
+		t.Fatal(err)
+	}
+	open := map[string]string{"via": httpapi.ViaHTTP}
+	waitUntil(t, func() bool { return metric(t, a.metrics, "abi_engine_sessions_open", open) == 1 })
+	resp, _ := a.expect(http.StatusServiceUnavailable, "PUT", "/v1/objects/other", "x")
+	if resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("a 503 for a full API has no Retry-After")
+	}
+	a.expect(http.StatusNoContent, "PUT", "/v1/kv/bystander", "v")
+	a.expect(http.StatusOK, "GET", "/v1/kv/bystander", "")
+	select {
+	case code := <-slow:
+		if code == http.StatusOK {
+			t.Fatalf("a stalled upload was stored")
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("a stalled upload still holds its slot after 20s")
+	}
+	a.expect(http.StatusOK, "PUT", "/v1/objects/other", "x")
+	a.expect(http.StatusNotFound, "GET", "/v1/objects/slow", "")
+}
+
+// trickle sends n chunks of size bytes, one every gap.
+func trickle(w *io.PipeWriter, n, size int, gap time.Duration) {
+	chunk := bytes.Repeat([]byte("x"), size)
+	for range n {
+		if _, err := w.Write(chunk); err != nil {
+			return
+		}
+		time.Sleep(gap)
+	}
+	_ = w.Close()
+}
+
+// An upload that lasts many times the stall time is taken while its
+// client keeps up the minimum rate; one that sends steadily but below it
+// is cut off with 408.
+func TestAnUploadMustKeepUpTheMinimumRateNotATotalTime(t *testing.T) {
+	a := serveAPI(t, memoryServices(t), httpapi.Options{TransferStall: time.Second, MinTransferRate: 64 << 10})
+
+	r, w := io.Pipe()
+	go trickle(w, 100, 16<<10, 30*time.Millisecond) // about 0.5 MB/s for 3 s
+	if code := <-a.put("steady", r); code != http.StatusOK {
+		t.Fatalf("an upload above the minimum rate for 3 stall times answered %d", code)
+	}
+	_, got := a.expect(http.StatusOK, "GET", "/v1/objects/steady", "")
+	if len(got) != 100*16<<10 {
+		t.Fatalf("the steady upload stored %d bytes, want %d", len(got), 100*16<<10)
+	}
+
+	r, w = io.Pipe()
+	t.Cleanup(func() { _ = w.Close() })
+	go trickle(w, 1000, 100, 20*time.Millisecond) // 5 KB/s, never stalling
+	if code := <-a.put("crawl", r); code != http.StatusRequestTimeout && code != 0 {
+		t.Fatalf("an upload below the minimum rate answered %d, want 408 or a cut connection", code)
+	}
+	a.expect(http.StatusNotFound, "GET", "/v1/objects/crawl", "")
+}
+
+// A download to a client that stops reading is cut off after the stall
+// time, freeing its slot; one read at a good pace completes.
+func TestADownloadToAClientThatStopsReadingIsCutOff(t *testing.T) {
+	a := serveAPI(t, memoryServices(t), httpapi.Options{MaxTransfers: 1, TransferStall: 2 * time.Second})
+	big := strings.Repeat("y", 32<<20) // more than the socket buffers hold
+	a.expect(http.StatusOK, "PUT", "/v1/objects/big", big)
+
+	req, err := http.NewRequestWithContext(t.Context(), "GET", a.url+"/v1/objects/big", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = resp.Body.Close() })
+	// The client reads nothing: once the stall time passes, the slot is
+	// free again.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		r, _ := a.do("PUT", "/v1/objects/after", strings.NewReader("x"))
+		if r.StatusCode == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a download nobody reads still holds the only slot after 20s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if _, got := a.expect(http.StatusOK, "GET", "/v1/objects/big", ""); len(got) != len(big) {
+		t.Fatalf("a download read at pace gave %d bytes, want %d", len(got), len(big))
+	}
+}
+
+// waitUntil polls cond until it holds, for at most 20 s.
+func waitUntil(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met in 20s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
