@@ -2,11 +2,12 @@
 // processes on loopback, an embedded broker, every scenario side by side in
 // one run.
 //
-//	enginebench [-duration 10s] [-json] [-scenarios throughput,handover,failover,boot]
+//	enginebench [-duration 10s] [-json] [-plot curve.svg] [-scenarios throughput,handover,failover,boot]
 //
 // It prints a table of the figures beside the aims, or with -json one
 // JSON object on one line; notes on how a figure was taken go to standard
-// error. It stops every process it started.
+// error. -plot draws the scaling curve (every path at 1, 8, 64 and 256
+// callers) as an SVG chart. It stops every process it started.
 package main
 
 import (
@@ -53,6 +54,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	duration := fs.Duration("duration", 10*time.Second, "how long each load runs")
 	asJSON := fs.Bool("json", false, "print one JSON object on one line instead of a table")
 	list := fs.String("scenarios", strings.Join(scenarios, ","), "comma-separated scenarios to run")
+	plotFile := fs.String("plot", "", "draw the scaling curve of the throughput scenario to this SVG file")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -87,6 +89,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			}
 		}
 	}
+	if *plotFile != "" {
+		if err := savePlot(*plotFile, b.result.Scaling); err != nil {
+			fmt.Fprintf(stderr, "enginebench: plot: %v\n", err)
+			code = 1
+		}
+	}
 	if *asJSON {
 		for _, n := range b.notes {
 			fmt.Fprintf(stderr, "note: %s\n", n)
@@ -107,6 +115,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "note: %s\n", n)
 	}
 	return code
+}
+
+// savePlot writes the scaling curve's chart to path.
+func savePlot(path string, points []Point) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := writePlot(f, points); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return f.Close()
 }
 
 func parseScenarios(list string) ([]string, error) {

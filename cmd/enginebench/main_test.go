@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -18,6 +19,16 @@ var fields = []string{
 	"raw_echo_rps", "kv_get_rps", "ratio_kv_to_raw", "raw_echo_p50_us", "raw_echo_p99_us",
 	"kv_get_p50_us", "kv_get_p99_us", "handover_calls", "handover_failed", "handover_max_ms",
 	"handover_gap_ms", "failover_ms", "boot_ms", "rss_mb",
+	"nats_kv_get_rps", "nats_kv_put_rps", "kv_get_rps_memory", "kv_get_rps_sqlite", "kv_get_rps_postgres",
+	"pgx_get_rps", "kv_set_rps_sqlite", "kv_set_rps_postgres", "pgx_set_rps", "doc_get_rps", "doc_put_rps",
+	"obj_put_mib_s", "obj_get_mib_s", "nats_obj_put_mib_s", "nats_obj_get_mib_s", "ratio_sqlite_to_raw",
+	"ratio_sqlite_to_natskv", "ratio_sqlite_set_to_natskv_put", "ratio_pg_to_pgx", "ratio_pg_set_to_pgx_set",
+	"scaling",
+}
+
+// postgresFields are null when no PostgreSQL server is given.
+var postgresFields = []string{
+	"kv_get_rps_postgres", "pgx_get_rps", "kv_set_rps_postgres", "pgx_set_rps", "ratio_pg_to_pgx", "ratio_pg_set_to_pgx_set",
 }
 
 func TestPercentile(t *testing.T) {
@@ -94,12 +105,36 @@ func TestTheTableHasARowPerField(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, f := range fields {
+		if f == "scaling" {
+			continue // a section of its own, below the rows, when measured
+		}
 		if !strings.Contains(out.String(), f) {
 			t.Errorf("the table has no row for %s:\n%s", f, out.String())
 		}
 	}
 	if !strings.Contains(out.String(), "61.4") {
 		t.Errorf("the table does not show boot_ms 61.4:\n%s", out.String())
+	}
+}
+
+func TestThePlotDrawsEveryPath(t *testing.T) {
+	var points []Point
+	for i, path := range []string{pathRaw, pathNATSKV, pathMemory} {
+		for _, n := range curveCallers {
+			points = append(points, Point{Path: path, Callers: n, RPS: float64(1000 * n * (i + 1)), P50US: 100, P99US: float64(300 * n)})
+		}
+	}
+	var svg bytes.Buffer
+	if err := writePlot(&svg, points); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"<svg", pathRaw, pathNATSKV, pathMemory, "calls/s", "p99 (ms)", "256"} {
+		if !strings.Contains(svg.String(), want) {
+			t.Errorf("the chart does not show %q", want)
+		}
+	}
+	if err := writePlot(&svg, nil); err == nil {
+		t.Error("a chart without points was drawn")
 	}
 }
 
@@ -133,7 +168,8 @@ func TestSmokeEveryFieldIsPrinted(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, bin, "-json", "-duration", "200ms")
+	chart := filepath.Join(t.TempDir(), "curve.svg")
+	cmd := exec.CommandContext(ctx, bin, "-json", "-duration", "200ms", "-plot", chart)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("enginebench: %v\n%s", err, stderr.String())
@@ -146,10 +182,32 @@ func TestSmokeEveryFieldIsPrinted(t *testing.T) {
 	if err := json.Unmarshal([]byte(lines[0]), &got); err != nil {
 		t.Fatalf("%v: %s", err, lines[0])
 	}
+	withPG := os.Getenv("ENGINE_TEST_PG_DSN") != ""
 	for _, f := range fields {
-		if v, ok := got[f]; !ok || v == nil {
-			t.Errorf("field %s is missing or null in %s\n%s", f, lines[0], stderr.String())
+		v, ok := got[f]
+		switch {
+		case !ok:
+			t.Errorf("field %s is missing in %s", f, lines[0])
+		case v == nil && (withPG || !slices.Contains(postgresFields, f)):
+			t.Errorf("field %s is null in %s\n%s", f, lines[0], stderr.String())
+		case v != nil && !withPG && slices.Contains(postgresFields, f):
+			t.Errorf("field %s is %v without a PostgreSQL server, want null", f, v)
 		}
+	}
+	if !withPG && !strings.Contains(stderr.String(), "PostgreSQL figures absent") {
+		t.Errorf("no note says the PostgreSQL figures are absent:\n%s", stderr.String())
+	}
+	points, _ := got["scaling"].([]any)
+	paths := 4
+	if withPG {
+		paths = 5
+	}
+	if len(points) != paths*len(curveCallers) {
+		t.Errorf("scaling has %d points, want %d paths at %v callers: %v", len(points), paths, curveCallers, got["scaling"])
+	}
+	svg, err := os.ReadFile(chart)
+	if err != nil || !bytes.Contains(svg, []byte("<svg")) {
+		t.Errorf("-plot wrote no SVG chart: %v", err)
 	}
 	if got["handover_failed"] != 0.0 {
 		t.Errorf("handover_failed = %v, want 0\n%s", got["handover_failed"], stderr.String())

@@ -26,6 +26,32 @@ type Result struct {
 	FailoverMS     *float64 `json:"failover_ms"`
 	BootMS         *float64 `json:"boot_ms"`
 	RSSMB          *float64 `json:"rss_mb"`
+
+	// The peers of the kernel call, from the throughput scenario: NATS's
+	// own key-value bucket and object store, the engine on each backend,
+	// a direct pgx client. PostgreSQL's are null without a server.
+	NATSKVGetRPS              *float64 `json:"nats_kv_get_rps"`
+	NATSKVPutRPS              *float64 `json:"nats_kv_put_rps"`
+	KVGetRPSMemory            *float64 `json:"kv_get_rps_memory"`
+	KVGetRPSSQLite            *float64 `json:"kv_get_rps_sqlite"`
+	KVGetRPSPostgres          *float64 `json:"kv_get_rps_postgres"`
+	PGXGetRPS                 *float64 `json:"pgx_get_rps"`
+	KVSetRPSSQLite            *float64 `json:"kv_set_rps_sqlite"`
+	KVSetRPSPostgres          *float64 `json:"kv_set_rps_postgres"`
+	PGXSetRPS                 *float64 `json:"pgx_set_rps"`
+	DocGetRPS                 *float64 `json:"doc_get_rps"`
+	DocPutRPS                 *float64 `json:"doc_put_rps"`
+	ObjPutMiBS                *float64 `json:"obj_put_mib_s"`
+	ObjGetMiBS                *float64 `json:"obj_get_mib_s"`
+	NATSObjPutMiBS            *float64 `json:"nats_obj_put_mib_s"`
+	NATSObjGetMiBS            *float64 `json:"nats_obj_get_mib_s"`
+	RatioSQLiteToRaw          *float64 `json:"ratio_sqlite_to_raw"`
+	RatioSQLiteToNATSKV       *float64 `json:"ratio_sqlite_to_natskv"`
+	RatioSQLiteSetToNATSKVPut *float64 `json:"ratio_sqlite_set_to_natskv_put"`
+	RatioPGToPGX              *float64 `json:"ratio_pg_to_pgx"`
+	RatioPGSetToPGXSet        *float64 `json:"ratio_pg_set_to_pgx_set"`
+	// Scaling is the curve: every path at 1, 8, 64 and 256 callers.
+	Scaling []Point `json:"scaling"`
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -73,10 +99,37 @@ func (r Result) rows() []row {
 		}
 		return fmt.Sprint(*v)
 	}
+	// PostgreSQL's figures say why they are missing.
+	pg := func(v *float64, format func(*float64) string) string {
+		if v == nil && r.KVGetRPSMemory != nil {
+			return "absent (no ENGINE_TEST_PG_DSN)"
+		}
+		return format(v)
+	}
 	return []row{
 		{"raw_echo_rps", f(r.RawEchoRPS), ""},
 		{"kv_get_rps", f(r.KVGetRPS), ""},
-		{"ratio_kv_to_raw", f2(r.RatioKVToRaw), ">= 0.6"},
+		{"ratio_kv_to_raw", f2(r.RatioKVToRaw), ">= 0.7"},
+		{"nats_kv_get_rps", f(r.NATSKVGetRPS), ""},
+		{"nats_kv_put_rps", f(r.NATSKVPutRPS), ""},
+		{"kv_get_rps_memory", f(r.KVGetRPSMemory), ""},
+		{"kv_get_rps_sqlite", f(r.KVGetRPSSQLite), ""},
+		{"ratio_sqlite_to_raw", f2(r.RatioSQLiteToRaw), ">= 0.6"},
+		{"ratio_sqlite_to_natskv", f2(r.RatioSQLiteToNATSKV), ">= 0.7"},
+		{"kv_set_rps_sqlite", f(r.KVSetRPSSQLite), ">= nats_kv_put_rps"},
+		{"ratio_sqlite_set_to_natskv_put", f2(r.RatioSQLiteSetToNATSKVPut), ">= 1"},
+		{"kv_get_rps_postgres", pg(r.KVGetRPSPostgres, f), ""},
+		{"pgx_get_rps", pg(r.PGXGetRPS, f), ""},
+		{"ratio_pg_to_pgx", pg(r.RatioPGToPGX, f2), ">= 0.8"},
+		{"kv_set_rps_postgres", pg(r.KVSetRPSPostgres, f), ""},
+		{"pgx_set_rps", pg(r.PGXSetRPS, f), ""},
+		{"ratio_pg_set_to_pgx_set", pg(r.RatioPGSetToPGXSet, f2), ">= 0.8"},
+		{"doc_get_rps", f(r.DocGetRPS), "beside nats_kv_get_rps"},
+		{"doc_put_rps", f(r.DocPutRPS), "beside nats_kv_put_rps"},
+		{"obj_put_mib_s", f(r.ObjPutMiBS), "beside nats_obj_put_mib_s"},
+		{"obj_get_mib_s", f(r.ObjGetMiBS), "beside nats_obj_get_mib_s"},
+		{"nats_obj_put_mib_s", f(r.NATSObjPutMiBS), ""},
+		{"nats_obj_get_mib_s", f(r.NATSObjGetMiBS), ""},
 		{"raw_echo_p50_us", f(r.RawEchoP50US), ""},
 		{"raw_echo_p99_us", f(r.RawEchoP99US), ""},
 		{"kv_get_p50_us", f(r.KVGetP50US), ""},
@@ -98,12 +151,18 @@ func f2(v *float64) string {
 	return fmt.Sprintf("%.2f", *v)
 }
 
-// table prints the result as aligned columns.
+// table prints the result as aligned columns, then the scaling curve.
 func (r Result) table(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "field\tvalue\taim")
 	for _, row := range r.rows() {
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", row.field, row.value, row.aim)
+	}
+	if len(r.Scaling) > 0 {
+		fmt.Fprintln(tw, "\npath\tcallers\tcalls/s\tp50 us\tp99 us")
+		for _, p := range r.Scaling {
+			fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.1f\t%.1f\n", p.Path, p.Callers, p.RPS, p.P50US, p.P99US)
+		}
 	}
 	return tw.Flush()
 }

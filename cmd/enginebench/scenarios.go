@@ -49,8 +49,12 @@ type engineConfig struct {
 	url   string
 	lease int
 	hot   bool
-	// dsn puts keyvalue on PostgreSQL, in table; empty keeps it in memory.
+	// dsn puts keyvalue on PostgreSQL, in table; empty keeps it in memory,
+	// or on SQLite when sqlite is set.
 	dsn, table string
+	// sqlite puts keyvalue and document on SQLite and objects in files,
+	// the embedded defaults.
+	sqlite bool
 }
 
 func (b *bench) writeConfig(c engineConfig) (string, error) {
@@ -62,9 +66,12 @@ func (b *bench) writeConfig(c engineConfig) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	kv := "{adapter: memory}"
-	if c.dsn != "" {
+	kv, doc, obj := "{adapter: memory}", "{adapter: off}", "{adapter: off}"
+	switch {
+	case c.dsn != "":
 		kv = fmt.Sprintf("{adapter: postgres, config: {dsn: %q, table: %s}}", c.dsn, c.table)
+	case c.sqlite:
+		kv, doc, obj = "{adapter: sqlite}", "{adapter: sqlite}", "{adapter: localfs}"
 	}
 	yaml := fmt.Sprintf(`nats:
   url: %s
@@ -73,12 +80,12 @@ data_dir: %s
 http: {listen: %q}
 services:
   keyvalue: %s
-  document: {adapter: off}
-  object_storage: {adapter: off}
+  document: %s
+  object_storage: %s
   vector_store: {adapter: off}
   cache: {adapter: off}
   secret: {adapter: env}
-`, c.url, c.lease, c.hot, filepath.Join(dir, "data"), listen, kv)
+`, c.url, c.lease, c.hot, filepath.Join(dir, "data"), listen, kv, doc, obj)
 	path := filepath.Join(dir, "engine.yaml")
 	return path, os.WriteFile(path, []byte(yaml), 0o600)
 }
@@ -94,119 +101,6 @@ func (b *bench) engine(ctx context.Context, config, state string, env ...string)
 		return nil, err
 	}
 	return p, nil
-}
-
-// drive calls without pause from callers goroutines for d and returns the
-// answered calls per second and every answered call's latency.
-func drive(ctx context.Context, d time.Duration, call func(ctx context.Context) error) (float64, []time.Duration, error) {
-	var (
-		mu       sync.Mutex
-		all      []time.Duration
-		firstErr error
-		wg       sync.WaitGroup
-	)
-	start := time.Now()
-	end := start.Add(d)
-	for range callers {
-		wg.Go(func() {
-			var mine []time.Duration
-			for time.Now().Before(end) && ctx.Err() == nil {
-				cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-				t := time.Now()
-				err := call(cctx)
-				cancel()
-				if err != nil {
-					mu.Lock()
-					firstErr = cmp(firstErr, err)
-					mu.Unlock()
-					return
-				}
-				mine = append(mine, time.Since(t))
-			}
-			mu.Lock()
-			all = append(all, mine...)
-			mu.Unlock()
-		})
-	}
-	wg.Wait()
-	if firstErr != nil {
-		return 0, nil, firstErr
-	}
-	return float64(len(all)) / time.Since(start).Seconds(), all, ctx.Err()
-}
-
-// cmp keeps the first error seen.
-func cmp(first, err error) error {
-	if first != nil {
-		return first
-	}
-	return err
-}
-
-// throughput runs the raw echo and the keyvalue get, one after the other,
-// on one broker in this process: the echo answered by a child process of
-// this command, the get by an engine process on the memory adapter.
-func (b *bench) throughput(ctx context.Context) error {
-	s, err := b.lab.broker()
-	if err != nil {
-		return err
-	}
-	url := s.ClientURL()
-	self, err := os.Executable()
-	if err != nil {
-		return err
-	}
-	responder, err := b.lab.start(b.lab.dir, []string{echoEnv + "=" + url}, self)
-	if err != nil {
-		return err
-	}
-	if _, err := responder.waitLog(ctx, "ready", startTimeout); err != nil {
-		return err
-	}
-	nc, err := nats.Connect(url)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	body := []byte(`{"key":"bench"}`)
-	rawRPS, rawLat, err := drive(ctx, b.duration, func(ctx context.Context) error {
-		_, err := nc.RequestWithContext(ctx, echoSubject, body)
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("raw echo: %w", err)
-	}
-	responder.stop(10 * time.Second)
-
-	config, err := b.writeConfig(engineConfig{url: url, lease: 20})
-	if err != nil {
-		return err
-	}
-	e, err := b.engine(ctx, config, "serving")
-	if err != nil {
-		return err
-	}
-	kv := natsclient.NewKeyValue(natsclient.New(nc))
-	if err := kv.Set(ctx, "bench", []byte("value"), 0); err != nil {
-		return err
-	}
-	kvRPS, kvLat, err := drive(ctx, b.duration, func(ctx context.Context) error {
-		_, err := kv.Get(ctx, "bench")
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("keyvalue get: %w", err)
-	}
-	e.stop(10 * time.Second)
-
-	r := &b.result
-	r.RawEchoRPS, r.KVGetRPS = ptr(round(rawRPS)), ptr(round(kvRPS))
-	r.RatioKVToRaw = ptr(float64(int(kvRPS/rawRPS*100+0.5)) / 100)
-	p50, p99 := latencies(rawLat)
-	r.RawEchoP50US, r.RawEchoP99US = ptr(p50), ptr(p99)
-	p50, p99 = latencies(kvLat)
-	r.KVGetP50US, r.KVGetP99US = ptr(p50), ptr(p99)
-	return nil
 }
 
 // load is the traffic of the handover: callers writing then reading their

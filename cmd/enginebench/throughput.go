@@ -1,0 +1,492 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/abi-engine/engine/adapters/secondary/natsclient"
+	"github.com/abi-engine/engine/ports"
+)
+
+// curveCallers are the points of the scaling curve; callers, the one the
+// headline figures and ratios come from, is among them.
+var curveCallers = []int{1, 8, callers, 256}
+
+// value is the 16-byte value every get and set moves.
+var value = []byte("0123456789abcdef")
+
+// objectSize is the size of the object the transfers move.
+const objectSize = 64 << 20
+
+// The paths of the scaling curve, as the JSON and the chart name them.
+const (
+	pathRaw      = "raw_echo"
+	pathNATSKV   = "nats_kv_get"
+	pathMemory   = "kv_get_memory"
+	pathSQLite   = "kv_get_sqlite"
+	pathPostgres = "kv_get_postgres"
+)
+
+// Point is one load of the scaling curve.
+type Point struct {
+	Path    string  `json:"path"`
+	Callers int     `json:"callers"`
+	RPS     float64 `json:"rps"`
+	P50US   float64 `json:"p50_us"`
+	P99US   float64 `json:"p99_us"`
+}
+
+// stats is what one load measured.
+type stats struct {
+	rps      float64
+	p50, p99 float64
+}
+
+// drive calls without pause from n goroutines for d and returns the
+// answered calls per second and the latencies. call learns which caller
+// it runs for, so that writers can keep to keys of their own.
+func drive(ctx context.Context, n int, d time.Duration, call func(ctx context.Context, caller int) error) (stats, error) {
+	var (
+		mu       sync.Mutex
+		all      []time.Duration
+		firstErr error
+		wg       sync.WaitGroup
+	)
+	start := time.Now()
+	end := start.Add(d)
+	for i := range n {
+		wg.Go(func() {
+			var mine []time.Duration
+			for time.Now().Before(end) && ctx.Err() == nil {
+				cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				t := time.Now()
+				err := call(cctx, i)
+				cancel()
+				if err != nil {
+					mu.Lock()
+					firstErr = cmp(firstErr, err)
+					mu.Unlock()
+					return
+				}
+				mine = append(mine, time.Since(t))
+			}
+			mu.Lock()
+			all = append(all, mine...)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return stats{}, firstErr
+	}
+	if err := ctx.Err(); err != nil {
+		return stats{}, err
+	}
+	st := stats{rps: round(float64(len(all)) / time.Since(start).Seconds())}
+	st.p50, st.p99 = latencies(all)
+	return st, nil
+}
+
+// cmp keeps the first error seen.
+func cmp(first, err error) error {
+	if first != nil {
+		return first
+	}
+	return err
+}
+
+// curve drives call at every point of the scaling curve, records the
+// points under path, and returns the figures at callers.
+func (b *bench) curve(ctx context.Context, path string, call func(ctx context.Context, caller int) error) (stats, error) {
+	var headline stats
+	for _, n := range curveCallers {
+		st, err := drive(ctx, n, b.duration, call)
+		if err != nil {
+			return stats{}, fmt.Errorf("%s with %d callers: %w", path, n, err)
+		}
+		b.result.Scaling = append(b.result.Scaling, Point{Path: path, Callers: n, RPS: st.rps, P50US: st.p50, P99US: st.p99})
+		if n == callers {
+			headline = st
+		}
+	}
+	return headline, nil
+}
+
+// ratio is a/b to two decimals.
+func ratio(a, b float64) *float64 {
+	if b == 0 {
+		return nil
+	}
+	return ptr(float64(int(a/b*100+0.5)) / 100)
+}
+
+// throughput measures every path on one broker, one after the other, the
+// same 16-byte value on each: the raw echo (answered by a child process
+// of this command), NATS's own key-value bucket, the engine's keyvalue on
+// memory, on SQLite (with document and objects there too) and on
+// PostgreSQL, and a direct pgx client on the same server.
+func (b *bench) throughput(ctx context.Context) error {
+	s, err := b.lab.broker()
+	if err != nil {
+		return err
+	}
+	url := s.ClientURL()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	r := &b.result
+
+	raw, err := b.rawEcho(ctx, url, nc)
+	if err != nil {
+		return fmt.Errorf("raw echo: %w", err)
+	}
+	r.RawEchoRPS, r.RawEchoP50US, r.RawEchoP99US = ptr(raw.rps), ptr(raw.p50), ptr(raw.p99)
+
+	if err := b.natsPeers(ctx, nc); err != nil {
+		return fmt.Errorf("nats key-value and object store: %w", err)
+	}
+
+	memory, err := b.engineGets(ctx, engineConfig{url: url, lease: 20}, nc, pathMemory)
+	if err != nil {
+		return fmt.Errorf("keyvalue on memory: %w", err)
+	}
+	r.KVGetRPS, r.KVGetRPSMemory = ptr(memory.rps), ptr(memory.rps)
+	r.KVGetP50US, r.KVGetP99US = ptr(memory.p50), ptr(memory.p99)
+	r.RatioKVToRaw = ratio(memory.rps, raw.rps)
+
+	if err := b.sqliteEngine(ctx, url, nc); err != nil {
+		return fmt.Errorf("engine on SQLite: %w", err)
+	}
+	r.RatioSQLiteToRaw = ratio(deref(r.KVGetRPSSQLite), raw.rps)
+	r.RatioSQLiteToNATSKV = ratio(deref(r.KVGetRPSSQLite), deref(r.NATSKVGetRPS))
+	r.RatioSQLiteSetToNATSKVPut = ratio(deref(r.KVSetRPSSQLite), deref(r.NATSKVPutRPS))
+
+	dsn := os.Getenv("ENGINE_TEST_PG_DSN")
+	if dsn == "" {
+		b.note("PostgreSQL figures absent: ENGINE_TEST_PG_DSN is not set")
+		return nil
+	}
+	if err := b.postgres(ctx, url, nc, dsn); err != nil {
+		return fmt.Errorf("PostgreSQL: %w", err)
+	}
+	r.RatioPGToPGX = ratio(deref(r.KVGetRPSPostgres), deref(r.PGXGetRPS))
+	r.RatioPGSetToPGXSet = ratio(deref(r.KVSetRPSPostgres), deref(r.PGXSetRPS))
+	return nil
+}
+
+func deref(v *float64) float64 {
+	if v == nil {
+		return 0
+	}
+	return *v
+}
+
+// rawEcho is the floor: plain request/reply to a queue subscriber in
+// another process that answers at once.
+func (b *bench) rawEcho(ctx context.Context, url string, nc *nats.Conn) (stats, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return stats{}, err
+	}
+	responder, err := b.lab.start(b.lab.dir, []string{echoEnv + "=" + url}, self)
+	if err != nil {
+		return stats{}, err
+	}
+	defer responder.stop(10 * time.Second)
+	if _, err := responder.waitLog(ctx, "ready", startTimeout); err != nil {
+		return stats{}, err
+	}
+	body := []byte(`{"key":"bench"}`)
+	return b.curve(ctx, pathRaw, func(ctx context.Context, _ int) error {
+		_, err := nc.RequestWithContext(ctx, echoSubject, body)
+		return err
+	})
+}
+
+// natsPeers measures what a user would pick instead of the engine: a
+// file-backed R1 key-value bucket (gets are direct gets) and an object
+// store, on the same broker.
+func (b *bench) natsPeers(ctx context.Context, nc *nats.Conn) error {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "ENGINEBENCH_KV", Storage: jetstream.FileStorage, Replicas: 1})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = js.DeleteKeyValue(context.Background(), "ENGINEBENCH_KV") }()
+	if _, err := kv.Put(ctx, "bench", value); err != nil {
+		return err
+	}
+	get, err := b.curve(ctx, pathNATSKV, func(ctx context.Context, _ int) error {
+		_, err := kv.Get(ctx, "bench")
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	put, err := drive(ctx, callers, b.duration, func(ctx context.Context, caller int) error {
+		_, err := kv.Put(ctx, fmt.Sprintf("bench.%d", caller), value)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("put: %w", err)
+	}
+	b.result.NATSKVGetRPS, b.result.NATSKVPutRPS = ptr(get.rps), ptr(put.rps)
+
+	objects, err := js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: "ENGINEBENCH_OBJ", Storage: jetstream.FileStorage, Replicas: 1})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = js.DeleteObjectStore(context.Background(), "ENGINEBENCH_OBJ") }()
+	data := objectData()
+	putMiB, getMiB, err := b.transfers(ctx,
+		func(ctx context.Context) error {
+			_, err := objects.PutBytes(ctx, "bench", data)
+			return err
+		},
+		func(ctx context.Context) (int, error) {
+			got, err := objects.GetBytes(ctx, "bench")
+			return len(got), err
+		})
+	if err != nil {
+		return fmt.Errorf("object store: %w", err)
+	}
+	b.result.NATSObjPutMiBS, b.result.NATSObjGetMiBS = ptr(putMiB), ptr(getMiB)
+	return nil
+}
+
+// objectData is the object of the transfers, not all one byte, so that no
+// layer on the way can shortcut it.
+func objectData() []byte {
+	data := make([]byte, objectSize)
+	for i := range data {
+		data[i] = byte(i * 7 / 3)
+	}
+	return data
+}
+
+// transfers puts the object again and again for the load's duration (at
+// least once), then reads it back the same way, one caller at a time, and
+// returns the MiB/s of each.
+func (b *bench) transfers(ctx context.Context, put func(context.Context) error, get func(context.Context) (int, error)) (putMiB, getMiB float64, err error) {
+	rate := func(f func(context.Context) (int, error)) (float64, error) {
+		var moved int
+		start := time.Now()
+		for moved == 0 || time.Since(start) < b.duration {
+			tctx, cancel := context.WithTimeout(ctx, time.Minute)
+			n, err := f(tctx)
+			cancel()
+			if err != nil {
+				return 0, err
+			}
+			if n != objectSize {
+				return 0, fmt.Errorf("moved %d bytes, want %d", n, objectSize)
+			}
+			moved += n
+		}
+		return round(float64(moved) / (1 << 20) / time.Since(start).Seconds()), nil
+	}
+	if putMiB, err = rate(func(ctx context.Context) (int, error) { return objectSize, put(ctx) }); err != nil {
+		return 0, 0, fmt.Errorf("put: %w", err)
+	}
+	if getMiB, err = rate(get); err != nil {
+		return 0, 0, fmt.Errorf("get: %w", err)
+	}
+	return putMiB, getMiB, nil
+}
+
+// engineGets starts an engine on c, writes the value and drives gets of
+// it along the scaling curve. The engine is left to the caller only
+// through more; it is stopped on return.
+func (b *bench) engineGets(ctx context.Context, c engineConfig, nc *nats.Conn, path string, more ...func(context.Context) error) (stats, error) {
+	config, err := b.writeConfig(c)
+	if err != nil {
+		return stats{}, err
+	}
+	e, err := b.engine(ctx, config, "serving")
+	if err != nil {
+		return stats{}, err
+	}
+	// The next engine on this broker claims the lease this one releases.
+	defer e.stop(10 * time.Second)
+	kv := natsclient.NewKeyValue(natsclient.New(nc))
+	if err := kv.Set(ctx, "bench", value, 0); err != nil {
+		return stats{}, err
+	}
+	get, err := b.curve(ctx, path, func(ctx context.Context, _ int) error {
+		_, err := kv.Get(ctx, "bench")
+		return err
+	})
+	if err != nil {
+		return stats{}, err
+	}
+	for _, f := range more {
+		if err := f(ctx); err != nil {
+			return stats{}, err
+		}
+	}
+	return get, nil
+}
+
+// kvSets drives sets, each caller on keys of its own.
+func (b *bench) kvSets(ctx context.Context, nc *nats.Conn) (stats, error) {
+	kv := natsclient.NewKeyValue(natsclient.New(nc))
+	st, err := drive(ctx, callers, b.duration, func(ctx context.Context, caller int) error {
+		return kv.Set(ctx, fmt.Sprintf("bench/%d", caller), value, 0)
+	})
+	if err != nil {
+		return stats{}, fmt.Errorf("set: %w", err)
+	}
+	return st, nil
+}
+
+// sqliteEngine measures the embedded defaults: keyvalue gets along the
+// curve and sets, document gets and puts, object transfers.
+func (b *bench) sqliteEngine(ctx context.Context, url string, nc *nats.Conn) error {
+	r := &b.result
+	get, err := b.engineGets(ctx, engineConfig{url: url, lease: 20, sqlite: true}, nc, pathSQLite,
+		func(ctx context.Context) error {
+			set, err := b.kvSets(ctx, nc)
+			r.KVSetRPSSQLite = ptr(set.rps)
+			return err
+		},
+		b.documents(nc),
+		b.objects(nc))
+	if err != nil {
+		return err
+	}
+	r.KVGetRPSSQLite = ptr(get.rps)
+	return nil
+}
+
+// documents drives document gets of one small document, then puts, each
+// caller on a document of its own.
+func (b *bench) documents(nc *nats.Conn) func(context.Context) error {
+	return func(ctx context.Context) error {
+		docs := natsclient.NewDocument(natsclient.New(nc))
+		if err := docs.EnsureCollection(ctx, "bench"); err != nil {
+			return err
+		}
+		data := map[string]any{"name": "bench", "n": 1.0}
+		if _, err := docs.Put(ctx, "bench", "doc", data, ports.Cond{}); err != nil {
+			return err
+		}
+		get, err := drive(ctx, callers, b.duration, func(ctx context.Context, _ int) error {
+			_, err := docs.Get(ctx, "bench", "doc")
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("document get: %w", err)
+		}
+		put, err := drive(ctx, callers, b.duration, func(ctx context.Context, caller int) error {
+			_, err := docs.Put(ctx, "bench", fmt.Sprintf("doc-%d", caller), data, ports.Cond{})
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("document put: %w", err)
+		}
+		b.result.DocGetRPS, b.result.DocPutRPS = ptr(get.rps), ptr(put.rps)
+		return nil
+	}
+}
+
+// objects puts and gets the 64 MiB object through the engine's object
+// storage, as transfers.
+func (b *bench) objects(nc *nats.Conn) func(context.Context) error {
+	return func(ctx context.Context) error {
+		objs := natsclient.NewObjectStorage(natsclient.New(nc))
+		data := objectData()
+		put, get, err := b.transfers(ctx,
+			func(ctx context.Context) error {
+				_, err := objs.Put(ctx, "bench", bytes.NewReader(data), ports.PutObjectOptions{})
+				return err
+			},
+			func(ctx context.Context) (int, error) {
+				rc, _, err := objs.Get(ctx, "bench", ports.GetObjectOptions{})
+				if err != nil {
+					return 0, err
+				}
+				n, err := io.Copy(io.Discard, rc)
+				return int(n), errors.Join(err, rc.Close())
+			})
+		if err != nil {
+			return fmt.Errorf("objects: %w", err)
+		}
+		b.result.ObjPutMiBS, b.result.ObjGetMiBS = ptr(put), ptr(get)
+		return nil
+	}
+}
+
+// postgres measures the engine on PostgreSQL and a direct pgx client on
+// the same server, each in a table of its own that it drops afterwards.
+func (b *bench) postgres(ctx context.Context, url string, nc *nats.Conn, dsn string) error {
+	r := &b.result
+	stamp := time.Now().UnixNano()
+	table := fmt.Sprintf("enginebench_kv_%d", stamp)
+	defer dropTable(dsn, table)
+	get, err := b.engineGets(ctx, engineConfig{url: url, lease: 20, dsn: dsn, table: table}, nc, pathPostgres,
+		func(ctx context.Context) error {
+			set, err := b.kvSets(ctx, nc)
+			r.KVSetRPSPostgres = ptr(set.rps)
+			return err
+		})
+	if err != nil {
+		return err
+	}
+	r.KVGetRPSPostgres = ptr(get.rps)
+	direct := fmt.Sprintf("enginebench_pgx_%d", stamp)
+	defer dropTable(dsn, direct)
+	return b.pgx(ctx, dsn, direct)
+}
+
+// pgx is the peer of the engine on PostgreSQL: a pool with pgx's defaults
+// (as the adapter's) and the adapter's own statements, on a table of the
+// same shape, from as many goroutines as the engine's callers.
+func (b *bench) pgx(ctx context.Context, dsn, table string) error {
+	pool, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	t := pgx.Identifier{table}.Sanitize()
+	if _, err := pool.Exec(ctx, `CREATE TABLE `+t+` (key text COLLATE "C" PRIMARY KEY, value bytea NOT NULL, expires_at timestamptz)`); err != nil {
+		return err
+	}
+	const live = "(expires_at IS NULL OR expires_at > clock_timestamp())"
+	set := `INSERT INTO ` + t + ` (key, value, expires_at) VALUES ($1, $2, clock_timestamp() + $3::bigint * interval '1 microsecond')
+		ON CONFLICT (key) DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at`
+	if _, err := pool.Exec(ctx, set, "bench", value, nil); err != nil {
+		return err
+	}
+	get, err := drive(ctx, callers, b.duration, func(ctx context.Context, _ int) error {
+		var v []byte
+		return pool.QueryRow(ctx, "SELECT value FROM "+t+" WHERE key = $1 AND "+live, "bench").Scan(&v)
+	})
+	if err != nil {
+		return fmt.Errorf("pgx get: %w", err)
+	}
+	put, err := drive(ctx, callers, b.duration, func(ctx context.Context, caller int) error {
+		_, err := pool.Exec(ctx, set, fmt.Sprintf("bench/%d", caller), value, nil)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("pgx set: %w", err)
+	}
+	b.result.PGXGetRPS, b.result.PGXSetRPS = ptr(get.rps), ptr(put.rps)
+	return nil
+}
