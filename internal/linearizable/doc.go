@@ -25,6 +25,12 @@
 //     nothing and is left out.
 //   - Every other answer, a value, "not found", "conflict", is definite.
 //
+// The facade sends a call refused with 503 again, so most refusals never
+// reach the history; the test counts every answer the engines sent, 503s
+// included, by watching the clients' reply subjects, and logs the counts
+// with the engines' lease transitions, so a run shows how often each path
+// was taken.
+//
 // A history that is not linearizable fails the test, and porcupine's
 // visualization of it is written to the test's artifact directory (kept
 // with `go test -artifacts`), whose path the failure names.

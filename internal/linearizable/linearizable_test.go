@@ -104,6 +104,7 @@ func TestLinearizable(t *testing.T) {
 
 	w.rec.summary(t, set)
 	t.Logf("engine transitions, by the state moved to: %s", w.ev.transitions())
+	t.Logf("answers the engines sent, retries included, by status: %s", w.answers.counts())
 	w.check("keyvalue", kvModel, w.rec.kv)
 	w.check("document", docModel, w.rec.doc)
 }
@@ -116,7 +117,10 @@ type world struct {
 	plain string // configuration of an engine that stands by for another release only
 	hot   string // the same with hot_standby, for a standby of the holder's release
 	ev    *events
-	rec   *recorder
+	// answers counts every answer an engine sent a client, by status, the
+	// 503s the facade sent again included.
+	answers *answers
+	rec     *recorder
 
 	mu       sync.Mutex
 	engines  []*engine
@@ -135,6 +139,7 @@ func newWorld(t *testing.T, set setting) *world {
 	// The broker outlives every engine: it is the test's, not theirs.
 	w.url = natstest.StartServer(t).ClientURL()
 	w.ev = watchEvents(t, natstest.Connect(t, w.url))
+	w.answers = watchAnswers(t, natstest.Connect(t, w.url))
 	dir := t.TempDir()
 	w.plain = writeConfig(t, dir, "engine.yaml", w.url, set.lease, false, dsn, table)
 	w.hot = writeConfig(t, dir, "hot.yaml", w.url, set.lease, true, dsn, table)
@@ -372,7 +377,8 @@ func (w *world) check(name string, model porcupine.Model, history []porcupine.Op
 // startClients runs set.clients clients until stopClients.
 func (w *world) startClients() {
 	for i := range w.set.clients {
-		c := natsclient.New(natstest.Connect(w.t, w.url), natsclient.WithTimeout(w.set.callTimeout))
+		nc := natstest.Connect(w.t, w.url, nats.CustomInboxPrefix(clientInbox))
+		c := natsclient.New(nc, natsclient.WithTimeout(w.set.callTimeout))
 		cl := &client{
 			w: w, i: i, id: i, versions: map[string]uint64{}, stale: map[string]bool{},
 			kv: natsclient.NewKeyValue(c), docs: natsclient.NewDocument(c),
@@ -688,6 +694,45 @@ func (ev *events) changed() <-chan struct{} {
 	ev.mu.Lock()
 	defer ev.mu.Unlock()
 	return ev.wake
+}
+
+// clientInbox starts the reply subjects of the clients' calls, apart from
+// the engines' own (their lease's JetStream requests).
+const clientInbox = "_LINEARIZABLE_CLIENT"
+
+// answers counts the engines' answers to the clients' calls: their reply
+// subjects are plain subjects, so a subscription to all of them sees each
+// answer too, and its status. The broker's "no responders" goes to the
+// caller alone and is not counted.
+type answers struct {
+	mu     sync.Mutex
+	byCode map[string]int
+}
+
+func watchAnswers(t *testing.T, nc *nats.Conn) *answers {
+	a := &answers{byCode: map[string]int{}}
+	_, err := nc.Subscribe(clientInbox+".>", func(m *nats.Msg) {
+		code := m.Header.Get(wire.ErrorCodeHeader)
+		if code == "" {
+			code = "200"
+		}
+		a.mu.Lock()
+		a.byCode[code]++
+		a.mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func (a *answers) counts() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return fmt.Sprint(a.byCode)
 }
 
 // engine is one engine process.
