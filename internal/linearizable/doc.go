@@ -5,9 +5,11 @@
 // client facades, to real engine processes on shared PostgreSQL; meanwhile
 // the engines go through two deploys (SIGTERM of the holder, a standby of
 // the next release takes over), a pause of the holder past its lease
-// (SIGSTOP until a hot standby serves, then SIGCONT) and a crash (SIGKILL;
-// a hot standby takes over after a lease of silence). Every call is
-// recorded with when it was sent and when it was answered, and the history
+// (SIGSTOP until a standby serves, then SIGCONT) and a crash (SIGKILL; a
+// standby takes over after a lease of silence), in rounds. The standby
+// that takes over from a paused or killed holder is a hot standby of its
+// release in the first round, a standby of the next release in the
+// second, and so on. Every call is recorded with when it was sent and when it was answered, and the history
 // is checked with porcupine against a sequential model of each store,
 // partitioned by key.
 //

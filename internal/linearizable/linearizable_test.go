@@ -94,9 +94,19 @@ func TestLinearizable(t *testing.T) {
 			holder = w.deploy(holder, fmt.Sprintf("v%d", release))
 			w.waitCalls()
 		}
-		holder = w.pause(holder)
+		// The engine that takes over from a paused or killed holder is a
+		// hot standby of its release, and in every other round a standby
+		// of the next release, which takes over the same way.
+		takeover := func() (string, string) {
+			if round%2 == 0 {
+				return holder.release, w.hot
+			}
+			release++
+			return fmt.Sprintf("v%d", release), w.plain
+		}
+		holder = w.pause(holder, w.standby(takeover()))
 		w.waitCalls()
-		holder = w.crash(holder)
+		holder = w.crash(holder, w.standby(takeover()))
 		w.waitCalls()
 		t.Logf("round %d done: %d calls", round+1, w.rec.calls.Load())
 	}
@@ -225,12 +235,11 @@ func (w *world) deploy(holder *engine, release string) *engine {
 	return next
 }
 
-// pause stops the holder past its lease: SIGSTOP until a hot standby of
-// its release serves, then SIGCONT, and waits until the old engine has
-// stopped serving by its own account (an event) or exited.
-func (w *world) pause(holder *engine) *engine {
+// pause stops the holder past its lease: SIGSTOP until next, standing by,
+// serves, then SIGCONT, and waits until the old engine has stopped serving
+// by its own account (an event) or exited.
+func (w *world) pause(holder, next *engine) *engine {
 	w.t.Helper()
-	next := w.standby(holder.release, w.hot)
 	w.signal(holder, syscall.SIGSTOP)
 	stopped := time.Now()
 	w.waitState(next, domain.StateServing)
@@ -242,11 +251,10 @@ func (w *world) pause(holder *engine) *engine {
 	return next
 }
 
-// crash kills the holder; a hot standby of its release takes over after a
-// lease of silence.
-func (w *world) crash(holder *engine) *engine {
+// crash kills the holder; next, standing by, takes over after a lease of
+// silence.
+func (w *world) crash(holder, next *engine) *engine {
 	w.t.Helper()
-	next := w.standby(holder.release, w.hot)
 	w.signal(holder, syscall.SIGKILL)
 	killed := time.Now()
 	holder.exitCode(w.t)
