@@ -80,6 +80,21 @@ func (d *DB) Close() error {
 	return errors.Join(d.Read.Close(), d.Write.Close())
 }
 
+// PointRead is the context a point read (one row by its key) runs under:
+// ctx's values without its cancellation, once ctx is checked. Such a read
+// on a WAL reader takes microseconds and waits for no lock, so stopping it
+// half way gains nothing, while a cancellable context costs each query
+// two goroutines (database/sql's and the driver's, which watch it to
+// interrupt the statement) and a progress handler: under 64 callers that
+// made a read several times slower. Writes keep their context, so that a
+// fenced engine's write waiting for the lock is stopped.
+func PointRead(ctx context.Context) (context.Context, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return context.WithoutCancel(ctx), nil
+}
+
 // Prepare prepares each query on db, in order, and returns the statements.
 // database/sql prepares a statement again on each connection the first
 // time it runs there and keeps it, so a call costs no parse.

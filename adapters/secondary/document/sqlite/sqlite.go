@@ -238,9 +238,13 @@ func (s *Store) Get(ctx context.Context, collection, id string) (ports.Document,
 		v   uint64
 		raw string
 	)
-	err := s.getDoc.QueryRowContext(ctx, collection, id).Scan(&v, &raw)
+	rctx, err := sqlitedb.PointRead(ctx)
+	if err != nil {
+		return ports.Document{}, fmt.Errorf("get %q in %q of %s: %w", id, collection, s.path, err)
+	}
+	err = s.getDoc.QueryRowContext(rctx, collection, id).Scan(&v, &raw)
 	if errors.Is(err, sql.ErrNoRows) {
-		if err := s.requireCollection(ctx, s.hasReading, collection); err != nil {
+		if err := s.requireCollection(rctx, s.hasReading, collection); err != nil {
 			return ports.Document{}, fmt.Errorf("get %q: %w", id, err)
 		}
 		return ports.Document{}, fmt.Errorf("get %q in %q: %w", id, collection, ports.ErrNotFound)

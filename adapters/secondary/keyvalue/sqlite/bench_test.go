@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/abi-engine/engine/adapters/secondary/keyvalue/sqlite"
 )
@@ -36,7 +37,10 @@ func parallel(b *testing.B, call func(ctx context.Context, i int) error) {
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		for i := 0; pb.Next(); i++ {
-			if err := call(context.Background(), i%1000); err != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			err := call(ctx, i%1000)
+			cancel()
+			if err != nil {
 				b.Error(err)
 				return
 			}

@@ -125,8 +125,12 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, error) {
 	if err := storecheck.Key("key", key); err != nil {
 		return nil, err
 	}
+	rctx, err := sqlitedb.PointRead(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("get %q from %s: %w", key, s.path, err)
+	}
 	var v []byte
-	err := s.get.QueryRowContext(ctx, sql.Named("key", key), now()).Scan(&v)
+	err = s.get.QueryRowContext(rctx, sql.Named("key", key), now()).Scan(&v)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("get %q: %w", key, ports.ErrNotFound)
 	}
@@ -199,8 +203,12 @@ func (s *Store) Exists(ctx context.Context, key string) (bool, error) {
 	if err := storecheck.Key("key", key); err != nil {
 		return false, err
 	}
+	rctx, err := sqlitedb.PointRead(ctx)
+	if err != nil {
+		return false, fmt.Errorf("exists %q in %s: %w", key, s.path, err)
+	}
 	var ok bool
-	err := s.exists.QueryRowContext(ctx, sql.Named("key", key), now()).Scan(&ok)
+	err = s.exists.QueryRowContext(rctx, sql.Named("key", key), now()).Scan(&ok)
 	if err != nil {
 		return false, fmt.Errorf("exists %q in %s: %w", key, s.path, err)
 	}
