@@ -11,8 +11,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/abi-engine/engine/internal/storecheck"
 	"github.com/abi-engine/engine/ports"
+	"github.com/abi-engine/engine/storecheck"
 )
 
 // Data returns the canonical JSON of a document's data and the data as a

@@ -10,8 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/abi-engine/engine/internal/storecheck"
 	"github.com/abi-engine/engine/ports"
+	"github.com/abi-engine/engine/storecheck"
 )
 
 // Open connects to dsn and runs schema under an advisory lock named after

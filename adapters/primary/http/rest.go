@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/abi-engine/engine/internal/storecheck"
 	"github.com/abi-engine/engine/ports"
+	"github.com/abi-engine/engine/storecheck"
 )
 
 // kvGet answers the value as it is stored.

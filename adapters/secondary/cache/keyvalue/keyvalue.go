@@ -10,8 +10,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/abi-engine/engine/internal/storecheck"
 	"github.com/abi-engine/engine/ports"
+	"github.com/abi-engine/engine/storecheck"
 )
 
 // DefaultPrefix keeps cache entries apart from the store's other keys.

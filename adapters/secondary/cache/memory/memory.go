@@ -8,8 +8,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/abi-engine/engine/internal/storecheck"
 	"github.com/abi-engine/engine/ports"
+	"github.com/abi-engine/engine/storecheck"
 )
 
 // Config is the memory cache's configuration: it has no settings.

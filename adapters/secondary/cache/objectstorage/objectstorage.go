@@ -20,8 +20,8 @@ import (
 	"io"
 	"time"
 
-	"github.com/abi-engine/engine/internal/storecheck"
 	"github.com/abi-engine/engine/ports"
+	"github.com/abi-engine/engine/storecheck"
 )
 
 // DefaultPrefix keeps cache objects apart from the store's other objects.

@@ -11,8 +11,8 @@ import (
 	"sync"
 
 	"github.com/abi-engine/engine/internal/docjson"
-	"github.com/abi-engine/engine/internal/storecheck"
 	"github.com/abi-engine/engine/ports"
+	"github.com/abi-engine/engine/storecheck"
 )
 
 var _ ports.DocumentStore = (*Store)(nil)

@@ -15,8 +15,8 @@ import (
 
 	"github.com/abi-engine/engine/internal/docjson"
 	"github.com/abi-engine/engine/internal/pgdb"
-	"github.com/abi-engine/engine/internal/storecheck"
 	"github.com/abi-engine/engine/ports"
+	"github.com/abi-engine/engine/storecheck"
 )
 
 var _ ports.DocumentStore = (*Store)(nil)

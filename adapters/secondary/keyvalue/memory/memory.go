@@ -10,8 +10,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/abi-engine/engine/internal/storecheck"
 	"github.com/abi-engine/engine/ports"
+	"github.com/abi-engine/engine/storecheck"
 )
 
 var _ ports.KeyValue = (*Store)(nil)

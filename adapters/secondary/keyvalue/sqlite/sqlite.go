@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/abi-engine/engine/internal/sqlitedb"
-	"github.com/abi-engine/engine/internal/storecheck"
 	"github.com/abi-engine/engine/ports"
+	"github.com/abi-engine/engine/storecheck"
 )
 
 var _ ports.KeyValue = (*Store)(nil)

@@ -27,8 +27,8 @@ import (
 	"time"
 
 	"github.com/abi-engine/engine/adapters/secondary/objectstorage/internal/objkey"
-	"github.com/abi-engine/engine/internal/storecheck"
 	"github.com/abi-engine/engine/ports"
+	"github.com/abi-engine/engine/storecheck"
 )
 
 const (

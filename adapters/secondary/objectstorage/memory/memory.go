@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/abi-engine/engine/adapters/secondary/objectstorage/internal/objkey"
-	"github.com/abi-engine/engine/internal/storecheck"
 	"github.com/abi-engine/engine/ports"
+	"github.com/abi-engine/engine/storecheck"
 )
 
 // chunkSize is the most a chunk holds; small objects get small chunks.

@@ -11,8 +11,8 @@ import (
 	"reflect"
 	"regexp"
 
-	"github.com/abi-engine/engine/internal/storecheck"
 	"github.com/abi-engine/engine/ports"
+	"github.com/abi-engine/engine/storecheck"
 )
 
 var namePattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)

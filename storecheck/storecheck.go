@@ -1,6 +1,8 @@
 // Package storecheck validates what callers hand to the storage adapters, so
 // that every adapter of a port accepts and refuses the same input: a deploy
 // that moves from the memory adapter to PostgreSQL meets no new refusals.
+// It is public so that adapters written outside this repository apply the
+// same rules; the contract suites check that they do.
 package storecheck
 
 import (

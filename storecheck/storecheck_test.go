@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/abi-engine/engine/internal/storecheck"
 	"github.com/abi-engine/engine/ports"
+	"github.com/abi-engine/engine/storecheck"
 )
 
 func TestTTLSecondsRefusesWhatWouldRoundToZeroOrPassTheMost(t *testing.T) {
