@@ -2,6 +2,9 @@
 GO ?= go
 
 SERVICES := internal/testservices/services.sh
+# EXAMPLES are modules of their own (out-of-tree adapters built on the
+# engine's public packages): ./... of the engine does not reach them.
+EXAMPLES := examples/redis-keyvalue
 
 .PHONY: all build vet test test-short services services-stop run bench chaos linearizable fuzz
 
@@ -9,19 +12,24 @@ all: vet build
 
 build:
 	$(GO) build ./...
+	@for m in $(EXAMPLES); do (cd $$m && $(GO) build ./...) || exit 1; done
 
 vet:
 	$(GO) vet ./...
+	@for m in $(EXAMPLES); do (cd $$m && $(GO) vet ./...) || exit 1; done
 
-## test: start the test servers (PostgreSQL, versitygw), vet, run the whole
-## suite under the race detector with every backend required, then stop
-## the servers this run started, whether the tests pass or not.
+## test: start the test servers (PostgreSQL, versitygw, Redis), vet, run
+## the whole suite and the examples' under the race detector with every
+## backend required, then stop the servers this run started, whether the
+## tests pass or not.
 test:
 	@set -e; exports=$$($(SERVICES) start); eval "$$exports"; \
 	trap '$(SERVICES) stop' EXIT; trap 'exit 130' INT TERM; \
 	export ENGINE_TEST_REQUIRE_BACKENDS=1; \
 	$(GO) vet ./...; \
-	$(GO) test -race -count=1 ./...
+	for m in $(EXAMPLES); do (cd $$m && $(GO) vet ./...); done; \
+	$(GO) test -race -count=1 ./...; \
+	for m in $(EXAMPLES); do (cd $$m && $(GO) test -race -count=1 ./...); done
 
 ## services: start the test servers and print the exports for your shell:
 ## eval "$(make -s services)"; stop them with `make services-stop`.
@@ -35,6 +43,7 @@ services-stop:
 ## test-short: the suite without the race detector, for a quick loop.
 test-short:
 	$(GO) test -count=1 ./...
+	@for m in $(EXAMPLES); do (cd $$m && $(GO) test -count=1 ./...) || exit 1; done
 
 ## run: an engine on embedded defaults.
 run:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Starts and stops the servers the tests run against: PostgreSQL and an S3
-# server (versitygw). Installs what is missing, so a fresh machine works.
+# Starts and stops the servers the tests run against: PostgreSQL, an S3
+# server (versitygw) and Redis. Installs what is missing, so a fresh machine
+# works.
 #
 #   services.sh start   start what is not running; print export lines on stdout
 #   services.sh stop    stop what start started, by PID
@@ -20,6 +21,8 @@ S3_SECRET_KEY=testsecret
 STATE_DIR=${ENGINE_TEST_SERVICES_DIR:-${TMPDIR:-/tmp}/abi-engine-testservices}
 VGW_PID_FILE=$STATE_DIR/versitygw.pid
 PG_MARK_FILE=$STATE_DIR/postgresql.started
+REDIS_PID_FILE=$STATE_DIR/redis.pid
+REDIS_ADDR_FILE=$STATE_DIR/redis.addr
 
 log() { echo "services: $*" >&2; }
 
@@ -120,19 +123,69 @@ start_versitygw() {
 	echo versitygw
 }
 
+redis_pid_alive() {
+	local pid
+	[ -f "$REDIS_PID_FILE" ] || return 1
+	pid=$(cat "$REDIS_PID_FILE")
+	kill -0 "$pid" 2>/dev/null && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q redis-server
+}
+
+# start_redis prints "redis" when it started a server. The server is our
+# own, on a free loopback port (not the packaged service's 6379), without
+# persistence; its address goes to $REDIS_ADDR_FILE.
+start_redis() {
+	local attempt port pid
+	if redis_pid_alive; then
+		wait_until 30 port_answers "$(cat "$REDIS_ADDR_FILE")" || { log "redis-server (pid $(cat "$REDIS_PID_FILE")) does not answer"; exit 1; }
+		return
+	fi
+	if ! command -v redis-server >/dev/null 2>&1; then
+		log "installing redis-server with apt-get"
+		as_root apt-get update >&2
+		DEBIAN_FRONTEND=noninteractive as_root apt-get install -y redis-server >&2
+	fi
+	mkdir -p "$STATE_DIR"
+	for attempt in 1 2 3 4 5 6 7 8 9 10; do
+		port=$((20000 + RANDOM % 20000))
+		if port_answers "127.0.0.1:$port"; then continue; fi
+		log "starting redis-server on 127.0.0.1:$port"
+		setsid redis-server --bind 127.0.0.1 --port "$port" --save '' --appendonly no --dir "$STATE_DIR" \
+			</dev/null >"$STATE_DIR/redis.log" 2>&1 &
+		pid=$!
+		# Another process may take the port in between: then the server
+		# exits at once, and the next attempt picks another.
+		if wait_until 10 port_answers "127.0.0.1:$port" && kill -0 "$pid" 2>/dev/null; then
+			echo "$pid" >"$REDIS_PID_FILE"
+			echo "127.0.0.1:$port" >"$REDIS_ADDR_FILE"
+			echo redis
+			return
+		fi
+		kill -TERM "$pid" 2>/dev/null || true
+	done
+	log "redis-server did not start on a free port in 10 attempts; its log:"
+	cat "$STATE_DIR/redis.log" >&2
+	exit 1
+}
+
 start() {
-	local pg vgw started
+	local pg vgw redis started
 	pg=$(start_postgresql)
 	if ! vgw=$(start_versitygw); then
 		if [ -n "$pg" ]; then stop_postgresql; fi
 		exit 1
 	fi
-	started=$(echo $pg $vgw)
+	if ! redis=$(start_redis); then
+		if [ -n "$vgw" ]; then stop_versitygw; fi
+		if [ -n "$pg" ]; then stop_postgresql; fi
+		exit 1
+	fi
+	started=$(echo $pg $vgw $redis)
 	cat <<EXPORTS
 export ENGINE_TEST_PG_DSN='$PG_DSN'
 export ENGINE_TEST_S3_ENDPOINT='http://$S3_ADDR'
 export ENGINE_TEST_S3_ACCESS_KEY='$S3_ACCESS_KEY'
 export ENGINE_TEST_S3_SECRET_KEY='$S3_SECRET_KEY'
+export ENGINE_TEST_REDIS_ADDR='$(cat "$REDIS_ADDR_FILE")'
 export ENGINE_TEST_SERVICES_STARTED='$started'
 EXPORTS
 }
@@ -162,10 +215,24 @@ stop_postgresql() {
 	fi
 }
 
+stop_redis() {
+	local pid
+	if ! redis_pid_alive; then
+		rm -f "$REDIS_PID_FILE" "$REDIS_ADDR_FILE"
+		return
+	fi
+	pid=$(cat "$REDIS_PID_FILE")
+	log "stopping redis-server (pid $pid)"
+	kill -TERM "$pid"
+	wait_until 10 bash -c "! kill -0 $pid 2>/dev/null" || kill -KILL "$pid" 2>/dev/null || true
+	rm -f "$REDIS_PID_FILE" "$REDIS_ADDR_FILE"
+}
+
 stop() {
-	local which=${ENGINE_TEST_SERVICES_STARTED-versitygw postgresql}
+	local which=${ENGINE_TEST_SERVICES_STARTED-redis versitygw postgresql}
 	for s in $which; do
 		case $s in
+		redis) stop_redis ;;
 		versitygw) stop_versitygw ;;
 		postgresql) stop_postgresql ;;
 		esac
