@@ -14,6 +14,7 @@ import (
 
 	"github.com/abi-engine/engine/app"
 	"github.com/abi-engine/engine/app/config"
+	"github.com/abi-engine/engine/internal/jsonkeys"
 	"github.com/abi-engine/engine/internal/natstest"
 )
 
@@ -56,6 +57,11 @@ func TestTheHTTPAPIAnswersForEveryRole(t *testing.T) {
 	if err := json.Unmarshal([]byte(body), &st); err != nil || code != http.StatusOK {
 		t.Fatalf("/status: %d %s (%v)", code, body, err)
 	}
+	// Every key of /status is snake_case, the lease's holder included.
+	jsonkeys.SnakeCase(t, []byte(body))
+	if !strings.Contains(body, `"holder":{"instance_id":"`+served.Me().InstanceID+`"`) {
+		t.Errorf("/status names the holder otherwise: %s", body)
+	}
 	if st.State != "serving" || st.InstanceID != served.Me().InstanceID || st.Lease == nil ||
 		st.Lease.Holder.InstanceID != served.Me().InstanceID || st.Lease.Revision == 0 || len(st.Services) == 0 {
 		t.Fatalf("/status of a serving engine: %s", body)
@@ -94,6 +100,8 @@ func TestTheHTTPAPIAnswersForEveryRole(t *testing.T) {
 	}
 	if code, body := get(t, cbase+"/status"); code != http.StatusOK || !strings.Contains(body, `"state":"client"`) {
 		t.Fatalf("/status of a client engine: %d %s", code, body)
+	} else {
+		jsonkeys.SnakeCase(t, []byte(body))
 	}
 	// The client's REST surface reaches the serving engine.
 	req, err := http.NewRequestWithContext(t.Context(), "PUT", cbase+"/v1/kv/through-the-client", strings.NewReader("v"))

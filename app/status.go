@@ -28,11 +28,30 @@ type Status struct {
 
 // LeaseStatus is the lease record and its freshness.
 type LeaseStatus struct {
-	Holder   domain.Holder `json:"holder"`
-	Revision uint64        `json:"revision"`
+	Holder   HolderStatus `json:"holder"`
+	Revision uint64       `json:"revision"`
 	// SinceRenewal is how long ago, on this engine's clock, it last saw the
 	// lease change or renewed it.
 	SinceRenewal time.Duration `json:"since_renewal_ns"`
+}
+
+// HolderStatus is the lease's holder as /status shows it: the fields of
+// domain.Holder under snake_case keys, like every key of /status.
+type HolderStatus struct {
+	InstanceID string    `json:"instance_id"`
+	Host       string    `json:"host"`
+	PID        int       `json:"pid"`
+	Version    string    `json:"version"`
+	RolloutID  string    `json:"rollout_id"`
+	StartedAt  time.Time `json:"started_at"`
+	Released   bool      `json:"released"`
+}
+
+func holderStatus(h domain.Holder) HolderStatus {
+	return HolderStatus{
+		InstanceID: h.InstanceID, Host: h.Host, PID: h.PID, Version: h.Version,
+		RolloutID: h.RolloutID, StartedAt: h.StartedAt, Released: h.Released,
+	}
 }
 
 // ServiceStatus is one service's adapter.
@@ -62,7 +81,7 @@ func (e *Engine) Status() Status {
 		st.State = o.State().String()
 	}
 	rec := o.Record()
-	st.Lease = &LeaseStatus{Holder: rec.Holder, Revision: rec.Revision, SinceRenewal: o.SinceChange()}
+	st.Lease = &LeaseStatus{Holder: holderStatus(rec.Holder), Revision: rec.Revision, SinceRenewal: o.SinceChange()}
 	for _, b := range e.p.Storage {
 		d := b.Declaration
 		ss := ServiceStatus{Service: d.Service, Adapter: d.Adapter, Off: d.Off}

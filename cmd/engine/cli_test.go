@@ -19,6 +19,7 @@ import (
 
 	"github.com/abi-engine/engine/adapters/secondary/lease/jetstream"
 	"github.com/abi-engine/engine/adapters/secondary/natsclient"
+	"github.com/abi-engine/engine/internal/jsonkeys"
 	"github.com/abi-engine/engine/internal/natstest"
 )
 
@@ -71,9 +72,12 @@ func failsWith(t *testing.T, code int, want string, args ...string) {
 	}
 }
 
-// decodeOne parses out as exactly one JSON document into v.
+// decodeOne parses out as exactly one JSON document into v, and checks
+// that every key of ours in it is snake_case (a document's data is the
+// user's).
 func decodeOne(t *testing.T, out string, v any) {
 	t.Helper()
+	jsonkeys.SnakeCase(t, []byte(out), "data")
 	dec := json.NewDecoder(strings.NewReader(out))
 	if err := dec.Decode(v); err != nil {
 		t.Fatalf("output is not JSON: %v\n%s", err, out)
