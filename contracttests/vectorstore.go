@@ -76,6 +76,9 @@ func RunVectorStore(t *testing.T, h Harness[ports.VectorStore], caps VectorStore
 		{"SearchAnEmptyCollection", vsSearchAnEmptyCollection},
 		{"TwoHandlesShareTheStore", vsTwoHandlesShareTheStore},
 		{"ConcurrentUpsertsLoseNothing", vsConcurrentUpsertsLoseNothing},
+		{"SearchSeesTheOtherHandlesWrites", vsSearchSeesTheOtherHandlesWrites},
+		{"SearchFollowsGrowthReplacesAndShrinking", vsSearchFollowsGrowthReplacesAndShrinking},
+		{"ANewHandleSearchesEverything", vsANewHandleSearchesEverything},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -747,4 +750,185 @@ func vsConcurrentUpsertsLoseNothing(t *testing.T, open func(t *testing.T) ports.
 	if n := vsCount(t, b, "docs"); n != writers*each {
 		t.Fatalf("Count %d after %d concurrent upserts of distinct ids", n, writers*each)
 	}
+}
+
+// vsLive is what a collection holds, as the suite wrote it.
+type vsLive map[string]ports.Vector
+
+func (l vsLive) put(vs ...ports.Vector) {
+	for _, v := range vs {
+		l[v.ID] = v
+	}
+}
+
+func (l vsLive) points() []ports.Vector {
+	out := make([]ports.Vector, 0, len(l))
+	for _, v := range l {
+		out = append(out, v)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// vsExpectSearches asks random queries, unfiltered and filtered on a
+// group, and holds the answers to the brute force over what the collection
+// holds: every result is a live vector scored for its current values, and
+// the ranking is exact or, for an approximate adapter, reaches the recall.
+func vsExpectSearches(t *testing.T, s ports.VectorStore, name string, m ports.Metric, caps VectorStoreCapabilities, live vsLive, r *rand.Rand, dim int) {
+	t.Helper()
+	points := live.points()
+	byID := map[string]ports.Vector(live)
+	for _, filter := range []map[string]any{nil, {"group": "g1"}} {
+		keep := func(p ports.Vector) bool { return filter == nil || p.Payload["group"] == filter["group"] }
+		var recall float64
+		for range vsQueries {
+			q := vsRandomQuery(r, dim)
+			got := vsSearch(t, s, name, q, vsK, filter)
+			ranked := vsBruteForce(m, points, q, keep)
+			if len(ranked) == 0 {
+				if len(got) != 0 {
+					t.Fatalf("filter %v: Search gives %d results where nothing matches", filter, len(got))
+				}
+				recall++
+				continue
+			}
+			for _, g := range got {
+				v, ok := byID[g.ID]
+				if !ok {
+					continue // vsCheckRanking names it
+				}
+				if truth := vsScore(m, q, v.Values); math.Abs(g.Score-truth) > vsScoreTolerance*math.Max(1, math.Abs(truth)) {
+					t.Fatalf("filter %v: %q scores %v, want %v for its current values", filter, g.ID, g.Score, truth)
+				}
+			}
+			recall += vsCheckRanking(t, m, caps, got, ranked, vsK)
+		}
+		if recall /= vsQueries; recall < vsMinRecall {
+			t.Fatalf("filter %v: recall at k=%d is %.2f over %d vectors, want at least %.2f", filter, vsK, recall, len(points), vsMinRecall)
+		}
+	}
+}
+
+// vsMoved gives the points new values under the same ids and payloads.
+func vsMoved(r *rand.Rand, points []ports.Vector) []ports.Vector {
+	out := make([]ports.Vector, len(points))
+	for i, p := range points {
+		out[i] = ports.Vector{ID: p.ID, Values: vsRandomQuery(r, len(p.Values)), Payload: p.Payload}
+	}
+	return out
+}
+
+func vsIDs(points []ports.Vector) []string {
+	out := make([]string, len(points))
+	for i, p := range points {
+		out[i] = p.ID
+	}
+	return out
+}
+
+func vsDeleteIDs(t *testing.T, s ports.VectorStore, name string, live vsLive, ids []string) {
+	t.Helper()
+	if err := s.Delete(ctx(t), name, ids); err != nil {
+		t.Fatalf("Delete %d ids from %q: %v", len(ids), name, err)
+	}
+	for _, id := range ids {
+		delete(live, id)
+	}
+}
+
+// A handle that keeps an index in memory must see what another handle
+// wrote, deleted and rewrote, in its next search.
+func vsSearchSeesTheOtherHandlesWrites(t *testing.T, open func(t *testing.T) ports.VectorStore, caps VectorStoreCapabilities) {
+	a, b := open(t), open(t)
+	const dim = 8
+	r := rand.New(rand.NewPCG(88, 1))
+	vsCreate(t, a, "docs", dim, ports.MetricCosine)
+	live := vsLive{}
+	points := vsRandomPoints(88, 200, dim)
+	vsUpsert(t, a, "docs", points...)
+	live.put(points...)
+	vsExpectSearches(t, b, "docs", ports.MetricCosine, caps, live, r, dim)
+	vsDeleteIDs(t, a, "docs", live, vsIDs(points[:40]))
+	moved := vsMoved(r, points[40:80])
+	vsUpsert(t, a, "docs", moved...)
+	live.put(moved...)
+	vsExpectSearches(t, b, "docs", ports.MetricCosine, caps, live, r, dim)
+	back := vsMoved(r, points[:20])
+	vsUpsert(t, b, "docs", back...)
+	live.put(back...)
+	vsExpectSearches(t, a, "docs", ports.MetricCosine, caps, live, r, dim)
+	vsExpectSearches(t, b, "docs", ports.MetricCosine, caps, live, r, dim)
+	if err := a.DeleteCollection(ctx(t), "docs"); err != nil {
+		t.Fatalf("DeleteCollection: %v", err)
+	}
+	vsCreate(t, a, "docs", dim, ports.MetricEuclid)
+	fresh := vsRandomPoints(89, 30, dim)
+	vsUpsert(t, a, "docs", fresh...)
+	vsExpectSearches(t, b, "docs", ports.MetricEuclid, caps, vsLive{}.with(fresh), r, dim)
+}
+
+func (l vsLive) with(vs []ports.Vector) vsLive {
+	l.put(vs...)
+	return l
+}
+
+// An index that switches to an approximate structure past some size must
+// keep answering as the collection grows past it, has vectors replaced and
+// deleted, and shrinks below it again.
+func vsSearchFollowsGrowthReplacesAndShrinking(t *testing.T, open func(t *testing.T) ports.VectorStore, caps VectorStoreCapabilities) {
+	s := open(t)
+	const dim = 16
+	for _, m := range []ports.Metric{ports.MetricCosine, ports.MetricDot, ports.MetricEuclid} {
+		name := "grow_" + string(m)
+		r := rand.New(rand.NewPCG(uint64(len(m)), 77))
+		vsCreate(t, s, name, dim, m)
+		points := vsRandomPoints(uint64(len(m))+100, 600, dim)
+		live := vsLive{}
+		for _, n := range []int{10, 100, 300, 600} {
+			add := points[len(live):n]
+			vsUpsert(t, s, name, add...)
+			live.put(add...)
+			vsExpectSearches(t, s, name, m, caps, live, r, dim)
+		}
+		moved := vsMoved(r, points[:300])
+		vsUpsert(t, s, name, moved...)
+		live.put(moved...)
+		vsExpectSearches(t, s, name, m, caps, live, r, dim)
+		vsDeleteIDs(t, s, name, live, vsIDs(points[20:590]))
+		if n := vsCount(t, s, name); n != len(live) {
+			t.Fatalf("%s: Count %d after the deletes, want %d", name, n, len(live))
+		}
+		vsExpectSearches(t, s, name, m, caps, live, r, dim)
+		vsDeleteIDs(t, s, name, live, vsIDs(points))
+		if got := vsSearch(t, s, name, vsRandomQuery(r, dim), vsK, nil); len(got) != 0 {
+			t.Fatalf("%s: an emptied collection returns %d results", name, len(got))
+		}
+		vsUpsert(t, s, name, points[:50]...)
+		live.put(points[:50]...)
+		vsExpectSearches(t, s, name, m, caps, live, r, dim)
+	}
+}
+
+// A handle opened after the writes (an engine restarting on the same data)
+// searches all of it.
+func vsANewHandleSearchesEverything(t *testing.T, open func(t *testing.T) ports.VectorStore, caps VectorStoreCapabilities) {
+	a := open(t)
+	const dim = 12
+	r := rand.New(rand.NewPCG(99, 3))
+	vsCreate(t, a, "docs", dim, ports.MetricDot)
+	points := vsRandomPoints(99, 800, dim)
+	live := vsLive{}
+	for i := 0; i < len(points); i += 200 {
+		vsUpsert(t, a, "docs", points[i:i+200]...)
+	}
+	live.put(points...)
+	vsDeleteIDs(t, a, "docs", live, vsIDs(points[:150]))
+	moved := vsMoved(r, points[150:300])
+	vsUpsert(t, a, "docs", moved...)
+	live.put(moved...)
+	b := open(t)
+	if n := vsCount(t, b, "docs"); n != len(live) {
+		t.Fatalf("a new handle counts %d vectors, want %d", n, len(live))
+	}
+	vsExpectSearches(t, b, "docs", ports.MetricDot, caps, live, r, dim)
 }

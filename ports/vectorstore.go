@@ -30,6 +30,10 @@ type VectorCollection struct {
 	Name      string
 	Dimension int
 	Metric    Metric
+	// Indexed is how many of its vectors an approximate index holds now,
+	// for a store that builds one in the background; 0 while the
+	// collection is searched exactly or the store does not tell.
+	Indexed int
 }
 
 // VectorStore keeps vectors in named collections (names as for documents).

@@ -2,7 +2,10 @@
 // processes on loopback, an embedded broker, every scenario side by side in
 // one run.
 //
-//	enginebench [-duration 10s] [-json] [-plot curve.svg] [-scenarios throughput,handover,failover,boot]
+//	enginebench [-duration 10s] [-json] [-plot curve.svg] [-scenarios throughput,handover,failover,boot,vector]
+//
+// The vector200k scenario (200,000 vectors through the HNSW index on each
+// vector adapter) takes several minutes and runs only when named.
 //
 // It prints a table of the figures beside the aims, or with -json one
 // JSON object on one line; notes on how a figure was taken go to standard
@@ -28,7 +31,11 @@ import (
 )
 
 // Scenarios, in the order they run.
-var scenarios = []string{"throughput", "handover", "failover", "boot"}
+var scenarios = []string{"throughput", "handover", "failover", "boot", "vector", "vector200k"}
+
+// defaultScenarios run when -scenarios is not given: vector200k loads and
+// indexes 200,000 vectors on each adapter, several minutes on two cores.
+var defaultScenarios = []string{"throughput", "handover", "failover", "boot", "vector"}
 
 // The raw echo's responder is this command again, started with echoEnv
 // naming the broker, so the echo is answered from another process as the
@@ -53,7 +60,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	duration := fs.Duration("duration", 10*time.Second, "how long each load runs")
 	asJSON := fs.Bool("json", false, "print one JSON object on one line instead of a table")
-	list := fs.String("scenarios", strings.Join(scenarios, ","), "comma-separated scenarios to run")
+	list := fs.String("scenarios", strings.Join(defaultScenarios, ","), "comma-separated scenarios to run, from "+strings.Join(scenarios, ","))
 	plotFile := fs.String("plot", "", "draw the scaling curve of the throughput scenario to this SVG file")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -77,6 +84,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	b := &bench{lab: l, duration: *duration}
 	steps := map[string]func(context.Context) error{
 		"throughput": b.throughput, "handover": b.handover, "failover": b.failover, "boot": b.boot,
+		"vector": b.vector, "vector200k": b.vector200k,
 	}
 	code := 0
 	for _, name := range chosen {

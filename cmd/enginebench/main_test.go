@@ -91,7 +91,7 @@ func TestJSONFieldsAreTheIssues(t *testing.T) {
 			t.Errorf("%s of an empty result is %v, want null", k, v)
 		}
 	}
-	want := slices.Clone(fields)
+	want := slices.Concat(fields, vectorFields, vector200kFields)
 	slices.Sort(keys)
 	slices.Sort(want)
 	if !slices.Equal(keys, want) {
@@ -104,7 +104,7 @@ func TestTheTableHasARowPerField(t *testing.T) {
 	if err := (Result{BootMS: ptr(61.4)}).table(&out); err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range fields {
+	for _, f := range slices.Concat(fields, vectorFields, vector200kFields) {
 		if f == "scaling" {
 			continue // a section of its own, below the rows, when measured
 		}
@@ -159,7 +159,7 @@ func TestScenarios(t *testing.T) {
 // every field.
 func TestSmokeEveryFieldIsPrinted(t *testing.T) {
 	if testing.Short() {
-		t.Skip("runs engine processes for about 20 s")
+		t.Skip("runs engine processes for about a minute")
 	}
 	bin := filepath.Join(t.TempDir(), "enginebench")
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
@@ -183,7 +183,7 @@ func TestSmokeEveryFieldIsPrinted(t *testing.T) {
 		t.Fatalf("%v: %s", err, lines[0])
 	}
 	withPG := os.Getenv("ENGINE_TEST_PG_DSN") != ""
-	for _, f := range fields {
+	for _, f := range slices.Concat(fields, vectorFields) {
 		v, ok := got[f]
 		switch {
 		case !ok:

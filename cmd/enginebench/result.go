@@ -52,6 +52,8 @@ type Result struct {
 	RatioPGSetToPGXSet        *float64 `json:"ratio_pg_set_to_pgx_set"`
 	// Scaling is the curve: every path at 1, 8, 64 and 256 callers.
 	Scaling []Point `json:"scaling"`
+
+	VectorResult
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -106,7 +108,7 @@ func (r Result) rows() []row {
 		}
 		return format(v)
 	}
-	return []row{
+	return append([]row{
 		{"raw_echo_rps", f(r.RawEchoRPS), ""},
 		{"kv_get_rps", f(r.KVGetRPS), ""},
 		{"ratio_kv_to_raw", f2(r.RatioKVToRaw), ">= 0.7"},
@@ -141,7 +143,7 @@ func (r Result) rows() []row {
 		{"failover_ms", f(r.FailoverMS), fmt.Sprintf("<= %d (lease + 500)", failoverLease.Milliseconds()+500)},
 		{"boot_ms", f(r.BootMS), "<= 300"},
 		{"rss_mb", f(r.RSSMB), "<= 60"},
-	}
+	}, r.VectorResult.rows()...)
 }
 
 func f2(v *float64) string {

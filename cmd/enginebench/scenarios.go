@@ -55,6 +55,8 @@ type engineConfig struct {
 	// sqlite puts keyvalue and document on SQLite and objects in files,
 	// the embedded defaults.
 	sqlite bool
+	// vectors is the vector_store block; empty turns the service off.
+	vectors string
 }
 
 func (b *bench) writeConfig(c engineConfig) (string, error) {
@@ -65,6 +67,10 @@ func (b *bench) writeConfig(c engineConfig) (string, error) {
 	listen, err := freeAddr()
 	if err != nil {
 		return "", err
+	}
+	vectors := "{adapter: off}"
+	if c.vectors != "" {
+		vectors = c.vectors
 	}
 	kv, doc, obj := "{adapter: memory}", "{adapter: off}", "{adapter: off}"
 	switch {
@@ -82,10 +88,10 @@ services:
   keyvalue: %s
   document: %s
   object_storage: %s
-  vector_store: {adapter: off}
+  vector_store: %s
   cache: {adapter: off}
   secret: {adapter: env}
-`, c.url, c.lease, c.hot, filepath.Join(dir, "data"), listen, kv, doc, obj)
+`, c.url, c.lease, c.hot, filepath.Join(dir, "data"), listen, kv, doc, obj, vectors)
 	path := filepath.Join(dir, "engine.yaml")
 	return path, os.WriteFile(path, []byte(yaml), 0o600)
 }

@@ -31,9 +31,17 @@ type VecIn struct {
 	Collection string `json:"collection"`
 }
 
+// VecCollectionInfo is one element of collections' answer: Indexed is how
+// many vectors an approximate index holds now, left out while the
+// collection is searched exactly.
+type VecCollectionInfo struct {
+	VecCollection
+	Indexed int `json:"indexed,omitempty"`
+}
+
 // VecCollectionList answers collections, sorted by name.
 type VecCollectionList struct {
-	Collections []VecCollection `json:"collections"`
+	Collections []VecCollectionInfo `json:"collections"`
 }
 
 // Vector is a point and its payload: in upsert, and get's answer.

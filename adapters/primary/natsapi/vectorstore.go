@@ -21,9 +21,12 @@ func VectorStore(vs ports.VectorStore) Service {
 			})},
 			{wire.VecCollections, JSON(func(ctx context.Context, _ wire.Empty) (wire.VecCollectionList, error) {
 				cs, err := vs.Collections(ctx)
-				out := wire.VecCollectionList{Collections: make([]wire.VecCollection, len(cs))}
+				out := wire.VecCollectionList{Collections: make([]wire.VecCollectionInfo, len(cs))}
 				for i, c := range cs {
-					out.Collections[i] = wire.VecCollection{Name: c.Name, Dimension: c.Dimension, Metric: string(c.Metric)}
+					out.Collections[i] = wire.VecCollectionInfo{
+						VecCollection: wire.VecCollection{Name: c.Name, Dimension: c.Dimension, Metric: string(c.Metric)},
+						Indexed:       c.Indexed,
+					}
 				}
 				return out, err
 			})},

@@ -48,7 +48,7 @@ func (s VectorStore) Collections(ctx context.Context) ([]ports.VectorCollection,
 	}
 	cs := make([]ports.VectorCollection, len(out.Collections))
 	for i, c := range out.Collections {
-		cs[i] = ports.VectorCollection{Name: c.Name, Dimension: c.Dimension, Metric: ports.Metric(c.Metric)}
+		cs[i] = ports.VectorCollection{Name: c.Name, Dimension: c.Dimension, Metric: ports.Metric(c.Metric), Indexed: c.Indexed}
 	}
 	return cs, nil
 }

@@ -1,6 +1,7 @@
-// Package memory is a vector store held in this process, with exact search.
-// It is for tests and single-process development: its data goes with the
-// process.
+// Package memory is a vector store held in this process. Search is exact
+// up to a collection of Config.IndexThreshold vectors and goes through an
+// HNSW graph above it (package vecindex). It is for tests and
+// single-process development: its data goes with the process.
 package memory
 
 import (
@@ -10,13 +11,19 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/abi-engine/engine/adapters/secondary/vectorstore/internal/vecindex"
 	"github.com/abi-engine/engine/adapters/secondary/vectorstore/internal/vecutil"
 	"github.com/abi-engine/engine/ports"
 )
 
-// Config is the block under services.vector_store.config; the memory
-// adapter has no settings.
-type Config struct{}
+// Config is the block under services.vector_store.config.
+type Config struct {
+	// IndexThreshold is the number of vectors above which a collection is
+	// searched through an approximate HNSW graph; 0 means
+	// vecindex.DefaultThreshold (50,000), a negative value keeps every
+	// search exact.
+	IndexThreshold int `yaml:"index_threshold"`
+}
 
 // LocalStorage implements ports.StorageConfig: the data lives in this process.
 func (Config) LocalStorage() string { return "this process" }
@@ -24,6 +31,7 @@ func (Config) LocalStorage() string { return "this process" }
 // Store keeps collections in maps behind one lock.
 type Store struct {
 	mu          sync.RWMutex
+	threshold   int
 	collections map[string]*collection
 }
 
@@ -31,18 +39,26 @@ type collection struct {
 	dimension int
 	metric    ports.Metric
 	vectors   map[string]ports.Vector
+	index     *vecindex.Index
 }
 
 var _ ports.VectorStore = (*Store)(nil)
 
 // Open returns an empty store.
-func Open(_ context.Context, _ Config) (*Store, error) {
-	return &Store{collections: map[string]*collection{}}, nil
+func Open(_ context.Context, c Config) (*Store, error) {
+	return &Store{threshold: c.IndexThreshold, collections: map[string]*collection{}}, nil
 }
 
-// Close drops nothing: the store lives until the process ends or it is
-// garbage.
-func (s *Store) Close() error { return nil }
+// Close stops the indexes' graph builders; the data stays until the store
+// is garbage.
+func (s *Store) Close() error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, c := range s.collections {
+		c.index.Close()
+	}
+	return nil
+}
 
 // lookup finds a collection; the caller holds the lock.
 func (s *Store) lookup(name string) (*collection, error) {
@@ -66,16 +82,19 @@ func (s *Store) CreateCollection(_ context.Context, name string, dimension int, 
 		}
 		return nil
 	}
-	s.collections[name] = &collection{dimension: dimension, metric: metric, vectors: map[string]ports.Vector{}}
+	s.collections[name] = &collection{dimension: dimension, metric: metric, vectors: map[string]ports.Vector{},
+		index: vecindex.New(dimension, metric, vecindex.Options{Threshold: s.threshold})}
 	return nil
 }
 
 func (s *Store) DeleteCollection(_ context.Context, name string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, err := s.lookup(name); err != nil {
+	c, err := s.lookup(name)
+	if err != nil {
 		return err
 	}
+	c.index.Close()
 	delete(s.collections, name)
 	return nil
 }
@@ -85,7 +104,7 @@ func (s *Store) Collections(context.Context) ([]ports.VectorCollection, error) {
 	defer s.mu.RUnlock()
 	out := make([]ports.VectorCollection, 0, len(s.collections))
 	for name, c := range s.collections {
-		out = append(out, ports.VectorCollection{Name: name, Dimension: c.dimension, Metric: c.metric})
+		out = append(out, ports.VectorCollection{Name: name, Dimension: c.dimension, Metric: c.metric, Indexed: c.index.Indexed()})
 	}
 	slices.SortFunc(out, func(a, b ports.VectorCollection) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
@@ -102,16 +121,19 @@ func (s *Store) Upsert(_ context.Context, name string, vectors []ports.Vector) e
 		return err
 	}
 	stored := make([]ports.Vector, len(vectors))
+	entries := make([]vecindex.Entry, len(vectors))
 	for i, v := range vectors {
 		p, err := vecutil.NormalizePayload(v.Payload)
 		if err != nil {
 			return fmt.Errorf("upsert %q into %q: %w", v.ID, name, err)
 		}
 		stored[i] = ports.Vector{ID: v.ID, Values: slices.Clone(v.Values), Payload: p}
+		entries[i] = vecindex.Entry{ID: v.ID, Values: stored[i].Values, Payload: p}
 	}
 	for _, v := range stored {
 		c.vectors[v.ID] = v
 	}
+	c.index.Put(entries)
 	return nil
 }
 
@@ -129,13 +151,11 @@ func (s *Store) Search(_ context.Context, name string, query []float32, k int, f
 	if err := vecutil.CheckSearch(name, c.dimension, query, k); err != nil {
 		return nil, err
 	}
-	top := vecutil.NewTopK(c.metric, k)
-	for _, v := range c.vectors {
-		if f.Match(v.Payload) {
-			top.Add(ports.ScoredVector{Vector: v, Score: vecutil.Score(c.metric, query, v.Values)})
-		}
-	}
-	out := top.Sorted()
+	cands := c.index.Search(query, k, f)
+	out := vecindex.Finish(c.metric, query, k, cands, f, func(id string) (ports.Vector, bool) {
+		v, ok := c.vectors[id]
+		return v, ok
+	})
 	for i := range out {
 		out[i].Vector = clone(out[i].Vector)
 	}
@@ -166,6 +186,7 @@ func (s *Store) Delete(_ context.Context, name string, ids []string) error {
 	for _, id := range ids {
 		delete(c.vectors, id)
 	}
+	c.index.Remove(ids)
 	return nil
 }
 

@@ -9,14 +9,22 @@ import (
 )
 
 func TestVectorStoreContract(t *testing.T) {
-	t.Run("memory", func(t *testing.T) {
-		contracttests.RunVectorStore(t, contracttests.HarnessFunc[ports.VectorStore](func(t *testing.T) func(*testing.T) ports.VectorStore {
-			store, err := memory.Open(t.Context(), memory.Config{})
+	harness := func(c memory.Config) contracttests.Harness[ports.VectorStore] {
+		return contracttests.HarnessFunc[ports.VectorStore](func(t *testing.T) func(*testing.T) ports.VectorStore {
+			store, err := memory.Open(t.Context(), c)
 			if err != nil {
 				t.Fatalf("Open: %v", err)
 			}
 			t.Cleanup(func() { store.Close() })
 			return func(*testing.T) ports.VectorStore { return store }
-		}), contracttests.VectorStoreCapabilities{})
+		})
+	}
+	t.Run("memory", func(t *testing.T) {
+		contracttests.RunVectorStore(t, harness(memory.Config{}), contracttests.VectorStoreCapabilities{})
+	})
+	// A threshold of 64 puts the suite's larger collections through the
+	// HNSW graph, and its growing and shrinking ones across it.
+	t.Run("memoryHNSW", func(t *testing.T) {
+		contracttests.RunVectorStore(t, harness(memory.Config{IndexThreshold: 64}), contracttests.VectorStoreCapabilities{Approximate: true})
 	})
 }

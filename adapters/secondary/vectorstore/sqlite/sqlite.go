@@ -1,7 +1,10 @@
 // Package sqlite is a vector store in one SQLite file (modernc.org/sqlite,
-// no cgo). Search is exact: it scores every row of the collection in Go,
-// which suits the thousands of vectors of a development or single-host
-// setup. The data stays on this host.
+// no cgo). The file is the truth; each handle keeps a search index of every
+// collection in memory (package vecindex: contiguous float32, exact up to
+// Config.IndexThreshold vectors, an HNSW graph above), loaded at open and
+// kept in step with the file by a write counter, so writes through another
+// handle or process are seen by the next search. The data stays on this
+// host.
 package sqlite
 
 import (
@@ -15,7 +18,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 
+	"github.com/abi-engine/engine/adapters/secondary/vectorstore/internal/vecindex"
 	"github.com/abi-engine/engine/adapters/secondary/vectorstore/internal/vecutil"
 	"github.com/abi-engine/engine/ports"
 
@@ -26,6 +31,11 @@ import (
 type Config struct {
 	// Path is the SQLite file; its directory is created when missing.
 	Path string `yaml:"path"`
+	// IndexThreshold is the number of vectors above which a collection is
+	// searched through an approximate HNSW graph; 0 means
+	// vecindex.DefaultThreshold (50,000), a negative value keeps every
+	// search exact.
+	IndexThreshold int `yaml:"index_threshold"`
 }
 
 // LocalStorage implements ports.StorageConfig: the file stays on this host.
@@ -43,7 +53,22 @@ func (c *Config) Default(dataDir string) {
 // several, may share a file: writes take SQLite's write lock up front and
 // wait for it.
 type Store struct {
-	db *sql.DB
+	db        *sql.DB
+	threshold int
+	fetch     *sql.Stmt
+
+	mu      sync.Mutex
+	indexes map[string]*cached
+}
+
+// cached is a handle's index of one collection and the point of the file's
+// history it reflects: the collection's creation and last write, as values
+// of the file's write counter.
+type cached struct {
+	mu      sync.Mutex // held while the index catches up with the file
+	created int64
+	version int64
+	index   *vecindex.Index
 }
 
 var _ ports.VectorStore = (*Store)(nil)
@@ -60,7 +85,37 @@ CREATE TABLE IF NOT EXISTS vectors (
 	vec        BLOB NOT NULL,
 	payload    TEXT,
 	PRIMARY KEY (collection, id)
-) WITHOUT ROWID;`
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS vector_clock (
+	id  INTEGER PRIMARY KEY CHECK (id = 1),
+	seq INTEGER NOT NULL
+);
+INSERT OR IGNORE INTO vector_clock (id, seq) VALUES (1, 0);
+CREATE TABLE IF NOT EXISTS vector_deleted (
+	collection TEXT NOT NULL,
+	id         TEXT NOT NULL,
+	version    INTEGER NOT NULL,
+	PRIMARY KEY (collection, id)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS vector_deleted_by_version ON vector_deleted (collection, version);`
+
+// The write counter's columns, added to files made before them. Every write
+// takes the next value of vector_clock.seq: a collection records it when it
+// is created (created) and at each write (version), a row when it is
+// written, a deleted id in vector_deleted. A handle whose index is at
+// version v catches up by reading what is newer than v.
+var columns = []struct{ table, column string }{
+	{"vector_collections", "created"},
+	{"vector_collections", "version"},
+	{"vector_collections", "pruned"},
+	{"vectors", "version"},
+}
+
+const indexes = `CREATE INDEX IF NOT EXISTS vectors_by_version ON vectors (collection, version);`
+
+// keepDeleted is how many writes back the ids of deleted vectors are kept;
+// a handle further behind than that reloads the collection.
+const keepDeleted = 10_000
 
 // Open opens or creates the file and its tables.
 func Open(ctx context.Context, c Config) (*Store, error) {
@@ -83,15 +138,285 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("vector_store sqlite: open %q: %w", c.Path, err)
 	}
-	if _, err := db.ExecContext(ctx, schema); err != nil {
+	s := &Store{db: db, threshold: c.IndexThreshold, indexes: map[string]*cached{}}
+	if err := s.prepare(ctx); err != nil {
 		db.Close()
-		return nil, fmt.Errorf("vector_store sqlite: create tables in %q: %w", c.Path, err)
+		return nil, fmt.Errorf("vector_store sqlite: %q: %w", c.Path, err)
 	}
-	return &Store{db: db}, nil
+	if err := s.loadAll(ctx); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("vector_store sqlite: %q: %w", c.Path, err)
+	}
+	return s, nil
 }
 
-// Close closes the handle's connections.
-func (s *Store) Close() error { return s.db.Close() }
+// prepare makes or updates the tables, in one write transaction so two
+// handles opening an older file do not both add a column.
+func (s *Store) prepare(ctx context.Context) error {
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, schema); err != nil {
+			return fmt.Errorf("create tables: %w", err)
+		}
+		for _, c := range columns {
+			var n int
+			if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM pragma_table_info(?) WHERE name = ?`, c.table, c.column).Scan(&n); err != nil {
+				return fmt.Errorf("read the columns of %s: %w", c.table, err)
+			}
+			if n == 0 {
+				if _, err := tx.ExecContext(ctx, `ALTER TABLE `+c.table+` ADD COLUMN `+c.column+` INTEGER NOT NULL DEFAULT 0`); err != nil {
+					return fmt.Errorf("add column %s.%s: %w", c.table, c.column, err)
+				}
+			}
+		}
+		if _, err := tx.ExecContext(ctx, indexes); err != nil {
+			return fmt.Errorf("create indexes: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	s.fetch, err = s.db.PrepareContext(ctx, `SELECT vec, payload FROM vectors WHERE collection = ? AND id = ?`)
+	if err != nil {
+		return fmt.Errorf("prepare the row fetch: %w", err)
+	}
+	return nil
+}
+
+// loadAll builds the index of every collection, so the first search does
+// not pay for it.
+func (s *Store) loadAll(ctx context.Context) error {
+	cs, err := s.Collections(ctx)
+	if err != nil {
+		return err
+	}
+	for _, c := range cs {
+		err := s.readTx(ctx, func(tx *sql.Tx) error {
+			_, err := s.sync(ctx, tx, c.Name)
+			return err
+		})
+		if err != nil && !errors.Is(err, ports.ErrNotFound) {
+			return err
+		}
+	}
+	return nil
+}
+
+// Close stops the indexes' graph builders and closes the handle's
+// connections.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	for _, c := range s.indexes {
+		if c.index != nil {
+			c.index.Close()
+		}
+	}
+	s.indexes = map[string]*cached{}
+	s.mu.Unlock()
+	if s.fetch != nil {
+		s.fetch.Close()
+	}
+	return s.db.Close()
+}
+
+// readTx runs f in a read transaction: one snapshot of the file, taken
+// without the write lock.
+func (s *Store) readTx(ctx context.Context, f func(tx *sql.Tx) error) error {
+	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	defer tx.Rollback()
+	return f(tx)
+}
+
+// tick takes the next value of the write counter for a write to collection
+// name and returns it with the collection's previous version.
+func tick(ctx context.Context, tx *sql.Tx, name string) (seq, prev int64, err error) {
+	if err := tx.QueryRowContext(ctx, `UPDATE vector_clock SET seq = seq + 1 WHERE id = 1 RETURNING seq`).Scan(&seq); err != nil {
+		return 0, 0, fmt.Errorf("advance the write counter: %w", err)
+	}
+	if err := tx.QueryRowContext(ctx, `SELECT version FROM vector_collections WHERE name = ?`, name).Scan(&prev); err != nil {
+		return 0, 0, fmt.Errorf("read the version of %q: %w", name, err)
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE vector_collections SET version = ? WHERE name = ?`, seq, name); err != nil {
+		return 0, 0, fmt.Errorf("record the version of %q: %w", name, err)
+	}
+	return seq, prev, nil
+}
+
+// entry gets or makes the cache entry of a collection.
+func (s *Store) entry(name string) *cached {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.indexes[name]
+	if !ok {
+		c = &cached{}
+		s.indexes[name] = c
+	}
+	return c
+}
+
+// sync brings the handle's index of collection name up to the snapshot of
+// tx and returns it: a collection made anew, or an index further behind
+// than the deleted ids are kept, is loaded whole; otherwise only what was
+// written since is read.
+func (s *Store) sync(ctx context.Context, tx *sql.Tx, name string) (view, error) {
+	var dim int
+	var metric string
+	var created, version, pruned int64
+	err := tx.QueryRowContext(ctx, `SELECT dimension, metric, created, version, pruned FROM vector_collections WHERE name = ?`, name).
+		Scan(&dim, &metric, &created, &version, &pruned)
+	if errors.Is(err, sql.ErrNoRows) {
+		s.forget(name)
+		return view{}, fmt.Errorf("collection %q: %w", name, ports.ErrNotFound)
+	}
+	if err != nil {
+		return view{}, fmt.Errorf("read collection %q: %w", name, err)
+	}
+	c := s.entry(name)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.index == nil || c.created != created || c.version < pruned:
+		if c.index != nil {
+			c.index.Close()
+		}
+		c.index = vecindex.New(dim, ports.Metric(metric), vecindex.Options{Threshold: s.threshold})
+		c.created, c.version = created, 0
+		if err := s.catchUp(ctx, tx, name, dim, c, -1); err != nil {
+			c.index = nil
+			return view{}, err
+		}
+	case c.version < version:
+		if err := s.catchUp(ctx, tx, name, dim, c, c.version); err != nil {
+			c.index = nil
+			return view{}, err
+		}
+	}
+	c.version = max(c.version, version)
+	return view{index: c.index, dim: dim, metric: ports.Metric(metric)}, nil
+}
+
+// view is a collection's settings and its index at one moment.
+type view struct {
+	index  *vecindex.Index
+	dim    int
+	metric ports.Metric
+}
+
+// catchUp reads the rows written and the ids deleted after version since
+// (all rows when since is negative) into c's index.
+func (s *Store) catchUp(ctx context.Context, tx *sql.Tx, name string, dim int, c *cached, since int64) error {
+	if since >= 0 {
+		rows, err := tx.QueryContext(ctx, `SELECT id FROM vector_deleted WHERE collection = ? AND version > ?`, name, since)
+		if err != nil {
+			return fmt.Errorf("read the deletes of %q: %w", name, err)
+		}
+		var gone []string
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return fmt.Errorf("read the deletes of %q: %w", name, err)
+			}
+			gone = append(gone, id)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("read the deletes of %q: %w", name, err)
+		}
+		// An id deleted and written again since is among the rows read
+		// below, which put it back.
+		c.index.Remove(gone)
+	}
+	// A whole load walks the table by its key rather than by version.
+	q, args := `SELECT id, vec, payload FROM vectors WHERE collection = ?`, []any{name}
+	if since >= 0 {
+		q, args = q+` AND version > ?`, append(args, since)
+	}
+	rows, err := tx.QueryContext(ctx, q, args...)
+	if err != nil {
+		return fmt.Errorf("read the vectors of %q: %w", name, err)
+	}
+	defer rows.Close()
+	batch := make([]vecindex.Entry, 0, 1024)
+	for rows.Next() {
+		var id string
+		var blob []byte
+		var payload sql.NullString
+		if err := rows.Scan(&id, &blob, &payload); err != nil {
+			return fmt.Errorf("read the vectors of %q: %w", name, err)
+		}
+		values := make([]float32, dim)
+		if err := decodeInto(values, blob); err != nil {
+			return fmt.Errorf("read vector %q of %q: %w", id, name, err)
+		}
+		p, err := decodePayload(payload)
+		if err != nil {
+			return fmt.Errorf("read vector %q of %q: %w", id, name, err)
+		}
+		if batch = append(batch, vecindex.Entry{ID: id, Values: values, Payload: p}); len(batch) == cap(batch) {
+			c.index.Put(batch)
+			batch = batch[:0]
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read the vectors of %q: %w", name, err)
+	}
+	c.index.Put(batch)
+	return nil
+}
+
+// indexed is how many vectors of collection name this handle's graph
+// holds.
+func (s *Store) indexed(name string) int {
+	s.mu.Lock()
+	c, ok := s.indexes[name]
+	s.mu.Unlock()
+	if !ok {
+		return 0
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.index == nil {
+		return 0
+	}
+	return c.index.Indexed()
+}
+
+// forget drops the index of a collection that is gone.
+func (s *Store) forget(name string) {
+	s.mu.Lock()
+	c, ok := s.indexes[name]
+	delete(s.indexes, name)
+	s.mu.Unlock()
+	if ok {
+		c.mu.Lock()
+		if c.index != nil {
+			c.index.Close()
+		}
+		c.mu.Unlock()
+	}
+}
+
+// applied tells the handle's index of a write it made as version seq over
+// version prev: when the index stood at prev it takes the write directly,
+// otherwise the next search catches up from the file.
+func (s *Store) applied(name string, prev, seq int64, f func(*vecindex.Index)) {
+	s.mu.Lock()
+	c, ok := s.indexes[name]
+	s.mu.Unlock()
+	if !ok {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.index != nil && c.version == prev {
+		f(c.index)
+		c.version = seq
+	}
+}
 
 type querier interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
@@ -131,7 +456,8 @@ func (s *Store) CreateCollection(ctx context.Context, name string, dimension int
 	if err := vecutil.CheckCollection(name, dimension, metric); err != nil {
 		return err
 	}
-	return s.inTx(ctx, func(tx *sql.Tx) error {
+	var seq int64
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		dim, m, err := collection(ctx, tx, name)
 		switch {
 		case err == nil && (dim != dimension || m != metric):
@@ -142,16 +468,32 @@ func (s *Store) CreateCollection(ctx context.Context, name string, dimension int
 		case !errors.Is(err, ports.ErrNotFound):
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO vector_collections (name, dimension, metric) VALUES (?, ?, ?)`,
-			name, dimension, string(metric)); err != nil {
+		if err := tx.QueryRowContext(ctx, `UPDATE vector_clock SET seq = seq + 1 WHERE id = 1 RETURNING seq`).Scan(&seq); err != nil {
+			return fmt.Errorf("create collection %q: advance the write counter: %w", name, err)
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO vector_collections (name, dimension, metric, created, version) VALUES (?, ?, ?, ?, ?)`,
+			name, dimension, string(metric), seq, seq); err != nil {
 			return fmt.Errorf("create collection %q: %w", name, err)
 		}
 		return nil
 	})
+	if err != nil || seq == 0 {
+		return err
+	}
+	// The handle indexes the new collection from the start, so its own
+	// upserts go into the index as they are written.
+	c := s.entry(name)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.index != nil {
+		c.index.Close()
+	}
+	c.index = vecindex.New(dimension, metric, vecindex.Options{Threshold: s.threshold})
+	c.created, c.version = seq, seq
+	return nil
 }
-
 func (s *Store) DeleteCollection(ctx context.Context, name string) error {
-	return s.inTx(ctx, func(tx *sql.Tx) error {
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `DELETE FROM vector_collections WHERE name = ?`, name)
 		if err != nil {
 			return fmt.Errorf("delete collection %q: %w", name, err)
@@ -162,8 +504,15 @@ func (s *Store) DeleteCollection(ctx context.Context, name string) error {
 		if _, err := tx.ExecContext(ctx, `DELETE FROM vectors WHERE collection = ?`, name); err != nil {
 			return fmt.Errorf("delete the vectors of %q: %w", name, err)
 		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM vector_deleted WHERE collection = ?`, name); err != nil {
+			return fmt.Errorf("delete the deleted ids of %q: %w", name, err)
+		}
 		return nil
 	})
+	if err == nil {
+		s.forget(name)
+	}
+	return err
 }
 
 func (s *Store) Collections(ctx context.Context) ([]ports.VectorCollection, error) {
@@ -180,6 +529,7 @@ func (s *Store) Collections(ctx context.Context) ([]ports.VectorCollection, erro
 			return nil, fmt.Errorf("list collections: %w", err)
 		}
 		c.Metric = ports.Metric(metric)
+		c.Indexed = s.indexed(c.Name)
 		out = append(out, c)
 	}
 	if err := rows.Err(); err != nil {
@@ -195,8 +545,10 @@ func (s *Store) Upsert(ctx context.Context, name string, vectors []ports.Vector)
 		payload sql.NullString
 	}
 	rows := make([]row, len(vectors))
+	entries := make([]vecindex.Entry, len(vectors))
 	for i, v := range vectors {
 		rows[i] = row{id: v.ID, vec: encode(v.Values)}
+		entries[i] = vecindex.Entry{ID: v.ID, Values: v.Values}
 		if len(v.Payload) > 0 {
 			p, err := vecutil.NormalizePayload(v.Payload)
 			if err != nil {
@@ -204,9 +556,13 @@ func (s *Store) Upsert(ctx context.Context, name string, vectors []ports.Vector)
 			}
 			b, _ := json.Marshal(p) // a normalised payload always marshals
 			rows[i].payload = sql.NullString{String: string(b), Valid: true}
+			if entries[i].Payload, err = decodePayload(rows[i].payload); err != nil {
+				return fmt.Errorf("upsert %q into %q: %w", v.ID, name, err)
+			}
 		}
 	}
-	return s.inTx(ctx, func(tx *sql.Tx) error {
+	var seq, prev int64
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		dim, _, err := collection(ctx, tx, name)
 		if err != nil {
 			return err
@@ -214,68 +570,74 @@ func (s *Store) Upsert(ctx context.Context, name string, vectors []ports.Vector)
 		if err := vecutil.CheckVectors(name, dim, vectors); err != nil {
 			return err
 		}
-		stmt, err := tx.PrepareContext(ctx, `INSERT INTO vectors (collection, id, vec, payload) VALUES (?, ?, ?, ?)
-			ON CONFLICT (collection, id) DO UPDATE SET vec = excluded.vec, payload = excluded.payload`)
+		if seq, prev, err = tick(ctx, tx, name); err != nil {
+			return err
+		}
+		stmt, err := tx.PrepareContext(ctx, `INSERT INTO vectors (collection, id, vec, payload, version) VALUES (?, ?, ?, ?, ?)
+			ON CONFLICT (collection, id) DO UPDATE SET vec = excluded.vec, payload = excluded.payload, version = excluded.version`)
 		if err != nil {
 			return fmt.Errorf("upsert into %q: %w", name, err)
 		}
 		defer stmt.Close()
 		for _, r := range rows {
-			if _, err := stmt.ExecContext(ctx, name, r.id, r.vec, r.payload); err != nil {
+			if _, err := stmt.ExecContext(ctx, name, r.id, r.vec, r.payload, seq); err != nil {
 				return fmt.Errorf("upsert %q into %q: %w", r.id, name, err)
 			}
 		}
 		return nil
 	})
+	if err != nil {
+		return err
+	}
+	s.applied(name, prev, seq, func(x *vecindex.Index) { x.Put(entries) })
+	return nil
 }
 
+// Search finds candidates in the handle's index, brought up to the file's
+// snapshot first, and reads them from the same snapshot: results carry the
+// stored values and payloads, and are scored exactly from them.
 func (s *Store) Search(ctx context.Context, name string, query []float32, k int, filter map[string]any) ([]ports.ScoredVector, error) {
 	f, err := vecutil.NewFilter(filter)
 	if err != nil {
 		return nil, fmt.Errorf("search %q: %w", name, err)
 	}
-	dim, metric, err := collection(ctx, s.db, name)
-	if err != nil {
-		return nil, err
-	}
-	if err := vecutil.CheckSearch(name, dim, query, k); err != nil {
-		return nil, err
-	}
-	rows, err := s.db.QueryContext(ctx, `SELECT id, vec, payload FROM vectors WHERE collection = ?`, name)
-	if err != nil {
-		return nil, fmt.Errorf("search %q: %w", name, err)
-	}
-	defer rows.Close()
-	top := vecutil.NewTopK(metric, k)
-	values := make([]float32, dim)
-	for rows.Next() {
-		var id string
-		var blob []byte
-		var payload sql.NullString
-		if err := rows.Scan(&id, &blob, &payload); err != nil {
-			return nil, fmt.Errorf("search %q: %w", name, err)
-		}
-		if err := decodeInto(values, blob); err != nil {
-			return nil, fmt.Errorf("search %q: vector %q: %w", name, id, err)
-		}
-		score := vecutil.Score(metric, query, values)
-		// Rows that would not make the top k are never decoded further.
-		if !top.Offer(score) {
-			continue
-		}
-		p, err := decodePayload(payload)
+	var out []ports.ScoredVector
+	err = s.readTx(ctx, func(tx *sql.Tx) error {
+		v, err := s.sync(ctx, tx, name)
 		if err != nil {
-			return nil, fmt.Errorf("search %q: vector %q: %w", name, id, err)
+			return err
 		}
-		if !f.Match(p) {
-			continue
+		if err := vecutil.CheckSearch(name, v.dim, query, k); err != nil {
+			return err
 		}
-		top.Add(ports.ScoredVector{Vector: ports.Vector{ID: id, Values: append([]float32(nil), values...), Payload: p}, Score: score})
+		cands := v.index.Search(query, k, f)
+		stmt := tx.StmtContext(ctx, s.fetch)
+		defer stmt.Close()
+		var fetchErr error
+		out = vecindex.Finish(v.metric, query, k, cands, f, func(id string) (ports.Vector, bool) {
+			var blob []byte
+			var payload sql.NullString
+			err := stmt.QueryRowContext(ctx, name, id).Scan(&blob, &payload)
+			if errors.Is(err, sql.ErrNoRows) || fetchErr != nil {
+				return ports.Vector{}, false
+			}
+			values := make([]float32, v.dim)
+			if err == nil {
+				err = decodeInto(values, blob)
+			}
+			p, perr := decodePayload(payload)
+			if err = errors.Join(err, perr); err != nil {
+				fetchErr = fmt.Errorf("search %q: read vector %q: %w", name, id, err)
+				return ports.Vector{}, false
+			}
+			return ports.Vector{ID: id, Values: values, Payload: p}, true
+		})
+		return fetchErr
+	})
+	if err != nil {
+		return nil, err
 	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("search %q: %w", name, err)
-	}
-	return top.Sorted(), nil
+	return out, nil
 }
 
 func (s *Store) Get(ctx context.Context, name, id string) (ports.Vector, error) {
@@ -304,17 +666,55 @@ func (s *Store) Get(ctx context.Context, name, id string) (ports.Vector, error) 
 }
 
 func (s *Store) Delete(ctx context.Context, name string, ids []string) error {
-	return s.inTx(ctx, func(tx *sql.Tx) error {
+	var seq, prev int64
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		if _, _, err := collection(ctx, tx, name); err != nil {
 			return err
 		}
+		var err error
+		if seq, prev, err = tick(ctx, tx, name); err != nil {
+			return err
+		}
+		del, err := tx.PrepareContext(ctx, `DELETE FROM vectors WHERE collection = ? AND id = ?`)
+		if err != nil {
+			return fmt.Errorf("delete from %q: %w", name, err)
+		}
+		defer del.Close()
+		mark, err := tx.PrepareContext(ctx, `INSERT INTO vector_deleted (collection, id, version) VALUES (?, ?, ?)
+			ON CONFLICT (collection, id) DO UPDATE SET version = excluded.version`)
+		if err != nil {
+			return fmt.Errorf("delete from %q: %w", name, err)
+		}
+		defer mark.Close()
 		for _, id := range ids {
-			if _, err := tx.ExecContext(ctx, `DELETE FROM vectors WHERE collection = ? AND id = ?`, name, id); err != nil {
+			res, err := del.ExecContext(ctx, name, id)
+			if err != nil {
 				return fmt.Errorf("delete %q from %q: %w", id, name, err)
+			}
+			if n, err := res.RowsAffected(); err != nil || n == 0 {
+				continue
+			}
+			if _, err := mark.ExecContext(ctx, name, id, seq); err != nil {
+				return fmt.Errorf("record the delete of %q from %q: %w", id, name, err)
+			}
+		}
+		// Deleted ids older than keepDeleted writes go; a handle that
+		// still stands before them reloads the collection.
+		if cut := seq - keepDeleted; cut > 0 {
+			if _, err := tx.ExecContext(ctx, `DELETE FROM vector_deleted WHERE collection = ? AND version <= ?`, name, cut); err != nil {
+				return fmt.Errorf("forget old deletes of %q: %w", name, err)
+			}
+			if _, err := tx.ExecContext(ctx, `UPDATE vector_collections SET pruned = ? WHERE name = ? AND pruned < ?`, cut, name, cut); err != nil {
+				return fmt.Errorf("forget old deletes of %q: %w", name, err)
 			}
 		}
 		return nil
 	})
+	if err != nil {
+		return err
+	}
+	s.applied(name, prev, seq, func(x *vecindex.Index) { x.Remove(ids) })
+	return nil
 }
 
 func (s *Store) Count(ctx context.Context, name string) (int, error) {

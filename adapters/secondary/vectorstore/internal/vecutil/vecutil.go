@@ -1,10 +1,8 @@
 // Package vecutil holds what the vector store adapters share: input checks
-// that produce the port's errors, the exact scores, top-k selection and
-// payload filters.
+// that produce the port's errors, the exact scores and payload filters.
 package vecutil
 
 import (
-	"container/heap"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -146,65 +144,4 @@ func Score(m ports.Metric, a, b []float32) float64 {
 		return dot
 	}
 	return math.Sqrt(dist)
-}
-
-// TopK keeps the k closest candidates seen so far.
-type TopK struct {
-	k int
-	h resultHeap
-}
-
-// NewTopK keeps k results under metric m.
-func NewTopK(m ports.Metric, k int) *TopK {
-	return &TopK{k: k, h: resultHeap{euclid: m == ports.MetricEuclid}}
-}
-
-// Offer returns whether a candidate with this score would be kept, so
-// callers can skip decoding those that would not.
-func (t *TopK) Offer(score float64) bool {
-	return len(t.h.items) < t.k || t.h.closer(score, t.h.items[0].Score)
-}
-
-// Add keeps v if it is among the k closest.
-func (t *TopK) Add(v ports.ScoredVector) {
-	if len(t.h.items) < t.k {
-		heap.Push(&t.h, v)
-		return
-	}
-	if t.h.closer(v.Score, t.h.items[0].Score) {
-		t.h.items[0] = v
-		heap.Fix(&t.h, 0)
-	}
-}
-
-// Sorted returns the kept results, closest first.
-func (t *TopK) Sorted() []ports.ScoredVector {
-	out := make([]ports.ScoredVector, len(t.h.items))
-	for i := len(out) - 1; i >= 0; i-- {
-		out[i] = heap.Pop(&t.h).(ports.ScoredVector)
-	}
-	return out
-}
-
-// resultHeap has the farthest kept result on top, so it is the one replaced.
-type resultHeap struct {
-	euclid bool
-	items  []ports.ScoredVector
-}
-
-func (h *resultHeap) closer(a, b float64) bool {
-	if h.euclid {
-		return a < b
-	}
-	return a > b
-}
-
-func (h *resultHeap) Len() int           { return len(h.items) }
-func (h *resultHeap) Less(i, j int) bool { return h.closer(h.items[j].Score, h.items[i].Score) }
-func (h *resultHeap) Swap(i, j int)      { h.items[i], h.items[j] = h.items[j], h.items[i] }
-func (h *resultHeap) Push(x any)         { h.items = append(h.items, x.(ports.ScoredVector)) }
-func (h *resultHeap) Pop() any {
-	last := h.items[len(h.items)-1]
-	h.items = h.items[:len(h.items)-1]
-	return last
 }
