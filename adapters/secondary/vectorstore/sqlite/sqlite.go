@@ -556,9 +556,7 @@ func (s *Store) Upsert(ctx context.Context, name string, vectors []ports.Vector)
 			}
 			b, _ := json.Marshal(p) // a normalised payload always marshals
 			rows[i].payload = sql.NullString{String: string(b), Valid: true}
-			if entries[i].Payload, err = decodePayload(rows[i].payload); err != nil {
-				return fmt.Errorf("upsert %q into %q: %w", v.ID, name, err)
-			}
+			entries[i].Payload = p
 		}
 	}
 	var seq, prev int64
