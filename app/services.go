@@ -17,8 +17,8 @@ import (
 )
 
 // storageBlocks turns the configuration's service blocks into the storage
-// registry's, a field-by-field copy: config knows no adapter and adapters
-// know no app.
+// registry's, a field-by-field copy: config names no adapter (it asks the
+// registry), and adapters know no app.
 func storageBlocks(cfg *config.Config) []storage.Block {
 	var out []storage.Block
 	for _, b := range cfg.Blocks() {

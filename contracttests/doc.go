@@ -11,7 +11,11 @@
 //     engines are tested, not assumed;
 //   - every blocking call runs under a deadline, so a hung adapter fails
 //     the test instead of hanging it;
-//   - a capability an adapter lacks is skipped with t.Skipf and a reason.
+//   - a capability an adapter lacks is skipped with t.Skipf and a reason;
+//   - a failure names the method that broke the rule and is a plain
+//     t.Errorf or t.Fatalf: no failure path indexes, dereferences or
+//     reports from a goroutine in a way that could panic the test binary
+//     whatever the adapter returns.
 package contracttests
 
 import (
