@@ -162,7 +162,7 @@ func (a *api) expect(code int, method, path, body string, header ...string) (*ht
 
 // memoryServices are memory stores called directly, where a facade adds
 // nothing to what a test shows.
-func memoryServices(t *testing.T) httpapi.Services {
+func memoryServices(t testing.TB) httpapi.Services {
 	t.Helper()
 	kv, err := kvmemory.Open(t.Context(), kvmemory.Config{})
 	if err != nil {
