@@ -2,6 +2,7 @@ package natsapi
 
 import (
 	"context"
+	"encoding/json"
 
 	"github.com/abi-engine/engine/internal/wire"
 	"github.com/abi-engine/engine/ports"
@@ -37,15 +38,16 @@ func Document(docs ports.DocumentStore) Service {
 			{wire.DocDelete, JSON(func(ctx context.Context, r wire.DocRemove) (wire.Empty, error) {
 				return wire.Empty{}, docs.Delete(ctx, r.Collection, r.ID, condOf(r.IfVersion))
 			})},
-			{wire.DocFind, JSON(func(ctx context.Context, r wire.DocQuery) (wire.DocPage, error) {
+			{wire.DocFind, listJSON("documents", func(ctx context.Context, r wire.DocQuery) ([]wire.Document, []byte, error) {
 				found, next, err := docs.Find(ctx, r.Collection, ports.Query{
 					Where: r.Where, OrderBy: r.OrderBy, Desc: r.Desc, Limit: r.Limit, Cursor: r.Cursor,
 				})
-				page := wire.DocPage{Documents: make([]wire.Document, len(found)), Cursor: next}
+				page := make([]wire.Document, len(found))
 				for i, d := range found {
-					page.Documents[i] = documentOf(d)
+					page[i] = documentOf(d)
 				}
-				return page, err
+				cursor, _ := json.Marshal(next) // a string always marshals
+				return page, append([]byte(`,"cursor":`), cursor...), err
 			})},
 			{wire.DocCount, JSON(func(ctx context.Context, r wire.DocWhere) (wire.Count, error) {
 				n, err := docs.Count(ctx, r.Collection, r.Where)

@@ -2,9 +2,11 @@ package natsapi_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -113,4 +115,46 @@ func FuzzDocumentRequests(f *testing.F) {
 		}
 		return natsapi.Document(store)
 	}, ports.ErrInvalidArgument, ports.ErrNotFound, ports.ErrConflict)
+}
+
+// A page of large documents is refused 413 at the document that takes it
+// past what the call can take, before the rest is encoded; a call that
+// can fetch an overflow reply gets the page whole.
+func TestAPageIsNeverEncodedPastWhatTheCallTakes(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	store := docmemory.New()
+	ctx := context.Background()
+	if err := store.EnsureCollection(ctx, "c"); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"a", "b", "c"} {
+		if _, err := store.Put(ctx, "c", id, map[string]any{"s": strings.Repeat(id, 600<<10)}, ports.Cond{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	newEngine(t, url, newObjects(t), engineOptions{}, natsapi.Document(store))
+	nc := natstest.Connect(t, url)
+	find := wire.Subject(ports.ServiceDocument, wire.DocFind)
+	reply, err := nc.Request(find, []byte(`{"collection":"c"}`), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, text := reply.Header.Get(wire.ErrorCodeHeader), reply.Header.Get(wire.ErrorHeader); code != "413" || !strings.Contains(text, "at item 2 of 3") {
+		t.Fatalf("a page past one message answered %q %q, want 413 at the second document", code, text)
+	}
+	msg := nats.NewMsg(find)
+	msg.Data = []byte(`{"collection":"c"}`)
+	msg.Header.Set(wire.OverflowHeader, "1")
+	reply, err = nc.RequestMsg(msg, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := fetchParked(nc, reply)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var page wire.DocPage
+	if err := json.Unmarshal(got, &page); err != nil || len(page.Documents) != 3 || page.Cursor != "" {
+		t.Fatalf("the parked page: %d documents, cursor %q, %v", len(page.Documents), page.Cursor, err)
+	}
 }

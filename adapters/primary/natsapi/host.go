@@ -345,6 +345,7 @@ func (h *Host) handle(ctx context.Context, handle HandlerFunc, call *Call) ([]by
 		return nil, err
 	}
 	defer release()
+	ctx = context.WithValue(ctx, replyLimitKey{}, h.replyLimit(call))
 	data, err := handle(ctx, call)
 	if err != nil && ctx.Err() != nil {
 		return nil, fmt.Errorf("%w: the engine stopped the call while it ran: %w", wire.ErrInterrupted, err)

@@ -37,13 +37,13 @@ func VectorStore(vs ports.VectorStore) Service {
 				}
 				return wire.Empty{}, vs.Upsert(ctx, r.Collection, vectors)
 			})},
-			{wire.VecSearch, JSON(func(ctx context.Context, r wire.VecQuery) (wire.VecResults, error) {
+			{wire.VecSearch, listJSON("results", func(ctx context.Context, r wire.VecQuery) ([]wire.ScoredVector, []byte, error) {
 				found, err := vs.Search(ctx, r.Collection, r.Vector, r.K, r.Filter)
-				out := wire.VecResults{Results: make([]wire.ScoredVector, len(found))}
+				out := make([]wire.ScoredVector, len(found))
 				for i, s := range found {
-					out.Results[i] = wire.ScoredVector{Vector: vectorOf(s.Vector), Score: s.Score}
+					out[i] = wire.ScoredVector{Vector: vectorOf(s.Vector), Score: s.Score}
 				}
-				return out, err
+				return out, nil, err
 			})},
 			{wire.VecGet, JSON(func(ctx context.Context, r wire.VecRef) (wire.Vector, error) {
 				v, err := vs.Get(ctx, r.Collection, r.ID)
