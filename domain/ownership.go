@@ -55,6 +55,20 @@ func WithRenewalObserver(f func(ok bool, took time.Duration)) Option {
 	return func(o *Ownership) { o.renewed = f }
 }
 
+// WithClock sets the clock a holder judges its lease by. It must count the
+// time the machine spends suspended, as Linux's CLOCK_BOOTTIME does: Go's
+// monotonic clock stops during a suspend, so a holder resumed from one would
+// otherwise believe a lease that expired while it slept is still valid.
+// Without it the Ownership reads time.Now.
+func WithClock(c Clock) Option { return func(o *Ownership) { o.clock = c } }
+
+// Clock tells the time. Only differences between its readings are used.
+type Clock interface{ Now() time.Time }
+
+type goClock struct{}
+
+func (goClock) Now() time.Time { return time.Now() }
+
 // WithLogger sets the logger, which should carry the engine's instance id
 // as the engine's own logger does. Without it, slog's default logger is
 // used with the instance id added.
@@ -71,12 +85,15 @@ type Ownership struct {
 	observe func(Transition)
 	renewed func(ok bool, took time.Duration)
 	hot     bool
+	clock   Clock
+	lostOne sync.Once
 
 	mu         sync.Mutex
 	state      State
 	record     Record    // the lease as last seen; our own revision while we hold it
 	observedAt time.Time // when record's revision was first seen (standby)
-	validUntil time.Time // serving is allowed before this instant
+	validUntil time.Time // serving is allowed before this instant, on o.clock
+	term       uint64    // the revision at which the current hold began: the fencing token
 	held       bool      // a write of ours made us the holder and no one else's followed
 	previous   Holder    // whom the lease was taken from, if it was not free
 	keepCancel context.CancelFunc
@@ -102,6 +119,9 @@ func NewOwnership(lease Lease, me Holder, timing Timing, opts ...Option) (*Owner
 	}
 	if o.log == nil {
 		o.log = slog.Default().With("instance", me.InstanceID)
+	}
+	if o.clock == nil {
+		o.clock = goClock{}
 	}
 	return o, nil
 }
@@ -133,7 +153,7 @@ func (o *Ownership) SinceChange() time.Duration {
 	defer o.mu.Unlock()
 	switch {
 	case o.held:
-		return time.Since(o.validUntil.Add(-o.timing.Fence()))
+		return o.clock.Now().Sub(o.validUntil.Add(-o.timing.Fence()))
 	case !o.observedAt.IsZero():
 		return time.Since(o.observedAt)
 	}
@@ -145,9 +165,18 @@ func (o *Ownership) SinceChange() time.Duration {
 // clock. Checking the clock as well as the state means a process that was
 // paused does not take a call before its fence timer has had a chance to run.
 func (o *Ownership) MayServe() bool {
+	_, ok := o.Term()
+	return ok
+}
+
+// Term is the fencing token of the hold the engine serves under, the lease
+// revision at which that hold began, and whether it may serve now, as
+// MayServe says. A write that carries the token can be refused by a store
+// that has seen a newer one.
+func (o *Ownership) Term() (uint64, bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return o.state == StateServing && time.Now().Before(o.validUntil)
+	return o.term, o.state == StateServing && o.clock.Now().Before(o.validUntil)
 }
 
 // Lost is closed when another engine takes the lease from this one; the
@@ -176,7 +205,7 @@ func (o *Ownership) Claim(ctx context.Context, role Role) (Outcome, error) {
 	}
 	observed := time.Now()
 	for {
-		if rec.Free() || time.Since(observed) >= o.timing.Lease {
+		if rec.Free() || o.ours(rec) || time.Since(observed) >= o.timing.Lease {
 			ok, err := o.acquire(ctx, rec)
 			if err != nil {
 				return 0, err
@@ -238,13 +267,17 @@ func (o *Ownership) AwaitLease(ctx context.Context) error {
 	o.mu.Unlock()
 	deadline := observed.Add(o.timing.StandbyTimeout)
 	for {
-		if rec.Free() || time.Since(observed) >= o.timing.Lease {
+		if rec.Free() || o.ours(rec) || time.Since(observed) >= o.timing.Lease {
 			ok, err := o.acquire(ctx, rec)
 			switch {
 			case ok:
 				return nil
 			case ctx.Err() != nil:
 				return ctx.Err()
+			case errors.Is(err, ErrLeaseLost):
+				// Another engine took the lease while this one waited to
+				// serve: lost is terminal.
+				return err
 			case err != nil:
 				o.log.Warn("lease takeover failed; reading it again", "err", err)
 				if err := o.pause(ctx); err != nil {
@@ -317,42 +350,58 @@ func (o *Ownership) pause(ctx context.Context) error {
 // acquire takes rec, which is free or has been silent for a lease period, by
 // a create or a compare-and-swap on its revision. It returns false, nil when
 // another write came first. On success it starts the keeper and returns once
-// the engine serves.
+// the engine serves; it fails with ErrLeaseLost when another engine takes
+// the lease before that.
 func (o *Ownership) acquire(ctx context.Context, rec Record) (bool, error) {
-	start := time.Now()
+	start := o.clock.Now()
 	serveFrom := start
 	var rev uint64
 	var err error
+	if o.ours(rec) {
+		// Our own write whose reply was lost, seen later: what it wrote
+		// over is unknown, so it is held half a lease before serving, as
+		// over a key with no value.
+		serveFrom = start.Add(o.timing.Fence())
+	}
 	if rec.Present {
 		rev, err = o.lease.Update(ctx, o.me, rec.Revision)
 	} else {
 		rev, err = o.lease.Create(ctx, o.me)
-		if rec.Deleted() {
-			// Nobody of ours deletes the key, so a holder may still be
-			// serving; it stops within half a lease of its last renewal,
-			// which started before the deletion, so wait that long.
-			serveFrom = start.Add(o.timing.Fence())
-			o.log.Warn("the lease key was deleted by someone else; holding it half a lease before serving",
-				"revision", rec.Revision, "serve_in", o.timing.Fence())
-		}
+		// A key with no value says nothing of who served last: it was
+		// deleted, purged, or its bucket made anew, and a holder that
+		// renewed just before may serve on until half a lease after its
+		// last renewal, which started before this create. So wait that long.
+		serveFrom = start.Add(o.timing.Fence())
 	}
 	if errors.Is(err, ErrLeaseTaken) || errors.Is(err, ErrLeaseConflict) {
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("take the lease: %w", err)
+		// The reply may be lost while the write went through: a record of
+		// ours at a newer revision is that write.
+		cur, rerr := o.lease.Read(ctx)
+		if rerr != nil || !o.ours(cur) || cur.Revision <= rec.Revision {
+			return false, fmt.Errorf("take the lease: %w", err)
+		}
+		o.log.Info("took the lease; the reply to the write was lost", "revision", cur.Revision)
+		rev = cur.Revision
 	}
-	if rec.Present && !rec.Free() {
+	switch {
+	case !rec.Present:
+		o.log.Warn("the lease key holds no value (first use, or deleted, purged or made anew by someone else); holding it half a lease before serving",
+			"revision", rec.Revision, "serve_in", o.timing.Fence())
+	case !rec.Free():
 		o.log.Info("took over the lease from a silent holder", "from", rec.Holder.String())
 	}
 
 	kctx, cancel := context.WithCancel(context.Background())
 	o.mu.Lock()
 	o.previous = Holder{}
-	if rec.Present {
+	if rec.Present && !o.ours(rec) {
 		o.previous = rec.Holder // a silent holder, or one that released
 	}
 	o.record = Record{Holder: o.me, Revision: rev, Present: true}
+	o.term = rev
 	o.held = true
 	o.keepCancel, o.keepDone = cancel, make(chan struct{})
 	o.serving = make(chan struct{})
@@ -370,17 +419,24 @@ func (o *Ownership) acquire(ctx context.Context, rec Record) (bool, error) {
 	}
 }
 
+// ours reports whether rec is this engine's live record.
+func (o *Ownership) ours(rec Record) bool {
+	return rec.Present && rec.Holder.InstanceID == o.me.InstanceID && !rec.Holder.Released
+}
+
 type renewal struct {
 	start time.Time
 	rev   uint64
 	err   error // nil: renewed; ErrLeaseLost: another engine holds it; else unknown
-	// recreated: the key had been deleted and this renewal created it again.
-	recreated bool
+	// recreatedAt is set when the key held no value and this renewal created
+	// it again: when the renewal saw it empty.
+	recreatedAt time.Time
 }
 
-// keep renews the lease every quarter lease (an eighth after a failure) and decides, from the local clock
-// alone, whether the engine serves or is fenced. It runs until the lease is
-// lost or ctx ends.
+// keep renews the lease every quarter lease (an eighth after a failure) and
+// decides, from the local clock alone, whether the engine serves or is
+// fenced. It runs until the lease is lost or ctx ends. Every instant it keeps
+// is on o.clock; its timers wait for differences between them.
 func (o *Ownership) keep(ctx context.Context, renewedAt, serveFrom time.Time) {
 	defer close(o.keepDone)
 	results := make(chan renewal, 1)
@@ -389,7 +445,7 @@ func (o *Ownership) keep(ctx context.Context, renewedAt, serveFrom time.Time) {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
-		now := time.Now()
+		now := o.clock.Now()
 		o.settle(now, renewedAt, serveFrom)
 		wake := next
 		if inFlight {
@@ -401,7 +457,7 @@ func (o *Ownership) keep(ctx context.Context, renewedAt, serveFrom time.Time) {
 		if serveFrom.After(now) && serveFrom.Before(wake) {
 			wake = serveFrom
 		}
-		timer.Reset(time.Until(wake))
+		timer.Reset(wake.Sub(now))
 
 		select {
 		case <-ctx.Done():
@@ -411,21 +467,21 @@ func (o *Ownership) keep(ctx context.Context, renewedAt, serveFrom time.Time) {
 			}
 			return
 		case <-timer.C:
-			if !inFlight && !time.Now().Before(next) {
-				start := time.Now()
+			if !inFlight && !o.clock.Now().Before(next) {
+				start := o.clock.Now()
 				inFlight, next = true, start.Add(o.timing.Renew())
 				rev := o.Record().Revision
 				go func() {
 					rctx, cancel := context.WithTimeout(ctx, o.timing.Renew())
 					defer cancel()
-					newRev, recreated, err := o.renew(rctx, rev)
-					results <- renewal{start: start, rev: newRev, err: err, recreated: recreated}
+					newRev, recreatedAt, err := o.renew(rctx, rev)
+					results <- renewal{start: start, rev: newRev, err: err, recreatedAt: recreatedAt}
 				}()
 			}
 		case r := <-results:
 			inFlight = false
 			if o.renewed != nil {
-				o.renewed(r.err == nil, time.Since(r.start))
+				o.renewed(r.err == nil, o.clock.Now().Sub(r.start))
 			}
 			if errors.Is(r.err, ErrLeaseLost) {
 				o.loseLease()
@@ -436,13 +492,18 @@ func (o *Ownership) keep(ctx context.Context, renewedAt, serveFrom time.Time) {
 				// leaves a second chance before the fence.
 				next = r.start.Add(o.timing.Renew() / 2)
 			}
-			if r.recreated {
+			if !r.recreatedAt.IsZero() {
 				// Someone deleted the key: another engine may have taken the
 				// lease before that and serve still. It stops within half a
-				// lease of its last renewal, so this engine waits that long.
-				serveFrom = r.start.Add(o.timing.Fence())
+				// lease of its last renewal, which started before the key was
+				// seen empty, so this engine waits that long from then, and
+				// serves under a new term.
+				serveFrom = r.recreatedAt.Add(o.timing.Fence())
+				o.mu.Lock()
+				o.term = r.rev
+				o.mu.Unlock()
 				o.log.Warn("the lease key was deleted by someone else; created it again, pausing half a lease",
-					"serve_in", o.timing.Fence())
+					"serve_in", serveFrom.Sub(o.clock.Now()))
 			}
 			o.applyRenewal(r, &renewedAt)
 		}
@@ -468,7 +529,7 @@ func (o *Ownership) settle(now, renewedAt, serveFrom time.Time) {
 	valid := now.Before(validUntil)
 	o.mu.Lock()
 	o.validUntil = validUntil
-	from, rec := o.state, o.record
+	from, rec, term := o.state, o.record, o.term
 	var to State
 	switch {
 	case now.Before(serveFrom) && from == StateServing:
@@ -501,55 +562,65 @@ func (o *Ownership) settle(now, renewedAt, serveFrom time.Time) {
 	}
 	o.mu.Unlock()
 	if to != from {
-		o.announce(Transition{From: from, To: to, Record: rec, Previous: previous})
+		o.announce(Transition{From: from, To: to, Record: rec, Previous: previous, Term: term})
 	}
 }
 
 // renew writes our holder again at rev. A conflict is read out: our own
 // record at another revision is a renewal whose reply was lost, so we write
-// at that revision; a deleted key is created again (recreated is then true);
-// anyone else's record means the lease is lost.
-func (o *Ownership) renew(ctx context.Context, rev uint64) (newRev uint64, recreated bool, err error) {
+// at that revision; a key with no value is created again (recreatedAt is
+// then when it was seen empty); anyone else's record means the lease is lost.
+func (o *Ownership) renew(ctx context.Context, rev uint64) (newRev uint64, recreatedAt time.Time, err error) {
 	newRev, err = o.lease.Update(ctx, o.me, rev)
 	if !errors.Is(err, ErrLeaseConflict) {
-		return newRev, false, err
+		return newRev, time.Time{}, err
 	}
 	rec, err := o.lease.Read(ctx)
 	if err != nil {
-		return 0, false, err
+		return 0, time.Time{}, err
 	}
 	switch {
 	case !rec.Present:
+		seen := o.clock.Now()
 		newRev, err = o.lease.Create(ctx, o.me)
 		if errors.Is(err, ErrLeaseTaken) {
-			return 0, false, ErrLeaseLost
+			return 0, time.Time{}, ErrLeaseLost
 		}
-		return newRev, err == nil, err
-	case rec.Holder.InstanceID == o.me.InstanceID && !rec.Holder.Released:
+		if err != nil {
+			return 0, time.Time{}, err
+		}
+		return newRev, seen, nil
+	case o.ours(rec):
 		newRev, err = o.lease.Update(ctx, o.me, rec.Revision)
-		return newRev, false, err
+		return newRev, time.Time{}, err
 	default:
 		o.mu.Lock()
 		o.record = rec
 		o.mu.Unlock()
-		return 0, false, ErrLeaseLost
+		return 0, time.Time{}, ErrLeaseLost
 	}
 }
 
+// loseLease moves to lost, once: lost is terminal.
 func (o *Ownership) loseLease() {
-	o.mu.Lock()
-	o.held = false
-	rec := o.record
-	o.mu.Unlock()
-	o.log.Error("lease lost to another engine", "holder", rec.Holder.String())
-	o.transitionWhy(StateLost, rec, "the lease is held by "+rec.Holder.String())
-	close(o.lost)
+	o.lostOne.Do(func() {
+		o.mu.Lock()
+		o.held = false
+		rec := o.record
+		o.mu.Unlock()
+		o.log.Error("lease lost to another engine", "holder", rec.Holder.String())
+		o.transitionWhy(StateLost, rec, "the lease is held by "+rec.Holder.String())
+		close(o.lost)
+	})
 }
 
 // Release stops renewing and gives the lease up, so a standby takes it at
 // once: it writes a released record at our revision, cut off after a renewal
-// period. Call it after Claim and AwaitLease have returned. A lease that is
-// no longer ours is not an error.
+// period. Until that write is answered the engine keeps its state, so
+// MayServe goes on judging it by the clock; the move to released then says
+// whether the record was written (Transition.HandedOver). Call it after
+// Claim and AwaitLease have returned. A lease that is no longer ours is not
+// an error.
 func (o *Ownership) Release(ctx context.Context) error {
 	o.mu.Lock()
 	cancel, done := o.keepCancel, o.keepDone
@@ -566,12 +637,30 @@ func (o *Ownership) Release(ctx context.Context) error {
 	}
 	o.held = false
 	o.mu.Unlock()
-	o.transition(StateReleased, rec)
 	if !held {
+		o.transition(StateReleased, rec)
 		return nil
 	}
-	rctx, cancelRelease := context.WithTimeout(ctx, o.timing.Renew())
-	defer cancelRelease()
+	written, err := o.writeReleased(ctx, rec)
+	o.mu.Lock()
+	from = o.state
+	o.state = StateReleased
+	o.mu.Unlock()
+	o.announce(Transition{From: from, To: StateReleased, Record: rec, HandedOver: written})
+	if err != nil {
+		return fmt.Errorf("release the lease (it frees itself after %v): %w", o.timing.Lease, err)
+	}
+	if written {
+		o.log.Info("lease released")
+	}
+	return nil
+}
+
+// writeReleased writes the released record over rec, our last, and reports
+// whether it did.
+func (o *Ownership) writeReleased(ctx context.Context, rec Record) (bool, error) {
+	rctx, cancel := context.WithTimeout(ctx, o.timing.Renew())
+	defer cancel()
 	released := o.me
 	released.Released = true
 	_, err := o.lease.Update(rctx, released, rec.Revision)
@@ -579,21 +668,17 @@ func (o *Ownership) Release(ctx context.Context) error {
 		// A renewal whose reply was lost moved the revision; it is still ours.
 		cur, rerr := o.lease.Read(rctx)
 		if rerr != nil {
-			return fmt.Errorf("release the lease: %w", rerr)
+			return false, rerr
 		}
-		if !cur.Present || cur.Holder.InstanceID != o.me.InstanceID || cur.Holder.Released {
-			return nil
+		if !o.ours(cur) {
+			return false, nil
 		}
 		_, err = o.lease.Update(rctx, released, cur.Revision)
 		if errors.Is(err, ErrLeaseConflict) {
-			return nil
+			return false, nil
 		}
 	}
-	if err != nil {
-		return fmt.Errorf("release the lease (it frees itself after %v): %w", o.timing.Lease, err)
-	}
-	o.log.Info("lease released")
-	return nil
+	return err == nil, err
 }
 
 func (o *Ownership) transition(to State, rec Record) { o.transitionWhy(to, rec, "") }

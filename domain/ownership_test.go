@@ -25,6 +25,19 @@ func testTiming() domain.Timing {
 	return domain.Timing{Lease: L, StandbyTimeout: 10 * L}
 }
 
+// usedStore is the lease of an account an engine served before: it holds
+// that engine's released record, so a claim may serve at once. A key with no
+// value makes the first holder wait half a lease (see
+// TestAKeyWithNoHistoryIsHeldHalfALeaseBeforeServing).
+func usedStore(t *testing.T) *memory.Lease {
+	t.Helper()
+	store := memory.New()
+	if _, err := store.Create(context.Background(), domain.Holder{InstanceID: domain.NewInstanceID(), Host: "before", Released: true}); err != nil {
+		t.Fatal(err)
+	}
+	return store
+}
+
 type event struct {
 	at time.Duration
 	tr domain.Transition
@@ -42,7 +55,7 @@ type testEngine struct {
 	events []event
 }
 
-func newEngine(t *testing.T, store domain.Lease, name, rollout string, timing domain.Timing) *testEngine {
+func newEngine(t *testing.T, store domain.Lease, name, rollout string, timing domain.Timing, opts ...domain.Option) *testEngine {
 	t.Helper()
 	e := &testEngine{name: name, store: leasetest.Wrap(store), start: time.Now()}
 	me := domain.Holder{
@@ -53,9 +66,9 @@ func newEngine(t *testing.T, store domain.Lease, name, rollout string, timing do
 		RolloutID:  rollout,
 		StartedAt:  time.Date(2026, 12, 2, 10, 2, 11, 0, time.UTC),
 	}
-	o, err := domain.NewOwnership(e.store, me, timing,
+	o, err := domain.NewOwnership(e.store, me, timing, append([]domain.Option{
 		domain.WithObserver(e.record),
-		domain.WithLogger(slog.New(slog.DiscardHandler)))
+		domain.WithLogger(slog.New(slog.DiscardHandler))}, opts...)...)
 	if err != nil {
 		t.Fatalf("NewOwnership: %v", err)
 	}
@@ -144,10 +157,16 @@ func TestClaimDecidesHowAnEngineStarts(t *testing.T) {
 			return func() { a.release(t) }
 		}
 	}
-	holderSilent := func(t *testing.T, store *memory.Lease) func() {
-		if _, err := store.Create(context.Background(), domain.Holder{InstanceID: domain.NewInstanceID(), Host: "dead"}); err != nil {
+	write := func(t *testing.T, store *memory.Lease, h domain.Holder) uint64 {
+		rec, _ := store.Read(context.Background())
+		rev, err := store.Update(context.Background(), h, rec.Revision)
+		if err != nil {
 			t.Fatal(err)
 		}
+		return rev
+	}
+	holderSilent := func(t *testing.T, store *memory.Lease) func() {
+		write(t, store, domain.Holder{InstanceID: domain.NewInstanceID(), Host: "dead"})
 		return func() {}
 	}
 	released := func(t *testing.T, store *memory.Lease) func() {
@@ -157,22 +176,27 @@ func TestClaimDecidesHowAnEngineStarts(t *testing.T) {
 		return func() {}
 	}
 	deleted := func(t *testing.T, store *memory.Lease) func() {
-		rev, err := store.Create(context.Background(), domain.Holder{InstanceID: domain.NewInstanceID(), Host: "gone"})
-		if err != nil {
-			t.Fatal(err)
-		}
+		rev := write(t, store, domain.Holder{InstanceID: domain.NewInstanceID(), Host: "gone"})
 		if err := store.Delete(context.Background(), rev); err != nil {
 			t.Fatal(err)
 		}
 		return func() {}
 	}
 	unknown := func(t *testing.T, store *memory.Lease) func() {
-		if _, err := store.Create(context.Background(), domain.Holder{}); err != nil {
-			t.Fatal(err)
-		}
+		write(t, store, domain.Holder{})
 		return func() {}
 	}
 	free := func(*testing.T, *memory.Lease) func() { return func() {} }
+	empty := func(_ *testing.T, store *memory.Lease) func() {
+		store.Recreate()
+		return func() {}
+	}
+	purged := func(t *testing.T, store *memory.Lease) func() {
+		a := newEngine(t, store, "a", "", testTiming())
+		a.mustServe(t)
+		store.Purge()
+		return func() { a.kill() }
+	}
 
 	cases := []struct {
 		name    string
@@ -185,6 +209,8 @@ func TestClaimDecidesHowAnEngineStarts(t *testing.T) {
 		after time.Duration
 	}{
 		{"FreeLeaseServesAtOnce", free, domain.RoleServe, "", domain.OutcomeServe, nil, 0},
+		{"NewAccountServesAfterHalfALease", empty, domain.RoleServe, "", domain.OutcomeServe, nil, L / 2},
+		{"PurgedKeyServesAfterHalfALease", purged, domain.RoleServe, "", domain.OutcomeServe, nil, L / 2},
 		{"ClientNeverClaims", holderRenewing(""), domain.RoleClient, "", domain.OutcomeClient, nil, 0},
 		{"LiveHolderWithoutRolloutFails", holderRenewing(""), domain.RoleServe, "", 0, domain.ErrAlreadyServing, L / 4},
 		{"LiveHolderOfTheSameRolloutFails", holderRenewing("r7"), domain.RoleServe, "r7", 0, domain.ErrAlreadyServing, L / 4},
@@ -201,7 +227,7 @@ func TestClaimDecidesHowAnEngineStarts(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				store := memory.New()
+				store := usedStore(t)
 				stop := c.setup(t, store)
 				defer stop()
 				before, err := store.Read(context.Background())
@@ -244,7 +270,7 @@ func TestClaimDecidesHowAnEngineStarts(t *testing.T) {
 
 func TestTheRefusalNamesTheHolder(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := memory.New()
+		store := usedStore(t)
 		a := newEngine(t, store, "web-1", "r7", testTiming())
 		a.mustServe(t)
 		defer a.release(t)
@@ -264,7 +290,7 @@ func TestTheRefusalNamesTheHolder(t *testing.T) {
 
 func TestAHolderRenewsEveryQuarterLease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := memory.New()
+		store := usedStore(t)
 		a := newEngine(t, store, "a", "", testTiming())
 		a.mustServe(t)
 		defer a.release(t)
@@ -283,7 +309,7 @@ func TestAHolderRenewsEveryQuarterLease(t *testing.T) {
 
 func TestAHolderThatCannotRenewFencesAtHalfLeaseAndRestores(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := memory.New()
+		store := usedStore(t)
 		a := newEngine(t, store, "a", "", testTiming())
 		a.mustServe(t)
 		defer a.release(t)
@@ -310,7 +336,7 @@ func TestAHolderThatCannotRenewFencesAtHalfLeaseAndRestores(t *testing.T) {
 
 func TestTheFenceRunsFromTheStartOfTheLastGoodRenewal(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := memory.New()
+		store := usedStore(t)
 		a := newEngine(t, store, "a", "", testTiming())
 		a.mustServe(t)
 		// Every reply now takes almost a quarter lease: the renewal started at
@@ -329,7 +355,7 @@ func TestTheFenceRunsFromTheStartOfTheLastGoodRenewal(t *testing.T) {
 
 func TestALostRenewalReplyIsRecognisedWithoutFencing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := memory.New()
+		store := usedStore(t)
 		a := newEngine(t, store, "a", "", testTiming())
 		a.mustServe(t)
 		defer a.release(t)
@@ -348,7 +374,7 @@ func TestALostRenewalReplyIsRecognisedWithoutFencing(t *testing.T) {
 
 func TestAFencedHolderThatFindsAnotherHolderIsLost(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := memory.New()
+		store := usedStore(t)
 		a := newEngine(t, store, "a", "", testTiming())
 		a.mustServe(t)
 		a.store.Cut(true)
@@ -380,7 +406,7 @@ func TestAFencedHolderThatFindsAnotherHolderIsLost(t *testing.T) {
 
 func TestAKeyDeletedUnderTheHolderIsCreatedAgain(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := memory.New()
+		store := usedStore(t)
 		a := newEngine(t, store, "a", "", testTiming())
 		a.mustServe(t)
 		defer a.release(t)
@@ -406,7 +432,7 @@ func TestAKeyDeletedUnderTheHolderIsCreatedAgain(t *testing.T) {
 
 func TestAStandbyTakesOverTheMomentTheHolderReleases(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := memory.New()
+		store := usedStore(t)
 		a := newEngine(t, store, "a", "v1", testTiming())
 		a.mustServe(t)
 		b := newEngine(t, store, "b", "v2", testTiming())
@@ -437,7 +463,7 @@ func TestAStandbyTakesOverTheMomentTheHolderReleases(t *testing.T) {
 
 func TestAStandbyTakesOverADeadHolderAfterOneLease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := memory.New()
+		store := usedStore(t)
 		a := newEngine(t, store, "a", "v1", testTiming())
 		a.mustServe(t)
 		defer a.kill()
@@ -465,7 +491,7 @@ func TestAStandbyTakesOverADeadHolderAfterOneLease(t *testing.T) {
 
 func TestAStandbyTimesOut(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := memory.New()
+		store := usedStore(t)
 		a := newEngine(t, store, "a", "v1", testTiming())
 		a.mustServe(t)
 		defer a.release(t)
@@ -490,7 +516,7 @@ func TestAStandbyTimesOut(t *testing.T) {
 
 func TestAStandbyStopsWhenItsOwnReleaseTakesTheLease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := memory.New()
+		store := usedStore(t)
 		a := newEngine(t, store, "a", "v1", testTiming())
 		a.mustServe(t)
 		b := newEngine(t, store, "b", "v2", testTiming())
@@ -528,7 +554,7 @@ func TestAStandbyStopsWhenItsOwnReleaseTakesTheLease(t *testing.T) {
 
 func TestAContenderWaitsHalfALeaseAfterAThirdPartyDelete(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := memory.New()
+		store := usedStore(t)
 		a := newEngine(t, store, "a", "v1", testTiming())
 		a.mustServe(t)
 		defer a.release(t)
@@ -560,7 +586,7 @@ func TestAContenderWaitsHalfALeaseAfterAThirdPartyDelete(t *testing.T) {
 
 func TestReleaseWritesAReleasedRecord(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := memory.New()
+		store := usedStore(t)
 		a := newEngine(t, store, "a", "", testTiming())
 		a.mustServe(t)
 		a.release(t)
@@ -582,7 +608,7 @@ func TestReleaseWritesAReleasedRecord(t *testing.T) {
 
 func TestReleaseAfterALostReplyStillReleases(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := memory.New()
+		store := usedStore(t)
 		a := newEngine(t, store, "a", "", testTiming())
 		a.mustServe(t)
 		a.store.LoseReplies(1)
@@ -597,7 +623,7 @@ func TestReleaseAfterALostReplyStillReleases(t *testing.T) {
 
 func TestAStandbyReleasesWithoutTouchingTheLease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := memory.New()
+		store := usedStore(t)
 		a := newEngine(t, store, "a", "v1", testTiming())
 		a.mustServe(t)
 		defer a.release(t)
@@ -683,7 +709,7 @@ func TestRoles(t *testing.T) {
 
 func TestAHotStandbyOfTheSameReleaseWaitsAndTakesOverAfterACrash(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := memory.New()
+		store := usedStore(t)
 		a := newEngine(t, store, "a", "v1", testTiming())
 		a.mustServe(t)
 		defer a.kill()
@@ -718,7 +744,7 @@ func TestAHotStandbyOfTheSameReleaseWaitsAndTakesOverAfterACrash(t *testing.T) {
 
 func TestAHotStandbyTakesOverAtRelease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := memory.New()
+		store := usedStore(t)
 		a := newEngine(t, store, "a", "", testTiming())
 		a.mustServe(t)
 		b := newEngine(t, store, "b", "", testTiming())
@@ -748,7 +774,7 @@ func TestAHotStandbyTakesOverAtRelease(t *testing.T) {
 
 func TestTransitionsSayFromWhomAndWhy(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := memory.New()
+		store := usedStore(t)
 		var mu sync.Mutex
 		var seen []domain.Transition
 		me := domain.ThisProcess("t", "")

@@ -52,6 +52,14 @@ type Transition struct {
 	// Reason says why, where the states alone do not: a standby that gives
 	// up, a lease lost to whom.
 	Reason string
+	// Term is the fencing token of the hold the engine serves under on a
+	// move to serving: the lease revision at which that hold began.
+	Term uint64
+	// HandedOver is set on the move to released when the released record
+	// was written: the lease was ours until then, and a standby may serve
+	// from then on. Unset, the release found the lease no longer ours, or
+	// could not tell.
+	HandedOver bool
 }
 
 func (t Transition) String() string { return t.From.String() + " -> " + t.To.String() }

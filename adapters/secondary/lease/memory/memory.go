@@ -19,6 +19,7 @@ var _ ports.Lease = (*Lease)(nil)
 type Lease struct {
 	mu      sync.Mutex
 	rec     domain.Record
+	seq     uint64        // the last revision taken, which a purge keeps
 	changed chan struct{} // closed and replaced on every write
 }
 
@@ -76,12 +77,36 @@ func (l *Lease) Delete(ctx context.Context, rev uint64) error {
 	return nil
 }
 
+// Purge removes the key and every trace of it, as a purge of the bucket's
+// stream does: reads find no record at all, revision 0, and the next write
+// takes the revision after the last one.
+func (l *Lease) Purge() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.rec = domain.Record{}
+	l.wake()
+}
+
+// Recreate empties the store and starts its revisions again from 1, as
+// deleting the bucket and making it anew does.
+func (l *Lease) Recreate() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.rec, l.seq = domain.Record{}, 0
+	l.wake()
+}
+
 // write stores the next record and wakes every waiter. l.mu is held.
 func (l *Lease) write(h domain.Holder, present bool) uint64 {
-	l.rec = domain.Record{Holder: h, Revision: l.rec.Revision + 1, Present: present}
+	l.seq++
+	l.rec = domain.Record{Holder: h, Revision: l.seq, Present: present}
+	l.wake()
+	return l.rec.Revision
+}
+
+func (l *Lease) wake() {
 	close(l.changed)
 	l.changed = make(chan struct{})
-	return l.rec.Revision
 }
 
 // WaitForChange returns once the revision is not rev, or after timeout.

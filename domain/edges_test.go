@@ -1,0 +1,247 @@
+package domain_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/abi-engine/engine/adapters/secondary/lease/memory"
+	"github.com/abi-engine/engine/domain"
+)
+
+// The edges of the lease where a review found two engines could serve at
+// once, or an engine could stop for nothing. Each test failed before its fix.
+
+// watchOverlap samples, every fiftieth of a lease until stop is called, whether
+// more than one of the engines may serve, and returns how often that was so.
+func watchOverlap(engines ...*testEngine) (stop func() int) {
+	var wg sync.WaitGroup
+	done := make(chan struct{})
+	overlaps := 0
+	wg.Go(func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(L / 50):
+			}
+			serving := 0
+			for _, e := range engines {
+				if e.o.MayServe() {
+					serving++
+				}
+			}
+			if serving > 1 {
+				overlaps++
+			}
+		}
+	})
+	return func() int {
+		close(done)
+		wg.Wait()
+		return overlaps
+	}
+}
+
+// A purge of the lease stream, or a bucket deleted and made anew, leaves a
+// key with no history: nothing says the holder is gone, so whoever creates
+// the key waits half a lease, by when the old holder has fenced.
+func TestAKeyWithNoHistoryIsHeldHalfALeaseBeforeServing(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		empty func(*memory.Lease)
+	}{
+		{"Purged", (*memory.Lease).Purge},
+		{"BucketMadeAnew", (*memory.Lease).Recreate},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				store := usedStore(t)
+				a := newEngine(t, store, "a", "", testTiming())
+				a.mustServe(t)
+				defer a.kill()
+				time.Sleep(L / 4) // a renewed a moment ago
+				synctest.Wait()
+				c.empty(store)
+				b := newEngine(t, store, "b", "", testTiming())
+				defer b.release(t)
+				stop := watchOverlap(a, b)
+				b.mustServe(t)
+				time.Sleep(L)
+				if n := stop(); n > 0 {
+					t.Fatalf("a and b both may serve in %d samples (a: %s; b: %s)", n, a.path(), b.path())
+				}
+				if at, _ := b.when(domain.StateServing); at != L/2 {
+					t.Fatalf("b served %v after it claimed, want half a lease (%s)", at, b.path())
+				}
+				wantState(t, a, domain.StateLost)
+			})
+		})
+	}
+}
+
+// A holder whose renewal finds the key deleted creates it again and waits
+// half a lease before serving, counted from when it saw the key empty: an
+// engine that took the lease before the delete renewed last before it, so it
+// stops within half a lease of the delete, not of the renewal's start.
+func TestARecreatingHolderWaitsFromWhenItSawTheDelete(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := usedStore(t)
+		a := newEngine(t, store, "a", "", testTiming())
+		a.mustServe(t)
+		defer a.release(t)
+		// The renewal at L/4 starts, and its update reaches the store an
+		// eighth of a lease later; the key is deleted meanwhile.
+		a.store.Delay(L/8, 0)
+		time.Sleep(L/4 + L/16)
+		deletedAt := time.Since(a.start)
+		rec, _ := store.Read(context.Background())
+		if err := store.Delete(context.Background(), rec.Revision); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(L / 16)
+		a.store.Delay(0, 0)
+		time.Sleep(L)
+		wantState(t, a, domain.StateServing)
+		at, _ := a.when(domain.StateServing)
+		if at < deletedAt+L/2 {
+			t.Fatalf("a served again at %v, less than half a lease after the delete at %v (%s)", at, deletedAt, a.path())
+		}
+	})
+}
+
+// A standby that takes the key over a deletion waits half a lease before it
+// serves; if another engine takes the lease meanwhile, the standby has lost
+// it, and lost is the end: AwaitLease fails instead of trying again.
+func TestLostWhileWaitingToServeIsTheEnd(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := usedStore(t)
+		a := newEngine(t, store, "a", "v1", testTiming())
+		a.mustServe(t)
+		defer a.kill()
+		b := newEngine(t, store, "b", "v2", testTiming())
+		defer b.release(t)
+		if out, _ := b.claim(t, domain.RoleServe); out != domain.OutcomeStandby {
+			t.Fatalf("Claim = %v, want standby", out)
+		}
+		done, stop := b.awaitInBackground()
+		defer stop()
+		other := domain.Holder{InstanceID: domain.NewInstanceID(), Host: "other", RolloutID: "v3"}
+		for range 2 {
+			// The key goes; b creates it and waits; another engine writes
+			// over b's record before b serves.
+			rec, _ := store.Read(context.Background())
+			if rec.Present {
+				if err := store.Delete(context.Background(), rec.Revision); err != nil {
+					t.Fatal(err)
+				}
+			}
+			time.Sleep(L / 8)
+			rec, _ = store.Read(context.Background())
+			if rec.Holder.InstanceID != b.o.Me().InstanceID {
+				break
+			}
+			if _, err := store.Update(context.Background(), other, rec.Revision); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(L / 2)
+		}
+		select {
+		case err := <-done:
+			if !errors.Is(err, domain.ErrLeaseLost) {
+				t.Fatalf("AwaitLease = %v, want ErrLeaseLost", err)
+			}
+		case <-time.After(3 * L):
+			t.Fatalf("AwaitLease still waits after the lease was lost (%s)", b.path())
+		}
+		wantState(t, b, domain.StateLost)
+	})
+}
+
+// A takeover whose write went through but whose reply was lost is the
+// standby's own record when it reads the lease again: it serves, instead of
+// failing with its own name as the holder.
+func TestATakeoverWhoseReplyWasLostServes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := usedStore(t)
+		a := newEngine(t, store, "a", "v1", testTiming())
+		a.mustServe(t)
+		b := newEngine(t, store, "b", "v2", testTiming())
+		defer b.release(t)
+		if out, _ := b.claim(t, domain.RoleServe); out != domain.OutcomeStandby {
+			t.Fatalf("Claim = %v, want standby", out)
+		}
+		done, stop := b.awaitInBackground()
+		defer stop()
+		time.Sleep(L / 10)
+		b.store.LoseReplies(1)
+		a.release(t)
+		if err := <-done; err != nil {
+			t.Fatalf("AwaitLease: %v (%s)", err, b.path())
+		}
+		wantState(t, b, domain.StateServing)
+		rec, _ := store.Read(context.Background())
+		if rec.Holder.InstanceID != b.o.Me().InstanceID {
+			t.Fatalf("lease held by %s, want b", rec.Holder)
+		}
+	})
+}
+
+// The same for a claim: a create whose reply was lost is recognised.
+func TestAClaimWhoseReplyWasLostServes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := usedStore(t)
+		b := newEngine(t, store, "b", "", testTiming())
+		defer b.release(t)
+		b.store.LoseReplies(1)
+		b.mustServe(t)
+	})
+}
+
+// suspendClock is the machine's clock as a holder should read it: it goes on
+// while the machine is suspended, when Go's monotonic clock and every timer
+// stand still.
+type suspendClock struct {
+	mu        sync.Mutex
+	suspended time.Duration
+}
+
+func (c *suspendClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.Now().Add(c.suspended)
+}
+
+// suspend is a suspend of d, seen after the machine resumes: no goroutine ran
+// and no timer moved meanwhile, but the clock went on.
+func (c *suspendClock) suspend(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.suspended += d
+}
+
+// A holder resumed from a suspend longer than its lease does not serve: its
+// renewal deadline is judged on a clock that counted the suspend.
+func TestAHolderResumedFromSuspendDoesNotServe(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := usedStore(t)
+		clock := &suspendClock{}
+		a := newEngine(t, store, "a", "", testTiming(), domain.WithClock(clock))
+		a.mustServe(t)
+		defer a.kill()
+		time.Sleep(L / 10)
+		synctest.Wait()
+		clock.suspend(2 * L)
+		if a.o.MayServe() {
+			t.Fatalf("a may serve right after a suspend of %v", 2*L)
+		}
+		// The keeper learns of it at its next timer, fences, and renews.
+		time.Sleep(L / 4)
+		if at, ok := a.when(domain.StateFenced); !ok {
+			t.Fatalf("a never fenced after the suspend (%s, fenced at %v)", a.path(), at)
+		}
+	})
+}
