@@ -38,8 +38,11 @@ type Options struct {
 // Lease is the lease on a JetStream bucket. Give it a connection of its own,
 // so a busy service endpoint never delays a renewal.
 type Lease struct {
+	js      jetstream.JetStream
+	legacy  nats.JetStreamContext // reads from the stream leader
 	kv      jetstream.KeyValue
-	stream  jetstream.Stream
+	config  jetstream.KeyValueConfig
+	stream  string
 	subject string
 }
 
@@ -59,27 +62,73 @@ func Open(ctx context.Context, nc *nats.Conn, opts Options) (*Lease, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lease bucket %s: %w", opts.Bucket, err)
 	}
-	kv, err := js.KeyValue(ctx, opts.Bucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+	legacy, err := nc.JetStream()
+	if err != nil {
+		return nil, fmt.Errorf("lease bucket %s: %w", opts.Bucket, err)
+	}
+	l := &Lease{
+		js: js, legacy: legacy,
+		config: jetstream.KeyValueConfig{
 			Bucket:      opts.Bucket,
 			Description: "abi-engine ownership lease",
 			History:     1,
 			Replicas:    opts.Replicas,
-		})
-		if errors.Is(err, jetstream.ErrBucketExists) {
-			kv, err = js.KeyValue(ctx, opts.Bucket)
+		},
+		stream:  "KV_" + opts.Bucket,
+		subject: "$KV." + opts.Bucket + "." + Key,
+	}
+	kv, err := js.KeyValue(ctx, opts.Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = l.create(ctx)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("lease bucket %s: %w", opts.Bucket, err)
+	}
+	l.kv = kv
+	return l, nil
+}
+
+// create makes the bucket, or finds the one another engine made meanwhile.
+func (l *Lease) create(ctx context.Context) (jetstream.KeyValue, error) {
+	kv, err := l.js.CreateKeyValue(ctx, l.config)
+	if errors.Is(err, jetstream.ErrBucketExists) {
+		kv, err = l.js.KeyValue(ctx, l.config.Bucket)
+	}
+	return kv, err
+}
+
+// recreateIfGone makes the bucket again when a call failed because it no
+// longer exists, and reports whether it was gone. An engine whose bucket was
+// deleted under it would otherwise stay fenced, and its standbys wait, for
+// ever. The key in a new bucket has no value, over which the state machine
+// waits half a lease before serving.
+func (l *Lease) recreateIfGone(ctx context.Context, err error) bool {
+	if err == nil {
+		return false
+	}
+	// The check and the create get a context of their own: a write to a
+	// bucket that is gone finds no responder, and nats.go tries it again
+	// until the caller's context has ended.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bucketCheck)
+	defer cancel()
+	if !errors.Is(err, nats.ErrStreamNotFound) && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		// So does a write during a leader election, or to a broker that
+		// is cut off: only the stream's absence says which it was.
+		if !errors.Is(err, nats.ErrNoResponders) && !errors.Is(err, jetstream.ErrNoStreamResponse) &&
+			!errors.Is(err, context.DeadlineExceeded) {
+			return false
+		}
+		if _, serr := l.js.Stream(ctx, l.stream); !errors.Is(serr, jetstream.ErrStreamNotFound) {
+			return false
 		}
 	}
-	if err != nil {
-		return nil, fmt.Errorf("lease bucket %s: %w", opts.Bucket, err)
-	}
-	stream, err := js.Stream(ctx, "KV_"+opts.Bucket)
-	if err != nil {
-		return nil, fmt.Errorf("lease bucket %s: %w", opts.Bucket, err)
-	}
-	return &Lease{kv: kv, stream: stream, subject: "$KV." + opts.Bucket + "." + Key}, nil
+	_, cerr := l.create(ctx)
+	return cerr == nil
 }
+
+// bucketCheck bounds the calls that find out whether the bucket is gone and
+// make it anew.
+const bucketCheck = 2 * time.Second
 
 // value is the JSON stored under the key.
 type value struct {
@@ -110,10 +159,15 @@ func DecodeHolder(b []byte) domain.Holder {
 }
 
 // Read returns the last message of the key: a value, or the marker of a
-// deletion or purge, which keeps its revision.
+// deletion, which keeps its revision. It asks the stream's leader, not any
+// replica: the holder decides from a read that the lease is lost, and a
+// standby that it is released, so a replica behind must not answer.
 func (l *Lease) Read(ctx context.Context) (domain.Record, error) {
 	m, err := l.lastMessage(ctx)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
+	if errors.Is(err, nats.ErrMsgNotFound) {
+		return domain.Record{}, nil
+	}
+	if l.recreateIfGone(ctx, err) {
 		return domain.Record{}, nil
 	}
 	if err != nil {
@@ -126,15 +180,16 @@ func (l *Lease) Read(ctx context.Context) (domain.Record, error) {
 	return domain.Record{Holder: DecodeHolder(m.Data), Revision: m.Sequence, Present: true}, nil
 }
 
-// lastMessage reads the key's last message. On a replicated bucket the
-// replicas answer reads, and for a moment after the bucket is created or a
-// replica restarts none may listen; that is retried briefly, within ctx.
-func (l *Lease) lastMessage(ctx context.Context) (*jetstream.RawStreamMsg, error) {
+// lastMessage reads the key's last message from the stream leader. For a
+// moment after the bucket is created, or while a new leader is elected, no
+// one may answer; that is retried briefly, within ctx.
+func (l *Lease) lastMessage(ctx context.Context) (*nats.RawStreamMsg, error) {
 	wait := 20 * time.Millisecond
 	giveUp := time.Now().Add(2 * time.Second)
 	for {
-		m, err := l.stream.GetLastMsgForSubject(ctx, l.subject)
-		if !errors.Is(err, nats.ErrNoResponders) || time.Now().After(giveUp) {
+		m, err := l.legacy.GetLastMsg(l.stream, l.subject, nats.Context(ctx))
+		retry := errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrTimeout) && ctx.Err() == nil
+		if !retry || time.Now().After(giveUp) {
 			return m, err
 		}
 		select {
@@ -149,6 +204,9 @@ func (l *Lease) lastMessage(ctx context.Context) (*jetstream.RawStreamMsg, error
 // Create writes h unless the key holds a value.
 func (l *Lease) Create(ctx context.Context, h domain.Holder) (uint64, error) {
 	rev, err := l.kv.Create(ctx, Key, EncodeHolder(h))
+	if l.recreateIfGone(ctx, err) {
+		rev, err = l.kv.Create(ctx, Key, EncodeHolder(h))
+	}
 	if isConflict(err) {
 		return 0, fmt.Errorf("create lease: %w: %w", domain.ErrLeaseTaken, err)
 	}
@@ -161,6 +219,9 @@ func (l *Lease) Create(ctx context.Context, h domain.Holder) (uint64, error) {
 // Update writes h if rev is the key's current revision.
 func (l *Lease) Update(ctx context.Context, h domain.Holder, rev uint64) (uint64, error) {
 	newRev, err := l.kv.Update(ctx, Key, EncodeHolder(h), rev)
+	if l.recreateIfGone(ctx, err) {
+		return 0, fmt.Errorf("update lease at revision %d: the bucket was gone and is made anew: %w", rev, domain.ErrLeaseConflict)
+	}
 	if isConflict(err) {
 		return 0, fmt.Errorf("update lease at revision %d: %w: %w", rev, domain.ErrLeaseConflict, err)
 	}
@@ -188,6 +249,9 @@ func (l *Lease) Delete(ctx context.Context, rev uint64) error {
 // values.
 func (l *Lease) WaitForChange(ctx context.Context, rev uint64, timeout time.Duration) (domain.Record, error) {
 	w, err := l.kv.Watch(context.Background(), Key)
+	if l.recreateIfGone(ctx, err) {
+		return domain.Record{}, nil
+	}
 	if err != nil {
 		return domain.Record{}, fmt.Errorf("watch lease: %w", err)
 	}

@@ -1,0 +1,83 @@
+package jetstream_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/abi-engine/engine/domain"
+	"github.com/abi-engine/engine/internal/natstest"
+)
+
+// A purge of the lease stream leaves the key with no history: a contender
+// that creates it waits half a lease, by when the holder has seen the new
+// record and stopped. Before, it served at once beside the holder.
+func TestRealBrokerAContenderAfterAPurgeWaitsForTheHolderToStop(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	a := startEngine(t, url, "PURGED", "a", "")
+	a.mustClaim(t, domain.OutcomeServe)
+	nc := natstest.Connect(t, url)
+	// b is connected before the purge, so its claim follows it within a
+	// round trip or two, well before a's next renewal.
+	b := startEngine(t, url, "PURGED", "b", "")
+	// What `nats stream purge` sends: it leaves no deletion marker.
+	if _, err := nc.Request("$JS.API.STREAM.PURGE.KV_PURGED", nil, 5*time.Second); err != nil {
+		t.Fatalf("purge: %v", err)
+	}
+	b.mustClaim(t, domain.OutcomeServe)
+	if a.o.MayServe() {
+		t.Fatalf("b serves while a, the holder before the purge, may still serve (a is %s)", a.o.State())
+	}
+	a.waitFor(t, domain.StateLost)
+}
+
+// A bucket deleted under the holder is made anew by it, and it serves again
+// half a lease later. Before, its renewals failed and it stayed fenced.
+func TestRealBrokerAHolderMakesADeletedBucketAnew(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	a := startEngine(t, url, "GONE", "a", "")
+	a.mustClaim(t, domain.OutcomeServe)
+	js, err := jetstream.New(natstest.Connect(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := js.DeleteKeyValue(t.Context(), "GONE"); err != nil {
+		t.Fatalf("delete the bucket: %v", err)
+	}
+	a.waitFor(t, domain.StateFenced)
+	a.waitFor(t, domain.StateServing)
+	if _, err := js.KeyValue(t.Context(), "GONE"); err != nil {
+		t.Fatalf("the bucket was not made anew: %v", err)
+	}
+}
+
+// A standby whose holder died and whose bucket was deleted makes it anew
+// and takes the lease. Before, it waited for ever.
+func TestRealBrokerAStandbyMakesADeletedBucketAnew(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	a := startEngine(t, url, "GONE2", "a", "v1")
+	a.mustClaim(t, domain.OutcomeServe)
+	b := startEngine(t, url, "GONE2", "b", "v2")
+	b.mustClaim(t, domain.OutcomeStandby)
+	done := b.await(t)
+	a.nc.Close()
+	js, err := jetstream.New(natstest.Connect(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := js.DeleteKeyValue(t.Context(), "GONE2"); err != nil {
+		t.Fatalf("delete the bucket: %v", err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("AwaitLease: %v", err)
+		}
+	case <-time.After(eventWait):
+		t.Fatalf("the standby did not take the lease within %v of the bucket's deletion (%s)", eventWait, b.o.State())
+	}
+	if !b.o.MayServe() {
+		t.Fatalf("the standby took the lease but may not serve")
+	}
+}
