@@ -27,6 +27,7 @@ import (
 	"github.com/abi-engine/engine/adapters/secondary/natsconn"
 	"github.com/abi-engine/engine/adapters/secondary/natsserver"
 	"github.com/abi-engine/engine/adapters/secondary/storage"
+	"github.com/abi-engine/engine/adapters/secondary/suspendclock"
 	"github.com/abi-engine/engine/app/config"
 	"github.com/abi-engine/engine/domain"
 	"github.com/abi-engine/engine/internal/callerauth"
@@ -69,31 +70,29 @@ type EngineParams struct {
 // Engine is one engine process's part on its NATS account. Start and Stop
 // are plain methods; the fx lifecycle calls them.
 type Engine struct {
-	p           EngineParams
-	log         *slog.Logger
-	jobs        *Jobs
-	ready       atomic.Bool // Start has done its part
-	stopping    atomic.Bool
-	handingOver atomic.Bool // released while serving, still draining
+	p        EngineParams
+	log      *slog.Logger
+	jobs     *Jobs
+	ready    atomic.Bool // Start has done its part
+	stopping atomic.Bool
 
-	mu          sync.Mutex
-	broker      *server.Server
-	url         string
-	session     *nats.Conn // replies, owner subjects and the facades
-	leaseConn   *nats.Conn // the lease's own, so a busy endpoint never delays a renewal
-	ownership   *domain.Ownership
-	outcome     domain.Outcome
-	local       *local
-	kernel      *kernel
-	services    Services
-	started     []Module
-	transitions chan domain.Transition
-	observers   []func(domain.Transition)
-	onCall      func(service, op string, code int, took time.Duration)
-	onRenewal   func(ok bool, took time.Duration)
-	reacted     chan struct{}
-	stopWait    context.CancelFunc
-	waiting     chan struct{}
+	mu        sync.Mutex
+	broker    *server.Server
+	url       string
+	session   *nats.Conn // replies, owner subjects and the facades
+	leaseConn *nats.Conn // the lease's own, so a busy endpoint never delays a renewal
+	ownership *domain.Ownership
+	outcome   domain.Outcome
+	local     *local
+	kernel    *kernel
+	services  Services
+	started   []Module
+	serving   *serving // decides what the engine does about the lease
+	observers []func(domain.Transition)
+	onCall    func(service, op string, code int, took time.Duration)
+	onRenewal func(ok bool, took time.Duration)
+	stopWait  context.CancelFunc
+	waiting   chan struct{}
 }
 
 // NewEngine returns an engine that has not started.
@@ -255,9 +254,19 @@ func (e *Engine) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	transitions := make(chan domain.Transition, 64)
-	e.transitions, e.reacted = transitions, make(chan struct{})
-	opts := []domain.Option{domain.WithLogger(e.log), domain.WithObserver(func(tr domain.Transition) { transitions <- tr })}
+	sv := newServing(e.log, e.jobs, func() {
+		e.log.Error("another engine took the lease; stopping")
+		e.p.Shutdown(ExitLeaseLost)
+	}, func(err error) {
+		e.log.Error("cannot serve the kernel services", "err", err)
+		e.p.Shutdown(ExitLeaseLost)
+	}, e.announce)
+	e.mu.Lock()
+	e.serving = sv
+	e.mu.Unlock()
+	opts := []domain.Option{
+		domain.WithLogger(e.log), domain.WithObserver(sv.transition), domain.WithClock(suspendclock.New()),
+	}
 	if cfg.NATS.Engine.HotStandby {
 		opts = append(opts, domain.WithHotStandby())
 	}
@@ -271,7 +280,6 @@ func (e *Engine) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	go e.react(transitions)
 	e.mu.Lock()
 	e.ownership = o
 	e.mu.Unlock()
@@ -288,11 +296,11 @@ func (e *Engine) Start(ctx context.Context) (err error) {
 	case domain.OutcomeClient:
 		return e.startClient(ctx)
 	case domain.OutcomeServe:
-		if err := e.openAndServe(ctx, true); err != nil {
+		if err := e.openAndServe(ctx); err != nil {
 			return err
 		}
 	case domain.OutcomeStandby:
-		if err := e.openAndServe(ctx, false); err != nil {
+		if err := e.openAndServe(ctx); err != nil {
 			return err
 		}
 		wctx, cancel := context.WithCancel(context.Background())
@@ -315,10 +323,11 @@ func (e *Engine) startClient(ctx context.Context) error {
 	return nil
 }
 
-// openAndServe opens the backends and builds the kernel services; a serving
-// engine answers on them and runs its jobs at once, a standby once it has
-// the lease. Modules start either way: they use facades.
-func (e *Engine) openAndServe(ctx context.Context, serve bool) error {
+// openAndServe opens the backends and builds the kernel services, and hands
+// the kernel to the serving loop, which subscribes it and starts the jobs
+// when, and only while, the lease says the engine serves. Modules start
+// either way: they use facades.
+func (e *Engine) openAndServe(ctx context.Context) error {
 	l, err := openLocal(ctx, e.p.Storage)
 	if err != nil {
 		return err
@@ -332,7 +341,7 @@ func (e *Engine) openAndServe(ctx context.Context, serve bool) error {
 		Owner:        e.p.Holder.InstanceID,
 		Connect:      func() (*nats.Conn, error) { return e.connect("abi-engine accept", false) },
 		Replies:      e.session,
-		MayServe:     func() bool { return o.MayServe() || e.handingOver.Load() },
+		Admit:        func() (uint64, bool) { return e.serving.admit(o) },
 		CallerSecret: secret,
 		Logger:       e.log,
 		Version:      microVersion(e.p.Holder.Version),
@@ -349,12 +358,7 @@ func (e *Engine) openAndServe(ctx context.Context, serve bool) error {
 	e.mu.Lock()
 	e.local, e.kernel = l, k
 	e.mu.Unlock()
-	if serve {
-		if err := k.serve(); err != nil {
-			return err
-		}
-		e.jobs.Start()
-	}
+	e.serving.booted(k)
 	return e.startModules(ctx)
 }
 
@@ -394,39 +398,15 @@ func (e *Engine) startModules(ctx context.Context) error {
 	return nil
 }
 
-// react carries out what the lease decides: serve when it is ours, stop
-// serving at once when fenced, stop the process when it is lost.
-func (e *Engine) react(transitions <-chan domain.Transition) {
-	defer close(e.reacted)
-	for tr := range transitions {
-		e.mu.Lock()
-		k, observers := e.kernel, e.observers
-		e.mu.Unlock()
-		e.publish(tr)
-		for _, f := range observers {
-			f(tr)
-		}
-		switch tr.To {
-		case domain.StateServing:
-			if k == nil || e.stopping.Load() {
-				continue
-			}
-			if err := k.serve(); err != nil {
-				e.log.Error("cannot serve the kernel services", "err", err)
-				e.p.Shutdown(ExitLeaseLost)
-				continue
-			}
-			e.jobs.Start()
-		case domain.StateFenced, domain.StateLost:
-			e.jobs.Stop()
-			if k != nil {
-				k.fence()
-			}
-			if tr.To == domain.StateLost && !e.stopping.Load() {
-				e.log.Error("another engine took the lease; stopping")
-				e.p.Shutdown(ExitLeaseLost)
-			}
-		}
+// announce tells the broker and the engine's observers of a transition,
+// after the serving loop has acted on it.
+func (e *Engine) announce(tr domain.Transition) {
+	e.mu.Lock()
+	observers := e.observers
+	e.mu.Unlock()
+	e.publish(tr)
+	for _, f := range observers {
+		f(tr)
 	}
 }
 
@@ -498,18 +478,24 @@ func (e *Engine) Stop(ctx context.Context) error {
 	timing := e.p.Config.Timing()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timing.Drain+timing.Lease+10*time.Second)
 	defer cancel()
-	// A serving engine keeps answering what reaches it until it has stopped
-	// accepting: the standby subscribes meanwhile, an overlap rather than a
-	// gap, which shared backends make safe. A fenced one does not.
-	if o := e.Ownership(); o != nil && o.MayServe() {
-		e.handingOver.Store(true)
-	}
 	e.stopping.Store(true)
 	if e.stopWait != nil {
 		e.stopWait()
 		<-e.waiting
 	}
-	e.jobs.Stop()
+	// Jobs stop before the release. The kernel answers on by the clock
+	// until the release is written, and then, handed over, what reaches it
+	// until it has stopped accepting: the standby subscribes meanwhile, an
+	// overlap rather than a gap, which shared backends and their fencing
+	// tokens make safe. A release that was not written fences it at once.
+	e.mu.Lock()
+	sv := e.serving
+	e.mu.Unlock()
+	if sv != nil {
+		sv.shutdownJobs()
+	} else {
+		e.jobs.Stop()
+	}
 	var errs []error
 	if o := e.Ownership(); o != nil {
 		if err := o.Release(ctx); err != nil {
@@ -549,18 +535,19 @@ func (e *Engine) Stop(ctx context.Context) error {
 // closeAll closes backends and connections, the embedded broker last.
 func (e *Engine) closeAll() {
 	e.mu.Lock()
-	l, k, transitions := e.local, e.kernel, e.transitions
-	e.transitions = nil
+	l, k, sv := e.local, e.kernel, e.serving
 	e.mu.Unlock()
+	if sv != nil {
+		sv.shutdownJobs() // nothing subscribes the kernel from now on
+	}
 	if k != nil {
 		k.stop()
 	}
 	if o := e.Ownership(); o != nil {
 		_ = o.Release(context.Background()) // nothing when already released
 	}
-	if transitions != nil {
-		close(transitions)
-		<-e.reacted
+	if sv != nil {
+		sv.close()
 	}
 	if err := l.close(); err != nil {
 		e.log.Warn("closing backends", "err", err)

@@ -27,7 +27,7 @@ func (k *kernel) serve() error {
 }
 
 // fence stops everything at once: a fenced engine does not wait for its
-// sessions.
+// sessions. Admission stops first, then the sessions.
 func (k *kernel) fence() {
 	k.host.Fence()
 	k.transfers.Stop()
@@ -47,16 +47,24 @@ func (k *kernel) stop() {
 	k.overflow.Stop()
 }
 
+// mayServe is admit without the token, for the session hosts.
+func mayServe(admit func() (uint64, bool)) func() bool {
+	return func() bool {
+		_, ok := admit()
+		return ok
+	}
+}
+
 // newKernel builds the session hosts and the endpoint host around them.
 func newKernel(opts natsapi.Options, services func(*natsapi.TransferHost) []natsapi.Service) (*kernel, error) {
 	transfers, err := natsapi.NewTransferHost(natsapi.TransferOptions{
-		Owner: opts.Owner, Conn: opts.Replies, CallerSecret: opts.CallerSecret, Logger: opts.Logger,
+		Owner: opts.Owner, Conn: opts.Replies, CallerSecret: opts.CallerSecret, Logger: opts.Logger, MayServe: mayServe(opts.Admit),
 	})
 	if err != nil {
 		return nil, err
 	}
 	overflow, err := natsapi.NewOverflowHost(natsapi.OverflowOptions{
-		Owner: opts.Owner, Conn: opts.Replies, CallerSecret: opts.CallerSecret, Logger: opts.Logger,
+		Owner: opts.Owner, Conn: opts.Replies, CallerSecret: opts.CallerSecret, Logger: opts.Logger, MayServe: mayServe(opts.Admit),
 	})
 	if err != nil {
 		return nil, err

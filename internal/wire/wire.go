@@ -80,7 +80,7 @@ func CodeOf(err error) int {
 		return CodeConflict
 	case errors.Is(err, ports.ErrTooLarge):
 		return CodeTooLarge
-	case errors.Is(err, ErrUnavailable):
+	case errors.Is(err, ErrUnavailable), errors.Is(err, ports.ErrFenced):
 		return CodeUnavailable
 	}
 	return CodeInternal

@@ -123,8 +123,11 @@ type Options struct {
 	// MaxQueued bounds the calls that wait for one of those slots; a call
 	// beyond it is answered 503 at once. 0 means 256.
 	MaxQueued int
-	// MayServe is asked before each call; false answers 503. nil: always.
-	MayServe func() bool
+	// Admit is asked before each call: whether the engine may serve now,
+	// and the fencing token of the term it serves under, which the call's
+	// context carries to the stores (ports.WithFencingToken). Not
+	// admitted answers 503. nil: always, with no token.
+	Admit func() (token uint64, ok bool)
 	// CallerSecret, when set, requires every call to carry a valid token.
 	CallerSecret []byte
 	// Overflow, when set, parks replies too large for one message and
@@ -176,8 +179,8 @@ func NewHost(opts Options, services ...Service) (*Host, error) {
 	if opts.Version == "" {
 		opts.Version = "1.0.0"
 	}
-	if opts.MayServe == nil {
-		opts.MayServe = func() bool { return true }
+	if opts.Admit == nil {
+		opts.Admit = func() (uint64, bool) { return 0, true }
 	}
 	return &Host{
 		opts:     opts,
@@ -337,8 +340,12 @@ func (h *Host) handle(ctx context.Context, handle HandlerFunc, call *Call) ([]by
 	if ctx.Err() != nil {
 		return nil, fmt.Errorf("%w: the engine stopped before the call ran", wire.ErrUnavailable)
 	}
-	if !h.opts.MayServe() {
+	token, ok := h.opts.Admit()
+	if !ok {
 		return nil, fmt.Errorf("%w: the engine does not hold the lease", wire.ErrUnavailable)
+	}
+	if token != 0 {
+		ctx = ports.WithFencingToken(ctx, token)
 	}
 	release, err := h.uploaded(call)
 	if err != nil {

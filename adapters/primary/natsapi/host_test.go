@@ -280,7 +280,7 @@ func TestFencingStopsTheCallsAtOnce(t *testing.T) {
 func TestAHostThatMayNotServeAnswers503(t *testing.T) {
 	url := natstest.StartServer(t).ClientURL()
 	e := &echo{name: "e"}
-	newHost(t, url, natsapi.Options{MayServe: func() bool { return false }}, e.service())
+	newHost(t, url, natsapi.Options{Admit: func() (uint64, bool) { return 0, false }}, e.service())
 	if _, err := ask(natstest.Connect(t, url), 5*time.Second); !errors.Is(err, wire.ErrUnavailable) {
 		t.Fatalf("err %v, want 503", err)
 	}

@@ -58,6 +58,9 @@ type OverflowOptions struct {
 	// half the connection's max payload when that is less.
 	ChunkSize int
 	Logger    *slog.Logger
+	// MayServe is asked before every session call; false answers 503.
+	// nil: always.
+	MayServe func() bool
 }
 
 // OverflowHost parks replies too large for one message until their caller
@@ -130,6 +133,9 @@ func NewOverflowHost(opts OverflowOptions) (*OverflowHost, error) {
 		maxPerWho:  opts.MaxParkedPerCaller,
 		uploadIdle: opts.UploadIdle,
 		parkedBy:   map[string]int64{},
+	}
+	if opts.MayServe != nil {
+		h.t.mayServe = opts.MayServe
 	}
 	h.t.ops[wire.SessionWrite] = h.write
 	h.t.ops[wire.SessionRead] = h.read

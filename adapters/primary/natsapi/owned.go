@@ -36,6 +36,9 @@ type sessionTable struct {
 	ops     map[string]sessionOp
 	logger  *slog.Logger
 	sem     chan struct{} // bounds the session calls handled at once
+	// mayServe is asked before every session call, as the Host asks before
+	// every call: a session outlives the moment its engine may serve.
+	mayServe func() bool
 
 	mu       sync.Mutex
 	sub      *nats.Subscription
@@ -99,6 +102,7 @@ func newSessionTable(kind, prefix, owner string, nc *nats.Conn, secret []byte, i
 		sem:      make(chan struct{}, 64),
 		sessions: map[string]*session{},
 		byWho:    map[string]int{},
+		mayServe: func() bool { return true },
 	}
 }
 
@@ -146,6 +150,9 @@ func (t *sessionTable) handle(msg *nats.Msg) (nats.Header, []byte, error) {
 		if caller, err = callerauth.Verify(t.secret, msg.Header.Get(wire.AuthHeader)); err != nil {
 			return nil, nil, fmt.Errorf("%w: %w", wire.ErrUnauthorized, err)
 		}
+	}
+	if !t.mayServe() {
+		return nil, nil, fmt.Errorf("%w: the engine does not hold the lease", wire.ErrUnavailable)
 	}
 	ref := wire.SessionRef{ID: msg.Header.Get(wire.SessionHeader), Secret: msg.Header.Get(wire.SessionSecretHeader)}
 	if ref.ID == "" {

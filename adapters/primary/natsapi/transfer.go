@@ -49,6 +49,9 @@ type TransferOptions struct {
 	// for base64 and the JSON around it.
 	ChunkSize int
 	Logger    *slog.Logger
+	// MayServe is asked before every session call; false answers 503.
+	// nil: always.
+	MayServe func() bool
 }
 
 // TransferHost holds the object transfers of one engine instance. Opens
@@ -95,6 +98,9 @@ func NewTransferHost(opts TransferOptions) (*TransferHost, error) {
 	h := &TransferHost{
 		t:     newSessionTable("transfer", prefix, opts.Owner, opts.Conn, opts.CallerSecret, opts.Idle, opts.MaxOpen, opts.MaxOpenPerCaller, opts.Logger),
 		chunk: opts.ChunkSize,
+	}
+	if opts.MayServe != nil {
+		h.t.mayServe = opts.MayServe
 	}
 	h.t.ops[wire.SessionWrite] = h.write
 	h.t.ops[wire.SessionCommit] = h.commit

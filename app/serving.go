@@ -1,0 +1,196 @@
+package app
+
+import (
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"github.com/abi-engine/engine/domain"
+)
+
+// servingKernel is what the serving loop turns on and off: the kernel
+// services' subscriptions and the sessions they open.
+type servingKernel interface {
+	// serve subscribes; it does nothing when already subscribed.
+	serve() error
+	// fence stops admitting calls at once and cancels those running.
+	fence()
+}
+
+// servingJobs are the jobs that run only while the engine serves.
+type servingJobs interface {
+	Start()
+	Stop()
+}
+
+// serving is the one goroutine that decides what the engine does about its
+// lease. Everything that bears on it (the lease's transitions, the kernel
+// being built, a shutdown) is an event sent to it, and after each event it
+// brings the kernel and the jobs in line with its state, in a fixed order:
+//
+//  1. if the engine may not serve: fence the kernel first, then stop jobs;
+//  2. if it may serve, is booted and not shutting down: subscribe the
+//     kernel, then start jobs;
+//  3. while shutting down, jobs stay stopped; the kernel keeps answering
+//     until the release (and after it, if the release was written, for the
+//     drain), and Stop drains it.
+//
+// Serving is a level, not an edge: a fence that arrives before the kernel
+// exists is state, so a kernel built later is never subscribed while the
+// lease says no.
+type serving struct {
+	log     *slog.Logger
+	jobs    servingJobs
+	lost    func() // the lease was lost and the engine is not stopping
+	failed  func(error)
+	observe func(domain.Transition)
+
+	mu     sync.RWMutex // held to send; close takes it to close events
+	closed bool
+	events chan servingEvent
+	done   chan struct{}
+
+	// handedOver is set when the release was written: from then on the
+	// engine answers what reaches it until drained, next to its successor.
+	// It is set where the release is announced, before the event reaches
+	// the loop, so admission sees no gap between the lease and the flag.
+	handedOver atomic.Bool
+
+	// The loop's own state.
+	lease      domain.State
+	kernel     servingKernel
+	shutdown   bool
+	subscribed bool
+}
+
+// servingEvent is one thing the loop hears of. Exactly one field is set.
+type servingEvent struct {
+	transition *domain.Transition
+	booted     servingKernel
+	shutdown   chan<- struct{} // closed once jobs have stopped
+}
+
+func newServing(log *slog.Logger, jobs servingJobs, lost func(), failed func(error), observe func(domain.Transition)) *serving {
+	s := &serving{
+		log: log, jobs: jobs, lost: lost, failed: failed, observe: observe,
+		events: make(chan servingEvent, 64),
+		done:   make(chan struct{}),
+	}
+	go s.run()
+	return s
+}
+
+// transition hands the loop a move of the lease; it is the ownership's
+// observer, called in order on the goroutine that made the move.
+func (s *serving) transition(tr domain.Transition) {
+	if tr.To == domain.StateReleased && tr.HandedOver {
+		s.handedOver.Store(true)
+	}
+	s.send(servingEvent{transition: &tr})
+}
+
+// booted hands the loop the kernel, built and not subscribed.
+func (s *serving) booted(k servingKernel) { s.send(servingEvent{booted: k}) }
+
+// shutdownJobs tells the loop the engine stops, and returns once jobs have
+// stopped and nothing will subscribe the kernel again. The kernel keeps
+// answering until the release.
+func (s *serving) shutdownJobs() {
+	ack := make(chan struct{})
+	if s.send(servingEvent{shutdown: ack}) {
+		<-ack
+	}
+}
+
+// send hands the loop an event, and reports whether the loop still runs.
+func (s *serving) send(ev servingEvent) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return false
+	}
+	s.events <- ev
+	return true
+}
+
+// close ends the loop once it has handled every event sent before.
+func (s *serving) close() {
+	s.mu.Lock()
+	if !s.closed {
+		s.closed = true
+		close(s.events)
+	}
+	s.mu.Unlock()
+	<-s.done
+}
+
+// HandedOver reports whether the release was written.
+func (s *serving) HandedOver() bool { return s.handedOver.Load() }
+
+// term is the lease as admission reads it: the fencing token of the hold,
+// and whether the engine may serve now, judged on its own clock.
+type term interface{ Term() (uint64, bool) }
+
+// admit is the one answer to "may this engine take a call now, and under
+// which fencing token?": while it holds the lease, what the lease's clock
+// says; once its release is written, yes, under its last token, until it
+// is drained. Nothing else (a shutdown begun, a flag set early) opens it.
+func (s *serving) admit(lease term) (uint64, bool) {
+	token, ok := lease.Term()
+	return token, ok || s.handedOver.Load()
+}
+
+func (s *serving) run() {
+	defer close(s.done)
+	for ev := range s.events {
+		switch {
+		case ev.transition != nil:
+			s.lease = ev.transition.To
+		case ev.booted != nil:
+			s.kernel = ev.booted
+		case ev.shutdown != nil:
+			s.shutdown = true
+		}
+		s.reconcile()
+		if ev.transition != nil {
+			s.observe(*ev.transition)
+			if ev.transition.To == domain.StateLost && !s.shutdown {
+				s.lost()
+			}
+		}
+		if ev.shutdown != nil {
+			close(ev.shutdown)
+		}
+	}
+}
+
+// reconcile brings the kernel and the jobs in line with the state. Each
+// step does nothing when the world already matches it.
+func (s *serving) reconcile() {
+	may := s.lease == domain.StateServing || s.lease == domain.StateReleased && s.handedOver.Load()
+	if !may {
+		if s.subscribed {
+			s.kernel.fence()
+			s.subscribed = false
+		}
+		s.jobs.Stop()
+		return
+	}
+	if s.shutdown || s.lease != domain.StateServing {
+		s.jobs.Stop()
+		return
+	}
+	if s.kernel == nil {
+		return
+	}
+	if !s.subscribed {
+		if err := s.kernel.serve(); err != nil {
+			s.kernel.fence()
+			s.shutdown = true // the engine stops; nothing is tried again
+			s.failed(err)
+			return
+		}
+		s.subscribed = true
+	}
+	s.jobs.Start()
+}

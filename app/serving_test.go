@@ -1,0 +1,275 @@
+package app
+
+import (
+	"errors"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+
+	"github.com/abi-engine/engine/domain"
+)
+
+// steps records, in order, what the serving loop did to the kernel and the
+// jobs.
+type steps struct {
+	mu  sync.Mutex
+	log []string
+}
+
+func (s *steps) add(step string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.log = append(s.log, step)
+}
+
+func (s *steps) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return strings.Join(s.log, ", ")
+}
+
+type fakeKernel struct {
+	steps      *steps
+	failServe  error
+	subscribed bool
+}
+
+func (k *fakeKernel) serve() error {
+	if k.failServe != nil {
+		return k.failServe
+	}
+	if !k.subscribed {
+		k.steps.add("subscribe")
+	}
+	k.subscribed = true
+	return nil
+}
+
+func (k *fakeKernel) fence() {
+	k.steps.add("fence")
+	k.subscribed = false
+}
+
+type fakeJobs struct {
+	steps   *steps
+	running bool
+}
+
+func (j *fakeJobs) Start() {
+	if !j.running {
+		j.steps.add("jobs start")
+	}
+	j.running = true
+}
+
+func (j *fakeJobs) Stop() {
+	if j.running {
+		j.steps.add("jobs stop")
+	}
+	j.running = false
+}
+
+type loopHarness struct {
+	*serving
+	steps  *steps
+	kernel *fakeKernel
+	jobs   *fakeJobs
+	lost   int
+	failed []error
+	heard  []domain.State
+}
+
+func newLoop(t *testing.T) *loopHarness {
+	h := &loopHarness{steps: &steps{}}
+	h.kernel = &fakeKernel{steps: h.steps}
+	h.jobs = &fakeJobs{steps: h.steps}
+	h.serving = newServing(slog.New(slog.DiscardHandler), h.jobs,
+		func() { h.lost++ },
+		func(err error) { h.failed = append(h.failed, err) },
+		func(tr domain.Transition) { h.heard = append(h.heard, tr.To) })
+	t.Cleanup(h.close)
+	return h
+}
+
+func (h *loopHarness) move(to domain.State) {
+	h.transition(domain.Transition{To: to})
+	synctest.Wait()
+}
+
+func (h *loopHarness) boot() {
+	h.booted(h.kernel)
+	synctest.Wait()
+}
+
+func (h *loopHarness) want(t *testing.T, subscribed, jobs bool) {
+	t.Helper()
+	if h.kernel.subscribed != subscribed || h.jobs.running != jobs {
+		t.Fatalf("kernel subscribed %v, jobs running %v; want %v, %v (steps: %s)",
+			h.kernel.subscribed, h.jobs.running, subscribed, jobs, h.steps)
+	}
+}
+
+// A fence that arrives while the backends are still opening is state: the
+// kernel built afterwards is not subscribed and no job starts until the
+// lease is good again. Before, the fence was applied to nothing and the
+// engine went on to serve next to its successor.
+func TestAFenceWhileBootingKeepsTheKernelDown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newLoop(t)
+		h.move(domain.StateServing)
+		h.move(domain.StateFenced)
+		h.boot()
+		h.want(t, false, false)
+		h.move(domain.StateServing)
+		h.want(t, true, true)
+	})
+}
+
+// The same for a lease lost before the kernel exists.
+func TestALeaseLostWhileBootingKeepsTheKernelDown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newLoop(t)
+		h.move(domain.StateServing)
+		h.move(domain.StateLost)
+		h.boot()
+		h.want(t, false, false)
+		if h.lost != 1 {
+			t.Fatalf("lost reported %d times, want once", h.lost)
+		}
+	})
+}
+
+// Fencing stops admission before it stops jobs, so no call is taken while
+// the jobs wind down.
+func TestFencingStopsAdmissionBeforeJobs(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newLoop(t)
+		h.boot()
+		h.move(domain.StateServing)
+		h.want(t, true, true)
+		h.move(domain.StateFenced)
+		h.want(t, false, false)
+		if got, want := h.steps.String(), "subscribe, jobs start, fence, jobs stop"; got != want {
+			t.Fatalf("steps %q, want %q", got, want)
+		}
+	})
+}
+
+// At shutdown jobs stop and stay stopped; the kernel answers on, and after
+// a release that was written it answers until drained. A restore of the
+// lease during shutdown subscribes nothing again.
+func TestShutdownStopsJobsAndKeepsAnsweringUntilTheReleaseIsWritten(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newLoop(t)
+		h.boot()
+		h.move(domain.StateServing)
+		h.shutdownJobs()
+		h.want(t, true, false)
+		if h.HandedOver() {
+			t.Fatalf("handed over before the release")
+		}
+		h.move(domain.StateFenced)
+		h.move(domain.StateServing)
+		h.want(t, false, false)
+		h.transition(domain.Transition{From: domain.StateServing, To: domain.StateReleased, HandedOver: true})
+		synctest.Wait()
+		if !h.HandedOver() {
+			t.Fatalf("not handed over after the release was written")
+		}
+	})
+}
+
+// A release that was not written (the lease was no longer ours, or the
+// write's fate is unknown) fences the kernel at once.
+func TestAReleaseNotWrittenFences(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newLoop(t)
+		h.boot()
+		h.move(domain.StateServing)
+		h.shutdownJobs()
+		h.transition(domain.Transition{From: domain.StateServing, To: domain.StateReleased})
+		synctest.Wait()
+		h.want(t, false, false)
+		if h.HandedOver() {
+			t.Fatalf("handed over although the release was not written")
+		}
+	})
+}
+
+// A kernel that cannot subscribe is fenced and reported once; nothing
+// tries again.
+func TestAKernelThatCannotServeIsReportedOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newLoop(t)
+		h.kernel.failServe = errors.New("no broker")
+		h.boot()
+		h.move(domain.StateServing)
+		h.move(domain.StateFenced)
+		h.move(domain.StateServing)
+		h.want(t, false, false)
+		if len(h.failed) != 1 {
+			t.Fatalf("failure reported %d times, want once", len(h.failed))
+		}
+	})
+}
+
+// Observers hear of every transition, in order, after the loop acted on it.
+func TestObserversHearTransitionsInOrder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newLoop(t)
+		for _, s := range []domain.State{domain.StateStandby, domain.StateServing, domain.StateFenced, domain.StateServing} {
+			h.move(s)
+		}
+		want := []domain.State{domain.StateStandby, domain.StateServing, domain.StateFenced, domain.StateServing}
+		if !slices.Equal(h.heard, want) {
+			t.Fatalf("heard %v, want %v", h.heard, want)
+		}
+	})
+}
+
+// Events sent after the loop closed are dropped, not a panic.
+func TestEventsAfterCloseAreDropped(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newLoop(t)
+		h.close()
+		h.move(domain.StateServing)
+		h.shutdownJobs()
+		h.want(t, false, false)
+	})
+}
+
+type fakeTerm struct {
+	token uint64
+	ok    bool
+}
+
+func (f *fakeTerm) Term() (uint64, bool) { return f.token, f.ok }
+
+// Between a shutdown's start and the written release, admission follows the
+// lease's clock: a process paused after SIGTERM past its lease takes no
+// queued call. Before, shutdown opened admission for good at its start.
+// Once the release is written, the engine answers under its last token
+// until drained.
+func TestAdmissionFollowsTheClockUntilTheReleaseIsWritten(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newLoop(t)
+		h.boot()
+		h.move(domain.StateServing)
+		lease := &fakeTerm{token: 7, ok: true}
+		if tok, ok := h.admit(lease); !ok || tok != 7 {
+			t.Fatalf("serving: admit = %d, %v; want 7, true", tok, ok)
+		}
+		h.shutdownJobs()
+		lease.ok = false // the holder's deadline passed while it was paused
+		if _, ok := h.admit(lease); ok {
+			t.Fatalf("a shutting-down engine past its deadline admits a call")
+		}
+		h.transition(domain.Transition{From: domain.StateServing, To: domain.StateReleased, HandedOver: true})
+		if tok, ok := h.admit(lease); !ok || tok != 7 {
+			t.Fatalf("handed over: admit = %d, %v; want 7, true", tok, ok)
+		}
+	})
+}

@@ -1,0 +1,29 @@
+package ports
+
+import (
+	"context"
+	"errors"
+)
+
+// ErrFenced: a shared store refused a write because it has seen a newer
+// serving term than the one the write carries. The write did not happen,
+// so the call may be sent again, to the engine that serves now.
+var ErrFenced = errors.New("fenced: a newer engine has written to this store")
+
+type fencingTokenKey struct{}
+
+// WithFencingToken returns ctx carrying the fencing token of the serving
+// term under which a call was admitted: the lease revision at which that
+// term began, which only grows for an account. Stores that can check it
+// in the same transaction as a write refuse a write whose token is older
+// than one they have seen, with ErrFenced, and let a newer one raise it.
+func WithFencingToken(ctx context.Context, token uint64) context.Context {
+	return context.WithValue(ctx, fencingTokenKey{}, token)
+}
+
+// FencingToken is the token ctx carries, if any. A write without one, from
+// a tool or a test, is not fenced.
+func FencingToken(ctx context.Context) (uint64, bool) {
+	t, ok := ctx.Value(fencingTokenKey{}).(uint64)
+	return t, ok && t > 0
+}
