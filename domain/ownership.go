@@ -387,9 +387,13 @@ func (o *Ownership) acquire(ctx context.Context, rec Record) (bool, error) {
 		rev = cur.Revision
 	}
 	switch {
-	case !rec.Present:
-		o.log.Warn("the lease key holds no value (first use, or deleted, purged or made anew by someone else); holding it half a lease before serving",
+	case rec.Deleted():
+		o.log.Warn("the lease key was deleted by someone else; holding it half a lease before serving",
 			"revision", rec.Revision, "serve_in", o.timing.Fence())
+	case !rec.Present:
+		// A new account, as a rule; a purged stream or a bucket made anew
+		// look the same, hence the wait.
+		o.log.Info("the lease key has no history; holding it half a lease before serving", "serve_in", o.timing.Fence())
 	case !rec.Free():
 		o.log.Info("took over the lease from a silent holder", "from", rec.Holder.String())
 	}

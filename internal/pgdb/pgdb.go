@@ -44,6 +44,10 @@ func Open(ctx context.Context, what, dsn, table, schema string) (*pgxpool.Pool, 
 		pool.Close()
 		return nil, fmt.Errorf("%s: create table %s: %w", what, table, err)
 	}
+	if err := createFence(ctx, pool); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("%s: create the fence table: %w", what, err)
+	}
 	return pool, nil
 }
 

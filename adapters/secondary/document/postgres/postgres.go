@@ -40,8 +40,9 @@ func (Config) LocalStorage() string { return "" }
 // Store is a pool of connections to the tables.
 type Store struct {
 	pool        *pgxpool.Pool
-	docs        string // quoted
-	collections string // quoted
+	writes      pgdb.Fenced // every write, checked against the fencing token
+	docs        string      // quoted
+	collections string      // quoted
 	name        string
 }
 
@@ -67,7 +68,7 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.pool = pool
+	s.pool, s.writes = pool, pgdb.NewFenced(pool, c.Table)
 	return s, nil
 }
 
@@ -109,7 +110,7 @@ func (s *Store) EnsureCollection(ctx context.Context, name string) error {
 	if err := storecheck.Collection(name); err != nil {
 		return err
 	}
-	if _, err := s.pool.Exec(ctx, "INSERT INTO "+s.collections+" (name) VALUES ($1) ON CONFLICT DO NOTHING", name); err != nil {
+	if _, err := s.writes.Exec(ctx, "INSERT INTO "+s.collections+" (name) VALUES ($1) ON CONFLICT DO NOTHING", name); err != nil {
 		return fmt.Errorf("ensure collection %q in table %s: %w", name, s.name, err)
 	}
 	return nil
@@ -120,7 +121,7 @@ func (s *Store) DropCollection(ctx context.Context, name string) error {
 	if err := storecheck.Collection(name); err != nil {
 		return err
 	}
-	tag, err := s.pool.Exec(ctx, "DELETE FROM "+s.collections+" WHERE name = $1", name)
+	tag, err := s.writes.Exec(ctx, "DELETE FROM "+s.collections+" WHERE name = $1", name)
 	if err != nil {
 		return fmt.Errorf("drop collection %q in table %s: %w", name, s.name, err)
 	}
@@ -157,15 +158,15 @@ func (s *Store) Put(ctx context.Context, collection, id string, data map[string]
 	var row pgx.Row
 	switch {
 	case !conditional:
-		row = s.pool.QueryRow(ctx, `INSERT INTO `+s.docs+` AS d (collection, id, version, data) VALUES ($1, $2, 1, $3::jsonb)
+		row = s.writes.QueryRow(ctx, `INSERT INTO `+s.docs+` AS d (collection, id, version, data) VALUES ($1, $2, 1, $3::jsonb)
 			ON CONFLICT (collection, id) DO UPDATE SET version = d.version + 1, data = excluded.data
 			RETURNING version`, collection, id, string(raw))
 	case want == 0:
-		row = s.pool.QueryRow(ctx, `INSERT INTO `+s.docs+` (collection, id, version, data) VALUES ($1, $2, 1, $3::jsonb)
+		row = s.writes.QueryRow(ctx, `INSERT INTO `+s.docs+` (collection, id, version, data) VALUES ($1, $2, 1, $3::jsonb)
 			ON CONFLICT (collection, id) DO NOTHING
 			RETURNING version`, collection, id, string(raw))
 	default:
-		row = s.pool.QueryRow(ctx, `UPDATE `+s.docs+` SET version = version + 1, data = $3::jsonb
+		row = s.writes.QueryRow(ctx, `UPDATE `+s.docs+` SET version = version + 1, data = $3::jsonb
 			WHERE collection = $1 AND id = $2 AND version = $4
 			RETURNING version`, collection, id, string(raw), int64(want))
 	}
@@ -218,7 +219,7 @@ func (s *Store) Delete(ctx context.Context, collection, id string, cond ports.Co
 		return err
 	}
 	want, conditional := cond.Version()
-	tag, err := s.pool.Exec(ctx, "DELETE FROM "+s.docs+" WHERE collection = $1 AND id = $2 AND (NOT $3 OR version = $4)",
+	tag, err := s.writes.Exec(ctx, "DELETE FROM "+s.docs+" WHERE collection = $1 AND id = $2 AND (NOT $3 OR version = $4)",
 		collection, id, conditional, int64(want))
 	if err != nil {
 		return fmt.Errorf("delete %q in %q of table %s: %w", id, collection, s.name, err)

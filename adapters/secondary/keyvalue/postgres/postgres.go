@@ -42,9 +42,10 @@ const live = "(expires_at IS NULL OR expires_at > clock_timestamp())"
 
 // Store is a pool of connections to the table.
 type Store struct {
-	pool  *pgxpool.Pool
-	table string // quoted
-	name  string
+	pool   *pgxpool.Pool
+	writes pgdb.Fenced // every write, checked against the fencing token
+	table  string      // quoted
+	name   string
 }
 
 // Open connects and creates the table if it is missing. Keys use the C
@@ -62,7 +63,7 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{pool: pool, table: pgdb.Ident(c.Table), name: c.Table}, nil
+	return &Store{pool: pool, writes: pgdb.NewFenced(pool, c.Table), table: pgdb.Ident(c.Table), name: c.Table}, nil
 }
 
 // Close closes the pool; closing twice is harmless.
@@ -110,7 +111,7 @@ func (s *Store) Set(ctx context.Context, key string, value []byte, ttl time.Dura
 	if err := storecheck.Write("key", key, ttl); err != nil {
 		return err
 	}
-	_, err := s.pool.Exec(ctx, `INSERT INTO `+s.table+` (key, value, expires_at)
+	_, err := s.writes.Exec(ctx, `INSERT INTO `+s.table+` (key, value, expires_at)
 		VALUES ($1, $2, clock_timestamp() + $3::bigint * interval '1 microsecond')
 		ON CONFLICT (key) DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at`,
 		key, bytea(value), micros(ttl))
@@ -127,7 +128,7 @@ func (s *Store) SetIfAbsent(ctx context.Context, key string, value []byte, ttl t
 	if err := storecheck.Write("key", key, ttl); err != nil {
 		return false, err
 	}
-	tag, err := s.pool.Exec(ctx, `INSERT INTO `+s.table+` AS kv (key, value, expires_at)
+	tag, err := s.writes.Exec(ctx, `INSERT INTO `+s.table+` AS kv (key, value, expires_at)
 		VALUES ($1, $2, clock_timestamp() + $3::bigint * interval '1 microsecond')
 		ON CONFLICT (key) DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at
 		WHERE kv.expires_at IS NOT NULL AND kv.expires_at <= clock_timestamp()`,
@@ -144,7 +145,7 @@ func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 		return false, err
 	}
 	var wasLive bool
-	err := s.pool.QueryRow(ctx, "DELETE FROM "+s.table+" WHERE key = $1 RETURNING "+live, key).Scan(&wasLive)
+	err := s.writes.QueryRow(ctx, "DELETE FROM "+s.table+" WHERE key = $1 RETURNING "+live, key).Scan(&wasLive)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil
 	}
@@ -159,7 +160,7 @@ func (s *Store) DeleteIfValue(ctx context.Context, key string, value []byte) (bo
 	if err := storecheck.Key("key", key); err != nil {
 		return false, err
 	}
-	tag, err := s.pool.Exec(ctx, "DELETE FROM "+s.table+" WHERE key = $1 AND value = $2 AND "+live, key, bytea(value))
+	tag, err := s.writes.Exec(ctx, "DELETE FROM "+s.table+" WHERE key = $1 AND value = $2 AND "+live, key, bytea(value))
 	if err != nil {
 		return false, fmt.Errorf("delete %q if it holds the value, in table %s: %w", key, s.name, err)
 	}

@@ -1,0 +1,136 @@
+package pgdb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/abi-engine/engine/ports"
+)
+
+// The fence of every store in a database: a row per store (its table),
+// holding the newest fencing token a write to it carried. A write runs
+// after abi_engine_fence_check in the same transaction: a token older than
+// the row's is refused; a newer one raises the row, taking its lock, so a
+// write of the older term that already passed the check (holding the row
+// in share mode) commits first and every write of the newer term after it.
+// The first read takes no lock, so two writes of a new term never both
+// hold the row in share mode and then wait on each other to raise it.
+const fenceSchema = `
+CREATE TABLE IF NOT EXISTS abi_engine_fence (
+	scope text PRIMARY KEY,
+	token bigint NOT NULL
+);
+CREATE OR REPLACE FUNCTION abi_engine_fence_check(p_scope text, p_token bigint) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+	seen bigint;
+BEGIN
+	SELECT token INTO seen FROM abi_engine_fence WHERE scope = p_scope;
+	IF seen IS NULL OR seen < p_token THEN
+		INSERT INTO abi_engine_fence (scope, token) VALUES (p_scope, p_token)
+			ON CONFLICT (scope) DO UPDATE SET token = GREATEST(abi_engine_fence.token, excluded.token)
+			RETURNING token INTO seen;
+	ELSE
+		SELECT token INTO seen FROM abi_engine_fence WHERE scope = p_scope FOR SHARE;
+	END IF;
+	IF seen > p_token THEN
+		RAISE EXCEPTION 'store % has seen serving term %; this write carries term %', p_scope, seen, p_token
+			USING ERRCODE = 'AB0F1';
+	END IF;
+END
+$$`
+
+// fencedCode is the SQLSTATE abi_engine_fence_check raises.
+const fencedCode = "AB0F1"
+
+// createFence makes the fence table and its check, under a lock of their
+// own, since every store in the database shares them.
+func createFence(ctx context.Context, pool *pgxpool.Pool) error {
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtext('abi-engine fence'))"); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, fenceSchema)
+		return err
+	})
+}
+
+// Fenced runs a store's writes, each checked against the fence of scope,
+// the store's table, when its context carries a fencing token
+// (ports.FencingToken): the check and the write go in one batch, so in one
+// round trip and one transaction. A write without a token runs alone.
+type Fenced struct {
+	pool  *pgxpool.Pool
+	scope string
+}
+
+// NewFenced returns the writer of the store whose fence row is scope.
+func NewFenced(pool *pgxpool.Pool, scope string) Fenced { return Fenced{pool: pool, scope: scope} }
+
+// Exec runs one write statement.
+func (f Fenced) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	token, ok := ports.FencingToken(ctx)
+	if !ok {
+		return f.pool.Exec(ctx, sql, args...)
+	}
+	br := f.send(ctx, token, sql, args)
+	defer br.Close()
+	if err := fenceResult(br); err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	return br.Exec()
+}
+
+// QueryRow runs one write statement that returns a row; the statement runs
+// when the row is scanned.
+func (f Fenced) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	token, ok := ports.FencingToken(ctx)
+	if !ok {
+		return f.pool.QueryRow(ctx, sql, args...)
+	}
+	return fencedRow{f: f, ctx: ctx, token: token, sql: sql, args: args}
+}
+
+func (f Fenced) send(ctx context.Context, token uint64, sql string, args []any) pgx.BatchResults {
+	b := &pgx.Batch{}
+	b.Queue("SELECT abi_engine_fence_check($1, $2)", f.scope, int64(token))
+	b.Queue(sql, args...)
+	return f.pool.SendBatch(ctx, b)
+}
+
+// fenceResult reads the check's result: ports.ErrFenced when the store has
+// seen a newer term, and the write after it did not run.
+func fenceResult(br pgx.BatchResults) error {
+	_, err := br.Exec()
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == fencedCode {
+		return fmt.Errorf("%w: %s", ports.ErrFenced, pgErr.Message)
+	}
+	return err
+}
+
+type fencedRow struct {
+	f     Fenced
+	ctx   context.Context
+	token uint64
+	sql   string
+	args  []any
+}
+
+func (r fencedRow) Scan(dest ...any) error {
+	br := r.f.send(r.ctx, r.token, r.sql, r.args)
+	if err := fenceResult(br); err != nil {
+		_ = br.Close()
+		return err
+	}
+	err := br.QueryRow().Scan(dest...)
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
