@@ -95,7 +95,7 @@ func (l *local) secrets() ports.Secrets {
 func (l *local) kernelServices(signed bool, transfers *natsapi.TransferHost) []natsapi.Service {
 	var out []natsapi.Service
 	if kv, ok := l.port(ports.ServiceKeyValue).(ports.KeyValue); ok {
-		out = append(out, natsapi.KeyValue(kv))
+		out = append(out, natsapi.KeyValue(withTestHooks(kv)))
 	}
 	if docs, ok := l.port(ports.ServiceDocument).(ports.DocumentStore); ok {
 		out = append(out, natsapi.Document(docs))

@@ -1,0 +1,8 @@
+//go:build !unix
+
+package app
+
+import "github.com/abi-engine/engine/ports"
+
+// withTestHooks has no hook where a process cannot stop itself.
+func withTestHooks(kv ports.KeyValue) ports.KeyValue { return kv }

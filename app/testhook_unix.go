@@ -1,0 +1,44 @@
+//go:build unix
+
+package app
+
+import (
+	"context"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/abi-engine/engine/ports"
+)
+
+// StopBeforeSetEnv names a test hook, for the tests that run the engine as
+// a process: an engine started with it set to a key stops its own process
+// (SIGSTOP) when a keyvalue set of that key has been admitted and is about
+// to reach the store, as a process paused by the machine at the worst
+// moment would. The test then lets another engine take over and resumes
+// this one (SIGCONT). The write then goes on as one already on its way to
+// the store would: fencing the engine, which cancels the calls it runs,
+// no longer stops it, so only the store can. Nothing else reads it.
+const StopBeforeSetEnv = "ABI_ENGINE_TEST_STOP_BEFORE_SET"
+
+// stopBeforeSet is the keyvalue store with that hook in front of Set.
+type stopBeforeSet struct {
+	ports.KeyValue
+	key string
+}
+
+func (s stopBeforeSet) Set(ctx context.Context, key string, value []byte, ttl time.Duration) error {
+	if key == s.key {
+		_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+		ctx = context.WithoutCancel(ctx)
+	}
+	return s.KeyValue.Set(ctx, key, value, ttl)
+}
+
+// withTestHooks puts the hooks the environment asks for in front of kv.
+func withTestHooks(kv ports.KeyValue) ports.KeyValue {
+	if key := os.Getenv(StopBeforeSetEnv); key != "" {
+		return stopBeforeSet{KeyValue: kv, key: key}
+	}
+	return kv
+}

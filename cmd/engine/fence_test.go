@@ -1,0 +1,108 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/abi-engine/engine/adapters/secondary/natsclient"
+	"github.com/abi-engine/engine/internal/natstest"
+	"github.com/abi-engine/engine/internal/wire"
+	"github.com/abi-engine/engine/ports"
+)
+
+// An engine paused between admitting a write and performing it, while a
+// standby takes over and writes the same key, is refused by PostgreSQL when
+// it resumes: the write carries the fencing token of its old term, and the
+// store has seen the newer one. The stored value stays the new engine's.
+// Without the token, the resumed write would overwrite it.
+func TestAWritePausedAcrossATakeoverIsRefusedByTheStore(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	config := sharedConfig(t, url, "")
+	old := startEngine(t, config, "ABI_ROLLOUT_ID=v1", "ABI_ENGINE_TEST_STOP_BEFORE_SET=contested")
+	old.waitLog(t, "state=serving")
+	next := startEngine(t, config, "ABI_ROLLOUT_ID=v2")
+	next.waitLog(t, "state=standby")
+
+	// The old engine admits this set, then stops itself before the store.
+	nc := natstest.Connect(t, url)
+	body, _ := json.Marshal(wire.KVWrite{Key: "contested", Value: wire.Bytes("from the old term")})
+	stale := make(chan *nats.Msg, 1)
+	staleErr := make(chan error, 1)
+	go func() {
+		m, err := nc.Request(wire.Subject(ports.ServiceKeyValue, wire.KVSet), body, 60*time.Second)
+		stale <- m
+		staleErr <- err
+	}()
+	pid := old.cmd.Process.Pid
+	waitStopped(t, pid)
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
+
+	// A lease of silence later the standby serves, and writes the key.
+	next.waitLog(t, "standby took over the lease")
+	kv := natsclient.NewKeyValue(natsclient.New(natstest.Connect(t, url)))
+	setThroughTheNewEngine(t, kv, "contested", "from the new term")
+
+	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	m, err := <-stale, <-staleErr
+	if err != nil {
+		t.Fatalf("the paused write got no answer: %v", err)
+	}
+	answer := wire.ErrorFromHeaders(m.Header.Get(wire.ErrorCodeHeader), m.Header.Get(wire.ErrorHeader))
+	if answer == nil {
+		t.Fatalf("the paused write of the old term succeeded after the takeover")
+	}
+	got, err := kv.Get(t.Context(), "contested")
+	if err != nil || string(got) != "from the new term" {
+		t.Fatalf("the key holds %q (%v), want the new engine's value", got, err)
+	}
+	if !errors.Is(answer, wire.ErrUnavailable) || !strings.Contains(answer.Error(), "fenced") {
+		t.Fatalf("the paused write was answered %v, want 503 saying the engine was fenced", answer)
+	}
+	if code := old.exitCode(t); code == 0 {
+		t.Fatalf("the old engine exited 0 after losing its lease")
+	}
+}
+
+// waitStopped waits until the process is stopped by a signal.
+func waitStopped(t *testing.T, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err == nil {
+			// The state follows the command name in parentheses.
+			if i := strings.LastIndexByte(string(b), ')'); i > 0 && strings.HasPrefix(string(b[i+1:]), " T") {
+				return
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("process %d did not stop in 30s", pid)
+}
+
+// setThroughTheNewEngine sets key until an engine answers: calls the broker
+// routes to the stopped engine wait for it, so each try is short.
+func setThroughTheNewEngine(t *testing.T, kv natsclient.KeyValue, key, value string) {
+	t.Helper()
+	var err error
+	for range 30 {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		err = kv.Set(ctx, key, []byte(value), 0)
+		cancel()
+		if err == nil {
+			return
+		}
+	}
+	t.Fatalf("no engine answered a set of %q: %v", key, err)
+}
