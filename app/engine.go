@@ -198,7 +198,7 @@ func (e *Engine) connect(name string, lasting bool) (*nats.Conn, error) {
 	o := natsconn.Options{
 		URL: e.url, Name: name + " " + e.p.Holder.InstanceID,
 		CredsFile: c.CredsFile, NkeySeedFile: c.NkeySeedFile, User: c.User, Password: c.Password,
-		Token: c.Token, CA: c.TLS.CA, Cert: c.TLS.Cert, Key: c.TLS.Key,
+		Token: c.Token, CA: c.TLS.CA, Cert: c.TLS.Cert, Key: c.TLS.Key, Logger: e.log,
 	}
 	if lasting {
 		o.ClosedHandler = e.connectionClosed

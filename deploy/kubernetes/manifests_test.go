@@ -18,6 +18,7 @@ import (
 
 	"github.com/abi-engine/engine/app"
 	"github.com/abi-engine/engine/app/config"
+	"github.com/abi-engine/engine/internal/natstest"
 )
 
 type probe struct {
@@ -394,4 +395,22 @@ func TestTheDockerfileBuildsAStaticNonRootImage(t *testing.T) {
 	if want := strconv.Itoa(d.Spec.Template.Spec.SecurityContext.RunAsUser); uid != want {
 		t.Fatalf("the image runs as %s, the deployment as %s", uid, want)
 	}
+}
+
+// The Secret's NATS user is an engine user of deploy/nats, the
+// configuration whose permissions the account tests hold.
+func TestTheNATSUserIsTheDeployedEngineUser(t *testing.T) {
+	user := engineConfig(t, loadAll(t), "1.4.0").NATS.Credentials.User
+	opts := natstest.DeployedOptions(t, "server.conf")
+	for _, u := range opts.Users {
+		if u.Username != user {
+			continue
+		}
+		if u.Permissions == nil || u.Permissions.Publish == nil || !slices.Contains(u.Permissions.Publish.Allow, "$KV.ABI_ENGINE.>") ||
+			u.Account == nil || u.Account.Name != "TEAM_A" {
+			t.Fatalf("nats.credentials.user %q is not an engine user of TEAM_A in deploy/nats: %+v", user, u)
+		}
+		return
+	}
+	t.Fatalf("nats.credentials.user %q is no user of deploy/nats/accounts.conf", user)
 }

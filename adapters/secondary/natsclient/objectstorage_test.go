@@ -67,12 +67,12 @@ func TestObjectStorageContract(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			url := natstest.StartServer(t).ClientURL()
+			url, caller := broker(t)
 			serveEngine(t, url, func(tr *natsapi.TransferHost) []natsapi.Service {
 				return []natsapi.Service{natsapi.ObjectStorage(store, tr)}
 			})
 			return func(t *testing.T) ports.ObjectStorage {
-				return natsclient.NewObjectStorage(natsclient.New(natstest.Connect(t, url)))
+				return natsclient.NewObjectStorage(natsclient.New(caller(t)))
 			}
 		}), contracttests.ObjectStorageCapabilities{ConditionalPut: true, PathLikeKeys: true, NestedKeys: true})
 	})

@@ -10,20 +10,19 @@ import (
 	"github.com/abi-engine/engine/adapters/primary/natsapi"
 	"github.com/abi-engine/engine/adapters/secondary/keyvalue/memory"
 	"github.com/abi-engine/engine/adapters/secondary/natsclient"
-	"github.com/abi-engine/engine/internal/natstest"
 	"github.com/abi-engine/engine/ports"
 )
 
 // A value six times the broker's max payload goes up as an uploaded
 // request and comes back as a parked reply, through the plain facade.
 func TestAValueLargerThanAMessageTravelsThroughOverflow(t *testing.T) {
-	url := natstest.StartServer(t).ClientURL()
+	url, caller := broker(t)
 	store, err := memory.Open(t.Context(), memory.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	e := serveEngine(t, url, func(*natsapi.TransferHost) []natsapi.Service { return []natsapi.Service{natsapi.KeyValue(store)} })
-	nc := natstest.Connect(t, url)
+	nc := caller(t)
 	if nc.MaxPayload() != 1<<20 {
 		t.Fatalf("the broker's max payload is %d, want 1 MiB", nc.MaxPayload())
 	}

@@ -23,9 +23,9 @@ import (
 
 // serveSigned is serve on a host that requires caller tokens, the only
 // kind that serves secrets; its clients sign with the same secret.
-func serveSigned(t *testing.T, secret []byte, services ...natsapi.Service) (url string, client func(t *testing.T) *natsclient.Client) {
+func serveSigned(t *testing.T, secret []byte, services ...natsapi.Service) (caller func(t *testing.T) *nats.Conn, client func(t *testing.T) *natsclient.Client) {
 	t.Helper()
-	url = natstest.StartServer(t).ClientURL()
+	url, caller := broker(t)
 	host, err := natsapi.NewHost(natsapi.Options{
 		Owner:        domain.NewInstanceID(),
 		Connect:      func() (*nats.Conn, error) { return nats.Connect(url) },
@@ -39,8 +39,8 @@ func serveSigned(t *testing.T, secret []byte, services ...natsapi.Service) (url 
 		t.Fatal(err)
 	}
 	t.Cleanup(host.Stop)
-	return url, func(t *testing.T) *natsclient.Client {
-		return natsclient.New(natstest.Connect(t, url), natsclient.WithSigner(callerauth.NewSigner(secret, "module-a")))
+	return caller, func(t *testing.T) *natsclient.Client {
+		return natsclient.New(caller(t), natsclient.WithSigner(callerauth.NewSigner(secret, "module-a")))
 	}
 }
 
@@ -77,10 +77,10 @@ func TestSecretContract(t *testing.T) {
 }
 
 func TestSecretsNeedASignedCaller(t *testing.T) {
-	url, _ := serveSigned(t, []byte("caller-secret"), natsapi.Secret(openDotenv(t, map[string]string{"DB_PASSWORD": "s3cr3t"})))
+	caller, _ := serveSigned(t, []byte("caller-secret"), natsapi.Secret(openDotenv(t, map[string]string{"DB_PASSWORD": "s3cr3t"})))
 	for name, c := range map[string]*natsclient.Client{
-		"unsigned": natsclient.New(natstest.Connect(t, url)),
-		"forged":   natsclient.New(natstest.Connect(t, url), natsclient.WithSigner(callerauth.NewSigner([]byte("guess"), "module-a"))),
+		"unsigned": natsclient.New(caller(t)),
+		"forged":   natsclient.New(caller(t), natsclient.WithSigner(callerauth.NewSigner([]byte("guess"), "module-a"))),
 	} {
 		v, err := natsclient.NewSecrets(c).Get(t.Context(), "DB_PASSWORD")
 		if !errors.Is(err, wire.ErrUnauthorized) || v != "" {

@@ -5,6 +5,7 @@ package natsconn
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -28,6 +29,9 @@ type Options struct {
 	// ClosedHandler runs when the connection closes for good, reconnects
 	// exhausted or closed by the engine.
 	ClosedHandler func(*nats.Conn)
+	// Logger, when set, logs what the broker refuses without failing a
+	// call, such as a publish its permissions deny: otherwise silent.
+	Logger *slog.Logger
 }
 
 // Reconnection: a lost connection is retried every second for about ten
@@ -49,6 +53,15 @@ func Connect(o Options) (*nats.Conn, error) {
 	}
 	if o.ClosedHandler != nil {
 		opts = append(opts, nats.ClosedHandler(o.ClosedHandler))
+	}
+	if o.Logger != nil {
+		opts = append(opts, nats.ErrorHandler(func(nc *nats.Conn, sub *nats.Subscription, err error) {
+			attrs := []any{"connection", nc.Opts.Name, "err", err}
+			if sub != nil {
+				attrs = append(attrs, "subscription", sub.Subject)
+			}
+			o.Logger.Error("the NATS server refused an operation", attrs...)
+		}))
 	}
 	switch {
 	case o.CredsFile != "":
