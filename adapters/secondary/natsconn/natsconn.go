@@ -6,8 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"strings"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
 
 	"github.com/abi-engine/engine/internal/redact"
@@ -65,6 +68,9 @@ func Connect(o Options) (*nats.Conn, error) {
 	}
 	switch {
 	case o.CredsFile != "":
+		if err := checkCreds(o.CredsFile, time.Now()); err != nil {
+			return nil, err
+		}
 		opts = append(opts, nats.UserCredentials(o.CredsFile))
 	case o.NkeySeedFile != "":
 		opt, err := nats.NkeyOptionFromSeed(o.NkeySeedFile)
@@ -87,8 +93,70 @@ func Connect(o Options) (*nats.Conn, error) {
 		opts = append(opts, nats.ClientCert(o.Cert, o.Key))
 	}
 	nc, err := nats.Connect(o.URL, opts...)
+	if errors.Is(err, nats.ErrAuthorization) {
+		return nil, fmt.Errorf("connect to NATS at %s with %s: %w (the server refused these credentials: wrong, revoked, or not of this server)",
+			redact.URLs(o.URL), o.credentials(), err)
+	}
+	// A server that refuses a client certificate closes the connection
+	// after the handshake, or answers "certificate required" when the
+	// client had none of the CAs it asked for: say which certificate. An
+	// x509 error is about the server's certificate and names itself.
+	if err != nil && o.Cert != "" && isClientCertRefusal(err) {
+		return nil, fmt.Errorf("connect to NATS at %s: %w (the server did not accept the client certificate %s: is it signed by a CA the server trusts, and valid now?)",
+			redact.URLs(o.URL), err, o.Cert)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("connect to NATS at %s: %w", redact.URLs(o.URL), err)
 	}
 	return nc, nil
+}
+
+// credentials names the credentials in use, never their secret part.
+func (o Options) credentials() string {
+	switch {
+	case o.CredsFile != "":
+		return "nats.credentials.creds_file " + o.CredsFile
+	case o.NkeySeedFile != "":
+		return "nats.credentials.nkey_seed_file " + o.NkeySeedFile
+	case o.User != "":
+		return fmt.Sprintf("nats.credentials.user %q and its password", o.User)
+	case o.Token != "":
+		return "nats.credentials.token"
+	case o.Cert != "":
+		return "the client certificate " + o.Cert
+	}
+	return "no credentials"
+}
+
+// checkCreds reads the user JWT of a .creds file and refuses one that has
+// expired or is not valid yet, which the server would refuse with a bare
+// "Authorization Violation".
+func checkCreds(path string, now time.Time) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("nats.credentials.creds_file: %w", err)
+	}
+	token, err := jwt.ParseDecoratedJWT(data)
+	if err != nil {
+		return fmt.Errorf("nats.credentials.creds_file %s: no user JWT in it: %w", path, err)
+	}
+	claims, err := jwt.DecodeUserClaims(token)
+	if err != nil {
+		return fmt.Errorf("nats.credentials.creds_file %s: the user JWT: %w", path, err)
+	}
+	switch {
+	case claims.Expires > 0 && now.Unix() >= claims.Expires:
+		return fmt.Errorf("nats.credentials.creds_file %s: the user JWT of %q (%s) expired at %s; renew it (nsc edit user --expiry, then nsc generate creds)",
+			path, claims.Name, claims.Subject, time.Unix(claims.Expires, 0).UTC().Format(time.RFC3339))
+	case claims.NotBefore > 0 && now.Unix() < claims.NotBefore:
+		return fmt.Errorf("nats.credentials.creds_file %s: the user JWT of %q (%s) is not valid before %s",
+			path, claims.Name, claims.Subject, time.Unix(claims.NotBefore, 0).UTC().Format(time.RFC3339))
+	}
+	return nil
+}
+
+func isClientCertRefusal(err error) bool {
+	msg := err.Error()
+	return !strings.Contains(msg, "x509") &&
+		(strings.Contains(msg, "after TLS handshake") || strings.Contains(msg, "tls: certificate required") || strings.Contains(msg, "tls: bad certificate") || strings.Contains(msg, "tls: unknown certificate authority"))
 }
