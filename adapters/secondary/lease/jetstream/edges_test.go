@@ -45,10 +45,15 @@ func TestRealBrokerAHolderMakesADeletedBucketAnew(t *testing.T) {
 	if err := js.DeleteKeyValue(t.Context(), "GONE"); err != nil {
 		t.Fatalf("delete the bucket: %v", err)
 	}
+	before := a.o.Record().Revision
 	a.waitFor(t, domain.StateFenced)
 	a.waitFor(t, domain.StateServing)
 	if _, err := js.KeyValue(t.Context(), "GONE"); err != nil {
 		t.Fatalf("the bucket was not made anew: %v", err)
+	}
+	// The revisions, and so the fencing tokens, go on from the old bucket's.
+	if term, _ := a.o.Term(); term <= before {
+		t.Fatalf("serving under term %d in the new bucket, not above %d of the old one", term, before)
 	}
 }
 

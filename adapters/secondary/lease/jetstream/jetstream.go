@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -44,6 +45,16 @@ type Lease struct {
 	config  jetstream.KeyValueConfig
 	stream  string
 	subject string
+
+	mu      sync.Mutex
+	highest uint64 // the highest revision seen: a bucket made anew goes on from it
+}
+
+// saw notes a revision the bucket showed.
+func (l *Lease) saw(rev uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.highest = max(l.highest, rev)
 }
 
 // Open finds the bucket, or creates it with a history of one.
@@ -122,8 +133,22 @@ func (l *Lease) recreateIfGone(ctx context.Context, err error) bool {
 			return false
 		}
 	}
-	_, cerr := l.create(ctx)
-	return cerr == nil
+	if _, cerr := l.create(ctx); cerr != nil {
+		return false
+	}
+	// A new stream counts from 1, which would hand the next holder a
+	// fencing token older than the terms the stores have seen. Compacting
+	// past the highest revision this engine saw makes the next write go on
+	// from there.
+	l.mu.Lock()
+	next := l.highest + 1
+	l.mu.Unlock()
+	if next > 1 {
+		if st, err := l.js.Stream(ctx, l.stream); err == nil {
+			_ = st.Purge(ctx, jetstream.WithPurgeSequence(next))
+		}
+	}
+	return true
 }
 
 // bucketCheck bounds the calls that find out whether the bucket is gone and
@@ -173,6 +198,7 @@ func (l *Lease) Read(ctx context.Context) (domain.Record, error) {
 	if err != nil {
 		return domain.Record{}, fmt.Errorf("read lease: %w", err)
 	}
+	l.saw(m.Sequence)
 	switch m.Header.Get("KV-Operation") {
 	case "DEL", "PURGE":
 		return domain.Record{Revision: m.Sequence}, nil
@@ -213,6 +239,7 @@ func (l *Lease) Create(ctx context.Context, h domain.Holder) (uint64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("create lease: %w", err)
 	}
+	l.saw(rev)
 	return rev, nil
 }
 
@@ -228,6 +255,7 @@ func (l *Lease) Update(ctx context.Context, h domain.Holder, rev uint64) (uint64
 	if err != nil {
 		return 0, fmt.Errorf("update lease at revision %d: %w", rev, err)
 	}
+	l.saw(newRev)
 	return newRev, nil
 }
 
