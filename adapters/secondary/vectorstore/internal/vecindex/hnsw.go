@@ -85,11 +85,11 @@ func (g *graph) insert(s int32) {
 	l := min(int(-math.Log(1-g.rng.Float64())*g.ml), hnswMaxLevel)
 	g.level[s] = int8(l)
 	g.nodes++
-	g.links[s] = make([]int32, 0, maxLinks(0)+1)
+	g.links[s] = make([]int32, 0, maxLinks(0)+linkSlack(0)+1)
 	if l > 0 {
 		g.upper[s] = make([][]int32, l)
 		for i := range g.upper[s] {
-			g.upper[s][i] = make([]int32, 0, maxLinks(i+1)+1)
+			g.upper[s][i] = make([]int32, 0, maxLinks(i+1)+linkSlack(i+1)+1)
 		}
 	}
 	if g.entry < 0 {
@@ -108,7 +108,7 @@ func (g *graph) insert(s int32) {
 			g.setNeighbours(s, lc, append(g.neighbours(s, lc), c.slot))
 		}
 		for _, c := range chosen {
-			g.link(c.slot, s, c.d, lc)
+			g.link(c.slot, s, lc)
 		}
 		ep = w
 	}
@@ -117,11 +117,17 @@ func (g *graph) insert(s int32) {
 	}
 }
 
+// linkSlack is how far a node's links may overflow before they are
+// shrunk back to maxLinks: shrinking runs the heuristic over every link,
+// so letting a few accumulate does it several times less often (a
+// search walks at most that many more links).
+func linkSlack(l int) int { return maxLinks(l) / 4 }
+
 // link adds s to e's neighbours on layer l, shrinking them by the
-// heuristic when they overflow.
-func (g *graph) link(e, s int32, d float32, l int) {
+// heuristic when they overflow by more than the slack.
+func (g *graph) link(e, s int32, l int) {
 	n := append(g.neighbours(e, l), s)
-	if len(n) <= maxLinks(l) {
+	if len(n) <= maxLinks(l)+linkSlack(l) {
 		g.setNeighbours(e, l, n)
 		return
 	}
