@@ -98,6 +98,16 @@ func (l *lexer) str() ([]byte, bool) {
 
 // number reads a JSON number as float64, as encoding/json would.
 func (l *lexer) number() (float64, bool) {
+	lit, ok := l.literal()
+	if !ok {
+		return 0, false
+	}
+	f, err := strconv.ParseFloat(string(lit), 64)
+	return f, err == nil
+}
+
+// literal reads the text of a JSON number.
+func (l *lexer) literal() ([]byte, bool) {
 	l.space()
 	start := l.i
 	if l.i < len(l.b) && l.b[l.i] == '-' {
@@ -109,12 +119,12 @@ func (l *lexer) number() (float64, bool) {
 	case l.i < len(l.b) && l.b[l.i] >= '1' && l.b[l.i] <= '9':
 		l.digits()
 	default:
-		return 0, false
+		return nil, false
 	}
 	if l.i < len(l.b) && l.b[l.i] == '.' {
 		l.i++
 		if !l.digits() {
-			return 0, false
+			return nil, false
 		}
 	}
 	if l.i < len(l.b) && (l.b[l.i] == 'e' || l.b[l.i] == 'E') {
@@ -123,11 +133,10 @@ func (l *lexer) number() (float64, bool) {
 			l.i++
 		}
 		if !l.digits() {
-			return 0, false
+			return nil, false
 		}
 	}
-	f, err := strconv.ParseFloat(string(l.b[start:l.i]), 64)
-	return f, err == nil
+	return l.b[start:l.i], true
 }
 
 // digits reads one or more decimal digits.

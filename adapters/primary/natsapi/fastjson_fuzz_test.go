@@ -1,6 +1,7 @@
 package natsapi_test
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"math"
@@ -20,6 +21,7 @@ var fastBodies = []func() wire.FastDecoder{
 	func() wire.FastDecoder { return new(wire.KVWrite) },
 	func() wire.FastDecoder { return new(wire.KVValue) },
 	func() wire.FastDecoder { return new(wire.DocRef) },
+	func() wire.FastDecoder { return new(wire.VecWrite) },
 }
 
 // checkFastDecoders holds the hand readers to the strict decoder: what a
@@ -60,7 +62,7 @@ func checkFastDecoders(t *testing.T, body []byte) {
 // FuzzFastDecoders compares the hand readers of the hot bodies with the
 // strict encoding/json path on any input.
 func FuzzFastDecoders(f *testing.F) {
-	for _, dir := range []string{"kv", "document"} {
+	for _, dir := range []string{"kv", "document", "vectorstore"} {
 		seeds, _ := filepath.Glob(filepath.Join("testdata", dir, "*.json"))
 		for _, p := range seeds {
 			b, err := os.ReadFile(p)
@@ -87,6 +89,9 @@ func TestFastDecodersTakeThePlainForm(t *testing.T) {
 		`{"ttl_seconds":-0,"value":"aGk=","key":"k"}`:    new(wire.KVWrite),
 		`{"value":"MDEyMzQ1Njc4OWFiY2RlZg=="}`:           new(wire.KVValue),
 		`{"collection":"users","id":"42"}`:               new(wire.DocRef),
+		`{"collection":"v","vectors":[{"id":"a","values":[1,-0.5,3e-7,0],"payload":{"k":"x","n":[1,{"a":"}"}]}}]}`: new(wire.VecWrite),
+		`{"vectors":[],"collection":"v"}`: new(wire.VecWrite),
+		` { "collection" : "v" , "vectors" : [ { } , { "values" : [ ] , "payload" : { } } ] } `: new(wire.VecWrite),
 	}
 	for body, v := range taken {
 		if !v.DecodeJSON([]byte(body)) {
@@ -108,6 +113,14 @@ func TestFastDecodersTakeThePlainForm(t *testing.T) {
 		`{"key":"k","other":1}`:           new(wire.KVWrite),
 		"{\"key\":\"\xff\"}":              new(wire.KVKey),
 		"\v{}":                            new(wire.KVKey),
+		`{"collection":"v","vectors":[{"id":"a","values":[1e39]}]}`:           new(wire.VecWrite),
+		`{"collection":"v","vectors":[{"id":"a","values":[null]}]}`:           new(wire.VecWrite),
+		`{"collection":"v","vectors":[{"id":"a","payload":null}]}`:            new(wire.VecWrite),
+		`{"collection":"v","vectors":[{"id":"a","ID":"b"}]}`:                  new(wire.VecWrite),
+		`{"collection":"v","vectors":[{"id":"a","values":[1],"values":[2]}]}`: new(wire.VecWrite),
+		`{"collection":"v","vectors":[{"id":"a","payload":{"k":1]}}]}`:        new(wire.VecWrite),
+		`{"collection":"v","vectors":[{"id":"a"}],}`:                          new(wire.VecWrite),
+		`{"collection":"v","vectors":null}`:                                   new(wire.VecWrite),
 	}
 	for body, v := range declined {
 		if v.DecodeJSON([]byte(body)) {
@@ -124,11 +137,22 @@ func FuzzFastEncoders(f *testing.F) {
 	f.Add("<&>\u2028é\x00\xff", []byte(nil), 1e-7, false)
 	f.Add("", []byte{}, 1e21, true)
 	f.Add("k", []byte{0xff}, 123456789.125, false)
+	f.Add("v", []byte{0, 0, 0x80, 0x7f, 1, 0, 0, 0, 0xbd, 0x37, 0x86, 0x35}, -0.0, true)
 	f.Fuzz(func(t *testing.T, s string, b []byte, ttl float64, flag bool) {
+		// Vectors take their values from ttl and b, four bytes a float32,
+		// so NaNs, infinities and subnormals come up.
+		values := []float32{float32(ttl)}
+		for i := 0; i+4 <= len(b); i += 4 {
+			values = append(values, math.Float32frombits(binary.LittleEndian.Uint32(b[i:])))
+		}
+		var vectors []wire.Vector
+		if flag {
+			vectors = []wire.Vector{{ID: s, Values: values, Payload: map[string]any{"k": s, "n": ttl}}, {ID: s}}
+		}
 		for _, v := range []any{
 			wire.KVKey{Key: s}, wire.KVWrite{Key: s, Value: b, TTLSeconds: ttl}, wire.KVValue{Value: b},
 			wire.Set{Set: flag}, wire.Deleted{Deleted: flag}, wire.Exists{Exists: flag}, wire.Empty{},
-			wire.DocRef{Collection: s, ID: s},
+			wire.DocRef{Collection: s, ID: s}, wire.VecWrite{Collection: s, Vectors: vectors},
 		} {
 			got, err := wire.Marshal(v)
 			want, wantErr := json.Marshal(v)
