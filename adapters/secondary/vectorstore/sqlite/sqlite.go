@@ -59,6 +59,7 @@ type Store struct {
 
 	mu      sync.Mutex
 	indexes map[string]*cached
+	upserts map[int]*sql.Stmt // by rows per statement
 }
 
 // cached is a handle's index of one collection and the point of the file's
@@ -138,7 +139,7 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("vector_store sqlite: open %q: %w", c.Path, err)
 	}
-	s := &Store{db: db, threshold: c.IndexThreshold, indexes: map[string]*cached{}}
+	s := &Store{db: db, threshold: c.IndexThreshold, indexes: map[string]*cached{}, upserts: map[int]*sql.Stmt{}}
 	if err := s.prepare(ctx); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("vector_store sqlite: %q: %w", c.Path, err)
@@ -212,6 +213,10 @@ func (s *Store) Close() error {
 		}
 	}
 	s.indexes = map[string]*cached{}
+	for _, stmt := range s.upserts {
+		stmt.Close()
+	}
+	s.upserts = map[int]*sql.Stmt{}
 	s.mu.Unlock()
 	if s.fetch != nil {
 		s.fetch.Close()
@@ -571,16 +576,23 @@ func (s *Store) Upsert(ctx context.Context, name string, vectors []ports.Vector)
 		if seq, prev, err = tick(ctx, tx, name); err != nil {
 			return err
 		}
-		stmt, err := tx.PrepareContext(ctx, `INSERT INTO vectors (collection, id, vec, payload, version) VALUES (?, ?, ?, ?, ?)
-			ON CONFLICT (collection, id) DO UPDATE SET vec = excluded.vec, payload = excluded.payload, version = excluded.version`)
-		if err != nil {
-			return fmt.Errorf("upsert into %q: %w", name, err)
-		}
-		defer stmt.Close()
-		for _, r := range rows {
-			if _, err := stmt.ExecContext(ctx, name, r.id, r.vec, r.payload, seq); err != nil {
-				return fmt.Errorf("upsert %q into %q: %w", r.id, name, err)
+		// Rows go upsertChunk to a statement, which spares most of the
+		// per-statement cost of the driver; SQLite applies them in order,
+		// so of two with the same id the later wins.
+		for len(rows) > 0 {
+			n := min(len(rows), upsertChunk)
+			stmt, err := s.upsertStmt(ctx, tx, n)
+			if err != nil {
+				return fmt.Errorf("upsert into %q: %w", name, err)
 			}
+			args := make([]any, 0, 5*n)
+			for _, r := range rows[:n] {
+				args = append(args, name, r.id, r.vec, r.payload, seq)
+			}
+			if _, err := stmt.ExecContext(ctx, args...); err != nil {
+				return fmt.Errorf("upsert %q to %q into %q: %w", rows[0].id, rows[n-1].id, name, err)
+			}
+			rows = rows[n:]
 		}
 		return nil
 	})
@@ -589,6 +601,35 @@ func (s *Store) Upsert(ctx context.Context, name string, vectors []ports.Vector)
 	}
 	s.applied(name, prev, seq, func(x *vecindex.Index) { x.Put(entries) })
 	return nil
+}
+
+// upsertChunk is how many rows one upsert statement writes.
+const upsertChunk = 50
+
+// upsertStmt is the statement that upserts n rows, prepared once per
+// handle for a full chunk and for each shorter tail, and bound to tx.
+func (s *Store) upsertStmt(ctx context.Context, tx *sql.Tx, n int) (*sql.Stmt, error) {
+	s.mu.Lock()
+	stmt, ok := s.upserts[n]
+	s.mu.Unlock()
+	if !ok {
+		q := `INSERT INTO vectors (collection, id, vec, payload, version) VALUES (?, ?, ?, ?, ?)` +
+			strings.Repeat(`, (?, ?, ?, ?, ?)`, n-1) +
+			` ON CONFLICT (collection, id) DO UPDATE SET vec = excluded.vec, payload = excluded.payload, version = excluded.version`
+		var err error
+		if stmt, err = s.db.PrepareContext(ctx, q); err != nil {
+			return nil, err
+		}
+		s.mu.Lock()
+		if old, raced := s.upserts[n]; raced {
+			stmt.Close()
+			stmt = old
+		} else {
+			s.upserts[n] = stmt
+		}
+		s.mu.Unlock()
+	}
+	return tx.StmtContext(ctx, stmt), nil
 }
 
 // Search finds candidates in the handle's index, brought up to the file's
