@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -190,5 +191,36 @@ func BenchmarkExactScan20k(b *testing.B) {
 	q := randomEntries(r, 1, 384)[0].Values
 	for b.Loop() {
 		x.Search(q, 10, nil)
+	}
+}
+
+// BenchmarkBytesPerVector reports the live heap an index takes per vector
+// of dimension 384 with a two-field payload, searched exactly and with its
+// graph built.
+func BenchmarkBytesPerVector(b *testing.B) {
+	const n = 10_000
+	r := rand.New(rand.NewPCG(1, 2))
+	entries := randomEntries(r, n, 384)
+	for _, c := range []struct {
+		name      string
+		threshold int
+	}{{"exact", -1}, {"graph", n / 2}} {
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() {
+				var before, after runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&before)
+				x := New(384, ports.MetricCosine, Options{Threshold: c.threshold})
+				x.Put(entries)
+				for !x.Built() {
+					time.Sleep(10 * time.Millisecond)
+				}
+				runtime.GC()
+				runtime.ReadMemStats(&after)
+				b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/n, "bytes/vector")
+				x.Close()
+				runtime.KeepAlive(x)
+			}
+		})
 	}
 }
