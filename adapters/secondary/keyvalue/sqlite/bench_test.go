@@ -30,6 +30,9 @@ func openBench(b *testing.B) *sqlite.Store {
 	return store
 }
 
+// parallel runs call from benchCallers goroutines, each call with a
+// context that can be cancelled, as the host gives every call: such a
+// context costs the driver more than context.Background would.
 func parallel(b *testing.B, call func(ctx context.Context, i int) error) {
 	b.Helper()
 	b.SetParallelism(max(1, benchCallers/runtime.GOMAXPROCS(0)))
