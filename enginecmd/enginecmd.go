@@ -273,5 +273,9 @@ func (c *command) configCommand(args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintf(stdout, "#   %s (%s): %s\n", d.Service, d.Adapter, where)
 	}
+	fmt.Fprintln(stdout, "# who may call (docs/security.md)")
+	for _, g := range cfg.Guards() {
+		fmt.Fprintf(stdout, "#   %s\n", g)
+	}
 	return exitOK
 }

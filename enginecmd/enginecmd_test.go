@@ -52,7 +52,8 @@ func TestConfigCheck(t *testing.T) {
 		t.Fatalf("config check of a good file = %d: %s", code, stderr.String())
 	}
 	out := stdout.String()
-	for _, want := range []string{"configuration is valid", "keyvalue (sqlite): on this host: SQLite at", "vector_store (off): switched off"} {
+	for _, want := range []string{"configuration is valid", "keyvalue (sqlite): on this host: SQLite at", "vector_store (off): switched off",
+		"NATS callers: each call carries a token", "HTTP API on 127.0.0.1:8080: a bearer token"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
@@ -208,5 +209,15 @@ func TestConfigCheckRefusesACallerSecretThatCameOutEmpty(t *testing.T) {
 	stderr.Reset()
 	if code := Run([]string{"serve", "--config", path}, io.Discard, &stderr, Options{}); code != exitError || !strings.Contains(stderr.String(), "ENGINE_CALLER_SECRET") {
 		t.Fatalf("serve = %d, %q; want 1 naming the variable", code, stderr.String())
+	}
+	// Set, but with an HTTP API anyone may call on the engine's behalf.
+	t.Setenv("ENGINE_CALLER_SECRET", strings.Repeat("s", 32))
+	if err := os.WriteFile(path, []byte("nats:\n  caller_secret: ${ENGINE_CALLER_SECRET}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	stderr.Reset()
+	if code := Run([]string{"serve", "--config", path}, io.Discard, &stderr, Options{}); code != exitError ||
+		!strings.Contains(stderr.String(), "http.token") || !strings.Contains(stderr.String(), "http.listen to off") {
+		t.Fatalf("serve with an unguarded HTTP API = %d, %q; want 1 saying why", code, stderr.String())
 	}
 }

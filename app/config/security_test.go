@@ -101,3 +101,16 @@ func TestURLCredentialsAreMaskedInTheRenderingAndInErrors(t *testing.T) {
 		})
 	}
 }
+
+func TestGuardsSayWhoIsChecked(t *testing.T) {
+	open := strings.Join(parse(t, "http: {hosts: [engine.internal]}\n", env()).Guards(), "\n")
+	for _, want := range []string{"NATS callers: NOT checked", "HTTP API on 127.0.0.1:8080: no token", "engine.internal"} {
+		if !strings.Contains(open, want) {
+			t.Errorf("guards of an open engine lack %q:\n%s", want, open)
+		}
+	}
+	closed := strings.Join(parse(t, "nats: {caller_secret: "+callerSecret+"}\nhttp: {listen: \"off\"}\n", env()).Guards(), "\n")
+	if !strings.Contains(closed, "signed with nats.caller_secret") || !strings.Contains(closed, "HTTP API: off") || strings.Contains(closed, callerSecret) {
+		t.Errorf("guards of a closed engine:\n%s", closed)
+	}
+}
