@@ -22,6 +22,7 @@ import (
 	"github.com/abi-engine/engine/adapters/secondary/natsclient"
 	"github.com/abi-engine/engine/app"
 	"github.com/abi-engine/engine/app/config"
+	"github.com/abi-engine/engine/domain"
 	"github.com/abi-engine/engine/internal/callerauth"
 	"github.com/abi-engine/engine/internal/natstest"
 	"github.com/abi-engine/engine/internal/wire"
@@ -45,12 +46,13 @@ func startEngine(t *testing.T) *engine {
 	t.Helper()
 	url := natstest.StartServer(t).ClientURL()
 	dir := filepath.Join(t.TempDir(), "data")
-	// The default lease: the suite is about callers, and a lease of a
-	// second may lapse on a loaded machine while the floods are answered.
+	// A lease of a few seconds: the suite is about callers, and a lease
+	// of one second may lapse on a loaded machine while the floods are
+	// answered.
 	yaml := fmt.Sprintf(`nats:
   url: %s
   caller_secret: %q
-  engine: {role: serve, drain_seconds: 1}
+  engine: {role: serve, lease_seconds: 4, drain_seconds: 1}
 http: {listen: "127.0.0.1:0", token: %q}
 data_dir: %s
 `, url, callerSecret, httpToken, dir)
@@ -58,11 +60,28 @@ data_dir: %s
 	if err != nil {
 		t.Fatal(err)
 	}
-	var h *app.HTTP
+	var (
+		h   *app.HTTP
+		eng *app.Engine
+	)
 	a := fxtest.New(t, app.Graph(app.Options{Config: cfg, Version: "abuse", Logger: slog.New(slog.DiscardHandler)}),
-		fx.Populate(&h), fx.StartTimeout(30*time.Second), fx.NopLogger)
+		fx.Populate(&h, &eng), fx.StartTimeout(30*time.Second), fx.NopLogger)
 	a.RequireStart()
 	t.Cleanup(a.RequireStop)
+	// Serving, the engine's endpoints answer once their subscriptions
+	// reach the broker; until then a call finds no responders.
+	nc := natstest.Connect(t, url)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		_, err := nc.Request(wire.Subject(ports.ServiceKeyValue, wire.KVExists), []byte(`{"key":"k"}`), 5*time.Second)
+		if err == nil && eng.Ready() && eng.Outcome() == domain.OutcomeServe {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the engine does not answer a minute after its start: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	return &engine{url: url, http: "http://" + h.Addr(), dataDir: dir}
 }
 
@@ -283,6 +302,10 @@ func TestHostileCallersGetClearAnswersWhileABystanderIsServed(t *testing.T) {
 			`{"limit":`+maxInt64+`}`), 400, "limit"},
 		{"over HTTP: a document nested past the most", viaHTTP("PUT", "/v1/documents/shared/deep",
 			nestedJSON(ports.MaxDepth+1)), 400, "nests more than 100 levels"},
+		{"over HTTP: NUL in a document string", viaHTTP("PUT", "/v1/documents/shared/nul",
+			`{"s":"a\u0000b"}`), 400, "NUL"},
+		{"over HTTP: a search k of a billion", viaHTTP("POST", "/v1/vectors/bystander/search",
+			`{"vector":[1,0],"k":1000000000}`), 400, "k is 1000000000"},
 		{"2000 unsigned calls at once", func(t *testing.T, _ *engine, nc *nats.Conn) answer {
 			return flood(t, nc, wire.Subject(ports.ServiceKeyValue, wire.KVGet), nil, `{"key":"k"}`, 2000)
 		}, 401, ""},
