@@ -199,6 +199,7 @@ func (e *Engine) connect(name string, lasting bool) (*nats.Conn, error) {
 		URL: e.url, Name: name + " " + e.p.Holder.InstanceID,
 		CredsFile: c.CredsFile, NkeySeedFile: c.NkeySeedFile, User: c.User, Password: c.Password,
 		Token: c.Token, CA: c.TLS.CA, Cert: c.TLS.Cert, Key: c.TLS.Key, Logger: e.log,
+		InboxPrefix: e.p.Config.NATS.InboxPrefix,
 	}
 	if lasting {
 		o.ClosedHandler = e.connectionClosed

@@ -188,6 +188,7 @@ func natsOptions(cfg *config.Config, name string) natsconn.Options {
 		URL: cfg.NATS.URL, Name: name,
 		CredsFile: c.CredsFile, NkeySeedFile: c.NkeySeedFile, User: c.User, Password: c.Password,
 		Token: c.Token, CA: c.TLS.CA, Cert: c.TLS.Cert, Key: c.TLS.Key,
+		InboxPrefix: cfg.NATS.InboxPrefix,
 	}
 }
 

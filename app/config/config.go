@@ -49,6 +49,10 @@ type NATS struct {
 	// the key out is the only way to run without caller tokens: a key that
 	// is present must hold at least MinCallerSecret bytes.
 	CallerSecret string `yaml:"caller_secret,omitempty"`
+	// InboxPrefix, when set, is where the engine's requests get their
+	// answers instead of _INBOX: a client engine that connects as a caller
+	// user confined to its own prefix (deploy/nats) sets it.
+	InboxPrefix string `yaml:"inbox_prefix,omitempty"`
 	Engine       Engine `yaml:"engine"`
 }
 

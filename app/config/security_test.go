@@ -114,3 +114,15 @@ func TestGuardsSayWhoIsChecked(t *testing.T) {
 		t.Errorf("guards of a closed engine:\n%s", closed)
 	}
 }
+
+func TestInboxPrefix(t *testing.T) {
+	if c := parse(t, "nats: {inbox_prefix: _INBOX.caller_a}\n", env()); c.NATS.InboxPrefix != "_INBOX.caller_a" {
+		t.Fatalf("inbox_prefix reads %q", c.NATS.InboxPrefix)
+	}
+	for _, bad := range []string{"_INBOX.>", "_INBOX.*.x", "_INBOX.", ".x", "a..b", "a b"} {
+		_, err := config.Parse("engine.yaml", []byte("nats: {inbox_prefix: \""+bad+"\"}\n"), env())
+		if err == nil || !strings.Contains(err.Error(), "nats.inbox_prefix") {
+			t.Errorf("inbox_prefix %q: %v, want an error naming the key", bad, err)
+		}
+	}
+}

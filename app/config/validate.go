@@ -47,6 +47,13 @@ func (c *Config) validateNATS() error {
 			return c.errAt("nats.url", fmt.Errorf("%q has no host", redact.URLs(raw)))
 		}
 	}
+	if p := c.NATS.InboxPrefix; p != "" {
+		for _, token := range strings.Split(p, ".") {
+			if token == "" || strings.ContainsAny(token, "*> \t\r\n") {
+				return c.errAt("nats.inbox_prefix", fmt.Errorf("%q: want subject tokens joined by dots, such as _INBOX.caller_a, without wildcards", p))
+			}
+		}
+	}
 	cr := c.NATS.Credentials
 	var set []string
 	for _, f := range []struct{ key, v string }{

@@ -296,3 +296,31 @@ func TestAHandoverRunsUnderTheEngineUsersPermissions(t *testing.T) {
 		t.Fatalf("the lease names %+v after the handover", rec.Holder)
 	}
 }
+
+// A client engine, such as a host of modules or the engine command's kv,
+// runs as a least-privilege caller with the caller's inbox prefix. A
+// caller may not touch the lease, so its engine is a client by role.
+func TestAClientEngineRunsAsACaller(t *testing.T) {
+	d := natstest.StartDeployed(t)
+	startEngine(t, userFile(t, d, "engine_a", "role: serve"))
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	if err := natsclient.NewKeyValue(natsclient.New(d.Connect(t, "caller_a"))).Set(ctx, "ready", nil, 0); err != nil {
+		t.Fatalf("the serving engine does not answer: %v", err)
+	}
+	t.Setenv(config.EnvRole, "client")
+	callerFile := engineFile(t, d.Server.ClientURL(),
+		fmt.Sprintf("{user: caller_a, password: %q}\n  inbox_prefix: %s", natstest.Password("caller_a"), natstest.InboxPrefix("caller_a")), "role: client")
+
+	var stdout, stderr bytes.Buffer
+	if code := enginecmd.Run([]string{"kv", "set", "from-cli", "hello", "--config", callerFile}, &stdout, &stderr, enginecmd.Options{}); code != 0 {
+		t.Fatalf("engine kv set as caller_a = %d: %s", code, stderr.String())
+	}
+	stdout.Reset()
+	if code := enginecmd.Run([]string{"kv", "get", "from-cli", "--config", callerFile}, &stdout, &stderr, enginecmd.Options{}); code != 0 || !strings.Contains(stdout.String(), "hello") {
+		t.Fatalf("engine kv get as caller_a = %d: %q %s", code, stdout.String(), stderr.String())
+	}
+	if strings.Contains(strings.ToLower(stderr.String()), "permissions violation") {
+		t.Fatalf("the broker refused the caller's engine something: %s", stderr.String())
+	}
+}

@@ -32,6 +32,9 @@ type Options struct {
 	// ClosedHandler runs when the connection closes for good, reconnects
 	// exhausted or closed by the engine.
 	ClosedHandler func(*nats.Conn)
+	// InboxPrefix, when set, replaces _INBOX for the answers to this
+	// connection's requests.
+	InboxPrefix string
 	// Logger, when set, logs what the broker refuses without failing a
 	// call, such as a publish its permissions deny: otherwise silent.
 	Logger *slog.Logger
@@ -56,6 +59,9 @@ func Connect(o Options) (*nats.Conn, error) {
 	}
 	if o.ClosedHandler != nil {
 		opts = append(opts, nats.ClosedHandler(o.ClosedHandler))
+	}
+	if o.InboxPrefix != "" {
+		opts = append(opts, nats.CustomInboxPrefix(o.InboxPrefix))
 	}
 	if o.Logger != nil {
 		opts = append(opts, nats.ErrorHandler(func(nc *nats.Conn, sub *nats.Subscription, err error) {
