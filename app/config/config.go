@@ -53,7 +53,7 @@ type NATS struct {
 	// answers instead of _INBOX: a client engine that connects as a caller
 	// user confined to its own prefix (deploy/nats) sets it.
 	InboxPrefix string `yaml:"inbox_prefix,omitempty"`
-	Engine       Engine `yaml:"engine"`
+	Engine      Engine `yaml:"engine"`
 }
 
 // Credentials authenticate the NATS connection; at most one of CredsFile,
