@@ -889,6 +889,7 @@ func vsSearchFollowsGrowthReplacesAndShrinking(t *testing.T, open func(t *testin
 			vsUpsert(t, s, name, add...)
 			live.put(add...)
 			vsExpectSearches(t, s, name, m, caps, live, r, dim)
+			vsIndexedWithin(t, s, name, len(live))
 		}
 		moved := vsMoved(r, points[:300])
 		vsUpsert(t, s, name, moved...)
@@ -898,6 +899,7 @@ func vsSearchFollowsGrowthReplacesAndShrinking(t *testing.T, open func(t *testin
 		if n := vsCount(t, s, name); n != len(live) {
 			t.Fatalf("%s: Count %d after the deletes, want %d", name, n, len(live))
 		}
+		vsIndexedWithin(t, s, name, len(live))
 		vsExpectSearches(t, s, name, m, caps, live, r, dim)
 		vsDeleteIDs(t, s, name, live, vsIDs(points))
 		if got := vsSearch(t, s, name, vsRandomQuery(r, dim), vsK, nil); len(got) != 0 {
@@ -931,4 +933,19 @@ func vsANewHandleSearchesEverything(t *testing.T, open func(t *testing.T) ports.
 		t.Fatalf("a new handle counts %d vectors, want %d", n, len(live))
 	}
 	vsExpectSearches(t, b, "docs", ports.MetricDot, caps, live, r, dim)
+}
+
+// vsIndexedWithin checks that a collection's index, if it reports one,
+// holds no more vectors than the collection.
+func vsIndexedWithin(t *testing.T, s ports.VectorStore, name string, n int) {
+	t.Helper()
+	cs, err := s.Collections(ctx(t))
+	if err != nil {
+		t.Fatalf("Collections: %v", err)
+	}
+	for _, c := range cs {
+		if c.Name == name && (c.Indexed < 0 || c.Indexed > n) {
+			t.Fatalf("%s lists %d indexed vectors, holding %d", name, c.Indexed, n)
+		}
+	}
 }
