@@ -60,6 +60,9 @@ type Store struct {
 	mu      sync.Mutex
 	indexes map[string]*cached
 	upserts map[int]*sql.Stmt // by rows per statement
+
+	stopLoad context.CancelFunc // ends the load of the indexes at open
+	loaded   chan struct{}      // closed when that load has ended
 }
 
 // cached is a handle's index of one collection and the point of the file's
@@ -144,10 +147,15 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("vector_store sqlite: %q: %w", c.Path, err)
 	}
-	if err := s.loadAll(ctx); err != nil {
-		s.Close()
-		return nil, fmt.Errorf("vector_store sqlite: %q: %w", c.Path, err)
-	}
+	// The indexes load in the background, so a large file does not hold
+	// up the engine's start (or a handover); a search of a collection
+	// still loading waits for it, and one whose load failed tries again.
+	loadCtx, stop := context.WithCancel(context.Background())
+	s.stopLoad, s.loaded = stop, make(chan struct{})
+	go func() {
+		defer close(s.loaded)
+		s.loadAll(loadCtx)
+	}()
 	return s, nil
 }
 
@@ -185,27 +193,28 @@ func (s *Store) prepare(ctx context.Context) error {
 }
 
 // loadAll builds the index of every collection, so the first search does
-// not pay for it.
-func (s *Store) loadAll(ctx context.Context) error {
+// not pay for it. What fails here is left for the search to meet.
+func (s *Store) loadAll(ctx context.Context) {
 	cs, err := s.Collections(ctx)
 	if err != nil {
-		return err
+		return
 	}
 	for _, c := range cs {
-		err := s.readTx(ctx, func(tx *sql.Tx) error {
+		if ctx.Err() != nil {
+			return
+		}
+		_ = s.readTx(ctx, func(tx *sql.Tx) error {
 			_, err := s.sync(ctx, tx, c.Name)
 			return err
 		})
-		if err != nil && !errors.Is(err, ports.ErrNotFound) {
-			return err
-		}
 	}
-	return nil
 }
 
 // Close stops the indexes' graph builders and closes the handle's
 // connections.
 func (s *Store) Close() error {
+	s.stopLoad()
+	<-s.loaded
 	s.mu.Lock()
 	for _, c := range s.indexes {
 		if c.index != nil {
