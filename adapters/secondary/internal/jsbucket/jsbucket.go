@@ -1,0 +1,529 @@
+// Package jsbucket is what the JetStream storage adapters share: a
+// key-value bucket opened or created with checked settings, reads that go to
+// the stream's leader, writes conditioned on a key's last revision, and
+// per-key TTLs.
+//
+// Reads never use direct get. On a replicated bucket a direct get may be
+// answered by a replica that has not yet applied the last write, and the
+// adapters decide conditional writes on what they read; the leader has every
+// acknowledged write.
+package jsbucket
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+
+	"github.com/abi-engine/engine/ports"
+)
+
+// Config is the block every JetStream adapter takes under
+// services.<service>.config.
+type Config struct {
+	// Bucket is the key-value bucket's name.
+	Bucket string `yaml:"bucket"`
+	// Replicas is how many servers keep the bucket: 1, 3 or 5; 0 means 1.
+	// It applies when the bucket is created; an existing bucket with
+	// another count is refused.
+	Replicas int `yaml:"replicas"`
+}
+
+// LocalStorage implements ports.StorageConfig: the bucket lives on the
+// NATS servers every engine of the account reaches.
+func (Config) LocalStorage() string { return "" }
+
+var bucketName = regexp.MustCompile(`^[a-zA-Z0-9_-]+$`)
+
+// Check fills the default replica count and refuses bad settings, naming
+// the key under prefix ("services.keyvalue.config").
+func (c *Config) Check(prefix string) error {
+	if !bucketName.MatchString(c.Bucket) {
+		return fmt.Errorf("%s.bucket %q is not one or more of [A-Za-z0-9_-]: %w", prefix, c.Bucket, ports.ErrInvalidArgument)
+	}
+	switch c.Replicas {
+	case 0:
+		c.Replicas = 1
+	case 1, 3, 5:
+	default:
+		return fmt.Errorf("%s.replicas is %d, want 1, 3 or 5: %w", prefix, c.Replicas, ports.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// Describe is what `engine config check` says of the bucket.
+func (c Config) Describe() string {
+	r := c.Replicas
+	if r == 0 {
+		r = 1
+	}
+	return fmt.Sprintf("JetStream bucket %s, %d replica(s)", c.Bucket, r)
+}
+
+const (
+	// attemptTimeout bounds one request to the broker. A request that
+	// times out, or finds no responder while a stream elects a leader, is
+	// tried again within the caller's context.
+	attemptTimeout = 3 * time.Second
+	// defaultCallTimeout bounds a call whose context has no deadline.
+	defaultCallTimeout = 30 * time.Second
+	// markerTTL is how long a deletion marker stays. Markers keep a
+	// deleted key's revision for watchers; after this they go, so deleted
+	// keys do not pile up.
+	markerTTL = time.Hour
+	// limitMarkerTTL enables per-message TTLs on the bucket's stream.
+	limitMarkerTTL = time.Minute
+
+	headerOperation = "KV-Operation"
+	headerTTL       = "Nats-TTL"
+	// headerMarkerReason marks the broker's own deletion markers.
+	headerMarkerReason = "Nats-Marker-Reason"
+	// headerExpiresIn is the TTL the caller asked for, to the nanosecond;
+	// the broker keeps whole seconds (rounded up here) and removes the
+	// message in its own time, so reads judge expiry by this header.
+	headerExpiresIn = "Abi-TTL"
+)
+
+// ErrConflict is a write whose expected revision was not the key's.
+var ErrConflict = errors.New("the key's revision moved")
+
+// Bucket is one key-value bucket on one connection.
+type Bucket struct {
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	stream jetstream.Stream
+	name   string
+	// prefix is the subject prefix of the bucket's keys, "$KV.<bucket>.".
+	prefix string
+	// api is the leader's message-get subject of the bucket's stream.
+	api string
+}
+
+// Open finds the bucket, or creates it with the configured replicas, and
+// refuses one whose settings the adapters cannot work with.
+func Open(ctx context.Context, nc *nats.Conn, c Config, description string) (*Bucket, error) {
+	if err := c.Check("config"); err != nil {
+		return nil, err
+	}
+	ctx, cancel := callContext(ctx)
+	defer cancel()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream bucket %s: %w", c.Bucket, err)
+	}
+	stream, err := openStream(ctx, js, c, description)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkSettings(c, stream.CachedInfo().Config); err != nil {
+		return nil, err
+	}
+	name := stream.CachedInfo().Config.Name
+	return &Bucket{
+		nc: nc, js: js, stream: stream, name: c.Bucket,
+		prefix: "$KV." + c.Bucket + ".",
+		api:    "$JS.API.STREAM.MSG.GET." + name,
+	}, nil
+}
+
+// openStream returns the bucket's stream, creating the bucket when it is
+// missing. Two engines may create it at once; the loser opens the winner's.
+func openStream(ctx context.Context, js jetstream.JetStream, c Config, description string) (jetstream.Stream, error) {
+	streamName := "KV_" + c.Bucket
+	var lastErr error
+	for attempt := 0; ; attempt++ {
+		stream, err := js.Stream(ctx, streamName)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			_, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+				Bucket:         c.Bucket,
+				Description:    description,
+				History:        1,
+				Replicas:       c.Replicas,
+				LimitMarkerTTL: limitMarkerTTL,
+			})
+			if err == nil || errors.Is(err, jetstream.ErrBucketExists) {
+				stream, err = js.Stream(ctx, streamName)
+			}
+		}
+		if err == nil {
+			return stream, nil
+		}
+		lastErr = err
+		if !transient(err) || attempt >= 5 || ctx.Err() != nil {
+			return nil, fmt.Errorf("jetstream bucket %s: %w", c.Bucket, lastErr)
+		}
+		if err := pause(ctx, attempt); err != nil {
+			return nil, fmt.Errorf("jetstream bucket %s: %w", c.Bucket, lastErr)
+		}
+	}
+}
+
+// checkSettings refuses a bucket made by someone else with settings the
+// adapters would silently misuse: it names the bucket and the setting.
+func checkSettings(c Config, sc jetstream.StreamConfig) error {
+	bad := func(setting string, has, want any) error {
+		return fmt.Errorf("jetstream bucket %s has %s %v, the configuration needs %v; change the configuration or the bucket (nothing was changed): %w",
+			c.Bucket, setting, has, want, ports.ErrInvalidArgument)
+	}
+	switch {
+	case sc.Replicas != c.Replicas:
+		return bad("replicas", sc.Replicas, c.Replicas)
+	case sc.MaxMsgsPerSubject != 1:
+		return bad("history", sc.MaxMsgsPerSubject, 1)
+	case !sc.AllowMsgTTL:
+		return bad("per-message TTL (allow_msg_ttl)", false, true)
+	case sc.MaxAge != 0:
+		return bad("a bucket TTL (max_age)", sc.MaxAge, "none")
+	case sc.Discard != jetstream.DiscardNew && (sc.MaxBytes > 0 || sc.MaxMsgs > 0):
+		return bad("discard policy", sc.Discard, jetstream.DiscardNew)
+	}
+	return nil
+}
+
+// callContext gives a call without a deadline the default one.
+func callContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, defaultCallTimeout)
+}
+
+// transient is an error that a moment later may not be: no responder while
+// a stream elects a leader, a request that timed out, a reconnecting
+// connection.
+func transient(err error) bool {
+	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrConnectionReconnecting) ||
+		errors.Is(err, context.DeadlineExceeded) ||
+		isAPICode(err, 10008) // JetStream temporarily unavailable
+}
+
+func isAPICode(err error, code jetstream.ErrorCode) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == code
+}
+
+// pause waits before attempt+1, growing from 25 ms to half a second.
+func pause(ctx context.Context, attempt int) error {
+	d := min(25*time.Millisecond<<min(attempt, 5), 500*time.Millisecond)
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
+}
+
+// retry runs op until it succeeds, fails for good, or ctx ends. Each
+// attempt has its own deadline within ctx, so one lost reply does not use
+// up the call.
+func retry(ctx context.Context, op func(ctx context.Context) error) error {
+	ctx, cancel := callContext(ctx)
+	defer cancel()
+	for attempt := 0; ; attempt++ {
+		actx, acancel := context.WithTimeout(ctx, attemptTimeout)
+		err := op(actx)
+		acancel()
+		if err == nil || !transient(err) || ctx.Err() != nil {
+			return err
+		}
+		if perr := pause(ctx, attempt); perr != nil {
+			return err
+		}
+	}
+}
+
+// Entry is the last message of a key.
+type Entry struct {
+	// Revision is the message's stream sequence, also for a deletion
+	// marker or an expired value; 0 when the key has no message.
+	Revision uint64
+	// Live reports a value that has not expired.
+	Live  bool
+	Value []byte
+	// Time is when the broker stored the message.
+	Time time.Time
+	// ExpiresAt is zero for a value without a TTL.
+	ExpiresAt time.Time
+	// id is the writer's message id, to recognise a write of ours whose
+	// reply was lost.
+	id string
+}
+
+// Subject is the subject of a key token.
+func (b *Bucket) Subject(token string) string { return b.prefix + token }
+
+// Name is the bucket's name.
+func (b *Bucket) Name() string { return b.name }
+
+// msgGetResponse is the leader's answer to a message get.
+type msgGetResponse struct {
+	Message *struct {
+		Subject  string    `json:"subject"`
+		Sequence uint64    `json:"seq"`
+		Header   []byte    `json:"hdrs"`
+		Data     []byte    `json:"data"`
+		Time     time.Time `json:"time"`
+	} `json:"message"`
+	Error *jetstream.APIError `json:"error"`
+}
+
+// Last reads the key's last message from the stream's leader.
+func (b *Bucket) Last(ctx context.Context, token string) (Entry, error) {
+	req, _ := json.Marshal(map[string]string{"last_by_subj": b.Subject(token)}) // a map of strings always encodes
+	var e Entry
+	err := retry(ctx, func(ctx context.Context) error {
+		msg, err := b.nc.RequestWithContext(ctx, b.api, req)
+		if err != nil {
+			return err
+		}
+		var resp msgGetResponse
+		if err := json.Unmarshal(msg.Data, &resp); err != nil {
+			return fmt.Errorf("read the answer of bucket %s: %w", b.name, err)
+		}
+		if resp.Error != nil {
+			if resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound {
+				e = Entry{}
+				return nil
+			}
+			return resp.Error
+		}
+		if resp.Message == nil {
+			return fmt.Errorf("bucket %s answered a read with no message", b.name)
+		}
+		var h nats.Header
+		if len(resp.Message.Header) > 0 {
+			if h, err = nats.DecodeHeadersMsg(resp.Message.Header); err != nil {
+				return fmt.Errorf("message %d has unreadable headers: %w", resp.Message.Sequence, err)
+			}
+		}
+		e, err = entry(resp.Message.Sequence, h, resp.Message.Data, resp.Message.Time)
+		return err
+	})
+	if err != nil {
+		return Entry{}, fmt.Errorf("read %s from bucket %s: %w", token, b.name, err)
+	}
+	return e, nil
+}
+
+// entry reads a stored message.
+func entry(seq uint64, h nats.Header, data []byte, stored time.Time) (Entry, error) {
+	e := Entry{Revision: seq, Time: stored}
+	e.id = h.Get(jetstream.MsgIDHeader)
+	switch h.Get(headerOperation) {
+	case "DEL", "PURGE":
+		return e, nil
+	}
+	if h.Get(headerMarkerReason) != "" {
+		return e, nil // the broker's marker of a value it removed at expiry
+	}
+	ttl, err := expiresIn(h)
+	if err != nil {
+		return Entry{}, fmt.Errorf("message %d: %w", seq, err)
+	}
+	if ttl > 0 {
+		e.ExpiresAt = stored.Add(ttl)
+	}
+	e.Live = e.ExpiresAt.IsZero() || time.Now().Before(e.ExpiresAt)
+	if e.Live {
+		e.Value = data
+		if e.Value == nil {
+			e.Value = []byte{}
+		}
+	}
+	return e, nil
+}
+
+// expiresIn is the TTL a message was written with: ours to the nanosecond,
+// or the broker's whole seconds for a message another client wrote.
+func expiresIn(h nats.Header) (time.Duration, error) {
+	if s := h.Get(headerExpiresIn); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil || d < 0 {
+			return 0, fmt.Errorf("unreadable %s header %q", headerExpiresIn, s)
+		}
+		return d, nil
+	}
+	s := h.Get(headerTTL)
+	if s == "" || strings.EqualFold(s, "never") {
+		return 0, nil
+	}
+	if secs, err := strconv.ParseInt(s, 10, 64); err == nil && secs >= 0 {
+		return time.Duration(secs) * time.Second, nil
+	}
+	if d, err := time.ParseDuration(s); err == nil && d >= 0 {
+		return d, nil
+	}
+	return 0, fmt.Errorf("unreadable %s header %q", headerTTL, s)
+}
+
+// brokerSeconds is ttl in whole seconds, rounded up, as the broker keeps it.
+func brokerSeconds(ttl time.Duration) string {
+	secs := int64(math.Ceil(ttl.Seconds()))
+	return strconv.FormatInt(max(secs, 1), 10)
+}
+
+// Put writes value under the key token with a TTL (0: none). With expect,
+// the write happens only if the key's last revision is *expect (0: the key
+// has no message), and fails with ErrConflict otherwise. It returns the new
+// revision.
+func (b *Bucket) Put(ctx context.Context, token string, value []byte, ttl time.Duration, expect *uint64) (uint64, error) {
+	m := nats.NewMsg(b.Subject(token))
+	m.Data = value
+	if ttl > 0 {
+		m.Header.Set(headerTTL, brokerSeconds(ttl))
+		m.Header.Set(headerExpiresIn, ttl.String())
+	}
+	rev, err := b.publish(ctx, token, m, expect)
+	if err != nil {
+		return 0, fmt.Errorf("write %s to bucket %s: %w", token, b.name, err)
+	}
+	return rev, nil
+}
+
+// Remove writes a deletion marker if the key's last revision is expect,
+// and fails with ErrConflict otherwise.
+func (b *Bucket) Remove(ctx context.Context, token string, expect uint64) (uint64, error) {
+	m := nats.NewMsg(b.Subject(token))
+	m.Header.Set(headerOperation, "DEL")
+	m.Header.Set(headerTTL, brokerSeconds(markerTTL))
+	rev, err := b.publish(ctx, token, m, &expect)
+	if err != nil {
+		return 0, fmt.Errorf("delete %s from bucket %s: %w", token, b.name, err)
+	}
+	return rev, nil
+}
+
+// publish sends m with a message id of its own, so a retry after a lost
+// acknowledgement is not stored twice, and a conditional write whose
+// acknowledgement was lost is recognised by its id on the key.
+func (b *Bucket) publish(ctx context.Context, token string, m *nats.Msg, expect *uint64) (uint64, error) {
+	id := nuid.Next()
+	opts := []jetstream.PublishOpt{jetstream.WithMsgID(id)}
+	if expect != nil {
+		opts = append(opts, jetstream.WithExpectLastSequencePerSubject(*expect))
+	}
+	var (
+		rev   uint64
+		tries int
+	)
+	err := retry(ctx, func(ctx context.Context) error {
+		tries++
+		ack, err := b.js.PublishMsg(ctx, m, opts...)
+		if err == nil {
+			rev = ack.Sequence
+		}
+		return err
+	})
+	if err == nil {
+		return rev, nil
+	}
+	if errors.Is(err, nats.ErrMaxPayload) {
+		return 0, fmt.Errorf("%d bytes: %w: %w", len(m.Data), ports.ErrTooLarge, err)
+	}
+	if !isConflict(err) {
+		return 0, err
+	}
+	if tries > 1 {
+		// An earlier attempt may have been stored with its reply lost.
+		if last, lerr := b.Last(ctx, token); lerr == nil && last.id == id {
+			return last.Revision, nil
+		}
+	}
+	return 0, fmt.Errorf("%w: %w", ErrConflict, err)
+}
+
+// isConflict matches a refused revision: 10071 on one replica, 10164 on
+// replicated streams.
+func isConflict(err error) bool {
+	return errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) ||
+		isAPICode(err, jetstream.JSErrCodeStreamWrongLastSequence) ||
+		isAPICode(err, jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}
+
+// Tokens lists the key tokens under filter (a subject filter relative to
+// the bucket, ">" for every key) that have a message: values, expired
+// values not yet removed and deletion markers alike. The stream's leader
+// answers, so the list holds every acknowledged write.
+func (b *Bucket) Tokens(ctx context.Context, filter string) ([]string, error) {
+	var subjects map[string]uint64
+	err := retry(ctx, func(ctx context.Context) error {
+		info, err := b.stream.Info(ctx, jetstream.WithSubjectFilter(b.prefix+filter))
+		if err != nil {
+			return err
+		}
+		subjects = info.State.Subjects
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list keys of bucket %s: %w", b.name, err)
+	}
+	out := make([]string, 0, len(subjects))
+	for s := range subjects {
+		out = append(out, strings.TrimPrefix(s, b.prefix))
+	}
+	return out, nil
+}
+
+// Scan calls f with the last message of every key under filter, in no
+// particular order, through one ordered consumer that the stream's leader
+// serves. Deletion markers and expired values are passed with Live false.
+func (b *Bucket) Scan(ctx context.Context, filter string, f func(token string, e Entry) error) error {
+	ctx, cancel := callContext(ctx)
+	defer cancel()
+	var cons jetstream.Consumer
+	err := retry(ctx, func(actx context.Context) error {
+		var err error
+		cons, err = b.js.OrderedConsumer(actx, b.stream.CachedInfo().Config.Name, jetstream.OrderedConsumerConfig{
+			FilterSubjects: []string{b.prefix + filter},
+			DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
+		})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("scan bucket %s: %w", b.name, err)
+	}
+	pending := cons.CachedInfo().NumPending
+	if pending == 0 {
+		return nil
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return fmt.Errorf("scan bucket %s: %w", b.name, err)
+	}
+	defer it.Stop()
+	stop := context.AfterFunc(ctx, it.Stop)
+	defer stop()
+	for {
+		msg, err := it.Next()
+		if err != nil {
+			if ctx.Err() != nil {
+				err = ctx.Err()
+			}
+			return fmt.Errorf("scan bucket %s: %w", b.name, err)
+		}
+		meta, err := msg.Metadata()
+		if err != nil {
+			return fmt.Errorf("scan bucket %s: %w", b.name, err)
+		}
+		e, err := entry(meta.Sequence.Stream, msg.Headers(), msg.Data(), meta.Timestamp)
+		if err != nil {
+			return fmt.Errorf("scan bucket %s: %w", b.name, err)
+		}
+		if err := f(strings.TrimPrefix(msg.Subject(), b.prefix), e); err != nil {
+			return err
+		}
+		if meta.NumPending == 0 {
+			return nil
+		}
+	}
+}

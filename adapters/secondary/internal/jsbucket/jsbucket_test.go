@@ -1,0 +1,81 @@
+package jsbucket
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/abi-engine/engine/internal/natstest"
+	"github.com/abi-engine/engine/ports"
+)
+
+func TestOpenCreatesTheBucketWithTheConfiguredReplicas(t *testing.T) {
+	url := natstest.URLs(natstest.StartCluster(t)...)
+	nc := natstest.Connect(t, url)
+	if _, err := Open(t.Context(), nc, Config{Bucket: "R3", Replicas: 3}, "test"); err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	js, _ := jetstream.New(nc)
+	s, err := js.Stream(t.Context(), "KV_R3")
+	if err != nil {
+		t.Fatalf("the bucket's stream: %v", err)
+	}
+	if c := s.CachedInfo().Config; c.Replicas != 3 || c.MaxMsgsPerSubject != 1 || !c.AllowMsgTTL {
+		t.Fatalf("stream made with replicas %d, history %d, per-message TTL %v; want 3, 1, true",
+			c.Replicas, c.MaxMsgsPerSubject, c.AllowMsgTTL)
+	}
+	// A second engine opens what the first made.
+	if _, err := Open(t.Context(), natstest.Connect(t, url), Config{Bucket: "R3", Replicas: 3}, "test"); err != nil {
+		t.Fatalf("second Open: %v", err)
+	}
+}
+
+// A bucket someone made with other settings is refused, never changed:
+// the error names the bucket and the setting.
+func TestOpenRefusesABucketWithOtherSettings(t *testing.T) {
+	nc := natstest.Connect(t, natstest.StartServer(t).ClientURL())
+	if _, err := Open(t.Context(), nc, Config{Bucket: "ONE"}, "test"); err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	js, _ := jetstream.New(nc)
+	if _, err := js.CreateKeyValue(t.Context(), jetstream.KeyValueConfig{Bucket: "PLAIN", History: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateKeyValue(t.Context(), jetstream.KeyValueConfig{Bucket: "HISTORY", History: 5, LimitMarkerTTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		config  Config
+		setting string
+	}{
+		{Config{Bucket: "ONE", Replicas: 3}, "replicas 1"},
+		{Config{Bucket: "PLAIN"}, "per-message TTL"},
+		{Config{Bucket: "HISTORY"}, "history 5"},
+	} {
+		_, err := Open(t.Context(), nc, c.config, "test")
+		if !errors.Is(err, ports.ErrInvalidArgument) || !strings.Contains(err.Error(), "bucket "+c.config.Bucket+" ") ||
+			!strings.Contains(err.Error(), c.setting) {
+			t.Errorf("Open %+v: err %v, want ErrInvalidArgument naming the bucket and %q", c.config, err, c.setting)
+		}
+	}
+	s, _ := js.Stream(t.Context(), "KV_ONE")
+	if s.CachedInfo().Config.Replicas != 1 {
+		t.Fatalf("the refused Open changed the bucket")
+	}
+}
+
+func TestConfigCheck(t *testing.T) {
+	for _, c := range []Config{{Bucket: ""}, {Bucket: "a.b"}, {Bucket: "a b"}, {Bucket: "ok", Replicas: 2}, {Bucket: "ok", Replicas: -1}} {
+		if err := c.Check("services.keyvalue.config"); !errors.Is(err, ports.ErrInvalidArgument) ||
+			!strings.Contains(err.Error(), "services.keyvalue.config.") {
+			t.Errorf("Check %+v: err %v, want ErrInvalidArgument naming the key", c, err)
+		}
+	}
+	c := Config{Bucket: "ABI_KV"}
+	if err := c.Check("x"); err != nil || c.Replicas != 1 {
+		t.Fatalf("Check %+v: %v; want replicas filled in as 1", c, err)
+	}
+}

@@ -1,0 +1,229 @@
+// Package jetstream is a key-value store in a JetStream key-value bucket,
+// which every engine of a NATS account reaches and a cluster replicates.
+//
+// Keys of any bytes are stored under an order-keeping base64 token (NATS
+// keys allow few characters). Each key keeps one message: a value, or a
+// deletion marker. Conditional writes are conditioned on the key's last
+// revision, so the stream decides races. A TTL is a per-message TTL: the
+// broker removes the message in its own time, and reads treat a value past
+// its TTL as gone at once. Reads go to the stream's leader, so a write is
+// seen by the next read on any engine, on a replicated bucket too.
+//
+// ListKeys asks the leader for the bucket's keys and reads the page's keys
+// one by one: its cost grows with the bucket, which suits buckets of up to
+// some tens of thousands of keys.
+package jetstream
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/abi-engine/engine/adapters/secondary/internal/jsbucket"
+	"github.com/abi-engine/engine/internal/storecheck"
+	"github.com/abi-engine/engine/ports"
+)
+
+var _ ports.KeyValue = (*Store)(nil)
+
+const (
+	// DefaultBucket is the bucket used when the configuration names none.
+	DefaultBucket = "ABI_KV"
+	// defaultPageSize is the page size of ListKeys when the caller gives none.
+	defaultPageSize = 100
+	// casRounds bounds how often a conditional write re-reads after losing
+	// a race to a write that did not decide its outcome (an expiry).
+	casRounds = 32
+)
+
+// Config is the adapter's block under services.keyvalue.config.
+type Config = jsbucket.Config
+
+// Store is the bucket on a connection of the store's own.
+type Store struct {
+	b     *jsbucket.Bucket
+	close func()
+}
+
+// Open opens the bucket on nc, creating it when it is missing. Close
+// closes nc when own is true.
+func Open(ctx context.Context, c Config, nc *nats.Conn, own bool) (*Store, error) {
+	if c.Bucket == "" {
+		c.Bucket = DefaultBucket
+	}
+	b, err := jsbucket.Open(ctx, nc, c, "abi-engine keyvalue")
+	if err != nil {
+		return nil, fmt.Errorf("keyvalue jetstream: %w", err)
+	}
+	s := &Store{b: b, close: func() {}}
+	if own {
+		s.close = nc.Close
+	}
+	return s, nil
+}
+
+// Close closes the store's connection; closing twice is harmless.
+func (s *Store) Close() error {
+	s.close()
+	return nil
+}
+
+// Get returns the value unless it is missing, deleted or expired.
+func (s *Store) Get(ctx context.Context, key string) ([]byte, error) {
+	if err := storecheck.Key("key", key); err != nil {
+		return nil, err
+	}
+	e, err := s.b.Last(ctx, jsbucket.Encode(key))
+	if err != nil {
+		return nil, fmt.Errorf("get %q: %w", key, err)
+	}
+	if !e.Live {
+		return nil, fmt.Errorf("get %q: %w", key, ports.ErrNotFound)
+	}
+	return e.Value, nil
+}
+
+// Set writes the value with its TTL over whatever the key held.
+func (s *Store) Set(ctx context.Context, key string, value []byte, ttl time.Duration) error {
+	if err := storecheck.Write("key", key, ttl); err != nil {
+		return err
+	}
+	if _, err := s.b.Put(ctx, jsbucket.Encode(key), value, ttl, nil); err != nil {
+		return fmt.Errorf("set %q: %w", key, err)
+	}
+	return nil
+}
+
+// SetIfAbsent writes the value if the key has no live value: on a key
+// without a message by expecting none, over a marker or an expired value
+// by expecting its revision. A lost race is re-read: a live value there
+// means another caller won.
+func (s *Store) SetIfAbsent(ctx context.Context, key string, value []byte, ttl time.Duration) (bool, error) {
+	if err := storecheck.Write("key", key, ttl); err != nil {
+		return false, err
+	}
+	token := jsbucket.Encode(key)
+	for range casRounds {
+		e, err := s.b.Last(ctx, token)
+		if err != nil {
+			return false, fmt.Errorf("set %q if absent: %w", key, err)
+		}
+		if e.Live {
+			return false, nil
+		}
+		rev := e.Revision
+		_, err = s.b.Put(ctx, token, value, ttl, &rev)
+		if err == nil {
+			return true, nil
+		}
+		if !errors.Is(err, jsbucket.ErrConflict) {
+			return false, fmt.Errorf("set %q if absent: %w", key, err)
+		}
+	}
+	return false, fmt.Errorf("set %q if absent: the key changed %d times while writing: %w", key, casRounds, ports.ErrConflict)
+}
+
+// Delete writes a deletion marker over a live value.
+func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
+	if err := storecheck.Key("key", key); err != nil {
+		return false, err
+	}
+	return s.deleteIf(ctx, key, func([]byte) bool { return true })
+}
+
+// DeleteIfValue writes a deletion marker over the value if it is value.
+func (s *Store) DeleteIfValue(ctx context.Context, key string, value []byte) (bool, error) {
+	if err := storecheck.Key("key", key); err != nil {
+		return false, err
+	}
+	return s.deleteIf(ctx, key, func(v []byte) bool { return bytes.Equal(v, value) })
+}
+
+// deleteIf deletes the live value if match says so, conditioned on the
+// revision it read: of concurrent deleters exactly one succeeds.
+func (s *Store) deleteIf(ctx context.Context, key string, match func([]byte) bool) (bool, error) {
+	token := jsbucket.Encode(key)
+	for range casRounds {
+		e, err := s.b.Last(ctx, token)
+		if err != nil {
+			return false, fmt.Errorf("delete %q: %w", key, err)
+		}
+		if !e.Live || !match(e.Value) {
+			return false, nil
+		}
+		_, err = s.b.Remove(ctx, token, e.Revision)
+		if err == nil {
+			return true, nil
+		}
+		if !errors.Is(err, jsbucket.ErrConflict) {
+			return false, fmt.Errorf("delete %q: %w", key, err)
+		}
+	}
+	return false, fmt.Errorf("delete %q: the key changed %d times while deleting: %w", key, casRounds, ports.ErrConflict)
+}
+
+// Exists reports whether the key holds a live value.
+func (s *Store) Exists(ctx context.Context, key string) (bool, error) {
+	if err := storecheck.Key("key", key); err != nil {
+		return false, err
+	}
+	e, err := s.b.Last(ctx, jsbucket.Encode(key))
+	if err != nil {
+		return false, fmt.Errorf("exists %q: %w", key, err)
+	}
+	return e.Live, nil
+}
+
+// ListKeys lists the bucket's keys, keeps those after the cursor with the
+// prefix in byte order, and reads them in order until the page has limit
+// live ones. The cursor is the page's last key.
+func (s *Store) ListKeys(ctx context.Context, prefix string, limit int, cursor string) ([]string, string, error) {
+	if err := storecheck.Prefix("prefix", prefix); err != nil {
+		return nil, "", err
+	}
+	if err := storecheck.Prefix("cursor", cursor); err != nil {
+		return nil, "", err
+	}
+	if limit <= 0 {
+		limit = defaultPageSize
+	}
+	tokens, err := s.b.Tokens(ctx, ">")
+	if err != nil {
+		return nil, "", fmt.Errorf("list keys %q: %w", prefix, err)
+	}
+	var candidates []string
+	for _, t := range tokens {
+		k, err := jsbucket.Decode(t)
+		if err != nil {
+			continue // a key another client wrote outside this adapter's encoding
+		}
+		if strings.HasPrefix(k, prefix) && k > cursor {
+			candidates = append(candidates, k)
+		}
+	}
+	slices.Sort(candidates)
+	keys := make([]string, 0, min(limit, len(candidates)))
+	for i, k := range candidates {
+		e, err := s.b.Last(ctx, jsbucket.Encode(k))
+		if err != nil {
+			return nil, "", fmt.Errorf("list keys %q: %w", prefix, err)
+		}
+		if !e.Live {
+			continue
+		}
+		keys = append(keys, k)
+		if len(keys) == limit {
+			if i == len(candidates)-1 {
+				return keys, "", nil
+			}
+			return keys, k, nil
+		}
+	}
+	return keys, "", nil
+}
