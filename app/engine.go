@@ -194,13 +194,8 @@ func (e *Engine) Ready() bool {
 // engine when it closes for good; the accepting connection is closed by the
 // engine itself at every fence and handover, so it does not.
 func (e *Engine) connect(name string, lasting bool) (*nats.Conn, error) {
-	c := e.p.Config.NATS.Credentials
-	o := natsconn.Options{
-		URL: e.url, Name: name + " " + e.p.Holder.InstanceID,
-		CredsFile: c.CredsFile, NkeySeedFile: c.NkeySeedFile, User: c.User, Password: c.Password,
-		Token: c.Token, CA: c.TLS.CA, Cert: c.TLS.Cert, Key: c.TLS.Key, Logger: e.log,
-		InboxPrefix: e.p.Config.NATS.InboxPrefix,
-	}
+	o := natsOptions(e.p.Config, e.url, name+" "+e.p.Holder.InstanceID)
+	o.Logger = e.log
 	if lasting {
 		o.ClosedHandler = e.connectionClosed
 	}

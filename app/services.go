@@ -7,8 +7,11 @@ import (
 	"slices"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/abi-engine/engine/adapters/primary/natsapi"
 	"github.com/abi-engine/engine/adapters/secondary/natsclient"
+	"github.com/abi-engine/engine/adapters/secondary/natsconn"
 	"github.com/abi-engine/engine/adapters/secondary/storage"
 	"github.com/abi-engine/engine/app/config"
 	"github.com/abi-engine/engine/domain"
@@ -31,8 +34,27 @@ func storageBlocks(cfg *config.Config) []storage.Block {
 }
 
 // BuildStorage resolves every service's adapter without opening anything.
+// Adapters that keep their data on NATS dial connections of their own, with
+// the engine's credentials, when they open.
 func BuildStorage(cfg *config.Config) ([]storage.Built, error) {
-	return storage.Build(storageBlocks(cfg), cfg.DataDir)
+	return storage.BuildEnv(storageBlocks(cfg), storage.Env{
+		DataDir: cfg.DataDir,
+		NATS: func(name string) (*nats.Conn, error) {
+			return natsconn.Connect(natsOptions(cfg, cfg.NATS.URL, name))
+		},
+	})
+}
+
+// natsOptions are the options of a connection to url with the configured
+// credentials.
+func natsOptions(cfg *config.Config, url, name string) natsconn.Options {
+	c := cfg.NATS.Credentials
+	return natsconn.Options{
+		URL: url, Name: name,
+		CredsFile: c.CredsFile, NkeySeedFile: c.NkeySeedFile, User: c.User, Password: c.Password,
+		Token: c.Token, CA: c.TLS.CA, Cert: c.TLS.Cert, Key: c.TLS.Key,
+		InboxPrefix: cfg.NATS.InboxPrefix,
+	}
 }
 
 // CheckStorage is the shared-backend check: a serving engine with a rollout

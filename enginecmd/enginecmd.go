@@ -270,6 +270,10 @@ func (c *command) configCommand(args []string, stdout, stderr io.Writer) int {
 			where = "switched off"
 		case d.Storage != nil && d.Storage.LocalStorage() != "":
 			where = "on this host: " + d.Storage.LocalStorage()
+		case d.Storage != nil:
+			if s, ok := d.Storage.(interface{ Describe() string }); ok {
+				where = "shared: " + s.Describe()
+			}
 		}
 		fmt.Fprintf(stdout, "#   %s (%s): %s\n", d.Service, d.Adapter, where)
 	}

@@ -64,6 +64,16 @@ func TestConfigCheck(t *testing.T) {
 		}
 	}
 
+	onNATS := filepath.Join(dir, "nats.yaml")
+	if err := os.WriteFile(onNATS, []byte("services:\n  keyvalue: {adapter: jetstream, config: {bucket: ABI_KV, replicas: 3}}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	stdout.Reset()
+	if code := Run([]string{"config", "check", "--config", onNATS}, &stdout, &stderr, Options{}); code != 0 ||
+		!strings.Contains(stdout.String(), "keyvalue (jetstream): shared: JetStream bucket ABI_KV, 3 replica(s)") {
+		t.Fatalf("config check of a JetStream keyvalue = %d:\n%s%s", code, stdout.String(), stderr.String())
+	}
+
 	bad := filepath.Join(dir, "bad.yaml")
 	if err := os.WriteFile(bad, []byte("nats:\n  engine:\n    lease_seconds: 0\n"), 0o600); err != nil {
 		t.Fatal(err)

@@ -7,12 +7,15 @@ import (
 	"io"
 	"reflect"
 
+	"github.com/nats-io/nats.go"
+
 	cachekv "github.com/abi-engine/engine/adapters/secondary/cache/keyvalue"
 	cachememory "github.com/abi-engine/engine/adapters/secondary/cache/memory"
 	cacheobj "github.com/abi-engine/engine/adapters/secondary/cache/objectstorage"
 	docmemory "github.com/abi-engine/engine/adapters/secondary/document/memory"
 	docpostgres "github.com/abi-engine/engine/adapters/secondary/document/postgres"
 	docsqlite "github.com/abi-engine/engine/adapters/secondary/document/sqlite"
+	kvjetstream "github.com/abi-engine/engine/adapters/secondary/keyvalue/jetstream"
 	kvmemory "github.com/abi-engine/engine/adapters/secondary/keyvalue/memory"
 	kvpostgres "github.com/abi-engine/engine/adapters/secondary/keyvalue/postgres"
 	kvsqlite "github.com/abi-engine/engine/adapters/secondary/keyvalue/sqlite"
@@ -47,6 +50,8 @@ func init() {
 	Register(ports.ServiceObjectStorage, "localfs", objlocalfs.Open)
 	Register(ports.ServiceObjectStorage, "s3", objs3.Open)
 
+	onNATS(ports.ServiceKeyValue, "jetstream", kvjetstream.Open)
+
 	Register(ports.ServiceCache, "memory", cachememory.Open)
 	tier(ports.ServiceKeyValue, func(c *cachekv.Config, on ports.StorageConfig) { c.Service = on }, cachekv.Open)
 	tier(ports.ServiceObjectStorage, func(c *cacheobj.Config, on ports.StorageConfig) { c.Service = on }, cacheobj.Open)
@@ -77,6 +82,41 @@ func tier[C ports.StorageConfig, P any, S io.Closer](service string, on func(c *
 					return nil, nil, fmt.Errorf("the %s tier: services.%s is not open", service, service)
 				}
 				s, err := open(ctx, c, store)
+				if err != nil {
+					return nil, nil, err
+				}
+				return s, s.Close, nil
+			},
+		}, nil
+	})
+}
+
+// onNATS registers an adapter that keeps its data on the NATS servers. Its
+// settings are checked when the configuration is built; its store opens on
+// a connection of its own, dialed by Env.NATS, which the store closes.
+func onNATS[C interface {
+	ports.StorageConfig
+	Check(prefix string) error
+}, S io.Closer](service, name string, open func(context.Context, C, *nats.Conn) (S, error)) {
+	register(service, name, reflect.TypeFor[C](), func(b Block, env Env) (Built, error) {
+		c, err := decodeConfig[C](b, env)
+		if err != nil {
+			return Built{}, err
+		}
+		if err := c.Check(b.Key + ".config"); err != nil {
+			return Built{}, configError(b.Key+".config", err)
+		}
+		return Built{
+			Declaration: storagepolicy.Declaration{Service: b.Service, Adapter: b.Adapter, Storage: c},
+			Open: func(ctx context.Context, _ map[string]any) (any, func() error, error) {
+				if env.NATS == nil {
+					return nil, nil, fmt.Errorf("%s (%s) keeps its data on NATS, and no NATS connection was given", service, name)
+				}
+				nc, err := env.NATS("abi-engine " + service)
+				if err != nil {
+					return nil, nil, err
+				}
+				s, err := open(ctx, c, nc)
 				if err != nil {
 					return nil, nil, err
 				}

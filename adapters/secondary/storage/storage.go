@@ -23,6 +23,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/nats-io/nats.go"
 	"gopkg.in/yaml.v3"
 
 	"github.com/abi-engine/engine/domain"
@@ -50,6 +51,10 @@ type Env struct {
 	// Built holds the services built before this one, by service name, so
 	// a cache tier can say where the service it uses keeps its data.
 	Built map[string]Built
+	// NATS dials a connection of its own for an adapter that keeps its
+	// data on the NATS servers; name says what for. Nil when the caller
+	// has no broker: such adapters then fail to open, saying so.
+	NATS func(name string) (*nats.Conn, error)
 }
 
 // Built is one service, declared but not open.
@@ -205,7 +210,12 @@ func Adapters(service string) []string {
 // Build builds every block in order, without opening anything. Blocks of
 // the same service (secret sources) may repeat.
 func Build(blocks []Block, dataDir string) ([]Built, error) {
-	env := Env{DataDir: dataDir, Built: map[string]Built{}}
+	return BuildEnv(blocks, Env{DataDir: dataDir})
+}
+
+// BuildEnv is Build with the whole environment, a NATS dialer included.
+func BuildEnv(blocks []Block, env Env) ([]Built, error) {
+	env.Built = map[string]Built{}
 	out := make([]Built, 0, len(blocks))
 	for _, b := range blocks {
 		built, err := BuildOne(b, env)

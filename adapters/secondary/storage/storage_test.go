@@ -10,12 +10,15 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"gopkg.in/yaml.v3"
 
 	kvmemory "github.com/abi-engine/engine/adapters/secondary/keyvalue/memory"
 	"github.com/abi-engine/engine/adapters/secondary/storage"
 	vecmemory "github.com/abi-engine/engine/adapters/secondary/vectorstore/memory"
 	"github.com/abi-engine/engine/domain"
+	"github.com/abi-engine/engine/internal/natstest"
 	"github.com/abi-engine/engine/ports"
 	"github.com/abi-engine/engine/storagepolicy"
 )
@@ -481,5 +484,64 @@ func TestSecretSources(t *testing.T) {
 	bad.Config = node(t, "file: x")
 	if _, err := storage.Build([]storage.Block{bad}, "."); !errors.Is(err, domain.ErrInvalidConfig) || !strings.Contains(err.Error(), "services.secret.config.file") {
 		t.Fatalf("dotenv with an unknown key: err %v", err)
+	}
+}
+
+// The JetStream adapters are shared, name their bucket and replicas, check
+// their settings when built, and dial nothing until they open.
+func TestJetStreamAdaptersAreSharedAndCheckedWithoutConnecting(t *testing.T) {
+	kv := block(ports.ServiceKeyValue, "jetstream")
+	kv.Config = node(t, "{bucket: KV_TEST, replicas: 3}")
+	dialed := 0
+	env := storage.Env{NATS: func(string) (*nats.Conn, error) {
+		dialed++
+		return nil, errors.New("no broker in this test")
+	}}
+	built, err := storage.BuildEnv([]storage.Block{kv}, env)
+	if err != nil {
+		t.Fatalf("Build: %v", err)
+	}
+	if err := storagepolicy.Check("r7", storage.Declarations(built)); err != nil {
+		t.Fatalf("Check: %v", err)
+	}
+	d, ok := built[0].Declaration.Storage.(interface{ Describe() string })
+	if !ok || d.Describe() != "JetStream bucket KV_TEST, 3 replica(s)" {
+		t.Fatalf("declaration %+v does not describe the bucket", built[0].Declaration.Storage)
+	}
+	if dialed != 0 {
+		t.Fatalf("Build dialed NATS %d times", dialed)
+	}
+	if _, err := storage.Open(t.Context(), built); err == nil || dialed != 1 {
+		t.Fatalf("Open without a broker: err %v after %d dials; want the dial's error", err, dialed)
+	}
+
+	bad := block(ports.ServiceKeyValue, "jetstream")
+	bad.Config = node(t, "{replicas: 2}")
+	if _, err := storage.BuildEnv([]storage.Block{bad}, env); !errors.Is(err, domain.ErrInvalidConfig) ||
+		!strings.Contains(err.Error(), "services.keyvalue.config.replicas is 2") {
+		t.Fatalf("Build with 2 replicas: err %v, want one naming services.keyvalue.config.replicas", err)
+	}
+}
+
+func TestJetStreamAdaptersOpenOnTheDialedBroker(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	built, err := storage.BuildEnv([]storage.Block{block(ports.ServiceKeyValue, "jetstream")}, storage.Env{
+		NATS: func(string) (*nats.Conn, error) { return nats.Connect(url) },
+	})
+	if err != nil {
+		t.Fatalf("Build: %v", err)
+	}
+	opened, err := storage.Open(t.Context(), built)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer storage.Close(opened)
+	kv := opened[0].Port.(ports.KeyValue)
+	if err := kv.Set(t.Context(), "k", []byte("v"), 0); err != nil {
+		t.Fatalf("Set: %v", err)
+	}
+	js, _ := jetstream.New(natstest.Connect(t, url))
+	if _, err := js.KeyValue(t.Context(), "ABI_KV"); err != nil {
+		t.Fatalf("the default bucket ABI_KV: %v", err)
 	}
 }

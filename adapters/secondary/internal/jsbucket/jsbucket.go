@@ -28,7 +28,8 @@ import (
 )
 
 // Config is the block every JetStream adapter takes under
-// services.<service>.config.
+// services.<service>.config; each adapter has its own type of the same
+// shape, for its own default bucket.
 type Config struct {
 	// Bucket is the key-value bucket's name.
 	Bucket string `yaml:"bucket"`
@@ -38,35 +39,28 @@ type Config struct {
 	Replicas int `yaml:"replicas"`
 }
 
-// LocalStorage implements ports.StorageConfig: the bucket lives on the
-// NATS servers every engine of the account reaches.
-func (Config) LocalStorage() string { return "" }
-
 var bucketName = regexp.MustCompile(`^[a-zA-Z0-9_-]+$`)
 
-// Check fills the default replica count and refuses bad settings, naming
-// the key under prefix ("services.keyvalue.config").
-func (c *Config) Check(prefix string) error {
+// Check refuses bad settings, naming the key under prefix
+// ("services.keyvalue.config").
+func (c Config) Check(prefix string) error {
 	if !bucketName.MatchString(c.Bucket) {
 		return fmt.Errorf("%s.bucket %q is not one or more of [A-Za-z0-9_-]: %w", prefix, c.Bucket, ports.ErrInvalidArgument)
 	}
 	switch c.Replicas {
-	case 0:
-		c.Replicas = 1
-	case 1, 3, 5:
+	case 0, 1, 3, 5:
 	default:
 		return fmt.Errorf("%s.replicas is %d, want 1, 3 or 5: %w", prefix, c.Replicas, ports.ErrInvalidArgument)
 	}
 	return nil
 }
 
-// Describe is what `engine config check` says of the bucket.
+// replicas is the replica count, 0 read as 1.
+func (c Config) replicas() int { return max(c.Replicas, 1) }
+
+// Describe says where the data is, for `engine config check`.
 func (c Config) Describe() string {
-	r := c.Replicas
-	if r == 0 {
-		r = 1
-	}
-	return fmt.Sprintf("JetStream bucket %s, %d replica(s)", c.Bucket, r)
+	return fmt.Sprintf("JetStream bucket %s, %d replica(s)", c.Bucket, c.replicas())
 }
 
 const (
@@ -114,6 +108,7 @@ func Open(ctx context.Context, nc *nats.Conn, c Config, description string) (*Bu
 	if err := c.Check("config"); err != nil {
 		return nil, err
 	}
+	c.Replicas = c.replicas()
 	ctx, cancel := callContext(ctx)
 	defer cancel()
 	js, err := jetstream.New(nc)

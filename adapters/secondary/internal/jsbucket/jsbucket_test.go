@@ -74,8 +74,9 @@ func TestConfigCheck(t *testing.T) {
 			t.Errorf("Check %+v: err %v, want ErrInvalidArgument naming the key", c, err)
 		}
 	}
-	c := Config{Bucket: "ABI_KV"}
-	if err := c.Check("x"); err != nil || c.Replicas != 1 {
-		t.Fatalf("Check %+v: %v; want replicas filled in as 1", c, err)
+	for _, c := range []Config{{Bucket: "ABI_KV"}, {Bucket: "a-b_C9", Replicas: 3}} {
+		if err := c.Check("x"); err != nil {
+			t.Errorf("Check %+v: %v", c, err)
+		}
 	}
 }

@@ -43,34 +43,52 @@ const (
 )
 
 // Config is the adapter's block under services.keyvalue.config.
-type Config = jsbucket.Config
-
-// Store is the bucket on a connection of the store's own.
-type Store struct {
-	b     *jsbucket.Bucket
-	close func()
+type Config struct {
+	// Bucket is the key-value bucket; default ABI_KV.
+	Bucket string `yaml:"bucket"`
+	// Replicas is 1, 3 or 5 (default 1), applied when the bucket is made.
+	Replicas int `yaml:"replicas"`
 }
 
-// Open opens the bucket on nc, creating it when it is missing. Close
-// closes nc when own is true.
-func Open(ctx context.Context, c Config, nc *nats.Conn, own bool) (*Store, error) {
+// LocalStorage implements ports.StorageConfig: the bucket is on the NATS
+// servers every engine of the account reaches.
+func (Config) LocalStorage() string { return "" }
+
+// Default fills the bucket's name and replica count.
+func (c *Config) Default(string) {
 	if c.Bucket == "" {
 		c.Bucket = DefaultBucket
 	}
-	b, err := jsbucket.Open(ctx, nc, c, "abi-engine keyvalue")
+	c.Replicas = max(c.Replicas, 1)
+}
+
+// Check refuses bad settings, naming the key under prefix.
+func (c Config) Check(prefix string) error { return jsbucket.Config(c).Check(prefix) }
+
+// Describe names the bucket and its replicas.
+func (c Config) Describe() string { return jsbucket.Config(c).Describe() }
+
+// Store is the bucket on a connection.
+type Store struct {
+	b  *jsbucket.Bucket
+	nc *nats.Conn
+}
+
+// Open opens the bucket on nc, creating it when it is missing. The store
+// owns nc: Close closes it.
+func Open(ctx context.Context, c Config, nc *nats.Conn) (*Store, error) {
+	c.Default("")
+	b, err := jsbucket.Open(ctx, nc, jsbucket.Config(c), "abi-engine keyvalue")
 	if err != nil {
+		nc.Close()
 		return nil, fmt.Errorf("keyvalue jetstream: %w", err)
 	}
-	s := &Store{b: b, close: func() {}}
-	if own {
-		s.close = nc.Close
-	}
-	return s, nil
+	return &Store{b: b, nc: nc}, nil
 }
 
 // Close closes the store's connection; closing twice is harmless.
 func (s *Store) Close() error {
-	s.close()
+	s.nc.Close()
 	return nil
 }
 

@@ -18,7 +18,7 @@ func open(t *testing.T, url string, c jetstream.Config) *jetstream.Store {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	s, err := jetstream.Open(ctx, c, natstest.Connect(t, url), true)
+	s, err := jetstream.Open(ctx, c, natstest.Connect(t, url))
 	if err != nil {
 		t.Fatalf("Open bucket %s: %v", c.Bucket, err)
 	}
@@ -28,7 +28,7 @@ func open(t *testing.T, url string, c jetstream.Config) *jetstream.Store {
 
 func TestKeyValueContract(t *testing.T) {
 	jstest.Run(t, func(t *testing.T, url string, replicas int) {
-		contracttests.RunKeyValue(t, contracttests.KeyValueHarnessFunc(func(t *testing.T) func(*testing.T) ports.KeyValue {
+		contracttests.RunKeyValue(t, contracttests.HarnessFunc[ports.KeyValue](func(t *testing.T) func(*testing.T) ports.KeyValue {
 			c := jetstream.Config{Bucket: jstest.Bucket(t), Replicas: replicas}
 			return func(t *testing.T) ports.KeyValue { return open(t, url, c) }
 		}), contracttests.KeyValueCapabilities{Durable: true})
@@ -37,7 +37,7 @@ func TestKeyValueContract(t *testing.T) {
 
 func TestCacheContract(t *testing.T) {
 	jstest.Run(t, func(t *testing.T, url string, replicas int) {
-		contracttests.RunCache(t, contracttests.CacheHarnessFunc(func(t *testing.T) func(*testing.T) ports.Cache {
+		contracttests.RunCache(t, contracttests.HarnessFunc[ports.Cache](func(t *testing.T) func(*testing.T) ports.Cache {
 			c := jetstream.Config{Bucket: jstest.Bucket(t), Replicas: replicas}
 			// Each handle is a tier of its own over a store of its own on
 			// the one bucket, as two engines would be.
