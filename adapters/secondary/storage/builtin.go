@@ -12,6 +12,7 @@ import (
 	cachekv "github.com/abi-engine/engine/adapters/secondary/cache/keyvalue"
 	cachememory "github.com/abi-engine/engine/adapters/secondary/cache/memory"
 	cacheobj "github.com/abi-engine/engine/adapters/secondary/cache/objectstorage"
+	docjetstream "github.com/abi-engine/engine/adapters/secondary/document/jetstream"
 	docmemory "github.com/abi-engine/engine/adapters/secondary/document/memory"
 	docpostgres "github.com/abi-engine/engine/adapters/secondary/document/postgres"
 	docsqlite "github.com/abi-engine/engine/adapters/secondary/document/sqlite"
@@ -51,6 +52,7 @@ func init() {
 	Register(ports.ServiceObjectStorage, "s3", objs3.Open)
 
 	onNATS(ports.ServiceKeyValue, "jetstream", kvjetstream.Open)
+	onNATS(ports.ServiceDocument, "jetstream", docjetstream.Open)
 
 	Register(ports.ServiceCache, "memory", cachememory.Open)
 	tier(ports.ServiceKeyValue, func(c *cachekv.Config, on ports.StorageConfig) { c.Service = on }, cachekv.Open)

@@ -99,12 +99,55 @@ type Bucket struct {
 	// prefix is the subject prefix of the bucket's keys, "$KV.<bucket>.".
 	prefix string
 	// api is the leader's message-get subject of the bucket's stream.
-	api string
+	api        string
+	streamName string
 }
 
-// Open finds the bucket, or creates it with the configured replicas, and
-// refuses one whose settings the adapters cannot work with.
+// Open finds the key-value bucket, or creates it with the configured
+// replicas, and refuses one whose settings the adapters cannot work with.
 func Open(ctx context.Context, nc *nats.Conn, c Config, description string) (*Bucket, error) {
+	return open(ctx, nc, c, kind{
+		stream: "KV_" + c.Bucket, prefix: "$KV." + c.Bucket + ".",
+		create: func(ctx context.Context, js jetstream.JetStream) error {
+			_, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+				Bucket: c.Bucket, Description: description, History: 1,
+				Replicas: c.replicas(), LimitMarkerTTL: limitMarkerTTL,
+			})
+			if errors.Is(err, jetstream.ErrBucketExists) {
+				return nil
+			}
+			return err
+		},
+		check: checkKeyValue,
+	})
+}
+
+// OpenObjects finds the object store bucket, or creates it with the
+// configured replicas. Its keys are the tokens under "$O.<bucket>.".
+func OpenObjects(ctx context.Context, nc *nats.Conn, c Config, description string) (*Bucket, error) {
+	return open(ctx, nc, c, kind{
+		stream: "OBJ_" + c.Bucket, prefix: "$O." + c.Bucket + ".",
+		create: func(ctx context.Context, js jetstream.JetStream) error {
+			_, err := js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{
+				Bucket: c.Bucket, Description: description, Replicas: c.replicas(),
+			})
+			if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) || errors.Is(err, jetstream.ErrBucketExists) {
+				return nil
+			}
+			return err
+		},
+		check: checkObjects,
+	})
+}
+
+// kind is what differs between key-value and object store buckets.
+type kind struct {
+	stream, prefix string
+	create         func(ctx context.Context, js jetstream.JetStream) error
+	check          func(c Config, sc jetstream.StreamConfig) error
+}
+
+func open(ctx context.Context, nc *nats.Conn, c Config, k kind) (*Bucket, error) {
 	if err := c.Check("config"); err != nil {
 		return nil, err
 	}
@@ -115,60 +158,64 @@ func Open(ctx context.Context, nc *nats.Conn, c Config, description string) (*Bu
 	if err != nil {
 		return nil, fmt.Errorf("jetstream bucket %s: %w", c.Bucket, err)
 	}
-	stream, err := openStream(ctx, js, c, description)
+	stream, err := openStream(ctx, js, c.Bucket, k)
 	if err != nil {
 		return nil, err
 	}
-	if err := checkSettings(c, stream.CachedInfo().Config); err != nil {
+	if err := k.check(c, stream.CachedInfo().Config); err != nil {
 		return nil, err
 	}
-	name := stream.CachedInfo().Config.Name
 	return &Bucket{
-		nc: nc, js: js, stream: stream, name: c.Bucket,
-		prefix: "$KV." + c.Bucket + ".",
-		api:    "$JS.API.STREAM.MSG.GET." + name,
+		nc: nc, js: js, stream: stream, name: c.Bucket, prefix: k.prefix,
+		api: "$JS.API.STREAM.MSG.GET." + k.stream, streamName: k.stream,
 	}, nil
 }
 
 // openStream returns the bucket's stream, creating the bucket when it is
 // missing. Two engines may create it at once; the loser opens the winner's.
-func openStream(ctx context.Context, js jetstream.JetStream, c Config, description string) (jetstream.Stream, error) {
-	streamName := "KV_" + c.Bucket
-	var lastErr error
+func openStream(ctx context.Context, js jetstream.JetStream, bucket string, k kind) (jetstream.Stream, error) {
 	for attempt := 0; ; attempt++ {
-		stream, err := js.Stream(ctx, streamName)
+		stream, err := js.Stream(ctx, k.stream)
 		if errors.Is(err, jetstream.ErrStreamNotFound) {
-			_, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
-				Bucket:         c.Bucket,
-				Description:    description,
-				History:        1,
-				Replicas:       c.Replicas,
-				LimitMarkerTTL: limitMarkerTTL,
-			})
-			if err == nil || errors.Is(err, jetstream.ErrBucketExists) {
-				stream, err = js.Stream(ctx, streamName)
+			if err = k.create(ctx, js); err == nil {
+				stream, err = js.Stream(ctx, k.stream)
 			}
 		}
 		if err == nil {
 			return stream, nil
 		}
-		lastErr = err
 		if !transient(err) || attempt >= 5 || ctx.Err() != nil {
-			return nil, fmt.Errorf("jetstream bucket %s: %w", c.Bucket, lastErr)
+			return nil, fmt.Errorf("jetstream bucket %s: %w", bucket, err)
 		}
-		if err := pause(ctx, attempt); err != nil {
-			return nil, fmt.Errorf("jetstream bucket %s: %w", c.Bucket, lastErr)
+		if perr := pause(ctx, attempt); perr != nil {
+			return nil, fmt.Errorf("jetstream bucket %s: %w", bucket, err)
 		}
 	}
 }
 
-// checkSettings refuses a bucket made by someone else with settings the
-// adapters would silently misuse: it names the bucket and the setting.
-func checkSettings(c Config, sc jetstream.StreamConfig) error {
-	bad := func(setting string, has, want any) error {
-		return fmt.Errorf("jetstream bucket %s has %s %v, the configuration needs %v; change the configuration or the bucket (nothing was changed): %w",
-			c.Bucket, setting, has, want, ports.ErrInvalidArgument)
+// badSetting names the bucket and the setting it has that the adapter
+// cannot work with.
+func badSetting(c Config, setting string, has, want any) error {
+	return fmt.Errorf("jetstream bucket %s has %s %v, the configuration needs %v; change the configuration or the bucket (nothing was changed): %w",
+		c.Bucket, setting, has, want, ports.ErrInvalidArgument)
+}
+
+// checkObjects refuses an object store bucket made by someone else with
+// another replica count or a TTL that would drop objects.
+func checkObjects(c Config, sc jetstream.StreamConfig) error {
+	switch {
+	case sc.Replicas != c.Replicas:
+		return badSetting(c, "replicas", sc.Replicas, c.Replicas)
+	case sc.MaxAge != 0:
+		return badSetting(c, "a bucket TTL (max_age)", sc.MaxAge, "none")
 	}
+	return nil
+}
+
+// checkKeyValue refuses a key-value bucket made by someone else with
+// settings the adapters would silently misuse.
+func checkKeyValue(c Config, sc jetstream.StreamConfig) error {
+	bad := func(setting string, has, want any) error { return badSetting(c, setting, has, want) }
 	switch {
 	case sc.Replicas != c.Replicas:
 		return bad("replicas", sc.Replicas, c.Replicas)
@@ -262,22 +309,28 @@ func (b *Bucket) Name() string { return b.name }
 
 // msgGetResponse is the leader's answer to a message get.
 type msgGetResponse struct {
-	Message *struct {
-		Subject  string    `json:"subject"`
-		Sequence uint64    `json:"seq"`
-		Header   []byte    `json:"hdrs"`
-		Data     []byte    `json:"data"`
-		Time     time.Time `json:"time"`
-	} `json:"message"`
-	Error *jetstream.APIError `json:"error"`
+	Message *rawMsg             `json:"message"`
+	Error   *jetstream.APIError `json:"error"`
 }
 
-// Last reads the key's last message from the stream's leader.
-func (b *Bucket) Last(ctx context.Context, token string) (Entry, error) {
-	req, _ := json.Marshal(map[string]string{"last_by_subj": b.Subject(token)}) // a map of strings always encodes
-	var e Entry
-	err := retry(ctx, func(ctx context.Context) error {
-		msg, err := b.nc.RequestWithContext(ctx, b.api, req)
+// rawMsg is a message as the leader's message get returns it.
+type rawMsg struct {
+	Subject  string    `json:"subject"`
+	Sequence uint64    `json:"seq"`
+	Header   []byte    `json:"hdrs"`
+	Data     []byte    `json:"data"`
+	Time     time.Time `json:"time"`
+}
+
+// get asks the stream's leader for one message; nil when there is none.
+func (b *Bucket) get(ctx context.Context, req any) (*rawMsg, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	var out *rawMsg
+	err = retry(ctx, func(ctx context.Context) error {
+		msg, err := b.nc.RequestWithContext(ctx, b.api, body)
 		if err != nil {
 			return err
 		}
@@ -287,7 +340,7 @@ func (b *Bucket) Last(ctx context.Context, token string) (Entry, error) {
 		}
 		if resp.Error != nil {
 			if resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound {
-				e = Entry{}
+				out = nil
 				return nil
 			}
 			return resp.Error
@@ -295,19 +348,46 @@ func (b *Bucket) Last(ctx context.Context, token string) (Entry, error) {
 		if resp.Message == nil {
 			return fmt.Errorf("bucket %s answered a read with no message", b.name)
 		}
-		var h nats.Header
-		if len(resp.Message.Header) > 0 {
-			if h, err = nats.DecodeHeadersMsg(resp.Message.Header); err != nil {
-				return fmt.Errorf("message %d has unreadable headers: %w", resp.Message.Sequence, err)
-			}
-		}
-		e, err = entry(resp.Message.Sequence, h, resp.Message.Data, resp.Message.Time)
-		return err
+		out = resp.Message
+		return nil
 	})
+	return out, err
+}
+
+// Last reads the key's last message from the stream's leader.
+func (b *Bucket) Last(ctx context.Context, token string) (Entry, error) {
+	m, err := b.get(ctx, map[string]string{"last_by_subj": b.Subject(token)})
+	if err == nil && m == nil {
+		return Entry{}, nil
+	}
+	var e Entry
+	if err == nil {
+		var h nats.Header
+		if len(m.Header) > 0 {
+			h, err = nats.DecodeHeadersMsg(m.Header)
+		}
+		if err == nil {
+			e, err = entry(m.Sequence, h, m.Data, m.Time)
+		}
+	}
 	if err != nil {
-		return Entry{}, fmt.Errorf("read %s from bucket %s: %w", token, b.name, err)
+		return Entry{}, fmt.Errorf("read %.60s from bucket %s: %w", token, b.name, err)
 	}
 	return e, nil
+}
+
+// Next reads, from the stream's leader, the first message of the key at or
+// after stream sequence seq: its sequence and data, or 0 when there is
+// none.
+func (b *Bucket) Next(ctx context.Context, token string, seq uint64) (uint64, []byte, error) {
+	m, err := b.get(ctx, map[string]any{"seq": seq, "next_by_subj": b.Subject(token)})
+	if err != nil {
+		return 0, nil, fmt.Errorf("read %s from sequence %d of bucket %s: %w", token, seq, b.name, err)
+	}
+	if m == nil {
+		return 0, nil, nil
+	}
+	return m.Sequence, m.Data, nil
 }
 
 // entry reads a stored message.
@@ -398,6 +478,17 @@ func (b *Bucket) Remove(ctx context.Context, token string, expect uint64) (uint6
 	return rev, nil
 }
 
+// Publish sends m to the key token, conditioned like Put when expect is
+// not nil.
+func (b *Bucket) Publish(ctx context.Context, token string, m *nats.Msg, expect *uint64) (uint64, error) {
+	m.Subject = b.Subject(token)
+	rev, err := b.publish(ctx, token, m, expect)
+	if err != nil {
+		return 0, fmt.Errorf("write %s to bucket %s: %w", token, b.name, err)
+	}
+	return rev, nil
+}
+
 // publish sends m with a message id of its own, so a retry after a lost
 // acknowledgement is not stored twice, and a conditional write whose
 // acknowledgement was lost is recognised by its id on the key.
@@ -469,56 +560,109 @@ func (b *Bucket) Tokens(ctx context.Context, filter string) ([]string, error) {
 	return out, nil
 }
 
+// barrier is the key a scan writes to learn how far it must read.
+const barrier = "_barrier"
+
+// scanBatch is how many messages a scan asks for at a time.
+const scanBatch = 512
+
 // Scan calls f with the last message of every key under filter, in no
-// particular order, through one ordered consumer that the stream's leader
-// serves. Deletion markers and expired values are passed with Live false.
+// particular order, through one ordered consumer. Deletion markers and
+// expired values are passed with Live false.
+//
+// The broker may place the consumer on any replica, which may lag the
+// leader. So the scan first writes a barrier message (the leader orders it
+// after every acknowledged write), and reads until the consumer delivers
+// it: by then the replica has applied, and the consumer delivered, every
+// write acknowledged before the scan began.
 func (b *Bucket) Scan(ctx context.Context, filter string, f func(token string, e Entry) error) error {
 	ctx, cancel := callContext(ctx)
 	defer cancel()
+	upTo, err := b.Put(ctx, barrier, nil, time.Minute, nil)
+	if err != nil {
+		return fmt.Errorf("scan bucket %s: %w", b.name, err)
+	}
 	var cons jetstream.Consumer
-	err := retry(ctx, func(actx context.Context) error {
+	err = retry(ctx, func(actx context.Context) error {
 		var err error
-		cons, err = b.js.OrderedConsumer(actx, b.stream.CachedInfo().Config.Name, jetstream.OrderedConsumerConfig{
-			FilterSubjects: []string{b.prefix + filter},
-			DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
+		cons, err = b.js.CreateConsumer(actx, b.streamName, jetstream.ConsumerConfig{
+			FilterSubjects:    []string{b.prefix + filter, b.prefix + barrier},
+			DeliverPolicy:     jetstream.DeliverLastPerSubjectPolicy,
+			AckPolicy:         jetstream.AckNonePolicy,
+			MemoryStorage:     true,
+			Replicas:          1,
+			InactiveThreshold: time.Minute,
 		})
 		return err
 	})
 	if err != nil {
 		return fmt.Errorf("scan bucket %s: %w", b.name, err)
 	}
-	pending := cons.CachedInfo().NumPending
-	if pending == 0 {
-		return nil
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.Background(), attemptTimeout)
+		defer cancel()
+		_ = b.js.DeleteConsumer(dctx, b.streamName, cons.CachedInfo().Name) // else it goes when inactive
+	}()
+	// A key may come twice when the replica applies a newer write during
+	// the scan: the last delivery wins.
+	last := map[string]Entry{}
+	var seen, lastSeq uint64
+	failed := func(err error) error {
+		return fmt.Errorf("scan bucket %s: %d messages read, the last at %d, waiting for %d: %w", b.name, seen, lastSeq, upTo, err)
 	}
-	it, err := cons.Messages()
-	if err != nil {
-		return fmt.Errorf("scan bucket %s: %w", b.name, err)
-	}
-	defer it.Stop()
-	stop := context.AfterFunc(ctx, it.Stop)
-	defer stop()
-	for {
-		msg, err := it.Next()
-		if err != nil {
-			if ctx.Err() != nil {
-				err = ctx.Err()
+	for done := false; !done; {
+		n := 0
+		batch, err := cons.FetchNoWait(scanBatch)
+		if err == nil {
+			for msg := range batch.Messages() {
+				n++
+				meta, err := msg.Metadata()
+				if err != nil {
+					return failed(err)
+				}
+				seen, lastSeq = seen+1, meta.Sequence.Stream
+				token := strings.TrimPrefix(msg.Subject(), b.prefix)
+				if token == barrier {
+					done = done || meta.Sequence.Stream >= upTo
+					continue
+				}
+				e, err := entry(meta.Sequence.Stream, msg.Headers(), msg.Data(), meta.Timestamp)
+				if err != nil {
+					return failed(err)
+				}
+				last[token] = e
 			}
-			return fmt.Errorf("scan bucket %s: %w", b.name, err)
+			err = batch.Error()
 		}
-		meta, err := msg.Metadata()
-		if err != nil {
-			return fmt.Errorf("scan bucket %s: %w", b.name, err)
+		// No responder: the consumer's replica has not started it yet.
+		if err != nil && !transient(err) {
+			return failed(err)
 		}
-		e, err := entry(meta.Sequence.Stream, msg.Headers(), msg.Data(), meta.Timestamp)
-		if err != nil {
-			return fmt.Errorf("scan bucket %s: %w", b.name, err)
+		if n == 0 && !done {
+			// Nothing new: the replica has not applied the barrier yet.
+			select {
+			case <-ctx.Done():
+				return failed(ctx.Err())
+			case <-time.After(5 * time.Millisecond):
+			}
 		}
-		if err := f(strings.TrimPrefix(msg.Subject(), b.prefix), e); err != nil {
+	}
+	for token, e := range last {
+		if err := f(token, e); err != nil {
 			return err
 		}
-		if meta.NumPending == 0 {
-			return nil
-		}
 	}
+	return nil
+}
+
+// Purge removes every message of the keys under filter, leaving no
+// markers.
+func (b *Bucket) Purge(ctx context.Context, filter string) error {
+	err := retry(ctx, func(ctx context.Context) error {
+		return b.stream.Purge(ctx, jetstream.WithPurgeSubject(b.prefix+filter))
+	})
+	if err != nil {
+		return fmt.Errorf("purge %s from bucket %s: %w", filter, b.name, err)
+	}
+	return nil
 }

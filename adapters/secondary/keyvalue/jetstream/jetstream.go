@@ -35,8 +35,6 @@ var _ ports.KeyValue = (*Store)(nil)
 const (
 	// DefaultBucket is the bucket used when the configuration names none.
 	DefaultBucket = "ABI_KV"
-	// defaultPageSize is the page size of ListKeys when the caller gives none.
-	defaultPageSize = 100
 	// casRounds bounds how often a conditional write re-reads after losing
 	// a race to a write that did not decide its outcome (an expiry).
 	casRounds = 32
@@ -208,8 +206,9 @@ func (s *Store) ListKeys(ctx context.Context, prefix string, limit int, cursor s
 	if err := storecheck.Prefix("cursor", cursor); err != nil {
 		return nil, "", err
 	}
-	if limit <= 0 {
-		limit = defaultPageSize
+	limit, err := storecheck.Limit("limit", limit)
+	if err != nil {
+		return nil, "", err
 	}
 	tokens, err := s.b.Tokens(ctx, ">")
 	if err != nil {

@@ -1,0 +1,396 @@
+// Package jetstream is a document store in a JetStream key-value bucket,
+// which every engine of a NATS account reaches and a cluster replicates.
+//
+// A collection is a marker key, c.<name>; its documents are keys
+// d.<name>.<generation>.<id token>, where the generation is the marker's
+// revision, so a collection dropped and made again never shows a document
+// of its past life, even one written while it was being dropped. A
+// document's version is its key's revision: a write conditioned on it is a
+// compare-and-set the stream decides. Reads go to the stream's leader.
+//
+// Find and Count have no index: they read every document of the collection
+// through one ordered consumer and sort in memory. This adapter is for
+// modest collections (thousands of documents, not millions).
+package jetstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/abi-engine/engine/adapters/secondary/internal/jsbucket"
+	"github.com/abi-engine/engine/internal/docjson"
+	"github.com/abi-engine/engine/internal/storecheck"
+	"github.com/abi-engine/engine/ports"
+)
+
+var _ ports.DocumentStore = (*Store)(nil)
+
+// DefaultBucket is the bucket used when the configuration names none.
+const DefaultBucket = "ABI_DOCS"
+
+// Config is the adapter's block under services.document.config.
+type Config struct {
+	// Bucket is the key-value bucket; default ABI_DOCS.
+	Bucket string `yaml:"bucket"`
+	// Replicas is 1, 3 or 5 (default 1), applied when the bucket is made.
+	Replicas int `yaml:"replicas"`
+}
+
+// LocalStorage implements ports.StorageConfig: the bucket is on the NATS
+// servers every engine of the account reaches.
+func (Config) LocalStorage() string { return "" }
+
+// Default fills the bucket's name and replica count.
+func (c *Config) Default(string) {
+	if c.Bucket == "" {
+		c.Bucket = DefaultBucket
+	}
+	c.Replicas = max(c.Replicas, 1)
+}
+
+// Check refuses bad settings, naming the key under prefix.
+func (c Config) Check(prefix string) error { return jsbucket.Config(c).Check(prefix) }
+
+// Describe names the bucket and its replicas.
+func (c Config) Describe() string { return jsbucket.Config(c).Describe() }
+
+// Store is the bucket on a connection.
+type Store struct {
+	b  *jsbucket.Bucket
+	nc *nats.Conn
+}
+
+// Open opens the bucket on nc, creating it when it is missing. The store
+// owns nc: Close closes it.
+func Open(ctx context.Context, c Config, nc *nats.Conn) (*Store, error) {
+	c.Default("")
+	b, err := jsbucket.Open(ctx, nc, jsbucket.Config(c), "abi-engine documents")
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("document jetstream: %w", err)
+	}
+	return &Store{b: b, nc: nc}, nil
+}
+
+// Close closes the store's connection; closing twice is harmless.
+func (s *Store) Close() error {
+	s.nc.Close()
+	return nil
+}
+
+// casRounds bounds how often a write re-reads after losing a race that did
+// not decide its outcome.
+const casRounds = 32
+
+func marker(collection string) string { return "c." + collection }
+
+func docToken(collection string, generation uint64, id string) string {
+	return fmt.Sprintf("d.%s.%d.%s", collection, generation, jsbucket.Encode(id))
+}
+
+// generation is the collection's marker revision, or ErrNotFound.
+func (s *Store) generation(ctx context.Context, collection string) (uint64, error) {
+	e, err := s.b.Last(ctx, marker(collection))
+	if err != nil {
+		return 0, err
+	}
+	if !e.Live {
+		return 0, fmt.Errorf("collection %q: %w", collection, ports.ErrNotFound)
+	}
+	return e.Revision, nil
+}
+
+// EnsureCollection writes the collection's marker unless it has one.
+func (s *Store) EnsureCollection(ctx context.Context, name string) error {
+	if err := storecheck.Collection(name); err != nil {
+		return err
+	}
+	for range casRounds {
+		e, err := s.b.Last(ctx, marker(name))
+		if err != nil {
+			return fmt.Errorf("ensure collection %q: %w", name, err)
+		}
+		if e.Live {
+			return nil
+		}
+		rev := e.Revision
+		_, err = s.b.Put(ctx, marker(name), []byte("{}"), 0, &rev)
+		if err == nil || !errors.Is(err, jsbucket.ErrConflict) {
+			return wrap(err, "ensure collection %q", name)
+		}
+	}
+	return fmt.Errorf("ensure collection %q: it changed %d times meanwhile: %w", name, casRounds, ports.ErrConflict)
+}
+
+// DropCollection deletes the marker, which hides the documents at once,
+// then purges them.
+func (s *Store) DropCollection(ctx context.Context, name string) error {
+	if err := storecheck.Collection(name); err != nil {
+		return err
+	}
+	for range casRounds {
+		e, err := s.b.Last(ctx, marker(name))
+		if err != nil {
+			return fmt.Errorf("drop collection %q: %w", name, err)
+		}
+		if !e.Live {
+			return fmt.Errorf("drop collection %q: %w", name, ports.ErrNotFound)
+		}
+		_, err = s.b.Remove(ctx, marker(name), e.Revision)
+		if errors.Is(err, jsbucket.ErrConflict) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("drop collection %q: %w", name, err)
+		}
+		return wrap(s.b.Purge(ctx, "d."+name+".>"), "drop collection %q", name)
+	}
+	return fmt.Errorf("drop collection %q: it changed %d times meanwhile: %w", name, casRounds, ports.ErrConflict)
+}
+
+// Collections lists the collections whose marker is live.
+func (s *Store) Collections(ctx context.Context) ([]string, error) {
+	out := []string{}
+	err := s.b.Scan(ctx, "c.*", func(token string, e jsbucket.Entry) error {
+		if e.Live {
+			out = append(out, strings.TrimPrefix(token, "c."))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list collections: %w", err)
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// Put writes the document if cond holds: conditioned on the revision read,
+// so of racing writers at one version exactly one succeeds.
+func (s *Store) Put(ctx context.Context, collection, id string, data map[string]any, cond ports.Cond) (ports.Document, error) {
+	if err := checkDoc(collection, id); err != nil {
+		return ports.Document{}, err
+	}
+	raw, canonical, err := docjson.Data(id, data)
+	if err != nil {
+		return ports.Document{}, err
+	}
+	gen, err := s.generation(ctx, collection)
+	if err != nil {
+		return ports.Document{}, fmt.Errorf("put %q: %w", id, err)
+	}
+	token := docToken(collection, gen, id)
+	want, conditional := cond.Version()
+	var expect *uint64
+	if conditional {
+		e, err := s.b.Last(ctx, token)
+		if err != nil {
+			return ports.Document{}, fmt.Errorf("put %q in %q: %w", id, collection, err)
+		}
+		stored := uint64(0)
+		if e.Live {
+			stored = e.Revision
+		}
+		if stored != want {
+			return ports.Document{}, fmt.Errorf("put %q in %q at version %d, stored %d: %w", id, collection, want, stored, ports.ErrConflict)
+		}
+		expect = &e.Revision
+	}
+	rev, err := s.b.Put(ctx, token, raw, 0, expect)
+	if errors.Is(err, jsbucket.ErrConflict) {
+		return ports.Document{}, fmt.Errorf("put %q in %q at version %d: another write came first: %w", id, collection, want, ports.ErrConflict)
+	}
+	if err != nil {
+		return ports.Document{}, fmt.Errorf("put %q in %q: %w", id, collection, err)
+	}
+	return ports.Document{ID: id, Version: rev, Data: canonical}, nil
+}
+
+// Get returns the document.
+func (s *Store) Get(ctx context.Context, collection, id string) (ports.Document, error) {
+	if err := checkDoc(collection, id); err != nil {
+		return ports.Document{}, err
+	}
+	gen, err := s.generation(ctx, collection)
+	if err != nil {
+		return ports.Document{}, fmt.Errorf("get %q: %w", id, err)
+	}
+	e, err := s.b.Last(ctx, docToken(collection, gen, id))
+	if err != nil {
+		return ports.Document{}, fmt.Errorf("get %q in %q: %w", id, collection, err)
+	}
+	if !e.Live {
+		return ports.Document{}, fmt.Errorf("get %q in %q: %w", id, collection, ports.ErrNotFound)
+	}
+	return document(id, e)
+}
+
+// Delete writes a deletion marker over the document if cond holds.
+func (s *Store) Delete(ctx context.Context, collection, id string, cond ports.Cond) error {
+	if err := checkDoc(collection, id); err != nil {
+		return err
+	}
+	gen, err := s.generation(ctx, collection)
+	if err != nil {
+		return fmt.Errorf("delete %q: %w", id, err)
+	}
+	token := docToken(collection, gen, id)
+	want, conditional := cond.Version()
+	for range casRounds {
+		e, err := s.b.Last(ctx, token)
+		if err != nil {
+			return fmt.Errorf("delete %q in %q: %w", id, collection, err)
+		}
+		if !e.Live {
+			return fmt.Errorf("delete %q in %q: %w", id, collection, ports.ErrNotFound)
+		}
+		if conditional && e.Revision != want {
+			return fmt.Errorf("delete %q in %q at version %d, stored %d: %w", id, collection, want, e.Revision, ports.ErrConflict)
+		}
+		_, err = s.b.Remove(ctx, token, e.Revision)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, jsbucket.ErrConflict) {
+			return fmt.Errorf("delete %q in %q: %w", id, collection, err)
+		}
+		// Another write came between the read and the delete: read again,
+		// and a conditional delete then fails on the new version.
+	}
+	return fmt.Errorf("delete %q in %q: it changed %d times meanwhile: %w", id, collection, casRounds, ports.ErrConflict)
+}
+
+func checkDoc(collection, id string) error {
+	if err := storecheck.Collection(collection); err != nil {
+		return err
+	}
+	return storecheck.Key("id", id)
+}
+
+func document(id string, e jsbucket.Entry) (ports.Document, error) {
+	data, err := docjson.Decode(e.Value)
+	if err != nil {
+		return ports.Document{}, fmt.Errorf("document %q: %w", id, err)
+	}
+	return ports.Document{ID: id, Version: e.Revision, Data: data}, nil
+}
+
+type match struct {
+	key docjson.Key
+	doc ports.Document
+}
+
+// scan reads every live document of the collection that passes where.
+func (s *Store) scan(ctx context.Context, collection string, where []docjson.Where, orderBy string) ([]match, error) {
+	gen, err := s.generation(ctx, collection)
+	if err != nil {
+		return nil, err
+	}
+	prefix := fmt.Sprintf("d.%s.%d.", collection, gen)
+	var out []match
+	err = s.b.Scan(ctx, prefix+"*", func(token string, e jsbucket.Entry) error {
+		if !e.Live {
+			return nil
+		}
+		id, err := jsbucket.Decode(strings.TrimPrefix(token, prefix))
+		if err != nil {
+			return nil // a key another client wrote outside this adapter's encoding
+		}
+		d, err := document(id, e)
+		if err != nil {
+			return err
+		}
+		if !matches(d.Data, where) {
+			return nil
+		}
+		k := docjson.Key{ID: id}
+		if orderBy != "" {
+			v, ok := d.Data[orderBy]
+			k = docjson.KeyOf(id, v, ok)
+		}
+		out = append(out, match{key: k, doc: d})
+		return nil
+	})
+	return out, err
+}
+
+// matches compares canonical values, so 1 and 1.0 are equal and a missing
+// field equals nothing, not even null.
+func matches(data map[string]any, where []docjson.Where) bool {
+	for _, w := range where {
+		v, ok := data[w.Field]
+		if !ok || !reflect.DeepEqual(v, w.Value) {
+			return false
+		}
+	}
+	return true
+}
+
+// Find reads the whole collection, sorts the matches and returns the page
+// after the cursor.
+func (s *Store) Find(ctx context.Context, collection string, q ports.Query) ([]ports.Document, string, error) {
+	if err := storecheck.Collection(collection); err != nil {
+		return nil, "", err
+	}
+	where, limit, err := docjson.Check(q)
+	if err != nil {
+		return nil, "", err
+	}
+	after, hasCursor, err := docjson.DecodeCursor(q)
+	if err != nil {
+		return nil, "", err
+	}
+	all, err := s.scan(ctx, collection, where, q.OrderBy)
+	if err != nil {
+		return nil, "", fmt.Errorf("find in %q: %w", collection, err)
+	}
+	order := func(a, b docjson.Key) int {
+		if q.Desc {
+			return docjson.Compare(b, a)
+		}
+		return docjson.Compare(a, b)
+	}
+	if hasCursor {
+		all = slices.DeleteFunc(all, func(m match) bool { return order(m.key, after) <= 0 })
+	}
+	slices.SortFunc(all, func(a, b match) int { return order(a.key, b.key) })
+	next := ""
+	if len(all) > limit {
+		all = all[:limit]
+		next = docjson.EncodeCursor(q, all[limit-1].key)
+	}
+	docs := make([]ports.Document, len(all))
+	for i, m := range all {
+		docs[i] = m.doc
+	}
+	return docs, next, nil
+}
+
+// Count reads the whole collection and counts the matches.
+func (s *Store) Count(ctx context.Context, collection string, where map[string]any) (int, error) {
+	if err := storecheck.Collection(collection); err != nil {
+		return 0, err
+	}
+	conds, err := docjson.Conditions(where)
+	if err != nil {
+		return 0, err
+	}
+	all, err := s.scan(ctx, collection, conds, "")
+	if err != nil {
+		return 0, fmt.Errorf("count in %q: %w", collection, err)
+	}
+	return len(all), nil
+}
+
+// wrap adds what failed to a non-nil error.
+func wrap(err error, format string, args ...any) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf(format+": %w", append(args, err)...)
+}
