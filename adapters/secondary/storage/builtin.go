@@ -20,6 +20,7 @@ import (
 	kvmemory "github.com/abi-engine/engine/adapters/secondary/keyvalue/memory"
 	kvpostgres "github.com/abi-engine/engine/adapters/secondary/keyvalue/postgres"
 	kvsqlite "github.com/abi-engine/engine/adapters/secondary/keyvalue/sqlite"
+	objjetstream "github.com/abi-engine/engine/adapters/secondary/objectstorage/jetstream"
 	objlocalfs "github.com/abi-engine/engine/adapters/secondary/objectstorage/localfs"
 	objmemory "github.com/abi-engine/engine/adapters/secondary/objectstorage/memory"
 	objs3 "github.com/abi-engine/engine/adapters/secondary/objectstorage/s3"
@@ -53,6 +54,7 @@ func init() {
 
 	onNATS(ports.ServiceKeyValue, "jetstream", kvjetstream.Open)
 	onNATS(ports.ServiceDocument, "jetstream", docjetstream.Open)
+	onNATS(ports.ServiceObjectStorage, "jetstream", objjetstream.Open)
 
 	Register(ports.ServiceCache, "memory", cachememory.Open)
 	tier(ports.ServiceKeyValue, func(c *cachekv.Config, on ports.StorageConfig) { c.Service = on }, cachekv.Open)

@@ -376,18 +376,37 @@ func (b *Bucket) Last(ctx context.Context, token string) (Entry, error) {
 	return e, nil
 }
 
+// Msg is a message of a key read by Next or LastMsg; Seq 0 means none.
+type Msg struct {
+	Seq    uint64
+	Header nats.Header
+	Data   []byte
+}
+
 // Next reads, from the stream's leader, the first message of the key at or
-// after stream sequence seq: its sequence and data, or 0 when there is
-// none.
-func (b *Bucket) Next(ctx context.Context, token string, seq uint64) (uint64, []byte, error) {
-	m, err := b.get(ctx, map[string]any{"seq": seq, "next_by_subj": b.Subject(token)})
+// after stream sequence seq.
+func (b *Bucket) Next(ctx context.Context, token string, seq uint64) (Msg, error) {
+	return b.msg(ctx, token, map[string]any{"seq": seq, "next_by_subj": b.Subject(token)})
+}
+
+// LastMsg reads, from the stream's leader, the last message of the key.
+func (b *Bucket) LastMsg(ctx context.Context, token string) (Msg, error) {
+	return b.msg(ctx, token, map[string]any{"last_by_subj": b.Subject(token)})
+}
+
+func (b *Bucket) msg(ctx context.Context, token string, req map[string]any) (Msg, error) {
+	m, err := b.get(ctx, req)
+	if err == nil && m == nil {
+		return Msg{}, nil
+	}
+	var h nats.Header
+	if err == nil && len(m.Header) > 0 {
+		h, err = nats.DecodeHeadersMsg(m.Header)
+	}
 	if err != nil {
-		return 0, nil, fmt.Errorf("read %s from sequence %d of bucket %s: %w", token, seq, b.name, err)
+		return Msg{}, fmt.Errorf("read %s (%v) from bucket %s: %w", token, req["seq"], b.name, err)
 	}
-	if m == nil {
-		return 0, nil, nil
-	}
-	return m.Sequence, m.Data, nil
+	return Msg{Seq: m.Sequence, Header: h, Data: m.Data}, nil
 }
 
 // entry reads a stored message.
@@ -582,8 +601,34 @@ func (b *Bucket) Scan(ctx context.Context, filter string, f func(token string, e
 	if err != nil {
 		return fmt.Errorf("scan bucket %s: %w", b.name, err)
 	}
+	var last map[string]Entry
+	for attempt := 0; ; attempt++ {
+		last, err = b.scanOnce(ctx, filter, upTo)
+		if !errors.Is(err, errGap) || attempt == 4 {
+			break
+		}
+	}
+	if err != nil {
+		return err
+	}
+	for token, e := range last {
+		if err := f(token, e); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// errGap is a scan that missed a delivery: a pull the client gave up on
+// while the broker answered it. Unacknowledged deliveries are not sent
+// again, so the scan starts over.
+var errGap = errors.New("a delivery was missed")
+
+// scanOnce reads the keys under filter through a consumer of its own until
+// it delivers the barrier at upTo or later.
+func (b *Bucket) scanOnce(ctx context.Context, filter string, upTo uint64) (map[string]Entry, error) {
 	var cons jetstream.Consumer
-	err = retry(ctx, func(actx context.Context) error {
+	err := retry(ctx, func(actx context.Context) error {
 		var err error
 		cons, err = b.js.CreateConsumer(actx, b.streamName, jetstream.ConsumerConfig{
 			FilterSubjects:    []string{b.prefix + filter, b.prefix + barrier},
@@ -596,7 +641,7 @@ func (b *Bucket) Scan(ctx context.Context, filter string, f func(token string, e
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("scan bucket %s: %w", b.name, err)
+		return nil, fmt.Errorf("scan bucket %s: %w", b.name, err)
 	}
 	defer func() {
 		dctx, cancel := context.WithTimeout(context.Background(), attemptTimeout)
@@ -618,7 +663,10 @@ func (b *Bucket) Scan(ctx context.Context, filter string, f func(token string, e
 				n++
 				meta, err := msg.Metadata()
 				if err != nil {
-					return failed(err)
+					return nil, failed(err)
+				}
+				if meta.Sequence.Consumer != seen+1 {
+					return nil, failed(fmt.Errorf("delivery %d after %d: %w", meta.Sequence.Consumer, seen, errGap))
 				}
 				seen, lastSeq = seen+1, meta.Sequence.Stream
 				token := strings.TrimPrefix(msg.Subject(), b.prefix)
@@ -628,7 +676,7 @@ func (b *Bucket) Scan(ctx context.Context, filter string, f func(token string, e
 				}
 				e, err := entry(meta.Sequence.Stream, msg.Headers(), msg.Data(), meta.Timestamp)
 				if err != nil {
-					return failed(err)
+					return nil, failed(err)
 				}
 				last[token] = e
 			}
@@ -636,23 +684,18 @@ func (b *Bucket) Scan(ctx context.Context, filter string, f func(token string, e
 		}
 		// No responder: the consumer's replica has not started it yet.
 		if err != nil && !transient(err) {
-			return failed(err)
+			return nil, failed(err)
 		}
 		if n == 0 && !done {
 			// Nothing new: the replica has not applied the barrier yet.
 			select {
 			case <-ctx.Done():
-				return failed(ctx.Err())
+				return nil, failed(ctx.Err())
 			case <-time.After(5 * time.Millisecond):
 			}
 		}
 	}
-	for token, e := range last {
-		if err := f(token, e); err != nil {
-			return err
-		}
-	}
-	return nil
+	return last, nil
 }
 
 // Purge removes every message of the keys under filter, leaving no

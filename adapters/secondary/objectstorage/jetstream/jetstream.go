@@ -1,0 +1,506 @@
+// Package jetstream is object storage in a JetStream object store bucket,
+// which every engine of a NATS account reaches and a cluster replicates.
+// Objects are stored in the object store's own layout (chunks of 128 KiB
+// under $O.<bucket>.C.<nuid>, a description under $O.<bucket>.M.<name>),
+// so `nats object` reads what the engine writes.
+//
+// Both ways stream: Put publishes a chunk as soon as it has read one, Get
+// reads a chunk at a time from the stream's leader. A Put becomes visible
+// when its description is written, after every chunk, and that write is
+// conditioned on the description it replaces, so IfAbsent and IfMatch are
+// atomic. The ETag is the SHA-256 digest of the content.
+package jetstream
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+
+	"github.com/abi-engine/engine/adapters/secondary/internal/jsbucket"
+	"github.com/abi-engine/engine/adapters/secondary/objectstorage/internal/objkey"
+	"github.com/abi-engine/engine/internal/storecheck"
+	"github.com/abi-engine/engine/ports"
+)
+
+var _ ports.ObjectStorage = (*Store)(nil)
+
+const (
+	// DefaultBucket is the bucket used when the configuration names none.
+	DefaultBucket = "ABI_OBJECTS"
+	// chunkSize is the object store's usual chunk.
+	chunkSize = 128 << 10
+	// headerChunk numbers a chunk from 0, so a range read finds its first
+	// chunk without reading those before it.
+	headerChunk = "Abi-Chunk"
+)
+
+// Config is the adapter's block under services.object_storage.config.
+type Config struct {
+	// Bucket is the object store bucket; default ABI_OBJECTS.
+	Bucket string `yaml:"bucket"`
+	// Replicas is 1, 3 or 5 (default 1), applied when the bucket is made.
+	Replicas int `yaml:"replicas"`
+}
+
+// LocalStorage implements ports.StorageConfig: the bucket is on the NATS
+// servers every engine of the account reaches.
+func (Config) LocalStorage() string { return "" }
+
+// Default fills the bucket's name and replica count.
+func (c *Config) Default(string) {
+	if c.Bucket == "" {
+		c.Bucket = DefaultBucket
+	}
+	c.Replicas = max(c.Replicas, 1)
+}
+
+// Check refuses bad settings, naming the key under prefix.
+func (c Config) Check(prefix string) error { return jsbucket.Config(c).Check(prefix) }
+
+// Describe names the bucket and its replicas.
+func (c Config) Describe() string {
+	return strings.Replace(jsbucket.Config(c).Describe(), "bucket", "object store", 1)
+}
+
+// Store is the bucket on a connection.
+type Store struct {
+	b  *jsbucket.Bucket
+	nc *nats.Conn
+}
+
+// Open opens the bucket on nc, creating it when it is missing. The store
+// owns nc: Close closes it.
+func Open(ctx context.Context, c Config, nc *nats.Conn) (*Store, error) {
+	c.Default("")
+	b, err := jsbucket.OpenObjects(ctx, nc, jsbucket.Config(c), "abi-engine objects")
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("object storage jetstream: %w", err)
+	}
+	return &Store{b: b, nc: nc}, nil
+}
+
+// Close closes the store's connection; closing twice is harmless.
+func (s *Store) Close() error {
+	s.nc.Close()
+	return nil
+}
+
+func metaToken(key string) string { return "M." + base64.URLEncoding.EncodeToString([]byte(key)) }
+
+func chunkToken(id string) string { return "C." + id }
+
+// current is an object's description as the leader has it.
+type current struct {
+	// revision is the description's; 0 when the key never had one.
+	revision uint64
+	live     bool
+	info     jetstream.ObjectInfo
+}
+
+func (s *Store) current(ctx context.Context, key string) (current, error) {
+	e, err := s.b.Last(ctx, metaToken(key))
+	if err != nil {
+		return current{}, fmt.Errorf("object %q: %w", key, err)
+	}
+	c := current{revision: e.Revision}
+	if !e.Live {
+		return c, nil
+	}
+	if err := json.Unmarshal(e.Value, &c.info); err != nil {
+		return current{}, fmt.Errorf("object %q: unreadable description at revision %d: %w", key, e.Revision, err)
+	}
+	c.live = !c.info.Deleted
+	return c, nil
+}
+
+func describe(key string, info jetstream.ObjectInfo) ports.ObjectInfo {
+	ct := info.Headers.Get("Content-Type")
+	if ct == "" {
+		ct = objkey.DefaultContentType
+	}
+	return ports.ObjectInfo{Key: key, Size: int64(info.Size), ETag: info.Digest, ContentType: ct, Modified: info.ModTime}
+}
+
+// Put publishes the chunks as it reads them, then the description,
+// conditioned on the one it replaces. A Put that fails, or loses the
+// condition, purges its chunks and leaves the previous object.
+func (s *Store) Put(ctx context.Context, key string, r io.Reader, opts ports.PutObjectOptions) (ports.ObjectInfo, error) {
+	if err := objkey.CheckPut(key, opts); err != nil {
+		return ports.ObjectInfo{}, err
+	}
+	ct := opts.ContentType
+	if ct == "" {
+		ct = objkey.DefaultContentType
+	}
+	cur, err := s.current(ctx, key)
+	if err != nil {
+		return ports.ObjectInfo{}, fmt.Errorf("put %w", err)
+	}
+	var expect *uint64
+	switch {
+	case opts.IfAbsent:
+		if cur.live {
+			return ports.ObjectInfo{}, fmt.Errorf("put %q if absent: it exists: %w", key, ports.ErrConflict)
+		}
+		expect = &cur.revision
+	case opts.IfMatch != "":
+		if !cur.live || cur.info.Digest != opts.IfMatch {
+			return ports.ObjectInfo{}, fmt.Errorf("put %q if the ETag is %q: it is not: %w", key, opts.IfMatch, ports.ErrConflict)
+		}
+		expect = &cur.revision
+	}
+	id := nuid.Next()
+	info, err := s.writeChunks(ctx, id, r)
+	if err != nil {
+		s.purge(id)
+		return ports.ObjectInfo{}, fmt.Errorf("put %q: %w", key, err)
+	}
+	info.Name, info.Bucket, info.NUID = key, s.b.Name(), id
+	info.Headers = nats.Header{"Content-Type": []string{ct}}
+	info.Opts = &jetstream.ObjectMetaOptions{ChunkSize: chunkSize}
+	info.ModTime = time.Now().UTC()
+	m := nats.NewMsg("")
+	m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
+	if m.Data, err = json.Marshal(info); err != nil {
+		s.purge(id)
+		return ports.ObjectInfo{}, fmt.Errorf("put %q: %w", key, err)
+	}
+	if _, err := s.b.Publish(ctx, metaToken(key), m, expect); err != nil {
+		s.purge(id)
+		if errors.Is(err, jsbucket.ErrConflict) {
+			return ports.ObjectInfo{}, fmt.Errorf("put %q: another write came first: %w", key, ports.ErrConflict)
+		}
+		return ports.ObjectInfo{}, fmt.Errorf("put %q: %w", key, err)
+	}
+	if cur.live {
+		s.purge(cur.info.NUID)
+	}
+	return describe(key, info), nil
+}
+
+// writeChunks publishes r in chunks under id and returns the size, count
+// and digest.
+func (s *Store) writeChunks(ctx context.Context, id string, r io.Reader) (jetstream.ObjectInfo, error) {
+	var info jetstream.ObjectInfo
+	h := sha256.New()
+	buf := make([]byte, chunkSize)
+	for {
+		n, err := io.ReadFull(r, buf)
+		if n > 0 {
+			h.Write(buf[:n])
+			m := nats.NewMsg("")
+			m.Data = buf[:n]
+			m.Header.Set(headerChunk, strconv.FormatUint(uint64(info.Chunks), 10))
+			if _, perr := s.b.Publish(ctx, chunkToken(id), m, nil); perr != nil {
+				return info, perr
+			}
+			info.Size += uint64(n)
+			info.Chunks++
+		}
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			info.Digest = digest(h)
+			return info, nil
+		}
+		if err != nil {
+			return info, fmt.Errorf("read the content after %d bytes: %w", info.Size, err)
+		}
+	}
+}
+
+func digest(h hash.Hash) string {
+	return "SHA-256=" + base64.URLEncoding.EncodeToString(h.Sum(nil))
+}
+
+// purge removes the chunks of id, on a context of its own: it runs after
+// the call's context may have ended. Chunks it fails to remove are
+// unreachable, never read.
+func (s *Store) purge(id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = s.b.Purge(ctx, chunkToken(id))
+}
+
+// Get opens a reader of the object's chunks in the range.
+func (s *Store) Get(ctx context.Context, key string, opts ports.GetObjectOptions) (io.ReadCloser, ports.ObjectInfo, error) {
+	if err := objkey.CheckGet(key, opts); err != nil {
+		return nil, ports.ObjectInfo{}, err
+	}
+	cur, err := s.current(ctx, key)
+	if err != nil {
+		return nil, ports.ObjectInfo{}, fmt.Errorf("get %w", err)
+	}
+	if !cur.live {
+		return nil, ports.ObjectInfo{}, fmt.Errorf("get %q: %w", key, ports.ErrNotFound)
+	}
+	offset, length, err := objkey.Span(key, opts, int64(cur.info.Size))
+	if err != nil {
+		return nil, ports.ObjectInfo{}, err
+	}
+	r := &reader{
+		ctx: ctx, b: s.b, key: key, info: cur.info, skip: offset, left: length,
+		seq: 1, whole: offset == 0 && length == int64(cur.info.Size), h: sha256.New(),
+	}
+	return r, describe(key, cur.info), nil
+}
+
+// reader reads an object's chunks one at a time from the leader.
+type reader struct {
+	ctx   context.Context
+	b     *jsbucket.Bucket
+	key   string
+	info  jetstream.ObjectInfo
+	skip  int64 // bytes still to drop before the range
+	left  int64 // bytes of the range still to return
+	seq   uint64
+	chunk []byte
+	read  uint32 // chunks read
+	whole bool   // the range is the object: check its digest at the end
+	h     hash.Hash
+	err   error
+}
+
+func (r *reader) Read(p []byte) (int, error) {
+	for len(r.chunk) == 0 {
+		if r.err != nil {
+			return 0, r.err
+		}
+		if r.left == 0 {
+			r.err = r.finish()
+			continue
+		}
+		r.err = r.next()
+	}
+	n := copy(p, r.chunk[:min(int64(len(r.chunk)), r.left)])
+	r.chunk, r.left = r.chunk[n:], r.left-int64(n)
+	if r.left == 0 {
+		r.chunk = nil
+	}
+	return n, nil
+}
+
+// next loads the next chunk, dropping what lies before the range. The
+// first load of a range that starts past the first chunk seeks to it.
+func (r *reader) next() error {
+	if r.read == r.info.Chunks {
+		return fmt.Errorf("get %q: %d chunks read, %d bytes short: %w", r.key, r.read, r.left, io.ErrUnexpectedEOF)
+	}
+	var (
+		m   jsbucket.Msg
+		err error
+	)
+	if k := uint32(r.skip / chunkSize); r.read == 0 && k > 0 && !r.whole {
+		m, err = r.seek(k)
+	} else {
+		m, err = r.b.Next(r.ctx, chunkToken(r.info.NUID), r.seq)
+	}
+	if err != nil {
+		return fmt.Errorf("get %q: %w", r.key, err)
+	}
+	if m.Seq == 0 {
+		return fmt.Errorf("get %q: chunk %d of %d is gone (the object was replaced or deleted while read): %w",
+			r.key, r.read+1, r.info.Chunks, ports.ErrNotFound)
+	}
+	if i, ok := chunkIndex(m); ok && i > r.read {
+		// Sought past the chunks before the range.
+		r.skip -= int64(i-r.read) * chunkSize
+		r.read = i
+	}
+	r.seq, r.read = m.Seq+1, r.read+1
+	if r.whole {
+		r.h.Write(m.Data)
+	}
+	drop := min(int64(len(m.Data)), r.skip)
+	r.skip -= drop
+	r.chunk = m.Data[drop:]
+	return nil
+}
+
+// chunkIndex is a chunk's number, when its writer numbered it.
+func chunkIndex(m jsbucket.Msg) (uint32, bool) {
+	i, err := strconv.ParseUint(m.Header.Get(headerChunk), 10, 32)
+	return uint32(i), err == nil
+}
+
+// seek finds chunk k by its number: the chunks of one Put have growing
+// sequences, mostly one after another, so a guess between two known chunks
+// by their numbers lands on it or narrows the search. Chunks another
+// writer made carry no number: those are read from the first.
+func (r *reader) seek(k uint32) (jsbucket.Msg, error) {
+	token := chunkToken(r.info.NUID)
+	lo, err := r.b.Next(r.ctx, token, 1)
+	if err != nil || lo.Seq == 0 {
+		return lo, err
+	}
+	hi, err := r.b.LastMsg(r.ctx, token)
+	if err != nil || hi.Seq == 0 {
+		return hi, err
+	}
+	ilo, okLo := chunkIndex(lo)
+	ihi, okHi := chunkIndex(hi)
+	if !okLo || !okHi || ilo != 0 || k > ihi {
+		return lo, nil
+	}
+	for {
+		switch {
+		case ilo == k:
+			return lo, nil
+		case ihi == k:
+			return hi, nil
+		}
+		guess := lo.Seq + max(1, (hi.Seq-lo.Seq)*uint64(k-ilo)/uint64(ihi-ilo))
+		m, err := r.b.Next(r.ctx, token, min(guess, hi.Seq))
+		if err != nil || m.Seq == 0 {
+			return m, err
+		}
+		i, ok := chunkIndex(m)
+		switch {
+		case !ok:
+			return lo, nil
+		case i == k:
+			return m, nil
+		case i < k:
+			lo, ilo = m, i
+		case m.Seq == hi.Seq:
+			// Every chunk before hi lies below the guess: walk to k.
+			return r.walk(token, lo, k)
+		default:
+			hi, ihi = m, i
+		}
+	}
+}
+
+// walk reads chunk after chunk from m until chunk k.
+func (r *reader) walk(token string, m jsbucket.Msg, k uint32) (jsbucket.Msg, error) {
+	for {
+		i, ok := chunkIndex(m)
+		if !ok || i >= k {
+			return m, nil
+		}
+		next, err := r.b.Next(r.ctx, token, m.Seq+1)
+		if err != nil || next.Seq == 0 {
+			return next, err
+		}
+		m = next
+	}
+}
+
+// finish checks, at the end of a whole object, that its digest is the
+// stored one.
+func (r *reader) finish() error {
+	if r.whole && digest(r.h) != r.info.Digest {
+		return fmt.Errorf("get %q: the content read does not match its digest %s", r.key, r.info.Digest)
+	}
+	return io.EOF
+}
+
+// Close ends the read; the reader holds no resource on the broker.
+func (r *reader) Close() error {
+	r.err, r.chunk = io.ErrClosedPipe, nil
+	return nil
+}
+
+// Stat describes the object.
+func (s *Store) Stat(ctx context.Context, key string) (ports.ObjectInfo, error) {
+	if err := objkey.Check(key); err != nil {
+		return ports.ObjectInfo{}, err
+	}
+	cur, err := s.current(ctx, key)
+	if err != nil {
+		return ports.ObjectInfo{}, fmt.Errorf("stat %w", err)
+	}
+	if !cur.live {
+		return ports.ObjectInfo{}, fmt.Errorf("stat %q: %w", key, ports.ErrNotFound)
+	}
+	return describe(key, cur.info), nil
+}
+
+// Delete marks the description deleted, conditioned on the one read, then
+// purges the chunks.
+func (s *Store) Delete(ctx context.Context, key string) error {
+	if err := objkey.Check(key); err != nil {
+		return err
+	}
+	for range 32 {
+		cur, err := s.current(ctx, key)
+		if err != nil {
+			return fmt.Errorf("delete %w", err)
+		}
+		if !cur.live {
+			return fmt.Errorf("delete %q: %w", key, ports.ErrNotFound)
+		}
+		gone := cur.info
+		gone.Deleted, gone.Size, gone.Chunks, gone.Digest, gone.ModTime = true, 0, 0, "", time.Now().UTC()
+		m := nats.NewMsg("")
+		m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
+		if m.Data, err = json.Marshal(gone); err != nil {
+			return fmt.Errorf("delete %q: %w", key, err)
+		}
+		_, err = s.b.Publish(ctx, metaToken(key), m, &cur.revision)
+		if errors.Is(err, jsbucket.ErrConflict) {
+			continue // replaced meanwhile: delete what is there now
+		}
+		if err != nil {
+			return fmt.Errorf("delete %q: %w", key, err)
+		}
+		s.purge(cur.info.NUID)
+		return nil
+	}
+	return fmt.Errorf("delete %q: it changed 32 times meanwhile: %w", key, ports.ErrConflict)
+}
+
+// List asks the leader for every object's name, keeps those after the
+// cursor with the prefix in key order, and reads their descriptions until
+// the page is full.
+func (s *Store) List(ctx context.Context, prefix string, limit int, cursor string) ([]ports.ObjectInfo, string, error) {
+	limit, err := storecheck.Limit("limit", limit)
+	if err != nil {
+		return nil, "", err
+	}
+	tokens, err := s.b.Tokens(ctx, "M.>")
+	if err != nil {
+		return nil, "", fmt.Errorf("list %q: %w", prefix, err)
+	}
+	var keys []string
+	for _, t := range tokens {
+		raw, err := base64.URLEncoding.DecodeString(strings.TrimPrefix(t, "M."))
+		if err != nil {
+			continue // not a description the object store layout names
+		}
+		if k := string(raw); strings.HasPrefix(k, prefix) && k > cursor {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	out := make([]ports.ObjectInfo, 0, min(limit, len(keys)))
+	for i, k := range keys {
+		cur, err := s.current(ctx, k)
+		if err != nil {
+			return nil, "", fmt.Errorf("list %q: %w", prefix, err)
+		}
+		if !cur.live {
+			continue
+		}
+		out = append(out, describe(k, cur.info))
+		if len(out) == limit {
+			if i == len(keys)-1 {
+				return out, "", nil
+			}
+			return out, k, nil
+		}
+	}
+	return out, "", nil
+}
