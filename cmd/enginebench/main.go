@@ -2,7 +2,7 @@
 // processes on loopback, an embedded broker, every scenario side by side in
 // one run.
 //
-//	enginebench [-duration 10s] [-json] [-plot curve.svg] [-scenarios throughput,handover,failover,boot,vector]
+//	enginebench [-duration 10s] [-json] [-plot curve.svg] [-scenarios throughput,handover,failover,boot,vector,jetstream]
 //
 // The vector200k scenario (200,000 vectors through the HNSW index on each
 // vector adapter) takes several minutes and runs only when named.
@@ -31,11 +31,11 @@ import (
 )
 
 // Scenarios, in the order they run.
-var scenarios = []string{"throughput", "handover", "failover", "boot", "vector", "vector200k"}
+var scenarios = []string{"throughput", "handover", "failover", "boot", "vector", "vector200k", "jetstream"}
 
 // defaultScenarios run when -scenarios is not given: vector200k loads and
 // indexes 200,000 vectors on each adapter, several minutes on two cores.
-var defaultScenarios = []string{"throughput", "handover", "failover", "boot", "vector"}
+var defaultScenarios = []string{"throughput", "handover", "failover", "boot", "vector", "jetstream"}
 
 // The raw echo's responder is this command again, started with echoEnv
 // naming the broker, so the echo is answered from another process as the
@@ -84,7 +84,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	b := &bench{lab: l, duration: *duration}
 	steps := map[string]func(context.Context) error{
 		"throughput": b.throughput, "handover": b.handover, "failover": b.failover, "boot": b.boot,
-		"vector": b.vector, "vector200k": b.vector200k,
+		"vector": b.vector, "vector200k": b.vector200k, "jetstream": b.jetstream,
 	}
 	code := 0
 	for _, name := range chosen {

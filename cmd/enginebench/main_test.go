@@ -91,7 +91,7 @@ func TestJSONFieldsAreTheIssues(t *testing.T) {
 			t.Errorf("%s of an empty result is %v, want null", k, v)
 		}
 	}
-	want := slices.Concat(fields, vectorFields, vector200kFields)
+	want := slices.Concat(fields, vectorFields, vector200kFields, jetstreamFields)
 	slices.Sort(keys)
 	slices.Sort(want)
 	if !slices.Equal(keys, want) {
@@ -104,7 +104,7 @@ func TestTheTableHasARowPerField(t *testing.T) {
 	if err := (Result{BootMS: ptr(61.4)}).table(&out); err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range slices.Concat(fields, vectorFields, vector200kFields) {
+	for _, f := range slices.Concat(fields, vectorFields, vector200kFields, jetstreamFields) {
 		if f == "scaling" {
 			continue // a section of its own, below the rows, when measured
 		}
@@ -183,7 +183,7 @@ func TestSmokeEveryFieldIsPrinted(t *testing.T) {
 		t.Fatalf("%v: %s", err, lines[0])
 	}
 	withPG := os.Getenv("ENGINE_TEST_PG_DSN") != ""
-	for _, f := range slices.Concat(fields, vectorFields) {
+	for _, f := range slices.Concat(fields, vectorFields, jetstreamFields) {
 		v, ok := got[f]
 		switch {
 		case !ok:

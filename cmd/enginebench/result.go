@@ -54,6 +54,7 @@ type Result struct {
 	Scaling []Point `json:"scaling"`
 
 	VectorResult
+	JetStreamResult
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -143,7 +144,7 @@ func (r Result) rows() []row {
 		{"failover_ms", f(r.FailoverMS), fmt.Sprintf("<= %d (lease + 500)", failoverLease.Milliseconds()+500)},
 		{"boot_ms", f(r.BootMS), "<= 300"},
 		{"rss_mb", f(r.RSSMB), "<= 60"},
-	}, r.VectorResult.rows()...)
+	}, slices.Concat(r.VectorResult.rows(), r.JetStreamResult.rows())...)
 }
 
 func f2(v *float64) string {
