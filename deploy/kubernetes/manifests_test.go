@@ -414,3 +414,62 @@ func TestTheNATSUserIsTheDeployedEngineUser(t *testing.T) {
 	}
 	t.Fatalf("nats.credentials.user %q is no user of deploy/nats/accounts.conf", user)
 }
+
+// overlay is the nats-only overlay's kustomization.
+type overlay struct {
+	Resources []string `yaml:"resources"`
+	Patches   []struct {
+		Path string `yaml:"path"`
+	} `yaml:"patches"`
+}
+
+// The nats-only overlay patches the base's ConfigMap with a configuration
+// whose every service is in JetStream buckets of three replicas, which a
+// rollout accepts as shared, and asks the Secret for nothing it lacks.
+func TestTheNATSOnlyOverlayKeepsEveryServiceInJetStream(t *testing.T) {
+	const dir = "overlays/nats-only"
+	var o overlay
+	load(t, filepath.Join(dir, "kustomization.yaml"), &o)
+	if !slices.Equal(o.Resources, []string{"../.."}) || len(o.Patches) != 1 {
+		t.Fatalf("overlay resources %v, patches %+v; want the base and one patch", o.Resources, o.Patches)
+	}
+	base := loadAll(t)
+	var patch configMap
+	load(t, filepath.Join(dir, o.Patches[0].Path), &patch)
+	if patch.Kind != "ConfigMap" || patch.Metadata.Name != base.cm.Metadata.Name {
+		t.Fatalf("the patch is %s %s, want the base's ConfigMap %s", patch.Kind, patch.Metadata.Name, base.cm.Metadata.Name)
+	}
+	m := base
+	m.cm = patch
+	cfg := engineConfig(t, m, "1.4.0")
+	built, err := app.BuildStorage(cfg)
+	if err != nil {
+		t.Fatalf("BuildStorage: %v", err)
+	}
+	if err := app.CheckStorage(cfg, built); err != nil {
+		t.Fatalf("a rollout on the overlay's backends is refused: %v", err)
+	}
+	s := cfg.Services
+	got := []string{s.KeyValue.Adapter, s.Document.Adapter, s.ObjectStorage.Adapter, s.VectorStore.Adapter, s.Cache.Adapter}
+	if want := []string{"jetstream", "jetstream", "jetstream", "off", "keyvalue"}; !slices.Equal(got, want) {
+		t.Fatalf("adapters %v, want %v", got, want)
+	}
+	for _, b := range built {
+		d, ok := b.Declaration.Storage.(interface{ Describe() string })
+		if b.Declaration.Off || b.Declaration.Service == "cache" || b.Declaration.Service == "secret" {
+			continue
+		}
+		if !ok || !strings.Contains(d.Describe(), "3 replica(s)") {
+			t.Errorf("%s is not on three replicas: %+v", b.Declaration.Service, b.Declaration.Storage)
+		}
+	}
+	if cfg.NATS.Engine.BucketReplicas != 3 {
+		t.Fatalf("the lease bucket has %d replicas, want 3 like the data", cfg.NATS.Engine.BucketReplicas)
+	}
+	vars := regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`).FindAllStringSubmatch(patch.Data["engine.yaml"], -1)
+	for _, v := range vars {
+		if _, ok := base.secret.StringData[v[1]]; !ok {
+			t.Errorf("the overlay's engine.yaml uses ${%s}, which the Secret lacks", v[1])
+		}
+	}
+}
