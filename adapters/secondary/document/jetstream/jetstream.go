@@ -25,8 +25,8 @@ import (
 
 	"github.com/abi-engine/engine/adapters/secondary/internal/jsbucket"
 	"github.com/abi-engine/engine/internal/docjson"
-	"github.com/abi-engine/engine/internal/storecheck"
 	"github.com/abi-engine/engine/ports"
+	"github.com/abi-engine/engine/storecheck"
 )
 
 var _ ports.DocumentStore = (*Store)(nil)

@@ -26,8 +26,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/abi-engine/engine/adapters/secondary/internal/jsbucket"
-	"github.com/abi-engine/engine/internal/storecheck"
 	"github.com/abi-engine/engine/ports"
+	"github.com/abi-engine/engine/storecheck"
 )
 
 var _ ports.KeyValue = (*Store)(nil)

@@ -31,8 +31,8 @@ import (
 
 	"github.com/abi-engine/engine/adapters/secondary/internal/jsbucket"
 	"github.com/abi-engine/engine/adapters/secondary/objectstorage/internal/objkey"
-	"github.com/abi-engine/engine/internal/storecheck"
 	"github.com/abi-engine/engine/ports"
+	"github.com/abi-engine/engine/storecheck"
 )
 
 var _ ports.ObjectStorage = (*Store)(nil)
