@@ -9,7 +9,7 @@
 // compare-and-set the stream decides. Reads go to the stream's leader.
 //
 // Find and Count have no index: they read every document of the collection
-// through one ordered consumer and sort in memory. This adapter is for
+// in batches and sort in memory. This adapter is for
 // modest collections (thousands of documents, not millions).
 package jetstream
 

@@ -3,10 +3,11 @@
 // the stream's leader, writes conditioned on a key's last revision, and
 // per-key TTLs.
 //
-// Reads never use direct get. On a replicated bucket a direct get may be
-// answered by a replica that has not yet applied the last write, and the
-// adapters decide conditional writes on what they read; the leader has every
-// acknowledged write.
+// Reads of a key never use direct get. On a replicated bucket a direct get
+// may be answered by a replica that has not yet applied the last write, and
+// the adapters decide conditional writes on what they read; the leader has
+// every acknowledged write. Scans use batches of direct gets, behind a
+// barrier that tells when a replica has caught up (see Scan).
 package jsbucket
 
 import (
@@ -101,6 +102,8 @@ type Bucket struct {
 	// api is the leader's message-get subject of the bucket's stream.
 	api        string
 	streamName string
+	// direct is the subject of direct gets, which every replica answers.
+	direct string
 }
 
 // Open finds the key-value bucket, or creates it with the configured
@@ -168,6 +171,7 @@ func open(ctx context.Context, nc *nats.Conn, c Config, k kind) (*Bucket, error)
 	return &Bucket{
 		nc: nc, js: js, stream: stream, name: c.Bucket, prefix: k.prefix,
 		api: "$JS.API.STREAM.MSG.GET." + k.stream, streamName: k.stream,
+		direct: "$JS.API.DIRECT.GET." + k.stream,
 	}, nil
 }
 
@@ -184,7 +188,9 @@ func openStream(ctx context.Context, js jetstream.JetStream, bucket string, k ki
 		if err == nil {
 			return stream, nil
 		}
-		if !transient(err) || attempt >= 5 || ctx.Err() != nil {
+		// A loaded cluster may count a peer offline for a moment: placing
+		// a replicated stream then fails until it counts it back.
+		if !transient(err) && !isAPICode(err, 10005) || ctx.Err() != nil {
 			return nil, fmt.Errorf("jetstream bucket %s: %w", bucket, err)
 		}
 		if perr := pause(ctx, attempt); perr != nil {
@@ -225,6 +231,8 @@ func checkKeyValue(c Config, sc jetstream.StreamConfig) error {
 		return bad("per-message TTL (allow_msg_ttl)", false, true)
 	case sc.MaxAge != 0:
 		return bad("a bucket TTL (max_age)", sc.MaxAge, "none")
+	case !sc.AllowDirect:
+		return bad("direct get (allow_direct)", false, true)
 	case sc.Discard != jetstream.DiscardNew && (sc.MaxBytes > 0 || sc.MaxMsgs > 0):
 		return bad("discard policy", sc.Discard, jetstream.DiscardNew)
 	}
@@ -264,6 +272,11 @@ func pause(ctx context.Context, attempt int) error {
 		return nil
 	}
 }
+
+// Settle waits before round+1 of a conditional write that lost a race: the
+// write that won may be a removal at expiry that the leader has not yet
+// applied everywhere it checks, so an immediate retry could lose again.
+func Settle(ctx context.Context, round int) error { return pause(ctx, round) }
 
 // retry runs op until it succeeds, fails for good, or ctx ends. Each
 // attempt has its own deadline within ctx, so one lost reply does not use
@@ -579,37 +592,64 @@ func (b *Bucket) Tokens(ctx context.Context, filter string) ([]string, error) {
 	return out, nil
 }
 
-// barrier is the key a scan writes to learn how far it must read.
-const barrier = "_barrier"
+// scanBatch is how many messages a scan asks for at a time, and
+// scanBytes how many bytes at most.
+const (
+	scanBatch = 256
+	scanBytes = 4 << 20
+)
 
-// scanBatch is how many messages a scan asks for at a time.
-const scanBatch = 512
-
-// Scan calls f with the last message of every key under filter, in no
-// particular order, through one ordered consumer. Deletion markers and
-// expired values are passed with Live false.
+// Scan calls f with the last message of every key under filter, which
+// ends in ".*", in no particular order. Deletion markers and expired
+// values are passed with Live false.
 //
-// The broker may place the consumer on any replica, which may lag the
-// leader. So the scan first writes a barrier message (the leader orders it
-// after every acknowledged write), and reads until the consumer delivers
-// it: by then the replica has applied, and the consumer delivered, every
-// write acknowledged before the scan began.
+// It reads in batches of direct gets, which any replica may answer, and a
+// replica may lag the leader. So the scan first writes a barrier key under
+// the filter ("<filter without *>=", which no encoded key or collection
+// name can be): the leader orders it after every acknowledged write. Each
+// batch goes on after the last message the one before returned, and the
+// scan ends when a reply holds the barrier: the replica that sent it had
+// applied every write acknowledged before the scan began, and sent every
+// match from where the batch started.
 func (b *Bucket) Scan(ctx context.Context, filter string, f func(token string, e Entry) error) error {
 	ctx, cancel := callContext(ctx)
 	defer cancel()
-	upTo, err := b.Put(ctx, barrier, nil, time.Minute, nil)
+	if !strings.HasSuffix(filter, ".*") {
+		return fmt.Errorf("scan bucket %s: filter %q does not end in .*", b.name, filter)
+	}
+	mark := strings.TrimSuffix(filter, "*") + "="
+	upTo, err := b.Put(ctx, mark, nil, time.Minute, nil)
 	if err != nil {
 		return fmt.Errorf("scan bucket %s: %w", b.name, err)
 	}
-	var last map[string]Entry
-	for attempt := 0; ; attempt++ {
-		last, err = b.scanOnce(ctx, filter, upTo)
-		if !errors.Is(err, errGap) || attempt == 4 {
-			break
+	// A key may come twice when a later batch comes from a replica that
+	// applied a newer write: the last wins.
+	last := map[string]Entry{}
+	from := uint64(1)
+	for done := false; !done; {
+		msgs, err := b.batch(ctx, from, b.prefix+filter)
+		if err != nil {
+			return fmt.Errorf("scan bucket %s from sequence %d, waiting for %d: %w", b.name, from, upTo, err)
 		}
-	}
-	if err != nil {
-		return err
+		for _, m := range msgs {
+			from = m.seq + 1
+			token := strings.TrimPrefix(m.subject, b.prefix)
+			if token == mark {
+				done = done || m.seq >= upTo
+				continue
+			}
+			e, err := entry(m.seq, m.header, m.data, m.time)
+			if err != nil {
+				return fmt.Errorf("scan bucket %s: %w", b.name, err)
+			}
+			last[token] = e
+		}
+		if len(msgs) == 0 && !done {
+			// The replica that answered has not applied the barrier yet.
+			if err := pause(ctx, 0); err != nil {
+				return fmt.Errorf("scan bucket %s from sequence %d, waiting for %d: %w", b.name, from, upTo, err)
+			}
+		}
 	}
 	for token, e := range last {
 		if err := f(token, e); err != nil {
@@ -619,83 +659,64 @@ func (b *Bucket) Scan(ctx context.Context, filter string, f func(token string, e
 	return nil
 }
 
-// errGap is a scan that missed a delivery: a pull the client gave up on
-// while the broker answered it. Unacknowledged deliveries are not sent
-// again, so the scan starts over.
-var errGap = errors.New("a delivery was missed")
+// scanned is one message of a batch.
+type scanned struct {
+	seq     uint64
+	subject string
+	header  nats.Header
+	data    []byte
+	time    time.Time
+}
 
-// scanOnce reads the keys under filter through a consumer of its own until
-// it delivers the barrier at upTo or later.
-func (b *Bucket) scanOnce(ctx context.Context, filter string, upTo uint64) (map[string]Entry, error) {
-	var cons jetstream.Consumer
-	err := retry(ctx, func(actx context.Context) error {
-		var err error
-		cons, err = b.js.CreateConsumer(actx, b.streamName, jetstream.ConsumerConfig{
-			FilterSubjects:    []string{b.prefix + filter, b.prefix + barrier},
-			DeliverPolicy:     jetstream.DeliverLastPerSubjectPolicy,
-			AckPolicy:         jetstream.AckNonePolicy,
-			MemoryStorage:     true,
-			Replicas:          1,
-			InactiveThreshold: time.Minute,
-		})
-		return err
+// batch asks any replica for up to scanBatch messages matching filter from
+// sequence from on, and collects the replies up to the end-of-batch mark.
+// No match is an empty batch.
+func (b *Bucket) batch(ctx context.Context, from uint64, filter string) ([]scanned, error) {
+	body, _ := json.Marshal(map[string]any{"seq": from, "next_by_subj": filter, "batch": scanBatch, "max_bytes": scanBytes}) // plain values always encode
+	var out []scanned
+	err := retry(ctx, func(ctx context.Context) error {
+		out = out[:0]
+		inbox := b.nc.NewRespInbox()
+		sub, err := b.nc.SubscribeSync(inbox)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = sub.Unsubscribe() }()
+		if err := b.nc.PublishRequest(b.direct, inbox, body); err != nil {
+			return err
+		}
+		for {
+			m, err := sub.NextMsgWithContext(ctx)
+			if err != nil {
+				if errors.Is(err, context.DeadlineExceeded) {
+					return nats.ErrTimeout
+				}
+				return err
+			}
+			if len(m.Data) == 0 && m.Header.Get("Status") != "" {
+				switch m.Header.Get("Status") {
+				case "204": // end of batch
+					return nil
+				case "404": // no match from here on
+					return nil
+				case "503":
+					return nats.ErrNoResponders
+				default:
+					return fmt.Errorf("direct get answered %s %s", m.Header.Get("Status"), m.Header.Get("Description"))
+				}
+			}
+			seq, err := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
+			if err != nil {
+				return fmt.Errorf("direct get reply without a sequence: %w", err)
+			}
+			at, err := time.Parse(time.RFC3339Nano, m.Header.Get(jetstream.TimeStampHeaer))
+			if err != nil {
+				return fmt.Errorf("direct get reply %d without a time: %w", seq, err)
+			}
+			out = append(out, scanned{seq: seq, subject: m.Header.Get(jetstream.SubjectHeader), header: m.Header, data: m.Data, time: at})
+		}
 	})
-	if err != nil {
-		return nil, fmt.Errorf("scan bucket %s: %w", b.name, err)
-	}
-	defer func() {
-		dctx, cancel := context.WithTimeout(context.Background(), attemptTimeout)
-		defer cancel()
-		_ = b.js.DeleteConsumer(dctx, b.streamName, cons.CachedInfo().Name) // else it goes when inactive
-	}()
-	// A key may come twice when the replica applies a newer write during
-	// the scan: the last delivery wins.
-	last := map[string]Entry{}
-	var seen, lastSeq uint64
-	failed := func(err error) error {
-		return fmt.Errorf("scan bucket %s: %d messages read, the last at %d, waiting for %d: %w", b.name, seen, lastSeq, upTo, err)
-	}
-	for done := false; !done; {
-		n := 0
-		batch, err := cons.FetchNoWait(scanBatch)
-		if err == nil {
-			for msg := range batch.Messages() {
-				n++
-				meta, err := msg.Metadata()
-				if err != nil {
-					return nil, failed(err)
-				}
-				if meta.Sequence.Consumer != seen+1 {
-					return nil, failed(fmt.Errorf("delivery %d after %d: %w", meta.Sequence.Consumer, seen, errGap))
-				}
-				seen, lastSeq = seen+1, meta.Sequence.Stream
-				token := strings.TrimPrefix(msg.Subject(), b.prefix)
-				if token == barrier {
-					done = done || meta.Sequence.Stream >= upTo
-					continue
-				}
-				e, err := entry(meta.Sequence.Stream, msg.Headers(), msg.Data(), meta.Timestamp)
-				if err != nil {
-					return nil, failed(err)
-				}
-				last[token] = e
-			}
-			err = batch.Error()
-		}
-		// No responder: the consumer's replica has not started it yet.
-		if err != nil && !transient(err) {
-			return nil, failed(err)
-		}
-		if n == 0 && !done {
-			// Nothing new: the replica has not applied the barrier yet.
-			select {
-			case <-ctx.Done():
-				return nil, failed(ctx.Err())
-			case <-time.After(5 * time.Millisecond):
-			}
-		}
-	}
-	return last, nil
+	return out, err
 }
 
 // Purge removes every message of the keys under filter, leaving no

@@ -125,7 +125,10 @@ func (s *Store) SetIfAbsent(ctx context.Context, key string, value []byte, ttl t
 		return false, err
 	}
 	token := jsbucket.Encode(key)
-	for range casRounds {
+	for round := range casRounds {
+		if err := settle(ctx, round); err != nil {
+			return false, fmt.Errorf("set %q if absent: %w", key, err)
+		}
 		e, err := s.b.Last(ctx, token)
 		if err != nil {
 			return false, fmt.Errorf("set %q if absent: %w", key, err)
@@ -165,7 +168,10 @@ func (s *Store) DeleteIfValue(ctx context.Context, key string, value []byte) (bo
 // revision it read: of concurrent deleters exactly one succeeds.
 func (s *Store) deleteIf(ctx context.Context, key string, match func([]byte) bool) (bool, error) {
 	token := jsbucket.Encode(key)
-	for range casRounds {
+	for round := range casRounds {
+		if err := settle(ctx, round); err != nil {
+			return false, fmt.Errorf("delete %q: %w", key, err)
+		}
 		e, err := s.b.Last(ctx, token)
 		if err != nil {
 			return false, fmt.Errorf("delete %q: %w", key, err)
@@ -182,6 +188,14 @@ func (s *Store) deleteIf(ctx context.Context, key string, match func([]byte) boo
 		}
 	}
 	return false, fmt.Errorf("delete %q: the key changed %d times while deleting: %w", key, casRounds, ports.ErrConflict)
+}
+
+// settle waits before every round but the first.
+func settle(ctx context.Context, round int) error {
+	if round == 0 {
+		return nil
+	}
+	return jsbucket.Settle(ctx, round-1)
 }
 
 // Exists reports whether the key holds a live value.
