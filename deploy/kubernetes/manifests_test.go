@@ -466,6 +466,9 @@ func TestTheNATSOnlyOverlayKeepsEveryServiceInJetStream(t *testing.T) {
 	if cfg.NATS.Engine.BucketReplicas != 3 {
 		t.Fatalf("the lease bucket has %d replicas, want 3 like the data", cfg.NATS.Engine.BucketReplicas)
 	}
+	if base := engineConfig(t, base, "1.4.0"); cfg.NATS.Credentials.User != base.NATS.Credentials.User {
+		t.Fatalf("the overlay connects as %q, the base as %q: the engine user of deploy/nats", cfg.NATS.Credentials.User, base.NATS.Credentials.User)
+	}
 	vars := regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`).FindAllStringSubmatch(patch.Data["engine.yaml"], -1)
 	for _, v := range vars {
 		if _, ok := base.secret.StringData[v[1]]; !ok {

@@ -1,0 +1,87 @@
+package nats_test
+
+import (
+	"context"
+	"io"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	docjetstream "github.com/abi-engine/engine/adapters/secondary/document/jetstream"
+	kvjetstream "github.com/abi-engine/engine/adapters/secondary/keyvalue/jetstream"
+	objjetstream "github.com/abi-engine/engine/adapters/secondary/objectstorage/jetstream"
+	"github.com/abi-engine/engine/internal/natstest"
+	"github.com/abi-engine/engine/ports"
+)
+
+// The JetStream adapters, on their default buckets, do every call the
+// engine makes of them under the engine user's permissions: a deploy with
+// nothing but NATS runs on deploy/nats as shipped. A caller may not open
+// them: it has no JetStream.
+func TestTheJetStreamAdaptersRunUnderTheEngineUsersPermissions(t *testing.T) {
+	d := natstest.StartDeployed(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	must := func(what string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s as engine_a: %v", what, err)
+		}
+	}
+
+	kv, err := kvjetstream.Open(ctx, kvjetstream.Config{}, d.Connect(t, "engine_a"))
+	must("open the keyvalue bucket", err)
+	defer kv.Close()
+	must("set", kv.Set(ctx, "k", []byte("v"), 0))
+	must("set with a TTL", kv.Set(ctx, "t", []byte("v"), time.Hour))
+	_, err = kv.SetIfAbsent(ctx, "a", []byte("v"), 0)
+	must("set if absent", err)
+	_, err = kv.Get(ctx, "k")
+	must("get", err)
+	keys, _, err := kv.ListKeys(ctx, "", 0, "")
+	must("list keys", err)
+	if !slices.Equal(keys, []string{"a", "k", "t"}) {
+		t.Fatalf("keys %q", keys)
+	}
+	_, err = kv.DeleteIfValue(ctx, "k", []byte("v"))
+	must("delete if value", err)
+
+	docs, err := docjetstream.Open(ctx, docjetstream.Config{}, d.Connect(t, "engine_a"))
+	must("open the document bucket", err)
+	defer docs.Close()
+	must("ensure a collection", docs.EnsureCollection(ctx, "c"))
+	put, err := docs.Put(ctx, "c", "d", map[string]any{"n": 1.0}, ports.IfVersion(0))
+	must("put", err)
+	found, _, err := docs.Find(ctx, "c", ports.Query{Where: map[string]any{"n": 1.0}})
+	must("find", err)
+	if len(found) != 1 {
+		t.Fatalf("find gave %d documents", len(found))
+	}
+	_, err = docs.Collections(ctx)
+	must("list collections", err)
+	must("delete", docs.Delete(ctx, "c", "d", ports.IfVersion(put.Version)))
+	must("drop the collection", docs.DropCollection(ctx, "c"))
+
+	objects, err := objjetstream.Open(ctx, objjetstream.Config{}, d.Connect(t, "engine_a"))
+	must("open the object bucket", err)
+	defer objects.Close()
+	info, err := objects.Put(ctx, "o", strings.NewReader(strings.Repeat("x", 300<<10)), ports.PutObjectOptions{})
+	must("put an object", err)
+	_, err = objects.Put(ctx, "o", strings.NewReader("y"), ports.PutObjectOptions{IfMatch: info.ETag})
+	must("put an object if it matches", err)
+	r, _, err := objects.Get(ctx, "o", ports.GetObjectOptions{})
+	must("get an object", err)
+	_, err = io.ReadAll(r)
+	must("read an object", err)
+	_, _, err = objects.List(ctx, "", 0, "")
+	must("list objects", err)
+	must("delete an object", objects.Delete(ctx, "o"))
+
+	short, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if s, err := kvjetstream.Open(short, kvjetstream.Config{}, d.Connect(t, "caller_a")); err == nil {
+		s.Close()
+		t.Fatal("a caller opened the keyvalue bucket")
+	}
+}
