@@ -179,12 +179,16 @@ func open(ctx context.Context, nc *nats.Conn, c Config, k kind) (*Bucket, error)
 // missing. Two engines may create it at once; the loser opens the winner's.
 func openStream(ctx context.Context, js jetstream.JetStream, bucket string, k kind) (jetstream.Stream, error) {
 	for attempt := 0; ; attempt++ {
-		stream, err := js.Stream(ctx, k.stream)
+		// A request the stream's leader should answer goes unanswered
+		// while the stream elects one: each attempt has its own deadline.
+		actx, cancel := context.WithTimeout(ctx, 2*attemptTimeout)
+		stream, err := js.Stream(actx, k.stream)
 		if errors.Is(err, jetstream.ErrStreamNotFound) {
-			if err = k.create(ctx, js); err == nil {
-				stream, err = js.Stream(ctx, k.stream)
+			if err = k.create(actx, js); err == nil {
+				stream, err = js.Stream(actx, k.stream)
 			}
 		}
+		cancel()
 		if err == nil {
 			return stream, nil
 		}
@@ -595,7 +599,7 @@ func (b *Bucket) Tokens(ctx context.Context, filter string) ([]string, error) {
 // scanBatch is how many messages a scan asks for at a time, and
 // scanBytes how many bytes at most.
 const (
-	scanBatch = 256
+	scanBatch = 1024
 	scanBytes = 4 << 20
 )
 
