@@ -67,7 +67,8 @@ type serving struct {
 type servingEvent struct {
 	transition *domain.Transition
 	booted     servingKernel
-	shutdown   chan<- struct{} // closed once jobs have stopped
+	ack        chan<- struct{} // closed once the loop has acted on the event
+	shutdown   bool
 }
 
 func newServing(log *slog.Logger, jobs servingJobs, lost func(), failed func(error), observe func(domain.Transition)) *serving {
@@ -89,15 +90,21 @@ func (s *serving) transition(tr domain.Transition) {
 	s.send(servingEvent{transition: &tr})
 }
 
-// booted hands the loop the kernel, built and not subscribed.
-func (s *serving) booted(k servingKernel) { s.send(servingEvent{booted: k}) }
+// booted hands the loop the kernel, built and not subscribed, and returns
+// once the loop has acted on it: a serving engine then answers, so it is
+// ready when it says so.
+func (s *serving) booted(k servingKernel) { s.await(servingEvent{booted: k}) }
 
 // shutdownJobs tells the loop the engine stops, and returns once jobs have
 // stopped and nothing will subscribe the kernel again. The kernel keeps
 // answering until the release.
-func (s *serving) shutdownJobs() {
+func (s *serving) shutdownJobs() { s.await(servingEvent{shutdown: true}) }
+
+// await sends ev and waits until the loop has acted on it.
+func (s *serving) await(ev servingEvent) {
 	ack := make(chan struct{})
-	if s.send(servingEvent{shutdown: ack}) {
+	ev.ack = ack
+	if s.send(ev) {
 		<-ack
 	}
 }
@@ -148,7 +155,7 @@ func (s *serving) run() {
 			s.lease = ev.transition.To
 		case ev.booted != nil:
 			s.kernel = ev.booted
-		case ev.shutdown != nil:
+		case ev.shutdown:
 			s.shutdown = true
 		}
 		s.reconcile()
@@ -158,8 +165,8 @@ func (s *serving) run() {
 				s.lost()
 			}
 		}
-		if ev.shutdown != nil {
-			close(ev.shutdown)
+		if ev.ack != nil {
+			close(ev.ack)
 		}
 	}
 }

@@ -273,3 +273,17 @@ func TestAdmissionFollowsTheClockUntilTheReleaseIsWritten(t *testing.T) {
 		}
 	})
 }
+
+// booted returns once the loop has acted on it: an engine that says it has
+// started already answers. Before the loop took over, boot subscribed the
+// kernel itself; a loop that acted later left a moment with no responder.
+func TestBootedReturnsOnceTheKernelServes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newLoop(t)
+		h.move(domain.StateServing)
+		h.booted(h.kernel)
+		if !h.kernel.subscribed || !h.jobs.running {
+			t.Fatalf("booted returned before the kernel served (steps: %s)", h.steps)
+		}
+	})
+}

@@ -23,12 +23,13 @@ var fields = []string{
 	"pgx_get_rps", "kv_set_rps_sqlite", "kv_set_rps_postgres", "pgx_set_rps", "doc_get_rps", "doc_put_rps",
 	"obj_put_mib_s", "obj_get_mib_s", "nats_obj_put_mib_s", "nats_obj_get_mib_s", "ratio_sqlite_to_raw",
 	"ratio_sqlite_to_natskv", "ratio_sqlite_set_to_natskv_put", "ratio_pg_to_pgx", "ratio_pg_set_to_pgx_set",
-	"scaling",
+	"pg_store_set_rps", "pg_store_set_fenced_rps", "ratio_fenced_set", "scaling",
 }
 
 // postgresFields are null when no PostgreSQL server is given.
 var postgresFields = []string{
 	"kv_get_rps_postgres", "pgx_get_rps", "kv_set_rps_postgres", "pgx_set_rps", "ratio_pg_to_pgx", "ratio_pg_set_to_pgx_set",
+	"pg_store_set_rps", "pg_store_set_fenced_rps", "ratio_fenced_set",
 }
 
 func TestPercentile(t *testing.T) {

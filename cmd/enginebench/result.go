@@ -50,6 +50,12 @@ type Result struct {
 	RatioSQLiteSetToNATSKVPut *float64 `json:"ratio_sqlite_set_to_natskv_put"`
 	RatioPGToPGX              *float64 `json:"ratio_pg_to_pgx"`
 	RatioPGSetToPGXSet        *float64 `json:"ratio_pg_set_to_pgx_set"`
+	// The cost of fencing tokens: the PostgreSQL keyvalue store's own Set,
+	// in process, without a token and with one (the check and the write in
+	// one batch, as every engine write runs).
+	PGStoreSetRPS       *float64 `json:"pg_store_set_rps"`
+	PGStoreSetFencedRPS *float64 `json:"pg_store_set_fenced_rps"`
+	RatioFencedSet      *float64 `json:"ratio_fenced_set"`
 	// Scaling is the curve: every path at 1, 8, 64 and 256 callers.
 	Scaling []Point `json:"scaling"`
 
@@ -127,6 +133,9 @@ func (r Result) rows() []row {
 		{"kv_set_rps_postgres", pg(r.KVSetRPSPostgres, f), ""},
 		{"pgx_set_rps", pg(r.PGXSetRPS, f), ""},
 		{"ratio_pg_set_to_pgx_set", pg(r.RatioPGSetToPGXSet, f2), ">= 0.8"},
+		{"pg_store_set_rps", pg(r.PGStoreSetRPS, f), ""},
+		{"pg_store_set_fenced_rps", pg(r.PGStoreSetFencedRPS, f), ""},
+		{"ratio_fenced_set", pg(r.RatioFencedSet, f2), "the fencing check's cost"},
 		{"doc_get_rps", f(r.DocGetRPS), "beside nats_kv_get_rps"},
 		{"doc_put_rps", f(r.DocPutRPS), "beside nats_kv_put_rps"},
 		{"obj_put_mib_s", f(r.ObjPutMiBS), "beside nats_obj_put_mib_s"},

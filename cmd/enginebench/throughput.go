@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	kvpostgres "github.com/abi-engine/engine/adapters/secondary/keyvalue/postgres"
 	"github.com/abi-engine/engine/adapters/secondary/natsclient"
 	"github.com/abi-engine/engine/ports"
 )
@@ -184,6 +186,7 @@ func (b *bench) throughput(ctx context.Context) error {
 	}
 	r.RatioPGToPGX = ratio(deref(r.KVGetRPSPostgres), deref(r.PGXGetRPS))
 	r.RatioPGSetToPGXSet = ratio(deref(r.KVSetRPSPostgres), deref(r.PGXSetRPS))
+	r.RatioFencedSet = ratio(deref(r.PGStoreSetFencedRPS), deref(r.PGStoreSetRPS))
 	return nil
 }
 
@@ -451,7 +454,62 @@ func (b *bench) postgres(ctx context.Context, url string, nc *nats.Conn, dsn str
 	r.KVGetRPSPostgres = ptr(get.rps)
 	direct := fmt.Sprintf("enginebench_pgx_%d", stamp)
 	defer dropTable(dsn, direct)
-	return b.pgx(ctx, dsn, direct)
+	if err := b.pgx(ctx, dsn, direct); err != nil {
+		return err
+	}
+	fenced := fmt.Sprintf("enginebench_fence_%d", stamp)
+	defer dropTable(dsn, fenced)
+	return b.fencing(ctx, dsn, fenced)
+}
+
+// fencing measures what a fencing token costs a write: the PostgreSQL
+// keyvalue store's Set from as many goroutines as the engine's callers,
+// without a token and with one (the check and the write in one batch, as
+// every engine write runs).
+func (b *bench) fencing(ctx context.Context, dsn, table string) error {
+	store, err := kvpostgres.Open(ctx, kvpostgres.Config{DSN: dsn, Table: table})
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	defer dropFence(dsn, table)
+	plainSet := func(ctx context.Context, caller int) error {
+		return store.Set(ctx, fmt.Sprintf("bench/%d", caller), value, 0)
+	}
+	fencedSet := func(ctx context.Context, caller int) error {
+		return plainSet(ports.WithFencingToken(ctx, 1), caller)
+	}
+	// Rounds alternate, and each figure is the median of its rounds, so
+	// neither side is the one that warmed the pool and the table up, or the
+	// one a busy moment of the machine fell on.
+	var plain, fenced []float64
+	for range 3 {
+		p, err := drive(ctx, callers, b.duration/3, plainSet)
+		if err != nil {
+			return fmt.Errorf("store set: %w", err)
+		}
+		f, err := drive(ctx, callers, b.duration/3, fencedSet)
+		if err != nil {
+			return fmt.Errorf("fenced store set: %w", err)
+		}
+		plain, fenced = append(plain, p.rps), append(fenced, f.rps)
+	}
+	slices.Sort(plain)
+	slices.Sort(fenced)
+	b.result.PGStoreSetRPS, b.result.PGStoreSetFencedRPS = ptr(plain[1]), ptr(fenced[1])
+	return nil
+}
+
+// dropFence removes the fence row the bench's store left.
+func dropFence(dsn, table string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return
+	}
+	defer conn.Close(ctx)
+	_, _ = conn.Exec(ctx, "DELETE FROM abi_engine_fence WHERE scope = $1", table)
 }
 
 // pgx is the peer of the engine on PostgreSQL: a pool with pgx's defaults
