@@ -158,12 +158,19 @@ func (s *serving) run() {
 		case ev.shutdown:
 			s.shutdown = true
 		}
-		s.reconcile()
-		if ev.transition != nil {
+		// Observers hear of a move to serving before the engine answers,
+		// and of every other move once it has stopped: what they know of
+		// the engine errs on the side of it answering.
+		enables := ev.transition != nil && ev.transition.To == domain.StateServing
+		if enables {
 			s.observe(*ev.transition)
-			if ev.transition.To == domain.StateLost && !s.shutdown {
-				s.lost()
-			}
+		}
+		s.reconcile()
+		if ev.transition != nil && !enables {
+			s.observe(*ev.transition)
+		}
+		if ev.transition != nil && ev.transition.To == domain.StateLost && !s.shutdown {
+			s.lost()
 		}
 		if ev.ack != nil {
 			close(ev.ack)
