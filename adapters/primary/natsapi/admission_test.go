@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -68,7 +69,7 @@ func TestACallIsAdmittedBeforeItCostsAGoroutine(t *testing.T) {
 	url := natstest.StartServer(t).ClientURL()
 	secret := []byte("a caller secret of enough bytes..")
 	e := &echo{name: "a", release: make(chan struct{}), started: make(chan struct{}, 8)}
-	h := newHost(t, url, natsapi.Options{CallerSecret: secret, MaxConcurrent: 2, MaxQueued: 3}, e.service())
+	h := newHost(t, url, natsapi.Options{CallerSecret: secret, MaxConcurrent: 2, MaxQueued: 3, MaxQueuedPerCaller: 3}, e.service())
 	nc := natstest.Connect(t, url)
 	token, err := callerauth.Sign(secret, "alice", time.Minute)
 	if err != nil {
@@ -202,5 +203,47 @@ func TestACallerHoldsOnlyItsShareOfTransfers(t *testing.T) {
 	}
 	if _, err := openTransfer(t, bystander, put, nil); err != nil {
 		t.Fatalf("another caller's transfer: %v", err)
+	}
+}
+
+// A caller that floods a busy engine holds only its share of the queue: a
+// bystander's call still finds a place, waits its turn among the flood's
+// and is answered. Before, the flood took every place and the bystander was
+// refused 503 for as long as it lasted.
+func TestAFloodingCallerLeavesOthersAPlaceInTheQueue(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	secret := []byte("a caller secret of enough bytes..")
+	e := &echo{name: "a", release: make(chan struct{}), started: make(chan struct{}, 8)}
+	var refused atomic.Int64
+	h := newHost(t, url, natsapi.Options{
+		CallerSecret: secret, MaxConcurrent: 2, MaxQueued: 8,
+		OnCall: func(_, _ string, code int, _ time.Duration) {
+			if code == 503 {
+				refused.Add(1)
+			}
+		},
+	}, e.service())
+	nc := natstest.Connect(t, url)
+	as := func(who string) nats.Header {
+		token, err := callerauth.Sign(secret, who, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return nats.Header{wire.AuthHeader: {token}}
+	}
+
+	flooded := make(chan []string, 1)
+	go func() { flooded <- flood(t, nc, sayer, as("flooder"), 20) }()
+	// Two run, two wait (a quarter of the queue), sixteen are refused.
+	waitFor(t, func() bool { return refused.Load() == 16 && h.InFlight() == 4 })
+	bystander := make(chan []string, 1)
+	go func() { bystander <- flood(t, nc, sayer, as("bystander"), 1) }()
+	waitFor(t, func() bool { return h.InFlight() == 5 || refused.Load() > 16 })
+	close(e.release)
+	if codes := <-bystander; codes[0] != "" {
+		t.Fatalf("the bystander's call was answered %q while another caller flooded the engine, want success", codes[0])
+	}
+	if codes := <-flooded; count(codes, "") != 4 || count(codes, "503") != 16 {
+		t.Fatalf("the flood was answered %q, want 4 successes and 16 refusals", codes)
 	}
 }

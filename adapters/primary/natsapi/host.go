@@ -123,6 +123,11 @@ type Options struct {
 	// MaxQueued bounds the calls that wait for one of those slots; a call
 	// beyond it is answered 503 at once. 0 means 256.
 	MaxQueued int
+	// MaxQueuedPerCaller bounds the places in that queue one caller (the
+	// token's subject, or the connection) may hold, so a caller that floods
+	// the engine cannot keep the others' calls out: theirs wait their turn
+	// among its own. 0 means a quarter of MaxQueued.
+	MaxQueuedPerCaller int
 	// Admit is asked before each call: whether the engine may serve now,
 	// and the fencing token of the term it serves under, which the call's
 	// context carries to the stores (ports.WithFencingToken). Not
@@ -149,6 +154,9 @@ type Host struct {
 	queue    chan struct{} // a place per call waiting for a slot
 	calls    counter
 
+	waitMu  sync.Mutex
+	waiting map[string]int // places in the queue, by caller
+
 	mu     sync.Mutex
 	accept *nats.Conn
 	micros []micro.Service
@@ -173,6 +181,9 @@ func NewHost(opts Options, services ...Service) (*Host, error) {
 	if opts.MaxQueued <= 0 {
 		opts.MaxQueued = 256
 	}
+	if opts.MaxQueuedPerCaller <= 0 {
+		opts.MaxQueuedPerCaller = max(1, opts.MaxQueued/4)
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -187,6 +198,7 @@ func NewHost(opts Options, services ...Service) (*Host, error) {
 		services: services,
 		sem:      make(chan struct{}, opts.MaxConcurrent),
 		queue:    make(chan struct{}, opts.MaxQueued),
+		waiting:  map[string]int{},
 	}, nil
 }
 
@@ -289,23 +301,51 @@ func (h *Host) dispatch(ctx context.Context, service, op string, handle HandlerF
 			return
 		default:
 		}
+		if !h.wait(call.Who) {
+			finish(nil, fmt.Errorf("%w: this caller has %d calls waiting, its share of this engine's queue; try again later",
+				wire.ErrUnavailable, h.opts.MaxQueuedPerCaller))
+			return
+		}
 		select {
 		case h.queue <- struct{}{}:
 			go func() {
 				select {
 				case h.sem <- struct{}{}:
 					<-h.queue
+					h.unwait(call.Who)
 					defer func() { <-h.sem }()
 					finish(h.handle(ctx, handle, call))
 				case <-ctx.Done():
 					<-h.queue
+					h.unwait(call.Who)
 					finish(nil, fmt.Errorf("%w: the engine stopped before the call ran", wire.ErrUnavailable))
 				}
 			}()
 		default:
+			h.unwait(call.Who)
 			finish(nil, fmt.Errorf("%w: %d calls run and %d wait, the most this engine takes; try again later",
 				wire.ErrUnavailable, h.opts.MaxConcurrent, h.opts.MaxQueued))
 		}
+	}
+}
+
+// wait takes a place in the queue for who, unless who holds its share.
+func (h *Host) wait(who string) bool {
+	h.waitMu.Lock()
+	defer h.waitMu.Unlock()
+	if h.waiting[who] >= h.opts.MaxQueuedPerCaller {
+		return false
+	}
+	h.waiting[who]++
+	return true
+}
+
+// unwait gives who's place back.
+func (h *Host) unwait(who string) {
+	h.waitMu.Lock()
+	defer h.waitMu.Unlock()
+	if h.waiting[who]--; h.waiting[who] <= 0 {
+		delete(h.waiting, who)
 	}
 }
 
