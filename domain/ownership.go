@@ -641,7 +641,11 @@ func (o *Ownership) Release(ctx context.Context) error {
 	}
 	o.held = false
 	o.mu.Unlock()
-	if !held {
+	// A hold that never served is still waiting out half a lease over a
+	// key that had no value, while whoever served before may serve on. A
+	// released record would let a standby take it at once, so the record
+	// is left to go silent instead.
+	if !held || from == StateIdle || from == StateStandby {
 		o.transition(StateReleased, rec)
 		return nil
 	}
