@@ -6,7 +6,7 @@ SERVICES := internal/testservices/services.sh
 # engine's public packages): ./... of the engine does not reach them.
 EXAMPLES := examples/redis-keyvalue
 
-.PHONY: all build vet test test-short services services-stop run bench chaos linearizable fuzz
+.PHONY: all build vet test test-short services services-stop run bench chaos linearizable fuzz sim
 
 all: vet build
 
@@ -67,6 +67,13 @@ chaos:
 ## (eval "$(make -s services)").
 linearizable:
 	ENGINE_LINEARIZABLE=long $(GO) test -count=1 -v -timeout 20m -run 'TestLinearizable$$' ./internal/linearizable/
+
+## sim: the whole-engine simulation over 100,000 seeds (SIMSEEDS), without
+## the race detector, printing how often each rare path ran; `make test`
+## runs 2,000 seeds.
+SIMSEEDS ?= 100000
+sim:
+	cd app && $(GO) test -count=1 -timeout 60m -run 'TestEngineSimulation$$' . -engine-sim.seeds=$(SIMSEEDS) -engine-sim.counts
 
 ## fuzz: every fuzz target in the repository for FUZZTIME each, starting
 ## from the seeds under each package's testdata/.
