@@ -93,6 +93,8 @@ type Ownership struct {
 	record     Record    // the lease as last seen; our own revision while we hold it
 	observedAt time.Time // when record's revision was first seen (standby)
 	validUntil time.Time // serving is allowed before this instant, on o.clock
+	serveFrom  time.Time // the hold may not serve, nor be handed over, before this instant, on o.clock
+	createdAt  time.Time // a renewal's create over an empty key whose reply never came: when it saw the key empty
 	term       uint64    // the revision at which the current hold began: the fencing token
 	held       bool      // a write of ours made us the holder and no one else's followed
 	previous   Holder    // whom the lease was taken from, if it was not free
@@ -406,6 +408,7 @@ func (o *Ownership) acquire(ctx context.Context, rec Record) (bool, error) {
 	}
 	o.record = Record{Holder: o.me, Revision: rev, Present: true}
 	o.term = rev
+	o.serveFrom = serveFrom
 	o.held = true
 	o.keepCancel, o.keepDone = cancel, make(chan struct{})
 	o.serving = make(chan struct{})
@@ -467,6 +470,13 @@ func (o *Ownership) keep(ctx context.Context, renewedAt, serveFrom time.Time) {
 		case <-ctx.Done():
 			if inFlight {
 				r := <-results
+				if !r.recreatedAt.IsZero() {
+					// The last renewal found the key empty and made it
+					// again: the hold starts over, so it is not handed over.
+					o.mu.Lock()
+					o.serveFrom = r.recreatedAt.Add(o.timing.Fence())
+					o.mu.Unlock()
+				}
 				o.applyRenewal(r, &renewedAt)
 			}
 			return
@@ -505,6 +515,7 @@ func (o *Ownership) keep(ctx context.Context, renewedAt, serveFrom time.Time) {
 				serveFrom = r.recreatedAt.Add(o.timing.Fence())
 				o.mu.Lock()
 				o.term = r.rev
+				o.serveFrom = serveFrom
 				o.mu.Unlock()
 				o.log.Warn("the lease key was deleted by someone else; created it again, pausing half a lease",
 					"serve_in", serveFrom.Sub(o.clock.Now()))
@@ -591,12 +602,27 @@ func (o *Ownership) renew(ctx context.Context, rev uint64) (newRev uint64, recre
 			return 0, time.Time{}, ErrLeaseLost
 		}
 		if err != nil {
+			// The create may have gone through: if a later renewal finds
+			// our record, it was this create, and the wait counts from now.
+			o.mu.Lock()
+			o.createdAt = seen
+			o.mu.Unlock()
 			return 0, time.Time{}, err
 		}
 		return newRev, seen, nil
 	case o.ours(rec):
+		o.mu.Lock()
+		created := o.createdAt
+		o.createdAt = time.Time{}
+		o.mu.Unlock()
 		newRev, err = o.lease.Update(ctx, o.me, rec.Revision)
-		return newRev, time.Time{}, err
+		if err != nil {
+			o.mu.Lock()
+			o.createdAt = created
+			o.mu.Unlock()
+			return newRev, time.Time{}, err
+		}
+		return newRev, created, nil
 	default:
 		o.mu.Lock()
 		o.record = rec
@@ -634,18 +660,20 @@ func (o *Ownership) Release(ctx context.Context) error {
 		<-done
 	}
 	o.mu.Lock()
-	from, rec, held := o.state, o.record, o.held
+	from, rec, held, serveFrom := o.state, o.record, o.held, o.serveFrom
 	if from == StateLost || from == StateReleased {
 		o.mu.Unlock()
 		return nil
 	}
 	o.held = false
 	o.mu.Unlock()
-	// A hold that never served is still waiting out half a lease over a
-	// key that had no value, while whoever served before may serve on. A
-	// released record would let a standby take it at once, so the record
-	// is left to go silent instead.
-	if !held || from == StateIdle || from == StateStandby {
+	// A hold still waiting out half a lease over a key that had no value
+	// (taken so, or made again by its last renewal) must not be handed
+	// over: whoever served before the key went may serve on, and a
+	// released record would let a standby take it at once. The record is
+	// left to go silent instead.
+	waiting := held && o.clock.Now().Before(serveFrom)
+	if !held || waiting || from == StateIdle || from == StateStandby {
 		o.transition(StateReleased, rec)
 		return nil
 	}
