@@ -95,8 +95,36 @@ func Open(ctx context.Context, nc *nats.Conn, opts Options) (*Lease, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lease bucket %s: %w", opts.Bucket, err)
 	}
+	if err := l.awaitLeader(ctx); err != nil {
+		return nil, fmt.Errorf("lease bucket %s: %w", opts.Bucket, err)
+	}
 	l.kv = kv
 	return l, nil
+}
+
+// awaitLeader returns once the bucket's stream has a leader: a replicated
+// stream just made may have none yet, and the first write would find no
+// one to answer it.
+func (l *Lease) awaitLeader(ctx context.Context) error {
+	wait := 20 * time.Millisecond
+	for {
+		st, err := l.js.Stream(ctx, l.stream)
+		if err == nil {
+			info := st.CachedInfo()
+			if info.Cluster == nil || info.Cluster.Leader != "" {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			if err == nil {
+				err = errors.New("the stream has no leader")
+			}
+			return fmt.Errorf("%w (%w)", err, ctx.Err())
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 200*time.Millisecond)
+	}
 }
 
 // create makes the bucket, or finds the one another engine made meanwhile.
