@@ -639,8 +639,8 @@ func (o *Ownership) loseLease() {
 		rec := o.record
 		o.mu.Unlock()
 		o.log.Error("lease lost to another engine", "holder", rec.Holder.String())
+		close(o.lost) // before the observers hear of it, so Lost is closed for them
 		o.transitionWhy(StateLost, rec, "the lease is held by "+rec.Holder.String())
-		close(o.lost)
 	})
 }
 

@@ -255,9 +255,38 @@ func (l *Lease) lastMessage(ctx context.Context) (*nats.RawStreamMsg, error) {
 	}
 }
 
+// settled runs write, and runs it again, twice at most and within ctx, while
+// its outcome is not settled: it found no stream to answer though the stream
+// exists (a replicated stream just made, or electing a leader), or a
+// replicated stream refused it because another write of the key was still
+// in flight (10164), which may be a true conflict or may clear a moment
+// later. A write that did land before its answer was lost then conflicts,
+// which the state machine reads out.
+func (l *Lease) settled(ctx context.Context, write func() (uint64, error)) (uint64, error) {
+	rev, err := write()
+	for try := 1; try <= 2 && unsettled(err); try++ {
+		if _, serr := l.js.Stream(ctx, l.stream); serr != nil {
+			return rev, err
+		}
+		select {
+		case <-ctx.Done():
+			return rev, err
+		case <-time.After(time.Duration(try) * 50 * time.Millisecond):
+		}
+		rev, err = write()
+	}
+	return rev, err
+}
+
+func unsettled(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.Is(err, jetstream.ErrNoStreamResponse) ||
+		errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
+}
+
 // Create writes h unless the key holds a value.
 func (l *Lease) Create(ctx context.Context, h domain.Holder) (uint64, error) {
-	rev, err := l.kv.Create(ctx, Key, EncodeHolder(h))
+	rev, err := l.settled(ctx, func() (uint64, error) { return l.kv.Create(ctx, Key, EncodeHolder(h)) })
 	if l.recreateIfGone(ctx, err) {
 		rev, err = l.kv.Create(ctx, Key, EncodeHolder(h))
 	}
@@ -273,7 +302,7 @@ func (l *Lease) Create(ctx context.Context, h domain.Holder) (uint64, error) {
 
 // Update writes h if rev is the key's current revision.
 func (l *Lease) Update(ctx context.Context, h domain.Holder, rev uint64) (uint64, error) {
-	newRev, err := l.kv.Update(ctx, Key, EncodeHolder(h), rev)
+	newRev, err := l.settled(ctx, func() (uint64, error) { return l.kv.Update(ctx, Key, EncodeHolder(h), rev) })
 	if l.recreateIfGone(ctx, err) {
 		return 0, fmt.Errorf("update lease at revision %d: the bucket was gone and is made anew: %w", rev, domain.ErrLeaseConflict)
 	}
@@ -289,7 +318,7 @@ func (l *Lease) Update(ctx context.Context, h domain.Holder, rev uint64) (uint64
 
 // Delete removes the value if rev is the key's current revision.
 func (l *Lease) Delete(ctx context.Context, rev uint64) error {
-	err := l.kv.Delete(ctx, Key, jetstream.LastRevision(rev))
+	_, err := l.settled(ctx, func() (uint64, error) { return 0, l.kv.Delete(ctx, Key, jetstream.LastRevision(rev)) })
 	if isConflict(err) {
 		return fmt.Errorf("delete lease at revision %d: %w: %w", rev, domain.ErrLeaseConflict, err)
 	}
