@@ -48,8 +48,9 @@ func watchOverlap(engines ...*testEngine) (stop func() int) {
 
 // A purge of the lease stream, or a bucket deleted and made anew, leaves a
 // key with no history: nothing says the holder is gone, so whoever creates
-// the key waits half a lease, by when the old holder has fenced.
-func TestAKeyWithNoHistoryIsHeldHalfALeaseBeforeServing(t *testing.T) {
+// the key waits a lease, by when the old holder has fenced, whatever the
+// rates of the two clocks within a factor of two.
+func TestAKeyWithNoHistoryIsHeldALeaseBeforeServing(t *testing.T) {
 	for _, c := range []struct {
 		name  string
 		empty func(*memory.Lease)
@@ -74,8 +75,8 @@ func TestAKeyWithNoHistoryIsHeldHalfALeaseBeforeServing(t *testing.T) {
 				if n := stop(); n > 0 {
 					t.Fatalf("a and b both may serve in %d samples (a: %s; b: %s)", n, a.path(), b.path())
 				}
-				if at, _ := b.when(domain.StateServing); at != L/2 {
-					t.Fatalf("b served %v after it claimed, want half a lease (%s)", at, b.path())
+				if at, _ := b.when(domain.StateServing); at != L {
+					t.Fatalf("b served %v after it claimed, want a lease (%s)", at, b.path())
 				}
 				wantState(t, a, domain.StateLost)
 			})
@@ -84,7 +85,7 @@ func TestAKeyWithNoHistoryIsHeldHalfALeaseBeforeServing(t *testing.T) {
 }
 
 // A holder whose renewal finds the key deleted creates it again and waits
-// half a lease before serving, counted from when it saw the key empty: an
+// a lease before serving, counted from when it saw the key empty: an
 // engine that took the lease before the delete renewed last before it, so it
 // stops within half a lease of the delete, not of the renewal's start.
 func TestARecreatingHolderWaitsFromWhenItSawTheDelete(t *testing.T) {
@@ -104,16 +105,16 @@ func TestARecreatingHolderWaitsFromWhenItSawTheDelete(t *testing.T) {
 		}
 		time.Sleep(L / 16)
 		a.store.Delay(0, 0)
-		time.Sleep(L)
+		time.Sleep(2 * L)
 		wantState(t, a, domain.StateServing)
 		at, _ := a.when(domain.StateServing)
-		if at < deletedAt+L/2 {
-			t.Fatalf("a served again at %v, less than half a lease after the delete at %v (%s)", at, deletedAt, a.path())
+		if at < deletedAt+L {
+			t.Fatalf("a served again at %v, less than a lease after the delete at %v (%s)", at, deletedAt, a.path())
 		}
 	})
 }
 
-// A standby that takes the key over a deletion waits half a lease before it
+// A standby that takes the key over a deletion waits a lease before it
 // serves; if another engine takes the lease meanwhile, the standby has lost
 // it, and lost is the end: AwaitLease fails instead of trying again.
 func TestLostWhileWaitingToServeIsTheEnd(t *testing.T) {

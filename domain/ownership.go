@@ -361,9 +361,9 @@ func (o *Ownership) acquire(ctx context.Context, rec Record) (bool, error) {
 	var err error
 	if o.ours(rec) {
 		// Our own write whose reply was lost, seen later: what it wrote
-		// over is unknown, so it is held half a lease before serving, as
-		// over a key with no value.
-		serveFrom = start.Add(o.timing.Fence())
+		// over is unknown, so it is held a lease before serving, as over
+		// a key with no value.
+		serveFrom = start.Add(o.timing.Quarantine())
 	}
 	if rec.Present {
 		rev, err = o.lease.Update(ctx, o.me, rec.Revision)
@@ -372,8 +372,9 @@ func (o *Ownership) acquire(ctx context.Context, rec Record) (bool, error) {
 		// A key with no value says nothing of who served last: it was
 		// deleted, purged, or its bucket made anew, and a holder that
 		// renewed just before may serve on until half a lease after its
-		// last renewal, which started before this create. So wait that long.
-		serveFrom = start.Add(o.timing.Fence())
+		// last renewal, which started before this create. Timing.Quarantine
+		// outlasts that.
+		serveFrom = start.Add(o.timing.Quarantine())
 	}
 	if errors.Is(err, ErrLeaseTaken) || errors.Is(err, ErrLeaseConflict) {
 		return false, nil
@@ -390,12 +391,12 @@ func (o *Ownership) acquire(ctx context.Context, rec Record) (bool, error) {
 	}
 	switch {
 	case rec.Deleted():
-		o.log.Warn("the lease key was deleted by someone else; holding it half a lease before serving",
-			"revision", rec.Revision, "serve_in", o.timing.Fence())
+		o.log.Warn("the lease key was deleted by someone else; holding it a lease before serving",
+			"revision", rec.Revision, "serve_in", o.timing.Quarantine())
 	case !rec.Present:
 		// A new account, as a rule; a purged stream or a bucket made anew
 		// look the same, hence the wait.
-		o.log.Info("the lease key has no history; holding it half a lease before serving", "serve_in", o.timing.Fence())
+		o.log.Info("the lease key has no history; holding it a lease before serving", "serve_in", o.timing.Quarantine())
 	case !rec.Free():
 		o.log.Info("took over the lease from a silent holder", "from", rec.Holder.String())
 	}
@@ -474,7 +475,7 @@ func (o *Ownership) keep(ctx context.Context, renewedAt, serveFrom time.Time) {
 					// The last renewal found the key empty and made it
 					// again: the hold starts over, so it is not handed over.
 					o.mu.Lock()
-					o.serveFrom = r.recreatedAt.Add(o.timing.Fence())
+					o.serveFrom = r.recreatedAt.Add(o.timing.Quarantine())
 					o.mu.Unlock()
 				}
 				o.applyRenewal(r, &renewedAt)
@@ -510,14 +511,14 @@ func (o *Ownership) keep(ctx context.Context, renewedAt, serveFrom time.Time) {
 				// Someone deleted the key: another engine may have taken the
 				// lease before that and serve still. It stops within half a
 				// lease of its last renewal, which started before the key was
-				// seen empty, so this engine waits that long from then, and
-				// serves under a new term.
-				serveFrom = r.recreatedAt.Add(o.timing.Fence())
+				// seen empty, so this engine holds it Timing.Quarantine from
+				// then, and serves under a new term.
+				serveFrom = r.recreatedAt.Add(o.timing.Quarantine())
 				o.mu.Lock()
 				o.term = r.rev
 				o.serveFrom = serveFrom
 				o.mu.Unlock()
-				o.log.Warn("the lease key was deleted by someone else; created it again, pausing half a lease",
+				o.log.Warn("the lease key was deleted by someone else; created it again, holding it a lease before serving",
 					"serve_in", serveFrom.Sub(o.clock.Now()))
 			}
 			o.applyRenewal(r, &renewedAt)
@@ -667,7 +668,7 @@ func (o *Ownership) Release(ctx context.Context) error {
 	}
 	o.held = false
 	o.mu.Unlock()
-	// A hold still waiting out half a lease over a key that had no value
+	// A hold still waiting out its quarantine over a key that had no value
 	// (taken so, or made again by its last renewal) must not be handed
 	// over: whoever served before the key went may serve on, and a
 	// released record would let a standby take it at once. The record is

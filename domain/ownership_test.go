@@ -27,8 +27,8 @@ func testTiming() domain.Timing {
 
 // usedStore is the lease of an account an engine served before: it holds
 // that engine's released record, so a claim may serve at once. A key with no
-// value makes the first holder wait half a lease (see
-// TestAKeyWithNoHistoryIsHeldHalfALeaseBeforeServing).
+// value makes the first holder wait a lease (see
+// TestAKeyWithNoHistoryIsHeldALeaseBeforeServing).
 func usedStore(t *testing.T) *memory.Lease {
 	t.Helper()
 	store := memory.New()
@@ -209,8 +209,8 @@ func TestClaimDecidesHowAnEngineStarts(t *testing.T) {
 		after time.Duration
 	}{
 		{"FreeLeaseServesAtOnce", free, domain.RoleServe, "", domain.OutcomeServe, nil, 0},
-		{"NewAccountServesAfterHalfALease", empty, domain.RoleServe, "", domain.OutcomeServe, nil, L / 2},
-		{"PurgedKeyServesAfterHalfALease", purged, domain.RoleServe, "", domain.OutcomeServe, nil, L / 2},
+		{"NewAccountServesAfterALease", empty, domain.RoleServe, "", domain.OutcomeServe, nil, L},
+		{"PurgedKeyServesAfterALease", purged, domain.RoleServe, "", domain.OutcomeServe, nil, L},
 		{"ClientNeverClaims", holderRenewing(""), domain.RoleClient, "", domain.OutcomeClient, nil, 0},
 		{"LiveHolderWithoutRolloutFails", holderRenewing(""), domain.RoleServe, "", 0, domain.ErrAlreadyServing, L / 4},
 		{"LiveHolderOfTheSameRolloutFails", holderRenewing("r7"), domain.RoleServe, "r7", 0, domain.ErrAlreadyServing, L / 4},
@@ -222,7 +222,7 @@ func TestClaimDecidesHowAnEngineStarts(t *testing.T) {
 		{"SilentHolderIsTakenOverAfterOneLease", holderSilent, domain.RoleServe, "", domain.OutcomeServe, nil, L},
 		{"UnreadableSilentHolderIsTakenOverAfterOneLease", unknown, domain.RoleServe, "", domain.OutcomeServe, nil, L},
 		{"ReleasedLeaseServesAtOnce", released, domain.RoleServe, "", domain.OutcomeServe, nil, 0},
-		{"DeletedKeyServesAfterHalfALease", deleted, domain.RoleServe, "", domain.OutcomeServe, nil, L / 2},
+		{"DeletedKeyServesAfterALease", deleted, domain.RoleServe, "", domain.OutcomeServe, nil, L},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -420,12 +420,12 @@ func TestAKeyDeletedUnderTheHolderIsCreatedAgain(t *testing.T) {
 			t.Fatalf("after a third party's delete the lease reads %+v, want a's record again", rec)
 		}
 		// Another engine may have taken the lease before the delete, so a
-		// stays out for half a lease, as a new holder of a deleted key does.
+		// stays out for a lease, as a new holder of a deleted key does.
 		wantState(t, a, domain.StateFenced)
-		time.Sleep(L / 2)
+		time.Sleep(L)
 		wantState(t, a, domain.StateServing)
-		if at, _ := a.when(domain.StateServing); at != L/4+L/2 {
-			t.Fatalf("a served again at %v, want %v (%s)", at, L/4+L/2, a.path())
+		if at, _ := a.when(domain.StateServing); at != L/4+L {
+			t.Fatalf("a served again at %v, want %v (%s)", at, L/4+L, a.path())
 		}
 	})
 }
@@ -552,7 +552,7 @@ func TestAStandbyStopsWhenItsOwnReleaseTakesTheLease(t *testing.T) {
 	})
 }
 
-func TestAContenderWaitsHalfALeaseAfterAThirdPartyDelete(t *testing.T) {
+func TestAContenderWaitsALeaseAfterAThirdPartyDelete(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := usedStore(t)
 		a := newEngine(t, store, "a", "v1", testTiming())
@@ -574,8 +574,8 @@ func TestAContenderWaitsHalfALeaseAfterAThirdPartyDelete(t *testing.T) {
 			t.Fatalf("AwaitLease: %v", err)
 		}
 		served, _ := b.when(domain.StateServing)
-		if served != deletedAt+L/2 {
-			t.Fatalf("b served at %v, want half a lease after the delete at %v", served, deletedAt)
+		if served != deletedAt+L {
+			t.Fatalf("b served at %v, want a lease after the delete at %v", served, deletedAt)
 		}
 		lost, ok := a.when(domain.StateLost)
 		if !ok || lost > served {
