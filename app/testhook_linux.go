@@ -1,10 +1,9 @@
-//go:build unix
-
 package app
 
 import (
 	"context"
 	"os"
+	"runtime"
 	"syscall"
 	"time"
 
@@ -29,7 +28,7 @@ type stopBeforeSet struct {
 
 func (s stopBeforeSet) Set(ctx context.Context, key string, value []byte, ttl time.Duration) error {
 	if key == s.key {
-		_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+		stopThisProcess()
 		ctx = context.WithoutCancel(ctx)
 	}
 	return s.KeyValue.Set(ctx, key, value, ttl)
@@ -41,4 +40,16 @@ func withTestHooks(kv ports.KeyValue) ports.KeyValue {
 		return stopBeforeSet{KeyValue: kv, key: key}
 	}
 	return kv
+}
+
+// stopThisProcess stops the process before the calling goroutine runs on.
+// SIGSTOP sent to the process may be taken by another thread, and until
+// that thread is scheduled and stops the rest, the caller runs on: on a
+// busy machine, far enough to finish the write. Sent to the calling thread,
+// it is taken by that thread on its way back from the system call, so the
+// process stops with the caller where it is.
+func stopThisProcess() {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	_ = syscall.Tgkill(os.Getpid(), syscall.Gettid(), syscall.SIGSTOP)
 }
