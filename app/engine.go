@@ -75,6 +75,8 @@ type Engine struct {
 	jobs     *Jobs
 	ready    atomic.Bool // Start has done its part
 	stopping atomic.Bool
+	// exitArmed ends the process if a stop the broker's loss began hangs.
+	exitArmed atomic.Pointer[time.Timer]
 
 	mu        sync.Mutex
 	broker    *server.Server
@@ -204,15 +206,24 @@ func (e *Engine) connect(name string, lasting bool) (*nats.Conn, error) {
 
 // connectionClosed stops the process when a connection closes for good
 // while the engine runs, and ends it outright if stopping takes too long.
+//
+// Both of the engine's connections close when the broker goes away; the
+// first to report it stops the engine, once. A stop that ends in time
+// disarms the exit, so an engine embedded in a longer-lived process (a
+// test, as a rule) does not end it later.
 func (e *Engine) connectionClosed(nc *nats.Conn) {
 	if e.stopping.Load() {
 		return
 	}
-	e.log.Error("the NATS connection closed for good; stopping", "connection", nc.Opts.Name, "err", nc.LastError())
-	time.AfterFunc(connectionLostGrace, func() {
+	exit := time.AfterFunc(connectionLostGrace, func() {
 		e.log.Error("stop took too long without NATS; exiting")
 		e.p.Exit(ExitConnectionLost)
 	})
+	if !e.exitArmed.CompareAndSwap(nil, exit) {
+		exit.Stop()
+		return
+	}
+	e.log.Error("the NATS connection closed for good; stopping", "connection", nc.Opts.Name, "err", nc.LastError())
 	e.p.Shutdown(ExitConnectionLost)
 }
 
@@ -521,6 +532,9 @@ func (e *Engine) Stop(ctx context.Context) error {
 		}
 	}
 	e.closeAll()
+	if exit := e.exitArmed.Load(); exit != nil {
+		exit.Stop()
+	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("stop engine: %w", err)
 	}

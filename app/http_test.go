@@ -125,7 +125,8 @@ func TestTheHTTPAPIAnswersForEveryRole(t *testing.T) {
 
 func TestATakenHTTPPortFailsTheStart(t *testing.T) {
 	url := natstest.StartServer(t).ClientURL()
-	_, h, _ := startWithHTTP(t, testConfig(t, url, "serve", "", memoryServices))
+	_, h, first := startWithHTTP(t, testConfig(t, url, "serve", "", memoryServices))
+	defer first.RequireStop()
 	cfg := testConfig(t, url, "client", "", memoryServices)
 	cfg.HTTP.Listen = h.Addr()
 	a := fx.New(app.Graph(options(cfg)), fx.NopLogger)
