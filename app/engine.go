@@ -102,7 +102,14 @@ func NewEngine(p EngineParams) *Engine {
 	if p.Exit == nil {
 		p.Exit = os.Exit
 	}
-	return &Engine{p: p, log: p.Logger, jobs: NewJobs(p.Logger)}
+	e := &Engine{p: p, log: p.Logger}
+	e.jobs = NewJobs(p.Logger, func() (uint64, bool) {
+		if o := e.Ownership(); o != nil {
+			return o.Term()
+		}
+		return 0, false
+	})
+	return e
 }
 
 // Me is the holder this engine writes into the lease.

@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/abi-engine/engine/ports"
 )
 
 // Job is periodic work a serving engine does: it runs only while the engine
@@ -18,6 +20,12 @@ type Job struct {
 // Jobs runs the registered jobs while the engine serves.
 type Jobs struct {
 	log *slog.Logger
+	// admit is asked before every run, as the kernel asks before every
+	// call: the serving loop starts and stops the jobs when it hears of a
+	// move of the lease, but a process paused past its lease runs a due
+	// job before that news arrives; the lease's own clock says no at once.
+	// A run carries the term's fencing token to the stores.
+	admit func() (token uint64, ok bool)
 
 	mu     sync.Mutex
 	jobs   []Job
@@ -26,8 +34,14 @@ type Jobs struct {
 	wg     sync.WaitGroup
 }
 
-// NewJobs returns a job host with no job.
-func NewJobs(log *slog.Logger) *Jobs { return &Jobs{log: log} }
+// NewJobs returns a job host with no job, whose jobs run when admit says
+// so; nil admits every run, with no fencing token.
+func NewJobs(log *slog.Logger, admit func() (token uint64, ok bool)) *Jobs {
+	if admit == nil {
+		admit = func() (uint64, bool) { return 0, true }
+	}
+	return &Jobs{log: log, admit: admit}
+}
 
 // Register adds a job; it starts at once if the jobs run.
 func (j *Jobs) Register(job Job) {
@@ -73,7 +87,15 @@ func (j *Jobs) loop(ctx context.Context, job Job) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if err := job.Run(ctx); err != nil && ctx.Err() == nil {
+			token, ok := j.admit()
+			if !ok {
+				continue
+			}
+			run := ctx
+			if token != 0 {
+				run = ports.WithFencingToken(ctx, token)
+			}
+			if err := job.Run(run); err != nil && ctx.Err() == nil {
 				j.log.Warn("job failed", "job", job.Name, "err", err)
 			}
 		}

@@ -1,0 +1,85 @@
+package app
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/abi-engine/engine/ports"
+)
+
+// A job that falls due while the lease's clock says the engine may not
+// serve does not run, even though the jobs were started and nobody has
+// stopped them yet: a process paused past its lease wakes with its tickers
+// due before the fence reaches the serving loop. A run that is admitted
+// carries the fencing token of its term to the stores.
+func TestAJobRunsOnlyWhenTheLeaseAdmitsItAndCarriesItsToken(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var (
+			token atomic.Uint64
+			may   atomic.Bool
+		)
+		jobs := NewJobs(slog.New(slog.DiscardHandler), func() (uint64, bool) { return token.Load(), may.Load() })
+		var (
+			mu   sync.Mutex
+			runs []uint64 // the token each run carried; 0 for none
+		)
+		jobs.Register(Job{Name: "sweep", Every: time.Second, Run: func(ctx context.Context) error {
+			got, _ := ports.FencingToken(ctx)
+			mu.Lock()
+			runs = append(runs, got)
+			mu.Unlock()
+			return nil
+		}})
+		jobs.Start()
+		defer jobs.Stop()
+
+		tick := func() {
+			time.Sleep(time.Second)
+			synctest.Wait()
+		}
+		token.Store(7)
+		may.Store(true)
+		tick()
+		may.Store(false) // the clock ran out; the fence has not arrived
+		tick()
+		tick()
+		token.Store(9)
+		may.Store(true) // a new term
+		tick()
+
+		mu.Lock()
+		defer mu.Unlock()
+		if want := []uint64{7, 9}; !slices.Equal(runs, want) {
+			t.Fatalf("runs carried tokens %v, want %v (none while the lease said no)", runs, want)
+		}
+	})
+}
+
+// With no admission, as in an engine without a lease, every run goes ahead
+// without a token.
+func TestJobsWithoutAdmissionRunWithoutAToken(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		jobs := NewJobs(slog.New(slog.DiscardHandler), nil)
+		var runs, tokens atomic.Int32
+		jobs.Register(Job{Name: "sweep", Every: time.Second, Run: func(ctx context.Context) error {
+			runs.Add(1)
+			if _, ok := ports.FencingToken(ctx); ok {
+				tokens.Add(1)
+			}
+			return nil
+		}})
+		jobs.Start()
+		defer jobs.Stop()
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		if runs.Load() != 2 || tokens.Load() != 0 {
+			t.Fatalf("%d runs, %d with a token; want 2 runs, none with a token", runs.Load(), tokens.Load())
+		}
+	})
+}
