@@ -49,11 +49,11 @@ func (w *VecWrite) DecodeJSON(data []byte) bool {
 
 // vectors reads an array of vectors; encoding/json gives an empty array as
 // an empty slice, not nil.
-func (l *lexer) vectors() ([]Vector, bool) {
+func (l *lexer) vectors() ([]UpsertVector, bool) {
 	if !l.next('[') {
 		return nil, false
 	}
-	out := []Vector{}
+	out := []UpsertVector{}
 	if l.next(']') {
 		return out, true
 	}
@@ -73,8 +73,8 @@ func (l *lexer) vectors() ([]Vector, bool) {
 }
 
 // vector reads one vector object.
-func (l *lexer) vector() (Vector, bool) {
-	var v Vector
+func (l *lexer) vector() (UpsertVector, bool) {
+	var v UpsertVector
 	var seen uint8
 	if !l.next('{') {
 		return v, false
@@ -96,6 +96,9 @@ func (l *lexer) vector() (Vector, bool) {
 		case "values":
 			v.Values, ok = l.floats()
 			ok = ok && once(&seen, 2)
+		case "values_f32":
+			v.Packed, ok = l.base64()
+			ok = ok && once(&seen, 8)
 		case "payload":
 			v.Payload, ok = l.object()
 			ok = ok && once(&seen, 4)

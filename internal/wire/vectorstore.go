@@ -1,5 +1,13 @@
 package wire
 
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+
+	"github.com/abi-engine/engine/ports"
+)
+
 // Operations of the vector_store service. Values are JSON numbers read as
 // float32; a payload is any JSON object, its numbers read back as float64.
 const (
@@ -44,17 +52,61 @@ type VecCollectionList struct {
 	Collections []VecCollectionInfo `json:"collections"`
 }
 
-// Vector is a point and its payload: in upsert, and get's answer.
+// Vector is a point and its payload, as answers give it.
 type Vector struct {
 	ID      string         `json:"id"`
 	Values  []float32      `json:"values"`
 	Payload map[string]any `json:"payload,omitempty"`
 }
 
+// UpsertVector is a vector as an upsert writes it. Its values come in one
+// of two forms: values, JSON numbers, or values_f32, the same float32s
+// packed (PackFloats): four bytes each, little-endian IEEE 754, in base64.
+// A batch of 200 vectors of dimension 384 is 77,000 numbers, and
+// formatting and reading them as text costs most of an upsert's time;
+// packed, they cost next to nothing and take half the bytes. The facade
+// sends the packed form.
+type UpsertVector struct {
+	ID      string         `json:"id"`
+	Values  []float32      `json:"values,omitempty"`
+	Packed  Bytes          `json:"values_f32,omitempty"`
+	Payload map[string]any `json:"payload,omitempty"`
+}
+
+// PackFloats returns values in the packed form of values_f32.
+func PackFloats(values []float32) Bytes {
+	out := make([]byte, 4*len(values))
+	for i, x := range values {
+		binary.LittleEndian.PutUint32(out[4*i:], math.Float32bits(x))
+	}
+	return out
+}
+
+// Floats returns the vector's values, from whichever form it came in; a
+// vector that carries both, or packed bytes that are not whole float32s,
+// is invalid.
+func (v UpsertVector) Floats() ([]float32, error) {
+	if v.Packed == nil {
+		return v.Values, nil
+	}
+	if v.Values != nil {
+		return nil, fmt.Errorf("vector %q has both values and values_f32: %w", v.ID, ports.ErrInvalidArgument)
+	}
+	if len(v.Packed)%4 != 0 {
+		return nil, fmt.Errorf("vector %q: values_f32 is %d bytes, not a whole number of 4-byte floats: %w",
+			v.ID, len(v.Packed), ports.ErrInvalidArgument)
+	}
+	out := make([]float32, len(v.Packed)/4)
+	for i := range out {
+		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(v.Packed[4*i:]))
+	}
+	return out, nil
+}
+
 // VecWrite writes vectors, replacing those with the same ids: upsert.
 type VecWrite struct {
-	Collection string   `json:"collection"`
-	Vectors    []Vector `json:"vectors"`
+	Collection string         `json:"collection"`
+	Vectors    []UpsertVector `json:"vectors"`
 }
 
 // VecQuery asks for the k closest vectors whose payload has every field of

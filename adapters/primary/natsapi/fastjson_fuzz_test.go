@@ -92,6 +92,8 @@ func TestFastDecodersTakeThePlainForm(t *testing.T) {
 		`{"collection":"v","vectors":[{"id":"a","values":[1,-0.5,3e-7,0],"payload":{"k":"x","n":[1,{"a":"}"}]}}]}`: new(wire.VecWrite),
 		`{"vectors":[],"collection":"v"}`: new(wire.VecWrite),
 		` { "collection" : "v" , "vectors" : [ { } , { "values" : [ ] , "payload" : { } } ] } `: new(wire.VecWrite),
+		`{"collection":"v","vectors":[{"id":"a","values_f32":"AACAPwAAAMA=","payload":{"k":"x"}}]}`:  new(wire.VecWrite),
+		`{"collection":"v","vectors":[{"id":"a","values_f32":""},{"id":"b","values":[1],"values_f32":"AACAPw=="}]}`: new(wire.VecWrite),
 	}
 	for body, v := range taken {
 		if !v.DecodeJSON([]byte(body)) {
@@ -121,6 +123,9 @@ func TestFastDecodersTakeThePlainForm(t *testing.T) {
 		`{"collection":"v","vectors":[{"id":"a","payload":{"k":1]}}]}`:        new(wire.VecWrite),
 		`{"collection":"v","vectors":[{"id":"a"}],}`:                          new(wire.VecWrite),
 		`{"collection":"v","vectors":null}`:                                   new(wire.VecWrite),
+		`{"collection":"v","vectors":[{"id":"a","values_f32":"AACAPw="}]}`:    new(wire.VecWrite),
+		`{"collection":"v","vectors":[{"id":"a","values_f32":null}]}`:         new(wire.VecWrite),
+		`{"collection":"v","vectors":[{"id":"a","values_f32":"AACAPw==","values_f32":"AACAPw=="}]}`: new(wire.VecWrite),
 	}
 	for body, v := range declined {
 		if v.DecodeJSON([]byte(body)) {
@@ -145,9 +150,13 @@ func FuzzFastEncoders(f *testing.F) {
 		for i := 0; i+4 <= len(b); i += 4 {
 			values = append(values, math.Float32frombits(binary.LittleEndian.Uint32(b[i:])))
 		}
-		var vectors []wire.Vector
+		var vectors []wire.UpsertVector
 		if flag {
-			vectors = []wire.Vector{{ID: s, Values: values, Payload: map[string]any{"k": s, "n": ttl}}, {ID: s}}
+			vectors = []wire.UpsertVector{
+				{ID: s, Values: values, Payload: map[string]any{"k": s, "n": ttl}},
+				{ID: s, Packed: wire.PackFloats(values)},
+				{ID: s},
+			}
 		}
 		for _, v := range []any{
 			wire.KVKey{Key: s}, wire.KVWrite{Key: s, Value: b, TTLSeconds: ttl}, wire.KVValue{Value: b},

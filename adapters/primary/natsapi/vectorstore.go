@@ -2,6 +2,7 @@ package natsapi
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/abi-engine/engine/internal/wire"
 	"github.com/abi-engine/engine/ports"
@@ -33,7 +34,11 @@ func VectorStore(vs ports.VectorStore) Service {
 			{wire.VecUpsert, JSON(func(ctx context.Context, r wire.VecWrite) (wire.Empty, error) {
 				vectors := make([]ports.Vector, len(r.Vectors))
 				for i, v := range r.Vectors {
-					vectors[i] = ports.Vector{ID: v.ID, Values: v.Values, Payload: v.Payload}
+					values, err := v.Floats()
+					if err != nil {
+						return wire.Empty{}, fmt.Errorf("upsert into %q: %w", r.Collection, err)
+					}
+					vectors[i] = ports.Vector{ID: v.ID, Values: values, Payload: v.Payload}
 				}
 				return wire.Empty{}, vs.Upsert(ctx, r.Collection, vectors)
 			})},

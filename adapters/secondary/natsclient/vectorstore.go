@@ -2,6 +2,8 @@ package natsclient
 
 import (
 	"context"
+	"errors"
+	"strings"
 
 	"github.com/abi-engine/engine/internal/wire"
 	"github.com/abi-engine/engine/ports"
@@ -58,15 +60,30 @@ func (s VectorStore) Upsert(ctx context.Context, collection string, vectors []po
 	if err := text("collection", collection); err != nil {
 		return err
 	}
-	req := wire.VecWrite{Collection: collection, Vectors: make([]wire.Vector, len(vectors))}
+	req := wire.VecWrite{Collection: collection, Vectors: make([]wire.UpsertVector, len(vectors))}
 	for i, v := range vectors {
 		if err := text("id", v.ID); err != nil {
 			return err
 		}
-		req.Vectors[i] = wire.Vector{ID: v.ID, Values: v.Values, Payload: v.Payload}
+		req.Vectors[i] = wire.UpsertVector{ID: v.ID, Packed: wire.PackFloats(v.Values), Payload: v.Payload}
 	}
 	var out wire.Empty
+	err := callEncoded(ctx, s.c, vecSubject(wire.VecUpsert), req, &out)
+	if !olderEngineRefusedPacked(err) {
+		return err
+	}
+	// An engine from before values_f32 answered; it reads numbers only.
+	for i, v := range vectors {
+		req.Vectors[i] = wire.UpsertVector{ID: v.ID, Values: v.Values, Payload: v.Payload}
+	}
 	return callEncoded(ctx, s.c, vecSubject(wire.VecUpsert), req, &out)
+}
+
+// olderEngineRefusedPacked reports whether err is an engine's refusal of
+// the field values_f32 as unknown: an engine older than it, met while a
+// deploy replaces engines and callers in any order.
+func olderEngineRefusedPacked(err error) bool {
+	return errors.Is(err, ports.ErrInvalidArgument) && strings.Contains(err.Error(), `unknown field "values_f32"`)
 }
 
 // Search implements ports.VectorStore.
