@@ -22,6 +22,7 @@ import (
 
 	"github.com/abi-engine/engine/adapters/secondary/vectorstore/internal/vecindex"
 	"github.com/abi-engine/engine/adapters/secondary/vectorstore/internal/vecutil"
+	"github.com/abi-engine/engine/internal/sqlitedb"
 	"github.com/abi-engine/engine/ports"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
@@ -61,8 +62,9 @@ type Store struct {
 	indexes map[string]*cached
 	upserts map[int]*sql.Stmt // by rows per statement
 
-	stopLoad context.CancelFunc // ends the load of the indexes at open
-	loaded   chan struct{}      // closed when that load has ended
+	stopLoad    context.CancelFunc // ends the load of the indexes at open
+	loaded      chan struct{}      // closed when that load has ended
+	checkpoints *sqlitedb.Checkpointer
 }
 
 // cached is a handle's index of one collection and the point of the file's
@@ -136,8 +138,11 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 	}
 	// WAL lets readers run beside a writer; _txlock=immediate takes the
 	// write lock when a transaction begins, so two handles never deadlock
-	// upgrading a read lock, and busy_timeout makes them wait for it.
-	dsn := c.Path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_txlock=immediate"
+	// upgrading a read lock, and busy_timeout makes them wait for it. The
+	// log is copied into the database in the background
+	// (sqlitedb.Checkpointer), not by the upsert that fills it.
+	dsn := fmt.Sprintf("%s?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_pragma=wal_autocheckpoint(%d)&_txlock=immediate",
+		c.Path, sqlitedb.FallbackPages)
 	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
 		return nil, fmt.Errorf("vector_store sqlite: open %q: %w", c.Path, err)
@@ -146,6 +151,10 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 	if err := s.prepare(ctx); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("vector_store sqlite: %q: %w", c.Path, err)
+	}
+	if s.checkpoints, err = sqlitedb.StartCheckpointer(c.Path, sqlitedb.CheckpointEvery); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("vector_store sqlite: %w", err)
 	}
 	// The indexes load in the background, so a large file does not hold
 	// up the engine's start (or a handover); a search of a collection
@@ -230,7 +239,7 @@ func (s *Store) Close() error {
 	if s.fetch != nil {
 		s.fetch.Close()
 	}
-	return s.db.Close()
+	return errors.Join(s.checkpoints.Close(), s.db.Close())
 }
 
 // readTx runs f in a read transaction: one snapshot of the file, taken
