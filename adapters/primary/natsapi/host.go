@@ -151,6 +151,7 @@ type Host struct {
 	opts     Options
 	services []Service
 	sem      chan struct{} // a slot per call running
+	workers  *workers      // the goroutines admitted calls run on
 	queue    chan struct{} // a place per call waiting for a slot
 	calls    counter
 
@@ -197,6 +198,7 @@ func NewHost(opts Options, services ...Service) (*Host, error) {
 		opts:     opts,
 		services: services,
 		sem:      make(chan struct{}, opts.MaxConcurrent),
+		workers:  newWorkers(),
 		queue:    make(chan struct{}, opts.MaxQueued),
 		waiting:  map[string]int{},
 	}, nil
@@ -266,11 +268,12 @@ func (h *Host) InFlight() int { return h.calls.value() }
 
 // dispatch counts a call the moment it arrives, checks its token and
 // admits it, all on the subscription's goroutine, so a flood of unsigned
-// or surplus calls costs no goroutine each. An admitted call runs on a
-// goroutine of its own, so a slow call never holds up the subscription:
-// at once when a slot is free, else after waiting in a bounded queue;
-// beyond the queue it is answered 503 at once. At most MaxConcurrent +
-// MaxQueued goroutines run calls, whatever arrives.
+// or surplus calls costs no goroutine each. An admitted call runs off the
+// subscription's goroutine, so a slow call never holds up the others: at
+// once on a kept worker when a slot is free, else on a goroutine that
+// waits in a bounded queue; beyond the queue it is answered 503 at once.
+// At most 2×MaxConcurrent + MaxQueued goroutines run or wait for calls,
+// whatever arrives.
 func (h *Host) dispatch(ctx context.Context, service, op string, handle HandlerFunc) micro.HandlerFunc {
 	return func(req micro.Request) {
 		h.calls.add()
@@ -294,10 +297,10 @@ func (h *Host) dispatch(ctx context.Context, service, op string, handle HandlerF
 		}
 		select {
 		case h.sem <- struct{}{}:
-			go func() {
+			h.workers.run(func() {
 				defer func() { <-h.sem }()
 				finish(h.handle(ctx, handle, call))
-			}()
+			})
 			return
 		default:
 		}
