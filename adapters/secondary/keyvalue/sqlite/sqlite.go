@@ -74,8 +74,6 @@ type Store struct {
 
 	get, exists, list                                   *sql.Stmt
 	set, setIfAbsent, del, deleteIfValue, deleteExpired *sql.Stmt
-
-	group group // the sets waiting for the writer
 }
 
 // Open opens or creates the file at c.Path.
@@ -142,13 +140,13 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, error) {
 	return blob(v), nil
 }
 
-// Set writes the value and its expiry, replacing any other. Sets that
-// arrive while the writer is busy are committed together (groupcommit.go).
+// Set writes the value and its expiry, replacing any other.
 func (s *Store) Set(ctx context.Context, key string, value []byte, ttl time.Duration) error {
 	if err := storecheck.Write("key", key, ttl); err != nil {
 		return err
 	}
-	if err := s.groupSet(newSetOp(ctx, key, value, expiry(ttl))); err != nil {
+	_, err := s.set.ExecContext(ctx, sql.Named("key", key), sql.Named("value", blob(value)), expiry(ttl))
+	if err != nil {
 		return fmt.Errorf("set %q in %s: %w", key, s.path, err)
 	}
 	return nil
