@@ -194,14 +194,15 @@ func NewHost(opts Options, services ...Service) (*Host, error) {
 	if opts.Admit == nil {
 		opts.Admit = func() (uint64, bool) { return 0, true }
 	}
-	return &Host{
+	h := &Host{
 		opts:     opts,
 		services: services,
 		sem:      make(chan struct{}, opts.MaxConcurrent),
-		workers:  newWorkers(),
 		queue:    make(chan struct{}, opts.MaxQueued),
 		waiting:  map[string]int{},
-	}, nil
+	}
+	h.workers = newWorkers(func() { <-h.sem })
+	return h, nil
 }
 
 // Serve opens the accepting connection and subscribes every endpoint. It
@@ -272,7 +273,7 @@ func (h *Host) InFlight() int { return h.calls.value() }
 // subscription's goroutine, so a slow call never holds up the others: at
 // once on a kept worker when a slot is free, else on a goroutine that
 // waits in a bounded queue; beyond the queue it is answered 503 at once.
-// At most 2×MaxConcurrent + MaxQueued goroutines run or wait for calls,
+// At most MaxConcurrent + MaxQueued goroutines run or wait for calls,
 // whatever arrives.
 func (h *Host) dispatch(ctx context.Context, service, op string, handle HandlerFunc) micro.HandlerFunc {
 	return func(req micro.Request) {
@@ -297,10 +298,8 @@ func (h *Host) dispatch(ctx context.Context, service, op string, handle HandlerF
 		}
 		select {
 		case h.sem <- struct{}{}:
-			h.workers.run(func() {
-				defer func() { <-h.sem }()
-				finish(h.handle(ctx, handle, call))
-			})
+			// The worker gives the slot back once the call has ended.
+			h.workers.run(func() { finish(h.handle(ctx, handle, call)) })
 			return
 		default:
 		}

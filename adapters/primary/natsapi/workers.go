@@ -1,6 +1,8 @@
 package natsapi
 
 import (
+	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -11,42 +13,68 @@ import (
 // tenth of an engine's CPU on a keyvalue get); a kept one has grown
 // already. A worker that finds no call for workerIdle ends.
 //
-// The pool adds no bound of its own: the host's slots bound the calls that
-// run. A worker is spawned only when none waits, so there are at most as
-// many as calls run at once, plus those that have just given their slot
-// back and not yet come back for the next call: twice the slots at most.
+// Each call holds one of the host's slots, and its worker gives the slot
+// back (release) only once it is listed idle. So whoever takes a slot
+// finds a worker listed unless every worker holds a slot: there are never
+// more workers than slots, besides those leaving after their idle time.
 type workers struct {
-	tasks chan func()  // unbuffered: a send succeeds only to a waiting worker
-	live  atomic.Int32 // workers running a call or waiting for one
+	release func() // gives back the slot of a call that has ended
+
+	mu   sync.Mutex
+	idle []*worker // waiting for a call, the most recently busy last
+
+	live atomic.Int32 // workers running a call or waiting for one
+}
+
+type worker struct {
+	calls chan func() // the next call, handed over by run
 }
 
 // workerIdle is how long a worker waits for a call before it ends.
 const workerIdle = 10 * time.Second
 
-func newWorkers() *workers { return &workers{tasks: make(chan func())} }
+func newWorkers(release func()) *workers { return &workers{release: release} }
 
-// run runs f on a waiting worker, or on a new one when none waits.
+// run runs f, whose caller holds a slot, on the worker idle the shortest
+// time, or on a new one when none is idle. It never waits for a call.
 func (w *workers) run(f func()) {
-	select {
-	case w.tasks <- f:
-	default:
-		w.live.Add(1)
-		go w.work(f)
+	w.mu.Lock()
+	if n := len(w.idle); n > 0 {
+		k := w.idle[n-1]
+		w.idle[n-1] = nil
+		w.idle = w.idle[:n-1]
+		w.mu.Unlock()
+		k.calls <- f // buffered: the worker takes it when it comes to it
+		return
 	}
+	w.mu.Unlock()
+	w.live.Add(1)
+	go w.work(&worker{calls: make(chan func(), 1)}, f)
 }
 
-func (w *workers) work(f func()) {
+func (w *workers) work(k *worker, f func()) {
 	defer w.live.Add(-1)
 	idle := time.NewTimer(workerIdle)
 	defer idle.Stop()
 	for {
 		f()
 		f = nil // let the call's memory go while the worker waits
+		w.mu.Lock()
+		w.idle = append(w.idle, k)
+		w.mu.Unlock()
+		w.release()
 		idle.Reset(workerIdle)
 		select {
-		case f = <-w.tasks:
+		case f = <-k.calls:
 		case <-idle.C:
-			return
+			w.mu.Lock()
+			if i := slices.Index(w.idle, k); i >= 0 {
+				w.idle = slices.Delete(w.idle, i, i+1)
+				w.mu.Unlock()
+				return
+			}
+			w.mu.Unlock()
+			f = <-k.calls // run took this worker as its time ran out
 		}
 	}
 }
