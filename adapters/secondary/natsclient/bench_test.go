@@ -97,6 +97,9 @@ func benchGet(b *testing.B, store ports.KeyValue) {
 		Owner:   domain.NewInstanceID(),
 		Connect: func() (*nats.Conn, error) { return nats.Connect(url) },
 		Replies: natstest.Connect(b, url),
+		// As in the engine, every call is admitted under the serving
+		// term's fencing token.
+		Admit: func() (uint64, bool) { return 1, true },
 	}, natsapi.KeyValue(store))
 	if err != nil {
 		b.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/abi-engine/engine/adapters/secondary/keyvalue/sqlite"
+	"github.com/abi-engine/engine/ports"
 )
 
 // benchCallers is how many goroutines call at once, as in the kernel call
@@ -57,6 +58,25 @@ func BenchmarkGet(b *testing.B) {
 	parallel(b, func(ctx context.Context, i int) error {
 		_, err := store.Get(ctx, fmt.Sprintf("bench/%d", i))
 		return err
+	})
+}
+
+// BenchmarkGetUnderATerm reads as the engine does, every call under the
+// serving term's fencing token, so repeated reads come from the cache.
+func BenchmarkGetUnderATerm(b *testing.B) {
+	store := openBench(b)
+	parallel(b, func(ctx context.Context, i int) error {
+		_, err := store.Get(ports.WithFencingToken(ctx, 1), fmt.Sprintf("bench/%d", i))
+		return err
+	})
+}
+
+// BenchmarkSetUnderATerm writes as the engine does, each write checked
+// against the fence in its statement.
+func BenchmarkSetUnderATerm(b *testing.B) {
+	store := openBench(b)
+	parallel(b, func(ctx context.Context, i int) error {
+		return store.Set(ports.WithFencingToken(ctx, 1), fmt.Sprintf("bench/%d", i), []byte("fedcba9876543210"), 0)
 	})
 }
 

@@ -2,6 +2,13 @@
 // conditional write is one statement, which SQLite runs under its write
 // lock, so handles on the same file, in one process or several, never both
 // win.
+//
+// Like the PostgreSQL stores, the file keeps a fence: the newest fencing
+// token (ports.FencingToken) a call under a serving term brought to it. A
+// write under an older term is refused with ports.ErrFenced, in the same
+// statement that would have made it, so an engine paused across a
+// takeover on this host cannot write over its successor. Within a term,
+// reads are kept in a cache (readCache), which the fence makes safe.
 package sqlite
 
 import (
@@ -9,7 +16,10 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/abi-engine/engine/internal/sqlitedb"
@@ -38,32 +48,46 @@ func (c *Config) Default(dataDir string) {
 }
 
 // expires_at is in Unix nanoseconds of this host's clock, NULL for never:
-// only engines on this host open the file, so they share the clock.
+// only engines on this host open the file, so they share the clock. The
+// fence holds one row, the newest fencing token seen.
 const schema = `CREATE TABLE IF NOT EXISTS kv (
 	key        TEXT    NOT NULL PRIMARY KEY,
 	value      BLOB    NOT NULL,
 	expires_at INTEGER
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS abi_engine_fence (
+	scope TEXT    NOT NULL PRIMARY KEY,
+	token INTEGER NOT NULL
 ) WITHOUT ROWID`
 
 // live is the condition of a row that has not expired at the parameter now.
 const live = "(expires_at IS NULL OR expires_at > :now)"
 
+// unfenced is the condition of a write whose parameter token is not older
+// than the fence; a write without a token passes math.MaxInt64.
+const unfenced = "NOT EXISTS (SELECT 1 FROM abi_engine_fence WHERE token > :token)"
+
 // The statements, prepared once per handle: parsing one costs more than
 // running it on a small table.
 const (
-	getSQL    = "SELECT value FROM kv WHERE key = :key AND " + live
+	getSQL    = "SELECT value, expires_at FROM kv WHERE key = :key AND " + live
 	existsSQL = "SELECT EXISTS (SELECT 1 FROM kv WHERE key = :key AND " + live + ")"
 	listSQL   = `SELECT key FROM kv
 		WHERE key >= :prefix AND key > :cursor AND substr(key, 1, length(:prefix)) = :prefix AND ` + live + `
 		ORDER BY key LIMIT :limit`
-	setSQL = `INSERT INTO kv (key, value, expires_at) VALUES (:key, :value, :expires)
+	// The upserts select their one row, so that the fence can stop it.
+	setSQL = `INSERT INTO kv (key, value, expires_at) SELECT :key, :value, :expires WHERE ` + unfenced + `
 		ON CONFLICT (key) DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at`
-	setIfAbsentSQL = `INSERT INTO kv (key, value, expires_at) VALUES (:key, :value, :expires)
+	setIfAbsentSQL = `INSERT INTO kv (key, value, expires_at) SELECT :key, :value, :expires WHERE ` + unfenced + `
 		ON CONFLICT (key) DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at
 		WHERE kv.expires_at IS NOT NULL AND kv.expires_at <= :now`
-	deleteSQL        = "DELETE FROM kv WHERE key = :key RETURNING " + live
-	deleteIfValueSQL = "DELETE FROM kv WHERE key = :key AND value = :value AND " + live
+	deleteSQL        = "DELETE FROM kv WHERE key = :key AND " + unfenced + " RETURNING " + live
+	deleteIfValueSQL = "DELETE FROM kv WHERE key = :key AND value = :value AND " + live + " AND " + unfenced
 	deleteExpiredSQL = "DELETE FROM kv WHERE expires_at IS NOT NULL AND expires_at <= :now"
+	// raiseSQL moves the fence up to token, never down, and returns it.
+	raiseSQL = `INSERT INTO abi_engine_fence (scope, token) VALUES ('keyvalue', :token)
+		ON CONFLICT (scope) DO UPDATE SET token = max(token, excluded.token) RETURNING token`
+	fenceSQL = "SELECT coalesce(max(token), 0) FROM abi_engine_fence"
 )
 
 // Store is one handle on the file: reads on the reader pool, writes on the
@@ -74,6 +98,11 @@ type Store struct {
 
 	get, exists, list                                   *sql.Stmt
 	set, setIfAbsent, del, deleteIfValue, deleteExpired *sql.Stmt
+	raise, fence                                        *sql.Stmt
+
+	cache  *readCache
+	raised atomic.Uint64 // the newest token this handle has raised the fence to
+	termMu sync.Mutex    // one read at a time starts the cache's term
 }
 
 // Open opens or creates the file at c.Path.
@@ -82,19 +111,20 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{db: db, path: c.Path}
+	s := &Store{db: db, path: c.Path, cache: newReadCache()}
 	reads, err := sqlitedb.Prepare(ctx, db.Read, getSQL, existsSQL, listSQL)
 	if err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("keyvalue sqlite %s: %w", c.Path, err)
 	}
 	s.get, s.exists, s.list = reads[0], reads[1], reads[2]
-	writes, err := sqlitedb.Prepare(ctx, db.Write, setSQL, setIfAbsentSQL, deleteSQL, deleteIfValueSQL, deleteExpiredSQL)
+	writes, err := sqlitedb.Prepare(ctx, db.Write, setSQL, setIfAbsentSQL, deleteSQL, deleteIfValueSQL, deleteExpiredSQL, raiseSQL, fenceSQL)
 	if err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("keyvalue sqlite %s: %w", c.Path, err)
 	}
 	s.set, s.setIfAbsent, s.del, s.deleteIfValue, s.deleteExpired = writes[0], writes[1], writes[2], writes[3], writes[4]
+	s.raise, s.fence = writes[5], writes[6]
 	return s, nil
 }
 
@@ -120,24 +150,122 @@ func blob(v []byte) []byte {
 	return v
 }
 
-// Get returns the value unless it is missing or expired.
+// Get returns the value unless it is missing or expired. Under a fencing
+// token, a value read once is kept for the rest of that term.
 func (s *Store) Get(ctx context.Context, key string) ([]byte, error) {
 	if err := storecheck.Key("key", key); err != nil {
 		return nil, err
+	}
+	at := time.Now().UnixNano()
+	token, termed := ports.FencingToken(ctx)
+	if termed {
+		if v, ok := s.cache.get(token, key, at); ok {
+			return v, nil
+		}
 	}
 	rctx, err := sqlitedb.PointRead(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("get %q from %s: %w", key, s.path, err)
 	}
+	var gen uint64
+	keep := termed && s.trust(ctx, token)
+	if keep {
+		gen, keep = s.cache.ticket(token, key)
+	}
 	var v []byte
-	err = s.get.QueryRowContext(rctx, sql.Named("key", key), now()).Scan(&v)
+	var expires sql.NullInt64
+	err = s.get.QueryRowContext(rctx, sql.Named("key", key), sql.Named("now", at)).Scan(&v, &expires)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("get %q: %w", key, ports.ErrNotFound)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("get %q from %s: %w", key, s.path, err)
 	}
+	if keep {
+		s.cache.fill(token, gen, key, v, expires.Int64)
+	}
 	return blob(v), nil
+}
+
+// trust reports whether reads under token may be kept: token is the
+// cache's term, or a newer one, which then begins once the fence stands at
+// it, so that no write of an older term lands on the file after the cache
+// has read it. A token older than the cache's, or than the fence, is not
+// trusted; nor is any when the fence cannot be raised (the read itself
+// goes on, uncached).
+func (s *Store) trust(ctx context.Context, token uint64) bool {
+	if s.cache.current(token) {
+		return true
+	}
+	s.termMu.Lock()
+	defer s.termMu.Unlock()
+	if s.cache.current(token) {
+		return true
+	}
+	if _, err := s.fenceAt(ctx, token); err != nil {
+		return false
+	}
+	s.cache.begin(token)
+	return s.cache.current(token)
+}
+
+// fenceAt is the token parameter of a write under ctx's term, once the
+// fence stands at that term: it raises the fence the first time this
+// handle writes under a newer term, and fails with ports.ErrFenced when
+// the fence has seen a newer one. A write without a token is not fenced.
+func (s *Store) fenceAt(ctx context.Context, token uint64) (sql.NamedArg, error) {
+	if token == 0 {
+		return sql.Named("token", int64(math.MaxInt64)), nil
+	}
+	if token > math.MaxInt64 {
+		return sql.NamedArg{}, fmt.Errorf("fencing token %d is beyond SQLite's integers: %w", token, ports.ErrInvalidArgument)
+	}
+	for raised := s.raised.Load(); token > raised; raised = s.raised.Load() {
+		var seen int64
+		if err := s.raise.QueryRowContext(ctx, sql.Named("token", int64(token))).Scan(&seen); err != nil {
+			return sql.NamedArg{}, fmt.Errorf("raise the fence of %s to term %d: %w", s.path, token, err)
+		}
+		if uint64(seen) > token {
+			return sql.NamedArg{}, s.fenced(uint64(seen), token)
+		}
+		if s.raised.CompareAndSwap(raised, token) {
+			break
+		}
+	}
+	return sql.Named("token", int64(token)), nil
+}
+
+func (s *Store) fenced(seen, token uint64) error {
+	return fmt.Errorf("%w: %s has seen serving term %d; this write carries term %d", ports.ErrFenced, s.path, seen, token)
+}
+
+// refused tells a write that changed nothing whether the fence stopped it:
+// ports.ErrFenced if the fence stands above token, else nil.
+func (s *Store) refused(ctx context.Context, token uint64) error {
+	if token == 0 {
+		return nil
+	}
+	var seen int64
+	if err := s.fence.QueryRowContext(ctx).Scan(&seen); err != nil {
+		return fmt.Errorf("read the fence of %s: %w", s.path, err)
+	}
+	if uint64(seen) > token {
+		return s.fenced(uint64(seen), token)
+	}
+	return nil
+}
+
+// write runs a write of key under ctx's term: the key leaves the cache for
+// as long as the write runs, and do gets the fence's token parameter.
+func (s *Store) write(ctx context.Context, key string, do func(token uint64, fence sql.NamedArg) error) error {
+	token, _ := ports.FencingToken(ctx)
+	fence, err := s.fenceAt(ctx, token)
+	if err != nil {
+		return err
+	}
+	ended := s.cache.writeStarts(key)
+	defer ended()
+	return do(token, fence)
 }
 
 // Set writes the value and its expiry, replacing any other.
@@ -145,11 +273,19 @@ func (s *Store) Set(ctx context.Context, key string, value []byte, ttl time.Dura
 	if err := storecheck.Write("key", key, ttl); err != nil {
 		return err
 	}
-	_, err := s.set.ExecContext(ctx, sql.Named("key", key), sql.Named("value", blob(value)), expiry(ttl))
-	if err != nil {
-		return fmt.Errorf("set %q in %s: %w", key, s.path, err)
-	}
-	return nil
+	return s.write(ctx, key, func(token uint64, fence sql.NamedArg) error {
+		res, err := s.set.ExecContext(ctx, sql.Named("key", key), sql.Named("value", blob(value)), expiry(ttl), fence)
+		if err != nil {
+			return fmt.Errorf("set %q in %s: %w", key, s.path, err)
+		}
+		if ok, err := changed(res); err != nil || ok {
+			return err
+		}
+		if err := s.refused(ctx, token); err != nil {
+			return fmt.Errorf("set %q: %w", key, err)
+		}
+		return fmt.Errorf("set %q in %s: the upsert changed no row", key, s.path)
+	})
 }
 
 // SetIfAbsent inserts the value, or replaces an expired one, in one
@@ -158,11 +294,18 @@ func (s *Store) SetIfAbsent(ctx context.Context, key string, value []byte, ttl t
 	if err := storecheck.Write("key", key, ttl); err != nil {
 		return false, err
 	}
-	res, err := s.setIfAbsent.ExecContext(ctx, sql.Named("key", key), sql.Named("value", blob(value)), expiry(ttl), now())
-	if err != nil {
-		return false, fmt.Errorf("set %q if absent in %s: %w", key, s.path, err)
-	}
-	return changed(res)
+	var won bool
+	err := s.write(ctx, key, func(token uint64, fence sql.NamedArg) error {
+		res, err := s.setIfAbsent.ExecContext(ctx, sql.Named("key", key), sql.Named("value", blob(value)), expiry(ttl), now(), fence)
+		if err != nil {
+			return fmt.Errorf("set %q if absent in %s: %w", key, s.path, err)
+		}
+		if won, err = changed(res); err != nil || won {
+			return err
+		}
+		return s.refused(ctx, token)
+	})
+	return won, err
 }
 
 func changed(res sql.Result) (bool, error) {
@@ -176,14 +319,17 @@ func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 		return false, err
 	}
 	var wasLive bool
-	err := s.del.QueryRowContext(ctx, sql.Named("key", key), now()).Scan(&wasLive)
-	if errors.Is(err, sql.ErrNoRows) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("delete %q from %s: %w", key, s.path, err)
-	}
-	return wasLive, nil
+	err := s.write(ctx, key, func(token uint64, fence sql.NamedArg) error {
+		err := s.del.QueryRowContext(ctx, sql.Named("key", key), now(), fence).Scan(&wasLive)
+		if errors.Is(err, sql.ErrNoRows) {
+			return s.refused(ctx, token)
+		}
+		if err != nil {
+			return fmt.Errorf("delete %q from %s: %w", key, s.path, err)
+		}
+		return nil
+	})
+	return wasLive, err
 }
 
 // DeleteIfValue removes the row if it is live and holds value.
@@ -191,11 +337,18 @@ func (s *Store) DeleteIfValue(ctx context.Context, key string, value []byte) (bo
 	if err := storecheck.Key("key", key); err != nil {
 		return false, err
 	}
-	res, err := s.deleteIfValue.ExecContext(ctx, sql.Named("key", key), sql.Named("value", blob(value)), now())
-	if err != nil {
-		return false, fmt.Errorf("delete %q if it holds the value, in %s: %w", key, s.path, err)
-	}
-	return changed(res)
+	var deleted bool
+	err := s.write(ctx, key, func(token uint64, fence sql.NamedArg) error {
+		res, err := s.deleteIfValue.ExecContext(ctx, sql.Named("key", key), sql.Named("value", blob(value)), now(), fence)
+		if err != nil {
+			return fmt.Errorf("delete %q if it holds the value, in %s: %w", key, s.path, err)
+		}
+		if deleted, err = changed(res); err != nil || deleted {
+			return err
+		}
+		return s.refused(ctx, token)
+	})
+	return deleted, err
 }
 
 // Exists reports whether the key holds a live value.

@@ -1,0 +1,71 @@
+package sqlite
+
+import (
+	"fmt"
+	"path/filepath"
+	"testing"
+
+	"github.com/abi-engine/engine/ports"
+)
+
+func kept(s *Store, key string) bool {
+	s.cache.mu.RLock()
+	defer s.cache.mu.RUnlock()
+	_, ok := s.cache.items[key]
+	return ok
+}
+
+// A read under a term is kept and served again; a write drops it; a read
+// with no term keeps nothing.
+func TestReadsUnderATermAreKept(t *testing.T) {
+	s, err := Open(t.Context(), Config{Path: filepath.Join(t.TempDir(), "kv.sqlite")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := ports.WithFencingToken(t.Context(), 1)
+	if err := s.Set(ctx, "k", []byte("v"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Get(t.Context(), "k"); err != nil || kept(s, "k") {
+		t.Fatalf("a read without a term: err %v, kept %v; want nil, false", err, kept(s, "k"))
+	}
+	if _, err := s.Get(ctx, "k"); err != nil || !kept(s, "k") {
+		t.Fatalf("a read under term 1: err %v, kept %v; want nil, true", err, kept(s, "k"))
+	}
+	// Served from the cache: the reader pool is gone.
+	if err := s.db.Read.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := s.Get(ctx, "k"); err != nil || string(v) != "v" {
+		t.Fatalf("a kept read = %q, %v; want v", v, err)
+	}
+	if err := s.Set(ctx, "k", []byte("w"), 0); err != nil || kept(s, "k") {
+		t.Fatalf("after a write: err %v, kept %v; want nil, false", err, kept(s, "k"))
+	}
+}
+
+// The cache holds no more than its bound, and no value above its limit.
+func TestTheCacheIsBounded(t *testing.T) {
+	c := newReadCache()
+	c.begin(1)
+	value := make([]byte, 8<<10)
+	for i := range 2 * cacheBytes / len(value) {
+		gen, ok := c.ticket(1, "k")
+		if !ok {
+			t.Fatal("no ticket under the cache's term")
+		}
+		c.fill(1, gen, fmt.Sprintf("k%d", i), value, 0)
+		if c.bytes > cacheBytes {
+			t.Fatalf("after %d fills the cache holds %d bytes, over %d", i+1, c.bytes, cacheBytes)
+		}
+	}
+	if len(c.items) < cacheBytes/(len(value)+entryOverhead+16)-1 {
+		t.Fatalf("the cache keeps %d entries of %d bytes, want it nearly full", len(c.items), len(value))
+	}
+	gen, _ := c.ticket(1, "big")
+	c.fill(1, gen, "big", make([]byte, cacheValueMax+1), 0)
+	if _, ok := c.items["big"]; ok {
+		t.Fatal("a value over cacheValueMax was kept")
+	}
+}
