@@ -36,3 +36,13 @@ type Expirer interface {
 	// many it removed.
 	DeleteExpired(ctx context.Context) (int, error)
 }
+
+// QuickGetter is a store that can answer some gets from memory, without
+// waiting on a disk, a network or a lock held across either. The engine
+// answers such a get where the call arrives, without handing it to a
+// worker.
+type QuickGetter interface {
+	// QuickGet answers as Get would, when it can at once: ok true with
+	// Get's value and error, or ok false to have the caller ask Get.
+	QuickGet(ctx context.Context, key string) (value []byte, ok bool, err error)
+}

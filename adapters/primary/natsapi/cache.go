@@ -13,18 +13,18 @@ func Cache(c ports.Cache) Service {
 		Name:        ports.ServiceCache,
 		Description: "abi-engine cache",
 		Endpoints: []Endpoint{
-			{wire.CacheGet, JSON(func(ctx context.Context, r wire.KVKey) (wire.KVValue, error) {
+			{Name: wire.CacheGet, Handler: JSON(func(ctx context.Context, r wire.KVKey) (wire.KVValue, error) {
 				v, err := c.Get(ctx, r.Key)
 				return wire.KVValue{Value: v}, err
 			})},
-			{wire.CacheSet, JSON(func(ctx context.Context, r wire.KVWrite) (wire.Empty, error) {
+			{Name: wire.CacheSet, Handler: JSON(func(ctx context.Context, r wire.KVWrite) (wire.Empty, error) {
 				ttl, err := ttlOf(r.TTLSeconds)
 				if err != nil {
 					return wire.Empty{}, err
 				}
 				return wire.Empty{}, c.Set(ctx, r.Key, r.Value, ttl)
 			})},
-			{wire.CacheSetIfAbsent, JSON(func(ctx context.Context, r wire.KVWrite) (wire.Set, error) {
+			{Name: wire.CacheSetIfAbsent, Handler: JSON(func(ctx context.Context, r wire.KVWrite) (wire.Set, error) {
 				ttl, err := ttlOf(r.TTLSeconds)
 				if err != nil {
 					return wire.Set{}, err
@@ -32,11 +32,11 @@ func Cache(c ports.Cache) Service {
 				ok, err := c.SetIfAbsent(ctx, r.Key, r.Value, ttl)
 				return wire.Set{Set: ok}, err
 			})},
-			{wire.CacheDelete, JSON(func(ctx context.Context, r wire.KVKey) (wire.Deleted, error) {
+			{Name: wire.CacheDelete, Handler: JSON(func(ctx context.Context, r wire.KVKey) (wire.Deleted, error) {
 				ok, err := c.Delete(ctx, r.Key)
 				return wire.Deleted{Deleted: ok}, err
 			})},
-			{wire.CacheExists, JSON(func(ctx context.Context, r wire.KVKey) (wire.Exists, error) {
+			{Name: wire.CacheExists, Handler: JSON(func(ctx context.Context, r wire.KVKey) (wire.Exists, error) {
 				ok, err := c.Exists(ctx, r.Key)
 				return wire.Exists{Exists: ok}, err
 			})},

@@ -14,31 +14,31 @@ func Document(docs ports.DocumentStore) Service {
 		Name:        ports.ServiceDocument,
 		Description: "abi-engine document store",
 		Endpoints: []Endpoint{
-			{wire.DocEnsureCollection, JSON(func(ctx context.Context, r wire.DocCollection) (wire.Empty, error) {
+			{Name: wire.DocEnsureCollection, Handler: JSON(func(ctx context.Context, r wire.DocCollection) (wire.Empty, error) {
 				return wire.Empty{}, docs.EnsureCollection(ctx, r.Name)
 			})},
-			{wire.DocDropCollection, JSON(func(ctx context.Context, r wire.DocCollection) (wire.Empty, error) {
+			{Name: wire.DocDropCollection, Handler: JSON(func(ctx context.Context, r wire.DocCollection) (wire.Empty, error) {
 				return wire.Empty{}, docs.DropCollection(ctx, r.Name)
 			})},
-			{wire.DocCollections, JSON(func(ctx context.Context, _ wire.Empty) (wire.DocCollectionNames, error) {
+			{Name: wire.DocCollections, Handler: JSON(func(ctx context.Context, _ wire.Empty) (wire.DocCollectionNames, error) {
 				names, err := docs.Collections(ctx)
 				if names == nil {
 					names = []string{}
 				}
 				return wire.DocCollectionNames{Collections: names}, err
 			})},
-			{wire.DocPut, JSON(func(ctx context.Context, r wire.DocWrite) (wire.Document, error) {
+			{Name: wire.DocPut, Handler: JSON(func(ctx context.Context, r wire.DocWrite) (wire.Document, error) {
 				d, err := docs.Put(ctx, r.Collection, r.ID, r.Data, condOf(r.IfVersion))
 				return documentOf(d), err
 			})},
-			{wire.DocGet, JSON(func(ctx context.Context, r wire.DocRef) (wire.Document, error) {
+			{Name: wire.DocGet, Handler: JSON(func(ctx context.Context, r wire.DocRef) (wire.Document, error) {
 				d, err := docs.Get(ctx, r.Collection, r.ID)
 				return documentOf(d), err
 			})},
-			{wire.DocDelete, JSON(func(ctx context.Context, r wire.DocRemove) (wire.Empty, error) {
+			{Name: wire.DocDelete, Handler: JSON(func(ctx context.Context, r wire.DocRemove) (wire.Empty, error) {
 				return wire.Empty{}, docs.Delete(ctx, r.Collection, r.ID, condOf(r.IfVersion))
 			})},
-			{wire.DocFind, listJSON("documents", func(ctx context.Context, r wire.DocQuery) ([]wire.Document, []byte, error) {
+			{Name: wire.DocFind, Handler: listJSON("documents", func(ctx context.Context, r wire.DocQuery) ([]wire.Document, []byte, error) {
 				found, next, err := docs.Find(ctx, r.Collection, ports.Query{
 					Where: r.Where, OrderBy: r.OrderBy, Desc: r.Desc, Limit: r.Limit, Cursor: r.Cursor,
 				})
@@ -49,7 +49,7 @@ func Document(docs ports.DocumentStore) Service {
 				cursor, _ := json.Marshal(next) // a string always marshals
 				return page, append([]byte(`,"cursor":`), cursor...), err
 			})},
-			{wire.DocCount, JSON(func(ctx context.Context, r wire.DocWhere) (wire.Count, error) {
+			{Name: wire.DocCount, Handler: JSON(func(ctx context.Context, r wire.DocWhere) (wire.Count, error) {
 				n, err := docs.Count(ctx, r.Collection, r.Where)
 				return wire.Count{Count: n}, err
 			})},

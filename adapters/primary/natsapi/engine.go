@@ -13,7 +13,7 @@ func Engine(me domain.Holder, state func() domain.State) Service {
 	return Service{
 		Name:        wire.ServiceEngine,
 		Description: "abi-engine: the serving engine instance",
-		Endpoints: []Endpoint{{wire.EngineInfo, JSON(func(context.Context, wire.Empty) (wire.EngineInfoReply, error) {
+		Endpoints: []Endpoint{{Name: wire.EngineInfo, Handler: JSON(func(context.Context, wire.Empty) (wire.EngineInfoReply, error) {
 			return wire.EngineInfoReply{
 				InstanceID: me.InstanceID, Host: me.Host, PID: me.PID,
 				Version: me.Version, RolloutID: me.RolloutID, State: state().String(),

@@ -49,10 +49,17 @@ type Call struct {
 // deadline passes; a handler must then stop.
 type HandlerFunc func(ctx context.Context, call *Call) ([]byte, error)
 
+// QuickFunc answers a call at once, where it arrives, when it can without
+// waiting on a disk, a network or a lock held across either; ok false
+// sends the call on to the endpoint's Handler as if Quick had not run.
+type QuickFunc func(ctx context.Context, call *Call) (data []byte, ok bool, err error)
+
 // Endpoint is one operation of a service.
 type Endpoint struct {
 	Name    string
 	Handler HandlerFunc
+	// Quick, when set, is tried first, on the subscription's goroutine.
+	Quick QuickFunc
 }
 
 // Service is a kernel service and its operations.
@@ -243,7 +250,7 @@ func (h *Host) Serve() error {
 			}
 			// micro names take no dots, operations may (transfer.open).
 			name := strings.ReplaceAll(ep.Name, ".", "_")
-			err := svc.AddEndpoint(name, h.dispatch(ctx, s.Name, ep.Name, ep.Handler), micro.WithEndpointSubject(subject))
+			err := svc.AddEndpoint(name, h.dispatch(ctx, s.Name, ep, ep.Name), micro.WithEndpointSubject(subject))
 			if err != nil {
 				return fail(fmt.Errorf("serve %s.%s: %w", s.Name, ep.Name, err))
 			}
@@ -274,8 +281,12 @@ func (h *Host) InFlight() int { return h.calls.value() }
 // once on a kept worker when a slot is free, else on a goroutine that
 // waits in a bounded queue; beyond the queue it is answered 503 at once.
 // At most MaxConcurrent + MaxQueued goroutines run or wait for calls,
-// whatever arrives.
-func (h *Host) dispatch(ctx context.Context, service, op string, handle HandlerFunc) micro.HandlerFunc {
+// whatever arrives. A call the endpoint can answer at once (Quick) is
+// answered on the subscription's goroutine, as a plain NATS responder
+// would: no worker, and its reply leaves with the others of the batch the
+// subscription is reading.
+func (h *Host) dispatch(ctx context.Context, service string, ep Endpoint, op string) micro.HandlerFunc {
+	handle := ep.Handler
 	return func(req micro.Request) {
 		h.calls.add()
 		start := time.Now()
@@ -295,6 +306,12 @@ func (h *Host) dispatch(ctx context.Context, service, op string, handle HandlerF
 		if err := h.identify(call, reply); err != nil {
 			finish(nil, err)
 			return
+		}
+		if ep.Quick != nil {
+			if data, ok, err := h.quick(ctx, ep.Quick, call); ok {
+				finish(data, err)
+				return
+			}
 		}
 		select {
 		case h.sem <- struct{}{}:
@@ -400,6 +417,27 @@ func (h *Host) handle(ctx context.Context, handle HandlerFunc, call *Call) ([]by
 		return nil, fmt.Errorf("%w: the engine stopped the call while it ran: %w", wire.ErrInterrupted, err)
 	}
 	return data, err
+}
+
+// quick tries the endpoint's quick answer, under the same admission as
+// handle. Anything that needs more (an uploaded request, a call the lease
+// does not admit, a reply too large for one message) goes the usual way.
+func (h *Host) quick(ctx context.Context, quick QuickFunc, call *Call) ([]byte, bool, error) {
+	if ctx.Err() != nil || call.Header.Get(wire.OverflowRequestHeader) != "" {
+		return nil, false, nil
+	}
+	token, ok := h.opts.Admit()
+	if !ok {
+		return nil, false, nil
+	}
+	if token != 0 {
+		ctx = ports.WithFencingToken(ctx, token)
+	}
+	data, ok, err := quick(ctx, call)
+	if !ok || len(data) > int(h.opts.Replies.MaxPayload())-replyHeadroom {
+		return nil, false, nil
+	}
+	return data, true, err
 }
 
 func (h *Host) reply(subject string, call *Call, data []byte, err error) {

@@ -16,15 +16,15 @@ func KeyValue(kv ports.KeyValue) Service {
 		Name:        ports.ServiceKeyValue,
 		Description: "abi-engine key-value store",
 		Endpoints: []Endpoint{
-			{wire.KVSet, JSON(func(ctx context.Context, r wire.KVWrite) (wire.Empty, error) {
+			{Name: wire.KVSet, Handler: JSON(func(ctx context.Context, r wire.KVWrite) (wire.Empty, error) {
 				ttl, err := ttlOf(r.TTLSeconds)
 				if err != nil {
 					return wire.Empty{}, err
 				}
 				return wire.Empty{}, kv.Set(ctx, r.Key, r.Value, ttl)
 			})},
-			{wire.KVGet, get(kv)},
-			{wire.KVSetIfAbsent, JSON(func(ctx context.Context, r wire.KVWrite) (wire.Set, error) {
+			get(kv),
+			{Name: wire.KVSetIfAbsent, Handler: JSON(func(ctx context.Context, r wire.KVWrite) (wire.Set, error) {
 				ttl, err := ttlOf(r.TTLSeconds)
 				if err != nil {
 					return wire.Set{}, err
@@ -32,19 +32,19 @@ func KeyValue(kv ports.KeyValue) Service {
 				ok, err := kv.SetIfAbsent(ctx, r.Key, r.Value, ttl)
 				return wire.Set{Set: ok}, err
 			})},
-			{wire.KVDelete, JSON(func(ctx context.Context, r wire.KVKey) (wire.Deleted, error) {
+			{Name: wire.KVDelete, Handler: JSON(func(ctx context.Context, r wire.KVKey) (wire.Deleted, error) {
 				ok, err := kv.Delete(ctx, r.Key)
 				return wire.Deleted{Deleted: ok}, err
 			})},
-			{wire.KVDeleteIfValue, JSON(func(ctx context.Context, r wire.KVKeyValue) (wire.Deleted, error) {
+			{Name: wire.KVDeleteIfValue, Handler: JSON(func(ctx context.Context, r wire.KVKeyValue) (wire.Deleted, error) {
 				ok, err := kv.DeleteIfValue(ctx, r.Key, r.Value)
 				return wire.Deleted{Deleted: ok}, err
 			})},
-			{wire.KVExists, JSON(func(ctx context.Context, r wire.KVKey) (wire.Exists, error) {
+			{Name: wire.KVExists, Handler: JSON(func(ctx context.Context, r wire.KVKey) (wire.Exists, error) {
 				ok, err := kv.Exists(ctx, r.Key)
 				return wire.Exists{Exists: ok}, err
 			})},
-			{wire.KVListKeys, JSON(func(ctx context.Context, r wire.KVList) (wire.KVKeys, error) {
+			{Name: wire.KVListKeys, Handler: JSON(func(ctx context.Context, r wire.KVList) (wire.KVKeys, error) {
 				keys, next, err := kv.ListKeys(ctx, r.Prefix, r.Limit, r.Cursor)
 				if keys == nil {
 					keys = []string{}
@@ -57,23 +57,51 @@ func KeyValue(kv ports.KeyValue) Service {
 
 // get is the hottest endpoint, written out rather than through JSON, which
 // takes its bodies as interfaces: here they stay off the heap unless the
-// body is left to Decode. It answers exactly as JSON would.
-func get(kv ports.KeyValue) HandlerFunc {
-	return func(ctx context.Context, call *Call) ([]byte, error) {
-		var r wire.KVKey
-		if !r.DecodeJSON(call.Data) {
-			var strict wire.KVKey
-			if err := Decode(call.Data, &strict); err != nil {
-				return nil, err
-			}
-			r = strict
-		}
-		v, err := kv.Get(ctx, r.Key)
+// body is left to Decode. It answers exactly as JSON would. A store that
+// holds values in memory (ports.QuickGetter) answers from there at once
+// when it can.
+func get(kv ports.KeyValue) Endpoint {
+	e := Endpoint{Name: wire.KVGet, Handler: func(ctx context.Context, call *Call) ([]byte, error) {
+		key, err := getKey(call)
 		if err != nil {
 			return nil, err
 		}
-		return wire.KVValue{Value: v}.AppendJSON(make([]byte, 0, len(`{"value":""}`)+base64.StdEncoding.EncodedLen(len(v)))), nil
+		return valueReply(kv.Get(ctx, key))
+	}}
+	if q, ok := kv.(ports.QuickGetter); ok {
+		e.Quick = func(ctx context.Context, call *Call) ([]byte, bool, error) {
+			key, err := getKey(call)
+			if err != nil {
+				return nil, true, err
+			}
+			v, ok, err := q.QuickGet(ctx, key)
+			if !ok {
+				return nil, false, nil
+			}
+			data, err := valueReply(v, err)
+			return data, true, err
+		}
 	}
+	return e
+}
+
+func getKey(call *Call) (string, error) {
+	var r wire.KVKey
+	if r.DecodeJSON(call.Data) {
+		return r.Key, nil
+	}
+	var strict wire.KVKey
+	if err := Decode(call.Data, &strict); err != nil {
+		return "", err
+	}
+	return strict.Key, nil
+}
+
+func valueReply(v []byte, err error) ([]byte, error) {
+	if err != nil {
+		return nil, err
+	}
+	return wire.KVValue{Value: v}.AppendJSON(make([]byte, 0, len(`{"value":""}`)+base64.StdEncoding.EncodedLen(len(v)))), nil
 }
 
 // ttlOf reads ttl_seconds by the stores' rule: 0 keeps the value, else

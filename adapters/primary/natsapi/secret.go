@@ -17,7 +17,7 @@ func Secret(s ports.Secrets) Service {
 		Name:        ports.ServiceSecret,
 		Description: "abi-engine secrets, for signed callers",
 		Endpoints: []Endpoint{
-			{wire.SecretGet, JSON(func(ctx context.Context, r wire.SecretName) (wire.SecretValue, error) {
+			{Name: wire.SecretGet, Handler: JSON(func(ctx context.Context, r wire.SecretName) (wire.SecretValue, error) {
 				v, err := s.Get(ctx, r.Name)
 				if err != nil {
 					return wire.SecretValue{}, err
@@ -28,7 +28,7 @@ func Secret(s ports.Secrets) Service {
 				}
 				return wire.SecretValue{Value: v}, nil
 			})},
-			{wire.SecretList, JSON(func(ctx context.Context, _ wire.Empty) (wire.SecretNames, error) {
+			{Name: wire.SecretList, Handler: JSON(func(ctx context.Context, _ wire.Empty) (wire.SecretNames, error) {
 				names, err := s.List(ctx)
 				if names == nil {
 					names = []string{}

@@ -14,13 +14,13 @@ func VectorStore(vs ports.VectorStore) Service {
 		Name:        ports.ServiceVectorStore,
 		Description: "abi-engine vector store",
 		Endpoints: []Endpoint{
-			{wire.VecCreateCollection, JSON(func(ctx context.Context, r wire.VecCollection) (wire.Empty, error) {
+			{Name: wire.VecCreateCollection, Handler: JSON(func(ctx context.Context, r wire.VecCollection) (wire.Empty, error) {
 				return wire.Empty{}, vs.CreateCollection(ctx, r.Name, r.Dimension, ports.Metric(r.Metric))
 			})},
-			{wire.VecDeleteCollection, JSON(func(ctx context.Context, r wire.VecName) (wire.Empty, error) {
+			{Name: wire.VecDeleteCollection, Handler: JSON(func(ctx context.Context, r wire.VecName) (wire.Empty, error) {
 				return wire.Empty{}, vs.DeleteCollection(ctx, r.Name)
 			})},
-			{wire.VecCollections, JSON(func(ctx context.Context, _ wire.Empty) (wire.VecCollectionList, error) {
+			{Name: wire.VecCollections, Handler: JSON(func(ctx context.Context, _ wire.Empty) (wire.VecCollectionList, error) {
 				cs, err := vs.Collections(ctx)
 				out := wire.VecCollectionList{Collections: make([]wire.VecCollectionInfo, len(cs))}
 				for i, c := range cs {
@@ -31,7 +31,7 @@ func VectorStore(vs ports.VectorStore) Service {
 				}
 				return out, err
 			})},
-			{wire.VecUpsert, JSON(func(ctx context.Context, r wire.VecWrite) (wire.Empty, error) {
+			{Name: wire.VecUpsert, Handler: JSON(func(ctx context.Context, r wire.VecWrite) (wire.Empty, error) {
 				vectors := make([]ports.Vector, len(r.Vectors))
 				for i, v := range r.Vectors {
 					values, err := v.Floats()
@@ -42,7 +42,7 @@ func VectorStore(vs ports.VectorStore) Service {
 				}
 				return wire.Empty{}, vs.Upsert(ctx, r.Collection, vectors)
 			})},
-			{wire.VecSearch, listJSON("results", func(ctx context.Context, r wire.VecQuery) ([]wire.ScoredVector, []byte, error) {
+			{Name: wire.VecSearch, Handler: listJSON("results", func(ctx context.Context, r wire.VecQuery) ([]wire.ScoredVector, []byte, error) {
 				found, err := vs.Search(ctx, r.Collection, r.Vector, r.K, r.Filter)
 				out := make([]wire.ScoredVector, len(found))
 				for i, s := range found {
@@ -50,14 +50,14 @@ func VectorStore(vs ports.VectorStore) Service {
 				}
 				return out, nil, err
 			})},
-			{wire.VecGet, JSON(func(ctx context.Context, r wire.VecRef) (wire.Vector, error) {
+			{Name: wire.VecGet, Handler: JSON(func(ctx context.Context, r wire.VecRef) (wire.Vector, error) {
 				v, err := vs.Get(ctx, r.Collection, r.ID)
 				return vectorOf(v), err
 			})},
-			{wire.VecDelete, JSON(func(ctx context.Context, r wire.VecIDs) (wire.Empty, error) {
+			{Name: wire.VecDelete, Handler: JSON(func(ctx context.Context, r wire.VecIDs) (wire.Empty, error) {
 				return wire.Empty{}, vs.Delete(ctx, r.Collection, r.IDs)
 			})},
-			{wire.VecCount, JSON(func(ctx context.Context, r wire.VecIn) (wire.Count, error) {
+			{Name: wire.VecCount, Handler: JSON(func(ctx context.Context, r wire.VecIn) (wire.Count, error) {
 				n, err := vs.Count(ctx, r.Collection)
 				return wire.Count{Count: n}, err
 			})},

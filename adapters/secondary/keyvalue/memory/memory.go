@@ -102,6 +102,14 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, error) {
 	return slices.Clone(e.value), nil
 }
 
+var _ ports.QuickGetter = (*Store)(nil)
+
+// QuickGet is Get: every value is in memory.
+func (s *Store) QuickGet(ctx context.Context, key string) ([]byte, bool, error) {
+	v, err := s.Get(ctx, key)
+	return v, true, err
+}
+
 // Set stores a copy of the value.
 func (s *Store) Set(ctx context.Context, key string, value []byte, ttl time.Duration) error {
 	if err := check(ctx, key); err != nil {

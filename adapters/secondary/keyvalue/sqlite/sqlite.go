@@ -156,13 +156,11 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, error) {
 	if err := storecheck.Key("key", key); err != nil {
 		return nil, err
 	}
+	if v, ok, _ := s.QuickGet(ctx, key); ok {
+		return v, nil
+	}
 	at := time.Now().UnixNano()
 	token, termed := ports.FencingToken(ctx)
-	if termed {
-		if v, ok := s.cache.get(token, key, at); ok {
-			return v, nil
-		}
-	}
 	rctx, err := sqlitedb.PointRead(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("get %q from %s: %w", key, s.path, err)
@@ -185,6 +183,19 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, error) {
 		s.cache.fill(token, gen, key, v, expires.Int64)
 	}
 	return blob(v), nil
+}
+
+var _ ports.QuickGetter = (*Store)(nil)
+
+// QuickGet answers from what this handle keeps under ctx's term, if it
+// keeps key.
+func (s *Store) QuickGet(ctx context.Context, key string) ([]byte, bool, error) {
+	token, termed := ports.FencingToken(ctx)
+	if !termed {
+		return nil, false, nil
+	}
+	v, ok := s.cache.get(token, key, time.Now().UnixNano())
+	return v, ok, nil
 }
 
 // trust reports whether reads under token may be kept: token is the
