@@ -512,6 +512,14 @@ func (e *Engine) Stop(ctx context.Context) error {
 	}
 	var errs []error
 	if o := e.Ownership(); o != nil {
+		// What the stores keep for this term is not served past the
+		// release: the successor may write as soon as it is written.
+		if token, _ := o.Term(); token != 0 {
+			e.mu.Lock()
+			l := e.local
+			e.mu.Unlock()
+			l.endTerm(token)
+		}
 		if err := o.Release(ctx); err != nil {
 			errs = append(errs, err)
 		}

@@ -87,6 +87,19 @@ func (l *local) close() error {
 	return storage.Close(l.opened)
 }
 
+// endTerm ends the serving term up to token in every store that keeps
+// something for it (ports.TermEnder).
+func (l *local) endTerm(token uint64) {
+	if l == nil {
+		return
+	}
+	for _, o := range l.opened {
+		if t, ok := o.Port.(ports.TermEnder); ok {
+			t.EndTerm(token)
+		}
+	}
+}
+
 // port returns the first opened port of a service.
 func (l *local) port(service string) any {
 	for _, o := range l.opened {

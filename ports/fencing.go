@@ -27,3 +27,14 @@ func FencingToken(ctx context.Context) (uint64, bool) {
 	t, ok := ctx.Value(fencingTokenKey{}).(uint64)
 	return t, ok && t > 0
 }
+
+// TermEnder is a store that keeps something for a serving term, such as
+// the values it read under that term's token. Before an engine writes its
+// release, it ends its term in every such store: the calls it still
+// answers while it drains, under the ended term's token, then go to the
+// backend itself, where its successor's writes are.
+type TermEnder interface {
+	// EndTerm ends every term up to token: nothing kept under one is
+	// served again, and none begins anew.
+	EndTerm(token uint64)
+}

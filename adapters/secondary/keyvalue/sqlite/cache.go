@@ -11,11 +11,16 @@ import (
 //
 // Why it may be trusted: within a term, one engine serves, and every write
 // it makes goes through its one handle, which drops the key here. Another
-// process on the same file writes only under a term of its own: a newer
-// one starts a new cache, and an older one is refused by the fence this
-// handle raised before it kept anything (see Store.trust). A write with no
-// token, from a tool or a test on another handle, is not fenced and is not
-// seen here until the next term; the engine never makes one.
+// process on the same file writes under a term of its own. An older one
+// is refused by the fence this handle raised, and saw standing at its
+// term, before it kept anything (see Store.trust). A newer one begins
+// only after this engine's term has ended: by its lease's clock, when it
+// stops taking calls at all, or by its release, before which the engine
+// ends the term here (Store.EndTerm), so that the calls it answers while
+// it drains read the file. A term the fence shows to be over is ended
+// here too. A write with no token, from a tool or a test on another
+// handle, is not fenced and is not seen here until the next term; the
+// engine never makes one.
 //
 // Reads and writes through this handle stay linearizable: a key being
 // written is neither served from nor added to the cache, and a read that
@@ -23,10 +28,12 @@ import (
 type readCache struct {
 	mu      sync.RWMutex
 	term    uint64 // the fencing token the entries were read under; 0: none yet
+	ended   uint64 // every term up to this one is over: not served, not begun
 	gen     uint64 // moves at the start and at the end of every write
 	writing map[string]int
 	items   map[string]cached
 	bytes   int
+	limit   int // the most bytes kept: cacheBytes, less in tests
 }
 
 type cached struct {
@@ -45,8 +52,8 @@ const (
 	entryOverhead = 64
 )
 
-func newReadCache() *readCache {
-	return &readCache{writing: map[string]int{}, items: map[string]cached{}}
+func newReadCache(limit int) *readCache {
+	return &readCache{writing: map[string]int{}, items: map[string]cached{}, limit: limit}
 }
 
 // get returns a copy of key's value if it was kept under term and is live
@@ -54,7 +61,7 @@ func newReadCache() *readCache {
 func (c *readCache) get(term uint64, key string, now int64) ([]byte, bool) {
 	c.mu.RLock()
 	e, ok := c.items[key]
-	current := c.term == term
+	current := c.live(term)
 	c.mu.RUnlock()
 	if !ok || !current || (e.expires != 0 && e.expires <= now) {
 		return nil, false
@@ -68,8 +75,12 @@ func (c *readCache) get(term uint64, key string, now int64) ([]byte, bool) {
 func (c *readCache) ticket(term uint64, key string) (gen uint64, ok bool) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	return c.gen, c.term == term && c.writing[key] == 0
+	return c.gen, c.live(term) && c.writing[key] == 0
 }
+
+// live reports whether term is the cache's and not over; the caller holds
+// mu.
+func (c *readCache) live(term uint64) bool { return c.term == term && term > c.ended }
 
 // fill keeps value, read under term with ticket gen, unless a write began
 // or ended since or the term moved on.
@@ -80,14 +91,12 @@ func (c *readCache) fill(term, gen uint64, key string, value []byte, expires int
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.term != term || c.gen != gen {
+	if !c.live(term) || c.gen != gen {
 		return
 	}
-	if old, ok := c.items[key]; ok {
-		c.bytes -= len(key) + len(old.value) + entryOverhead
-	}
+	c.forget(key)
 	for k, e := range c.items {
-		if c.bytes+size <= cacheBytes {
+		if c.bytes+size <= c.limit {
 			break
 		}
 		delete(c.items, k)
@@ -97,23 +106,48 @@ func (c *readCache) fill(term, gen uint64, key string, value []byte, expires int
 	c.bytes += size
 }
 
-// current reports whether term is the cache's.
+// current reports whether term is the cache's and not over.
 func (c *readCache) current(term uint64) bool {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	return c.term == term
+	return c.live(term)
 }
 
-// begin starts term, newer than any the cache has held, with nothing kept.
+// begin starts term, newer than any the cache has held and not over, with
+// nothing kept.
 func (c *readCache) begin(term uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if term > c.term {
+	if term > c.term && term > c.ended {
 		c.term = term
-		c.gen++
-		clear(c.items)
-		c.bytes = 0
+		c.empty()
 	}
+}
+
+// endedAt is the newest term that is over.
+func (c *readCache) endedAt() uint64 {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.ended
+}
+
+// end ends every term up to term.
+func (c *readCache) end(term uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if term > c.ended {
+		c.ended = term
+	}
+	if c.term <= c.ended {
+		c.empty()
+	}
+}
+
+// empty forgets every entry; the caller holds mu.
+func (c *readCache) empty() {
+	c.gen++
+	clear(c.items)
+	c.bytes = 0
 }
 
 // writeStarts marks key as being written until the returned function runs,
@@ -136,6 +170,11 @@ func (c *readCache) writeStarts(key string) (ended func()) {
 // drop forgets key and moves the generation on; the caller holds mu.
 func (c *readCache) drop(key string) {
 	c.gen++
+	c.forget(key)
+}
+
+// forget removes key's entry and its size; the caller holds mu.
+func (c *readCache) forget(key string) {
 	if e, ok := c.items[key]; ok {
 		delete(c.items, key)
 		c.bytes -= len(key) + len(e.value) + entryOverhead

@@ -47,7 +47,7 @@ func TestReadsUnderATermAreKept(t *testing.T) {
 
 // The cache holds no more than its bound, and no value above its limit.
 func TestTheCacheIsBounded(t *testing.T) {
-	c := newReadCache()
+	c := newReadCache(cacheBytes)
 	c.begin(1)
 	value := make([]byte, 8<<10)
 	for i := range 2 * cacheBytes / len(value) {
@@ -67,5 +67,41 @@ func TestTheCacheIsBounded(t *testing.T) {
 	c.fill(1, gen, "big", make([]byte, cacheValueMax+1), 0)
 	if _, ok := c.items["big"]; ok {
 		t.Fatal("a value over cacheValueMax was kept")
+	}
+}
+
+// held is what the cache's entries hold, counted as fill counts them.
+func held(c *readCache) int {
+	n := 0
+	for k, e := range c.items {
+		n += len(k) + len(e.value) + entryOverhead
+	}
+	return n
+}
+
+// The cache's count is what its entries hold, also when a key it keeps is
+// filled again, larger, while it is full, and the room is made by evicting
+// that same key.
+func TestTheCacheCountsWhatItHolds(t *testing.T) {
+	big := make([]byte, 100)
+	bigSize := len("k0000") + len(big) + entryOverhead
+	// Room for the small K and two others, not for a large K and two.
+	c := newReadCache(2*bigSize + len("K") + len(big) + entryOverhead - 1)
+	c.begin(1)
+	fill := func(key string, value []byte) {
+		gen, _ := c.ticket(1, key)
+		c.fill(1, gen, key, value, 0)
+	}
+	next := 0
+	for i := range 1000 {
+		fill("K", []byte("s"))
+		for c.bytes+bigSize <= c.limit {
+			fill(fmt.Sprintf("k%04d", next), big)
+			next++
+		}
+		fill("K", big)
+		if got := held(c); c.bytes != got || c.bytes > c.limit {
+			t.Fatalf("after %d rounds the cache counts %d bytes and holds %d, of %d", i+1, c.bytes, got, c.limit)
+		}
 	}
 }

@@ -135,6 +135,70 @@ func TestANewTermDoesNotTrustWhatAnOldOneKept(t *testing.T) {
 	}
 }
 
+// An engine that has released its lease drains the calls it already has,
+// under its old term, while its successor writes: those reads must find
+// the successor's writes, so the engine ends its term in the store before
+// the release, and what it kept answers no more.
+func TestAnEndedTermReadsTheFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "kv.sqlite")
+	old, successor := open(t, path), open(t, path)
+	if err := old.Set(term(t, 5), "k", []byte("v1"), 0); err != nil {
+		t.Fatal(err)
+	}
+	mustGet(t, term(t, 5), old, "k", "v1")
+	if _, ok, _ := old.QuickGet(term(t, 5), "k"); !ok {
+		t.Fatal("a value read under term 5 is not kept")
+	}
+	old.EndTerm(5)
+	if err := successor.Set(term(t, 7), "k", []byte("v2"), 0); err != nil {
+		t.Fatal(err)
+	}
+	mustGet(t, term(t, 5), old, "k", "v2")
+	if v, ok, _ := old.QuickGet(term(t, 5), "k"); ok {
+		t.Fatalf("after EndTerm(5), a quick get under term 5 answers %q from memory", v)
+	}
+	// A newer term of this handle keeps again.
+	mustGet(t, term(t, 9), old, "k", "v2")
+	if _, ok, _ := old.QuickGet(term(t, 9), "k"); !ok {
+		t.Fatal("a value read under term 9 is not kept")
+	}
+}
+
+// A write refused by the fence shows this handle that its term is over:
+// what it kept under it answers no more.
+func TestAFencedWriteEndsTheTerm(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "kv.sqlite")
+	old, successor := open(t, path), open(t, path)
+	if err := old.Set(term(t, 5), "k", []byte("v1"), 0); err != nil {
+		t.Fatal(err)
+	}
+	mustGet(t, term(t, 5), old, "k", "v1")
+	if err := successor.Set(term(t, 7), "k", []byte("v2"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Set(term(t, 5), "other", []byte("x"), 0); !errors.Is(err, ports.ErrFenced) {
+		t.Fatalf("Set under term 5 after term 7: err %v, want ErrFenced", err)
+	}
+	mustGet(t, term(t, 5), old, "k", "v2")
+}
+
+// A handle that raised the fence by a write, and reads under that term
+// only after a successor raised it further, must not begin keeping reads
+// for a term the fence has passed.
+func TestATermTheFenceHasPassedIsNotKept(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "kv.sqlite")
+	old, successor := open(t, path), open(t, path)
+	if err := old.Set(term(t, 5), "k", []byte("v1"), 0); err != nil {
+		t.Fatal(err)
+	}
+	mustGet(t, term(t, 7), successor, "k", "v1")
+	mustGet(t, term(t, 5), old, "k", "v1")
+	if err := successor.Set(term(t, 7), "k", []byte("v2"), 0); err != nil {
+		t.Fatal(err)
+	}
+	mustGet(t, term(t, 5), old, "k", "v2")
+}
+
 // Under one term, reads through a handle never go back: each returns at
 // least the newest value whose write had returned when the read began, and
 // no older value than the read before it.

@@ -111,7 +111,7 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{db: db, path: c.Path, cache: newReadCache()}
+	s := &Store{db: db, path: c.Path, cache: newReadCache(cacheBytes)}
 	reads, err := sqlitedb.Prepare(ctx, db.Read, getSQL, existsSQL, listSQL)
 	if err != nil {
 		_ = db.Close()
@@ -185,7 +185,10 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, error) {
 	return blob(v), nil
 }
 
-var _ ports.QuickGetter = (*Store)(nil)
+var (
+	_ ports.QuickGetter = (*Store)(nil)
+	_ ports.TermEnder   = (*Store)(nil)
+)
 
 // QuickGet answers from what this handle keeps under ctx's term, if it
 // keeps key.
@@ -199,11 +202,11 @@ func (s *Store) QuickGet(ctx context.Context, key string) ([]byte, bool, error) 
 }
 
 // trust reports whether reads under token may be kept: token is the
-// cache's term, or a newer one, which then begins once the fence stands at
-// it, so that no write of an older term lands on the file after the cache
-// has read it. A token older than the cache's, or than the fence, is not
-// trusted; nor is any when the fence cannot be raised (the read itself
-// goes on, uncached).
+// cache's live term, or a newer one, which then begins once this handle
+// has raised the fence to it and seen it stand there, so that no write of
+// an older term lands on the file after the cache has read it. A term the
+// fence has passed, or one ended, is not trusted; nor is any when the
+// fence cannot be raised (the read itself goes on, uncached).
 func (s *Store) trust(ctx context.Context, token uint64) bool {
 	if s.cache.current(token) {
 		return true
@@ -213,12 +216,19 @@ func (s *Store) trust(ctx context.Context, token uint64) bool {
 	if s.cache.current(token) {
 		return true
 	}
-	if _, err := s.fenceAt(ctx, token); err != nil {
+	if token > math.MaxInt64 || token <= s.cache.endedAt() {
+		return false
+	}
+	if err := s.raiseTo(ctx, token); err != nil {
 		return false
 	}
 	s.cache.begin(token)
 	return s.cache.current(token)
 }
+
+// EndTerm implements ports.TermEnder: the engine calls it before it writes
+// its release, and from then on reads under its term go to the file.
+func (s *Store) EndTerm(token uint64) { s.cache.end(token) }
 
 // fenceAt is the token parameter of a write under ctx's term, once the
 // fence stands at that term: it raises the fence the first time this
@@ -231,22 +241,36 @@ func (s *Store) fenceAt(ctx context.Context, token uint64) (sql.NamedArg, error)
 	if token > math.MaxInt64 {
 		return sql.NamedArg{}, fmt.Errorf("fencing token %d is beyond SQLite's integers: %w", token, ports.ErrInvalidArgument)
 	}
-	for raised := s.raised.Load(); token > raised; raised = s.raised.Load() {
-		var seen int64
-		if err := s.raise.QueryRowContext(ctx, sql.Named("token", int64(token))).Scan(&seen); err != nil {
-			return sql.NamedArg{}, fmt.Errorf("raise the fence of %s to term %d: %w", s.path, token, err)
-		}
-		if uint64(seen) > token {
-			return sql.NamedArg{}, s.fenced(uint64(seen), token)
-		}
-		if s.raised.CompareAndSwap(raised, token) {
-			break
+	if token > s.raised.Load() {
+		if err := s.raiseTo(ctx, token); err != nil {
+			return sql.NamedArg{}, err
 		}
 	}
 	return sql.Named("token", int64(token)), nil
 }
 
+// raiseTo moves the fence up to token, or fails with ports.ErrFenced,
+// ending the terms it has passed, when it stands above.
+func (s *Store) raiseTo(ctx context.Context, token uint64) error {
+	var seen int64
+	if err := s.raise.QueryRowContext(ctx, sql.Named("token", int64(token))).Scan(&seen); err != nil {
+		return fmt.Errorf("raise the fence of %s to term %d: %w", s.path, token, err)
+	}
+	if uint64(seen) > token {
+		return s.fenced(uint64(seen), token)
+	}
+	for {
+		raised := s.raised.Load()
+		if token <= raised || s.raised.CompareAndSwap(raised, token) {
+			return nil
+		}
+	}
+}
+
+// fenced ends in the cache every term below seen, which the fence shows
+// to be over, and is the error of a write under token.
 func (s *Store) fenced(seen, token uint64) error {
+	s.cache.end(seen - 1)
 	return fmt.Errorf("%w: %s has seen serving term %d; this write carries term %d", ports.ErrFenced, s.path, seen, token)
 }
 
