@@ -3,6 +3,8 @@ package domain_test
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -243,6 +245,67 @@ func TestAHolderResumedFromSuspendDoesNotServe(t *testing.T) {
 		time.Sleep(L / 4)
 		if at, ok := a.when(domain.StateFenced); !ok {
 			t.Fatalf("a never fenced after the suspend (%s, fenced at %v)", a.path(), at)
+		}
+	})
+}
+
+// onMessage is a log handler that runs f, in the logging goroutine, when a
+// record's message contains msg: a way to look at the holder at the very
+// point it logs.
+type onMessage struct {
+	msg string
+	f   func()
+}
+
+func (h onMessage) Enabled(context.Context, slog.Level) bool { return true }
+func (h onMessage) Handle(_ context.Context, r slog.Record) error {
+	if strings.Contains(r.Message, h.msg) {
+		h.f()
+	}
+	return nil
+}
+func (h onMessage) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h onMessage) WithGroup(string) slog.Handler      { return h }
+
+// A holder that makes the deleted key anew holds it under a new term, and
+// may serve under it only after the quarantine. Before, for the moment
+// between taking the new term and settling its state, Term reported the
+// new term as one it may serve under, so a call could be admitted, and
+// carry the new token, before the old holder had surely fenced.
+func TestARecreatedTermAdmitsNothingBeforeItsQuarantine(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := usedStore(t)
+		var a *testEngine
+		var seen []bool
+		a = newEngine(t, store, "a", "", testTiming(), domain.WithLogger(slog.New(onMessage{
+			msg: "the lease key was deleted",
+			f: func() {
+				_, ok := a.o.Term()
+				seen = append(seen, ok)
+			},
+		})))
+		a.mustServe(t)
+		defer a.release(t)
+		before, _ := a.o.Term()
+		a.store.Delay(L/8, 0)
+		time.Sleep(L/4 + L/16)
+		rec, _ := store.Read(context.Background())
+		if err := store.Delete(context.Background(), rec.Revision); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(L / 16)
+		a.store.Delay(0, 0)
+		time.Sleep(2 * L)
+		if len(seen) == 0 {
+			t.Fatal("the holder never made the deleted key anew")
+		}
+		for i, ok := range seen {
+			if ok {
+				t.Fatalf("when it made the key anew (%d), the holder's Term said it may serve before the quarantine", i)
+			}
+		}
+		if after, ok := a.o.Term(); !ok || after <= before {
+			t.Fatalf("after the quarantine: Term = %d, %v; want a term newer than %d that may serve", after, ok, before)
 		}
 	})
 }

@@ -178,7 +178,8 @@ func (o *Ownership) MayServe() bool {
 func (o *Ownership) Term() (uint64, bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return o.term, o.state == StateServing && o.clock.Now().Before(o.validUntil)
+	now := o.clock.Now()
+	return o.term, o.state == StateServing && !now.Before(o.serveFrom) && now.Before(o.validUntil)
 }
 
 // Lost is closed when another engine takes the lease from this one; the
