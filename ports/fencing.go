@@ -34,7 +34,7 @@ func FencingToken(ctx context.Context) (uint64, bool) {
 // answers while it drains, under the ended term's token, then go to the
 // backend itself, where its successor's writes are.
 type TermEnder interface {
-	// EndTerm ends every term up to token: nothing kept under one is
-	// served again, and none begins anew.
+	// EndTerm ends every term up to token (math.MaxUint64: every term):
+	// nothing kept under one is served again, and none begins anew.
 	EndTerm(token uint64)
 }

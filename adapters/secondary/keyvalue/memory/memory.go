@@ -34,6 +34,9 @@ func (e entry) live(now time.Time) bool { return e.expires.IsZero() || now.Befor
 
 // Store keeps the entries in a map. Expired entries are judged on every read
 // and removed when touched, so no goroutine sweeps them.
+//
+// A stored value is never changed in place, so values are copied outside
+// the lock: a large one does not hold up the calls on other keys.
 type Store struct {
 	mu      sync.Mutex
 	entries map[string]entry
@@ -93,13 +96,18 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, error) {
 	if err := check(ctx, key); err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	e, ok := s.lookup(key, time.Now())
+	e, ok := s.live(key)
 	if !ok {
 		return nil, fmt.Errorf("get %q: %w", key, ports.ErrNotFound)
 	}
 	return slices.Clone(e.value), nil
+}
+
+// live is key's entry if it has not expired.
+func (s *Store) live(key string) (entry, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lookup(key, time.Now())
 }
 
 var _ ports.QuickGetter = (*Store)(nil)
@@ -113,9 +121,7 @@ func (s *Store) QuickGet(ctx context.Context, key string) ([]byte, bool, error) 
 	if err := check(ctx, key); err != nil {
 		return nil, true, err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	e, ok := s.lookup(key, time.Now())
+	e, ok := s.live(key)
 	if !ok {
 		return nil, true, fmt.Errorf("get %q: %w", key, ports.ErrNotFound)
 	}
@@ -133,9 +139,10 @@ func (s *Store) Set(ctx context.Context, key string, value []byte, ttl time.Dura
 	if err := storecheck.TTL(ttl); err != nil {
 		return err
 	}
+	e := newEntry(value, ttl, time.Now())
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.entries[key] = newEntry(value, ttl, time.Now())
+	s.entries[key] = e
 	return nil
 }
 
@@ -147,13 +154,14 @@ func (s *Store) SetIfAbsent(ctx context.Context, key string, value []byte, ttl t
 	if err := storecheck.TTL(ttl); err != nil {
 		return false, err
 	}
+	now := time.Now()
+	e := newEntry(value, ttl, now)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := time.Now()
 	if _, ok := s.lookup(key, now); ok {
 		return false, nil
 	}
-	s.entries[key] = newEntry(value, ttl, now)
+	s.entries[key] = e
 	return true, nil
 }
 
