@@ -96,17 +96,7 @@ func TestARecreatingHolderWaitsFromWhenItSawTheDelete(t *testing.T) {
 		a := newEngine(t, store, "a", "", testTiming())
 		a.mustServe(t)
 		defer a.release(t)
-		// The renewal at L/4 starts, and its update reaches the store an
-		// eighth of a lease later; the key is deleted meanwhile.
-		a.store.Delay(L/8, 0)
-		time.Sleep(L/4 + L/16)
-		deletedAt := time.Since(a.start)
-		rec, _ := store.Read(context.Background())
-		if err := store.Delete(context.Background(), rec.Revision); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(L / 16)
-		a.store.Delay(0, 0)
+		deletedAt := deleteDuringRenewal(t, a, store)
 		time.Sleep(2 * L)
 		wantState(t, a, domain.StateServing)
 		at, _ := a.when(domain.StateServing)
@@ -114,6 +104,24 @@ func TestARecreatingHolderWaitsFromWhenItSawTheDelete(t *testing.T) {
 			t.Fatalf("a served again at %v, less than a lease after the delete at %v (%s)", at, deletedAt, a.path())
 		}
 	})
+}
+
+// deleteDuringRenewal deletes the key while a's renewal at L/4 is on its
+// way (its update reaches the store an eighth of a lease after it starts),
+// so that the renewal finds the key gone and makes it anew. It returns
+// when, since a started, the key was deleted.
+func deleteDuringRenewal(t *testing.T, a *testEngine, store *memory.Lease) time.Duration {
+	t.Helper()
+	a.store.Delay(L/8, 0)
+	time.Sleep(L/4 + L/16)
+	deletedAt := time.Since(a.start)
+	rec, _ := store.Read(context.Background())
+	if err := store.Delete(context.Background(), rec.Revision); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(L / 16)
+	a.store.Delay(0, 0)
+	return deletedAt
 }
 
 // A standby that takes the key over a deletion waits a lease before it
@@ -276,26 +284,24 @@ func TestARecreatedTermAdmitsNothingBeforeItsQuarantine(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := usedStore(t)
 		var a *testEngine
-		var seen []bool
+		var mu sync.Mutex
+		var seen []bool // what Term said each time the key was made anew
 		a = newEngine(t, store, "a", "", testTiming(), domain.WithLogger(slog.New(onMessage{
 			msg: "the lease key was deleted",
 			f: func() {
 				_, ok := a.o.Term()
+				mu.Lock()
+				defer mu.Unlock()
 				seen = append(seen, ok)
 			},
 		})))
 		a.mustServe(t)
 		defer a.release(t)
 		before, _ := a.o.Term()
-		a.store.Delay(L/8, 0)
-		time.Sleep(L/4 + L/16)
-		rec, _ := store.Read(context.Background())
-		if err := store.Delete(context.Background(), rec.Revision); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(L / 16)
-		a.store.Delay(0, 0)
+		deleteDuringRenewal(t, a, store)
 		time.Sleep(2 * L)
+		mu.Lock()
+		defer mu.Unlock()
 		if len(seen) == 0 {
 			t.Fatal("the holder never made the deleted key anew")
 		}

@@ -33,6 +33,20 @@ func term(t *testing.T, token uint64) context.Context {
 	return ports.WithFencingToken(t.Context(), token)
 }
 
+// twoHandles opens two handles on one new file and returns its path.
+func twoHandles(t *testing.T) (path string, a, b *sqlite.Store) {
+	t.Helper()
+	path = filepath.Join(t.TempDir(), "kv.sqlite")
+	return path, open(t, path), open(t, path)
+}
+
+func mustSet(t *testing.T, ctx context.Context, s *sqlite.Store, key, value string) {
+	t.Helper()
+	if err := s.Set(ctx, key, []byte(value), 0); err != nil {
+		t.Fatalf("Set(%q, %q): %v", key, value, err)
+	}
+}
+
 func mustGet(t *testing.T, ctx context.Context, s *sqlite.Store, key, want string) {
 	t.Helper()
 	v, err := s.Get(ctx, key)
@@ -45,8 +59,7 @@ func mustGet(t *testing.T, ctx context.Context, s *sqlite.Store, key, want strin
 // its old term in hand; once its successor has written, none of them may
 // change the file. Before the fence, every one of these writes landed.
 func TestAWriteUnderAnOlderTermIsRefused(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "kv.sqlite")
-	old, successor := open(t, path), open(t, path)
+	_, old, successor := twoHandles(t)
 	if err := old.Set(term(t, 5), "k", []byte("term 5"), 0); err != nil {
 		t.Fatalf("Set under term 5: %v", err)
 	}
@@ -101,11 +114,8 @@ func TestAWriteUnderAnOlderTermIsRefused(t *testing.T) {
 // writes: it keeps what it reads, and a write landing under it would leave
 // it answering a value the file no longer holds.
 func TestAReadUnderANewTermRaisesTheFence(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "kv.sqlite")
-	old, successor := open(t, path), open(t, path)
-	if err := old.Set(term(t, 3), "k", []byte("before"), 0); err != nil {
-		t.Fatal(err)
-	}
+	path, old, successor := twoHandles(t)
+	mustSet(t, term(t, 3), old, "k", "before")
 	mustGet(t, term(t, 4), successor, "k", "before")
 	if err := old.Set(term(t, 3), "k", []byte("late"), 0); !errors.Is(err, ports.ErrFenced) {
 		t.Fatalf("Set under term 3 after a read under term 4: err %v, want ErrFenced", err)
@@ -117,15 +127,10 @@ func TestAReadUnderANewTermRaisesTheFence(t *testing.T) {
 // A new term reads the file again: what an engine kept before another one
 // served is not trusted.
 func TestANewTermDoesNotTrustWhatAnOldOneKept(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "kv.sqlite")
-	a, b := open(t, path), open(t, path)
-	if err := a.Set(term(t, 1), "k", []byte("term 1"), 0); err != nil {
-		t.Fatal(err)
-	}
+	_, a, b := twoHandles(t)
+	mustSet(t, term(t, 1), a, "k", "term 1")
 	mustGet(t, term(t, 1), a, "k", "term 1")
-	if err := b.Set(term(t, 2), "k", []byte("term 2"), 0); err != nil {
-		t.Fatal(err)
-	}
+	mustSet(t, term(t, 2), b, "k", "term 2")
 	mustGet(t, term(t, 3), a, "k", "term 2")
 	if _, err := b.Delete(term(t, 4), "k"); err != nil {
 		t.Fatal(err)
@@ -140,19 +145,14 @@ func TestANewTermDoesNotTrustWhatAnOldOneKept(t *testing.T) {
 // the successor's writes, so the engine ends its term in the store before
 // the release, and what it kept answers no more.
 func TestAnEndedTermReadsTheFile(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "kv.sqlite")
-	old, successor := open(t, path), open(t, path)
-	if err := old.Set(term(t, 5), "k", []byte("v1"), 0); err != nil {
-		t.Fatal(err)
-	}
+	_, old, successor := twoHandles(t)
+	mustSet(t, term(t, 5), old, "k", "v1")
 	mustGet(t, term(t, 5), old, "k", "v1")
 	if _, ok, _ := old.QuickGet(term(t, 5), "k"); !ok {
 		t.Fatal("a value read under term 5 is not kept")
 	}
 	old.EndTerm(5)
-	if err := successor.Set(term(t, 7), "k", []byte("v2"), 0); err != nil {
-		t.Fatal(err)
-	}
+	mustSet(t, term(t, 7), successor, "k", "v2")
 	mustGet(t, term(t, 5), old, "k", "v2")
 	if v, ok, _ := old.QuickGet(term(t, 5), "k"); ok {
 		t.Fatalf("after EndTerm(5), a quick get under term 5 answers %q from memory", v)
@@ -167,15 +167,10 @@ func TestAnEndedTermReadsTheFile(t *testing.T) {
 // A write refused by the fence shows this handle that its term is over:
 // what it kept under it answers no more.
 func TestAFencedWriteEndsTheTerm(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "kv.sqlite")
-	old, successor := open(t, path), open(t, path)
-	if err := old.Set(term(t, 5), "k", []byte("v1"), 0); err != nil {
-		t.Fatal(err)
-	}
+	_, old, successor := twoHandles(t)
+	mustSet(t, term(t, 5), old, "k", "v1")
 	mustGet(t, term(t, 5), old, "k", "v1")
-	if err := successor.Set(term(t, 7), "k", []byte("v2"), 0); err != nil {
-		t.Fatal(err)
-	}
+	mustSet(t, term(t, 7), successor, "k", "v2")
 	if err := old.Set(term(t, 5), "other", []byte("x"), 0); !errors.Is(err, ports.ErrFenced) {
 		t.Fatalf("Set under term 5 after term 7: err %v, want ErrFenced", err)
 	}
@@ -186,16 +181,11 @@ func TestAFencedWriteEndsTheTerm(t *testing.T) {
 // only after a successor raised it further, must not begin keeping reads
 // for a term the fence has passed.
 func TestATermTheFenceHasPassedIsNotKept(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "kv.sqlite")
-	old, successor := open(t, path), open(t, path)
-	if err := old.Set(term(t, 5), "k", []byte("v1"), 0); err != nil {
-		t.Fatal(err)
-	}
+	_, old, successor := twoHandles(t)
+	mustSet(t, term(t, 5), old, "k", "v1")
 	mustGet(t, term(t, 7), successor, "k", "v1")
 	mustGet(t, term(t, 5), old, "k", "v1")
-	if err := successor.Set(term(t, 7), "k", []byte("v2"), 0); err != nil {
-		t.Fatal(err)
-	}
+	mustSet(t, term(t, 7), successor, "k", "v2")
 	mustGet(t, term(t, 5), old, "k", "v2")
 }
 
