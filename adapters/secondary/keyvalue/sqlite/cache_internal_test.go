@@ -1,9 +1,12 @@
 package sqlite
 
 import (
+	"context"
+	"database/sql"
 	"fmt"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/abi-engine/engine/ports"
 )
@@ -103,5 +106,42 @@ func TestTheCacheCountsWhatItHolds(t *testing.T) {
 		if got := held(c); c.bytes != got || c.bytes > c.limit {
 			t.Fatalf("after %d rounds the cache counts %d bytes and holds %d, of %d", i+1, c.bytes, got, c.limit)
 		}
+	}
+}
+
+// A fence that cannot be raised, here because another connection holds the
+// file's write lock past the call's deadline, fails no read: the read goes
+// on uncached, and the failure is noted, so that the next reads do not
+// each try the raise again at once.
+func TestAFenceThatCannotBeRaisedFailsNoRead(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "kv.sqlite")
+	s, err := Open(t.Context(), Config{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Set(t.Context(), "k", []byte("v"), 0); err != nil {
+		t.Fatal(err)
+	}
+	other, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	tx, err := other.BeginTx(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.Exec("INSERT INTO kv (key, value) VALUES ('held', x'00')"); err != nil {
+		t.Fatal(err) // the write lock is now held
+	}
+	ctx, cancel := context.WithTimeout(ports.WithFencingToken(t.Context(), 3), 200*time.Millisecond)
+	defer cancel()
+	if v, err := s.Get(ctx, "k"); err != nil || string(v) != "v" {
+		t.Fatalf("Get while the fence cannot be raised = %q, %v; want v", v, err)
+	}
+	if kept(s, "k") || s.failedAt.Load() == 0 {
+		t.Fatalf("after a failed raise: kept %v, failure noted %v; want false, true", kept(s, "k"), s.failedAt.Load() != 0)
 	}
 }

@@ -103,6 +103,10 @@ type Store struct {
 	cache  *readCache
 	raised atomic.Uint64 // the newest token this handle has raised the fence to
 	termMu sync.Mutex    // one read at a time starts the cache's term
+	// failedAt is when raising the fence for a term last failed, for a
+	// reason other than a newer term (a full disk, a read-only file), in
+	// Unix nanoseconds: reads wait raiseRetry before they try again.
+	failedAt atomic.Int64
 }
 
 // Open opens or creates the file at c.Path.
@@ -201,17 +205,26 @@ func (s *Store) QuickGet(ctx context.Context, key string) ([]byte, bool, error) 
 	return v, ok, nil
 }
 
+// raiseRetry is how long reads leave the fence alone after raising it
+// failed, so that a file that cannot be written does not cost every read a
+// failed write.
+const raiseRetry = time.Second
+
 // trust reports whether reads under token may be kept: token is the
 // cache's live term, or a newer one, which then begins once this handle
 // has raised the fence to it and seen it stand there, so that no write of
 // an older term lands on the file after the cache has read it. A term the
 // fence has passed, or one ended, is not trusted; nor is any when the
-// fence cannot be raised (the read itself goes on, uncached).
+// fence cannot be raised. The read itself goes on, uncached, and so does
+// every other read while one raises the fence: none waits for the lock
+// the raise may wait for.
 func (s *Store) trust(ctx context.Context, token uint64) bool {
 	if s.cache.current(token) {
 		return true
 	}
-	s.termMu.Lock()
+	if time.Since(time.Unix(0, s.failedAt.Load())) < raiseRetry || !s.termMu.TryLock() {
+		return false
+	}
 	defer s.termMu.Unlock()
 	if s.cache.current(token) {
 		return true
@@ -220,6 +233,9 @@ func (s *Store) trust(ctx context.Context, token uint64) bool {
 		return false
 	}
 	if err := s.raiseTo(ctx, token); err != nil {
+		if !errors.Is(err, ports.ErrFenced) {
+			s.failedAt.Store(time.Now().UnixNano())
+		}
 		return false
 	}
 	s.cache.begin(token)
