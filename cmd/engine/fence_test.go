@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -22,16 +23,42 @@ import (
 )
 
 // An engine paused between admitting a write and performing it, while a
-// standby takes over and writes the same key, is refused by PostgreSQL when
+// standby takes over and writes the same key, is refused by the store when
 // it resumes: the write carries the fencing token of its old term, and the
 // store has seen the newer one. The stored value stays the new engine's.
-// Without the token, the resumed write would overwrite it.
+// Without the token, the resumed write would overwrite it. On PostgreSQL
+// the standby is the next release of a deploy; on SQLite, a hot standby of
+// the same release on the same host, whose stores are the same files (the
+// SQLite case failed before the file had a fence).
 func TestAWritePausedAcrossATakeoverIsRefusedByTheStore(t *testing.T) {
-	url := natstest.StartServer(t).ClientURL()
-	config := sharedConfig(t, url, "")
-	old := startEngine(t, config, "ABI_ROLLOUT_ID=v1", "ABI_ENGINE_TEST_STOP_BEFORE_SET=contested")
+	t.Run("postgres", func(t *testing.T) {
+		url := natstest.StartServer(t).ClientURL()
+		pausedWriteAcrossATakeover(t, url, sharedConfig(t, url, ""), []string{"ABI_ROLLOUT_ID=v1"}, []string{"ABI_ROLLOUT_ID=v2"})
+	})
+	t.Run("sqlite", func(t *testing.T) {
+		url := natstest.StartServer(t).ClientURL()
+		pausedWriteAcrossATakeover(t, url, hotStandbyConfig(t, url), nil, nil)
+	})
+}
+
+// hotStandbyConfig is the embedded defaults (SQLite and files under one
+// data directory) with a hot standby: engines started with it share every
+// store.
+func hotStandbyConfig(t *testing.T, url string) string {
+	t.Helper()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "engine.yaml")
+	yaml := fmt.Sprintf("nats:\n  url: %s\n  engine: {lease_seconds: 1, drain_seconds: 1, hot_standby: true}\nhttp:\n  listen: 127.0.0.1:0\ndata_dir: %s\n", url, filepath.Join(dir, "data"))
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func pausedWriteAcrossATakeover(t *testing.T, url, config string, oldEnv, nextEnv []string) {
+	old := startEngine(t, config, append(oldEnv, "ABI_ENGINE_TEST_STOP_BEFORE_SET=contested")...)
 	old.waitLog(t, "state=serving")
-	next := startEngine(t, config, "ABI_ROLLOUT_ID=v2")
+	next := startEngine(t, config, nextEnv...)
 	next.waitLog(t, "state=standby")
 
 	// The old engine admits this set, then stops itself before the store.
