@@ -19,8 +19,12 @@ func (h *Host) replyLimit(call *Call) int {
 	if call.Header.Get(wire.OverflowHeader) == "1" && h.opts.Overflow != nil {
 		return int(h.opts.Overflow.maxValue)
 	}
-	return int(h.opts.Replies.MaxPayload()) - replyHeadroom
+	return h.messageMost()
 }
+
+// messageMost is the most bytes an answer may have to travel in one
+// message, headers left room.
+func (h *Host) messageMost() int { return int(h.opts.Replies.MaxPayload()) - replyHeadroom }
 
 // listJSON adapts a handler whose answer is a list of items each of which
 // may be large: {"<field>":[item,...]<rest>}, with rest the answer's other

@@ -250,7 +250,7 @@ func (h *Host) Serve() error {
 			}
 			// micro names take no dots, operations may (transfer.open).
 			name := strings.ReplaceAll(ep.Name, ".", "_")
-			err := svc.AddEndpoint(name, h.dispatch(ctx, s.Name, ep, ep.Name), micro.WithEndpointSubject(subject))
+			err := svc.AddEndpoint(name, h.dispatch(ctx, s.Name, ep), micro.WithEndpointSubject(subject))
 			if err != nil {
 				return fail(fmt.Errorf("serve %s.%s: %w", s.Name, ep.Name, err))
 			}
@@ -285,8 +285,8 @@ func (h *Host) InFlight() int { return h.calls.value() }
 // answered on the subscription's goroutine, as a plain NATS responder
 // would: no worker, and its reply leaves with the others of the batch the
 // subscription is reading.
-func (h *Host) dispatch(ctx context.Context, service string, ep Endpoint, op string) micro.HandlerFunc {
-	handle := ep.Handler
+func (h *Host) dispatch(ctx context.Context, service string, ep Endpoint) micro.HandlerFunc {
+	op, handle := ep.Name, ep.Handler
 	return func(req micro.Request) {
 		h.calls.add()
 		start := time.Now()
@@ -395,7 +395,9 @@ func connectionOf(reply string) string {
 	return "connection " + reply
 }
 
-func (h *Host) handle(ctx context.Context, handle HandlerFunc, call *Call) ([]byte, error) {
+// admit is ctx for a call the engine may run now, carrying its term's
+// fencing token, or the reason it may not.
+func (h *Host) admit(ctx context.Context) (context.Context, error) {
 	if ctx.Err() != nil {
 		return nil, fmt.Errorf("%w: the engine stopped before the call ran", wire.ErrUnavailable)
 	}
@@ -405,6 +407,14 @@ func (h *Host) handle(ctx context.Context, handle HandlerFunc, call *Call) ([]by
 	}
 	if token != 0 {
 		ctx = ports.WithFencingToken(ctx, token)
+	}
+	return ctx, nil
+}
+
+func (h *Host) handle(ctx context.Context, handle HandlerFunc, call *Call) ([]byte, error) {
+	ctx, err := h.admit(ctx)
+	if err != nil {
+		return nil, err
 	}
 	release, err := h.uploaded(call)
 	if err != nil {
@@ -423,18 +433,15 @@ func (h *Host) handle(ctx context.Context, handle HandlerFunc, call *Call) ([]by
 // handle. Anything that needs more (an uploaded request, a call the lease
 // does not admit, a reply too large for one message) goes the usual way.
 func (h *Host) quick(ctx context.Context, quick QuickFunc, call *Call) ([]byte, bool, error) {
-	if ctx.Err() != nil || call.Header.Get(wire.OverflowRequestHeader) != "" {
+	if call.Header.Get(wire.OverflowRequestHeader) != "" {
 		return nil, false, nil
 	}
-	token, ok := h.opts.Admit()
-	if !ok {
+	ctx, err := h.admit(ctx)
+	if err != nil {
 		return nil, false, nil
-	}
-	if token != 0 {
-		ctx = ports.WithFencingToken(ctx, token)
 	}
 	data, ok, err := quick(ctx, call)
-	if !ok || len(data) > int(h.opts.Replies.MaxPayload())-replyHeadroom {
+	if !ok || len(data) > h.messageMost() {
 		return nil, false, nil
 	}
 	return data, true, err

@@ -362,7 +362,7 @@ func (h *Host) uploaded(call *Call) (release func(), err error) {
 // parkIfLarge parks a reply too large for one message when the call can
 // take it, and answers with the headers that name it instead.
 func (h *Host) parkIfLarge(call *Call, data []byte) (nats.Header, []byte, error) {
-	most := int(h.opts.Replies.MaxPayload()) - replyHeadroom
+	most := h.messageMost()
 	if len(data) <= most {
 		return nil, data, nil
 	}
