@@ -5,6 +5,7 @@ package memory
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -96,18 +97,23 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, error) {
 	if err := check(ctx, key); err != nil {
 		return nil, err
 	}
-	e, ok := s.live(key)
-	if !ok {
-		return nil, fmt.Errorf("get %q: %w", key, ports.ErrNotFound)
-	}
-	return slices.Clone(e.value), nil
+	v, _, err := s.read(key, math.MaxInt)
+	return v, err
 }
 
-// live is key's entry if it has not expired.
-func (s *Store) live(key string) (entry, bool) {
+// read is a copy of key's live value if it has at most most bytes, ok
+// false if it has more. The copy is made outside the lock.
+func (s *Store) read(key string, most int) (v []byte, ok bool, err error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.lookup(key, time.Now())
+	e, found := s.lookup(key, time.Now())
+	s.mu.Unlock()
+	if !found {
+		return nil, true, fmt.Errorf("get %q: %w", key, ports.ErrNotFound)
+	}
+	if len(e.value) > most {
+		return nil, false, nil
+	}
+	return slices.Clone(e.value), true, nil
 }
 
 var _ ports.QuickGetter = (*Store)(nil)
@@ -121,14 +127,7 @@ func (s *Store) QuickGet(ctx context.Context, key string) ([]byte, bool, error) 
 	if err := check(ctx, key); err != nil {
 		return nil, true, err
 	}
-	e, ok := s.live(key)
-	if !ok {
-		return nil, true, fmt.Errorf("get %q: %w", key, ports.ErrNotFound)
-	}
-	if len(e.value) > quickMax {
-		return nil, false, nil
-	}
-	return slices.Clone(e.value), true, nil
+	return s.read(key, quickMax)
 }
 
 // Set stores a copy of the value.

@@ -85,7 +85,6 @@ func (c *readCache) live(term uint64) bool { return c.term == term && term > c.e
 // fill keeps value, read under term with ticket gen, unless a write began
 // or ended since or the term moved on.
 func (c *readCache) fill(term, gen uint64, key string, value []byte, expires int64) {
-	size := len(key) + len(value) + entryOverhead
 	if len(value) > cacheValueMax {
 		return
 	}
@@ -95,16 +94,19 @@ func (c *readCache) fill(term, gen uint64, key string, value []byte, expires int
 		return
 	}
 	c.forget(key)
-	for k, e := range c.items {
+	size := entrySize(key, value)
+	for k := range c.items {
 		if c.bytes+size <= c.limit {
 			break
 		}
-		delete(c.items, k)
-		c.bytes -= len(k) + len(e.value) + entryOverhead
+		c.forget(k)
 	}
 	c.items[key] = cached{value: append([]byte(nil), value...), expires: expires}
 	c.bytes += size
 }
+
+// entrySize is what an entry counts against the cache's limit.
+func entrySize(key string, value []byte) int { return len(key) + len(value) + entryOverhead }
 
 // current reports whether term is the cache's and not over.
 func (c *readCache) current(term uint64) bool {
@@ -177,6 +179,6 @@ func (c *readCache) drop(key string) {
 func (c *readCache) forget(key string) {
 	if e, ok := c.items[key]; ok {
 		delete(c.items, key)
-		c.bytes -= len(key) + len(e.value) + entryOverhead
+		c.bytes -= entrySize(key, e.value)
 	}
 }

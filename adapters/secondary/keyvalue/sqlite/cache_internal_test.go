@@ -77,7 +77,7 @@ func TestTheCacheIsBounded(t *testing.T) {
 func held(c *readCache) int {
 	n := 0
 	for k, e := range c.items {
-		n += len(k) + len(e.value) + entryOverhead
+		n += entrySize(k, e.value)
 	}
 	return n
 }
