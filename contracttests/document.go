@@ -20,6 +20,11 @@ type DocumentCapabilities struct {
 	// Durable: the data outlives every handle. Handles then implement
 	// io.Closer, and closing one twice is harmless.
 	Durable bool
+	// Fenced: engines may share the store, so it keeps the newest fencing
+	// token a write brought (ports.FencingToken) and refuses every write
+	// of an older term with ports.ErrFenced, changing nothing (ADR 0002
+	// lists the stores that cannot yet).
+	Fenced bool
 }
 
 // docCount is how many documents the pagination cases write.
@@ -67,6 +72,12 @@ func RunDocument(t *testing.T, h Harness[ports.DocumentStore], caps DocumentCapa
 				t.Skipf("%s: no durability", adapterName(t))
 			}
 			docDurable(t, open)
+		}},
+		{"AnOlderTermIsFenced", func(t *testing.T, open func(t *testing.T) ports.DocumentStore) {
+			if !caps.Fenced {
+				t.Skipf("%s: not fenced", adapterName(t))
+			}
+			docFencing(t, open)
 		}},
 	}
 	for _, c := range cases {

@@ -19,6 +19,8 @@ type KeyValueCapabilities struct {
 	// Durable: the data outlives every handle. Handles then implement
 	// io.Closer, and closing one twice is harmless.
 	Durable bool
+	// Fenced: as DocumentCapabilities.Fenced says, for keyvalue writes.
+	Fenced bool
 }
 
 const (
@@ -65,6 +67,12 @@ func RunKeyValue(t *testing.T, h Harness[ports.KeyValue], caps KeyValueCapabilit
 				t.Skipf("%s: no durability", adapterName(t))
 			}
 			kvDurable(t, open)
+		}},
+		{"AnOlderTermIsFenced", func(t *testing.T, open func(t *testing.T) ports.KeyValue) {
+			if !caps.Fenced {
+				t.Skipf("%s: not fenced", adapterName(t))
+			}
+			kvFencing(t, open)
 		}},
 	}
 	for _, c := range cases {

@@ -23,6 +23,8 @@ type VectorStoreCapabilities struct {
 	// like), so the suite asks for a recall of at least vsMinRecall at k=10
 	// instead of the exact ranking.
 	Approximate bool
+	// Fenced: as DocumentCapabilities.Fenced says, for vector writes.
+	Fenced bool
 }
 
 const (
@@ -79,6 +81,12 @@ func RunVectorStore(t *testing.T, h Harness[ports.VectorStore], caps VectorStore
 		{"SearchSeesTheOtherHandlesWrites", vsSearchSeesTheOtherHandlesWrites},
 		{"SearchFollowsGrowthReplacesAndShrinking", vsSearchFollowsGrowthReplacesAndShrinking},
 		{"ANewHandleSearchesEverything", vsANewHandleSearchesEverything},
+		{"AnOlderTermIsFenced", func(t *testing.T, open func(t *testing.T) ports.VectorStore, caps VectorStoreCapabilities) {
+			if !caps.Fenced {
+				t.Skipf("%s: not fenced", adapterName(t))
+			}
+			vsFencing(t, open)
+		}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -1,6 +1,9 @@
 // Package sqlite is a document store in a SQLite file on this host.
-// Conditional writes run in transactions that take the write lock when they
-// begin, so handles on the same file never both win.
+// Every write runs in a transaction that takes the write lock when it
+// begins, so handles on the same file never both win a conditional write,
+// and checks there the file's fence (sqlitedb.Fence): once a newer serving
+// term has written, a write of an older one is refused with
+// ports.ErrFenced.
 package sqlite
 
 import (
@@ -46,7 +49,8 @@ CREATE TABLE IF NOT EXISTS documents (
 	version    INTEGER NOT NULL,
 	data       TEXT    NOT NULL,
 	PRIMARY KEY (collection, id)
-) WITHOUT ROWID`
+) WITHOUT ROWID;
+` + sqlitedb.FenceSchema
 
 // The statements of the hot calls, prepared once per handle; find and
 // count build theirs from the query.
@@ -67,6 +71,7 @@ type Store struct {
 
 	getDoc, hasReading                    *sql.Stmt
 	hasWriting, versionOf, upsert, remove *sql.Stmt
+	fence                                 *sqlitedb.Fence
 }
 
 // Open opens or creates the file at c.Path.
@@ -88,6 +93,10 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 		return nil, fmt.Errorf("document sqlite %s: %w", c.Path, err)
 	}
 	s.hasWriting, s.versionOf, s.upsert, s.remove = writes[0], writes[1], writes[2], writes[3]
+	if s.fence, err = sqlitedb.NewFence(ctx, db.Write, "document", c.Path); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("document sqlite: %w", err)
+	}
 	return s, nil
 }
 
@@ -120,10 +129,12 @@ func (s *Store) EnsureCollection(ctx context.Context, name string) error {
 	if err := storecheck.Collection(name); err != nil {
 		return err
 	}
-	if _, err := s.db.Write.ExecContext(ctx, "INSERT INTO collections (name) VALUES (?) ON CONFLICT DO NOTHING", name); err != nil {
-		return fmt.Errorf("ensure collection %q in %s: %w", name, s.path, err)
-	}
-	return nil
+	return s.inTx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, "INSERT INTO collections (name) VALUES (?) ON CONFLICT DO NOTHING", name); err != nil {
+			return fmt.Errorf("ensure collection %q in %s: %w", name, s.path, err)
+		}
+		return nil
+	})
 }
 
 // DropCollection removes the collection and its documents in one
@@ -166,11 +177,15 @@ func (s *Store) Collections(ctx context.Context) ([]string, error) {
 }
 
 // inTx runs f in a transaction, which the DSN makes take the write lock at
-// once.
+// once, after the fence has passed ctx's term.
 func (s *Store) inTx(ctx context.Context, f func(tx *sql.Tx) error) error {
 	tx, err := s.db.Write.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("begin in %s: %w", s.path, err)
+	}
+	if err := s.fence.Hold(ctx, tx); err != nil {
+		_ = tx.Rollback()
+		return err
 	}
 	if err := f(tx); err != nil {
 		_ = tx.Rollback()

@@ -22,7 +22,7 @@ func TestDocumentContract(t *testing.T) {
 				t.Cleanup(func() { _ = store.Close() })
 				return store
 			}
-		}), contracttests.DocumentCapabilities{Durable: true})
+		}), contracttests.DocumentCapabilities{Durable: true, Fenced: true})
 	})
 }
 

@@ -55,10 +55,7 @@ const schema = `CREATE TABLE IF NOT EXISTS kv (
 	value      BLOB    NOT NULL,
 	expires_at INTEGER
 ) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS abi_engine_fence (
-	scope TEXT    NOT NULL PRIMARY KEY,
-	token INTEGER NOT NULL
-) WITHOUT ROWID`
+` + sqlitedb.FenceSchema
 
 // live is the condition of a row that has not expired at the parameter now.
 const live = "(expires_at IS NULL OR expires_at > :now)"

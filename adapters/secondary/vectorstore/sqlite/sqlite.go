@@ -52,11 +52,14 @@ func (c *Config) Default(dataDir string) {
 
 // Store is one handle on the file. Several handles, in one process or
 // several, may share a file: writes take SQLite's write lock up front and
-// wait for it.
+// wait for it, and check the file's fence there (sqlitedb.Fence), so once
+// a newer serving term has written, a write of an older one is refused
+// with ports.ErrFenced.
 type Store struct {
 	db        *sql.DB
 	threshold int
 	fetch     *sql.Stmt
+	fence     *sqlitedb.Fence
 
 	mu      sync.Mutex
 	indexes map[string]*cached
@@ -103,7 +106,8 @@ CREATE TABLE IF NOT EXISTS vector_deleted (
 	version    INTEGER NOT NULL,
 	PRIMARY KEY (collection, id)
 ) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS vector_deleted_by_version ON vector_deleted (collection, version);`
+CREATE INDEX IF NOT EXISTS vector_deleted_by_version ON vector_deleted (collection, version);
+` + sqlitedb.FenceSchema
 
 // The write counter's columns, added to files made before them. Every write
 // takes the next value of vector_clock.seq: a collection records it when it
@@ -148,7 +152,7 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 		return nil, fmt.Errorf("vector_store sqlite: open %q: %w", c.Path, err)
 	}
 	s := &Store{db: db, threshold: c.IndexThreshold, indexes: map[string]*cached{}, upserts: map[int]*sql.Stmt{}}
-	if err := s.prepare(ctx); err != nil {
+	if err := s.prepare(ctx, c.Path); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("vector_store sqlite: %q: %w", c.Path, err)
 	}
@@ -170,8 +174,8 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 
 // prepare makes or updates the tables, in one write transaction so two
 // handles opening an older file do not both add a column.
-func (s *Store) prepare(ctx context.Context) error {
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
+func (s *Store) prepare(ctx context.Context, path string) error {
+	err := s.transact(ctx, func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, schema); err != nil {
 			return fmt.Errorf("create tables: %w", err)
 		}
@@ -198,7 +202,8 @@ func (s *Store) prepare(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("prepare the row fetch: %w", err)
 	}
-	return nil
+	s.fence, err = sqlitedb.NewFence(ctx, s.db, "vector_store", path)
+	return err
 }
 
 // loadAll builds the index of every collection, so the first search does
@@ -459,8 +464,20 @@ func collection(ctx context.Context, q querier, name string) (int, ports.Metric,
 	return dim, ports.Metric(metric), nil
 }
 
-// inTx runs f in a transaction that holds the write lock from its start.
+// inTx runs a write of a call in a transaction that holds the write lock
+// from its start, after the fence has passed ctx's term.
 func (s *Store) inTx(ctx context.Context, f func(tx *sql.Tx) error) error {
+	return s.transact(ctx, func(tx *sql.Tx) error {
+		if err := s.fence.Hold(ctx, tx); err != nil {
+			return err
+		}
+		return f(tx)
+	})
+}
+
+// transact runs f in a transaction that holds the write lock from its
+// start; the schema's own, at open, passes no fence.
+func (s *Store) transact(ctx context.Context, f func(tx *sql.Tx) error) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)

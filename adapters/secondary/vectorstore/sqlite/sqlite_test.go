@@ -27,12 +27,12 @@ func TestVectorStoreContract(t *testing.T) {
 		})
 	}
 	t.Run("sqlite", func(t *testing.T) {
-		contracttests.RunVectorStore(t, harness(0), contracttests.VectorStoreCapabilities{})
+		contracttests.RunVectorStore(t, harness(0), contracttests.VectorStoreCapabilities{Fenced: true})
 	})
 	// A threshold of 64 puts the suite's larger collections through the
 	// HNSW graph, and its growing and shrinking ones across it.
 	t.Run("sqliteHNSW", func(t *testing.T) {
-		contracttests.RunVectorStore(t, harness(64), contracttests.VectorStoreCapabilities{Approximate: true})
+		contracttests.RunVectorStore(t, harness(64), contracttests.VectorStoreCapabilities{Approximate: true, Fenced: true})
 	})
 }
 
