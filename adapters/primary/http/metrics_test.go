@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	httpapi "github.com/abi-engine/engine/adapters/primary/http"
 	"github.com/abi-engine/engine/domain"
@@ -80,4 +81,16 @@ func TestMetricsFollowTheLease(t *testing.T) {
 	if state("serving") != 0 || state("released") != 1 {
 		t.Fatalf("after release: serving %v, released %v", state("serving"), state("released"))
 	}
+}
+
+// Every kernel call on NATS is counted here, so its cost is part of every
+// call's (go test -bench CallMetrics ./adapters/primary/http/).
+func BenchmarkCallMetrics(b *testing.B) {
+	m := httpapi.NewMetrics()
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			m.Call("nats", "keyvalue", "get", http.StatusOK, time.Microsecond)
+		}
+	})
 }
