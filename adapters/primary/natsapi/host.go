@@ -535,28 +535,28 @@ func (h *Host) Stop() {
 // Serve starts again.
 func (h *Host) Fence() { h.Stop() }
 
-// counter counts calls in flight and says when there are none.
+// counter counts calls in flight and says when there are none. The
+// channel a waiter waits on is made by the first waiter, not by every call
+// that finds none in flight: a quick answer counts itself in and out alone.
 type counter struct {
 	mu   sync.Mutex
 	n    int
-	zero chan struct{} // closed while n is 0; nil when never counted
+	zero chan struct{} // made by a waiter while n > 0, closed when n next reaches 0
 }
 
 func (c *counter) add() {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.n == 0 {
-		c.zero = make(chan struct{})
-	}
 	c.n++
+	c.mu.Unlock()
 }
 
 func (c *counter) done() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.n--
-	if c.n == 0 {
+	if c.n == 0 && c.zero != nil {
 		close(c.zero)
+		c.zero = nil
 	}
 }
 
@@ -568,11 +568,15 @@ func (c *counter) value() int {
 
 func (c *counter) wait(ctx context.Context) error {
 	c.mu.Lock()
-	n, zero := c.n, c.zero
-	c.mu.Unlock()
-	if n == 0 {
+	if c.n == 0 {
+		c.mu.Unlock()
 		return nil
 	}
+	if c.zero == nil {
+		c.zero = make(chan struct{})
+	}
+	zero := c.zero
+	c.mu.Unlock()
 	select {
 	case <-zero:
 		return nil
