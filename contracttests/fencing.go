@@ -46,6 +46,13 @@ func docFencing(t *testing.T, open func(t *testing.T) ports.DocumentStore) {
 	if err != nil {
 		t.Fatalf("Put under the only term yet: %v", err)
 	}
+	// The newer term's first write fails on its condition; it fences the
+	// older term all the same.
+	if _, err := successor.Put(cur, "c", "x", map[string]any{"by": "new"}, ports.IfVersion(first.Version+1)); !errors.Is(err, ports.ErrConflict) {
+		t.Fatalf("Put under the newer term at a version not stored: %v, want ErrConflict", err)
+	}
+	_, err = paused.Put(old, "c", "x", map[string]any{"by": "old again"}, ports.Cond{})
+	wantFenced(t, "Put after a failed write of the newer term", err)
 	kept, err := successor.Put(cur, "c", "x", map[string]any{"by": "new"}, ports.IfVersion(first.Version))
 	if err != nil {
 		t.Fatalf("Put under the newer term: %v", err)
@@ -95,6 +102,12 @@ func vsFencing(t *testing.T, open func(t *testing.T) ports.VectorStore) {
 	if err := paused.Upsert(old, "c", []ports.Vector{{ID: "x", Values: []float32{1, 0}}}); err != nil {
 		t.Fatalf("Upsert under the only term yet: %v", err)
 	}
+	// The newer term's first write is refused as invalid; it fences the
+	// older term all the same.
+	if err := successor.Upsert(cur, "c", []ports.Vector{{ID: "x", Values: []float32{0, 1, 0}}}); !errors.Is(err, ports.ErrInvalidArgument) {
+		t.Fatalf("Upsert under the newer term of a vector of the wrong dimension: %v, want ErrInvalidArgument", err)
+	}
+	wantFenced(t, "Upsert after a failed write of the newer term", paused.Upsert(old, "c", []ports.Vector{{ID: "x", Values: []float32{1, 0}}}))
 	if err := successor.Upsert(cur, "c", []ports.Vector{{ID: "x", Values: []float32{0, 1}}}); err != nil {
 		t.Fatalf("Upsert under the newer term: %v", err)
 	}
@@ -112,8 +125,15 @@ func vsFencing(t *testing.T, open func(t *testing.T) ports.VectorStore) {
 		t.Fatalf("after the refused writes, c holds %d vectors, want 1", n)
 	}
 	cols, err := successor.Collections(ctx(t))
-	if err != nil || len(cols) != 2 {
-		t.Fatalf("after the refused writes, collections = %v, %v; want c and d", cols, err)
+	if err != nil || len(cols) != 2 || cols[0].Name != "c" || cols[1].Name != "d" {
+		t.Fatalf("after the refused writes, collections = %+v, %v; want c and d", cols, err)
+	}
+	// Neither handle's index took a refused write.
+	for _, s := range []ports.VectorStore{successor, paused} {
+		found := vsSearch(t, s, "c", []float32{1, 1}, 10, nil)
+		if len(found) != 1 || found[0].ID != "x" {
+			t.Fatalf("after the refused writes, a search finds %+v; want x alone", found)
+		}
 	}
 
 	if err := successor.Upsert(underTerm(t, termLater), "c", []ports.Vector{{ID: "z", Values: []float32{1, 1}}}); err != nil {
@@ -132,6 +152,12 @@ func kvFencing(t *testing.T, open func(t *testing.T) ports.KeyValue) {
 	if err := paused.Set(old, "x", []byte("old"), 0); err != nil {
 		t.Fatalf("Set under the only term yet: %v", err)
 	}
+	// The newer term's first write changes nothing; it fences the older
+	// term all the same.
+	if won, err := successor.SetIfAbsent(cur, "x", []byte("new"), 0); won || err != nil {
+		t.Fatalf("SetIfAbsent under the newer term of a key set: %v, %v; want false", won, err)
+	}
+	wantFenced(t, "Set after the newer term's first write", paused.Set(old, "x", []byte("old again"), 0))
 	if err := successor.Set(cur, "x", []byte("new"), 0); err != nil {
 		t.Fatalf("Set under the newer term: %v", err)
 	}

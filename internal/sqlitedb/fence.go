@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"math"
+	"sync/atomic"
 
 	"github.com/abi-engine/engine/ports"
 )
@@ -22,18 +23,20 @@ const (
 	// nothing when it stands there or above.
 	raiseFenceSQL = `INSERT INTO abi_engine_fence (scope, token) VALUES (:scope, :token)
 		ON CONFLICT (scope) DO UPDATE SET token = excluded.token WHERE excluded.token > abi_engine_fence.token`
-	readFenceSQL = "SELECT coalesce(max(token), 0) FROM abi_engine_fence"
+	readFenceSQL = "SELECT coalesce(max(token), 0) FROM abi_engine_fence WHERE scope = :scope"
 )
 
 // Fence checks the writes of a store whose every write runs in a
-// transaction that holds the file's write lock from its start: checked
+// transaction that takes the file's write lock when it begins: checked
 // there, the fence cannot move between the check and the write. Engines
 // on one host that open the same file (a standby of the same release, an
 // engine paused across a takeover) share the fence, so once a newer
-// serving term has written, no write of an older one lands.
+// serving term has tried to write, no write of an older one lands.
 type Fence struct {
 	scope, path string
+	db          *sql.DB
 	raise, read *sql.Stmt
+	raised      atomic.Uint64 // the newest token this handle raised the fence to
 }
 
 // NewFence prepares the fence's statements on db, the connections the
@@ -43,31 +46,71 @@ func NewFence(ctx context.Context, db *sql.DB, scope, path string) (*Fence, erro
 	if err != nil {
 		return nil, fmt.Errorf("the fence of %s: %w", path, err)
 	}
-	return &Fence{scope: scope, path: path, raise: stmts[0], read: stmts[1]}, nil
+	return &Fence{scope: scope, path: path, db: db, raise: stmts[0], read: stmts[1]}, nil
 }
 
-// Hold runs first in a write transaction of a call under ctx's serving
-// term. It raises the fence to the term's token, and fails with
-// ports.ErrFenced when the fence has seen a newer term: the caller rolls
-// back, and nothing of the call is written. A write without a token (a
-// tool, a test, the schema) is not fenced.
-func (f *Fence) Hold(ctx context.Context, tx *sql.Tx) error {
-	token, ok := ports.FencingToken(ctx)
-	if !ok {
-		return nil
+// Raise runs before a write transaction of a call under ctx's serving
+// term. The first time this handle writes under a newer term, it raises
+// the fence to that term in a transaction of its own, so the term fences
+// the older ones even when the write itself then fails (a conflict, a
+// missing collection), as on PostgreSQL. It fails with ports.ErrFenced
+// when the fence has seen a newer term. A write without a token (a tool,
+// a test, the schema) is not fenced.
+func (f *Fence) Raise(ctx context.Context) error {
+	token, ok, err := tokenOf(ctx)
+	if !ok || err != nil || token <= f.raised.Load() {
+		return err
 	}
-	if token > math.MaxInt64 {
-		return fmt.Errorf("fencing token %d is beyond SQLite's integers: %w", token, ports.ErrInvalidArgument)
+	tx, err := f.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("raise the fence of %s to term %d: %w", f.path, token, err)
 	}
+	defer func() { _ = tx.Rollback() }()
 	if _, err := tx.StmtContext(ctx, f.raise).ExecContext(ctx, sql.Named("scope", f.scope), sql.Named("token", int64(token))); err != nil {
 		return fmt.Errorf("raise the fence of %s to term %d: %w", f.path, token, err)
 	}
+	if err := f.check(ctx, tx, token); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("raise the fence of %s to term %d: %w", f.path, token, err)
+	}
+	for {
+		raised := f.raised.Load()
+		if token <= raised || f.raised.CompareAndSwap(raised, token) {
+			return nil
+		}
+	}
+}
+
+// Hold runs first in a write transaction of a call under ctx's serving
+// term, after Raise: it fails with ports.ErrFenced when the fence has seen
+// a newer term, and the caller rolls back, so nothing of the call is
+// written.
+func (f *Fence) Hold(ctx context.Context, tx *sql.Tx) error {
+	token, ok, err := tokenOf(ctx)
+	if !ok || err != nil {
+		return err
+	}
+	return f.check(ctx, tx, token)
+}
+
+func (f *Fence) check(ctx context.Context, tx *sql.Tx, token uint64) error {
 	var seen int64
-	if err := tx.StmtContext(ctx, f.read).QueryRowContext(ctx).Scan(&seen); err != nil {
+	if err := tx.StmtContext(ctx, f.read).QueryRowContext(ctx, sql.Named("scope", f.scope)).Scan(&seen); err != nil {
 		return fmt.Errorf("read the fence of %s: %w", f.path, err)
 	}
 	if uint64(seen) > token {
 		return fmt.Errorf("%w: %s has seen serving term %d; this write carries term %d", ports.ErrFenced, f.path, seen, token)
 	}
 	return nil
+}
+
+// tokenOf is ctx's fencing token, if it carries one SQLite can hold.
+func tokenOf(ctx context.Context) (uint64, bool, error) {
+	token, ok := ports.FencingToken(ctx)
+	if ok && token > math.MaxInt64 {
+		return 0, false, fmt.Errorf("fencing token %d is beyond SQLite's integers: %w", token, ports.ErrInvalidArgument)
+	}
+	return token, ok, nil
 }

@@ -7,8 +7,8 @@
 // reads the clock. So the clock reads it again only when it could have
 // changed: a suspend moves the wall clock on (CLOCK_REALTIME counts suspended
 // time, the monotonic clock does not), and time.Now, a vDSO read, gives both.
-// When the wall clock has moved away from the monotonic one by more than
-// Jump since the last read, or Refresh of monotonic time has passed, the
+// When the wall clock has moved away from the monotonic one by Jump or
+// more since the last read, or Refresh of monotonic time has passed, the
 // suspended time is read again before Now answers.
 package suspendclock
 
@@ -24,8 +24,8 @@ var _ domain.Clock = (*Clock)(nil)
 const (
 	// Jump is the least change of wall less monotonic time that makes the
 	// clock read the suspended time again at once. A step of the wall
-	// clock (NTP, an operator) does too, which costs only the read. NTP's
-	// slew, at most 0.5 ms a second, stays far below it between reads.
+	// clock (NTP, an operator) does too, which costs only the read; NTP's
+	// slew moves both clocks alike and does not.
 	Jump = time.Millisecond
 	// Refresh is the most monotonic time between two reads of the
 	// suspended time, whatever the wall clock did: it bounds how long a
@@ -56,6 +56,10 @@ func newClock(source func() time.Duration, now time.Time) *Clock {
 	c.last.Store(&reading{})
 	return c
 }
+
+// ReadSuspended is the system's suspended time since boot, read as the
+// clock reads it when it must: by system call.
+func ReadSuspended() time.Duration { return suspended() }
 
 // Now is time.Now moved on by every suspend since New.
 func (c *Clock) Now() time.Time {

@@ -179,6 +179,9 @@ func (s *Store) Collections(ctx context.Context) ([]string, error) {
 // inTx runs f in a transaction, which the DSN makes take the write lock at
 // once, after the fence has passed ctx's term.
 func (s *Store) inTx(ctx context.Context, f func(tx *sql.Tx) error) error {
+	if err := s.fence.Raise(ctx); err != nil {
+		return err
+	}
 	tx, err := s.db.Write.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("begin in %s: %w", s.path, err)

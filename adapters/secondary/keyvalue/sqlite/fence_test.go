@@ -284,7 +284,7 @@ func TestKeyValueContractUnderATerm(t *testing.T) {
 	contracttests.RunKeyValue(t, contracttests.HarnessFunc[ports.KeyValue](func(t *testing.T) func(*testing.T) ports.KeyValue {
 		s := open(t, filepath.Join(t.TempDir(), "kv.sqlite"))
 		return func(*testing.T) ports.KeyValue { return termed{s: s, token: 11} }
-	}), contracttests.KeyValueCapabilities{Durable: true}) // every call has one term here
+	}), contracttests.KeyValueCapabilities{Durable: true}) // the views share one term, so the fencing case cannot run on them
 }
 
 // termed is a view of a handle whose every call carries token. Closing it

@@ -467,6 +467,9 @@ func collection(ctx context.Context, q querier, name string) (int, ports.Metric,
 // inTx runs a write of a call in a transaction that holds the write lock
 // from its start, after the fence has passed ctx's term.
 func (s *Store) inTx(ctx context.Context, f func(tx *sql.Tx) error) error {
+	if err := s.fence.Raise(ctx); err != nil {
+		return err
+	}
 	return s.transact(ctx, func(tx *sql.Tx) error {
 		if err := s.fence.Hold(ctx, tx); err != nil {
 			return err
