@@ -14,7 +14,7 @@ import (
 	"time"
 )
 
-// fields are the JSON fields the issue names, exactly.
+// fields are the JSON fields the issue names, exactly, and the paired ratios.
 var fields = []string{
 	"raw_echo_rps", "kv_get_rps", "ratio_kv_to_raw", "raw_echo_p50_us", "raw_echo_p99_us",
 	"kv_get_p50_us", "kv_get_p99_us", "handover_calls", "handover_failed", "handover_max_ms",
@@ -24,12 +24,15 @@ var fields = []string{
 	"obj_put_mib_s", "obj_get_mib_s", "nats_obj_put_mib_s", "nats_obj_get_mib_s", "ratio_sqlite_to_raw",
 	"ratio_sqlite_to_natskv", "ratio_sqlite_set_to_natskv_put", "ratio_pg_to_pgx", "ratio_pg_set_to_pgx_set",
 	"pg_store_set_rps", "pg_store_set_fenced_rps", "ratio_fenced_set", "scaling",
+	"paired_ratio_kv_to_raw", "paired_ratio_sqlite_to_raw", "paired_ratio_sqlite_to_natskv",
+	"paired_ratio_sqlite_set_to_natskv_put", "paired_ratio_pg_to_pgx", "paired_ratio_pg_set_to_pgx_set",
 }
 
 // postgresFields are null when no PostgreSQL server is given.
 var postgresFields = []string{
 	"kv_get_rps_postgres", "pgx_get_rps", "kv_set_rps_postgres", "pgx_set_rps", "ratio_pg_to_pgx", "ratio_pg_set_to_pgx_set",
 	"pg_store_set_rps", "pg_store_set_fenced_rps", "ratio_fenced_set",
+	"paired_ratio_pg_to_pgx", "paired_ratio_pg_set_to_pgx_set",
 }
 
 func TestPercentile(t *testing.T) {

@@ -50,6 +50,14 @@ type Result struct {
 	RatioSQLiteSetToNATSKVPut *float64 `json:"ratio_sqlite_set_to_natskv_put"`
 	RatioPGToPGX              *float64 `json:"ratio_pg_to_pgx"`
 	RatioPGSetToPGXSet        *float64 `json:"ratio_pg_set_to_pgx_set"`
+	// The same ratios, paired: the engine and its peer driven in turns
+	// while both are up, the median of the turns' ratios (bench.paired).
+	PairedKVToRaw              *float64 `json:"paired_ratio_kv_to_raw"`
+	PairedSQLiteToRaw          *float64 `json:"paired_ratio_sqlite_to_raw"`
+	PairedSQLiteToNATSKV       *float64 `json:"paired_ratio_sqlite_to_natskv"`
+	PairedSQLiteSetToNATSKVPut *float64 `json:"paired_ratio_sqlite_set_to_natskv_put"`
+	PairedPGToPGX              *float64 `json:"paired_ratio_pg_to_pgx"`
+	PairedPGSetToPGXSet        *float64 `json:"paired_ratio_pg_set_to_pgx_set"`
 	// The cost of fencing tokens: the PostgreSQL keyvalue store's own Set,
 	// in process, without a token and with one (the check and the write in
 	// one batch, as every engine write runs).
@@ -133,6 +141,12 @@ func (r Result) rows() []row {
 		{"kv_set_rps_postgres", pg(r.KVSetRPSPostgres, f), ""},
 		{"pgx_set_rps", pg(r.PGXSetRPS, f), ""},
 		{"ratio_pg_set_to_pgx_set", pg(r.RatioPGSetToPGXSet, f2), ">= 0.8"},
+		{"paired_ratio_kv_to_raw", f2(r.PairedKVToRaw), ">= 0.7, driven in turns"},
+		{"paired_ratio_sqlite_to_raw", f2(r.PairedSQLiteToRaw), ">= 0.6, driven in turns"},
+		{"paired_ratio_sqlite_to_natskv", f2(r.PairedSQLiteToNATSKV), ">= 0.7, driven in turns"},
+		{"paired_ratio_sqlite_set_to_natskv_put", f2(r.PairedSQLiteSetToNATSKVPut), ">= 1, driven in turns"},
+		{"paired_ratio_pg_to_pgx", pg(r.PairedPGToPGX, f2), ">= 0.8, driven in turns"},
+		{"paired_ratio_pg_set_to_pgx_set", pg(r.PairedPGSetToPGXSet, f2), ">= 0.8, driven in turns"},
 		{"pg_store_set_rps", pg(r.PGStoreSetRPS, f), ""},
 		{"pg_store_set_fenced_rps", pg(r.PGStoreSetFencedRPS, f), ""},
 		{"ratio_fenced_set", pg(r.RatioFencedSet, f2), "the fencing check's cost"},

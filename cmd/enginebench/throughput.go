@@ -151,17 +151,30 @@ func (b *bench) throughput(ctx context.Context) error {
 	defer nc.Close()
 	r := &b.result
 
-	raw, err := b.rawEcho(ctx, url, nc)
+	// The peers stay up to the end, to be driven in turns with the engine
+	// (paired).
+	stopEcho, err := b.startEcho(ctx, url)
+	if err != nil {
+		return fmt.Errorf("raw echo: %w", err)
+	}
+	defer stopEcho()
+	raw, err := b.curve(ctx, pathRaw, rawCall(nc))
 	if err != nil {
 		return fmt.Errorf("raw echo: %w", err)
 	}
 	r.RawEchoRPS, r.RawEchoP50US, r.RawEchoP99US = ptr(raw.rps), ptr(raw.p50), ptr(raw.p99)
 
-	if err := b.natsPeers(ctx, nc); err != nil {
+	peers, err := b.natsPeers(ctx, nc)
+	if err != nil {
 		return fmt.Errorf("nats key-value and object store: %w", err)
 	}
+	defer peers.close()
 
-	memory, err := b.engineGets(ctx, engineConfig{url: url, lease: 20}, nc, pathMemory)
+	memory, err := b.engineGets(ctx, engineConfig{url: url, lease: 20}, nc, pathMemory,
+		func(ctx context.Context) (err error) {
+			r.PairedKVToRaw, err = b.paired(ctx, engineGet(nc), rawCall(nc))
+			return err
+		})
 	if err != nil {
 		return fmt.Errorf("keyvalue on memory: %w", err)
 	}
@@ -169,7 +182,7 @@ func (b *bench) throughput(ctx context.Context) error {
 	r.KVGetP50US, r.KVGetP99US = ptr(memory.p50), ptr(memory.p99)
 	r.RatioKVToRaw = ratio(memory.rps, raw.rps)
 
-	if err := b.sqliteEngine(ctx, url, nc); err != nil {
+	if err := b.sqliteEngine(ctx, url, nc, peers); err != nil {
 		return fmt.Errorf("engine on SQLite: %w", err)
 	}
 	r.RatioSQLiteToRaw = ratio(deref(r.KVGetRPSSQLite), raw.rps)
@@ -197,55 +210,132 @@ func deref(v *float64) float64 {
 	return *v
 }
 
-// rawEcho is the floor: plain request/reply to a queue subscriber in
-// another process that answers at once.
-func (b *bench) rawEcho(ctx context.Context, url string, nc *nats.Conn) (stats, error) {
+// startEcho starts the floor, the raw echo: a queue subscriber in another
+// process that answers at once, until stop.
+func (b *bench) startEcho(ctx context.Context, url string) (stop func(), err error) {
 	self, err := os.Executable()
 	if err != nil {
-		return stats{}, err
+		return nil, err
 	}
 	responder, err := b.lab.start(b.lab.dir, []string{echoEnv + "=" + url}, self)
 	if err != nil {
-		return stats{}, err
+		return nil, err
 	}
-	defer responder.stop(10 * time.Second)
+	stop = func() { responder.stop(10 * time.Second) }
 	if _, err := responder.waitLog(ctx, "ready", startTimeout); err != nil {
-		return stats{}, err
+		stop()
+		return nil, err
 	}
+	return stop, nil
+}
+
+// rawCall is one plain request to the raw echo.
+func rawCall(nc *nats.Conn) func(ctx context.Context, _ int) error {
 	body := []byte(`{"key":"bench"}`)
-	return b.curve(ctx, pathRaw, func(ctx context.Context, _ int) error {
+	return func(ctx context.Context, _ int) error {
 		_, err := nc.RequestWithContext(ctx, echoSubject, body)
 		return err
-	})
+	}
+}
+
+// engineGet is one keyvalue get through the engine, of the key every
+// engine scenario writes.
+func engineGet(nc *nats.Conn) func(ctx context.Context, _ int) error {
+	kv := natsclient.NewKeyValue(natsclient.New(nc))
+	return func(ctx context.Context, _ int) error {
+		_, err := kv.Get(ctx, "bench")
+		return err
+	}
+}
+
+// engineSet is one keyvalue set through the engine, each caller on a key
+// of its own.
+func engineSet(nc *nats.Conn) func(ctx context.Context, caller int) error {
+	kv := natsclient.NewKeyValue(natsclient.New(nc))
+	return func(ctx context.Context, caller int) error {
+		return kv.Set(ctx, fmt.Sprintf("bench/%d", caller), value, 0)
+	}
+}
+
+// pairRounds is how many turns a paired ratio takes.
+const pairRounds = 5
+
+// paired drives the engine's path and its peer's in turns, pairRounds
+// times each for a fifth of the load's duration, at callers callers, and
+// returns the median of the turns' ratios, engine over peer. The
+// headline ratios divide figures measured minutes apart, and a machine
+// whose speed drifts over minutes (a noisy neighbour, a throttled core)
+// moves them by up to a quarter; the two sides of a turn are a second
+// apart.
+func (b *bench) paired(ctx context.Context, engine, peer func(ctx context.Context, caller int) error) (*float64, error) {
+	d := b.duration / pairRounds
+	ratios := make([]float64, 0, pairRounds)
+	for range pairRounds {
+		e, err := drive(ctx, callers, d, engine)
+		if err != nil {
+			return nil, fmt.Errorf("paired, the engine: %w", err)
+		}
+		p, err := drive(ctx, callers, d, peer)
+		if err != nil {
+			return nil, fmt.Errorf("paired, the peer: %w", err)
+		}
+		if p.rps > 0 {
+			ratios = append(ratios, e.rps/p.rps)
+		}
+	}
+	if len(ratios) == 0 {
+		return nil, errors.New("paired: the peer answered nothing")
+	}
+	slices.Sort(ratios)
+	return ratio(ratios[len(ratios)/2], 1), nil
 }
 
 // natsPeers measures what a user would pick instead of the engine: a
 // file-backed R1 key-value bucket (gets are direct gets) and an object
 // store, on the same broker.
-func (b *bench) natsPeers(ctx context.Context, nc *nats.Conn) error {
+func (b *bench) natsPeers(ctx context.Context, nc *nats.Conn) (natsKV, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
-		return err
+		return natsKV{}, err
 	}
 	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "ENGINEBENCH_KV", Storage: jetstream.FileStorage, Replicas: 1})
 	if err != nil {
-		return err
+		return natsKV{}, err
 	}
-	defer func() { _ = js.DeleteKeyValue(context.Background(), "ENGINEBENCH_KV") }()
+	peers := natsKV{
+		get: func(ctx context.Context, _ int) error {
+			_, err := kv.Get(ctx, "bench")
+			return err
+		},
+		put: func(ctx context.Context, caller int) error {
+			_, err := kv.Put(ctx, fmt.Sprintf("bench.%d", caller), value)
+			return err
+		},
+		close: func() { _ = js.DeleteKeyValue(context.Background(), "ENGINEBENCH_KV") },
+	}
+	if err := b.measureNATSPeers(ctx, js, kv, peers); err != nil {
+		peers.close()
+		return natsKV{}, err
+	}
+	return peers, nil
+}
+
+// natsKV is the NATS key-value bucket of the throughput scenario, up until
+// close.
+type natsKV struct {
+	get, put func(ctx context.Context, caller int) error
+	close    func()
+}
+
+func (b *bench) measureNATSPeers(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, peers natsKV) error {
 	if _, err := kv.Put(ctx, "bench", value); err != nil {
 		return err
 	}
-	get, err := b.curve(ctx, pathNATSKV, func(ctx context.Context, _ int) error {
-		_, err := kv.Get(ctx, "bench")
-		return err
-	})
+	get, err := b.curve(ctx, pathNATSKV, peers.get)
 	if err != nil {
 		return err
 	}
-	put, err := drive(ctx, callers, b.duration, func(ctx context.Context, caller int) error {
-		_, err := kv.Put(ctx, fmt.Sprintf("bench.%d", caller), value)
-		return err
-	})
+	put, err := drive(ctx, callers, b.duration, peers.put)
 	if err != nil {
 		return fmt.Errorf("put: %w", err)
 	}
@@ -331,10 +421,7 @@ func (b *bench) engineGets(ctx context.Context, c engineConfig, nc *nats.Conn, p
 	if err := kv.Set(ctx, "bench", value, 0); err != nil {
 		return stats{}, err
 	}
-	get, err := b.curve(ctx, path, func(ctx context.Context, _ int) error {
-		_, err := kv.Get(ctx, "bench")
-		return err
-	})
+	get, err := b.curve(ctx, path, engineGet(nc))
 	if err != nil {
 		return stats{}, err
 	}
@@ -348,10 +435,7 @@ func (b *bench) engineGets(ctx context.Context, c engineConfig, nc *nats.Conn, p
 
 // kvSets drives sets, each caller on keys of its own.
 func (b *bench) kvSets(ctx context.Context, nc *nats.Conn) (stats, error) {
-	kv := natsclient.NewKeyValue(natsclient.New(nc))
-	st, err := drive(ctx, callers, b.duration, func(ctx context.Context, caller int) error {
-		return kv.Set(ctx, fmt.Sprintf("bench/%d", caller), value, 0)
-	})
+	st, err := drive(ctx, callers, b.duration, engineSet(nc))
 	if err != nil {
 		return stats{}, fmt.Errorf("set: %w", err)
 	}
@@ -360,12 +444,22 @@ func (b *bench) kvSets(ctx context.Context, nc *nats.Conn) (stats, error) {
 
 // sqliteEngine measures the embedded defaults: keyvalue gets along the
 // curve and sets, document gets and puts, object transfers.
-func (b *bench) sqliteEngine(ctx context.Context, url string, nc *nats.Conn) error {
+func (b *bench) sqliteEngine(ctx context.Context, url string, nc *nats.Conn, peers natsKV) error {
 	r := &b.result
 	get, err := b.engineGets(ctx, engineConfig{url: url, lease: 20, sqlite: true}, nc, pathSQLite,
 		func(ctx context.Context) error {
 			set, err := b.kvSets(ctx, nc)
 			r.KVSetRPSSQLite = ptr(set.rps)
+			return err
+		},
+		func(ctx context.Context) (err error) {
+			if r.PairedSQLiteToRaw, err = b.paired(ctx, engineGet(nc), rawCall(nc)); err != nil {
+				return err
+			}
+			if r.PairedSQLiteToNATSKV, err = b.paired(ctx, engineGet(nc), peers.get); err != nil {
+				return err
+			}
+			r.PairedSQLiteSetToNATSKVPut, err = b.paired(ctx, engineSet(nc), peers.put)
 			return err
 		},
 		b.documents(nc),
@@ -440,6 +534,13 @@ func (b *bench) objects(nc *nats.Conn) func(context.Context) error {
 func (b *bench) postgres(ctx context.Context, url string, nc *nats.Conn, dsn string) error {
 	r := &b.result
 	stamp := time.Now().UnixNano()
+	direct := fmt.Sprintf("enginebench_pgx_%d", stamp)
+	defer dropTable(dsn, direct)
+	peer, err := newPGXPeer(ctx, dsn, direct)
+	if err != nil {
+		return err
+	}
+	defer peer.pool.Close()
 	table := fmt.Sprintf("enginebench_kv_%d", stamp)
 	defer dropTable(dsn, table)
 	get, err := b.engineGets(ctx, engineConfig{url: url, lease: 20, dsn: dsn, table: table}, nc, pathPostgres,
@@ -447,14 +548,19 @@ func (b *bench) postgres(ctx context.Context, url string, nc *nats.Conn, dsn str
 			set, err := b.kvSets(ctx, nc)
 			r.KVSetRPSPostgres = ptr(set.rps)
 			return err
+		},
+		func(ctx context.Context) (err error) {
+			if r.PairedPGToPGX, err = b.paired(ctx, engineGet(nc), peer.get); err != nil {
+				return err
+			}
+			r.PairedPGSetToPGXSet, err = b.paired(ctx, engineSet(nc), peer.set)
+			return err
 		})
 	if err != nil {
 		return err
 	}
 	r.KVGetRPSPostgres = ptr(get.rps)
-	direct := fmt.Sprintf("enginebench_pgx_%d", stamp)
-	defer dropTable(dsn, direct)
-	if err := b.pgx(ctx, dsn, direct); err != nil {
+	if err := b.pgx(ctx, peer); err != nil {
 		return err
 	}
 	fenced := fmt.Sprintf("enginebench_fence_%d", stamp)
@@ -512,36 +618,51 @@ func dropFence(dsn, table string) {
 	_, _ = conn.Exec(ctx, "DELETE FROM abi_engine_fence WHERE scope = $1", table)
 }
 
-// pgx is the peer of the engine on PostgreSQL: a pool with pgx's defaults
-// (as the adapter's) and the adapter's own statements, on a table of the
-// same shape, from as many goroutines as the engine's callers.
-func (b *bench) pgx(ctx context.Context, dsn, table string) error {
+// pgxPeer is the peer of the engine on PostgreSQL: a pool with pgx's
+// defaults (as the adapter's) and the adapter's own statements, on a table
+// of the same shape.
+type pgxPeer struct {
+	pool     *pgxpool.Pool
+	get, set func(ctx context.Context, caller int) error
+}
+
+func newPGXPeer(ctx context.Context, dsn, table string) (pgxPeer, error) {
 	pool, err := pgxpool.New(ctx, dsn)
 	if err != nil {
-		return err
+		return pgxPeer{}, err
 	}
-	defer pool.Close()
 	t := pgx.Identifier{table}.Sanitize()
-	if _, err := pool.Exec(ctx, `CREATE TABLE `+t+` (key text COLLATE "C" PRIMARY KEY, value bytea NOT NULL, expires_at timestamptz)`); err != nil {
-		return err
-	}
 	const live = "(expires_at IS NULL OR expires_at > clock_timestamp())"
 	set := `INSERT INTO ` + t + ` (key, value, expires_at) VALUES ($1, $2, clock_timestamp() + $3::bigint * interval '1 microsecond')
 		ON CONFLICT (key) DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at`
-	if _, err := pool.Exec(ctx, set, "bench", value, nil); err != nil {
-		return err
+	_, err = pool.Exec(ctx, `CREATE TABLE `+t+` (key text COLLATE "C" PRIMARY KEY, value bytea NOT NULL, expires_at timestamptz)`)
+	if err == nil {
+		_, err = pool.Exec(ctx, set, "bench", value, nil)
 	}
-	get, err := drive(ctx, callers, b.duration, func(ctx context.Context, _ int) error {
-		var v []byte
-		return pool.QueryRow(ctx, "SELECT value FROM "+t+" WHERE key = $1 AND "+live, "bench").Scan(&v)
-	})
+	if err != nil {
+		pool.Close()
+		return pgxPeer{}, err
+	}
+	return pgxPeer{
+		pool: pool,
+		get: func(ctx context.Context, _ int) error {
+			var v []byte
+			return pool.QueryRow(ctx, "SELECT value FROM "+t+" WHERE key = $1 AND "+live, "bench").Scan(&v)
+		},
+		set: func(ctx context.Context, caller int) error {
+			_, err := pool.Exec(ctx, set, fmt.Sprintf("bench/%d", caller), value, nil)
+			return err
+		},
+	}, nil
+}
+
+// pgx drives the peer from as many goroutines as the engine's callers.
+func (b *bench) pgx(ctx context.Context, peer pgxPeer) error {
+	get, err := drive(ctx, callers, b.duration, peer.get)
 	if err != nil {
 		return fmt.Errorf("pgx get: %w", err)
 	}
-	put, err := drive(ctx, callers, b.duration, func(ctx context.Context, caller int) error {
-		_, err := pool.Exec(ctx, set, fmt.Sprintf("bench/%d", caller), value, nil)
-		return err
-	})
+	put, err := drive(ctx, callers, b.duration, peer.set)
 	if err != nil {
 		return fmt.Errorf("pgx set: %w", err)
 	}
