@@ -96,8 +96,14 @@ func (f *Fence) Hold(ctx context.Context, tx *sql.Tx) error {
 }
 
 func (f *Fence) check(ctx context.Context, tx *sql.Tx, token uint64) error {
+	// A point read in a transaction that holds the lock waits for nothing;
+	// under a cancellable context it would cost two goroutines (PointRead).
+	rctx, err := PointRead(ctx)
+	if err != nil {
+		return fmt.Errorf("read the fence of %s: %w", f.path, err)
+	}
 	var seen int64
-	if err := tx.StmtContext(ctx, f.read).QueryRowContext(ctx, sql.Named("scope", f.scope)).Scan(&seen); err != nil {
+	if err := tx.StmtContext(rctx, f.read).QueryRowContext(rctx, sql.Named("scope", f.scope)).Scan(&seen); err != nil {
 		return fmt.Errorf("read the fence of %s: %w", f.path, err)
 	}
 	if uint64(seen) > token {
