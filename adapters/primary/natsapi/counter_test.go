@@ -22,11 +22,7 @@ func TestTheCounterWaitsForNoneInFlight(t *testing.T) {
 		synctest.Wait()
 		c.done()
 		synctest.Wait()
-		select {
-		case err := <-ended:
-			t.Fatalf("the wait ended (%v) with a call still in flight", err)
-		default:
-		}
+		stillWaiting(t, ended)
 		c.done()
 		synctest.Wait()
 		if err := <-ended; err != nil {
@@ -39,11 +35,7 @@ func TestTheCounterWaitsForNoneInFlight(t *testing.T) {
 		c.add()
 		go func() { ended <- c.wait(t.Context()) }()
 		synctest.Wait()
-		select {
-		case err := <-ended:
-			t.Fatalf("the wait ended (%v) with a call in flight", err)
-		default:
-		}
+		stillWaiting(t, ended)
 		c.done()
 		if err := <-ended; err != nil {
 			t.Fatalf("wait: %v", err)
@@ -62,4 +54,14 @@ func TestTheCounterWaitsForNoneInFlight(t *testing.T) {
 			t.Fatalf("after the last call: wait %v, %d in flight", err, c.value())
 		}
 	})
+}
+
+// stillWaiting fails the test if the wait has ended.
+func stillWaiting(t *testing.T, ended <-chan error) {
+	t.Helper()
+	select {
+	case err := <-ended:
+		t.Fatalf("the wait ended (%v) with a call still in flight", err)
+	default:
+	}
 }
