@@ -318,6 +318,13 @@ type Entry struct {
 	id string
 }
 
+// Lingering reports a value past its expiry that the broker has not yet
+// removed. The broker removes it on its own clock, in whole seconds, and
+// on a replicated stream its removal (and the marker it leaves) can be
+// ordered after a write made over the value meanwhile: a write
+// conditioned on a lingering value may be hidden by that marker.
+func (e Entry) Lingering() bool { return e.Revision != 0 && !e.Live && !e.ExpiresAt.IsZero() }
+
 // Subject is the subject of a key token.
 func (b *Bucket) Subject(token string) string { return b.prefix + token }
 

@@ -130,6 +130,9 @@ func (s *Store) SetIfAbsent(ctx context.Context, key string, value []byte, ttl t
 			return false, fmt.Errorf("set %q if absent: %w", key, err)
 		}
 		e, err := s.b.Last(ctx, token)
+		if err == nil && e.Lingering() {
+			e, err = s.awaitRemoval(ctx, token, e)
+		}
 		if err != nil {
 			return false, fmt.Errorf("set %q if absent: %w", key, err)
 		}
@@ -146,6 +149,42 @@ func (s *Store) SetIfAbsent(ctx context.Context, key string, value []byte, ttl t
 		}
 	}
 	return false, fmt.Errorf("set %q if absent: the key changed %d times while writing: %w", key, casRounds, ports.ErrConflict)
+}
+
+// lingerWait bounds how long a conditional write waits for the broker to
+// remove an expired value, beyond the whole second the broker's TTL may
+// add; lingerPoll is how often it reads the key meanwhile.
+const (
+	lingerWait = 5 * time.Second
+	lingerPoll = 50 * time.Millisecond
+)
+
+// awaitRemoval waits until the broker has removed the expired value e (it
+// leaves a marker, or nothing) or written something else over it, and
+// returns the key's last entry then. Writing over the value before that
+// races the broker's removal: on a replicated stream the removal's marker
+// can land after the write that won, hiding it, and a second caller then
+// wins too. After lingerWait it gives up waiting and returns what it read.
+func (s *Store) awaitRemoval(ctx context.Context, token string, e jsbucket.Entry) (jsbucket.Entry, error) {
+	deadline := time.Now().Add(lingerWait)
+	if !e.ExpiresAt.IsZero() {
+		deadline = e.ExpiresAt.Add(time.Second + lingerWait)
+	}
+	t := time.NewTicker(lingerPoll)
+	defer t.Stop()
+	for e.Lingering() && time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return jsbucket.Entry{}, ctx.Err()
+		case <-t.C:
+		}
+		next, err := s.b.Last(ctx, token)
+		if err != nil {
+			return jsbucket.Entry{}, err
+		}
+		e = next
+	}
+	return e, nil
 }
 
 // Delete writes a deletion marker over a live value.
