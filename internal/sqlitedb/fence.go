@@ -35,7 +35,8 @@ const (
 type Fence struct {
 	scope, path string
 	db          *sql.DB
-	raise, read *sql.Stmt
+	raiseStmt   *sql.Stmt
+	read        *sql.Stmt
 	raised      atomic.Uint64 // the newest token this handle raised the fence to
 }
 
@@ -46,27 +47,52 @@ func NewFence(ctx context.Context, db *sql.DB, scope, path string) (*Fence, erro
 	if err != nil {
 		return nil, fmt.Errorf("the fence of %s: %w", path, err)
 	}
-	return &Fence{scope: scope, path: path, db: db, raise: stmts[0], read: stmts[1]}, nil
+	return &Fence{scope: scope, path: path, db: db, raiseStmt: stmts[0], read: stmts[1]}, nil
 }
 
-// Raise runs before a write transaction of a call under ctx's serving
-// term. The first time this handle writes under a newer term, it raises
-// the fence to that term in a transaction of its own, so the term fences
-// the older ones even when the write itself then fails (a conflict, a
-// missing collection), as on PostgreSQL. It fails with ports.ErrFenced
-// when the fence has seen a newer term. A write without a token (a tool,
-// a test, the schema) is not fenced.
-func (f *Fence) Raise(ctx context.Context) error {
-	token, ok, err := tokenOf(ctx)
-	if !ok || err != nil || token <= f.raised.Load() {
-		return err
+// Begin begins a write transaction of a call under ctx's serving term, on
+// the connections the fence was made on, once the fence has passed that
+// term: the caller writes in it and commits, or rolls back. It fails with
+// ports.ErrFenced when the fence has seen a newer term. A write without a
+// token (a tool, a test, the schema) is not fenced.
+//
+// The first time this handle writes under a newer term, the fence is
+// raised to that term in a transaction of its own, so the term fences the
+// older ones even when the write itself then fails (a conflict, a missing
+// collection), as on PostgreSQL. The transaction of the write then checks
+// the fence first, under the write lock it takes when it begins.
+func (f *Fence) Begin(ctx context.Context) (*sql.Tx, error) {
+	token, termed, err := tokenOf(ctx)
+	if err != nil {
+		return nil, err
 	}
+	if termed && token > f.raised.Load() {
+		if err := f.raise(ctx, token); err != nil {
+			return nil, err
+		}
+	}
+	tx, err := f.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("begin in %s: %w", f.path, err)
+	}
+	if termed {
+		if err := f.check(ctx, tx, token); err != nil {
+			_ = tx.Rollback()
+			return nil, err
+		}
+	}
+	return tx, nil
+}
+
+// raise moves the fence up to token in a transaction of its own, or fails
+// with ports.ErrFenced when it stands above.
+func (f *Fence) raise(ctx context.Context, token uint64) error {
 	tx, err := f.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("raise the fence of %s to term %d: %w", f.path, token, err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	if _, err := tx.StmtContext(ctx, f.raise).ExecContext(ctx, sql.Named("scope", f.scope), sql.Named("token", int64(token))); err != nil {
+	if _, err := tx.StmtContext(ctx, f.raiseStmt).ExecContext(ctx, sql.Named("scope", f.scope), sql.Named("token", int64(token))); err != nil {
 		return fmt.Errorf("raise the fence of %s to term %d: %w", f.path, token, err)
 	}
 	if err := f.check(ctx, tx, token); err != nil {
@@ -81,18 +107,6 @@ func (f *Fence) Raise(ctx context.Context) error {
 			return nil
 		}
 	}
-}
-
-// Hold runs first in a write transaction of a call under ctx's serving
-// term, after Raise: it fails with ports.ErrFenced when the fence has seen
-// a newer term, and the caller rolls back, so nothing of the call is
-// written.
-func (f *Fence) Hold(ctx context.Context, tx *sql.Tx) error {
-	token, ok, err := tokenOf(ctx)
-	if !ok || err != nil {
-		return err
-	}
-	return f.check(ctx, tx, token)
 }
 
 func (f *Fence) check(ctx context.Context, tx *sql.Tx, token uint64) error {

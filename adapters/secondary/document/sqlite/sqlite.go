@@ -177,17 +177,10 @@ func (s *Store) Collections(ctx context.Context) ([]string, error) {
 }
 
 // inTx runs f in a transaction, which the DSN makes take the write lock at
-// once, after the fence has passed ctx's term.
+// once, begun by the fence once it has passed ctx's term.
 func (s *Store) inTx(ctx context.Context, f func(tx *sql.Tx) error) error {
-	if err := s.fence.Raise(ctx); err != nil {
-		return err
-	}
-	tx, err := s.db.Write.BeginTx(ctx, nil)
+	tx, err := s.fence.Begin(ctx)
 	if err != nil {
-		return fmt.Errorf("begin in %s: %w", s.path, err)
-	}
-	if err := s.fence.Hold(ctx, tx); err != nil {
-		_ = tx.Rollback()
 		return err
 	}
 	if err := f(tx); err != nil {

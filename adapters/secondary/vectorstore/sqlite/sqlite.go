@@ -465,26 +465,27 @@ func collection(ctx context.Context, q querier, name string) (int, ports.Metric,
 }
 
 // inTx runs a write of a call in a transaction that holds the write lock
-// from its start, after the fence has passed ctx's term.
+// from its start, begun by the fence once it has passed ctx's term.
 func (s *Store) inTx(ctx context.Context, f func(tx *sql.Tx) error) error {
-	if err := s.fence.Raise(ctx); err != nil {
+	tx, err := s.fence.Begin(ctx)
+	if err != nil {
 		return err
 	}
-	return s.transact(ctx, func(tx *sql.Tx) error {
-		if err := s.fence.Hold(ctx, tx); err != nil {
-			return err
-		}
-		return f(tx)
-	})
+	return finish(tx, f)
 }
 
 // transact runs f in a transaction that holds the write lock from its
-// start; the schema's own, at open, passes no fence.
+// start; the schema's own, at open, before the fence exists.
 func (s *Store) transact(ctx context.Context, f func(tx *sql.Tx) error) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
+	return finish(tx, f)
+}
+
+// finish runs f in tx and commits, or rolls back when f fails.
+func finish(tx *sql.Tx, f func(tx *sql.Tx) error) error {
 	if err := f(tx); err != nil {
 		tx.Rollback()
 		return err
