@@ -166,10 +166,7 @@ const (
 // can land after the write that won, hiding it, and a second caller then
 // wins too. After lingerWait it gives up waiting and returns what it read.
 func (s *Store) awaitRemoval(ctx context.Context, token string, e jsbucket.Entry) (jsbucket.Entry, error) {
-	deadline := time.Now().Add(lingerWait)
-	if !e.ExpiresAt.IsZero() {
-		deadline = e.ExpiresAt.Add(time.Second + lingerWait)
-	}
+	deadline := e.ExpiresAt.Add(time.Second + lingerWait) // a lingering value has an expiry
 	t := time.NewTicker(lingerPoll)
 	defer t.Stop()
 	for e.Lingering() && time.Now().Before(deadline) {
