@@ -268,19 +268,14 @@ const pairRounds = 5
 // moves them by up to a quarter; the two sides of a turn are a second
 // apart.
 func (b *bench) paired(ctx context.Context, engine, peer func(ctx context.Context, caller int) error) (*float64, error) {
-	d := b.duration / pairRounds
+	e, p, err := b.turns(ctx, pairRounds, engine, peer)
+	if err != nil {
+		return nil, fmt.Errorf("paired: %w", err)
+	}
 	ratios := make([]float64, 0, pairRounds)
-	for range pairRounds {
-		e, err := drive(ctx, callers, d, engine)
-		if err != nil {
-			return nil, fmt.Errorf("paired, the engine: %w", err)
-		}
-		p, err := drive(ctx, callers, d, peer)
-		if err != nil {
-			return nil, fmt.Errorf("paired, the peer: %w", err)
-		}
-		if p.rps > 0 {
-			ratios = append(ratios, e.rps/p.rps)
+	for i := range e {
+		if p[i] > 0 {
+			ratios = append(ratios, e[i]/p[i])
 		}
 	}
 	if len(ratios) == 0 {
@@ -288,6 +283,26 @@ func (b *bench) paired(ctx context.Context, engine, peer func(ctx context.Contex
 	}
 	slices.Sort(ratios)
 	return ratio(ratios[len(ratios)/2], 1), nil
+}
+
+// turns drives first and second in turns, rounds times each for a rounds-th of the
+// load's duration, at callers callers, and returns the calls per second
+// of each turn, in order. Neither side is always the one that warmed the
+// backend up or that a busy moment of the machine fell on.
+func (b *bench) turns(ctx context.Context, rounds int, first, second func(ctx context.Context, caller int) error) (firsts, seconds []float64, err error) {
+	d := b.duration / time.Duration(rounds)
+	for range rounds {
+		x, err := drive(ctx, callers, d, first)
+		if err != nil {
+			return nil, nil, fmt.Errorf("the first: %w", err)
+		}
+		y, err := drive(ctx, callers, d, second)
+		if err != nil {
+			return nil, nil, fmt.Errorf("the second: %w", err)
+		}
+		firsts, seconds = append(firsts, x.rps), append(seconds, y.rps)
+	}
+	return firsts, seconds, nil
 }
 
 // natsPeers measures what a user would pick instead of the engine: a
@@ -585,20 +600,10 @@ func (b *bench) fencing(ctx context.Context, dsn, table string) error {
 	fencedSet := func(ctx context.Context, caller int) error {
 		return plainSet(ports.WithFencingToken(ctx, 1), caller)
 	}
-	// Rounds alternate, and each figure is the median of its rounds, so
-	// neither side is the one that warmed the pool and the table up, or the
-	// one a busy moment of the machine fell on.
-	var plain, fenced []float64
-	for range 3 {
-		p, err := drive(ctx, callers, b.duration/3, plainSet)
-		if err != nil {
-			return fmt.Errorf("store set: %w", err)
-		}
-		f, err := drive(ctx, callers, b.duration/3, fencedSet)
-		if err != nil {
-			return fmt.Errorf("fenced store set: %w", err)
-		}
-		plain, fenced = append(plain, p.rps), append(fenced, f.rps)
+	// Each figure is the median of its turns.
+	plain, fenced, err := b.turns(ctx, 3, plainSet, fencedSet)
+	if err != nil {
+		return fmt.Errorf("store set, without a token and with one: %w", err)
 	}
 	slices.Sort(plain)
 	slices.Sort(fenced)
