@@ -154,6 +154,22 @@ func (p *proc) output() string {
 	return p.log.String()
 }
 
+// explain adds to err, from a scenario that failed while p ran, whether p
+// had exited and the end of its log: an engine that stopped answering
+// says why there.
+func (p *proc) explain(err error) error {
+	state := "still running"
+	if p.exited() {
+		state = "exited: " + p.cmd.ProcessState.String()
+	}
+	log := p.output()
+	const tail = 4 << 10
+	if len(log) > tail {
+		log = "..." + log[len(log)-tail:]
+	}
+	return fmt.Errorf("%w\nengine pid %d, %s; its log:\n%s", err, p.pid(), state, log)
+}
+
 // waitLog waits for an output line containing s and returns when it was read.
 func (p *proc) waitLog(ctx context.Context, s string, timeout time.Duration) (time.Time, error) {
 	deadline := time.NewTimer(timeout)

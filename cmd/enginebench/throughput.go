@@ -432,6 +432,14 @@ func (b *bench) engineGets(ctx context.Context, c engineConfig, nc *nats.Conn, p
 	}
 	// The next engine on this broker claims the lease this one releases.
 	defer e.stop(10 * time.Second)
+	get, err := b.driveEngine(ctx, nc, path, more)
+	if err != nil {
+		return stats{}, e.explain(err)
+	}
+	return get, nil
+}
+
+func (b *bench) driveEngine(ctx context.Context, nc *nats.Conn, path string, more []func(context.Context) error) (stats, error) {
 	kv := natsclient.NewKeyValue(natsclient.New(nc))
 	if err := kv.Set(ctx, "bench", value, 0); err != nil {
 		return stats{}, err
