@@ -21,6 +21,11 @@ type KeyValueCapabilities struct {
 	Durable bool
 	// Fenced: as DocumentCapabilities.Fenced says, for keyvalue writes.
 	Fenced bool
+	// KeepsReads: the store keeps what it reads under a serving term and
+	// answers it again from memory (ports.QuickGetter), until the term ends
+	// (ports.TermEnder) or the fence shows it over. It must be Fenced too.
+	// Two handles on one store stand for two engines.
+	KeepsReads bool
 }
 
 const (
@@ -34,10 +39,7 @@ const (
 
 // RunKeyValue holds a key-value adapter to the ports.KeyValue contract.
 func RunKeyValue(t *testing.T, h Harness[ports.KeyValue], caps KeyValueCapabilities) {
-	cases := []struct {
-		name string
-		run  func(t *testing.T, open func(t *testing.T) ports.KeyValue)
-	}{
+	cases := []kvCase{
 		{"EmptyStore", kvEmptyStore},
 		{"SetThenGet", kvSetThenGet},
 		{"SetOverwrites", kvSetOverwrites},
@@ -75,12 +77,27 @@ func RunKeyValue(t *testing.T, h Harness[ports.KeyValue], caps KeyValueCapabilit
 			kvFencing(t, open)
 		}},
 	}
+	for _, c := range kvKeptReadCases {
+		cases = append(cases, kvCase{c.name, func(t *testing.T, open func(t *testing.T) ports.KeyValue) {
+			if !caps.KeepsReads {
+				t.Skipf("%s: keeps no reads", adapterName(t))
+			}
+			c.run(t, open)
+		}})
+	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			c.run(t, newStore(t, h))
 		})
 	}
+}
+
+// kvCase is one case of the keyvalue contract, run on fresh handles of a
+// fresh store.
+type kvCase struct {
+	name string
+	run  func(t *testing.T, open func(t *testing.T) ports.KeyValue)
 }
 
 // adapterName is the adapter's subtest name: TestXContract/<adapter>/<Case>.

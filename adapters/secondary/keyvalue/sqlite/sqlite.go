@@ -8,7 +8,7 @@
 // write under an older term is refused with ports.ErrFenced, in the same
 // statement that would have made it, so an engine paused across a
 // takeover on this host cannot write over its successor. Within a term,
-// reads are kept in a cache (readCache), which the fence makes safe.
+// reads are kept in a cache (internal/termcache), which the fence makes safe.
 package sqlite
 
 import (
@@ -18,11 +18,11 @@ import (
 	"fmt"
 	"math"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/abi-engine/engine/internal/sqlitedb"
+	"github.com/abi-engine/engine/internal/termcache"
 	"github.com/abi-engine/engine/ports"
 	"github.com/abi-engine/engine/storecheck"
 )
@@ -97,13 +97,8 @@ type Store struct {
 	set, setIfAbsent, del, deleteIfValue, deleteExpired *sql.Stmt
 	raise, fence                                        *sql.Stmt
 
-	cache  *readCache
+	cache  *termcache.Cache
 	raised atomic.Uint64 // the newest token this handle has raised the fence to
-	termMu sync.Mutex    // one read at a time starts the cache's term
-	// failedAt is when raising the fence for a term last failed, for a
-	// reason other than a newer term (a full disk, a read-only file), in
-	// Unix nanoseconds: reads wait raiseRetry before they try again.
-	failedAt atomic.Int64
 }
 
 // Open opens or creates the file at c.Path.
@@ -112,7 +107,7 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{db: db, path: c.Path, cache: newReadCache(cacheBytes)}
+	s := &Store{db: db, path: c.Path, cache: termcache.New(termcache.Bytes)}
 	reads, err := sqlitedb.Prepare(ctx, db.Read, getSQL, existsSQL, listSQL)
 	if err != nil {
 		_ = db.Close()
@@ -167,9 +162,9 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, error) {
 		return nil, fmt.Errorf("get %q from %s: %w", key, s.path, err)
 	}
 	var gen uint64
-	keep := termed && s.trust(ctx, token)
+	keep := termed && s.cache.Trust(ctx, token, s.raiseTo)
 	if keep {
-		gen, keep = s.cache.ticket(token, key)
+		gen, keep = s.cache.Ticket(token, key)
 	}
 	var v []byte
 	var expires sql.NullInt64
@@ -181,7 +176,7 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, error) {
 		return nil, fmt.Errorf("get %q from %s: %w", key, s.path, err)
 	}
 	if keep {
-		s.cache.fill(token, gen, key, v, expires.Int64)
+		s.cache.Fill(token, gen, key, v, expires.Int64)
 	}
 	return blob(v), nil
 }
@@ -198,50 +193,13 @@ func (s *Store) QuickGet(ctx context.Context, key string) ([]byte, bool, error) 
 	if !termed {
 		return nil, false, nil
 	}
-	v, ok := s.cache.get(token, key, time.Now().UnixNano())
+	v, ok := s.cache.Get(token, key, time.Now().UnixNano())
 	return v, ok, nil
-}
-
-// raiseRetry is how long reads leave the fence alone after raising it
-// failed, so that a file that cannot be written does not cost every read a
-// failed write.
-const raiseRetry = time.Second
-
-// trust reports whether reads under token may be kept: token is the
-// cache's live term, or a newer one, which then begins once this handle
-// has raised the fence to it and seen it stand there, so that no write of
-// an older term lands on the file after the cache has read it. A term the
-// fence has passed, or one ended, is not trusted; nor is any when the
-// fence cannot be raised. The read itself goes on, uncached, and so does
-// every other read while one raises the fence: none waits for the lock
-// the raise may wait for.
-func (s *Store) trust(ctx context.Context, token uint64) bool {
-	if s.cache.current(token) {
-		return true
-	}
-	if time.Since(time.Unix(0, s.failedAt.Load())) < raiseRetry || !s.termMu.TryLock() {
-		return false
-	}
-	defer s.termMu.Unlock()
-	if s.cache.current(token) {
-		return true
-	}
-	if token > math.MaxInt64 || token <= s.cache.endedAt() {
-		return false
-	}
-	if err := s.raiseTo(ctx, token); err != nil {
-		if !errors.Is(err, ports.ErrFenced) {
-			s.failedAt.Store(time.Now().UnixNano())
-		}
-		return false
-	}
-	s.cache.begin(token)
-	return s.cache.current(token)
 }
 
 // EndTerm implements ports.TermEnder: the engine calls it before it writes
 // its release, and from then on reads under its term go to the file.
-func (s *Store) EndTerm(token uint64) { s.cache.end(token) }
+func (s *Store) EndTerm(token uint64) { s.cache.End(token) }
 
 // fenceAt is the token parameter of a write under ctx's term, once the
 // fence stands at that term: it raises the fence the first time this
@@ -283,7 +241,7 @@ func (s *Store) raiseTo(ctx context.Context, token uint64) error {
 // fenced ends in the cache every term below seen, which the fence shows
 // to be over, and is the error of a write under token.
 func (s *Store) fenced(seen, token uint64) error {
-	s.cache.end(seen - 1)
+	s.cache.End(seen - 1)
 	return fmt.Errorf("%w: %s has seen serving term %d; this write carries term %d", ports.ErrFenced, s.path, seen, token)
 }
 
@@ -311,7 +269,7 @@ func (s *Store) write(ctx context.Context, key string, do func(token uint64, fen
 	if err != nil {
 		return err
 	}
-	ended := s.cache.writeStarts(key)
+	ended := s.cache.WriteStarts(key)
 	defer ended()
 	return do(token, fence)
 }
