@@ -96,6 +96,15 @@ func (f Fenced) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	return fencedRow{f: f, ctx: ctx, token: token, sql: sql, args: args}
 }
 
+// Raise moves the fence up to token on its own, in a transaction of its
+// own, and fails with ports.ErrFenced when it stands above token. Once it
+// has returned, every write of an older term either committed before it or
+// is refused: a store may then trust what it reads under token.
+func (f Fenced) Raise(ctx context.Context, token uint64) error {
+	_, err := f.pool.Exec(ctx, "SELECT abi_engine_fence_check($1, $2)", f.scope, int64(token))
+	return fencedError(err)
+}
+
 func (f Fenced) send(ctx context.Context, token uint64, sql string, args []any) pgx.BatchResults {
 	b := &pgx.Batch{}
 	b.Queue("SELECT abi_engine_fence_check($1, $2)", f.scope, int64(token))
@@ -107,6 +116,11 @@ func (f Fenced) send(ctx context.Context, token uint64, sql string, args []any) 
 // seen a newer term, and the write after it did not run.
 func fenceResult(br pgx.BatchResults) error {
 	_, err := br.Exec()
+	return fencedError(err)
+}
+
+// fencedError is ports.ErrFenced for the check's refusal, else err.
+func fencedError(err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == fencedCode {
 		return fmt.Errorf("%w: %s", ports.ErrFenced, pgErr.Message)

@@ -2,6 +2,12 @@
 // engine reaches. Conditional writes are single statements, so PostgreSQL's
 // row locks decide races; expiry is judged by the server's clock alone, so
 // engines on hosts whose clocks differ agree on it.
+//
+// Every write under a serving term is checked against the table's fence
+// (internal/pgdb). Within a term, reads are kept in a cache
+// (internal/termcache), which the fence and the lease make safe: a value
+// kept expires on this host's monotonic clock no later than the server
+// would judge it expired.
 package postgres
 
 import (
@@ -14,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/abi-engine/engine/internal/pgdb"
+	"github.com/abi-engine/engine/internal/termcache"
 	"github.com/abi-engine/engine/ports"
 	"github.com/abi-engine/engine/storecheck"
 )
@@ -40,12 +47,26 @@ func (Config) LocalStorage() string { return "" }
 // live is the condition of a row that has not expired.
 const live = "(expires_at IS NULL OR expires_at > clock_timestamp())"
 
+// left is how many whole microseconds a live row has to live on the
+// server's clock, rounded down; NULL for never.
+const left = "floor(extract(epoch FROM expires_at - clock_timestamp()) * 1000000)::bigint"
+
+// epoch starts the clock kept values expire by: this process's monotonic
+// clock, which a step of the wall clock does not move.
+var epoch = time.Now()
+
+func monotonic() int64 { return int64(time.Since(epoch)) }
+
 // Store is a pool of connections to the table.
 type Store struct {
 	pool   *pgxpool.Pool
 	writes pgdb.Fenced // every write, checked against the fencing token
 	table  string      // quoted
 	name   string
+	cache  *termcache.Cache
+	// The statements of a get: plain, and one that also says how long the
+	// value has to live, for a read that may be kept.
+	getSQL, getKeptSQL string
 }
 
 // Open connects and creates the table if it is missing. Keys use the C
@@ -63,7 +84,13 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{pool: pool, writes: pgdb.NewFenced(pool, c.Table), table: pgdb.Ident(c.Table), name: c.Table}, nil
+	table := pgdb.Ident(c.Table)
+	return &Store{
+		pool: pool, writes: pgdb.NewFenced(pool, c.Table), table: table, name: c.Table,
+		cache:      termcache.New(termcache.Bytes),
+		getSQL:     "SELECT value FROM " + table + " WHERE key = $1 AND " + live,
+		getKeptSQL: "SELECT value, " + left + " FROM " + table + " WHERE key = $1 AND " + live,
+	}, nil
 }
 
 // Close closes the pool; closing twice is harmless.
@@ -90,13 +117,34 @@ func bytea(v []byte) []byte {
 	return v
 }
 
-// Get returns the value unless it is missing or expired.
+// Get returns the value unless it is missing or expired. Under a fencing
+// token, a value read once is kept for the rest of that term.
 func (s *Store) Get(ctx context.Context, key string) ([]byte, error) {
 	if err := storecheck.Key("key", key); err != nil {
 		return nil, err
 	}
+	if v, ok, _ := s.QuickGet(ctx, key); ok {
+		return v, nil
+	}
+	token, termed := ports.FencingToken(ctx)
+	var gen uint64
+	keep := termed && s.cache.Trust(ctx, token, s.raise)
+	if keep {
+		gen, keep = s.cache.Ticket(token, key)
+	}
 	var v []byte
-	err := s.pool.QueryRow(ctx, "SELECT value FROM "+s.table+" WHERE key = $1 AND "+live, key).Scan(&v)
+	var err error
+	if !keep {
+		err = s.pool.QueryRow(ctx, s.getSQL, key).Scan(&v)
+	} else {
+		// The server reads its clock after this one: what it says is
+		// left, counted from here, ends no later than it would.
+		at := monotonic()
+		var us *int64
+		if err = s.pool.QueryRow(ctx, s.getKeptSQL, key).Scan(&v, &us); err == nil {
+			s.keep(token, gen, key, v, at, us)
+		}
+	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("get %q: %w", key, ports.ErrNotFound)
 	}
@@ -106,15 +154,72 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, error) {
 	return bytea(v), nil
 }
 
+// keep fills the cache with a value read at at (on the monotonic clock)
+// that the server gave us microseconds to live, nil for ever.
+func (s *Store) keep(token, gen uint64, key string, v []byte, at int64, us *int64) {
+	var expires int64
+	if us != nil {
+		if *us <= 0 {
+			return
+		}
+		expires = at + *us*int64(time.Microsecond)
+	}
+	s.cache.Fill(token, gen, key, bytea(v), expires)
+}
+
+var (
+	_ ports.QuickGetter = (*Store)(nil)
+	_ ports.TermEnder   = (*Store)(nil)
+)
+
+// QuickGet answers from what this handle keeps under ctx's term, if it
+// keeps key.
+func (s *Store) QuickGet(ctx context.Context, key string) ([]byte, bool, error) {
+	token, termed := ports.FencingToken(ctx)
+	if !termed {
+		return nil, false, nil
+	}
+	v, ok := s.cache.Get(token, key, monotonic())
+	return v, ok, nil
+}
+
+// EndTerm implements ports.TermEnder: the engine calls it before it writes
+// its release, and from then on reads under its term go to the server.
+func (s *Store) EndTerm(token uint64) { s.cache.End(token) }
+
+// raise moves the table's fence up to token, for the cache's new term.
+func (s *Store) raise(ctx context.Context, token uint64) error {
+	err := s.writes.Raise(ctx, token)
+	if errors.Is(err, ports.ErrFenced) {
+		s.cache.End(token)
+	}
+	return err
+}
+
+// write runs a write of key: the key leaves the cache for as long as the
+// write runs, and a write the fence refuses ends its term in the cache.
+func (s *Store) write(ctx context.Context, key string, do func() error) error {
+	ended := s.cache.WriteStarts(key)
+	defer ended()
+	err := do()
+	if token, ok := ports.FencingToken(ctx); ok && errors.Is(err, ports.ErrFenced) {
+		s.cache.End(token)
+	}
+	return err
+}
+
 // Set writes the value and its expiry, replacing any other.
 func (s *Store) Set(ctx context.Context, key string, value []byte, ttl time.Duration) error {
 	if err := storecheck.Write("key", key, ttl); err != nil {
 		return err
 	}
-	_, err := s.writes.Exec(ctx, `INSERT INTO `+s.table+` (key, value, expires_at)
-		VALUES ($1, $2, clock_timestamp() + $3::bigint * interval '1 microsecond')
-		ON CONFLICT (key) DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at`,
-		key, bytea(value), micros(ttl))
+	err := s.write(ctx, key, func() error {
+		_, err := s.writes.Exec(ctx, `INSERT INTO `+s.table+` (key, value, expires_at)
+			VALUES ($1, $2, clock_timestamp() + $3::bigint * interval '1 microsecond')
+			ON CONFLICT (key) DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at`,
+			key, bytea(value), micros(ttl))
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("set %q in table %s: %w", key, s.name, err)
 	}
@@ -128,15 +233,20 @@ func (s *Store) SetIfAbsent(ctx context.Context, key string, value []byte, ttl t
 	if err := storecheck.Write("key", key, ttl); err != nil {
 		return false, err
 	}
-	tag, err := s.writes.Exec(ctx, `INSERT INTO `+s.table+` AS kv (key, value, expires_at)
-		VALUES ($1, $2, clock_timestamp() + $3::bigint * interval '1 microsecond')
-		ON CONFLICT (key) DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at
-		WHERE kv.expires_at IS NOT NULL AND kv.expires_at <= clock_timestamp()`,
-		key, bytea(value), micros(ttl))
+	var won bool
+	err := s.write(ctx, key, func() error {
+		tag, err := s.writes.Exec(ctx, `INSERT INTO `+s.table+` AS kv (key, value, expires_at)
+			VALUES ($1, $2, clock_timestamp() + $3::bigint * interval '1 microsecond')
+			ON CONFLICT (key) DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at
+			WHERE kv.expires_at IS NOT NULL AND kv.expires_at <= clock_timestamp()`,
+			key, bytea(value), micros(ttl))
+		won = tag.RowsAffected() == 1
+		return err
+	})
 	if err != nil {
 		return false, fmt.Errorf("set %q if absent in table %s: %w", key, s.name, err)
 	}
-	return tag.RowsAffected() == 1, nil
+	return won, nil
 }
 
 // Delete removes the row, expired or not, and reports whether it was live.
@@ -145,7 +255,9 @@ func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 		return false, err
 	}
 	var wasLive bool
-	err := s.writes.QueryRow(ctx, "DELETE FROM "+s.table+" WHERE key = $1 RETURNING "+live, key).Scan(&wasLive)
+	err := s.write(ctx, key, func() error {
+		return s.writes.QueryRow(ctx, "DELETE FROM "+s.table+" WHERE key = $1 RETURNING "+live, key).Scan(&wasLive)
+	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil
 	}
@@ -160,11 +272,16 @@ func (s *Store) DeleteIfValue(ctx context.Context, key string, value []byte) (bo
 	if err := storecheck.Key("key", key); err != nil {
 		return false, err
 	}
-	tag, err := s.writes.Exec(ctx, "DELETE FROM "+s.table+" WHERE key = $1 AND value = $2 AND "+live, key, bytea(value))
+	var deleted bool
+	err := s.write(ctx, key, func() error {
+		tag, err := s.writes.Exec(ctx, "DELETE FROM "+s.table+" WHERE key = $1 AND value = $2 AND "+live, key, bytea(value))
+		deleted = tag.RowsAffected() == 1
+		return err
+	})
 	if err != nil {
 		return false, fmt.Errorf("delete %q if it holds the value, in table %s: %w", key, s.name, err)
 	}
-	return tag.RowsAffected() == 1, nil
+	return deleted, nil
 }
 
 // Exists reports whether the key holds a live value.

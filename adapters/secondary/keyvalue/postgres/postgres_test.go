@@ -24,7 +24,7 @@ func TestKeyValueContract(t *testing.T) {
 				t.Cleanup(func() { _ = store.Close() })
 				return store
 			}
-		}), contracttests.KeyValueCapabilities{Durable: true, Fenced: true})
+		}), contracttests.KeyValueCapabilities{Durable: true, Fenced: true, KeepsReads: true})
 	})
 }
 
