@@ -89,6 +89,16 @@ func (c *Cache) Get(term uint64, key string, now int64) ([]byte, bool) {
 	return append(make([]byte, 0, len(e.value)), e.value...), true
 }
 
+// GetUnder is Get under the serving term of ctx's call
+// (ports.FencingToken); a call with none is never answered from the cache.
+func (c *Cache) GetUnder(ctx context.Context, key string, now int64) ([]byte, bool) {
+	token, termed := ports.FencingToken(ctx)
+	if !termed {
+		return nil, false
+	}
+	return c.Get(token, key, now)
+}
+
 // Ticket returns the generation a read of key under term must find
 // unchanged to keep what it read; ok is false when nothing it reads may
 // be kept: term is not the cache's, or key is being written.

@@ -175,11 +175,7 @@ var (
 // QuickGet answers from what this handle keeps under ctx's term, if it
 // keeps key.
 func (s *Store) QuickGet(ctx context.Context, key string) ([]byte, bool, error) {
-	token, termed := ports.FencingToken(ctx)
-	if !termed {
-		return nil, false, nil
-	}
-	v, ok := s.cache.Get(token, key, monotonic())
+	v, ok := s.cache.GetUnder(ctx, key, monotonic())
 	return v, ok, nil
 }
 

@@ -189,11 +189,7 @@ var (
 // QuickGet answers from what this handle keeps under ctx's term, if it
 // keeps key.
 func (s *Store) QuickGet(ctx context.Context, key string) ([]byte, bool, error) {
-	token, termed := ports.FencingToken(ctx)
-	if !termed {
-		return nil, false, nil
-	}
-	v, ok := s.cache.Get(token, key, time.Now().UnixNano())
+	v, ok := s.cache.GetUnder(ctx, key, time.Now().UnixNano())
 	return v, ok, nil
 }
 
