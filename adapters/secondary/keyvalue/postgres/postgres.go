@@ -64,9 +64,10 @@ type Store struct {
 	table  string      // quoted
 	name   string
 	cache  *termcache.Cache
+	sets   *setter // Set's writes, several in one statement
 	// The statements of a get: plain, and one that also says how long the
 	// value has to live, for a read that may be kept.
-	getSQL, getKeptSQL string
+	getSQL, getKeptSQL, setBatchSQL string
 }
 
 // Open connects and creates the table if it is missing. Keys use the C
@@ -85,16 +86,20 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 		return nil, err
 	}
 	table := pgdb.Ident(c.Table)
-	return &Store{
+	s := &Store{
 		pool: pool, writes: pgdb.NewFenced(pool, c.Table), table: table, name: c.Table,
-		cache:      termcache.New(termcache.Bytes),
-		getSQL:     "SELECT value FROM " + table + " WHERE key = $1 AND " + live,
-		getKeptSQL: "SELECT value, " + left + " FROM " + table + " WHERE key = $1 AND " + live,
-	}, nil
+		cache:       termcache.New(termcache.Bytes),
+		getSQL:      "SELECT value FROM " + table + " WHERE key = $1 AND " + live,
+		getKeptSQL:  "SELECT value, " + left + " FROM " + table + " WHERE key = $1 AND " + live,
+		setBatchSQL: setBatchSQL(table),
+	}
+	s.sets = newSetter(int(pool.Config().MaxConns), s.writeSets)
+	return s, nil
 }
 
 // Close closes the pool; closing twice is harmless.
 func (s *Store) Close() error {
+	s.sets.close()
 	s.pool.Close()
 	return nil
 }
@@ -204,18 +209,13 @@ func (s *Store) write(ctx context.Context, key string, do func() error) error {
 	return err
 }
 
-// Set writes the value and its expiry, replacing any other.
+// Set writes the value and its expiry, replacing any other. Sets that
+// queue while others are written go together (setter).
 func (s *Store) Set(ctx context.Context, key string, value []byte, ttl time.Duration) error {
 	if err := storecheck.Write("key", key, ttl); err != nil {
 		return err
 	}
-	err := s.write(ctx, key, func() error {
-		_, err := s.writes.Exec(ctx, `INSERT INTO `+s.table+` (key, value, expires_at)
-			VALUES ($1, $2, clock_timestamp() + $3::bigint * interval '1 microsecond')
-			ON CONFLICT (key) DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at`,
-			key, bytea(value), micros(ttl))
-		return err
-	})
+	err := s.write(ctx, key, func() error { return s.sets.set(ctx, key, value, micros(ttl)) })
 	if err != nil {
 		return fmt.Errorf("set %q in table %s: %w", key, s.name, err)
 	}

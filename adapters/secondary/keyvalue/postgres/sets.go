@@ -1,0 +1,193 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/abi-engine/engine/ports"
+)
+
+// Sets that arrive while others are being written go to the server
+// together: one statement and one commit for all of them, where each set
+// alone costs a commit and, under a serving term, a check of the fence.
+// A set never waits for others to arrive; it waits only for a connection,
+// as it would anyway, and whatever queued meanwhile goes with it. Each
+// caller is answered once its set has committed, or failed, as alone.
+
+// setBatchMax is the most sets one statement writes.
+const setBatchMax = 128
+
+// setReq is one Set waiting to be written.
+type setReq struct {
+	ctx   context.Context
+	key   string
+	value []byte
+	us    *int64 // micros(ttl)
+	done  chan error
+}
+
+// setter writes queued sets, on as many goroutines as the pool has
+// connections.
+type setter struct {
+	reqs      chan *setReq
+	closed    chan struct{}
+	closeOnce sync.Once
+	wg        sync.WaitGroup
+	// write writes one batch of sets under one term and reports the
+	// batch's outcome.
+	write func(ctx context.Context, t term, batch []*setReq) error
+}
+
+// term is the serving term a set carries, if any (ports.FencingToken).
+type term struct {
+	token  uint64
+	termed bool
+}
+
+func newSetter(workers int, write func(context.Context, term, []*setReq) error) *setter {
+	w := &setter{reqs: make(chan *setReq), closed: make(chan struct{}), write: write}
+	for range workers {
+		w.wg.Go(w.run)
+	}
+	return w
+}
+
+// errClosed is the error of a set on a closed store.
+var errClosed = errors.New("the store is closed")
+
+// set queues one set and waits for its outcome, or for ctx.
+func (w *setter) set(ctx context.Context, key string, value []byte, us *int64) error {
+	r := &setReq{ctx: ctx, key: key, value: value, us: us, done: make(chan error, 1)}
+	select {
+	case w.reqs <- r:
+	case <-w.closed:
+		return errClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-r.done:
+		return err
+	case <-ctx.Done():
+		// As with a query cancelled in flight, the set may still land.
+		return ctx.Err()
+	}
+}
+
+// close stops the goroutines once their batches are written.
+func (w *setter) close() {
+	w.closeOnce.Do(func() { close(w.closed) })
+	w.wg.Wait()
+}
+
+func (w *setter) run() {
+	batch := make([]*setReq, 0, setBatchMax)
+	for {
+		select {
+		case r := <-w.reqs:
+			batch = append(batch[:0], r)
+		case <-w.closed:
+			return
+		}
+	more:
+		for len(batch) < setBatchMax {
+			select {
+			case r := <-w.reqs:
+				batch = append(batch, r)
+			default:
+				break more
+			}
+		}
+		w.flush(batch)
+		clear(batch)
+	}
+}
+
+// flush writes batch, one statement per serving term among its sets (in
+// practice one), and answers each set. A set whose caller has given up is
+// left out.
+func (w *setter) flush(batch []*setReq) {
+	byTerm := map[term][]*setReq{}
+	for _, r := range batch {
+		if err := r.ctx.Err(); err != nil {
+			r.done <- err
+			continue
+		}
+		var t term
+		t.token, t.termed = ports.FencingToken(r.ctx)
+		byTerm[t] = append(byTerm[t], r)
+	}
+	for t, sets := range byTerm {
+		ctx, cancel := batchContext(sets)
+		err := w.write(ctx, t, sets)
+		cancel()
+		for _, r := range sets {
+			r.done <- err
+		}
+	}
+}
+
+// batchContext is the context of a batch's statement: no caller's
+// cancellation ends it, since the others still wait for it, but it ends
+// at the latest deadline among them, if each has one.
+func batchContext(sets []*setReq) (context.Context, context.CancelFunc) {
+	var latest time.Time
+	for _, r := range sets {
+		d, ok := r.ctx.Deadline()
+		if !ok {
+			return context.WithCancel(context.WithoutCancel(sets[0].ctx))
+		}
+		if d.After(latest) {
+			latest = d
+		}
+	}
+	return context.WithDeadline(context.WithoutCancel(sets[0].ctx), latest)
+}
+
+// setBatchSQL writes a batch of sets in one statement: keys, values and
+// TTLs in micros go as three arrays, in the order the sets queued; of two
+// sets of one key, the later wins, as if it had run after the other.
+func setBatchSQL(table string) string {
+	return `INSERT INTO ` + table + ` (key, value, expires_at)
+		SELECT DISTINCT ON (k) k, v, clock_timestamp() + us * interval '1 microsecond'
+		FROM unnest($1::text[], $2::bytea[], $3::bigint[]) WITH ORDINALITY AS s(k, v, us, n)
+		ORDER BY k, n DESC
+		ON CONFLICT (key) DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at`
+}
+
+// writeSets is the setter's write: one statement, checked against the
+// fence when the sets carry a term.
+func (s *Store) writeSets(ctx context.Context, t term, batch []*setReq) error {
+	keys := make([]string, len(batch))
+	values := make([][]byte, len(batch))
+	us := make([]*int64, len(batch))
+	for i, r := range batch {
+		keys[i], values[i], us[i] = r.key, bytea(r.value), r.us
+	}
+	if t.termed {
+		ctx = ports.WithFencingToken(ctx, t.token)
+	}
+	tag, err := s.writes.Exec(ctx, s.setBatchSQL, keys, values, us)
+	if err != nil {
+		return err
+	}
+	if want := distinct(keys); tag.RowsAffected() != int64(want) {
+		return fmt.Errorf("wrote %d rows for %d keys", tag.RowsAffected(), want)
+	}
+	return nil
+}
+
+// distinct is how many different keys there are.
+func distinct(keys []string) int {
+	if len(keys) == 1 {
+		return 1
+	}
+	seen := make(map[string]struct{}, len(keys))
+	for _, k := range keys {
+		seen[k] = struct{}{}
+	}
+	return len(seen)
+}
