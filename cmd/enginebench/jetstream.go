@@ -68,16 +68,12 @@ func (b *bench) jetstream(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	listen, err := freeAddr()
-	if err != nil {
-		return err
-	}
 	config := filepath.Join(dir, "engine.yaml")
 	yaml := fmt.Sprintf(`nats:
   url: %s
   engine: {lease_seconds: 20, drain_seconds: 5}
 data_dir: %s
-http: {listen: %q}
+http: {listen: "127.0.0.1:0"}
 services:
   keyvalue: {adapter: jetstream, config: {bucket: BENCH_KV}}
   document: {adapter: jetstream, config: {bucket: BENCH_DOCS}}
@@ -85,7 +81,7 @@ services:
   vector_store: {adapter: off}
   cache: {adapter: off}
   secret: {adapter: env}
-`, url, filepath.Join(dir, "data"), listen)
+`, url, filepath.Join(dir, "data"))
 	if err := os.WriteFile(config, []byte(yaml), 0o600); err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -215,5 +216,20 @@ func TestSmokeEveryFieldIsPrinted(t *testing.T) {
 	}
 	if got["handover_failed"] != 0.0 {
 		t.Errorf("handover_failed = %v, want 0\n%s", got["handover_failed"], stderr.String())
+	}
+}
+
+// The bench finds an engine's HTTP API, bound to port 0, by its log line,
+// as the engine's text logger writes it.
+func TestListenAddrIsReadFromTheLog(t *testing.T) {
+	var buf bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&buf, nil))
+	if got := listenAddr(buf.String()); got != "" {
+		t.Fatalf("listenAddr of an empty log = %q", got)
+	}
+	log.Info("engine serving", "state", "serving")
+	log.Info("HTTP API listening", "addr", "127.0.0.1:40123", "token", false)
+	if got := listenAddr(buf.String()); got != "127.0.0.1:40123" {
+		t.Fatalf("listenAddr = %q, want 127.0.0.1:40123; log:\n%s", got, buf.String())
 	}
 }

@@ -247,16 +247,6 @@ func rssMB(pid int) (float64, error) {
 	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
 }
 
-// freeAddr is a loopback address nobody listens on right now.
-func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer func() { _ = ln.Close() }()
-	return ln.Addr().String(), nil
-}
-
 // listening reports whether something accepts connections at addr.
 func listening(addr string) bool {
 	c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)

@@ -8,7 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
+	"regexp"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -64,10 +64,6 @@ func (b *bench) writeConfig(c engineConfig) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	listen, err := freeAddr()
-	if err != nil {
-		return "", err
-	}
 	vectors := "{adapter: off}"
 	if c.vectors != "" {
 		vectors = c.vectors
@@ -83,7 +79,7 @@ func (b *bench) writeConfig(c engineConfig) (string, error) {
   url: %s
   engine: {lease_seconds: %d, drain_seconds: 5, hot_standby: %t}
 data_dir: %s
-http: {listen: %q}
+http: {listen: "127.0.0.1:0"}
 services:
   keyvalue: %s
   document: %s
@@ -91,7 +87,7 @@ services:
   vector_store: %s
   cache: {adapter: off}
   secret: {adapter: env}
-`, c.url, c.lease, c.hot, filepath.Join(dir, "data"), listen, kv, doc, obj, vectors)
+`, c.url, c.lease, c.hot, filepath.Join(dir, "data"), kv, doc, obj, vectors)
 	path := filepath.Join(dir, "engine.yaml")
 	return path, os.WriteFile(path, []byte(yaml), 0o600)
 }
@@ -476,9 +472,7 @@ func (b *bench) boot(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if readyz, err = httpListen(config); err != nil {
-			return err
-		}
+		readyz = "" // the engine picks its port; waitReady reads it from the log
 		args = []string{"--config", config}
 		dir = filepath.Dir(config)
 		b.note("boot: 127.0.0.1:4222 or :8080 was in use, so the engine ran on a configuration and a broker of the bench's own instead of embedded defaults")
@@ -507,23 +501,24 @@ func (b *bench) boot(ctx context.Context) error {
 	return nil
 }
 
-// httpListen reads back the listener writeConfig chose.
-func httpListen(config string) (string, error) {
-	data, err := os.ReadFile(config)
-	if err != nil {
-		return "", err
+// listenLine is how the engine logs the address of its HTTP API.
+var listenLine = regexp.MustCompile(`msg="HTTP API listening" addr=(\S+)`)
+
+// listenAddr is the address the engine's log says its HTTP API listens
+// on, "" until it says so.
+func listenAddr(log string) string {
+	if m := listenLine.FindStringSubmatch(log); m != nil {
+		return m[1]
 	}
-	for line := range strings.SplitSeq(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(line, "http: {listen: "); ok {
-			return strings.Trim(strings.TrimSuffix(rest, "}"), `"`), nil
-		}
-	}
-	return "", fmt.Errorf("no http listener in %s", config)
+	return ""
 }
 
-// waitReady polls /readyz every 5 ms. When the engine has logged its start
-// and nothing listens on the HTTP address a second later, this build has
-// no HTTP API: the start line's time is the boot time, and how says so.
+// waitReady polls /readyz every 5 ms, at addr, or where the engine's log
+// says its HTTP API listens when addr is "" (a configuration of port 0,
+// which the engine binds itself: a port chosen here and bound there could
+// be taken between the two). When the engine has logged its start and
+// nothing listens on the HTTP address a second later, this build has no
+// HTTP API: the start line's time is the boot time, and how says so.
 func waitReady(ctx context.Context, p *proc, addr string) (ready time.Time, how string, err error) {
 	client := &http.Client{Timeout: time.Second}
 	started := make(chan time.Time, 1)
@@ -535,7 +530,11 @@ func waitReady(ctx context.Context, p *proc, addr string) (ready time.Time, how 
 	var logged time.Time
 	deadline := time.Now().Add(startTimeout)
 	for time.Now().Before(deadline) {
-		resp, err := client.Get("http://" + addr + "/readyz")
+		at := addr
+		if at == "" {
+			at = listenAddr(p.output())
+		}
+		resp, err := client.Get("http://" + at + "/readyz")
 		if err == nil {
 			_ = resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {

@@ -609,17 +609,13 @@ func newSlot(t *testing.T, w *world, i int) *slot {
 		s.proxies = append(s.proxies, p)
 		urls = append(urls, "nats://"+p.Addr())
 	}
-	listen, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	httpAddr := listen.Addr().String()
-	_ = listen.Close()
+	// Port 0: the engine binds its own. A port chosen here and closed
+	// could be taken by another process before the engine binds it.
 	yaml := fmt.Sprintf(`nats:
   url: %s
   engine: {lease_seconds: %d, drain_seconds: 1, bucket_replicas: 3, hot_standby: true}
 data_dir: %s
-http: {listen: %q}
+http: {listen: "127.0.0.1:0"}
 services:
   keyvalue: {adapter: memory}
   document: {adapter: off}
@@ -627,7 +623,7 @@ services:
   vector_store: {adapter: off}
   cache: {adapter: off}
   secret: {adapter: env}
-`, strings.Join(urls, ","), int(w.set.lease/time.Second), filepath.Join(s.logDir, "data"), httpAddr)
+`, strings.Join(urls, ","), int(w.set.lease/time.Second), filepath.Join(s.logDir, "data"))
 	s.config = filepath.Join(s.logDir, "engine.yaml")
 	if err := os.WriteFile(s.config, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
