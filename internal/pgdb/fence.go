@@ -79,11 +79,17 @@ func (f Fenced) Exec(ctx context.Context, sql string, args ...any) (pgconn.Comma
 		return f.pool.Exec(ctx, sql, args...)
 	}
 	br := f.send(ctx, token, sql, args)
-	defer br.Close()
 	if err := fenceResult(br); err != nil {
+		_ = br.Close()
 		return pgconn.CommandTag{}, err
 	}
-	return br.Exec()
+	tag, err := br.Exec()
+	// The batch commits at its end, which Close reads: a write is done
+	// only once Close has said so.
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return tag, err
 }
 
 // QueryRow runs one write statement that returns a row; the statement runs
