@@ -19,6 +19,9 @@
 // Reads and writes through one handle stay linearizable: a key being
 // written is neither served from nor added to the cache, and a read that
 // began before a write ended adds nothing (the generation a Ticket names).
+// A write whose outcome its store cannot know when it returns (its caller
+// gave up, the connection broke) may still land later: its key is kept no
+// more for the rest of the term.
 package termcache
 
 import (
@@ -39,6 +42,7 @@ type Cache struct {
 	ended   uint64 // every term up to this one is over: not served, not begun
 	gen     uint64 // moves at the start and at the end of every write
 	writing map[string]int
+	unknown map[string]uint64 // key -> the newest term of a write of it whose outcome is unknown
 	items   map[string]cached
 	bytes   int
 	limit   int // the most bytes kept
@@ -46,14 +50,28 @@ type Cache struct {
 	termMu sync.Mutex // one read at a time raises the fence for a new term
 	// failedAt is when raising the fence for a term last failed, for a
 	// reason other than a newer term (a full disk, a read-only file, a
-	// lost connection), in Unix nanoseconds: reads wait RaiseRetry before
-	// they try again.
+	// lost connection), in nanoseconds of this process's monotonic clock
+	// (since epoch); 0 for never: reads wait RaiseRetry before they try
+	// again.
 	failedAt atomic.Int64
 }
 
 type cached struct {
-	value   []byte
-	expires int64 // on the store's clock, 0 for never
+	value []byte
+	// When the value expires, by the wall clock and by the monotonic one
+	// (since epoch); both 0 for never.
+	wall, mono int64
+}
+
+// epoch starts the monotonic clock that failedAt and expiry count on.
+var epoch = time.Now()
+
+// expiredAt reports whether e has expired at the readings wall and mono,
+// by whichever clock says so first: the wall clock, which counts a
+// suspend of the host that the monotonic clock does not, and the
+// monotonic one, which a step of the wall clock back does not move.
+func (e cached) expiredAt(wall, mono int64) bool {
+	return e.wall != 0 && (wall >= e.wall || mono >= e.mono)
 }
 
 const (
@@ -69,21 +87,24 @@ const (
 	// failed, so that a backend that cannot be written does not cost every
 	// read a failed write.
 	RaiseRetry = time.Second
+	// unknownMax bounds the keys kept out for a write of unknown outcome;
+	// past it, the term keeps nothing more.
+	unknownMax = 4096
 )
 
 // New returns an empty cache that keeps at most limit bytes.
 func New(limit int) *Cache {
-	return &Cache{writing: map[string]int{}, items: map[string]cached{}, limit: limit}
+	return &Cache{writing: map[string]int{}, unknown: map[string]uint64{}, items: map[string]cached{}, limit: limit}
 }
 
 // Get returns a copy of key's value if it was kept under term and is live
-// at now, on the clock the store filled it by.
-func (c *Cache) Get(term uint64, key string, now int64) ([]byte, bool) {
+// at now.
+func (c *Cache) Get(term uint64, key string, now time.Time) ([]byte, bool) {
 	c.mu.RLock()
 	e, ok := c.items[key]
 	current := c.live(term)
 	c.mu.RUnlock()
-	if !ok || !current || (e.expires != 0 && e.expires <= now) {
+	if !ok || !current || e.expiredAt(now.UnixNano(), int64(now.Sub(epoch))) {
 		return nil, false
 	}
 	return append(make([]byte, 0, len(e.value)), e.value...), true
@@ -91,7 +112,7 @@ func (c *Cache) Get(term uint64, key string, now int64) ([]byte, bool) {
 
 // GetUnder is Get under the serving term of ctx's call
 // (ports.FencingToken); a call with none is never answered from the cache.
-func (c *Cache) GetUnder(ctx context.Context, key string, now int64) ([]byte, bool) {
+func (c *Cache) GetUnder(ctx context.Context, key string, now time.Time) ([]byte, bool) {
 	token, termed := ports.FencingToken(ctx)
 	if !termed {
 		return nil, false
@@ -101,11 +122,12 @@ func (c *Cache) GetUnder(ctx context.Context, key string, now int64) ([]byte, bo
 
 // Ticket returns the generation a read of key under term must find
 // unchanged to keep what it read; ok is false when nothing it reads may
-// be kept: term is not the cache's, or key is being written.
+// be kept: term is not the cache's, key is being written, or a write of
+// it may yet land.
 func (c *Cache) Ticket(term uint64, key string) (gen uint64, ok bool) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	return c.gen, c.live(term) && c.writing[key] == 0
+	return c.gen, c.live(term) && c.writing[key] == 0 && !c.mayLand(key)
 }
 
 // live reports whether term is the cache's and not over; the caller holds
@@ -113,9 +135,10 @@ func (c *Cache) Ticket(term uint64, key string) (gen uint64, ok bool) {
 func (c *Cache) live(term uint64) bool { return c.term == term && term > c.ended }
 
 // Fill keeps value, read under term with ticket gen, unless a write began
-// or ended since or the term moved on. expires is on the clock Get is
-// given, 0 for never.
-func (c *Cache) Fill(term, gen uint64, key string, value []byte, expires int64) {
+// or ended since or the term moved on. expires is when the value stops
+// being live, zero for never; a store sets it no later than its backend
+// would judge the value expired.
+func (c *Cache) Fill(term, gen uint64, key string, value []byte, expires time.Time) {
 	if len(value) > ValueMax {
 		return
 	}
@@ -132,7 +155,13 @@ func (c *Cache) Fill(term, gen uint64, key string, value []byte, expires int64) 
 		}
 		c.forget(k)
 	}
-	c.items[key] = cached{value: append([]byte(nil), value...), expires: expires}
+	e := cached{value: append([]byte(nil), value...)}
+	if !expires.IsZero() {
+		// A time with no monotonic reading (read from a file) measures
+		// both on the wall clock.
+		e.wall, e.mono = max(1, expires.UnixNano()), int64(expires.Sub(epoch))
+	}
+	c.items[key] = e
 	c.bytes += size
 }
 
@@ -146,14 +175,28 @@ func (c *Cache) Current(term uint64) bool {
 	return c.live(term)
 }
 
+// mayLand reports whether a write of key of unknown outcome may still
+// land; the caller holds mu. One of a term older than the cache's cannot:
+// the fence, raised to the cache's term before it began, refuses it.
+func (c *Cache) mayLand(key string) bool {
+	t, ok := c.unknown[key]
+	return ok && t >= c.term
+}
+
 // begin starts term, newer than any the cache has held and not over, with
-// nothing kept.
+// nothing kept. The fence stands at term by now, so every write of an
+// older term has landed or been refused: its outcome is no longer unknown.
 func (c *Cache) begin(term uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if term > c.term && term > c.ended {
 		c.term = term
 		c.empty()
+		for k, t := range c.unknown {
+			if t < term {
+				delete(c.unknown, k)
+			}
+		}
 	}
 }
 
@@ -178,20 +221,33 @@ func (c *Cache) empty() {
 	c.bytes = 0
 }
 
-// WriteStarts marks key as being written until the returned function runs,
-// which the writer calls once the write has ended, whatever its outcome.
-func (c *Cache) WriteStarts(key string) (ended func()) {
+// WriteStarts marks key as being written, under term (0 for a write
+// without one), until the returned function runs, which the writer calls
+// once the write has returned, whatever its outcome: known is false when
+// the write may still land (its caller gave up while it was in flight,
+// the connection broke), and key is then kept no more until a newer term
+// than the write's begins.
+func (c *Cache) WriteStarts(term uint64, key string) (ended func(known bool)) {
 	c.mu.Lock()
 	c.writing[key]++
 	c.drop(key)
 	c.mu.Unlock()
-	return func() {
+	return func(known bool) {
 		c.mu.Lock()
+		defer c.mu.Unlock()
 		if c.writing[key]--; c.writing[key] <= 0 {
 			delete(c.writing, key)
 		}
 		c.drop(key)
-		c.mu.Unlock()
+		if known {
+			return
+		}
+		if _, ok := c.unknown[key]; !ok && len(c.unknown) >= unknownMax {
+			c.ended = max(c.ended, c.term, term)
+			c.empty()
+			return
+		}
+		c.unknown[key] = max(c.unknown[key], term)
 	}
 }
 
@@ -222,7 +278,7 @@ func (c *Cache) Trust(ctx context.Context, token uint64, raise func(context.Cont
 	if c.Current(token) {
 		return true
 	}
-	if time.Since(time.Unix(0, c.failedAt.Load())) < RaiseRetry || !c.termMu.TryLock() {
+	if at := c.failedAt.Load(); at != 0 && time.Since(epoch)-time.Duration(at) < RaiseRetry || !c.termMu.TryLock() {
 		return false
 	}
 	defer c.termMu.Unlock()
@@ -237,7 +293,7 @@ func (c *Cache) Trust(ctx context.Context, token uint64, raise func(context.Cont
 	}
 	if err := raise(ctx, token); err != nil {
 		if !errors.Is(err, ports.ErrFenced) {
-			c.failedAt.Store(time.Now().UnixNano())
+			c.failedAt.Store(max(1, int64(time.Since(epoch))))
 		}
 		return false
 	}

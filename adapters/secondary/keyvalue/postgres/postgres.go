@@ -6,8 +6,8 @@
 // Every write under a serving term is checked against the table's fence
 // (internal/pgdb). Within a term, reads are kept in a cache
 // (internal/termcache), which the fence and the lease make safe: a value
-// kept expires on this host's monotonic clock no later than the server
-// would judge it expired.
+// kept expires by the time the server said it had left, counted on this
+// host's clocks from before the server read its own.
 package postgres
 
 import (
@@ -50,12 +50,6 @@ const live = "(expires_at IS NULL OR expires_at > clock_timestamp())"
 // left is how many whole microseconds a live row has to live on the
 // server's clock, rounded down; NULL for never.
 const left = "floor(extract(epoch FROM expires_at - clock_timestamp()) * 1000000)::bigint"
-
-// epoch starts the clock kept values expire by: this process's monotonic
-// clock, which a step of the wall clock does not move.
-var epoch = time.Now()
-
-func monotonic() int64 { return int64(time.Since(epoch)) }
 
 // Store is a pool of connections to the table.
 type Store struct {
@@ -144,7 +138,7 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, error) {
 	} else {
 		// The server reads its clock after this one: what it says is
 		// left, counted from here, ends no later than it would.
-		at := monotonic()
+		at := time.Now()
 		var us *int64
 		if err = s.pool.QueryRow(ctx, s.getKeptSQL, key).Scan(&v, &us); err == nil {
 			s.keep(token, gen, key, v, at, us)
@@ -159,15 +153,18 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, error) {
 	return bytea(v), nil
 }
 
-// keep fills the cache with a value read at at (on the monotonic clock)
-// that the server gave us microseconds to live, nil for ever.
-func (s *Store) keep(token, gen uint64, key string, v []byte, at int64, us *int64) {
-	var expires int64
+// keep fills the cache with a value read at at that the server gave us
+// microseconds to live, nil for ever. A thousandth of the time left is
+// taken off, for a server clock that runs up to that much faster than
+// this host's.
+func (s *Store) keep(token, gen uint64, key string, v []byte, at time.Time, us *int64) {
+	var expires time.Time
 	if us != nil {
-		if *us <= 0 {
+		left := time.Duration(*us) * time.Microsecond
+		if left -= left / 1000; left <= 0 {
 			return
 		}
-		expires = at + *us*int64(time.Microsecond)
+		expires = at.Add(left)
 	}
 	s.cache.Fill(token, gen, key, bytea(v), expires)
 }
@@ -180,7 +177,7 @@ var (
 // QuickGet answers from what this handle keeps under ctx's term, if it
 // keeps key.
 func (s *Store) QuickGet(ctx context.Context, key string) ([]byte, bool, error) {
-	v, ok := s.cache.GetUnder(ctx, key, monotonic())
+	v, ok := s.cache.GetUnder(ctx, key, time.Now())
 	return v, ok, nil
 }
 
@@ -198,12 +195,16 @@ func (s *Store) raise(ctx context.Context, token uint64) error {
 }
 
 // write runs a write of key: the key leaves the cache for as long as the
-// write runs, and a write the fence refuses ends its term in the cache.
+// write runs, and a write the fence refuses ends its term in the cache. A
+// write that fails otherwise may yet land (a query cancelled in flight
+// can commit after its caller has returned): the cache is told so.
 func (s *Store) write(ctx context.Context, key string, do func() error) error {
-	ended := s.cache.WriteStarts(key)
-	defer ended()
+	token, termed := ports.FencingToken(ctx)
+	ended := s.cache.WriteStarts(token, key)
 	err := do()
-	if token, ok := ports.FencingToken(ctx); ok && errors.Is(err, ports.ErrFenced) {
+	fenced := errors.Is(err, ports.ErrFenced)
+	ended(err == nil || fenced || errors.Is(err, pgx.ErrNoRows))
+	if termed && fenced {
 		s.cache.End(token)
 	}
 	return err
@@ -326,9 +327,14 @@ func (s *Store) ListKeys(ctx context.Context, prefix string, limit int, cursor s
 var _ ports.Expirer = (*Store)(nil)
 
 // DeleteExpired removes the rows whose TTL has passed on the server's
-// clock; reads already skip them, this only gives their space back.
+// clock; reads already skip them, this only gives their space back. It
+// passes over rows a write holds, and never waits on one: a batch of sets
+// takes its rows in key order, the sweep would take them in the table's,
+// and the two could wait on each other.
 func (s *Store) DeleteExpired(ctx context.Context) (int, error) {
-	tag, err := s.pool.Exec(ctx, `DELETE FROM `+s.table+` WHERE expires_at IS NOT NULL AND expires_at <= clock_timestamp()`)
+	tag, err := s.pool.Exec(ctx, `DELETE FROM `+s.table+` WHERE key IN (
+		SELECT key FROM `+s.table+` WHERE expires_at IS NOT NULL AND expires_at <= clock_timestamp()
+		FOR UPDATE SKIP LOCKED)`)
 	if err != nil {
 		return 0, fmt.Errorf("delete expired keys: %w", err)
 	}

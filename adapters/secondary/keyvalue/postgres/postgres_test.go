@@ -1,8 +1,12 @@
 package postgres_test
 
 import (
+	"context"
 	"errors"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/abi-engine/engine/adapters/secondary/keyvalue/postgres"
 	"github.com/abi-engine/engine/contracttests"
@@ -28,6 +32,21 @@ func TestKeyValueContract(t *testing.T) {
 	})
 }
 
+// The contract holds for calls under a term, as the engine makes them, so
+// through the kept reads and the fenced batches of sets: the suite's
+// handles are views of one handle, since one engine serves a term.
+func TestKeyValueContractUnderATerm(t *testing.T) {
+	dsn := testenv.Lookup(t, "ENGINE_TEST_PG_DSN", "PostgreSQL", false)
+	contracttests.RunKeyValue(t, contracttests.HarnessFunc[ports.KeyValue](func(t *testing.T) func(*testing.T) ports.KeyValue {
+		s, err := postgres.Open(t.Context(), postgres.Config{DSN: dsn, Table: pgtest.Table(t, dsn, "kvterm")})
+		if err != nil {
+			t.Fatalf("Open: %v", err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		return func(*testing.T) ports.KeyValue { return contracttests.UnderTerm{KV: s, Token: 11} }
+	}), contracttests.KeyValueCapabilities{Durable: true}) // the views share one term, so the fencing cases cannot run on them
+}
+
 func TestOpenRefusesABadConfig(t *testing.T) {
 	for name, c := range map[string]postgres.Config{
 		"no dsn":           {Table: "kv"},
@@ -43,5 +62,63 @@ func TestOpenRefusesABadConfig(t *testing.T) {
 func TestStorageIsShared(t *testing.T) {
 	if got := (postgres.Config{DSN: "postgres://db/x"}).LocalStorage(); got != "" {
 		t.Fatalf("LocalStorage = %q, want \"\"", got)
+	}
+}
+
+// A set whose caller gives up while the server still holds it may land
+// after the caller has returned; a read in between would keep the value
+// before it for the rest of the term. The key is kept no more in that
+// term. Here another connection holds the row, so the set waits past its
+// caller's deadline.
+func TestASetWhoseCallerGaveUpKeepsItsKeyOut(t *testing.T) {
+	dsn := testenv.Lookup(t, "ENGINE_TEST_PG_DSN", "PostgreSQL", false)
+	table := pgtest.Table(t, dsn, "kvgaveup")
+	s, err := postgres.Open(t.Context(), postgres.Config{DSN: dsn, Table: table})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	term := ports.WithFencingToken(t.Context(), 3)
+	if err := s.Set(term, "k", []byte("v0"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Get(term, "k"); err != nil {
+		t.Fatal(err)
+	}
+	if _, kept, _ := s.QuickGet(term, "k"); !kept {
+		t.Fatal("a value read under a term is not kept")
+	}
+	conn, err := pgx.Connect(t.Context(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	tx, err := conn.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(t.Context(), "SELECT 1 FROM "+pgx.Identifier{table}.Sanitize()+" WHERE key = 'k' FOR UPDATE"); err != nil {
+		t.Fatal(err)
+	}
+	soon, cancel := context.WithTimeout(term, 300*time.Millisecond)
+	defer cancel()
+	if err := s.Set(soon, "k", []byte("v1"), 0); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a set on a held row past its deadline: %v, want DeadlineExceeded", err)
+	}
+	if err := tx.Rollback(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Get(term, "k"); err != nil {
+		t.Fatal(err)
+	}
+	if v, kept, _ := s.QuickGet(term, "k"); kept {
+		t.Fatalf("after a set of unknown outcome, a read of its key was kept (%q)", v)
+	}
+	// Another key is kept as before, and a newer term keeps this one.
+	if _, err := s.Get(ports.WithFencingToken(t.Context(), 4), "k"); err != nil {
+		t.Fatal(err)
+	}
+	if _, kept, _ := s.QuickGet(ports.WithFencingToken(t.Context(), 4), "k"); !kept {
+		t.Fatal("a newer term does not keep the key again")
 	}
 }

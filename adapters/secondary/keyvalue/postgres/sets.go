@@ -130,15 +130,20 @@ func (w *setter) flush(batch []*setReq) {
 	}
 }
 
+// batchCeiling bounds a batch whose callers set no deadline, so that a
+// server that never answers cannot hold the store's Close for ever.
+const batchCeiling = time.Minute
+
 // batchContext is the context of a batch's statement: no caller's
 // cancellation ends it, since the others still wait for it, but it ends
-// at the latest deadline among them, if each has one.
+// at the latest deadline among them, or after batchCeiling if one has
+// none.
 func batchContext(sets []*setReq) (context.Context, context.CancelFunc) {
 	var latest time.Time
 	for _, r := range sets {
 		d, ok := r.ctx.Deadline()
 		if !ok {
-			return context.WithCancel(context.WithoutCancel(sets[0].ctx))
+			return context.WithTimeout(context.WithoutCancel(sets[0].ctx), batchCeiling)
 		}
 		if d.After(latest) {
 			latest = d
@@ -149,11 +154,14 @@ func batchContext(sets []*setReq) (context.Context, context.CancelFunc) {
 
 // setBatchSQL writes a batch of sets in one statement: keys, values and
 // TTLs in micros go as three arrays, in the order the sets queued; of two
-// sets of one key, the later wins, as if it had run after the other.
+// sets of one key, the later wins, as if it had run after the other. Keys
+// compare as the table's do (C collation), and rows are taken in key
+// order, as every batch takes them, so two batches never wait on each
+// other's rows in a cycle.
 func setBatchSQL(table string) string {
 	return `INSERT INTO ` + table + ` (key, value, expires_at)
 		SELECT DISTINCT ON (k) k, v, clock_timestamp() + us * interval '1 microsecond'
-		FROM unnest($1::text[], $2::bytea[], $3::bigint[]) WITH ORDINALITY AS s(k, v, us, n)
+		FROM unnest($1::text[] COLLATE "C", $2::bytea[], $3::bigint[]) WITH ORDINALITY AS s(k, v, us, n)
 		ORDER BY k, n DESC
 		ON CONFLICT (key) DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at`
 }
@@ -172,6 +180,9 @@ func (s *Store) writeSets(ctx context.Context, t term, batch []*setReq) error {
 	}
 	tag, err := s.writes.Exec(ctx, s.setBatchSQL, keys, values, us)
 	if err != nil {
+		if t.termed && errors.Is(err, ports.ErrFenced) {
+			s.cache.End(t.token) // also when every caller has given up
+		}
 		return err
 	}
 	if want := distinct(keys); tag.RowsAffected() != int64(want) {

@@ -3,10 +3,8 @@ package sqlite_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/abi-engine/engine/adapters/secondary/keyvalue/sqlite"
 	"github.com/abi-engine/engine/contracttests"
@@ -112,41 +110,6 @@ func TestAWriteUnderAnOlderTermIsRefused(t *testing.T) {
 func TestKeyValueContractUnderATerm(t *testing.T) {
 	contracttests.RunKeyValue(t, contracttests.HarnessFunc[ports.KeyValue](func(t *testing.T) func(*testing.T) ports.KeyValue {
 		s := open(t, filepath.Join(t.TempDir(), "kv.sqlite"))
-		return func(*testing.T) ports.KeyValue { return termed{s: s, token: 11} }
+		return func(*testing.T) ports.KeyValue { return contracttests.UnderTerm{KV: s, Token: 11} }
 	}), contracttests.KeyValueCapabilities{Durable: true}) // the views share one term, so the fencing case cannot run on them
 }
-
-// termed is a view of a handle whose every call carries token. Closing it
-// leaves the handle open for the other views.
-type termed struct {
-	s     *sqlite.Store
-	token uint64
-}
-
-func (v termed) ctx(ctx context.Context) context.Context { return ports.WithFencingToken(ctx, v.token) }
-
-func (v termed) Get(ctx context.Context, key string) ([]byte, error) { return v.s.Get(v.ctx(ctx), key) }
-func (v termed) Set(ctx context.Context, key string, value []byte, ttl time.Duration) error {
-	return v.s.Set(v.ctx(ctx), key, value, ttl)
-}
-func (v termed) SetIfAbsent(ctx context.Context, key string, value []byte, ttl time.Duration) (bool, error) {
-	return v.s.SetIfAbsent(v.ctx(ctx), key, value, ttl)
-}
-func (v termed) Delete(ctx context.Context, key string) (bool, error) {
-	return v.s.Delete(v.ctx(ctx), key)
-}
-func (v termed) DeleteIfValue(ctx context.Context, key string, value []byte) (bool, error) {
-	return v.s.DeleteIfValue(v.ctx(ctx), key, value)
-}
-func (v termed) Exists(ctx context.Context, key string) (bool, error) {
-	return v.s.Exists(v.ctx(ctx), key)
-}
-func (v termed) ListKeys(ctx context.Context, prefix string, limit int, cursor string) ([]string, string, error) {
-	return v.s.ListKeys(v.ctx(ctx), prefix, limit, cursor)
-}
-func (v termed) DeleteExpired(ctx context.Context) (int, error) {
-	return v.s.DeleteExpired(v.ctx(ctx))
-}
-func (v termed) Close() error { return nil }
-
-func (v termed) String() string { return fmt.Sprintf("term %d", v.token) }

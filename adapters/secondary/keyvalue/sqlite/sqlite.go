@@ -176,7 +176,11 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, error) {
 		return nil, fmt.Errorf("get %q from %s: %w", key, s.path, err)
 	}
 	if keep {
-		s.cache.Fill(token, gen, key, v, expires.Int64)
+		var at time.Time
+		if expires.Int64 != 0 {
+			at = time.Unix(0, expires.Int64)
+		}
+		s.cache.Fill(token, gen, key, v, at)
 	}
 	return blob(v), nil
 }
@@ -189,7 +193,7 @@ var (
 // QuickGet answers from what this handle keeps under ctx's term, if it
 // keeps key.
 func (s *Store) QuickGet(ctx context.Context, key string) ([]byte, bool, error) {
-	v, ok := s.cache.GetUnder(ctx, key, time.Now().UnixNano())
+	v, ok := s.cache.GetUnder(ctx, key, time.Now())
 	return v, ok, nil
 }
 
@@ -258,16 +262,19 @@ func (s *Store) refused(ctx context.Context, token uint64) error {
 }
 
 // write runs a write of key under ctx's term: the key leaves the cache for
-// as long as the write runs, and do gets the fence's token parameter.
+// as long as the write runs, and do gets the fence's token parameter. A
+// write that fails for another reason than the fence is taken as one that
+// may have landed.
 func (s *Store) write(ctx context.Context, key string, do func(token uint64, fence sql.NamedArg) error) error {
 	token, _ := ports.FencingToken(ctx)
 	fence, err := s.fenceAt(ctx, token)
 	if err != nil {
 		return err
 	}
-	ended := s.cache.WriteStarts(key)
-	defer ended()
-	return do(token, fence)
+	ended := s.cache.WriteStarts(token, key)
+	err = do(token, fence)
+	ended(err == nil || errors.Is(err, ports.ErrFenced))
+	return err
 }
 
 // Set writes the value and its expiry, replacing any other.
