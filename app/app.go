@@ -53,8 +53,8 @@ func newEngine(in engineIn) *Engine {
 
 // Graph is the engine's fx graph without its logger and timeouts: the
 // configuration, the shared-backend check (an Invoke, so a refused rollout
-// fails fx.New before anything opens), the engine's lifecycle, then the
-// HTTP API and the activity log. Extra options, such as modules, are added
+// fails fx.New before anything opens), the HTTP API's port, the engine's
+// lifecycle, then the HTTP API and the activity log. Extra options, such as modules, are added
 // to it.
 func Graph(o Options, extra ...fx.Option) fx.Option {
 	me := domain.ThisProcess(o.Version, o.Config.NATS.Engine.RolloutID)
@@ -62,6 +62,7 @@ func Graph(o Options, extra ...fx.Option) fx.Option {
 		fx.Supply(o, o.Config, me, o.Logger.With("instance", me.InstanceID)),
 		fx.Provide(BuildStorage, newEngine),
 		fx.Invoke(CheckStorage),
+		bindHTTP(),
 		fx.Invoke(func(lc fx.Lifecycle, e *Engine) { lc.Append(fx.StartStopHook(e.Start, e.Stop)) }),
 		callerCheckWarning(),
 		httpAPI(),

@@ -2,7 +2,9 @@ package app
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"net"
 	"sync"
 	"time"
 
@@ -23,6 +25,7 @@ type HTTP struct {
 	log     *slog.Logger
 
 	mu  sync.Mutex
+	ln  net.Listener // bound by Bind, served by Start
 	srv *httpapi.Server
 }
 
@@ -49,13 +52,51 @@ type engineView struct{ e *Engine }
 func (v engineView) Status() any { return v.e.Status() }
 func (v engineView) Ready() bool { return v.e.Ready() }
 
-// Start listens at once, so a taken port fails the start, and serves in a
-// goroutine. The engine has claimed by now: its services are known. With
-// http.listen off it does nothing.
+// Bind takes http.listen before the engine starts, so a taken port fails
+// the start before the engine claims the lease: an engine that began
+// serving and then found its port taken would hand the account over
+// again at once. With http.listen off it does nothing.
+func (h *HTTP) Bind(context.Context) error {
+	if h.cfg.Off() {
+		return nil
+	}
+	ln, err := httpapi.Bind(h.cfg.Listen)
+	if err != nil {
+		return err
+	}
+	h.mu.Lock()
+	h.ln = ln
+	h.mu.Unlock()
+	return nil
+}
+
+// Unbind lets go of a port Start has not served, when the start failed
+// between the two.
+func (h *HTTP) Unbind(context.Context) error {
+	h.mu.Lock()
+	ln := h.ln
+	h.ln = nil
+	h.mu.Unlock()
+	if ln == nil {
+		return nil
+	}
+	return ln.Close()
+}
+
+// Start serves the API, in a goroutine, on the port Bind took. The engine
+// has claimed by now: its services are known. With http.listen off it
+// does nothing.
 func (h *HTTP) Start(context.Context) error {
 	if h.cfg.Off() {
 		h.log.Info("HTTP API off")
 		return nil
+	}
+	h.mu.Lock()
+	ln := h.ln
+	h.ln = nil
+	h.mu.Unlock()
+	if ln == nil {
+		return errors.New("http: Start before Bind")
 	}
 	s := h.engine.Services()
 	handler := httpapi.NewHandler(httpapi.Options{
@@ -69,10 +110,7 @@ func (h *HTTP) Start(context.Context) error {
 		Hosts:   h.cfg.Hosts,
 		Logger:  h.log,
 	})
-	srv, err := httpapi.Listen(h.cfg.Listen, handler, h.log)
-	if err != nil {
-		return err
-	}
+	srv := httpapi.Serve(ln, handler, h.log)
 	h.mu.Lock()
 	h.srv = srv
 	h.mu.Unlock()
@@ -102,7 +140,13 @@ func (h *HTTP) Addr() string {
 	return h.srv.Addr()
 }
 
-// httpAPI appends the API's hook after the engine's, so it listens once the
+// bindHTTP appends the hook that takes the API's port; it goes before the
+// engine's hook, so a taken port fails the start before the engine claims.
+func bindHTTP() fx.Option {
+	return fx.Invoke(func(lc fx.Lifecycle, h *HTTP) { lc.Append(fx.StartStopHook(h.Bind, h.Unbind)) })
+}
+
+// httpAPI appends the API's hook after the engine's, so it serves once the
 // engine has claimed, and fx, stopping in reverse, shuts it down before the
 // engine hands over.
 func httpAPI() fx.Option {

@@ -3,15 +3,19 @@ package app_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxtest"
 
+	leasejs "github.com/abi-engine/engine/adapters/secondary/lease/jetstream"
 	"github.com/abi-engine/engine/app"
 	"github.com/abi-engine/engine/app/config"
 	"github.com/abi-engine/engine/internal/jsonkeys"
@@ -133,5 +137,37 @@ func TestATakenHTTPPortFailsTheStart(t *testing.T) {
 	err := a.Start(t.Context())
 	if err == nil || !strings.Contains(err.Error(), "http.listen") {
 		t.Fatalf("start on a taken port: %v", err)
+	}
+}
+
+// A serving engine whose HTTP port is taken fails its start before it
+// claims the lease. Claiming first, it served for a moment and then handed
+// the account over again, which callers saw as an engine that vanished.
+func TestATakenHTTPPortFailsTheStartBeforeTheClaim(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	cfg := testConfig(t, url, "serve", "", memoryServices)
+	cfg.HTTP.Listen = taken.Addr().String()
+	a := fx.New(app.Graph(options(cfg)), fx.NopLogger)
+	if err := a.Start(t.Context()); err == nil || !strings.Contains(err.Error(), "http.listen") {
+		t.Fatalf("start on a taken port: %v", err)
+	}
+	js, err := jetstream.New(natstest.Connect(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(t.Context(), leasejs.DefaultBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if history, err := kv.History(t.Context(), "owner"); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatalf("the lease was written before the start failed: %d entries, %v", len(history), err)
 	}
 }

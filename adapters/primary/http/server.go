@@ -245,12 +245,27 @@ type Server struct {
 // Listen binds addr at once, so a taken port fails the caller, and serves
 // h on it in a goroutine until Shutdown.
 func Listen(addr string, h http.Handler, logger *slog.Logger) (*Server, error) {
-	if logger == nil {
-		logger = slog.Default()
+	ln, err := Bind(addr)
+	if err != nil {
+		return nil, err
 	}
+	return Serve(ln, h, logger), nil
+}
+
+// Bind takes addr for a server that Serve starts later, so that a taken
+// port fails a start before anything else has begun.
+func Bind(addr string) (net.Listener, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("http.listen %s: %w", addr, err)
+	}
+	return ln, nil
+}
+
+// Serve serves h on ln in a goroutine until Shutdown, which closes ln.
+func Serve(ln net.Listener, h http.Handler, logger *slog.Logger) *Server {
+	if logger == nil {
+		logger = slog.Default()
 	}
 	s := &Server{
 		// A request and its answer are bounded whole; object transfers,
@@ -277,7 +292,7 @@ func Listen(addr string, h http.Handler, logger *slog.Logger) (*Server, error) {
 			s.mu.Unlock()
 		}
 	}()
-	return s, nil
+	return s
 }
 
 // Addr is the address the server listens on, with the port the system
