@@ -301,6 +301,30 @@ func (c *Cache) Trust(ctx context.Context, token uint64, raise func(context.Cont
 	return c.Current(token)
 }
 
+// Answers is what a store that keeps reads gives the engine besides the
+// port: gets answered from memory (ports.QuickGetter) and the end of a
+// term (ports.TermEnder). The store embeds it.
+type Answers struct{ c *Cache }
+
+var (
+	_ ports.QuickGetter = Answers{}
+	_ ports.TermEnder   = Answers{}
+)
+
+// Answers returns the cache's answers to the engine.
+func (c *Cache) Answers() Answers { return Answers{c} }
+
+// QuickGet answers from what the cache keeps under ctx's term, if it
+// keeps key.
+func (a Answers) QuickGet(ctx context.Context, key string) ([]byte, bool, error) {
+	v, ok := a.c.GetUnder(ctx, key, time.Now())
+	return v, ok, nil
+}
+
+// EndTerm ends the term: the engine calls it before it writes its release,
+// and from then on reads under its term go to the backend.
+func (a Answers) EndTerm(token uint64) { a.c.End(token) }
+
 // Holds reports whether key is kept, under whatever term.
 func (c *Cache) Holds(key string) bool {
 	c.mu.RLock()

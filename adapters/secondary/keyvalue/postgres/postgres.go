@@ -53,14 +53,16 @@ const left = "floor(extract(epoch FROM expires_at - clock_timestamp()) * 1000000
 
 // Store is a pool of connections to the table.
 type Store struct {
+	termcache.Answers // QuickGet and EndTerm, from cache
+
 	pool   *pgxpool.Pool
 	writes pgdb.Fenced // every write, checked against the fencing token
 	table  string      // quoted
 	name   string
 	cache  *termcache.Cache
 	sets   *setter // Set's writes, several in one statement
-	// The statements of a get: plain, and one that also says how long the
-	// value has to live, for a read that may be kept.
+	// The statements: a get, plain and one that also says how long the
+	// value has to live (for a read that may be kept); a batch of sets.
 	getSQL, getKeptSQL, setBatchSQL string
 }
 
@@ -87,6 +89,7 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 		getKeptSQL:  "SELECT value, " + left + " FROM " + table + " WHERE key = $1 AND " + live,
 		setBatchSQL: setBatchSQL(table),
 	}
+	s.Answers = s.cache.Answers()
 	s.sets = newSetter(int(pool.Config().MaxConns), s.writeSets)
 	return s, nil
 }
@@ -173,17 +176,6 @@ var (
 	_ ports.QuickGetter = (*Store)(nil)
 	_ ports.TermEnder   = (*Store)(nil)
 )
-
-// QuickGet answers from what this handle keeps under ctx's term, if it
-// keeps key.
-func (s *Store) QuickGet(ctx context.Context, key string) ([]byte, bool, error) {
-	v, ok := s.cache.GetUnder(ctx, key, time.Now())
-	return v, ok, nil
-}
-
-// EndTerm implements ports.TermEnder: the engine calls it before it writes
-// its release, and from then on reads under its term go to the server.
-func (s *Store) EndTerm(token uint64) { s.cache.End(token) }
 
 // raise moves the table's fence up to token, for the cache's new term.
 func (s *Store) raise(ctx context.Context, token uint64) error {

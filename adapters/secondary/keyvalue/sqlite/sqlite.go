@@ -90,6 +90,8 @@ const (
 // Store is one handle on the file: reads on the reader pool, writes on the
 // one writer.
 type Store struct {
+	termcache.Answers // QuickGet and EndTerm, from cache
+
 	db   *sqlitedb.DB
 	path string
 
@@ -107,7 +109,8 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{db: db, path: c.Path, cache: termcache.New(termcache.Bytes)}
+	cache := termcache.New(termcache.Bytes)
+	s := &Store{db: db, path: c.Path, cache: cache, Answers: cache.Answers()}
 	reads, err := sqlitedb.Prepare(ctx, db.Read, getSQL, existsSQL, listSQL)
 	if err != nil {
 		_ = db.Close()
@@ -189,17 +192,6 @@ var (
 	_ ports.QuickGetter = (*Store)(nil)
 	_ ports.TermEnder   = (*Store)(nil)
 )
-
-// QuickGet answers from what this handle keeps under ctx's term, if it
-// keeps key.
-func (s *Store) QuickGet(ctx context.Context, key string) ([]byte, bool, error) {
-	v, ok := s.cache.GetUnder(ctx, key, time.Now())
-	return v, ok, nil
-}
-
-// EndTerm implements ports.TermEnder: the engine calls it before it writes
-// its release, and from then on reads under its term go to the file.
-func (s *Store) EndTerm(token uint64) { s.cache.End(token) }
 
 // fenceAt is the token parameter of a write under ctx's term, once the
 // fence stands at that term: it raises the fence the first time this
