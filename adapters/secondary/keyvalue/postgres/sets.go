@@ -15,7 +15,8 @@ import (
 // alone costs a commit and, under a serving term, a check of the fence.
 // A set never waits for others to arrive; it waits only for a connection,
 // as it would anyway, and whatever queued meanwhile goes with it. Each
-// caller is answered once its set has committed, or failed, as alone.
+// caller is answered once its batch has committed, or with the batch's
+// error: the sets of a batch succeed or fail as one (ADR 0013).
 
 // setBatchMax is the most sets one statement writes.
 const setBatchMax = 128
