@@ -78,6 +78,10 @@ type Engine struct {
 	stopping atomic.Bool
 	// exitArmed ends the process if a stop the broker's loss began hangs.
 	exitArmed atomic.Pointer[time.Timer]
+	// stopAsked: the engine has asked its process to stop; it asks once,
+	// for the first reason, whichever of them comes next (a lost broker
+	// also loses the lease a moment later).
+	stopAsked atomic.Bool
 
 	mu        sync.Mutex
 	broker    *server.Server
@@ -232,7 +236,15 @@ func (e *Engine) connectionClosed(nc *nats.Conn) {
 		return
 	}
 	e.log.Error("the NATS connection closed for good; stopping", "connection", nc.Opts.Name, "err", nc.LastError())
-	e.p.Shutdown(ExitConnectionLost)
+	e.askStop(ExitConnectionLost)
+}
+
+// askStop asks the process to stop with code, unless the engine has asked
+// already.
+func (e *Engine) askStop(code int) {
+	if e.stopAsked.CompareAndSwap(false, true) {
+		e.p.Shutdown(code)
+	}
 }
 
 // Start reaches the broker, claims the lease and starts what the claim
@@ -271,10 +283,10 @@ func (e *Engine) Start(ctx context.Context) (err error) {
 	}
 	sv := newServing(e.log, e.jobs, func() {
 		e.log.Error("another engine took the lease; stopping")
-		e.p.Shutdown(ExitLeaseLost)
+		e.askStop(ExitLeaseLost)
 	}, func(err error) {
 		e.log.Error("cannot serve the kernel services", "err", err)
-		e.p.Shutdown(ExitLeaseLost)
+		e.askStop(ExitLeaseLost)
 	}, e.announce)
 	e.mu.Lock()
 	e.serving = sv
@@ -449,7 +461,7 @@ func (e *Engine) awaitLease(ctx context.Context, o *domain.Ownership) {
 	case ctx.Err() != nil:
 	default:
 		e.log.Error("standby stops", "err", err)
-		e.p.Shutdown(ExitLeaseLost)
+		e.askStop(ExitLeaseLost)
 	}
 }
 
