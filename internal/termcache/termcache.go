@@ -120,6 +120,30 @@ func (c *Cache) GetUnder(ctx context.Context, key string, now time.Time) ([]byte
 	return c.Get(token, key, now)
 }
 
+// Read is a read of one key that may be kept, begun by StartRead.
+type Read struct {
+	c         *Cache
+	term, gen uint64
+	key       string
+}
+
+// StartRead begins a read of key under ctx's serving term and reports
+// whether what it finds may be kept: the call carries a term, the cache
+// trusts it (Trust, which raises the fence through raise on a term's
+// first read), and the key is not being written. The store then reads its
+// backend and, if ok, hands what it found to Read.Keep.
+func (c *Cache) StartRead(ctx context.Context, key string, raise func(context.Context, uint64) error) (Read, bool) {
+	token, termed := ports.FencingToken(ctx)
+	if !termed || !c.Trust(ctx, token, raise) {
+		return Read{}, false
+	}
+	gen, ok := c.Ticket(token, key)
+	return Read{c: c, term: token, gen: gen, key: key}, ok
+}
+
+// Keep keeps value, which the read found, as Fill does.
+func (r Read) Keep(value []byte, expires time.Time) { r.c.Fill(r.term, r.gen, r.key, value, expires) }
+
 // Ticket returns the generation a read of key under term must find
 // unchanged to keep what it read; ok is false when nothing it reads may
 // be kept: term is not the cache's, key is being written, or a write of

@@ -128,12 +128,7 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, error) {
 	if v, ok, _ := s.QuickGet(ctx, key); ok {
 		return v, nil
 	}
-	token, termed := ports.FencingToken(ctx)
-	var gen uint64
-	keep := termed && s.cache.Trust(ctx, token, s.raise)
-	if keep {
-		gen, keep = s.cache.Ticket(token, key)
-	}
+	read, keep := s.cache.StartRead(ctx, key, s.raise)
 	var v []byte
 	var err error
 	if !keep {
@@ -144,7 +139,7 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, error) {
 		at := time.Now()
 		var us *int64
 		if err = s.pool.QueryRow(ctx, s.getKeptSQL, key).Scan(&v, &us); err == nil {
-			s.keep(token, gen, key, v, at, us)
+			keepRead(read, v, at, us)
 		}
 	}
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -156,11 +151,11 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, error) {
 	return bytea(v), nil
 }
 
-// keep fills the cache with a value read at at that the server gave us
+// keepRead keeps a value read at at that the server gave
 // microseconds to live, nil for ever. A thousandth of the time left is
 // taken off, for a server clock that runs up to that much faster than
 // this host's.
-func (s *Store) keep(token, gen uint64, key string, v []byte, at time.Time, us *int64) {
+func keepRead(read termcache.Read, v []byte, at time.Time, us *int64) {
 	var expires time.Time
 	if us != nil {
 		left := time.Duration(*us) * time.Microsecond
@@ -169,7 +164,7 @@ func (s *Store) keep(token, gen uint64, key string, v []byte, at time.Time, us *
 		}
 		expires = at.Add(left)
 	}
-	s.cache.Fill(token, gen, key, bytea(v), expires)
+	read.Keep(bytea(v), expires)
 }
 
 var (

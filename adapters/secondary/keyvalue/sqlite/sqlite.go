@@ -159,16 +159,11 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, error) {
 		return v, nil
 	}
 	at := time.Now().UnixNano()
-	token, termed := ports.FencingToken(ctx)
 	rctx, err := sqlitedb.PointRead(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("get %q from %s: %w", key, s.path, err)
 	}
-	var gen uint64
-	keep := termed && s.cache.Trust(ctx, token, s.raiseTo)
-	if keep {
-		gen, keep = s.cache.Ticket(token, key)
-	}
+	read, keep := s.cache.StartRead(ctx, key, s.raiseTo)
 	var v []byte
 	var expires sql.NullInt64
 	err = s.get.QueryRowContext(rctx, sql.Named("key", key), sql.Named("now", at)).Scan(&v, &expires)
@@ -183,7 +178,7 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, error) {
 		if expires.Int64 != 0 {
 			at = time.Unix(0, expires.Int64)
 		}
-		s.cache.Fill(token, gen, key, v, at)
+		read.Keep(v, at)
 	}
 	return blob(v), nil
 }
