@@ -242,16 +242,6 @@ type Server struct {
 	err  error
 }
 
-// Listen binds addr at once, so a taken port fails the caller, and serves
-// h on it in a goroutine until Shutdown.
-func Listen(addr string, h http.Handler, logger *slog.Logger) (*Server, error) {
-	ln, err := Bind(addr)
-	if err != nil {
-		return nil, err
-	}
-	return Serve(ln, h, logger), nil
-}
-
 // Bind takes addr for a server that Serve starts later, so that a taken
 // port fails a start before anything else has begun.
 func Bind(addr string) (net.Listener, error) {

@@ -149,13 +149,14 @@ func TestStatusOf(t *testing.T) {
 	}
 }
 
-func TestListenOnPortZeroAndShutdown(t *testing.T) {
+func TestBindOnPortZeroServeAndShutdown(t *testing.T) {
 	e := &engine{}
 	e.ready.Store(true)
-	s, err := httpapi.Listen("127.0.0.1:0", httpapi.NewHandler(httpapi.Options{Engine: e}), nil)
+	ln, err := httpapi.Bind("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	s := httpapi.Serve(ln, httpapi.NewHandler(httpapi.Options{Engine: e}), nil)
 	if _, port, _ := net.SplitHostPort(s.Addr()); port == "0" || port == "" {
 		t.Fatalf("Addr %q has no real port", s.Addr())
 	}
@@ -164,8 +165,8 @@ func TestListenOnPortZeroAndShutdown(t *testing.T) {
 		t.Fatalf("GET /readyz: %v %v", resp, err)
 	}
 	resp.Body.Close()
-	if _, err := httpapi.Listen(s.Addr(), httpapi.NewHandler(httpapi.Options{Engine: e}), nil); err == nil || !strings.Contains(err.Error(), "http.listen") {
-		t.Fatalf("a second Listen on a taken port: %v", err)
+	if _, err := httpapi.Bind(s.Addr()); err == nil || !strings.Contains(err.Error(), "http.listen") {
+		t.Fatalf("a second Bind on a taken port: %v", err)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
