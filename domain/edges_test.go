@@ -315,3 +315,77 @@ func TestARecreatedTermAdmitsNothingBeforeItsQuarantine(t *testing.T) {
 		}
 	})
 }
+
+// heldReads is a lease whose reads, once held, wait to be let go and then
+// answer whatever their caller did meanwhile: a reply already on its way
+// when the caller gave up.
+type heldReads struct {
+	domain.Lease
+	mu      sync.Mutex
+	gate    chan struct{} // nil: reads go through
+	reading chan struct{} // a held read has begun
+}
+
+func (h *heldReads) hold() (reading <-chan struct{}, letGo func()) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	gate := make(chan struct{})
+	h.gate, h.reading = gate, make(chan struct{}, 1)
+	return h.reading, func() { close(gate) }
+}
+
+func (h *heldReads) Read(ctx context.Context) (domain.Record, error) {
+	h.mu.Lock()
+	gate, reading := h.gate, h.reading
+	h.mu.Unlock()
+	if gate != nil {
+		select {
+		case reading <- struct{}{}:
+		default:
+		}
+		<-gate
+	}
+	return h.Lease.Read(context.Background())
+}
+
+// A holder stopped while its renewal is learning that another engine took
+// the lease must not release that engine's record. Before the fix the
+// renewal's verdict was dropped on the way out, the holder kept the
+// successor's record as its own, and Release wrote "released" over it, so
+// a standby of the next release took the lease beside the successor.
+func TestAStopDuringARenewalThatFindsASuccessorReleasesNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := usedStore(t)
+		view := &heldReads{Lease: store}
+		a := newEngine(t, view, "a", "v1", testTiming())
+		a.mustServe(t)
+		a.store.Cut(true) // a is silent and fences; b takes over after a lease
+		b := newEngine(t, store, "b", "v1", testTiming())
+		b.mustServe(t)
+		defer b.release(t)
+		taken, _ := store.Read(context.Background())
+
+		reading, letGo := view.hold()
+		a.store.Cut(false)
+		select {
+		case <-reading: // a's renewal met b's revision and reads who holds it
+		case <-time.After(L):
+			t.Fatalf("a never renewed after the cut: %s", a.path())
+		}
+		released := make(chan error, 1)
+		go func() { released <- a.o.Release(context.Background()) }()
+		synctest.Wait() // Release has stopped the renewals and waits for the one in flight
+		letGo()
+		if err := <-released; err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+		rec, _ := store.Read(context.Background())
+		if rec.Revision != taken.Revision || rec.Holder.InstanceID != b.o.Me().InstanceID || rec.Holder.Released {
+			t.Fatalf("a's release wrote over b's lease: it reads %+v at revision %d, want b's record at %d (a: %s)",
+				rec.Holder, rec.Revision, taken.Revision, a.path())
+		}
+		if a.o.MayServe() {
+			t.Fatalf("a may still serve: %s", a.path())
+		}
+	})
+}

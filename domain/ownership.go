@@ -471,15 +471,10 @@ func (o *Ownership) keep(ctx context.Context, renewedAt, serveFrom time.Time) {
 		select {
 		case <-ctx.Done():
 			if inFlight {
-				r := <-results
-				if !r.recreatedAt.IsZero() {
-					// The last renewal found the key empty and made it
-					// again: the hold starts over, so it is not handed over.
-					o.mu.Lock()
-					o.serveFrom = r.recreatedAt.Add(o.timing.Quarantine())
-					o.mu.Unlock()
-				}
-				o.applyRenewal(r, &renewedAt)
+				// The renewal in flight may have learnt that the lease is
+				// lost, or made the key anew: Release must know before it
+				// decides whether to write.
+				o.take(<-results, &renewedAt, &serveFrom)
 			}
 			return
 		case <-timer.C:
@@ -499,8 +494,7 @@ func (o *Ownership) keep(ctx context.Context, renewedAt, serveFrom time.Time) {
 			if o.renewed != nil {
 				o.renewed(r.err == nil, o.clock.Now().Sub(r.start))
 			}
-			if errors.Is(r.err, ErrLeaseLost) {
-				o.loseLease()
+			if !o.take(r, &renewedAt, &serveFrom) {
 				return
 			}
 			if r.err != nil {
@@ -508,34 +502,40 @@ func (o *Ownership) keep(ctx context.Context, renewedAt, serveFrom time.Time) {
 				// leaves a second chance before the fence.
 				next = r.start.Add(o.timing.Renew() / 2)
 			}
-			if !r.recreatedAt.IsZero() {
-				// Someone deleted the key: another engine may have taken the
-				// lease before that and serve still. It stops within half a
-				// lease of its last renewal, which started before the key was
-				// seen empty, so this engine holds it Timing.Quarantine from
-				// then, and serves under a new term.
-				serveFrom = r.recreatedAt.Add(o.timing.Quarantine())
-				o.mu.Lock()
-				o.term = r.rev
-				o.serveFrom = serveFrom
-				o.mu.Unlock()
-				o.log.Warn("the lease key was deleted by someone else; created it again, holding it a lease before serving",
-					"serve_in", serveFrom.Sub(o.clock.Now()))
-			}
-			o.applyRenewal(r, &renewedAt)
 		}
 	}
 }
 
-func (o *Ownership) applyRenewal(r renewal, renewedAt *time.Time) {
+// take applies a renewal's result to the hold, and reports false when the
+// renewal found the lease lost, which ends the hold.
+func (o *Ownership) take(r renewal, renewedAt, serveFrom *time.Time) bool {
+	if errors.Is(r.err, ErrLeaseLost) {
+		o.loseLease()
+		return false
+	}
 	if r.err != nil {
 		o.log.Warn("lease renewal failed", "err", r.err)
-		return
+		return true
+	}
+	if !r.recreatedAt.IsZero() {
+		// Someone deleted the key: another engine may have taken the lease
+		// before that and serve still. It stops within half a lease of its
+		// last renewal, which started before the key was seen empty, so
+		// this engine holds it Timing.Quarantine from then, and serves
+		// under a new term.
+		*serveFrom = r.recreatedAt.Add(o.timing.Quarantine())
+		o.mu.Lock()
+		o.term = r.rev
+		o.serveFrom = *serveFrom
+		o.mu.Unlock()
+		o.log.Warn("the lease key was deleted by someone else; created it again, holding it a lease before serving",
+			"serve_in", serveFrom.Sub(o.clock.Now()))
 	}
 	*renewedAt = r.start
 	o.mu.Lock()
 	o.record = Record{Holder: o.me, Revision: r.rev, Present: true}
 	o.mu.Unlock()
+	return true
 }
 
 // settle moves between serving and fenced by the clock: the engine serves
@@ -674,8 +674,10 @@ func (o *Ownership) Release(ctx context.Context) error {
 	// over: whoever served before the key went may serve on, and a
 	// released record would let a standby take it at once. The record is
 	// left to go silent instead.
+	// Nor is a record written over unless it is our own: a released record
+	// is a promise that its holder stopped, and only the holder can make it.
 	waiting := held && o.clock.Now().Before(serveFrom)
-	if !held || waiting || from == StateIdle || from == StateStandby {
+	if !held || waiting || from == StateIdle || from == StateStandby || !o.ours(rec) {
 		o.transition(StateReleased, rec)
 		return nil
 	}
