@@ -47,6 +47,7 @@ import (
 
 	"github.com/abi-engine/engine/app"
 	"github.com/abi-engine/engine/app/config"
+	"github.com/abi-engine/engine/internal/heapfloor"
 )
 
 // usage lists the commands.
@@ -172,6 +173,14 @@ func (c *command) serve(args []string, stderr io.Writer) int {
 		cfg.NATS.URL = *natsURL
 	}
 	embed := *configPath == "" && *natsURL == "" && os.Getenv("NATS_URL") == ""
+	if os.Getenv("GOGC") == "" {
+		// A server of small calls keeps little live: without a floor the
+		// collector runs many times a second (docs/performance.md).
+		floor := heapfloor.Keep(heapfloor.Default)
+		defer floor.Stop()
+		log.Info("the garbage collector waits for the heap to reach its floor; set GOGC to choose otherwise",
+			"floor_mib", heapfloor.Default>>20, "gc_percent", floor.Percent())
+	}
 
 	var eng *app.Engine
 	a := c.newApp(app.Options{Config: cfg, Embed: embed, Logger: log}, fx.Populate(&eng))

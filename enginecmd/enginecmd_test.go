@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -229,5 +230,38 @@ func TestConfigCheckRefusesACallerSecretThatCameOutEmpty(t *testing.T) {
 	if code := Run([]string{"serve", "--config", path}, io.Discard, &stderr, Options{}); code != exitError ||
 		!strings.Contains(stderr.String(), "http.token") || !strings.Contains(stderr.String(), "http.listen to off") {
 		t.Fatalf("serve with an unguarded HTTP API = %d, %q; want 1 saying why", code, stderr.String())
+	}
+}
+
+// serve keeps a floor under the collector's heap unless GOGC says
+// otherwise, and gives the collector its own setting back when it returns.
+func TestServeKeepsAHeapFloorUnlessGOGCIsSet(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "engine.yaml")
+	// A configuration that loads, with a broker nobody runs: serve gets
+	// past the collector, and fails to start.
+	yaml := fmt.Sprintf("nats:\n  url: nats://127.0.0.1:1\nhttp: {listen: \"off\"}\ndata_dir: %s\n", filepath.Join(dir, "data"))
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	before := debug.SetGCPercent(100)
+	defer debug.SetGCPercent(before)
+	for _, c := range []struct {
+		gogc  string
+		floor bool
+	}{{"", true}, {"100", false}, {"off", false}} {
+		t.Run("GOGC="+c.gogc, func(t *testing.T) {
+			t.Setenv("GOGC", c.gogc)
+			var stderr bytes.Buffer
+			if code := Run([]string{"serve", "--config", path}, io.Discard, &stderr, Options{}); code != exitError {
+				t.Fatalf("serve = %d, want %d: %s", code, exitError, stderr.String())
+			}
+			if got := strings.Contains(stderr.String(), "garbage collector waits"); got != c.floor {
+				t.Fatalf("with GOGC=%q the floor was kept: %v, want %v\n%s", c.gogc, got, c.floor, stderr.String())
+			}
+			if p := debug.SetGCPercent(100); p != 100 {
+				t.Fatalf("serve left the collector at %d percent", p)
+			}
+		})
 	}
 }
