@@ -389,3 +389,124 @@ func TestAStopDuringARenewalThatFindsASuccessorReleasesNothing(t *testing.T) {
 		}
 	})
 }
+
+// recreatedUnderASuccessor brings a to the moment its renewal makes anew a
+// key an operator deleted under b, while b, cut off since its last
+// renewal, may still serve: the case the quarantine is for. lose says how
+// a's create goes out, before a's store is reached again.
+func recreatedUnderASuccessor(t *testing.T, store *memory.Lease, a *testEngine, lose func()) (b *testEngine) {
+	t.Helper()
+	a.mustServe(t)
+	a.store.Cut(true) // a is silent; b takes over after a lease
+	b = newEngine(t, store, "b", "", testTiming())
+	b.mustServe(t)
+	time.Sleep(L/4 + time.Millisecond) // b renewed a moment ago
+	synctest.Wait()
+	b.store.Cut(true) // and serves on until half a lease after that
+	rec, _ := store.Read(context.Background())
+	if rec.Holder.InstanceID != b.o.Me().InstanceID {
+		t.Fatalf("lease held by %s, want b", rec.Holder)
+	}
+	if err := store.Delete(context.Background(), rec.Revision); err != nil {
+		t.Fatal(err)
+	}
+	lose()
+	a.store.Cut(false)
+	return b
+}
+
+// A standby of the next release claims after a has released: it must not
+// serve while b still may.
+func wantNoHandoverBeside(t *testing.T, store *memory.Lease, a, b *testEngine) {
+	t.Helper()
+	c := newEngine(t, store, "c", "v2", testTiming())
+	defer c.release(t)
+	if out, _ := c.claim(t, domain.RoleServe); out == domain.OutcomeServe && b.o.MayServe() && c.o.MayServe() {
+		t.Fatalf("b and c both may serve: a handed over a key it made anew under b (a: %s; b: %s; c: %s)",
+			a.path(), b.path(), c.path())
+	}
+}
+
+// A renewal that makes the key anew and never hears back (the reply lost)
+// has, for all the holder knows, a key of its own in quarantine. Before the
+// fix, Release read that record back, took it for a renewal whose reply was
+// lost, and wrote it released: the next release's standby took it at once
+// beside b.
+func TestARecreateWhoseReplyWasLostIsNotHandedOver(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := usedStore(t)
+		a := newEngine(t, store, "a", "", testTiming())
+		b := recreatedUnderASuccessor(t, store, a, func() { a.store.LoseReplies(1) })
+		defer b.kill()
+		time.Sleep(L / 8)
+		synctest.Wait()
+		if rec, _ := store.Read(context.Background()); rec.Holder.InstanceID != a.o.Me().InstanceID {
+			t.Fatalf("a did not make the key anew: %+v (%s)", rec, a.path())
+		}
+		a.release(t)
+		wantNoHandoverBeside(t, store, a, b)
+	})
+}
+
+// heldCreates is a lease whose creates land at once and whose replies,
+// once held, wait to be let go: a reply on its way when its caller gives
+// up.
+type heldCreates struct {
+	domain.Lease
+	mu       sync.Mutex
+	gate     chan struct{}
+	creating chan struct{}
+}
+
+func (h *heldCreates) hold() (creating <-chan struct{}, letGo func()) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	gate := make(chan struct{})
+	h.gate, h.creating = gate, make(chan struct{}, 1)
+	return h.creating, func() { close(gate) }
+}
+
+func (h *heldCreates) Create(ctx context.Context, holder domain.Holder) (uint64, error) {
+	h.mu.Lock()
+	gate, creating := h.gate, h.creating
+	h.mu.Unlock()
+	rev, err := h.Lease.Create(context.Background(), holder)
+	if gate != nil {
+		select {
+		case creating <- struct{}{}:
+		default:
+		}
+		<-gate
+	}
+	if ctx.Err() != nil {
+		return 0, ctx.Err()
+	}
+	return rev, err
+}
+
+// The same when Release itself cuts the renewal short while its create is
+// on the way: the more likely way to miss the reply.
+func TestARecreateCutShortByReleaseIsNotHandedOver(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := usedStore(t)
+		view := &heldCreates{Lease: store}
+		a := newEngine(t, view, "a", "", testTiming())
+		var creating <-chan struct{}
+		var letGo func()
+		b := recreatedUnderASuccessor(t, store, a, func() { creating, letGo = view.hold() })
+		defer b.kill()
+		select {
+		case <-creating:
+		case <-time.After(L / 4):
+			t.Fatalf("a never made the key anew: %s", a.path())
+		}
+		released := make(chan error, 1)
+		go func() { released <- a.o.Release(context.Background()) }()
+		synctest.Wait() // Release stopped the renewals and waits for this one
+		letGo()
+		if err := <-released; err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+		wantNoHandoverBeside(t, store, a, b)
+	})
+}

@@ -603,12 +603,16 @@ func (o *Ownership) renew(ctx context.Context, rev uint64) (newRev uint64, recre
 		if errors.Is(err, ErrLeaseTaken) {
 			return 0, time.Time{}, ErrLeaseLost
 		}
+		// The create may have gone through even when it failed: if a later
+		// renewal, or Release, finds our record, it was this create, and
+		// the wait counts from now. One that answered is known instead.
+		o.mu.Lock()
+		o.createdAt = time.Time{}
 		if err != nil {
-			// The create may have gone through: if a later renewal finds
-			// our record, it was this create, and the wait counts from now.
-			o.mu.Lock()
 			o.createdAt = seen
-			o.mu.Unlock()
+		}
+		o.mu.Unlock()
+		if err != nil {
 			return 0, time.Time{}, err
 		}
 		return newRev, seen, nil
@@ -663,6 +667,11 @@ func (o *Ownership) Release(ctx context.Context) error {
 	}
 	o.mu.Lock()
 	from, rec, held, serveFrom := o.state, o.record, o.held, o.serveFrom
+	if created := o.createdAt; !created.IsZero() {
+		// A renewal made the key anew and never heard back: the record
+		// of ours that Release may find is that key, in its quarantine.
+		serveFrom = later(serveFrom, created.Add(o.timing.Quarantine()))
+	}
 	if from == StateLost || from == StateReleased {
 		o.mu.Unlock()
 		return nil
@@ -670,12 +679,12 @@ func (o *Ownership) Release(ctx context.Context) error {
 	o.held = false
 	o.mu.Unlock()
 	// A hold still waiting out its quarantine over a key that had no value
-	// (taken so, or made again by its last renewal) must not be handed
-	// over: whoever served before the key went may serve on, and a
+	// (taken so, or made again by a renewal, answered or not) must not be
+	// handed over: whoever served before the key went may serve on, and a
 	// released record would let a standby take it at once. The record is
-	// left to go silent instead.
-	// Nor is a record written over unless it is our own: a released record
-	// is a promise that its holder stopped, and only the holder can make it.
+	// left to go silent instead. Nor is a record written over unless it is
+	// our own: a released record says that its holder stopped, and only
+	// the holder can say so.
 	waiting := held && o.clock.Now().Before(serveFrom)
 	if !held || waiting || from == StateIdle || from == StateStandby || !o.ours(rec) {
 		o.transition(StateReleased, rec)
@@ -743,4 +752,11 @@ func (o *Ownership) announce(tr Transition) {
 	if o.observe != nil {
 		o.observe(tr)
 	}
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
