@@ -316,35 +316,46 @@ func TestARecreatedTermAdmitsNothingBeforeItsQuarantine(t *testing.T) {
 	})
 }
 
+// gate holds calls, once held, until they are let go.
+type gate struct {
+	mu      sync.Mutex
+	open    chan struct{} // nil: calls go through
+	entered chan struct{} // a held call has come
+}
+
+func (g *gate) hold() (entered <-chan struct{}, letGo func()) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	open := make(chan struct{})
+	g.open, g.entered = open, make(chan struct{}, 1)
+	return g.entered, func() { close(open) }
+}
+
+// pass is where a call waits while the gate holds.
+func (g *gate) pass() {
+	g.mu.Lock()
+	open, entered := g.open, g.entered
+	g.mu.Unlock()
+	if open == nil {
+		return
+	}
+	select {
+	case entered <- struct{}{}:
+	default:
+	}
+	<-open
+}
+
 // heldReads is a lease whose reads, once held, wait to be let go and then
 // answer whatever their caller did meanwhile: a reply already on its way
 // when the caller gave up.
 type heldReads struct {
 	domain.Lease
-	mu      sync.Mutex
-	gate    chan struct{} // nil: reads go through
-	reading chan struct{} // a held read has begun
-}
-
-func (h *heldReads) hold() (reading <-chan struct{}, letGo func()) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	gate := make(chan struct{})
-	h.gate, h.reading = gate, make(chan struct{}, 1)
-	return h.reading, func() { close(gate) }
+	gate
 }
 
 func (h *heldReads) Read(ctx context.Context) (domain.Record, error) {
-	h.mu.Lock()
-	gate, reading := h.gate, h.reading
-	h.mu.Unlock()
-	if gate != nil {
-		select {
-		case reading <- struct{}{}:
-		default:
-		}
-		<-gate
-	}
+	h.pass()
 	return h.Lease.Read(context.Background())
 }
 
@@ -453,31 +464,12 @@ func TestARecreateWhoseReplyWasLostIsNotHandedOver(t *testing.T) {
 // up.
 type heldCreates struct {
 	domain.Lease
-	mu       sync.Mutex
-	gate     chan struct{}
-	creating chan struct{}
-}
-
-func (h *heldCreates) hold() (creating <-chan struct{}, letGo func()) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	gate := make(chan struct{})
-	h.gate, h.creating = gate, make(chan struct{}, 1)
-	return h.creating, func() { close(gate) }
+	gate
 }
 
 func (h *heldCreates) Create(ctx context.Context, holder domain.Holder) (uint64, error) {
-	h.mu.Lock()
-	gate, creating := h.gate, h.creating
-	h.mu.Unlock()
 	rev, err := h.Lease.Create(context.Background(), holder)
-	if gate != nil {
-		select {
-		case creating <- struct{}{}:
-		default:
-		}
-		<-gate
-	}
+	h.pass()
 	if ctx.Err() != nil {
 		return 0, ctx.Err()
 	}
