@@ -12,6 +12,7 @@ import (
 
 	"github.com/abi-engine/engine/adapters/secondary/lease/memory"
 	"github.com/abi-engine/engine/domain"
+	"github.com/abi-engine/engine/internal/leasetest"
 )
 
 // The edges of the lease where a review found two engines could serve at
@@ -398,6 +399,8 @@ func TestAStopDuringARenewalThatFindsASuccessorReleasesNothing(t *testing.T) {
 		if a.o.MayServe() {
 			t.Fatalf("a may still serve: %s", a.path())
 		}
+		// Its renewal's verdict was heard: the hold ended as lost.
+		wantState(t, a, domain.StateLost)
 	})
 }
 
@@ -500,5 +503,70 @@ func TestARecreateCutShortByReleaseIsNotHandedOver(t *testing.T) {
 			t.Fatalf("Release: %v", err)
 		}
 		wantNoHandoverBeside(t, store, a, b)
+	})
+}
+
+// failedCreates is a lease whose next creates fail without landing, and
+// which notes when each create lands.
+type failedCreates struct {
+	domain.Lease
+	mu     sync.Mutex
+	fail   int
+	landed []time.Time
+}
+
+func (f *failedCreates) failNext(n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.fail = n
+}
+
+func (f *failedCreates) Create(ctx context.Context, holder domain.Holder) (uint64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.fail > 0 {
+		f.fail--
+		return 0, leasetest.ErrFault
+	}
+	rev, err := f.Lease.Create(ctx, holder)
+	if err == nil {
+		f.landed = append(f.landed, time.Now())
+	}
+	return rev, err
+}
+
+// A create that failed leaves a doubt (it may have landed); one that
+// answers later settles it. Before that was so, the doubt outlived the
+// answer: a renewal whose reply was then lost read our record back and
+// counted the quarantine from the failed create, earlier than the one that
+// made the key, so the holder served before its quarantine was over.
+func TestAnAnsweredCreateSettlesAnEarlierFailedOne(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := usedStore(t)
+		view := &failedCreates{Lease: store}
+		a := newEngine(t, view, "a", "", testTiming())
+		a.mustServe(t)
+		defer a.release(t)
+		time.Sleep(L / 8)
+		rec, _ := store.Read(context.Background())
+		if err := store.Delete(context.Background(), rec.Revision); err != nil {
+			t.Fatal(err)
+		}
+		view.failNext(1) // the renewal at L/4 finds the key gone and fails to make it
+		time.Sleep(L/4 + L/8)
+		synctest.Wait()
+		view.mu.Lock()
+		landed := append([]time.Time(nil), view.landed...)
+		view.mu.Unlock()
+		if len(landed) != 1 {
+			t.Fatalf("a made the key %d times by %v, want once (%s)", len(landed), time.Since(a.start), a.path())
+		}
+		a.store.LoseReplies(1) // the next renewal lands and is not answered
+		time.Sleep(2 * L)
+		served, _ := a.when(domain.StateServing)
+		if due := landed[0].Sub(a.start) + L; served < due {
+			t.Fatalf("a served again at %v, before its quarantine over the key it made at %v ended at %v (%s)",
+				served, landed[0].Sub(a.start), due, a.path())
+		}
 	})
 }
