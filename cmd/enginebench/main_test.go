@@ -19,7 +19,7 @@ import (
 var fields = []string{
 	"raw_echo_rps", "kv_get_rps", "ratio_kv_to_raw", "raw_echo_p50_us", "raw_echo_p99_us",
 	"kv_get_p50_us", "kv_get_p99_us", "handover_calls", "handover_failed", "handover_max_ms",
-	"handover_gap_ms", "failover_ms", "boot_ms", "rss_mb",
+	"handover_gap_ms", "failover_ms", "boot_ms", "boot_restart_ms", "rss_mb",
 	"nats_kv_get_rps", "nats_kv_put_rps", "kv_get_rps_memory", "kv_get_rps_sqlite", "kv_get_rps_postgres",
 	"pgx_get_rps", "kv_set_rps_sqlite", "kv_set_rps_postgres", "pgx_set_rps", "doc_get_rps", "doc_put_rps",
 	"obj_put_mib_s", "obj_get_mib_s", "nats_obj_put_mib_s", "nats_obj_get_mib_s", "ratio_sqlite_to_raw",

@@ -25,7 +25,11 @@ type Result struct {
 	HandoverGapMS  *float64 `json:"handover_gap_ms"`
 	FailoverMS     *float64 `json:"failover_ms"`
 	BootMS         *float64 `json:"boot_ms"`
-	RSSMB          *float64 `json:"rss_mb"`
+	// BootRestartMS is the same start again on the same data: it finds the
+	// released record of the start before and serves at once, where the
+	// very first start holds the new lease key for a lease (ADR 0002).
+	BootRestartMS *float64 `json:"boot_restart_ms"`
+	RSSMB         *float64 `json:"rss_mb"`
 
 	// The peers of the kernel call, from the throughput scenario: NATS's
 	// own key-value bucket and object store, the engine on each backend,
@@ -166,6 +170,7 @@ func (r Result) rows() []row {
 		{"handover_gap_ms", f(r.HandoverGapMS), ""},
 		{"failover_ms", f(r.FailoverMS), fmt.Sprintf("<= %d (lease + 500)", failoverLease.Milliseconds()+500)},
 		{"boot_ms", f(r.BootMS), "<= 300"},
+		{"boot_restart_ms", f(r.BootRestartMS), "<= 300"},
 		{"rss_mb", f(r.RSSMB), "<= 60"},
 	}, slices.Concat(r.VectorResult.rows(), r.JetStreamResult.rows())...)
 }

@@ -497,7 +497,21 @@ func (b *bench) boot(ctx context.Context) error {
 		return err
 	}
 	b.result.RSSMB = ptr(rss)
+	// The first start on new data holds the new lease key for a lease
+	// (ADR 0002); every start after it finds the released record of the
+	// one before. Stopping releases the lease, so the same start again is
+	// that common case.
 	p.stop(startTimeout)
+	again, err := b.lab.start(dir, nil, b.lab.engine, args...)
+	if err != nil {
+		return err
+	}
+	defer again.stop(startTimeout)
+	ready, _, err = waitReady(ctx, again, readyz)
+	if err != nil {
+		return fmt.Errorf("boot: the start again: %w", err)
+	}
+	b.result.BootRestartMS = ptr(millis(ready.Sub(again.started)))
 	return nil
 }
 
