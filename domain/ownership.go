@@ -440,6 +440,9 @@ type renewal struct {
 	// recreatedAt is set when the key held no value and this renewal created
 	// it again: when the renewal saw it empty.
 	recreatedAt time.Time
+	// holder is the record the renewal found another engine's, when it
+	// found the lease lost.
+	holder Record
 }
 
 // keep renews the lease every quarter lease (an eighth after a failure) and
@@ -485,8 +488,9 @@ func (o *Ownership) keep(ctx context.Context, renewedAt, serveFrom time.Time) {
 				go func() {
 					rctx, cancel := context.WithTimeout(ctx, o.timing.Renew())
 					defer cancel()
-					newRev, recreatedAt, err := o.renew(rctx, rev)
-					results <- renewal{start: start, rev: newRev, err: err, recreatedAt: recreatedAt}
+					r := o.renew(rctx, rev)
+					r.start = start
+					results <- r
 				}()
 			}
 		case r := <-results:
@@ -510,6 +514,11 @@ func (o *Ownership) keep(ctx context.Context, renewedAt, serveFrom time.Time) {
 // renewal found the lease lost, which ends the hold.
 func (o *Ownership) take(r renewal, renewedAt, serveFrom *time.Time) bool {
 	if errors.Is(r.err, ErrLeaseLost) {
+		if r.holder.Present {
+			o.mu.Lock()
+			o.record = r.holder // so the loss names who holds the lease
+			o.mu.Unlock()
+		}
 		o.loseLease()
 		return false
 	}
@@ -586,36 +595,38 @@ func (o *Ownership) settle(now, renewedAt, serveFrom time.Time) {
 // renew writes our holder again at rev. A conflict is read out: our own
 // record at another revision is a renewal whose reply was lost, so we write
 // at that revision; a key with no value is created again (recreatedAt is
-// then when it was seen empty); anyone else's record means the lease is lost.
-func (o *Ownership) renew(ctx context.Context, rev uint64) (newRev uint64, recreatedAt time.Time, err error) {
-	newRev, err = o.lease.Update(ctx, o.me, rev)
+// then when it was seen empty); anyone else's record means the lease is
+// lost. The result's start is the caller's to set.
+func (o *Ownership) renew(ctx context.Context, rev uint64) renewal {
+	newRev, err := o.lease.Update(ctx, o.me, rev)
 	if !errors.Is(err, ErrLeaseConflict) {
-		return newRev, time.Time{}, err
+		return renewal{rev: newRev, err: err}
 	}
 	rec, err := o.lease.Read(ctx)
 	if err != nil {
-		return 0, time.Time{}, err
+		return renewal{err: err}
 	}
 	switch {
 	case !rec.Present:
 		seen := o.clock.Now()
 		newRev, err = o.lease.Create(ctx, o.me)
 		if errors.Is(err, ErrLeaseTaken) {
-			return 0, time.Time{}, ErrLeaseLost
+			return renewal{err: ErrLeaseLost}
 		}
 		// The create may have gone through even when it failed: if a later
 		// renewal, or Release, finds our record, it was this create, and
 		// the wait counts from now. One that answered is known instead.
-		o.mu.Lock()
-		o.createdAt = time.Time{}
+		var doubt time.Time
 		if err != nil {
-			o.createdAt = seen
+			doubt = seen
 		}
+		o.mu.Lock()
+		o.createdAt = doubt
 		o.mu.Unlock()
 		if err != nil {
-			return 0, time.Time{}, err
+			return renewal{err: err}
 		}
-		return newRev, seen, nil
+		return renewal{rev: newRev, recreatedAt: seen}
 	case o.ours(rec):
 		o.mu.Lock()
 		created := o.createdAt
@@ -626,14 +637,11 @@ func (o *Ownership) renew(ctx context.Context, rev uint64) (newRev uint64, recre
 			o.mu.Lock()
 			o.createdAt = created
 			o.mu.Unlock()
-			return newRev, time.Time{}, err
+			return renewal{rev: newRev, err: err}
 		}
-		return newRev, created, nil
+		return renewal{rev: newRev, recreatedAt: created}
 	default:
-		o.mu.Lock()
-		o.record = rec
-		o.mu.Unlock()
-		return 0, time.Time{}, ErrLeaseLost
+		return renewal{err: ErrLeaseLost, holder: rec}
 	}
 }
 
@@ -682,11 +690,9 @@ func (o *Ownership) Release(ctx context.Context) error {
 	// (taken so, or made again by a renewal, answered or not) must not be
 	// handed over: whoever served before the key went may serve on, and a
 	// released record would let a standby take it at once. The record is
-	// left to go silent instead. Nor is a record written over unless it is
-	// our own: a released record says that its holder stopped, and only
-	// the holder can say so.
+	// left to go silent instead.
 	waiting := held && o.clock.Now().Before(serveFrom)
-	if !held || waiting || from == StateIdle || from == StateStandby || !o.ours(rec) {
+	if !held || waiting || from == StateIdle || from == StateStandby {
 		o.transition(StateReleased, rec)
 		return nil
 	}
