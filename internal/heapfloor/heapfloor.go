@@ -19,7 +19,6 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
-	"sync"
 	"sync/atomic"
 )
 
@@ -44,8 +43,7 @@ type Floor struct {
 	cycle   chan struct{} // a collection has ended
 	quit    chan struct{}
 	done    chan struct{}
-	stopped atomic.Bool
-	stop    sync.Once
+	stopped atomic.Bool  // set by the first Stop, or from the start when there is nothing to pace
 	percent atomic.Int64 // the percent last set
 	samples []metrics.Sample
 }
@@ -94,16 +92,14 @@ func (f *Floor) Percent() int { return int(f.percent.Load()) }
 
 // Stop ends the floor and restores the collector's percent.
 func (f *Floor) Stop() {
-	f.stop.Do(func() {
-		if f.stopped.Swap(true) {
-			return // never started
-		}
-		close(f.quit)
-		<-f.done
-		debug.SetGCPercent(f.base)
-		f.percent.Store(int64(f.base))
-		kept.Store(false)
-	})
+	if f.stopped.Swap(true) {
+		return // stopped already, or never started
+	}
+	close(f.quit)
+	<-f.done
+	debug.SetGCPercent(f.base)
+	f.percent.Store(int64(f.base))
+	kept.Store(false)
 }
 
 // sentinel is garbage from its first cycle on; its cleanup says that a
