@@ -22,6 +22,16 @@ func (h *Host) replyLimit(call *Call) int {
 	return h.messageMost()
 }
 
+// replyLimits are the reply limits a call on this host may have, as
+// replyLimit picks them.
+func (h *Host) replyLimits() [2]int {
+	limits := [2]int{h.messageMost(), h.messageMost()}
+	if h.opts.Overflow != nil {
+		limits[1] = int(h.opts.Overflow.maxValue)
+	}
+	return limits
+}
+
 // messageMost is the most bytes an answer may have to travel in one
 // message, headers left room.
 func (h *Host) messageMost() int { return int(h.opts.Replies.MaxPayload()) - replyHeadroom }

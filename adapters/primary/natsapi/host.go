@@ -23,6 +23,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -40,9 +41,18 @@ type Call struct {
 	Header  nats.Header
 	// Caller is who signed the call; "" when callers do not sign.
 	Caller string
-	// Who is whom the call's sessions and bytes count against: Caller,
-	// or, when callers do not sign, the connection the call came from.
-	Who string
+	// reply is the subject the answer goes to.
+	reply string
+}
+
+// Who is whom the call's sessions and bytes count against: Caller, or,
+// when callers do not sign, the connection the call came from. It is
+// worked out when asked rather than on every call: most calls never ask.
+func (c *Call) Who() string {
+	if c.Caller != "" {
+		return c.Caller
+	}
+	return connectionOf(c.reply)
 }
 
 // HandlerFunc answers a call. ctx ends when the engine fences or the drain
@@ -170,6 +180,8 @@ type Host struct {
 	micros []micro.Service
 	ctx    context.Context // ends the calls of the current serving period
 	cancel context.CancelFunc
+
+	terms atomic.Pointer[termContexts] // what the current term's calls run under
 }
 
 // NewHost checks the services and returns a host that does not serve yet.
@@ -286,42 +298,37 @@ func (h *Host) InFlight() int { return h.calls.value() }
 // would: no worker, and its reply leaves with the others of the batch the
 // subscription is reading.
 func (h *Host) dispatch(ctx context.Context, service string, ep Endpoint) micro.HandlerFunc {
-	op, handle := ep.Name, ep.Handler
 	return func(req micro.Request) {
 		h.calls.add()
-		start := time.Now()
-		call := &Call{Subject: req.Subject(), Data: req.Data(), Header: nats.Header(req.Headers())}
-		reply := req.Reply()
-		finish := func(data []byte, err error) {
-			defer h.calls.done()
-			h.reply(reply, call, data, err)
-			if h.opts.OnCall != nil {
-				code := 200
-				if err != nil {
-					code = wire.CodeOf(err)
-				}
-				h.opts.OnCall(service, op, code, time.Since(start))
-			}
+		r := &received{
+			Call:    Call{Subject: req.Subject(), Data: req.Data(), Header: nats.Header(req.Headers()), reply: req.Reply()},
+			h:       h,
+			ctx:     ctx,
+			service: service,
+			ep:      ep,
+			start:   time.Now(),
 		}
-		if err := h.identify(call, reply); err != nil {
-			finish(nil, err)
+		call := &r.Call
+		if err := h.identify(call); err != nil {
+			r.finish(nil, err)
 			return
 		}
 		if ep.Quick != nil {
 			if data, ok, err := h.quick(ctx, ep.Quick, call); ok {
-				finish(data, err)
+				r.finish(data, err)
 				return
 			}
 		}
 		select {
 		case h.sem <- struct{}{}:
 			// The worker gives the slot back once the call has ended.
-			h.workers.run(func() { finish(h.handle(ctx, handle, call)) })
+			h.workers.run(r)
 			return
 		default:
 		}
-		if !h.wait(call.Who) {
-			finish(nil, fmt.Errorf("%w: this caller has %d calls waiting, its share of this engine's queue; try again later",
+		who := call.Who()
+		if !h.wait(who) {
+			r.finish(nil, fmt.Errorf("%w: this caller has %d calls waiting, its share of this engine's queue; try again later",
 				wire.ErrUnavailable, h.opts.MaxQueuedPerCaller))
 			return
 		}
@@ -331,20 +338,48 @@ func (h *Host) dispatch(ctx context.Context, service string, ep Endpoint) micro.
 				select {
 				case h.sem <- struct{}{}:
 					<-h.queue
-					h.unwait(call.Who)
+					h.unwait(who)
 					defer func() { <-h.sem }()
-					finish(h.handle(ctx, handle, call))
+					r.run()
 				case <-ctx.Done():
 					<-h.queue
-					h.unwait(call.Who)
-					finish(nil, fmt.Errorf("%w: the engine stopped before the call ran", wire.ErrUnavailable))
+					h.unwait(who)
+					r.finish(nil, fmt.Errorf("%w: the engine stopped before the call ran", wire.ErrUnavailable))
 				}
 			}()
 		default:
-			h.unwait(call.Who)
-			finish(nil, fmt.Errorf("%w: %d calls run and %d wait, the most this engine takes; try again later",
+			h.unwait(who)
+			r.finish(nil, fmt.Errorf("%w: %d calls run and %d wait, the most this engine takes; try again later",
 				wire.ErrUnavailable, h.opts.MaxConcurrent, h.opts.MaxQueued))
 		}
+	}
+}
+
+// received is a call from its arrival to its answer: the call, where it
+// came in and when. One allocation holds all a call needs on its way, and
+// a worker runs it as it is.
+type received struct {
+	Call
+	h       *Host
+	ctx     context.Context // the serving period's
+	service string
+	ep      Endpoint
+	start   time.Time
+}
+
+// run handles the call and answers it.
+func (r *received) run() { r.finish(r.h.handle(r.ctx, r.ep.Handler, &r.Call)) }
+
+// finish answers the call, reports how it ended and counts it out.
+func (r *received) finish(data []byte, err error) {
+	defer r.h.calls.done()
+	r.h.reply(r.reply, &r.Call, data, err)
+	if r.h.opts.OnCall != nil {
+		code := 200
+		if err != nil {
+			code = wire.CodeOf(err)
+		}
+		r.h.opts.OnCall(r.service, r.ep.Name, code, time.Since(r.start))
 	}
 }
 
@@ -368,19 +403,17 @@ func (h *Host) unwait(who string) {
 	}
 }
 
-// identify checks the call's token, when callers sign, and names whom the
-// call counts against: the token's subject, or the connection it came from
-// (its reply subject up to the last token, the connection's inbox prefix).
-func (h *Host) identify(call *Call, reply string) error {
-	if len(h.opts.CallerSecret) > 0 {
-		caller, err := callerauth.Verify(h.opts.CallerSecret, call.Header.Get(wire.AuthHeader))
-		if err != nil {
-			return fmt.Errorf("%w: %w", wire.ErrUnauthorized, err)
-		}
-		call.Caller, call.Who = caller, caller
+// identify checks the call's token, when callers sign, and names its
+// caller, the token's subject.
+func (h *Host) identify(call *Call) error {
+	if len(h.opts.CallerSecret) == 0 {
 		return nil
 	}
-	call.Who = connectionOf(reply)
+	caller, err := callerauth.Verify(h.opts.CallerSecret, call.Header.Get(wire.AuthHeader))
+	if err != nil {
+		return fmt.Errorf("%w: %w", wire.ErrUnauthorized, err)
+	}
+	call.Caller = caller
 	return nil
 }
 
@@ -395,24 +428,65 @@ func connectionOf(reply string) string {
 	return "connection " + reply
 }
 
-// admit is ctx for a call the engine may run now, carrying its term's
-// fencing token, or the reason it may not.
-func (h *Host) admit(ctx context.Context) (context.Context, error) {
-	if ctx.Err() != nil {
+// admit is what a call the engine may run now runs under: the serving
+// period's context with its term's fencing token, which reaches the stores.
+// Or it is the reason the call may not run.
+func (h *Host) admit(period context.Context) (*termContexts, error) {
+	if period.Err() != nil {
 		return nil, fmt.Errorf("%w: the engine stopped before the call ran", wire.ErrUnavailable)
 	}
 	token, ok := h.opts.Admit()
 	if !ok {
 		return nil, fmt.Errorf("%w: the engine does not hold the lease", wire.ErrUnavailable)
 	}
-	if token != 0 {
-		ctx = ports.WithFencingToken(ctx, token)
+	t := h.terms.Load()
+	if t == nil || t.period != period || t.token != token {
+		t = newTermContexts(period, token, h.replyLimits())
+		h.terms.Store(t)
 	}
-	return ctx, nil
+	return t, nil
 }
 
-func (h *Host) handle(ctx context.Context, handle HandlerFunc, call *Call) ([]byte, error) {
-	ctx, err := h.admit(ctx)
+// termContexts are the contexts the calls of one serving period run under
+// while one fencing token holds: with the token alone (quick answers), and
+// with the token and each reply limit a call may have (handlers). A
+// context.WithValue costs two allocations; made once a term, not once a
+// call, these cost none.
+type termContexts struct {
+	period context.Context
+	token  uint64
+	fenced context.Context
+	limits [2]limited
+}
+
+type limited struct {
+	most int
+	ctx  context.Context
+}
+
+func newTermContexts(period context.Context, token uint64, limits [2]int) *termContexts {
+	t := &termContexts{period: period, token: token, fenced: period}
+	if token != 0 {
+		t.fenced = ports.WithFencingToken(period, token)
+	}
+	for i, most := range limits {
+		t.limits[i] = limited{most: most, ctx: context.WithValue(t.fenced, replyLimitKey{}, most)}
+	}
+	return t
+}
+
+// limitedTo is the context of a call whose answer may have most bytes.
+func (t *termContexts) limitedTo(most int) context.Context {
+	for _, l := range t.limits {
+		if l.most == most {
+			return l.ctx
+		}
+	}
+	return context.WithValue(t.fenced, replyLimitKey{}, most)
+}
+
+func (h *Host) handle(period context.Context, handle HandlerFunc, call *Call) ([]byte, error) {
+	t, err := h.admit(period)
 	if err != nil {
 		return nil, err
 	}
@@ -421,7 +495,7 @@ func (h *Host) handle(ctx context.Context, handle HandlerFunc, call *Call) ([]by
 		return nil, err
 	}
 	defer release()
-	ctx = context.WithValue(ctx, replyLimitKey{}, h.replyLimit(call))
+	ctx := t.limitedTo(h.replyLimit(call))
 	data, err := handle(ctx, call)
 	if err != nil && ctx.Err() != nil {
 		return nil, fmt.Errorf("%w: the engine stopped the call while it ran: %w", wire.ErrInterrupted, err)
@@ -432,15 +506,15 @@ func (h *Host) handle(ctx context.Context, handle HandlerFunc, call *Call) ([]by
 // quick tries the endpoint's quick answer, under the same admission as
 // handle. Anything that needs more (an uploaded request, a call the lease
 // does not admit, a reply too large for one message) goes the usual way.
-func (h *Host) quick(ctx context.Context, quick QuickFunc, call *Call) ([]byte, bool, error) {
+func (h *Host) quick(period context.Context, quick QuickFunc, call *Call) ([]byte, bool, error) {
 	if call.Header.Get(wire.OverflowRequestHeader) != "" {
 		return nil, false, nil
 	}
-	ctx, err := h.admit(ctx)
+	t, err := h.admit(period)
 	if err != nil {
 		return nil, false, nil
 	}
-	data, ok, err := quick(ctx, call)
+	data, ok, err := quick(t.fenced, call)
 	if !ok || len(data) > h.messageMost() {
 		return nil, false, nil
 	}

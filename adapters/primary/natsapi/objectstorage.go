@@ -34,7 +34,7 @@ func ObjectStorage(store ports.ObjectStorage, transfers *TransferHost) Service {
 				Name: wire.OSTransferOpen,
 				Handler: func(ctx context.Context, call *Call) ([]byte, error) {
 					return JSON(func(_ context.Context, r wire.TransferOpen) (wire.SessionOpened, error) {
-						return transfers.open(store, call.Caller, call.Who, r)
+						return transfers.open(store, call.Caller, call.Who(), r)
 					})(ctx, call)
 				},
 			},

@@ -232,7 +232,7 @@ func (h *OverflowHost) start(caller string, p *held, idle time.Duration) (*sessi
 // park keeps a reply until its caller fetches it. The call has run, so a
 // refusal is not 503 (which would have the caller send it again) but 413.
 func (h *OverflowHost) park(call *Call, data []byte) (*session, error) {
-	s, err := h.start(call.Caller, &held{h: h, who: call.Who, data: data, reserved: int64(len(data))}, h.t.idle)
+	s, err := h.start(call.Caller, &held{h: h, who: call.Who(), data: data, reserved: int64(len(data))}, h.t.idle)
 	if err != nil && !errors.Is(err, ports.ErrTooLarge) {
 		return nil, fmt.Errorf("%w: a reply of %d bytes cannot be parked: %v", ports.ErrTooLarge, len(data), err)
 	}
@@ -255,7 +255,7 @@ func (h *OverflowHost) service() Service {
 				if req.Size < 0 {
 					return nil, fmt.Errorf("%w: field \"size\": %d, want 0 or more", ports.ErrInvalidArgument, req.Size)
 				}
-				s, err := h.start(call.Caller, &held{h: h, who: call.Who, reserved: req.Size, upload: true}, h.uploadIdle)
+				s, err := h.start(call.Caller, &held{h: h, who: call.Who(), reserved: req.Size, upload: true}, h.uploadIdle)
 				if err != nil {
 					return nil, err
 				}

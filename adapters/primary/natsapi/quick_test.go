@@ -82,3 +82,54 @@ func TestAQuickAnswerIsAdmittedButNeedsNoSlot(t *testing.T) {
 		t.Fatal("the quick answer ran for a call the lease did not admit")
 	}
 }
+
+// The contexts calls run under are made once a term, not once a call; a
+// call still runs under the token its admission gave, quick or not, and a
+// host that fenced and serves again runs its calls under the new serving
+// period, not the one that ended.
+func TestEachCallRunsUnderItsOwnTermsToken(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	under := func(ctx context.Context, how string) []byte {
+		token, _ := ports.FencingToken(ctx)
+		return fmt.Appendf(nil, "%s under term %d, live %t", how, token, ctx.Err() == nil)
+	}
+	svc := natsapi.Service{Name: "echo", Endpoints: []natsapi.Endpoint{{
+		Name: "say",
+		Handler: func(ctx context.Context, call *natsapi.Call) ([]byte, error) {
+			return under(ctx, "handler"), nil
+		},
+		Quick: func(ctx context.Context, call *natsapi.Call) ([]byte, bool, error) {
+			if string(call.Data) != "quick" {
+				return nil, false, nil
+			}
+			return under(ctx, "quick"), true, nil
+		},
+	}}}
+	var term atomic.Uint64
+	h := newHost(t, url, natsapi.Options{Admit: func() (uint64, bool) { return term.Load(), true }}, svc)
+	nc := natstest.Connect(t, url)
+	say := func(body, want string) {
+		t.Helper()
+		msg, err := nc.Request(sayer, []byte(body), 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := wire.ErrorFromHeaders(msg.Header.Get(wire.ErrorCodeHeader), msg.Header.Get(wire.ErrorHeader)); err != nil {
+			t.Fatalf("%s: %v", body, err)
+		}
+		if got := string(msg.Data); got != want {
+			t.Fatalf("%s: got %q, want %q", body, got, want)
+		}
+	}
+	for _, token := range []uint64{7, 8, 0, 9} {
+		term.Store(token)
+		say("quick", fmt.Sprintf("quick under term %d, live true", token))
+		say("slow", fmt.Sprintf("handler under term %d, live true", token))
+	}
+	h.Fence()
+	if err := h.Serve(); err != nil {
+		t.Fatal(err)
+	}
+	say("quick", "quick under term 9, live true")
+	say("slow", "handler under term 9, live true")
+}

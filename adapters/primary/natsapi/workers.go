@@ -27,8 +27,17 @@ type workers struct {
 }
 
 type worker struct {
-	calls chan func() // the next call, handed over by run
+	calls chan job // the next call, handed over by run
 }
+
+// A job is what a worker runs: an admitted call (received), or in tests a
+// function (jobFunc).
+type job interface{ run() }
+
+// jobFunc runs a function as a job.
+type jobFunc func()
+
+func (f jobFunc) run() { f() }
 
 // workerIdle is how long a worker waits for a call before it ends.
 const workerIdle = 10 * time.Second
@@ -37,7 +46,7 @@ func newWorkers(release func()) *workers { return &workers{release: release} }
 
 // run runs f, whose caller holds a slot, on the worker idle the shortest
 // time, or on a new one when none is idle. It never waits for a call.
-func (w *workers) run(f func()) {
+func (w *workers) run(f job) {
 	w.mu.Lock()
 	if n := len(w.idle); n > 0 {
 		k := w.idle[n-1]
@@ -49,15 +58,15 @@ func (w *workers) run(f func()) {
 	}
 	w.mu.Unlock()
 	w.live.Add(1)
-	go w.work(&worker{calls: make(chan func(), 1)}, f)
+	go w.work(&worker{calls: make(chan job, 1)}, f)
 }
 
-func (w *workers) work(k *worker, f func()) {
+func (w *workers) work(k *worker, f job) {
 	defer w.live.Add(-1)
 	idle := time.NewTimer(workerIdle)
 	defer idle.Stop()
 	for {
-		f()
+		f.run()
 		f = nil // let the call's memory go while the worker waits
 		w.mu.Lock()
 		w.idle = append(w.idle, k)

@@ -15,7 +15,7 @@ type slots chan struct{}
 
 func (s slots) run(w *workers, f func()) {
 	s <- struct{}{}
-	w.run(f)
+	w.run(jobFunc(f))
 }
 
 func (s slots) release() { <-s }
