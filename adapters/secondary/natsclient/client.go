@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -81,6 +82,7 @@ func (c *Client) Call(ctx context.Context, subject string, req, resp any) error 
 }
 
 // Request sends data and returns the answer, or the engine's error. It
+// never changes header.
 // retries when nobody listens (or an engine refuses with 503, having done
 // nothing), only on subjects a queue group serves, within the retry window
 // and the call's deadline.
@@ -90,16 +92,16 @@ func (c *Client) Request(ctx context.Context, subject string, data []byte, heade
 		ctx, cancel = context.WithTimeout(ctx, c.timeout)
 		defer cancel()
 	}
-	msg := nats.NewMsg(subject)
-	msg.Data = data
-	for k, v := range header {
-		msg.Header[k] = v
-	}
+	// header is only read, here and by nats.go, so a caller may share one
+	// between calls; the token goes into a copy.
+	msg := &nats.Msg{Subject: subject, Data: data, Header: header}
 	if c.signer != nil {
 		tok, err := c.signer.Token()
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", subject, err)
 		}
+		msg.Header = make(nats.Header, len(header)+1)
+		maps.Copy(msg.Header, header)
 		msg.Header.Set(wire.AuthHeader, tok)
 	}
 	retry := Retryable(subject)

@@ -14,9 +14,13 @@ import (
 	"github.com/abi-engine/engine/internal/wire"
 )
 
-// overflowOn is the value of the overflow header on every call; nats.go
-// only reads it, so one slice serves them all.
-var overflowOn = []string{"1"}
+// overflowOn is the value of the overflow header on every call, and
+// overflowAccepted the header of a call whose request goes whole: nats.go
+// and Request only read them, so one serves every call.
+var (
+	overflowOn       = []string{"1"}
+	overflowAccepted = nats.Header{wire.OverflowHeader: overflowOn}
+)
 
 // closeTimeout bounds the close of a session.
 const closeTimeout = 5 * time.Second
@@ -32,7 +36,7 @@ const requestHeadroom = 8 << 10
 func (c *Client) exchange(ctx context.Context, subject string, data []byte) ([]byte, error) {
 	large := len(data) > int(c.nc.MaxPayload())-requestHeadroom
 	for attempt := 0; ; attempt++ {
-		header := nats.Header{wire.OverflowHeader: overflowOn}
+		header := overflowAccepted
 		body := data
 		var upload wire.SessionOpened
 		if large {
@@ -40,6 +44,7 @@ func (c *Client) exchange(ctx context.Context, subject string, data []byte) ([]b
 			if upload, err = c.upload(ctx, data); err != nil {
 				return nil, fmt.Errorf("%s: upload the request: %w", subject, err)
 			}
+			header = nats.Header{wire.OverflowHeader: overflowOn}
 			header.Set(wire.OverflowRequestHeader, upload.ID)
 			header.Set(wire.OverflowSecretHeader, upload.Secret)
 			body = nil

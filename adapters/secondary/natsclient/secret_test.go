@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/abi-engine/engine/adapters/primary/natsapi"
+	"github.com/abi-engine/engine/adapters/secondary/keyvalue/memory"
 	"github.com/abi-engine/engine/adapters/secondary/natsclient"
 	"github.com/abi-engine/engine/adapters/secondary/secret/dotenv"
 	"github.com/abi-engine/engine/contracttests"
@@ -86,5 +87,27 @@ func TestSecretsNeedASignedCaller(t *testing.T) {
 		if !errors.Is(err, wire.ErrUnauthorized) || v != "" {
 			t.Errorf("%s caller: Get = %q, %v; want 401", name, v, err)
 		}
+	}
+}
+
+// Calls share one overflow header between them; a signed call's token
+// goes into a copy, so it never reaches a call of a client that does not
+// sign.
+func TestASignedCallLendsItsTokenToNoOtherCall(t *testing.T) {
+	store, err := memory.Open(t.Context(), memory.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = store.Close() })
+	caller, client := serveSigned(t, []byte("caller-secret"), natsapi.KeyValue(store))
+	signed, unsigned := natsclient.NewKeyValue(client(t)), natsclient.NewKeyValue(natsclient.New(caller(t)))
+	if err := signed.Set(t.Context(), "k", []byte("v"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := signed.Get(t.Context(), "k"); err != nil || string(v) != "v" {
+		t.Fatalf("signed Get = %q, %v; want v", v, err)
+	}
+	if v, err := unsigned.Get(t.Context(), "k"); !errors.Is(err, wire.ErrUnauthorized) {
+		t.Fatalf("unsigned Get after a signed one = %q, %v; want 401", v, err)
 	}
 }
