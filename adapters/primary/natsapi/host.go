@@ -181,7 +181,11 @@ type Host struct {
 	ctx    context.Context // ends the calls of the current serving period
 	cancel context.CancelFunc
 
-	terms atomic.Pointer[termContexts] // what the current term's calls run under
+	// terms caches the contexts of the term admitted last. A call admitted
+	// under an older token or period may store its own over a newer one;
+	// each call runs under the value admit gave it, never under whatever
+	// the cache holds later, so which store wins matters only to the cost.
+	terms atomic.Pointer[termContexts]
 }
 
 // NewHost checks the services and returns a host that does not serve yet.
@@ -459,6 +463,7 @@ type termContexts struct {
 	limits [2]limited
 }
 
+// limited is a term's context with one reply limit.
 type limited struct {
 	most int
 	ctx  context.Context
@@ -475,14 +480,15 @@ func newTermContexts(period context.Context, token uint64, limits [2]int) *termC
 	return t
 }
 
-// limitedTo is the context of a call whose answer may have most bytes.
-func (t *termContexts) limitedTo(most int) context.Context {
+// limitedTo is the context of a call whose answer may have most bytes, and
+// whether t had it made already.
+func (t *termContexts) limitedTo(most int) (context.Context, bool) {
 	for _, l := range t.limits {
 		if l.most == most {
-			return l.ctx
+			return l.ctx, true
 		}
 	}
-	return context.WithValue(t.fenced, replyLimitKey{}, most)
+	return context.WithValue(t.fenced, replyLimitKey{}, most), false
 }
 
 func (h *Host) handle(period context.Context, handle HandlerFunc, call *Call) ([]byte, error) {
@@ -495,7 +501,15 @@ func (h *Host) handle(period context.Context, handle HandlerFunc, call *Call) ([
 		return nil, err
 	}
 	defer release()
-	ctx := t.limitedTo(h.replyLimit(call))
+	most := h.replyLimit(call)
+	ctx, made := t.limitedTo(most)
+	if !made {
+		// The broker's max_payload changed on a reconnect: the term's
+		// contexts are made again for the limits it gives now.
+		t = newTermContexts(period, t.token, h.replyLimits())
+		h.terms.Store(t)
+		ctx, _ = t.limitedTo(most)
+	}
 	data, err := handle(ctx, call)
 	if err != nil && ctx.Err() != nil {
 		return nil, fmt.Errorf("%w: the engine stopped the call while it ran: %w", wire.ErrInterrupted, err)

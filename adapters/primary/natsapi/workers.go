@@ -30,14 +30,8 @@ type worker struct {
 	calls chan job // the next call, handed over by run
 }
 
-// A job is what a worker runs: an admitted call (received), or in tests a
-// function (jobFunc).
+// A job is what a worker runs: an admitted call (received).
 type job interface{ run() }
-
-// jobFunc runs a function as a job.
-type jobFunc func()
-
-func (f jobFunc) run() { f() }
 
 // workerIdle is how long a worker waits for a call before it ends.
 const workerIdle = 10 * time.Second

@@ -13,6 +13,11 @@ import (
 // gives it back.
 type slots chan struct{}
 
+// jobFunc runs a function as a worker's job.
+type jobFunc func()
+
+func (f jobFunc) run() { f() }
+
 func (s slots) run(w *workers, f func()) {
 	s <- struct{}{}
 	w.run(jobFunc(f))

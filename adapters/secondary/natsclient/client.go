@@ -82,8 +82,8 @@ func (c *Client) Call(ctx context.Context, subject string, req, resp any) error 
 }
 
 // Request sends data and returns the answer, or the engine's error. It
-// never changes header.
-// retries when nobody listens (or an engine refuses with 503, having done
+// only reads header, so calls may share one, but a header must not change
+// until Request returns. It retries when nobody listens (or an engine refuses with 503, having done
 // nothing), only on subjects a queue group serves, within the retry window
 // and the call's deadline.
 func (c *Client) Request(ctx context.Context, subject string, data []byte, header nats.Header) (*nats.Msg, error) {

@@ -44,9 +44,11 @@ func (c *Client) exchange(ctx context.Context, subject string, data []byte) ([]b
 			if upload, err = c.upload(ctx, data); err != nil {
 				return nil, fmt.Errorf("%s: upload the request: %w", subject, err)
 			}
-			header = nats.Header{wire.OverflowHeader: overflowOn}
-			header.Set(wire.OverflowRequestHeader, upload.ID)
-			header.Set(wire.OverflowSecretHeader, upload.Secret)
+			header = nats.Header{
+				wire.OverflowHeader:        overflowOn,
+				wire.OverflowRequestHeader: {upload.ID},
+				wire.OverflowSecretHeader:  {upload.Secret},
+			}
 			body = nil
 		}
 		msg, err := c.Request(ctx, subject, body, header)
