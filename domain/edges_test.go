@@ -570,3 +570,28 @@ func TestAnAnsweredCreateSettlesAnEarlierFailedOne(t *testing.T) {
 		}
 	})
 }
+
+// A release whose write landed but whose answer was lost is a handover all
+// the same: the engine drains beside its successor instead of fencing the
+// calls it already took.
+func TestAReleaseWhoseReplyWasLostIsStillAHandover(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := usedStore(t)
+		a := newEngine(t, store, "a", "v1", testTiming())
+		a.mustServe(t)
+		a.store.LoseReplies(1)
+		if err := a.o.Release(context.Background()); err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+		synctest.Wait()
+		a.mu.Lock()
+		last := a.events[len(a.events)-1].tr
+		a.mu.Unlock()
+		if last.To != domain.StateReleased || !last.HandedOver {
+			t.Fatalf("last move %v -> %v, handed over %v; want released and handed over (%s)", last.From, last.To, last.HandedOver, a.path())
+		}
+		if rec, _ := store.Read(context.Background()); !rec.Free() || rec.Holder.InstanceID != a.o.Me().InstanceID {
+			t.Fatalf("the key holds %+v, want a's released record", rec)
+		}
+	})
+}

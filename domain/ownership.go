@@ -733,7 +733,21 @@ func (o *Ownership) writeReleased(ctx context.Context, rec Record) (bool, error)
 			return false, nil
 		}
 	}
+	if err != nil && o.releasedByMe(ctx) {
+		// The write landed and its answer was lost: the lease is handed
+		// over as surely as if the answer had come.
+		return true, nil
+	}
 	return err == nil, err
+}
+
+// releasedByMe reads whether the key holds this engine's released record,
+// which only its own Release writes.
+func (o *Ownership) releasedByMe(ctx context.Context) bool {
+	rctx, cancel := context.WithTimeout(ctx, o.timing.Renew())
+	defer cancel()
+	cur, err := o.lease.Read(rctx)
+	return err == nil && cur.Present && cur.Holder.Released && cur.Holder.InstanceID == o.me.InstanceID
 }
 
 func (o *Ownership) transition(to State, rec Record) { o.transitionWhy(to, rec, "") }
