@@ -587,11 +587,36 @@ func TestAReleaseWhoseReplyWasLostIsStillAHandover(t *testing.T) {
 		a.mu.Lock()
 		last := a.events[len(a.events)-1].tr
 		a.mu.Unlock()
-		if last.To != domain.StateReleased || !last.HandedOver {
-			t.Fatalf("last move %v -> %v, handed over %v; want released and handed over (%s)", last.From, last.To, last.HandedOver, a.path())
+		if last.From != domain.StateServing || last.To != domain.StateReleased || !last.HandedOver {
+			t.Fatalf("last move %v -> %v, handed over %v; want serving -> released, handed over (%s)", last.From, last.To, last.HandedOver, a.path())
 		}
 		if rec, _ := store.Read(context.Background()); !rec.Free() || rec.Holder.InstanceID != a.o.Me().InstanceID {
 			t.Fatalf("the key holds %+v, want a's released record", rec)
+		}
+	})
+}
+
+// The same when the release's first write finds that a renewal whose
+// answer was lost moved the revision, and the second write, at the new
+// revision, lands without its answer.
+func TestARetriedReleaseWhoseReplyWasLostIsStillAHandover(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := usedStore(t)
+		a := newEngine(t, store, "a", "v1", testTiming())
+		a.mustServe(t)
+		a.store.LoseReplies(1)
+		time.Sleep(L/4 + time.Millisecond) // a renewal lands, its answer lost
+		synctest.Wait()
+		a.store.LoseReplies(1) // the conflict leaves it for the second write
+		if err := a.o.Release(context.Background()); err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+		synctest.Wait()
+		a.mu.Lock()
+		last := a.events[len(a.events)-1].tr
+		a.mu.Unlock()
+		if last.To != domain.StateReleased || !last.HandedOver {
+			t.Fatalf("last move %v -> %v, handed over %v; want released and handed over (%s)", last.From, last.To, last.HandedOver, a.path())
 		}
 	})
 }

@@ -712,9 +712,11 @@ func (o *Ownership) Release(ctx context.Context) error {
 }
 
 // writeReleased writes the released record over rec, our last, and reports
-// whether it did.
+// whether it did. It takes at most a renewal period: the writes three
+// quarters of it, and a read-back, when a write's answer was lost, the rest.
 func (o *Ownership) writeReleased(ctx context.Context, rec Record) (bool, error) {
-	rctx, cancel := context.WithTimeout(ctx, o.timing.Renew())
+	deadline := o.clock.Now().Add(o.timing.Renew())
+	rctx, cancel := context.WithTimeout(ctx, o.timing.Renew()*3/4)
 	defer cancel()
 	released := o.me
 	released.Released = true
@@ -733,7 +735,7 @@ func (o *Ownership) writeReleased(ctx context.Context, rec Record) (bool, error)
 			return false, nil
 		}
 	}
-	if err != nil && o.releasedByMe(ctx) {
+	if err != nil && o.releasedByMe(ctx, rec.Revision, deadline) {
 		// The write landed and its answer was lost: the lease is handed
 		// over as surely as if the answer had come.
 		return true, nil
@@ -741,13 +743,15 @@ func (o *Ownership) writeReleased(ctx context.Context, rec Record) (bool, error)
 	return err == nil, err
 }
 
-// releasedByMe reads whether the key holds this engine's released record,
-// which only its own Release writes.
-func (o *Ownership) releasedByMe(ctx context.Context) bool {
-	rctx, cancel := context.WithTimeout(ctx, o.timing.Renew())
+// releasedByMe reads, by deadline, whether the key holds this engine's
+// released record past revision after: only its own Release writes one. A
+// successor that took the key first hides it, and the answer is no.
+func (o *Ownership) releasedByMe(ctx context.Context, after uint64, deadline time.Time) bool {
+	rctx, cancel := context.WithTimeout(ctx, deadline.Sub(o.clock.Now()))
 	defer cancel()
 	cur, err := o.lease.Read(rctx)
-	return err == nil && cur.Present && cur.Holder.Released && cur.Holder.InstanceID == o.me.InstanceID
+	return err == nil && cur.Present && cur.Revision > after &&
+		cur.Holder.Released && cur.Holder.InstanceID == o.me.InstanceID
 }
 
 func (o *Ownership) transition(to State, rec Record) { o.transitionWhy(to, rec, "") }
