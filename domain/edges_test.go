@@ -583,13 +583,7 @@ func TestAReleaseWhoseReplyWasLostIsStillAHandover(t *testing.T) {
 		if err := a.o.Release(context.Background()); err != nil {
 			t.Fatalf("Release: %v", err)
 		}
-		synctest.Wait()
-		a.mu.Lock()
-		last := a.events[len(a.events)-1].tr
-		a.mu.Unlock()
-		if last.From != domain.StateServing || last.To != domain.StateReleased || !last.HandedOver {
-			t.Fatalf("last move %v -> %v, handed over %v; want serving -> released, handed over (%s)", last.From, last.To, last.HandedOver, a.path())
-		}
+		wantHandedOver(t, a)
 		if rec, _ := store.Read(context.Background()); !rec.Free() || rec.Holder.InstanceID != a.o.Me().InstanceID {
 			t.Fatalf("the key holds %+v, want a's released record", rec)
 		}
@@ -611,12 +605,19 @@ func TestARetriedReleaseWhoseReplyWasLostIsStillAHandover(t *testing.T) {
 		if err := a.o.Release(context.Background()); err != nil {
 			t.Fatalf("Release: %v", err)
 		}
-		synctest.Wait()
-		a.mu.Lock()
-		last := a.events[len(a.events)-1].tr
-		a.mu.Unlock()
-		if last.To != domain.StateReleased || !last.HandedOver {
-			t.Fatalf("last move %v -> %v, handed over %v; want released and handed over (%s)", last.From, last.To, last.HandedOver, a.path())
-		}
+		wantHandedOver(t, a)
 	})
+}
+
+// wantHandedOver fails unless e's last move was from serving to released,
+// with the release written.
+func wantHandedOver(t *testing.T, e *testEngine) {
+	t.Helper()
+	synctest.Wait()
+	e.mu.Lock()
+	last := e.events[len(e.events)-1].tr
+	e.mu.Unlock()
+	if last.From != domain.StateServing || last.To != domain.StateReleased || !last.HandedOver {
+		t.Fatalf("last move %v -> %v, handed over %v; want serving -> released, handed over (%s)", last.From, last.To, last.HandedOver, e.path())
+	}
 }
