@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/abi-engine/engine/adapters/primary/natsapi"
 	"github.com/abi-engine/engine/adapters/secondary/keyvalue/memory"
@@ -108,6 +109,50 @@ func BenchmarkKeyValueSetSQLite(b *testing.B) {
 	}
 	b.Cleanup(func() { _ = store.Close() })
 	benchSet(b, store)
+}
+
+// The peers a user would weigh the engine against: NATS's own key-value,
+// a file-backed bucket with one replica on the same kind of broker, got
+// and put by 64 callers on one connection, as the engine's benchmarks
+// call. Run beside them (-bench 'RawEcho|NATSKV|KeyValue'), they give the
+// ratios of the kernel call's aims in one run; cmd/enginebench takes the
+// same figures with the engine in a process of its own.
+
+// BenchmarkNATSKVGet is the peer of BenchmarkKeyValueGet: a direct get.
+func BenchmarkNATSKVGet(b *testing.B) {
+	kv := natsBucket(b)
+	if _, err := kv.Put(b.Context(), "bench", []byte("0123456789abcdef")); err != nil {
+		b.Fatal(err)
+	}
+	parallel(b, func(ctx context.Context) error {
+		_, err := kv.Get(ctx, "bench")
+		return err
+	})
+}
+
+// BenchmarkNATSKVPut is the peer of BenchmarkKeyValueSetSQLite, on the
+// same keys.
+func BenchmarkNATSKVPut(b *testing.B) {
+	kv := natsBucket(b)
+	var next atomic.Int64
+	value := []byte("0123456789abcdef")
+	parallel(b, func(ctx context.Context) error {
+		_, err := kv.Put(ctx, "bench."+strconv.FormatInt(next.Add(1)%1000, 10), value)
+		return err
+	})
+}
+
+func natsBucket(b *testing.B) jetstream.KeyValue {
+	b.Helper()
+	js, err := jetstream.New(natstest.Connect(b, natstest.StartServer(b).ClientURL()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	kv, err := js.CreateKeyValue(b.Context(), jetstream.KeyValueConfig{Bucket: "BENCH", Storage: jetstream.FileStorage, Replicas: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return kv
 }
 
 func benchGet(b *testing.B, store ports.KeyValue) {
