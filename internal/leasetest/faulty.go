@@ -166,13 +166,35 @@ func (f *Faulty) read(ctx context.Context, limit time.Duration, op func(context.
 		}
 		return errors.Join(ErrFault, ctx.Err())
 	}
-	sleep(max(fl.pause, fl.req))
+	// A caller that gives up while its request or its reply is held
+	// hears nothing more, as it would from a real client.
+	if err := wait(ctx, max(fl.pause, fl.req)); err != nil {
+		return err
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	err := op(ctx)
-	sleep(fl.reply)
+	if werr := wait(ctx, fl.reply); werr != nil {
+		return werr
+	}
 	return err
+}
+
+// wait holds a read for d, or fails as a call whose answer never came
+// when ctx ends first.
+func wait(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return errors.Join(ErrFault, ctx.Err())
+	}
 }
 
 // Create creates through the faults.
