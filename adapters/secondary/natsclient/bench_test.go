@@ -131,13 +131,13 @@ func BenchmarkNATSKVGet(b *testing.B) {
 }
 
 // BenchmarkNATSKVPut is the peer of BenchmarkKeyValueSetSQLite, on the
-// same keys.
+// same keys as benchSet.
 func BenchmarkNATSKVPut(b *testing.B) {
 	kv := natsBucket(b)
 	var next atomic.Int64
 	value := []byte("0123456789abcdef")
 	parallel(b, func(ctx context.Context) error {
-		_, err := kv.Put(ctx, "bench."+strconv.FormatInt(next.Add(1)%1000, 10), value)
+		_, err := kv.Put(ctx, "bench/"+strconv.FormatInt(next.Add(1)%1000, 10), value)
 		return err
 	})
 }
