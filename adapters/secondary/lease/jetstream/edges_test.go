@@ -1,13 +1,15 @@
 package jetstream_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
+	njs "github.com/nats-io/nats.go/jetstream"
 
+	"github.com/abi-engine/engine/adapters/secondary/lease/jetstream"
 	"github.com/abi-engine/engine/domain"
 	"github.com/abi-engine/engine/internal/natstest"
 )
@@ -62,7 +64,7 @@ func TestRealBrokerAHolderMakesADeletedBucketAnew(t *testing.T) {
 	url := natstest.StartServer(t).ClientURL()
 	a := startEngine(t, url, "GONE", "a", "")
 	a.mustClaim(t, domain.OutcomeServe)
-	js, err := jetstream.New(natstest.Connect(t, url))
+	js, err := njs.New(natstest.Connect(t, url))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +93,7 @@ func TestRealBrokerAStandbyMakesADeletedBucketAnew(t *testing.T) {
 	b.mustClaim(t, domain.OutcomeStandby)
 	done := b.await(t)
 	a.nc.Close()
-	js, err := jetstream.New(natstest.Connect(t, url))
+	js, err := njs.New(natstest.Connect(t, url))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,5 +113,143 @@ func TestRealBrokerAStandbyMakesADeletedBucketAnew(t *testing.T) {
 	}
 	if !b.o.MayServe() {
 		t.Fatalf("the standby took the lease but may not serve")
+	}
+}
+
+// A standby that only watched the lease knows every revision its watch
+// delivered, so a bucket it makes anew goes on above the term of the
+// holder it watched. Before, the watch's revisions were not counted: the
+// standby made the bucket anew from the last revision it had read, and
+// took the lease under the very term of the holder it followed, whose
+// paused writes the stores would then take, as they refuse only older
+// terms. (The bucket made anew now also goes on from the clock, which
+// alone passes this test; TestAWatchCountsTheRevisionsItDelivers holds
+// the watch's share.)
+//
+// The case needs c to take over from a by silence while b waits, so that
+// b learns of c's term only through its watch: b becomes a standby half a
+// lease after c last saw a, so its own lease of silence ends later. On a
+// loaded machine c may take over before b reads, or b may come first;
+// either way the test tries again on a new bucket.
+func TestRealBrokerAStandbyThatOnlyWatchedGoesOnAboveTheHoldersTerm(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	js, err := njs.New(natstest.Connect(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const tries = 5
+	for try := range tries {
+		bucket := fmt.Sprintf("WATCHED%d", try)
+		a := startEngine(t, url, bucket, "a", "v1")
+		a.mustClaim(t, domain.OutcomeServe)
+		c := startEngine(t, url, bucket, "c", "v2")
+		c.mustClaim(t, domain.OutcomeStandby)
+		cDone := c.await(t)
+		a.nc.Close() // a crashes: c takes over after a lease of silence
+		deadline := time.Now().Add(eventWait)
+		for c.o.State() == domain.StateStandby && c.o.SinceChange() < realLease/2 {
+			if time.Now().After(deadline) {
+				t.Fatalf("c saw a change %v ago, %v after a crashed", c.o.SinceChange(), eventWait)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		b := startEngine(t, url, bucket, "b", "v3")
+		b.mustClaim(t, domain.OutcomeStandby)
+		if b.o.Record().Holder.InstanceID != a.o.Me().InstanceID {
+			t.Logf("try %d: c took over before b read the lease; trying again", try+1)
+			continue
+		}
+		bDone := b.await(t)
+		select {
+		case err := <-cDone:
+			if err != nil {
+				t.Fatalf("c: AwaitLease: %v", err)
+			}
+		case err := <-bDone:
+			t.Logf("try %d: b took the lease before c (%v); trying again", try+1, err)
+			continue
+		case <-time.After(eventWait):
+			t.Fatalf("c did not take the lease within %v of a's crash (c is %s)", eventWait, c.o.State())
+		}
+		term, _ := c.o.Term()
+		// b now only watches c's renewals; two of them reach it before c
+		// stops.
+		deadline = time.Now().Add(eventWait)
+		for b.o.Record().Revision < term+2 {
+			if time.Now().After(deadline) {
+				t.Fatalf("b saw revision %d, not c's renewals past its term %d (b is %s)", b.o.Record().Revision, term, b.o.State())
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		seen := b.o.Record().Revision
+
+		// c pauses, as far as the broker can tell, and the bucket is
+		// deleted.
+		c.nc.Close()
+		if err := js.DeleteKeyValue(t.Context(), bucket); err != nil {
+			t.Fatalf("delete the bucket: %v", err)
+		}
+		// Finding the bucket gone takes a few calls that each wait for an
+		// answer that does not come; on a busy machine they add up.
+		const gone = 3 * eventWait
+		select {
+		case err := <-bDone:
+			if err != nil {
+				t.Fatalf("b: AwaitLease: %v", err)
+			}
+		case <-time.After(gone):
+			t.Fatalf("b did not take the lease within %v of the bucket's deletion (b is %s)", gone, b.o.State())
+		}
+		got, _ := b.o.Term()
+		aTerm, _ := a.o.Term()
+		t.Logf("a's term %d; c took over at term %d; b saw revision %d and took the new bucket at term %d",
+			aTerm, term, seen, got)
+		if got <= seen {
+			t.Fatalf("b took the new bucket under term %d, not above revision %d it saw c write (c's term %d)", got, seen, term)
+		}
+		return
+	}
+	t.Fatalf("in %d tries, c never took over while b waited: the case was never reached", tries)
+}
+
+// A lease that makes a deleted bucket anew goes on above terms it never
+// saw: here another engine took the lease in a write the first never read
+// before the bucket was deleted. Before, the new bucket went on from the
+// highest revision this engine saw, and handed out that other engine's
+// term a second time.
+func TestRealBrokerABucketMadeAnewGoesOnAboveWritesItNeverSaw(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	const bucket = "UNSEEN"
+	mine := open(t, url, jetstream.Options{Bucket: bucket})
+	other := open(t, url, jetstream.Options{Bucket: bucket})
+	rev, err := mine.Create(t.Context(), domain.ThisProcess("test", ""))
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	// The other engine takes over, and this one hears nothing of it.
+	taken, err := other.Update(t.Context(), domain.ThisProcess("test", ""), rev)
+	if err != nil {
+		t.Fatalf("take over: %v", err)
+	}
+	js, err := njs.New(natstest.Connect(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := js.DeleteKeyValue(t.Context(), bucket); err != nil {
+		t.Fatalf("delete the bucket: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), eventWait)
+	defer cancel()
+	anew, err := mine.Create(ctx, domain.ThisProcess("test", ""))
+	if err != nil {
+		t.Fatalf("create in the bucket made anew: %v", err)
+	}
+	t.Logf("this engine's term %d, the other's unseen term %d, the term in the new bucket %d", rev, taken, anew)
+	if anew <= taken {
+		t.Fatalf("the bucket made anew handed out term %d, not above the other engine's term %d", anew, taken)
+	}
+	// The other engine finds the key taken in the new bucket.
+	if _, err := other.Update(ctx, domain.ThisProcess("test", ""), taken); !errors.Is(err, domain.ErrLeaseConflict) {
+		t.Fatalf("the other engine's renewal at %d in the new bucket: %v, want a conflict", taken, err)
 	}
 }

@@ -165,18 +165,29 @@ func (l *Lease) recreateIfGone(ctx context.Context, err error) bool {
 		return false
 	}
 	// A new stream counts from 1, which would hand the next holder a
-	// fencing token older than the terms the stores have seen. Compacting
-	// past the highest revision this engine saw makes the next write go on
-	// from there.
+	// fencing token older than the terms the stores have seen. The stream
+	// is compacted so that its next write goes on above them.
 	l.mu.Lock()
-	next := l.highest + 1
+	next := firstRevisionAnew(l.highest, time.Now())
 	l.mu.Unlock()
-	if next > 1 {
-		if st, err := l.js.Stream(ctx, l.stream); err == nil {
-			_ = st.Purge(ctx, jetstream.WithPurgeSequence(next))
-		}
+	if st, err := l.js.Stream(ctx, l.stream); err == nil {
+		_ = st.Purge(ctx, jetstream.WithPurgeSequence(next))
 	}
 	return true
+}
+
+// firstRevisionAnew is the revision a bucket made anew at now starts from,
+// given the highest revision this engine saw in the old one. That alone is
+// not enough: another engine may have taken the lease in the old bucket a
+// moment before it was deleted, in a write this engine never saw, and that
+// term must not be handed out again. So the count also goes on from the
+// wall clock in microseconds, which no bucket's revisions catch up with: a
+// lease is renewed a few times a second, and each bucket made anew starts
+// from the clock of its day. Only a clock behind the clock that made the old
+// bucket anew, by more than that bucket's age, leaves the highest revision
+// seen as the only guard.
+func firstRevisionAnew(highest uint64, now time.Time) uint64 {
+	return max(highest+1, uint64(max(now.UnixMicro(), 0)))
 }
 
 // bucketCheck bounds the calls that find out whether the bucket is gone and
@@ -367,6 +378,11 @@ func (l *Lease) WaitForChange(ctx context.Context, rev uint64, timeout time.Dura
 				continue
 			}
 			seen = true
+			// Every revision counts toward the highest seen, the ones
+			// this call passes over included: a standby that only
+			// watches learns a new holder's term here, and a bucket it
+			// makes anew must go on above it.
+			l.saw(e.Revision())
 			if e.Revision() <= rev {
 				// The revision we know, or an older one from a replica
 				// behind: revisions only grow, so neither is a change.
