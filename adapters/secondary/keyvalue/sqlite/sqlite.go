@@ -252,14 +252,19 @@ func (s *Store) refused(ctx context.Context, token uint64) error {
 // as long as the write runs, and do gets the fence's token parameter. A
 // write that fails for another reason than the fence is taken as one that
 // may have landed.
-func (s *Store) write(ctx context.Context, key string, do func(token uint64, fence sql.NamedArg) error) error {
+func (s *Store) write(ctx context.Context, key string, do func(ctx context.Context, token uint64, fence sql.NamedArg) error) error {
 	token, _ := ports.FencingToken(ctx)
+	ctx, done, err := s.db.WriteTurn(ctx)
+	if err != nil {
+		return fmt.Errorf("write %q to %s: %w", key, s.path, err)
+	}
+	defer done()
 	fence, err := s.fenceAt(ctx, token)
 	if err != nil {
 		return err
 	}
 	ended := s.cache.WriteStarts(token, key)
-	err = do(token, fence)
+	err = do(ctx, token, fence)
 	ended(err == nil || errors.Is(err, ports.ErrFenced))
 	return err
 }
@@ -269,7 +274,7 @@ func (s *Store) Set(ctx context.Context, key string, value []byte, ttl time.Dura
 	if err := storecheck.Write("key", key, ttl); err != nil {
 		return err
 	}
-	return s.write(ctx, key, func(token uint64, fence sql.NamedArg) error {
+	return s.write(ctx, key, func(ctx context.Context, token uint64, fence sql.NamedArg) error {
 		res, err := s.set.ExecContext(ctx, sql.Named("key", key), sql.Named("value", blob(value)), expiry(ttl), fence)
 		if err != nil {
 			return fmt.Errorf("set %q in %s: %w", key, s.path, err)
@@ -291,7 +296,7 @@ func (s *Store) SetIfAbsent(ctx context.Context, key string, value []byte, ttl t
 		return false, err
 	}
 	var won bool
-	err := s.write(ctx, key, func(token uint64, fence sql.NamedArg) error {
+	err := s.write(ctx, key, func(ctx context.Context, token uint64, fence sql.NamedArg) error {
 		res, err := s.setIfAbsent.ExecContext(ctx, sql.Named("key", key), sql.Named("value", blob(value)), expiry(ttl), now(), fence)
 		if err != nil {
 			return fmt.Errorf("set %q if absent in %s: %w", key, s.path, err)
@@ -315,7 +320,7 @@ func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 		return false, err
 	}
 	var wasLive bool
-	err := s.write(ctx, key, func(token uint64, fence sql.NamedArg) error {
+	err := s.write(ctx, key, func(ctx context.Context, token uint64, fence sql.NamedArg) error {
 		err := s.del.QueryRowContext(ctx, sql.Named("key", key), now(), fence).Scan(&wasLive)
 		if errors.Is(err, sql.ErrNoRows) {
 			return s.refused(ctx, token)
@@ -334,7 +339,7 @@ func (s *Store) DeleteIfValue(ctx context.Context, key string, value []byte) (bo
 		return false, err
 	}
 	var deleted bool
-	err := s.write(ctx, key, func(token uint64, fence sql.NamedArg) error {
+	err := s.write(ctx, key, func(ctx context.Context, token uint64, fence sql.NamedArg) error {
 		res, err := s.deleteIfValue.ExecContext(ctx, sql.Named("key", key), sql.Named("value", blob(value)), now(), fence)
 		if err != nil {
 			return fmt.Errorf("delete %q if it holds the value, in %s: %w", key, s.path, err)

@@ -1,0 +1,82 @@
+package sqlitedb_test
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/abi-engine/engine/internal/sqlitedb"
+)
+
+type key struct{}
+
+func openTurns(t *testing.T) *sqlitedb.DB {
+	t.Helper()
+	db, err := sqlitedb.Open(t.Context(), "test", filepath.Join(t.TempDir(), "turn.sqlite"), "CREATE TABLE IF NOT EXISTS t (v INTEGER)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	return db
+}
+
+// One write at a time: a second write waits while the first holds the
+// turn, and gives up at its own deadline with its context's error; once the
+// first ends its turn, the next write takes it.
+func TestAWriteWaitsForItsTurnUnderItsContext(t *testing.T) {
+	db := openTurns(t)
+	_, end, err := db.WriteTurn(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	if _, _, err := db.WriteTurn(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a write waiting while another holds the turn: %v, want its deadline", err)
+	}
+	end()
+	ctx, cancel = context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	_, end, err = db.WriteTurn(ctx)
+	if err != nil {
+		t.Fatalf("a write once the turn ended: %v", err)
+	}
+	end()
+}
+
+// A write whose context has already ended takes no turn, even a free one.
+func TestAWriteWithAnEndedContextTakesNoTurn(t *testing.T) {
+	db := openTurns(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	for range 100 {
+		if _, _, err := db.WriteTurn(ctx); !errors.Is(err, context.Canceled) {
+			t.Fatalf("WriteTurn with a cancelled context: %v, want canceled", err)
+		}
+	}
+}
+
+// Once the turn is taken, the write's statements run to their end: the
+// caller giving up does not cut them short half way, and the context keeps
+// the caller's values, the fencing token among them.
+func TestAWriteInItsTurnRunsUnderItsValuesWithoutItsCancellation(t *testing.T) {
+	db := openTurns(t)
+	ctx, cancel := context.WithCancel(context.WithValue(t.Context(), key{}, "term 7"))
+	wctx, end, err := db.WriteTurn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer end()
+	cancel()
+	if err := wctx.Err(); err != nil {
+		t.Fatalf("the turn's context ended with the caller's: %v", err)
+	}
+	if got := wctx.Value(key{}); got != "term 7" {
+		t.Fatalf("the turn's context carries %v, not the caller's value", got)
+	}
+	if _, err := db.Write.ExecContext(wctx, "INSERT INTO t (v) VALUES (1)"); err != nil {
+		t.Fatalf("a statement in the turn after the caller gave up: %v", err)
+	}
+}
