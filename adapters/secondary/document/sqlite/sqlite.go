@@ -129,7 +129,7 @@ func (s *Store) EnsureCollection(ctx context.Context, name string) error {
 	if err := storecheck.Collection(name); err != nil {
 		return err
 	}
-	return s.inTx(ctx, func(tx *sql.Tx) error {
+	return s.inTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, "INSERT INTO collections (name) VALUES (?) ON CONFLICT DO NOTHING", name); err != nil {
 			return fmt.Errorf("ensure collection %q in %s: %w", name, s.path, err)
 		}
@@ -143,7 +143,7 @@ func (s *Store) DropCollection(ctx context.Context, name string) error {
 	if err := storecheck.Collection(name); err != nil {
 		return err
 	}
-	return s.inTx(ctx, func(tx *sql.Tx) error {
+	return s.inTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, "DELETE FROM collections WHERE name = ?", name)
 		if err != nil {
 			return fmt.Errorf("drop collection %q in %s: %w", name, s.path, err)
@@ -177,13 +177,22 @@ func (s *Store) Collections(ctx context.Context) ([]string, error) {
 }
 
 // inTx runs f in a transaction, which the DSN makes take the write lock at
-// once, begun by the fence once it has passed ctx's term.
-func (s *Store) inTx(ctx context.Context, f func(tx *sql.Tx) error) error {
+// once, begun by the fence once it has passed ctx's term. The write waits
+// for its turn on the writer under ctx (sqlitedb.WriteTurn); the
+// transaction and f then run under the turn's context, ctx's values
+// without its cancellation, so a caller that gives up half way does not
+// leave a transaction cut short.
+func (s *Store) inTx(ctx context.Context, f func(ctx context.Context, tx *sql.Tx) error) error {
+	ctx, done, err := s.db.WriteTurn(ctx)
+	if err != nil {
+		return fmt.Errorf("write to %s: %w", s.path, err)
+	}
+	defer done()
 	tx, err := s.fence.Begin(ctx)
 	if err != nil {
 		return err
 	}
-	if err := f(tx); err != nil {
+	if err := f(ctx, tx); err != nil {
 		_ = tx.Rollback()
 		return err
 	}
@@ -216,7 +225,7 @@ func (s *Store) Put(ctx context.Context, collection, id string, data map[string]
 		return ports.Document{}, err
 	}
 	doc := ports.Document{ID: id, Data: canonical}
-	err = s.inTx(ctx, func(tx *sql.Tx) error {
+	err = s.inTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		if err := s.requireCollection(ctx, tx.StmtContext(ctx, s.hasWriting), collection); err != nil {
 			return fmt.Errorf("put %q: %w", id, err)
 		}
@@ -275,7 +284,7 @@ func (s *Store) Delete(ctx context.Context, collection, id string, cond ports.Co
 	if err := checkDoc(collection, id); err != nil {
 		return err
 	}
-	return s.inTx(ctx, func(tx *sql.Tx) error {
+	return s.inTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		if err := s.requireCollection(ctx, tx.StmtContext(ctx, s.hasWriting), collection); err != nil {
 			return fmt.Errorf("delete %q: %w", id, err)
 		}
