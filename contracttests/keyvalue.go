@@ -60,6 +60,7 @@ func RunKeyValue(t *testing.T, h Harness[ports.KeyValue], caps KeyValueCapabilit
 		{"HandlesShareTheStore", kvHandlesShareTheStore},
 		{"SetIfAbsentRace", kvSetIfAbsentRace},
 		{"DeleteIfValueRace", kvDeleteIfValueRace},
+		{"WritesAreLinearizable", kvWritesAreLinearizable},
 		{"ListKeysPagination", kvListKeysPagination},
 		{"ListKeysDefaultPageSize", kvListKeysDefaultPageSize},
 		{"ListKeysPrefixIsLiteral", kvListKeysPrefixIsLiteral},
