@@ -536,6 +536,8 @@ func (b *Bucket) Publish(ctx context.Context, token string, m *nats.Msg, expect 
 // acknowledgement is not stored twice, and a conditional write whose
 // acknowledgement was lost is recognised by its id on the key.
 func (b *Bucket) publish(ctx context.Context, token string, m *nats.Msg, expect *uint64) (uint64, error) {
+	ctx, cancel := callContext(ctx)
+	defer cancel()
 	id := nuid.Next()
 	opts := []jetstream.PublishOpt{jetstream.WithMsgID(id)}
 	if expect != nil {
@@ -545,14 +547,29 @@ func (b *Bucket) publish(ctx context.Context, token string, m *nats.Msg, expect 
 		rev   uint64
 		tries int
 	)
-	err := retry(ctx, func(ctx context.Context) error {
+	send := func(ctx context.Context) error {
 		tries++
 		ack, err := b.js.PublishMsg(ctx, m, opts...)
 		if err == nil {
 			rev = ack.Sequence
 		}
 		return err
-	})
+	}
+	err := retry(ctx, send)
+	// A replicated stream refuses a conditional write with 10164 while
+	// another write of the key is proposed but not yet applied: that write
+	// may still fail, and until it is applied a read of the key does not
+	// show it. The refusal decides nothing, so the write waits for the
+	// other to settle and is sent again (under the same message id) until
+	// the stream answers with the key's revision or stores it.
+	for round := 0; inFlight(err); round++ {
+		select {
+		case <-ctx.Done():
+			return 0, fmt.Errorf("another write of the key stayed in flight: %w (%w)", ctx.Err(), err)
+		case <-time.After(min(time.Millisecond<<min(round, 7), 100*time.Millisecond)):
+		}
+		err = retry(ctx, send)
+	}
 	if err == nil {
 		return rev, nil
 	}
@@ -571,12 +588,18 @@ func (b *Bucket) publish(ctx context.Context, token string, m *nats.Msg, expect 
 	return 0, fmt.Errorf("%w: %w", ErrConflict, err)
 }
 
-// isConflict matches a refused revision: 10071 on one replica, 10164 on
-// replicated streams.
+// isConflict matches a refused revision: 10071, which the stream decides
+// on the key's applied last revision.
 func isConflict(err error) bool {
 	return errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) ||
-		isAPICode(err, jetstream.JSErrCodeStreamWrongLastSequence) ||
-		isAPICode(err, jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+		isAPICode(err, jetstream.JSErrCodeStreamWrongLastSequence)
+}
+
+// inFlight matches 10164: a replicated stream refused a conditional write
+// because another write of the key was still in flight, without comparing
+// revisions.
+func inFlight(err error) bool {
+	return isAPICode(err, jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }
 
 // Tokens lists the key tokens under filter (a subject filter relative to
