@@ -57,6 +57,7 @@ func RunDocument(t *testing.T, h Harness[ports.DocumentStore], caps DocumentCapa
 		{"HandlesShareTheStore", docHandlesShareTheStore},
 		{"PutIfVersionRace", docPutIfVersionRace},
 		{"CreateRace", docCreateRace},
+		{"ConditionalWritesAreLinearizable", docConditionalWritesAreLinearizable},
 		{"FindWhere", docFindWhere},
 		{"FindOrderBy", docFindOrderBy},
 		{"FindOrderAcrossTypes", docFindOrderAcrossTypes},

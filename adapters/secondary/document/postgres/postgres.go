@@ -212,26 +212,34 @@ func (s *Store) Get(ctx context.Context, collection, id string) (ports.Document,
 	return ports.Document{ID: id, Version: uint64(v), Data: data}, nil
 }
 
-// Delete removes the document in one statement; when it removes nothing, a
-// second read tells a missing document from a failed condition.
+// Delete removes the document in one statement. When that statement
+// removes nothing, a read tells a missing document from a failed
+// condition; a write between the two can leave the read unable to say
+// (the document it finds would have been removed), and the delete then
+// runs again. Each round that goes again follows another caller's write
+// to this document, so only a caller that keeps writing it holds one up.
 func (s *Store) Delete(ctx context.Context, collection, id string, cond ports.Cond) error {
 	if err := checkDoc(collection, id); err != nil {
 		return err
 	}
 	want, conditional := cond.Version()
-	tag, err := s.writes.Exec(ctx, "DELETE FROM "+s.docs+" WHERE collection = $1 AND id = $2 AND (NOT $3 OR version = $4)",
-		collection, id, conditional, int64(want))
-	if err != nil {
-		return fmt.Errorf("delete %q in %q of table %s: %w", id, collection, s.name, err)
+	for {
+		tag, err := s.writes.Exec(ctx, "DELETE FROM "+s.docs+" WHERE collection = $1 AND id = $2 AND (NOT $3 OR version = $4)",
+			collection, id, conditional, int64(want))
+		if err != nil {
+			return fmt.Errorf("delete %q in %q of table %s: %w", id, collection, s.name, err)
+		}
+		if tag.RowsAffected() == 1 {
+			return nil
+		}
+		d, err := s.Get(ctx, collection, id)
+		if err != nil {
+			return fmt.Errorf("delete: %w", err)
+		}
+		if conditional && d.Version != want {
+			return fmt.Errorf("delete %q in %q at version %d, stored %d: %w", id, collection, want, d.Version, ports.ErrConflict)
+		}
 	}
-	if tag.RowsAffected() == 1 {
-		return nil
-	}
-	_, err = s.Get(ctx, collection, id)
-	if err != nil {
-		return fmt.Errorf("delete: %w", err)
-	}
-	return fmt.Errorf("delete %q in %q at version %d: %w", id, collection, want, ports.ErrConflict)
 }
 
 // args collects positional parameters.
