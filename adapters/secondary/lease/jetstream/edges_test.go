@@ -253,3 +253,77 @@ func TestRealBrokerABucketMadeAnewGoesOnAboveWritesItNeverSaw(t *testing.T) {
 		t.Fatalf("the other engine's renewal at %d in the new bucket: %v, want a conflict", taken, err)
 	}
 }
+
+// An engine that starts after the bucket was deleted makes it anew in
+// Open, not in a failed call: its first term goes on above the old
+// bucket's all the same. Before, Open's bucket counted from 1 and handed
+// out the term the first holder of the old bucket had served under.
+func TestRealBrokerAnEngineThatStartsAfterADeleteGoesOnAboveTheOldTerms(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	const bucket = "STARTS_ANEW"
+	old := open(t, url, jetstream.Options{Bucket: bucket})
+	me := domain.ThisProcess("test", "")
+	first, err := old.Create(t.Context(), me)
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	last := first
+	for range 5 {
+		if last, err = old.Update(t.Context(), me, last); err != nil {
+			t.Fatalf("renew: %v", err)
+		}
+	}
+	js, err := njs.New(natstest.Connect(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := js.DeleteKeyValue(t.Context(), bucket); err != nil {
+		t.Fatalf("delete the bucket: %v", err)
+	}
+	next := open(t, url, jetstream.Options{Bucket: bucket})
+	anew, err := next.Create(t.Context(), me)
+	if err != nil {
+		t.Fatalf("create in the bucket Open made: %v", err)
+	}
+	t.Logf("old bucket: first term %d, last %d; the bucket Open made anew hands out %d", first, last, anew)
+	if anew <= last {
+		t.Fatalf("the bucket Open made anew handed out term %d, not above the old bucket's terms %d to %d", anew, first, last)
+	}
+}
+
+// A bucket an operator makes by hand (nats kv add) counts from 1 too: the
+// engine's first create in it goes on above the clock in microseconds, as
+// in a bucket the engine makes anew. The stores' fence then never stands
+// above the new terms.
+func TestRealBrokerABucketMadeByHandStartsAboveTheClock(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	const bucket = "BY_HAND"
+	js, err := njs.New(natstest.Connect(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateKeyValue(t.Context(), njs.KeyValueConfig{Bucket: bucket, History: 1}); err != nil {
+		t.Fatalf("make the bucket by hand: %v", err)
+	}
+	before := uint64(time.Now().UnixMicro())
+	l := open(t, url, jetstream.Options{Bucket: bucket})
+	rev, err := l.Create(t.Context(), domain.ThisProcess("test", ""))
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	if rev < before {
+		t.Fatalf("the first term in a bucket made by hand is %d, below the clock's %d microseconds", rev, before)
+	}
+	// A stream that held a message is not compacted again: the next
+	// create after a delete of the key goes on from its revisions.
+	if err := l.Delete(t.Context(), rev); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+	again, err := l.Create(t.Context(), domain.ThisProcess("test", ""))
+	if err != nil {
+		t.Fatalf("create after the release: %v", err)
+	}
+	if again != rev+2 {
+		t.Fatalf("the create after a release got %d, want %d: the stream was compacted again", again, rev+2)
+	}
+}

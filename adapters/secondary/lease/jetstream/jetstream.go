@@ -164,16 +164,38 @@ func (l *Lease) recreateIfGone(ctx context.Context, err error) bool {
 	if _, cerr := l.create(ctx); cerr != nil {
 		return false
 	}
-	// A new stream counts from 1, which would hand the next holder a
-	// fencing token older than the terms the stores have seen. The stream
-	// is compacted so that its next write goes on above them.
+	// The new stream counts from 1; Create compacts it before the first
+	// write (startAboveTerms).
+	return true
+}
+
+// startAboveTerms compacts a stream that has never held a message, so its
+// first write, and the fencing token it becomes, goes on above every term
+// the stores may have seen. A stream counts from 1 when it is new, whoever
+// made it: this engine at its first start, a holder or standby whose
+// bucket was deleted, an operator with nats kv add. Its revisions would
+// hand out terms the stores refuse as older, or the very term of an engine
+// that served before the bucket went, beside a paused write that carries
+// it. A stream that holds or held a message is left as it is, since a
+// purge would wipe a live record. Two engines that find one empty stream
+// both compact it; the later purge may remove the key the other just
+// wrote, which that engine holds in its quarantine and loses at its next
+// renewal.
+func (l *Lease) startAboveTerms(ctx context.Context) error {
+	st, err := l.js.Stream(ctx, l.stream)
+	if err != nil {
+		return err
+	}
+	if st.CachedInfo().State.LastSeq != 0 {
+		return nil
+	}
 	l.mu.Lock()
 	next := firstRevisionAnew(l.highest, time.Now())
 	l.mu.Unlock()
-	if st, err := l.js.Stream(ctx, l.stream); err == nil {
-		_ = st.Purge(ctx, jetstream.WithPurgeSequence(next))
+	if err := st.Purge(ctx, jetstream.WithPurgeSequence(next)); err != nil {
+		return fmt.Errorf("start the new stream %s above revision %d: %w", l.stream, next, err)
 	}
-	return true
+	return nil
 }
 
 // firstRevisionAnew is the revision a bucket made anew at now starts from,
@@ -295,11 +317,18 @@ func unsettled(err error) bool {
 		errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
 }
 
-// Create writes h unless the key holds a value.
+// Create writes h unless the key holds a value, in a stream compacted
+// first if it never held a message (startAboveTerms).
 func (l *Lease) Create(ctx context.Context, h domain.Holder) (uint64, error) {
-	rev, err := l.settled(ctx, func() (uint64, error) { return l.kv.Create(ctx, Key, EncodeHolder(h)) })
+	create := func() (uint64, error) {
+		if err := l.startAboveTerms(ctx); err != nil {
+			return 0, err
+		}
+		return l.kv.Create(ctx, Key, EncodeHolder(h))
+	}
+	rev, err := l.settled(ctx, create)
 	if l.recreateIfGone(ctx, err) {
-		rev, err = l.kv.Create(ctx, Key, EncodeHolder(h))
+		rev, err = create()
 	}
 	if isConflict(err) {
 		return 0, fmt.Errorf("create lease: %w: %w", domain.ErrLeaseTaken, err)
