@@ -57,7 +57,8 @@ func (l *Lease) saw(rev uint64) {
 	l.highest = max(l.highest, rev)
 }
 
-// Open finds the bucket, or creates it with a history of one.
+// Open finds the bucket, or creates it with a history of one, and compacts
+// it if it never held a message (startAboveTerms).
 func Open(ctx context.Context, nc *nats.Conn, opts Options) (*Lease, error) {
 	if opts.Bucket == "" {
 		opts.Bucket = DefaultBucket
@@ -96,6 +97,13 @@ func Open(ctx context.Context, nc *nats.Conn, opts Options) (*Lease, error) {
 		return nil, fmt.Errorf("lease bucket %s: %w", opts.Bucket, err)
 	}
 	if err := l.awaitLeader(ctx); err != nil {
+		return nil, fmt.Errorf("lease bucket %s: %w", opts.Bucket, err)
+	}
+	// A new stream is compacted here, before any engine races to create
+	// the key in it: on a replicated stream a purge that meets a create in
+	// flight can leave the create unanswered until its deadline. Create
+	// compacts too, for a stream made anew after Open.
+	if err := l.startAboveTerms(ctx); err != nil {
 		return nil, fmt.Errorf("lease bucket %s: %w", opts.Bucket, err)
 	}
 	l.kv = kv
@@ -193,7 +201,8 @@ func (l *Lease) startAboveTerms(ctx context.Context) error {
 	next := firstRevisionAnew(l.highest, time.Now())
 	l.mu.Unlock()
 	if err := st.Purge(ctx, jetstream.WithPurgeSequence(next)); err != nil {
-		return fmt.Errorf("start the new stream %s above revision %d: %w", l.stream, next, err)
+		return fmt.Errorf("compact the new stream %s past revision %d (the engine's NATS user needs publish on $JS.API.STREAM.PURGE.%s): %w",
+			l.stream, next, l.stream, err)
 	}
 	return nil
 }
