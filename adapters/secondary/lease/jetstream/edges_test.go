@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -325,5 +327,37 @@ func TestRealBrokerABucketMadeByHandStartsAboveTheClock(t *testing.T) {
 	}
 	if again != rev+2 {
 		t.Fatalf("the create after a release got %d, want %d: the stream was compacted again", again, rev+2)
+	}
+}
+
+// An engine user without the grant to purge its lease stream cannot start
+// on a stream that never held a message: Open fails and names the grant,
+// rather than hand out term 1 (as it did before, when the purge of a
+// bucket made anew failed unseen under the documented permissions).
+func TestOpenNamesThePurgeGrantAnEngineUserLacks(t *testing.T) {
+	const grant = "$JS.API.STREAM.PURGE.KV_ABI_ENGINE"
+	opts := natstest.DeployedOptions(t, "server.conf")
+	removed := false
+	for _, u := range opts.Users {
+		if u.Username != "engine_a" || u.Permissions == nil || u.Permissions.Publish == nil {
+			continue
+		}
+		allow := slices.DeleteFunc(slices.Clone(u.Permissions.Publish.Allow), func(s string) bool { return s == grant })
+		removed = len(allow) < len(u.Permissions.Publish.Allow)
+		perms := *u.Permissions
+		publish := *perms.Publish
+		publish.Allow = allow
+		perms.Publish = &publish
+		u.Permissions = &perms
+	}
+	if !removed {
+		t.Fatalf("deploy/nats gives engine_a no %s to take away", grant)
+	}
+	d := &natstest.Deployed{Server: natstest.StartWith(t, opts)}
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+	defer cancel()
+	_, err := jetstream.Open(ctx, d.Connect(t, "engine_a"), jetstream.Options{})
+	if err == nil || !strings.Contains(err.Error(), grant) {
+		t.Fatalf("Open without %s: %v, want an error naming it", grant, err)
 	}
 }
