@@ -43,8 +43,8 @@ type docLinearState struct {
 // docLinearModel is the document store's promise for one document, as a
 // sequential specification: every history of calls must be explained by
 // some order of them, each taking effect at one moment between its call
-// and its return. Versions are the store's to choose; a put must report
-// the one a later get sees.
+// and its return. Versions are the store's to choose, above the one a put
+// replaces; a put must report the one a later get sees.
 var docLinearModel = porcupine.Model{
 	Init: func() any { return docLinearState{} },
 	Step: func(state, input, output any) (bool, any) {
@@ -60,7 +60,10 @@ var docLinearModel = porcupine.Model{
 			if !holds {
 				return out.conflict, s
 			}
-			return out.found && out.version != 0, docLinearState{present: true, version: out.version, value: in.value}
+			// A put moves the version past the one it replaced: a store
+			// that wrote without raising it would let a put conditioned
+			// on the old version overwrite this one unseen.
+			return out.found && out.version > s.version, docLinearState{present: true, version: out.version, value: in.value}
 		case "delete":
 			switch {
 			case !s.present:
