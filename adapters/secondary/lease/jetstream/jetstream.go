@@ -188,9 +188,11 @@ func (l *Lease) recreateIfGone(ctx context.Context, err error) bool {
 // purge would wipe a live record. Two engines that find one empty stream
 // both compact it; the later purge may remove the key the other just
 // wrote, which that engine holds in its quarantine and loses at its next
-// renewal.
+// renewal. Only the leader's count decides: while a replicated stream
+// has no leader, each replica answers for itself, and one behind may
+// report no message in a stream that holds the live record.
 func (l *Lease) startAboveTerms(ctx context.Context) error {
-	st, err := l.js.Stream(ctx, l.stream)
+	st, err := l.leaderInfo(ctx)
 	if err != nil {
 		return err
 	}
@@ -205,6 +207,27 @@ func (l *Lease) startAboveTerms(ctx context.Context) error {
 			l.stream, next, l.stream, err)
 	}
 	return nil
+}
+
+// leaderInfo reads the stream's state as its leader has it, waiting
+// within ctx while the stream has none.
+func (l *Lease) leaderInfo(ctx context.Context) (jetstream.Stream, error) {
+	wait := 20 * time.Millisecond
+	for {
+		st, err := l.js.Stream(ctx, l.stream)
+		if err != nil {
+			return nil, err
+		}
+		if info := st.CachedInfo(); info.Cluster == nil || info.Cluster.Leader != "" {
+			return st, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("stream %s has no leader to count its messages: %w", l.stream, ctx.Err())
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 200*time.Millisecond)
+	}
 }
 
 // firstRevisionAnew is the revision a bucket made anew at now starts from,
