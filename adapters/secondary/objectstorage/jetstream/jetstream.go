@@ -103,6 +103,10 @@ func metaToken(key string) string { return "M." + base64.URLEncoding.EncodeToStr
 
 func chunkToken(id string) string { return "C." + id }
 
+// rounds bounds how often a call reads an object's description again
+// after another write replaced it under the call.
+const rounds = 32
+
 // current is an object's description as the leader has it.
 type current struct {
 	// revision is the description's; 0 when the key never had one.
@@ -239,22 +243,39 @@ func (s *Store) Get(ctx context.Context, key string, opts ports.GetObjectOptions
 	if err := objkey.CheckGet(key, opts); err != nil {
 		return nil, ports.ObjectInfo{}, err
 	}
-	cur, err := s.current(ctx, key)
-	if err != nil {
-		return nil, ports.ObjectInfo{}, fmt.Errorf("get %w", err)
+	for range rounds {
+		cur, err := s.current(ctx, key)
+		if err != nil {
+			return nil, ports.ObjectInfo{}, fmt.Errorf("get %w", err)
+		}
+		if !cur.live {
+			return nil, ports.ObjectInfo{}, fmt.Errorf("get %q: %w", key, ports.ErrNotFound)
+		}
+		offset, length, err := objkey.Span(key, opts, int64(cur.info.Size))
+		if err != nil {
+			return nil, ports.ObjectInfo{}, err
+		}
+		r := &reader{
+			ctx: ctx, b: s.b, key: key, info: cur.info, skip: offset, left: length,
+			seq: 1, whole: offset == 0 && length == int64(cur.info.Size), h: sha256.New(),
+		}
+		if length == 0 {
+			return r, describe(key, cur.info), nil
+		}
+		// The first chunk is read before Get answers. A Put that replaced
+		// the object after its description was read has purged the
+		// chunks, and the answer would be "not found" for an object that
+		// never went; the description read again is the object now.
+		err = r.next()
+		if errors.Is(err, ports.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, ports.ObjectInfo{}, err
+		}
+		return r, describe(key, cur.info), nil
 	}
-	if !cur.live {
-		return nil, ports.ObjectInfo{}, fmt.Errorf("get %q: %w", key, ports.ErrNotFound)
-	}
-	offset, length, err := objkey.Span(key, opts, int64(cur.info.Size))
-	if err != nil {
-		return nil, ports.ObjectInfo{}, err
-	}
-	r := &reader{
-		ctx: ctx, b: s.b, key: key, info: cur.info, skip: offset, left: length,
-		seq: 1, whole: offset == 0 && length == int64(cur.info.Size), h: sha256.New(),
-	}
-	return r, describe(key, cur.info), nil
+	return nil, ports.ObjectInfo{}, fmt.Errorf("get %q: it was replaced %d times while its first chunk was read", key, rounds)
 }
 
 // reader reads an object's chunks one at a time from the leader.
@@ -434,7 +455,7 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	if err := objkey.Check(key); err != nil {
 		return err
 	}
-	for range 32 {
+	for range rounds {
 		cur, err := s.current(ctx, key)
 		if err != nil {
 			return fmt.Errorf("delete %w", err)
@@ -459,7 +480,7 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 		s.purge(cur.info.NUID)
 		return nil
 	}
-	return fmt.Errorf("delete %q: it changed 32 times meanwhile: %w", key, ports.ErrConflict)
+	return fmt.Errorf("delete %q: it changed %d times meanwhile: %w", key, rounds, ports.ErrConflict)
 }
 
 // List asks the leader for every object's name, keeps those after the

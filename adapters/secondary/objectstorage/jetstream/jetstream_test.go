@@ -3,6 +3,8 @@ package jetstream_test
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"os"
 	"sync"
@@ -83,5 +85,54 @@ func TestRangeReadsOfInterleavedObjects(t *testing.T) {
 				t.Fatalf("Get %s at %d: %d bytes, %v; want bytes %d to %d", key, off, len(got), err, off, end)
 			}
 		}
+	}
+}
+
+// A Get that races a Put over the same object reads the object before or
+// after it, never "not found": the object never went. Before, a Get that
+// read the description just before a Put replaced it found the chunks
+// purged and answered ErrNotFound.
+func TestAGetDuringAnOverwriteFindsTheObject(t *testing.T) {
+	s := open(t, natstest.StartProcess(t, server), jetstream.Config{Bucket: "OVERWRITTEN"})
+	if _, err := s.Put(t.Context(), "o", bytes.NewReader([]byte("first")), ports.PutObjectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	const rounds = 150
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		missing int
+	)
+	for w := range 3 {
+		wg.Go(func() {
+			for i := range rounds {
+				if _, err := s.Put(t.Context(), "o", bytes.NewReader(fmt.Appendf(nil, "w%d.%d", w, i)), ports.PutObjectOptions{}); err != nil {
+					t.Errorf("Put: %v", err)
+					return
+				}
+			}
+		})
+		wg.Go(func() {
+			for range rounds {
+				r, _, err := s.Get(t.Context(), "o", ports.GetObjectOptions{})
+				if err == nil {
+					_, err = io.ReadAll(r)
+					_ = r.Close()
+				}
+				switch {
+				case errors.Is(err, ports.ErrNotFound):
+					mu.Lock()
+					missing++
+					mu.Unlock()
+				case err != nil:
+					t.Errorf("Get: %v", err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if missing > 0 {
+		t.Fatalf("%d of %d Gets during overwrites answered not found for an object that never went", missing, 3*rounds)
 	}
 }
