@@ -253,12 +253,14 @@ func callContext(ctx context.Context) (context.Context, context.CancelFunc) {
 
 // transient is an error that a moment later may not be: no responder while
 // a stream elects a leader, a request that timed out, a reconnecting
-// connection.
+// connection, a conditional write refused while another write of its key
+// is in flight (inFlight).
 func transient(err error) bool {
 	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrTimeout) ||
 		errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrConnectionReconnecting) ||
 		errors.Is(err, context.DeadlineExceeded) ||
-		isAPICode(err, 10008) // JetStream temporarily unavailable
+		isAPICode(err, 10008) || // JetStream temporarily unavailable
+		inFlight(err)
 }
 
 func isAPICode(err error, code jetstream.ErrorCode) bool {
@@ -536,8 +538,6 @@ func (b *Bucket) Publish(ctx context.Context, token string, m *nats.Msg, expect 
 // acknowledgement is not stored twice, and a conditional write whose
 // acknowledgement was lost is recognised by its id on the key.
 func (b *Bucket) publish(ctx context.Context, token string, m *nats.Msg, expect *uint64) (uint64, error) {
-	ctx, cancel := callContext(ctx)
-	defer cancel()
 	id := nuid.Next()
 	opts := []jetstream.PublishOpt{jetstream.WithMsgID(id)}
 	if expect != nil {
@@ -547,29 +547,14 @@ func (b *Bucket) publish(ctx context.Context, token string, m *nats.Msg, expect 
 		rev   uint64
 		tries int
 	)
-	send := func(ctx context.Context) error {
+	err := retry(ctx, func(ctx context.Context) error {
 		tries++
 		ack, err := b.js.PublishMsg(ctx, m, opts...)
 		if err == nil {
 			rev = ack.Sequence
 		}
 		return err
-	}
-	err := retry(ctx, send)
-	// A replicated stream refuses a conditional write with 10164 while
-	// another write of the key is proposed but not yet applied: that write
-	// may still fail, and until it is applied a read of the key does not
-	// show it. The refusal decides nothing, so the write waits for the
-	// other to settle and is sent again (under the same message id) until
-	// the stream answers with the key's revision or stores it.
-	for round := 0; inFlight(err); round++ {
-		select {
-		case <-ctx.Done():
-			return 0, fmt.Errorf("another write of the key stayed in flight: %w (%w)", ctx.Err(), err)
-		case <-time.After(min(time.Millisecond<<min(round, 7), 100*time.Millisecond)):
-		}
-		err = retry(ctx, send)
-	}
+	})
 	if err == nil {
 		return rev, nil
 	}
@@ -596,8 +581,11 @@ func isConflict(err error) bool {
 }
 
 // inFlight matches 10164: a replicated stream refused a conditional write
-// because another write of the key was still in flight, without comparing
-// revisions.
+// because another write of the key was proposed and not yet applied. It
+// compared no revisions, the other write may still fail, and until it is
+// applied no read shows it: the refusal decides nothing, and the write is
+// sent again under its message id until the stream stores it or refuses
+// it on the key's applied revision (10071).
 func inFlight(err error) bool {
 	return isAPICode(err, jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }
