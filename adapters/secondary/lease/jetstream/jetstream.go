@@ -96,43 +96,17 @@ func Open(ctx context.Context, nc *nats.Conn, opts Options) (*Lease, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lease bucket %s: %w", opts.Bucket, err)
 	}
-	if err := l.awaitLeader(ctx); err != nil {
-		return nil, fmt.Errorf("lease bucket %s: %w", opts.Bucket, err)
-	}
-	// A new stream is compacted here, before any engine races to create
-	// the key in it: on a replicated stream a purge that meets a create in
-	// flight can leave the create unanswered until its deadline. Create
-	// compacts too, for a stream made anew after Open.
+	// This waits for the stream's leader too: a replicated stream just
+	// made may have none yet, and the first write would find no one to
+	// answer it. A new stream is compacted here, before any engine races
+	// to create the key in it: on a replicated stream a purge that meets a
+	// create in flight can leave the create unanswered until its deadline.
+	// Create compacts too, for a stream made anew after Open.
 	if err := l.startAboveTerms(ctx); err != nil {
 		return nil, fmt.Errorf("lease bucket %s: %w", opts.Bucket, err)
 	}
 	l.kv = kv
 	return l, nil
-}
-
-// awaitLeader returns once the bucket's stream has a leader: a replicated
-// stream just made may have none yet, and the first write would find no
-// one to answer it.
-func (l *Lease) awaitLeader(ctx context.Context) error {
-	wait := 20 * time.Millisecond
-	for {
-		st, err := l.js.Stream(ctx, l.stream)
-		if err == nil {
-			info := st.CachedInfo()
-			if info.Cluster == nil || info.Cluster.Leader != "" {
-				return nil
-			}
-		}
-		select {
-		case <-ctx.Done():
-			if err == nil {
-				err = errors.New("the stream has no leader")
-			}
-			return fmt.Errorf("%w (%w)", err, ctx.Err())
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, 200*time.Millisecond)
-	}
 }
 
 // create makes the bucket, or finds the one another engine made meanwhile.
@@ -209,21 +183,27 @@ func (l *Lease) startAboveTerms(ctx context.Context) error {
 	return nil
 }
 
-// leaderInfo reads the stream's state as its leader has it, waiting
-// within ctx while the stream has none.
+// leaderInfo reads the stream's state as its leader has it. It waits
+// within ctx while the stream has no leader, or does not answer, as for a
+// moment after it is made; a stream that is gone is reported at once.
 func (l *Lease) leaderInfo(ctx context.Context) (jetstream.Stream, error) {
 	wait := 20 * time.Millisecond
 	for {
 		st, err := l.js.Stream(ctx, l.stream)
-		if err != nil {
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
 			return nil, err
 		}
-		if info := st.CachedInfo(); info.Cluster == nil || info.Cluster.Leader != "" {
-			return st, nil
+		if err == nil {
+			if info := st.CachedInfo(); info.Cluster == nil || info.Cluster.Leader != "" {
+				return st, nil
+			}
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("stream %s has no leader to count its messages: %w", l.stream, ctx.Err())
+			if err == nil {
+				err = errors.New("the stream has no leader")
+			}
+			return nil, fmt.Errorf("%w (%w)", err, ctx.Err())
 		case <-time.After(wait):
 		}
 		wait = min(2*wait, 200*time.Millisecond)
