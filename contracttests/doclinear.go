@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
-	"time"
 
 	"github.com/anishathalye/porcupine"
 
@@ -110,9 +109,7 @@ var docLinearModel = porcupine.Model{
 func docConditionalWritesAreLinearizable(t *testing.T, open func(t *testing.T) ports.DocumentStore) {
 	handles := []ports.DocumentStore{open(t), open(t)}
 	docEnsure(t, handles[0], "c")
-	seed := uint64(time.Now().UnixNano())
-	checkLinearizable(t, "Put, Get and Delete racing on one document", docLinearModel, handles, func(w int, s ports.DocumentStore) linearCaller {
-		rng := rand.New(rand.NewPCG(seed, uint64(w)))
+	checkLinearizable(t, "Put, Get and Delete racing on one document", docLinearModel, handles, func(w int, s ports.DocumentStore, rng *rand.Rand) linearCaller {
 		var (
 			known uint64 // the version this caller last saw; 0: missing
 			stale bool   // its last write was refused: read first

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
-	"time"
 
 	"github.com/anishathalye/porcupine"
 
@@ -87,10 +86,8 @@ var kvLinearModel = porcupine.Model{
 // the key holds when it takes effect.
 func kvWritesAreLinearizable(t *testing.T, open func(t *testing.T) ports.KeyValue) {
 	handles := []ports.KeyValue{open(t), open(t)}
-	seed := uint64(time.Now().UnixNano())
 	checkLinearizable(t, "Set, SetIfAbsent, Delete, DeleteIfValue, Get and Exists racing on one key", kvLinearModel, handles,
-		func(w int, s ports.KeyValue) linearCaller {
-			rng := rand.New(rand.NewPCG(seed, uint64(w)))
+		func(w int, s ports.KeyValue, rng *rand.Rand) linearCaller {
 			var last string // the value this caller last read or wrote
 			return func(ctx context.Context, i int) (any, any, error) {
 				var (

@@ -3,6 +3,7 @@ package contracttests
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -24,12 +25,13 @@ const (
 type linearCaller func(ctx context.Context, i int) (input, output any, err error)
 
 // checkLinearizable races linearCallers callers, made by caller over the
-// handles in turn, and checks with porcupine that one order of their calls,
+// handles in turn, each with a random source of its own, and checks with porcupine that one order of their calls,
 // each taking effect at a single moment between its call and its return,
 // explains every answer under model. what names the race in a failure.
-func checkLinearizable[S any](t *testing.T, what string, model porcupine.Model, handles []S, caller func(w int, s S) linearCaller) {
+func checkLinearizable[S any](t *testing.T, what string, model porcupine.Model, handles []S, caller func(w int, s S, rng *rand.Rand) linearCaller) {
 	t.Helper()
 	start := time.Now()
+	seed := uint64(start.UnixNano())
 	var (
 		mu      sync.Mutex
 		history []porcupine.Operation
@@ -37,7 +39,7 @@ func checkLinearizable[S any](t *testing.T, what string, model porcupine.Model, 
 		wg      sync.WaitGroup
 	)
 	for w := range linearCallers {
-		call := caller(w, handles[w%len(handles)])
+		call := caller(w, handles[w%len(handles)], rand.New(rand.NewPCG(seed, uint64(w))))
 		wg.Go(func() {
 			for i := range linearCalls {
 				ctx, cancel := context.WithTimeout(t.Context(), callTimeout)
