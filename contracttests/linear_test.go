@@ -89,6 +89,48 @@ func TestTheLinearizabilityModelsRejectWhatAStoreMustNotDo(t *testing.T) {
 				op(1, 60, 70, kvLinearInput{op: "exists"}, kvLinearOutput{}),
 			},
 		},
+		{
+			name:  "a get that paired one version's ETag with another's content",
+			model: objLinearModel,
+			bad: []porcupine.Operation{
+				op(0, 0, 10, objLinearInput{op: "put", content: "a"}, objLinearOutput{found: true, etag: "ea"}),
+				op(0, 20, 30, objLinearInput{op: "put", content: "b"}, objLinearOutput{found: true, etag: "eb"}),
+				op(1, 25, 40, objLinearInput{op: "get"}, objLinearOutput{found: true, etag: "ea", content: "b"}),
+			},
+			allowed: []porcupine.Operation{
+				op(0, 0, 10, objLinearInput{op: "put", content: "a"}, objLinearOutput{found: true, etag: "ea"}),
+				op(0, 20, 30, objLinearInput{op: "put", content: "b"}, objLinearOutput{found: true, etag: "eb"}),
+				op(1, 25, 40, objLinearInput{op: "get"}, objLinearOutput{found: true, etag: "ea", content: "a"}),
+			},
+		},
+		{
+			name:  "two deletes of one object both succeeded",
+			model: objLinearModel,
+			bad: []porcupine.Operation{
+				op(0, 0, 10, objLinearInput{op: "put", content: "a"}, objLinearOutput{found: true, etag: "ea"}),
+				op(0, 20, 30, objLinearInput{op: "delete"}, objLinearOutput{}),
+				op(1, 20, 30, objLinearInput{op: "delete"}, objLinearOutput{}),
+			},
+			allowed: []porcupine.Operation{
+				op(0, 0, 10, objLinearInput{op: "put", content: "a"}, objLinearOutput{found: true, etag: "ea"}),
+				op(0, 20, 30, objLinearInput{op: "delete"}, objLinearOutput{}),
+				op(1, 20, 30, objLinearInput{op: "delete"}, objLinearOutput{notFound: true}),
+			},
+		},
+		{
+			name:  "a put at an ETag the object no longer had",
+			model: objLinearModel,
+			bad: []porcupine.Operation{
+				op(0, 0, 10, objLinearInput{op: "put", content: "a"}, objLinearOutput{found: true, etag: "ea"}),
+				op(1, 20, 30, objLinearInput{op: "put", content: "b"}, objLinearOutput{found: true, etag: "eb"}),
+				op(0, 40, 50, objLinearInput{op: "put", content: "c", ifMatch: "ea"}, objLinearOutput{found: true, etag: "ec"}),
+			},
+			allowed: []porcupine.Operation{
+				op(0, 0, 10, objLinearInput{op: "put", content: "a"}, objLinearOutput{found: true, etag: "ea"}),
+				op(1, 20, 30, objLinearInput{op: "put", content: "b"}, objLinearOutput{found: true, etag: "eb"}),
+				op(0, 40, 50, objLinearInput{op: "put", content: "c", ifMatch: "ea"}, objLinearOutput{conflict: true}),
+			},
+		},
 	}
 	for _, c := range cases {
 		if porcupine.CheckOperations(c.model, c.bad) {

@@ -33,6 +33,14 @@ type ObjectStorageCapabilities struct {
 	// NestedKeys: a key and the same key followed by "/..." coexist ("a"
 	// and "a/b"). S3 servers that keep objects as files cannot do this.
 	NestedKeys bool
+	// Linearizable: every call on an object takes effect at one moment
+	// within it. A Get returns the content and the ETag of one version, a
+	// conditional Put compares against the version a Get would return, and
+	// of two Deletes racing on one object exactly one succeeds. An S3
+	// adapter offers what its server does: versitygw reads an object's ETag
+	// and its content in separate steps, and answers a conditional delete
+	// of a key already gone with success.
+	Linearizable bool
 }
 
 const (
@@ -81,6 +89,7 @@ func RunObjectStorage(t *testing.T, h Harness[ports.ObjectStorage], caps ObjectS
 		{"ConditionalPutOfALargeObject", objConditionalPutOfALargeObject},
 		{"PutIfAbsentRace", objPutIfAbsentRace},
 		{"PutIfMatchRace", objPutIfMatchRace},
+		{"WritesAreLinearizable", objWritesAreLinearizable},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -74,6 +74,6 @@ func TestObjectStorageContract(t *testing.T) {
 			return func(t *testing.T) ports.ObjectStorage {
 				return natsclient.NewObjectStorage(natsclient.New(caller(t)))
 			}
-		}), contracttests.ObjectStorageCapabilities{ConditionalPut: true, PathLikeKeys: true, NestedKeys: true})
+		}), contracttests.ObjectStorageCapabilities{ConditionalPut: true, PathLikeKeys: true, NestedKeys: true, Linearizable: true})
 	})
 }

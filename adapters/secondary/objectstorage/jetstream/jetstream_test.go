@@ -44,7 +44,7 @@ func TestObjectStorageContract(t *testing.T) {
 		contracttests.RunObjectStorage(t, contracttests.HarnessFunc[ports.ObjectStorage](func(t *testing.T) func(*testing.T) ports.ObjectStorage {
 			c := jetstream.Config{Bucket: jstest.Bucket(t), Replicas: replicas}
 			return func(t *testing.T) ports.ObjectStorage { return open(t, url, c) }
-		}), contracttests.ObjectStorageCapabilities{ConditionalPut: true, PathLikeKeys: true, NestedKeys: true})
+		}), contracttests.ObjectStorageCapabilities{ConditionalPut: true, PathLikeKeys: true, NestedKeys: true, Linearizable: true})
 	}
 	t.Run("jetstream", func(t *testing.T) { suite(t, natstest.StartProcess(t, server), 1) })
 	t.Run("jetstream-r3", func(t *testing.T) { suite(t, natstest.StartClusterProcesses(t, server), 3) })

@@ -30,7 +30,7 @@ func TestObjectStorageContract(t *testing.T) {
 			// Each handle is a store of its own on the shared directory, as
 			// two engines on one host would be.
 			return func(t *testing.T) ports.ObjectStorage { return open(t, dir) }
-		}), contracttests.ObjectStorageCapabilities{ConditionalPut: true, PathLikeKeys: true, NestedKeys: true})
+		}), contracttests.ObjectStorageCapabilities{ConditionalPut: true, PathLikeKeys: true, NestedKeys: true, Linearizable: true})
 	})
 }
 

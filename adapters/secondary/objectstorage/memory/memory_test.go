@@ -17,6 +17,6 @@ func TestObjectStorageContract(t *testing.T) {
 			}
 			t.Cleanup(func() { store.Close() })
 			return func(*testing.T) ports.ObjectStorage { return store }
-		}), contracttests.ObjectStorageCapabilities{ConditionalPut: true, PathLikeKeys: true, NestedKeys: true})
+		}), contracttests.ObjectStorageCapabilities{ConditionalPut: true, PathLikeKeys: true, NestedKeys: true, Linearizable: true})
 	})
 }

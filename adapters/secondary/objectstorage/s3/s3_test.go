@@ -102,7 +102,10 @@ func TestObjectStorageContract(t *testing.T) {
 			// Each handle has a client and connections of its own.
 			return func(t *testing.T) ports.ObjectStorage { return open(t, c) }
 			// versitygw keeps objects as files, so "a" and "a/b" cannot
-			// coexist; the adapter itself refuses path-like keys.
+			// coexist; the adapter itself refuses path-like keys. Nor is
+			// it linearizable: a Get may pair one version's ETag with
+			// another's content, and two Deletes racing on one object
+			// both succeed (ObjectStorageCapabilities.Linearizable).
 		}), contracttests.ObjectStorageCapabilities{ConditionalPut: true})
 	})
 }
