@@ -7,8 +7,6 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/anishathalye/porcupine"
-
 	"github.com/abi-engine/engine/ports"
 )
 
@@ -44,10 +42,8 @@ type docLinearState struct {
 // some order of them, each taking effect at one moment between its call
 // and its return. Versions are the store's to choose, above the one a put
 // replaces; a put must report the one a later get sees.
-var docLinearModel = porcupine.Model{
-	Init: func() any { return docLinearState{} },
-	Step: func(state, input, output any) (bool, any) {
-		s, in, out := state.(docLinearState), input.(docLinearInput), output.(docLinearOutput)
+var docLinearModel = linearModel(
+	func(s docLinearState, in docLinearInput, out docLinearOutput) (bool, docLinearState) {
 		holds := !in.cond || s.present == (in.ifVersion != 0) && (!s.present || s.version == in.ifVersion)
 		switch in.op {
 		case "get":
@@ -74,8 +70,7 @@ var docLinearModel = porcupine.Model{
 		}
 		return false, s
 	},
-	DescribeOperation: func(input, output any) string {
-		in, out := input.(docLinearInput), output.(docLinearOutput)
+	func(in docLinearInput, out docLinearOutput) string {
 		call := in.op + "()"
 		switch {
 		case in.op == "put" && in.cond:
@@ -97,7 +92,7 @@ var docLinearModel = porcupine.Model{
 		}
 		return call + " -> ok"
 	},
-}
+)
 
 // docConditionalWritesAreLinearizable races callers on two handles over
 // one document: conditional puts and deletes at the version each caller

@@ -7,8 +7,6 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/anishathalye/porcupine"
-
 	"github.com/abi-engine/engine/ports"
 )
 
@@ -35,10 +33,8 @@ type kvLinearState struct {
 
 // kvLinearModel is the keyvalue store's promise for one key, as a
 // sequential specification.
-var kvLinearModel = porcupine.Model{
-	Init: func() any { return kvLinearState{} },
-	Step: func(state, input, output any) (bool, any) {
-		s, in, out := state.(kvLinearState), input.(kvLinearInput), output.(kvLinearOutput)
+var kvLinearModel = linearModel(
+	func(s kvLinearState, in kvLinearInput, out kvLinearOutput) (bool, kvLinearState) {
 		switch in.op {
 		case "get":
 			return out.found == s.present && out.value == s.value, s
@@ -61,8 +57,7 @@ var kvLinearModel = porcupine.Model{
 		}
 		return false, s
 	},
-	DescribeOperation: func(input, output any) string {
-		in, out := input.(kvLinearInput), output.(kvLinearOutput)
+	func(in kvLinearInput, out kvLinearOutput) string {
 		switch in.op {
 		case "get":
 			if !out.found {
@@ -76,7 +71,7 @@ var kvLinearModel = porcupine.Model{
 		}
 		return fmt.Sprintf("%s(%s) -> %t", in.op, in.value, out.ok)
 	},
-}
+)
 
 // kvWritesAreLinearizable races callers on two handles over one key: sets,
 // set_if_absent, deletes, deletes of the value each caller last read,

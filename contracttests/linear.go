@@ -24,6 +24,17 @@ const (
 // answer; any other error ends the case.
 type linearCaller func(ctx context.Context, i int) (input, output any, err error)
 
+// linearModel is the porcupine model of step, a sequential specification
+// of one key over typed states, calls and answers, whose zero state is
+// the key before any call; describe prints a call and its answer.
+func linearModel[S, I, O any](step func(s S, in I, out O) (bool, S), describe func(in I, out O) string) porcupine.Model {
+	return porcupine.Model{
+		Init:              func() any { var s S; return s },
+		Step:              func(state, input, output any) (bool, any) { return step(state.(S), input.(I), output.(O)) },
+		DescribeOperation: func(input, output any) string { return describe(input.(I), output.(O)) },
+	}
+}
+
 // checkLinearizable races linearCallers callers, made by caller over the
 // handles in turn, each with a random source of its own, and checks with porcupine that one order of their calls,
 // each taking effect at a single moment between its call and its return,

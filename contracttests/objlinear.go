@@ -9,8 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/anishathalye/porcupine"
-
 	"github.com/abi-engine/engine/ports"
 )
 
@@ -44,10 +42,8 @@ type objLinearState struct {
 // objLinearModel is the object store's promise for one key, as a
 // sequential specification. ETags are the store's to choose; a put must
 // report the one later reads see.
-var objLinearModel = porcupine.Model{
-	Init: func() any { return objLinearState{} },
-	Step: func(state, input, output any) (bool, any) {
-		s, in, out := state.(objLinearState), input.(objLinearInput), output.(objLinearOutput)
+var objLinearModel = linearModel(
+	func(s objLinearState, in objLinearInput, out objLinearOutput) (bool, objLinearState) {
 		switch in.op {
 		case "get", "stat":
 			if !s.present {
@@ -64,8 +60,7 @@ var objLinearModel = porcupine.Model{
 		}
 		return false, s
 	},
-	DescribeOperation: func(input, output any) string {
-		in, out := input.(objLinearInput), output.(objLinearOutput)
+	func(in objLinearInput, out objLinearOutput) string {
 		call := in.op + "()"
 		switch {
 		case in.op == "put" && in.ifAbsent:
@@ -87,7 +82,7 @@ var objLinearModel = porcupine.Model{
 		}
 		return call + " -> ok"
 	},
-}
+)
 
 // objWritesAreLinearizable races callers on two handles over one object:
 // plain puts, deletes, gets and stats, and, where the adapter has
