@@ -23,8 +23,9 @@ const (
 	// DefaultTransferChunkSize is half of NATS's default max payload. Each
 	// chunk costs a round trip, so bigger chunks move an object faster:
 	// 64 MiB went through at 176 MiB/s in 64 KiB chunks and at 275 MiB/s
-	// in these (put; get 160 and 278). The engine holds at most three
-	// chunks a transfer, 48 MiB for all 32.
+	// in these (put; get 160 and 278). An upload holds at most four
+	// chunks in the engine (two queued, one in the store, one being
+	// handed over), 64 MiB for all 32 transfers.
 	DefaultTransferChunkSize = 512 << 10
 	// transferQueue is how many uploaded chunks wait for the store at
 	// most; a write is answered once its chunk is queued, which paces
