@@ -93,26 +93,26 @@ func TestTheLinearizabilityModelsRejectWhatAStoreMustNotDo(t *testing.T) {
 			name:  "a get that paired one version's ETag with another's content",
 			model: objLinearModel,
 			bad: []porcupine.Operation{
-				op(0, 0, 10, objLinearInput{op: "put", content: "a"}, objLinearOutput{found: true, etag: "ea"}),
-				op(0, 20, 30, objLinearInput{op: "put", content: "b"}, objLinearOutput{found: true, etag: "eb"}),
-				op(1, 25, 40, objLinearInput{op: "get"}, objLinearOutput{found: true, etag: "ea", content: "b"}),
+				op(0, 0, 10, objLinearInput{op: "put", content: "a"}, objLinearOutput{found: true, etag: "ea", size: 1}),
+				op(0, 20, 30, objLinearInput{op: "put", content: "b"}, objLinearOutput{found: true, etag: "eb", size: 1}),
+				op(1, 25, 40, objLinearInput{op: "get"}, objLinearOutput{found: true, etag: "ea", content: "b", size: 1}),
 			},
 			allowed: []porcupine.Operation{
-				op(0, 0, 10, objLinearInput{op: "put", content: "a"}, objLinearOutput{found: true, etag: "ea"}),
-				op(0, 20, 30, objLinearInput{op: "put", content: "b"}, objLinearOutput{found: true, etag: "eb"}),
-				op(1, 25, 40, objLinearInput{op: "get"}, objLinearOutput{found: true, etag: "ea", content: "a"}),
+				op(0, 0, 10, objLinearInput{op: "put", content: "a"}, objLinearOutput{found: true, etag: "ea", size: 1}),
+				op(0, 20, 30, objLinearInput{op: "put", content: "b"}, objLinearOutput{found: true, etag: "eb", size: 1}),
+				op(1, 25, 40, objLinearInput{op: "get"}, objLinearOutput{found: true, etag: "ea", content: "a", size: 1}),
 			},
 		},
 		{
 			name:  "two deletes of one object both succeeded",
 			model: objLinearModel,
 			bad: []porcupine.Operation{
-				op(0, 0, 10, objLinearInput{op: "put", content: "a"}, objLinearOutput{found: true, etag: "ea"}),
+				op(0, 0, 10, objLinearInput{op: "put", content: "a"}, objLinearOutput{found: true, etag: "ea", size: 1}),
 				op(0, 20, 30, objLinearInput{op: "delete"}, objLinearOutput{}),
 				op(1, 20, 30, objLinearInput{op: "delete"}, objLinearOutput{}),
 			},
 			allowed: []porcupine.Operation{
-				op(0, 0, 10, objLinearInput{op: "put", content: "a"}, objLinearOutput{found: true, etag: "ea"}),
+				op(0, 0, 10, objLinearInput{op: "put", content: "a"}, objLinearOutput{found: true, etag: "ea", size: 1}),
 				op(0, 20, 30, objLinearInput{op: "delete"}, objLinearOutput{}),
 				op(1, 20, 30, objLinearInput{op: "delete"}, objLinearOutput{notFound: true}),
 			},
@@ -121,14 +121,40 @@ func TestTheLinearizabilityModelsRejectWhatAStoreMustNotDo(t *testing.T) {
 			name:  "a put at an ETag the object no longer had",
 			model: objLinearModel,
 			bad: []porcupine.Operation{
-				op(0, 0, 10, objLinearInput{op: "put", content: "a"}, objLinearOutput{found: true, etag: "ea"}),
-				op(1, 20, 30, objLinearInput{op: "put", content: "b"}, objLinearOutput{found: true, etag: "eb"}),
-				op(0, 40, 50, objLinearInput{op: "put", content: "c", ifMatch: "ea"}, objLinearOutput{found: true, etag: "ec"}),
+				op(0, 0, 10, objLinearInput{op: "put", content: "a"}, objLinearOutput{found: true, etag: "ea", size: 1}),
+				op(1, 20, 30, objLinearInput{op: "put", content: "b"}, objLinearOutput{found: true, etag: "eb", size: 1}),
+				op(0, 40, 50, objLinearInput{op: "put", content: "c", ifMatch: "ea"}, objLinearOutput{found: true, etag: "ec", size: 1}),
 			},
 			allowed: []porcupine.Operation{
-				op(0, 0, 10, objLinearInput{op: "put", content: "a"}, objLinearOutput{found: true, etag: "ea"}),
-				op(1, 20, 30, objLinearInput{op: "put", content: "b"}, objLinearOutput{found: true, etag: "eb"}),
+				op(0, 0, 10, objLinearInput{op: "put", content: "a"}, objLinearOutput{found: true, etag: "ea", size: 1}),
+				op(1, 20, 30, objLinearInput{op: "put", content: "b"}, objLinearOutput{found: true, etag: "eb", size: 1}),
 				op(0, 40, 50, objLinearInput{op: "put", content: "c", ifMatch: "ea"}, objLinearOutput{conflict: true}),
+			},
+		},
+		{
+			name:  "a stat that gave another version's size",
+			model: objLinearModel,
+			bad: []porcupine.Operation{
+				op(0, 0, 10, objLinearInput{op: "put", content: "a"}, objLinearOutput{found: true, etag: "ea", size: 1}),
+				op(0, 20, 30, objLinearInput{op: "put", content: "bb"}, objLinearOutput{found: true, etag: "eb", size: 2}),
+				op(1, 40, 50, objLinearInput{op: "stat"}, objLinearOutput{found: true, etag: "eb", size: 1}),
+			},
+			allowed: []porcupine.Operation{
+				op(0, 0, 10, objLinearInput{op: "put", content: "a"}, objLinearOutput{found: true, etag: "ea", size: 1}),
+				op(0, 20, 30, objLinearInput{op: "put", content: "bb"}, objLinearOutput{found: true, etag: "eb", size: 2}),
+				op(1, 40, 50, objLinearInput{op: "stat"}, objLinearOutput{found: true, etag: "eb", size: 2}),
+			},
+		},
+		{
+			name:  "a put of other content that kept the ETag",
+			model: objLinearModel,
+			bad: []porcupine.Operation{
+				op(0, 0, 10, objLinearInput{op: "put", content: "a"}, objLinearOutput{found: true, etag: "e", size: 1}),
+				op(0, 20, 30, objLinearInput{op: "put", content: "b"}, objLinearOutput{found: true, etag: "e", size: 1}),
+			},
+			allowed: []porcupine.Operation{
+				op(0, 0, 10, objLinearInput{op: "put", content: "a"}, objLinearOutput{found: true, etag: "e", size: 1}),
+				op(0, 20, 30, objLinearInput{op: "put", content: "a"}, objLinearOutput{found: true, etag: "e", size: 1}),
 			},
 		},
 	}

@@ -28,6 +28,7 @@ type objLinearOutput struct {
 	found    bool
 	content  string // get only
 	etag     string
+	size     int64
 	conflict bool
 	notFound bool
 }
@@ -40,8 +41,9 @@ type objLinearState struct {
 }
 
 // objLinearModel is the object store's promise for one key, as a
-// sequential specification. ETags are the store's to choose; a put must
-// report the one later reads see.
+// sequential specification. ETags are the store's to choose, but a put of
+// other content must change it, and report the one later reads see.
+// Every size must be the content's.
 var objLinearModel = linearModel(
 	func(s objLinearState, in objLinearInput, out objLinearOutput) (bool, objLinearState) {
 		switch in.op {
@@ -49,12 +51,16 @@ var objLinearModel = linearModel(
 			if !s.present {
 				return out.notFound, s
 			}
-			return out.found && out.etag == s.etag && (in.op == "stat" || out.content == s.content), s
+			return out.found && out.etag == s.etag && out.size == int64(len(s.content)) &&
+				(in.op == "stat" || out.content == s.content), s
 		case "put":
+			// No call asks for both conditions: the port refuses that.
 			if in.ifAbsent && s.present || in.ifMatch != "" && (!s.present || s.etag != in.ifMatch) {
 				return out.conflict, s
 			}
-			return out.found && out.etag != "", objLinearState{present: true, content: in.content, etag: out.etag}
+			fresh := !s.present || in.content == s.content || out.etag != s.etag
+			return out.found && out.etag != "" && fresh && out.size == int64(len(in.content)),
+				objLinearState{present: true, content: in.content, etag: out.etag}
 		case "delete":
 			return out.notFound == !s.present && !out.conflict, objLinearState{}
 		}
@@ -111,13 +117,13 @@ func objWritesAreLinearizable(t *testing.T, open func(t *testing.T) ports.Object
 					var b []byte
 					b, err = io.ReadAll(r)
 					_ = r.Close()
-					out = objLinearOutput{found: true, content: string(b), etag: info.ETag}
+					out = objLinearOutput{found: true, content: string(b), etag: info.ETag, size: info.Size}
 				}
 			case n < 8:
 				in.op = "stat"
 				var info ports.ObjectInfo
 				if info, err = s.Stat(ctx, "o"); err == nil {
-					out = objLinearOutput{found: true, etag: info.ETag}
+					out = objLinearOutput{found: true, etag: info.ETag, size: info.Size}
 				}
 			case n < 17:
 				in.op, in.content = "put", fmt.Sprintf("w%d.%d", w, i)
@@ -133,7 +139,7 @@ func objWritesAreLinearizable(t *testing.T, open func(t *testing.T) ports.Object
 				}
 				var info ports.ObjectInfo
 				if info, err = s.Put(ctx, "o", strings.NewReader(in.content), ports.PutObjectOptions{IfAbsent: in.ifAbsent, IfMatch: in.ifMatch}); err == nil {
-					out = objLinearOutput{found: true, etag: info.ETag}
+					out = objLinearOutput{found: true, etag: info.ETag, size: info.Size}
 				}
 			default:
 				in.op = "delete"

@@ -44,6 +44,10 @@ func (o ObjectStorage) close(opened wire.SessionOpened) {
 	o.c.closeSession(transferSubject(opened.ID, wire.SessionClose), opened.Ref())
 }
 
+// firstChunk is the most an upload's first chunk takes before it knows
+// the object is larger.
+const firstChunk = 16 << 10
+
 // Put implements ports.ObjectStorage: it reads r one chunk at a time and
 // writes each in sequence, then commits. Any failure closes the transfer,
 // which aborts the engine's Put.
@@ -57,10 +61,18 @@ func (o ObjectStorage) Put(ctx context.Context, key string, r io.Reader, opts po
 	}
 	defer o.close(opened)
 	write := transferSubject(opened.ID, wire.SessionWrite)
-	buf := make([]byte, opened.ChunkSize)
+	// The first chunk starts small, so a small object does not cost a
+	// whole chunk's buffer; once it fills, the rest go in whole chunks.
+	buf := make([]byte, min(opened.ChunkSize, firstChunk))
 	var seq int64
 	for {
 		n, rerr := io.ReadFull(r, buf)
+		if rerr == nil && len(buf) < opened.ChunkSize {
+			whole := make([]byte, opened.ChunkSize)
+			copy(whole, buf)
+			m, err := io.ReadFull(r, whole[n:])
+			buf, n, rerr = whole, n+m, err
+		}
 		if n > 0 {
 			if _, err := o.c.inSession(ctx, write, opened.Ref(), seq, buf[:n]); err != nil {
 				return ports.ObjectInfo{}, err
