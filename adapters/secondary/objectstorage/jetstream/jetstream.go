@@ -140,8 +140,9 @@ func describe(key string, info jetstream.ObjectInfo) ports.ObjectInfo {
 }
 
 // Put publishes the chunks as it reads them, then the description,
-// conditioned on the one it replaces. A Put that fails, or loses the
-// condition, purges its chunks and leaves the previous object.
+// conditioned on the one it replaces, and purges that one's chunks. A Put
+// that fails, or loses its condition, purges its own chunks and leaves
+// the previous object.
 func (s *Store) Put(ctx context.Context, key string, r io.Reader, opts ports.PutObjectOptions) (ports.ObjectInfo, error) {
 	if err := objkey.CheckPut(key, opts); err != nil {
 		return ports.ObjectInfo{}, err
@@ -154,18 +155,16 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, opts ports.Put
 	if err != nil {
 		return ports.ObjectInfo{}, fmt.Errorf("put %w", err)
 	}
-	var expect *uint64
+	conditional := opts.IfAbsent || opts.IfMatch != ""
 	switch {
 	case opts.IfAbsent:
 		if cur.live {
 			return ports.ObjectInfo{}, fmt.Errorf("put %q if absent: it exists: %w", key, ports.ErrConflict)
 		}
-		expect = &cur.revision
 	case opts.IfMatch != "":
 		if !cur.live || cur.info.Digest != opts.IfMatch {
 			return ports.ObjectInfo{}, fmt.Errorf("put %q if the ETag is %q: it is not: %w", key, opts.IfMatch, ports.ErrConflict)
 		}
-		expect = &cur.revision
 	}
 	id := nuid.Next()
 	info, err := s.writeChunks(ctx, id, r)
@@ -177,18 +176,41 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, opts ports.Put
 	info.Headers = nats.Header{"Content-Type": []string{ct}}
 	info.Opts = &jetstream.ObjectMetaOptions{ChunkSize: chunkSize}
 	info.ModTime = time.Now().UTC()
-	m := nats.NewMsg("")
-	m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
-	if m.Data, err = json.Marshal(info); err != nil {
+	desc, err := json.Marshal(info)
+	if err != nil {
 		s.purge(id)
 		return ports.ObjectInfo{}, fmt.Errorf("put %q: %w", key, err)
 	}
-	if _, err := s.b.Publish(ctx, metaToken(key), m, expect); err != nil {
-		s.purge(id)
-		if errors.Is(err, jsbucket.ErrConflict) {
+	// The description is written over the one read, even for a plain
+	// Put, so the chunks purged after it are those of the object it
+	// replaced: a plain Put that another write overtook reads the key
+	// again and replaces that one, where writing blind would leave the
+	// other write's chunks in the stream for good. Only its last round
+	// writes blind, so that a plain Put never fails for want of a turn.
+	for round := 1; ; round++ {
+		expect := &cur.revision
+		if !conditional && round == rounds {
+			expect = nil
+		}
+		m := nats.NewMsg("")
+		m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
+		m.Data = desc
+		_, err := s.b.Publish(ctx, metaToken(key), m, expect)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, jsbucket.ErrConflict) {
+			s.purge(id)
+			return ports.ObjectInfo{}, fmt.Errorf("put %q: %w", key, err)
+		}
+		if conditional {
+			s.purge(id)
 			return ports.ObjectInfo{}, fmt.Errorf("put %q: another write came first: %w", key, ports.ErrConflict)
 		}
-		return ports.ObjectInfo{}, fmt.Errorf("put %q: %w", key, err)
+		if cur, err = s.current(ctx, key); err != nil {
+			s.purge(id)
+			return ports.ObjectInfo{}, fmt.Errorf("put %w", err)
+		}
 	}
 	if cur.live {
 		s.purge(cur.info.NUID)

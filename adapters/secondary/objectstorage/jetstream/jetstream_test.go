@@ -12,6 +12,8 @@ import (
 	"testing/iotest"
 	"time"
 
+	natsjs "github.com/nats-io/nats.go/jetstream"
+
 	"github.com/abi-engine/engine/adapters/secondary/internal/jstest"
 	"github.com/abi-engine/engine/adapters/secondary/objectstorage/jetstream"
 	"github.com/abi-engine/engine/contracttests"
@@ -134,5 +136,45 @@ func TestAGetDuringAnOverwriteFindsTheObject(t *testing.T) {
 	wg.Wait()
 	if missing > 0 {
 		t.Fatalf("%d of %d Gets during overwrites answered not found for an object that never went", missing, 3*rounds)
+	}
+}
+
+// Plain Puts racing on one key each purge the chunks of the object they
+// replaced, so once they are done only the last object's chunks are left
+// in the stream: none is kept for good by a Put that another overtook.
+func TestRacingPutsLeaveOnlyTheLiveObjectsChunks(t *testing.T) {
+	url := natstest.StartProcess(t, server)
+	const bucket = "RACED"
+	s := open(t, url, jetstream.Config{Bucket: bucket})
+	const writers, rounds = 4, 25
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			for i := range rounds {
+				if _, err := s.Put(t.Context(), "o", bytes.NewReader(fmt.Appendf(nil, "w%d.%d", w, i)), ports.PutObjectOptions{}); err != nil {
+					t.Errorf("Put: %v", err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	st, err := natsjs.New(natstest.Connect(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := st.Stream(ctx, "OBJ_"+bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := stream.Info(ctx, natsjs.WithSubjectFilter("$O."+bucket+".C.>"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(info.State.Subjects); n != 1 {
+		t.Fatalf("after %d racing Puts of one key, the chunks of %d objects are in the stream, want only the live one's",
+			writers*rounds, n)
 	}
 }
