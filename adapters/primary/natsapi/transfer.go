@@ -22,11 +22,10 @@ const (
 	DefaultMaxTransfers = 32
 	// DefaultTransferChunkSize is a quarter of NATS's default max payload.
 	// Each chunk costs a round trip, so bigger chunks move an object
-	// faster: 64 MiB went through at 176 MiB/s put and 161 get in 64 KiB
-	// chunks, 234 and 207 in these, 275 and 278 in 512 KiB ones. It stays
-	// at 256 KiB for the HTTP API's slowest client: at the 8 KiB/s it
-	// allows, a chunk fills in 32 s, well within the transfer's idle time,
-	// where 512 KiB would take 64 s and the engine would close the
+	// faster (BenchmarkObjectTransfer in natsclient compares the sizes).
+	// It stays at 256 KiB for the HTTP API's slowest client: at the 8 KiB/s
+	// it allows, a chunk fills in 32 s, well within the transfer's idle
+	// time, where 512 KiB would take 64 s and the engine would close the
 	// transfer under it. An upload holds at most four chunks in the engine
 	// (two queued, one in the store, one being handed over), 32 MiB for
 	// all 32 transfers.

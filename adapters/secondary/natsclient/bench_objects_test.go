@@ -1,0 +1,129 @@
+package natsclient_test
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/abi-engine/engine/adapters/primary/natsapi"
+	"github.com/abi-engine/engine/adapters/secondary/natsclient"
+	"github.com/abi-engine/engine/adapters/secondary/objectstorage/memory"
+	"github.com/abi-engine/engine/domain"
+	"github.com/abi-engine/engine/internal/natstest"
+	"github.com/abi-engine/engine/ports"
+)
+
+// benchObjectSize is the object the transfer benchmarks move, as
+// enginebench does.
+const benchObjectSize = 64 << 20
+
+func benchObject() []byte {
+	data := make([]byte, benchObjectSize)
+	for i := range data {
+		data[i] = byte(i * 7 / 3)
+	}
+	return data
+}
+
+// BenchmarkObjectTransfer puts and gets a 64 MiB object through the
+// engine's transfers, on the memory adapter, with chunks of each size, so
+// the chunk size's effect shows in one run; BenchmarkNATSObjectStore is its
+// peer.
+func BenchmarkObjectTransfer(b *testing.B) {
+	data := benchObject()
+	for _, chunk := range []int{64 << 10, natsapi.DefaultTransferChunkSize, 512 << 10} {
+		objects := objectBench(b, chunk)
+		b.Run(fmt.Sprintf("chunk=%dKiB/put", chunk>>10), func(b *testing.B) {
+			b.SetBytes(benchObjectSize)
+			for b.Loop() {
+				if _, err := objects.Put(b.Context(), "bench", bytes.NewReader(data), ports.PutObjectOptions{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("chunk=%dKiB/get", chunk>>10), func(b *testing.B) {
+			b.SetBytes(benchObjectSize)
+			for b.Loop() {
+				rc, _, err := objects.Get(b.Context(), "bench", ports.GetObjectOptions{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				n, err := io.Copy(io.Discard, rc)
+				_ = rc.Close()
+				if err != nil || n != benchObjectSize {
+					b.Fatalf("got %d bytes: %v", n, err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkNATSObjectStore is the peer: NATS's own object store, file
+// backed, one replica.
+func BenchmarkNATSObjectStore(b *testing.B) {
+	data := benchObject()
+	js, err := jetstream.New(natstest.Connect(b, natstest.StartServer(b).ClientURL()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	store, err := js.CreateObjectStore(b.Context(), jetstream.ObjectStoreConfig{Bucket: "BENCH_OBJ", Storage: jetstream.FileStorage, Replicas: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("put", func(b *testing.B) {
+		b.SetBytes(benchObjectSize)
+		for b.Loop() {
+			if _, err := store.PutBytes(b.Context(), "bench", data); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("get", func(b *testing.B) {
+		b.SetBytes(benchObjectSize)
+		for b.Loop() {
+			got, err := store.GetBytes(b.Context(), "bench")
+			if err != nil || len(got) != benchObjectSize {
+				b.Fatalf("got %d bytes: %v", len(got), err)
+			}
+		}
+	})
+}
+
+// objectBench serves the memory object store behind a host and a transfer
+// host with chunks of chunk bytes, on a broker of its own, and returns the
+// facade a caller uses.
+func objectBench(b *testing.B, chunk int) natsclient.ObjectStorage {
+	b.Helper()
+	store, err := memory.Open(b.Context(), memory.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	url := natstest.StartServer(b).ClientURL()
+	owner := domain.NewInstanceID()
+	transfers, err := natsapi.NewTransferHost(natsapi.TransferOptions{Owner: owner, Conn: natstest.Connect(b, url), ChunkSize: chunk})
+	if err != nil {
+		b.Fatal(err)
+	}
+	host, err := natsapi.NewHost(natsapi.Options{
+		Owner:   owner,
+		Connect: func() (*nats.Conn, error) { return nats.Connect(url) },
+		Replies: natstest.Connect(b, url),
+	}, natsapi.ObjectStorage(store, transfers))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, serve := range []func() error{transfers.Serve, host.Serve} {
+		if err := serve(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Cleanup(func() {
+		host.Stop()
+		transfers.Stop()
+	})
+	return natsclient.NewObjectStorage(natsclient.New(natstest.Connect(b, url)))
+}
