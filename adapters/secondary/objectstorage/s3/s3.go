@@ -9,6 +9,13 @@
 //
 // Keys with ".", ".." or empty segments ("../x", "a//b", "x/") are refused:
 // S3 servers that keep objects as files would store "d/../y" over "y".
+//
+// How far each call is one step is the service's to say. Delete removes
+// the object at the ETag it read (If-Match) and answers ErrNotFound when
+// the service refuses that for a key already gone; a Get returns the
+// content and ETag the service pairs. versitygw does neither in one step:
+// on it two racing Deletes can both succeed, and a Get racing a Put can
+// pair one version's ETag with the other's content.
 package s3
 
 import (
