@@ -260,7 +260,15 @@ func transient(err error) bool {
 		errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrConnectionReconnecting) ||
 		errors.Is(err, context.DeadlineExceeded) ||
 		isAPICode(err, 10008) || // JetStream temporarily unavailable
-		inFlight(err)
+		inFlight(err) || resentInFlight(err)
+}
+
+// resentInFlight matches 10158: a write sent again under its message id
+// met its first attempt, still proposed on a replicated stream. Once that
+// attempt is stored, the stream answers the next resend as its duplicate,
+// with its revision; until then the outcome is not known.
+func resentInFlight(err error) bool {
+	return isAPICode(err, 10158)
 }
 
 func isAPICode(err error, code jetstream.ErrorCode) bool {
