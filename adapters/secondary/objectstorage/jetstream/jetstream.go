@@ -155,7 +155,6 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, opts ports.Put
 	if err != nil {
 		return ports.ObjectInfo{}, fmt.Errorf("put %w", err)
 	}
-	conditional := opts.IfAbsent || opts.IfMatch != ""
 	switch {
 	case opts.IfAbsent:
 		if cur.live {
@@ -168,25 +167,36 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, opts ports.Put
 	}
 	id := nuid.Next()
 	info, err := s.writeChunks(ctx, id, r)
+	if err == nil {
+		info.Name, info.Bucket, info.NUID = key, s.b.Name(), id
+		info.Headers = nats.Header{"Content-Type": []string{ct}}
+		info.Opts = &jetstream.ObjectMetaOptions{ChunkSize: chunkSize}
+		info.ModTime = time.Now().UTC()
+		cur, err = s.describeOver(ctx, key, info, cur, opts.IfAbsent || opts.IfMatch != "")
+	}
 	if err != nil {
 		s.purge(id)
 		return ports.ObjectInfo{}, fmt.Errorf("put %q: %w", key, err)
 	}
-	info.Name, info.Bucket, info.NUID = key, s.b.Name(), id
-	info.Headers = nats.Header{"Content-Type": []string{ct}}
-	info.Opts = &jetstream.ObjectMetaOptions{ChunkSize: chunkSize}
-	info.ModTime = time.Now().UTC()
+	if cur.live {
+		s.purge(cur.info.NUID)
+	}
+	return describe(key, info), nil
+}
+
+// describeOver writes info as key's description over cur, the one read,
+// and returns the description it replaced. It is written over the one
+// read even for a plain Put, so the chunks purged after it are those of
+// the object it replaced: a plain Put that another write overtook reads
+// the key again and replaces that one, where writing blind would leave
+// the other write's chunks in the stream for good. Only its last round
+// writes blind, so that a plain Put never fails for want of a turn. A
+// conditional Put that another write overtook fails with ErrConflict.
+func (s *Store) describeOver(ctx context.Context, key string, info jetstream.ObjectInfo, cur current, conditional bool) (current, error) {
 	desc, err := json.Marshal(info)
 	if err != nil {
-		s.purge(id)
-		return ports.ObjectInfo{}, fmt.Errorf("put %q: %w", key, err)
+		return current{}, err
 	}
-	// The description is written over the one read, even for a plain
-	// Put, so the chunks purged after it are those of the object it
-	// replaced: a plain Put that another write overtook reads the key
-	// again and replaces that one, where writing blind would leave the
-	// other write's chunks in the stream for good. Only its last round
-	// writes blind, so that a plain Put never fails for want of a turn.
 	for round := 1; ; round++ {
 		expect := &cur.revision
 		if !conditional && round == rounds {
@@ -196,26 +206,18 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, opts ports.Put
 		m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
 		m.Data = desc
 		_, err := s.b.Publish(ctx, metaToken(key), m, expect)
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, jsbucket.ErrConflict) {
-			s.purge(id)
-			return ports.ObjectInfo{}, fmt.Errorf("put %q: %w", key, err)
-		}
-		if conditional {
-			s.purge(id)
-			return ports.ObjectInfo{}, fmt.Errorf("put %q: another write came first: %w", key, ports.ErrConflict)
+		switch {
+		case err == nil:
+			return cur, nil
+		case !errors.Is(err, jsbucket.ErrConflict):
+			return current{}, err
+		case conditional:
+			return current{}, fmt.Errorf("another write came first: %w", ports.ErrConflict)
 		}
 		if cur, err = s.current(ctx, key); err != nil {
-			s.purge(id)
-			return ports.ObjectInfo{}, fmt.Errorf("put %w", err)
+			return current{}, err
 		}
 	}
-	if cur.live {
-		s.purge(cur.info.NUID)
-	}
-	return describe(key, info), nil
 }
 
 // writeChunks publishes r in chunks under id and returns the size, count
