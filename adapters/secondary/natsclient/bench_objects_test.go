@@ -6,13 +6,11 @@ import (
 	"io"
 	"testing"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/abi-engine/engine/adapters/primary/natsapi"
 	"github.com/abi-engine/engine/adapters/secondary/natsclient"
 	"github.com/abi-engine/engine/adapters/secondary/objectstorage/memory"
-	"github.com/abi-engine/engine/domain"
 	"github.com/abi-engine/engine/internal/natstest"
 	"github.com/abi-engine/engine/ports"
 )
@@ -93,9 +91,9 @@ func BenchmarkNATSObjectStore(b *testing.B) {
 	})
 }
 
-// objectBench serves the memory object store behind a host and a transfer
-// host with chunks of chunk bytes, on a broker of its own, and returns the
-// facade a caller uses.
+// objectBench serves the memory object store behind an engine whose
+// transfers move chunks of chunk bytes, on a broker of its own, and
+// returns the facade a caller uses.
 func objectBench(b *testing.B, chunk int) natsclient.ObjectStorage {
 	b.Helper()
 	store, err := memory.Open(b.Context(), memory.Config{})
@@ -103,27 +101,8 @@ func objectBench(b *testing.B, chunk int) natsclient.ObjectStorage {
 		b.Fatal(err)
 	}
 	url := natstest.StartServer(b).ClientURL()
-	owner := domain.NewInstanceID()
-	transfers, err := natsapi.NewTransferHost(natsapi.TransferOptions{Owner: owner, Conn: natstest.Connect(b, url), ChunkSize: chunk})
-	if err != nil {
-		b.Fatal(err)
-	}
-	host, err := natsapi.NewHost(natsapi.Options{
-		Owner:   owner,
-		Connect: func() (*nats.Conn, error) { return nats.Connect(url) },
-		Replies: natstest.Connect(b, url),
-	}, natsapi.ObjectStorage(store, transfers))
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, serve := range []func() error{transfers.Serve, host.Serve} {
-		if err := serve(); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.Cleanup(func() {
-		host.Stop()
-		transfers.Stop()
+	serveEngineWith(b, url, natsapi.TransferOptions{ChunkSize: chunk}, func(tr *natsapi.TransferHost) []natsapi.Service {
+		return []natsapi.Service{natsapi.ObjectStorage(store, tr)}
 	})
 	return natsclient.NewObjectStorage(natsclient.New(natstest.Connect(b, url)))
 }

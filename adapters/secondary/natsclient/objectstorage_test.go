@@ -25,12 +25,19 @@ type engine struct {
 
 // serveEngine runs an engine on the broker at url, serving the services
 // services makes (given its transfer host), and stops it when the test ends.
-func serveEngine(t *testing.T, url string, services func(*natsapi.TransferHost) []natsapi.Service) *engine {
+func serveEngine(t testing.TB, url string, services func(*natsapi.TransferHost) []natsapi.Service) *engine {
+	return serveEngineWith(t, url, natsapi.TransferOptions{}, services)
+}
+
+// serveEngineWith is serveEngine with transfers set by transfer, whose
+// Owner and Conn it fills in.
+func serveEngineWith(t testing.TB, url string, transfer natsapi.TransferOptions, services func(*natsapi.TransferHost) []natsapi.Service) *engine {
 	t.Helper()
 	e := &engine{owner: domain.NewInstanceID()}
 	session := natstest.Connect(t, url)
+	transfer.Owner, transfer.Conn = e.owner, session
 	var err error
-	if e.transfers, err = natsapi.NewTransferHost(natsapi.TransferOptions{Owner: e.owner, Conn: session}); err != nil {
+	if e.transfers, err = natsapi.NewTransferHost(transfer); err != nil {
 		t.Fatal(err)
 	}
 	if e.overflow, err = natsapi.NewOverflowHost(natsapi.OverflowOptions{Owner: e.owner, Conn: session}); err != nil {
