@@ -28,11 +28,14 @@ const (
 )
 
 // SessionOpened answers an open. ChunkSize is the most data one message
-// may carry; Object describes the object a download reads.
+// may carry; Object describes the object a download reads. Window, for an
+// upload, is how many chunks the caller may send before the first of them
+// is answered; an engine that leaves it out takes one at a time.
 type SessionOpened struct {
 	ID        string      `json:"id"`
 	Secret    string      `json:"secret"`
 	ChunkSize int         `json:"chunk_size"`
+	Window    int         `json:"window,omitempty"`
 	Object    *ObjectInfo `json:"object,omitempty"`
 }
 

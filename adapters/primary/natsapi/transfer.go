@@ -26,14 +26,18 @@ const (
 	// It stays at 256 KiB for the HTTP API's slowest client: at the 8 KiB/s
 	// it allows, a chunk fills in 32 s, well within the transfer's idle
 	// time, where 512 KiB would take 64 s and the engine would close the
-	// transfer under it. An upload holds at most four chunks in the engine
-	// (two queued, one in the store, one being handed over), 32 MiB for
-	// all 32 transfers.
+	// transfer under it. An upload holds at most seven chunks in the
+	// engine (two queued, one in the store, one being handed over, three
+	// ahead of their turn in a window of four), 56 MiB for all 32
+	// transfers.
 	DefaultTransferChunkSize = 256 << 10
 	// transferQueue is how many uploaded chunks wait for the store at
 	// most; a write is answered once its chunk is queued, which paces
 	// the uploader.
 	transferQueue = 2
+	// DefaultTransferWindow is how many chunks an uploader sends before
+	// the first is answered.
+	DefaultTransferWindow = 4
 )
 
 // TransferOptions configure a TransferHost.
@@ -57,7 +61,11 @@ type TransferOptions struct {
 	// may not pass half the connection's max payload, which leaves room
 	// for base64 and the JSON around it.
 	ChunkSize int
-	Logger    *slog.Logger
+	// Window is how many chunks an uploader may send before the first of
+	// them is answered; 0 means 4, 1 one at a time. The engine holds up to
+	// Window-1 chunks that come before their turn.
+	Window int
+	Logger *slog.Logger
 	// MayServe is asked before every session call; false answers 503.
 	// nil: always.
 	MayServe func() bool
@@ -69,8 +77,9 @@ type TransferOptions struct {
 // abi.svc.object_storage.v1.<owner>.<operation>, which only this instance
 // subscribes to, and keeps working until Stop.
 type TransferHost struct {
-	t     *sessionTable
-	chunk int
+	t      *sessionTable
+	chunk  int
+	window int
 }
 
 var _ SessionHost = (*TransferHost)(nil)
@@ -81,8 +90,11 @@ func NewTransferHost(opts TransferOptions) (*TransferHost, error) {
 	if opts.Owner == "" || opts.Conn == nil {
 		return nil, errors.New("natsapi: a transfer host needs an Owner and a Conn")
 	}
-	if opts.Idle < 0 || opts.MaxOpen < 0 || opts.ChunkSize < 0 || opts.MaxOpenPerCaller < 0 {
-		return nil, fmt.Errorf("natsapi: transfer limits %v idle, %d open, %d-byte chunks: none may be negative", opts.Idle, opts.MaxOpen, opts.ChunkSize)
+	if opts.Idle < 0 || opts.MaxOpen < 0 || opts.ChunkSize < 0 || opts.MaxOpenPerCaller < 0 || opts.Window < 0 {
+		return nil, fmt.Errorf("natsapi: transfer limits %v idle, %d open, %d-byte chunks, a window of %d: none may be negative", opts.Idle, opts.MaxOpen, opts.ChunkSize, opts.Window)
+	}
+	if opts.Window == 0 {
+		opts.Window = DefaultTransferWindow
 	}
 	if opts.Idle == 0 {
 		opts.Idle = DefaultTransferIdle
@@ -105,12 +117,17 @@ func NewTransferHost(opts TransferOptions) (*TransferHost, error) {
 	}
 	prefix := wire.SubjectPrefix + ports.ServiceObjectStorage + ".v1"
 	h := &TransferHost{
-		t:     newSessionTable("transfer", prefix, opts.Owner, opts.Conn, opts.CallerSecret, opts.Idle, opts.MaxOpen, opts.MaxOpenPerCaller, opts.Logger),
-		chunk: opts.ChunkSize,
+		t:      newSessionTable("transfer", prefix, opts.Owner, opts.Conn, opts.CallerSecret, opts.Idle, opts.MaxOpen, opts.MaxOpenPerCaller, opts.Logger),
+		chunk:  opts.ChunkSize,
+		window: opts.Window,
 	}
 	if opts.MayServe != nil {
 		h.t.mayServe = opts.MayServe
 	}
+	// Every open upload may have its whole window of writes waiting on
+	// its store at once; the table handles that many calls without
+	// holding up the subscription, so other transfers go on.
+	h.t.sem = make(chan struct{}, max(cap(h.t.sem), opts.MaxOpen*opts.Window))
 	h.t.ops[wire.SessionWrite] = h.write
 	h.t.ops[wire.SessionCommit] = h.commit
 	h.t.ops[wire.SessionRead] = h.read
@@ -147,6 +164,7 @@ func (h *TransferHost) open(store ports.ObjectStorage, caller, who string, req w
 	defer s.mu.Unlock()
 	opened := wire.SessionOpened{ID: s.id, Secret: s.secret, ChunkSize: h.chunk}
 	if req.Mode == wire.TransferPut {
+		opened.Window = h.window
 		s.state = startUpload(s.ctx, store, req)
 		return opened, nil
 	}
@@ -167,10 +185,14 @@ func (h *TransferHost) open(store ports.ObjectStorage, caller, who string, req w
 
 // upload streams chunks into a Put running on its own goroutine: chunks
 // wait in a short queue, a feeder writes them into a pipe, Put reads it.
+// A chunk that comes before its turn, within the window, waits in ahead
+// and is answered at once; its turn comes when the chunks before it are
+// queued.
 type upload struct {
 	chunks    chan []byte
 	pw        *io.PipeWriter
-	next      int64 // the sequence number the next chunk must carry
+	next      int64            // the sequence number the next chunk must carry
+	ahead     map[int64][]byte // chunks that came before their turn, within the window
 	committed bool
 	done      chan struct{} // closed when Put has returned
 	info      ports.ObjectInfo
@@ -248,23 +270,47 @@ func (h *TransferHost) write(s *session, call *sessionCall) (nats.Header, []byte
 		return nil, nil, fmt.Errorf("%w: transfer %q is committed: it takes no write", ports.ErrConflict, s.id)
 	case seq < u.next:
 		return ack(seq) // sent again: already held
-	case seq > u.next:
-		return nil, nil, fmt.Errorf("%w: transfer %q: write seq %d, want %d", ports.ErrConflict, s.id, seq, u.next)
+	case seq >= u.next+int64(h.window):
+		want := strconv.FormatInt(u.next, 10)
+		if h.window > 1 {
+			want += " to " + strconv.FormatInt(u.next+int64(h.window)-1, 10)
+		}
+		return nil, nil, fmt.Errorf("%w: transfer %q: write seq %d, want %s", ports.ErrConflict, s.id, seq, want)
 	case len(call.Data) > h.chunk:
 		return nil, nil, fmt.Errorf("%w: transfer %q: a chunk of %d bytes, the most is %d", ports.ErrTooLarge, s.id, len(call.Data), h.chunk)
+	case seq > u.next:
+		if u.ahead == nil {
+			u.ahead = make(map[int64][]byte, h.window-1)
+		}
+		u.ahead[seq] = call.Data // sent again before its turn: the later copy, the same bytes
+		return ack(seq)
 	}
+	for data := call.Data; ; {
+		if err := u.queue(s, data); err != nil {
+			return nil, nil, err
+		}
+		u.next++
+		var ok bool
+		if data, ok = u.ahead[u.next]; !ok {
+			return ack(seq)
+		}
+		delete(u.ahead, u.next)
+	}
+}
+
+// queue hands chunk u.next to the store's feeder, waiting for room.
+func (u *upload) queue(s *session, data []byte) error {
 	select {
-	case u.chunks <- call.Data:
+	case u.chunks <- data:
+		return nil
 	case <-u.done:
 		if u.err != nil {
-			return nil, nil, u.err
+			return u.err
 		}
-		return nil, nil, fmt.Errorf("%w: transfer %q: the object ended before seq %d", ports.ErrConflict, s.id, seq)
+		return fmt.Errorf("%w: transfer %q: the object ended before seq %d", ports.ErrConflict, s.id, u.next)
 	case <-s.ctx.Done():
-		return nil, nil, fmt.Errorf("%w: transfer %q was closed", wire.ErrUnavailable, s.id)
+		return fmt.Errorf("%w: transfer %q was closed", wire.ErrUnavailable, s.id)
 	}
-	u.next++
-	return ack(seq)
 }
 
 func ack(seq int64) (nats.Header, []byte, error) {
@@ -281,8 +327,8 @@ func (h *TransferHost) commit(s *session, call *sessionCall) (nats.Header, []byt
 	switch {
 	case !ok:
 		return nil, nil, fmt.Errorf("%w: transfer %q is a download: there is nothing to commit", ports.ErrInvalidArgument, s.id)
-	case req.Chunks != u.next:
-		return nil, nil, fmt.Errorf("%w: transfer %q: commit after %d chunks, the engine holds %d", ports.ErrConflict, s.id, req.Chunks, u.next)
+	case req.Chunks != u.next || len(u.ahead) > 0:
+		return nil, nil, fmt.Errorf("%w: transfer %q: commit after %d chunks, the engine holds %d in order and %d ahead of a gap", ports.ErrConflict, s.id, req.Chunks, u.next, len(u.ahead))
 	case !u.committed:
 		u.committed = true
 		close(u.chunks)

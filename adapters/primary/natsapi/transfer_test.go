@@ -361,8 +361,8 @@ func TestTransferLimitsGiveClearErrors(t *testing.T) {
 	if _, err := sessionCall(nc, write, open[0].Ref(), 0, make([]byte, 1025), nil); !errors.Is(err, ports.ErrTooLarge) || !strings.Contains(err.Error(), "the most is 1024") {
 		t.Fatalf("a chunk over the chunk size: %v, want 413 naming the size", err)
 	}
-	if _, err := sessionCall(nc, write, open[0].Ref(), 1, []byte("x"), nil); !errors.Is(err, ports.ErrConflict) || !strings.Contains(err.Error(), "write seq 1, want 0") {
-		t.Fatalf("a write out of sequence: %v, want 409 naming the sequence", err)
+	if _, err := sessionCall(nc, write, open[0].Ref(), 4, []byte("x"), nil); !errors.Is(err, ports.ErrConflict) || !strings.Contains(err.Error(), "write seq 4, want 0 to 3") {
+		t.Fatalf("a write past the window: %v, want 409 naming the sequence", err)
 	}
 	for range 2 { // the same chunk sent twice is held once
 		if _, err := sessionCall(nc, write, open[0].Ref(), 0, []byte("x"), nil); err != nil {
@@ -396,6 +396,100 @@ func TestTransferLimitsGiveClearErrors(t *testing.T) {
 
 	if _, err := natsapi.NewTransferHost(natsapi.TransferOptions{Owner: e.owner, Conn: nc, ChunkSize: int(nc.MaxPayload())}); err == nil {
 		t.Fatalf("a chunk size of the whole max payload was accepted")
+	}
+	if _, err := natsapi.NewTransferHost(natsapi.TransferOptions{Owner: e.owner, Conn: nc, Window: -1}); err == nil || !strings.Contains(err.Error(), "a window of -1") {
+		t.Fatalf("a negative window: %v, want an error naming it", err)
+	}
+}
+
+// write sends chunk seq of an upload and checks the answer names it.
+func write(t *testing.T, nc *nats.Conn, opened wire.SessionOpened, seq int64, data string) error {
+	t.Helper()
+	reply, err := sessionCall(nc, transferSubject(opened.ID, wire.SessionWrite), opened.Ref(), seq, []byte(data), nil)
+	if err != nil {
+		return err
+	}
+	var ack wire.ChunkAck
+	if err := json.Unmarshal(reply.Data, &ack); err != nil || ack.Seq != seq {
+		t.Fatalf("write %d answered %s (%v)", seq, reply.Data, err)
+	}
+	return nil
+}
+
+func TestAnUploadHoldsChunksThatComeBeforeTheirTurnWithinItsWindow(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	objs := newObjects(t)
+	newEngine(t, url, objs, engineOptions{transfers: natsapi.TransferOptions{ChunkSize: 4}})
+	nc := natstest.Connect(t, url)
+	opened, err := openTransfer(t, nc, wire.TransferOpen{Mode: wire.TransferPut, Key: "k"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opened.Window != natsapi.DefaultTransferWindow {
+		t.Fatalf("an upload opened with a window of %d, want %d", opened.Window, natsapi.DefaultTransferWindow)
+	}
+	// Chunks 3, 2 and 1 come first, 2 twice: each is answered at once.
+	for _, c := range []struct {
+		seq  int64
+		data string
+	}{{3, "dddd"}, {2, "cccc"}, {1, "bbbb"}, {2, "cccc"}} {
+		if err := write(t, nc, opened, c.seq, c.data); err != nil {
+			t.Fatalf("chunk %d before its turn: %v", c.seq, err)
+		}
+	}
+	if err := write(t, nc, opened, 4, "eeee"); !errors.Is(err, ports.ErrConflict) || !strings.Contains(err.Error(), "write seq 4, want 0 to 3") {
+		t.Fatalf("chunk 4 while 0 is missing: %v, want 409 naming the window", err)
+	}
+	commit := transferSubject(opened.ID, wire.SessionCommit)
+	if _, err := sessionCall(nc, commit, opened.Ref(), -1, []byte(`{"chunks":4}`), nil); !errors.Is(err, ports.ErrConflict) || !strings.Contains(err.Error(), "0 in order and 3 ahead") {
+		t.Fatalf("a commit while chunk 0 is missing: %v, want 409", err)
+	}
+	// Chunk 0 fills the gap: the held chunks follow it in order, and the
+	// window moves on past them.
+	for seq, data := range []string{"aaaa", "bbbb", "cccc", "dddd", "eeee"} {
+		if err := write(t, nc, opened, int64(seq), data); err != nil {
+			t.Fatalf("chunk %d: %v", seq, err)
+		}
+	}
+	reply, err := sessionCall(nc, commit, opened.Ref(), -1, []byte(`{"chunks":5}`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info wire.ObjectInfo
+	if err := json.Unmarshal(reply.Data, &info); err != nil || info.Size != 20 {
+		t.Fatalf("commit answered %s, %v", reply.Data, err)
+	}
+	r, _, err := objs.Get(t.Context(), "k", ports.GetObjectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if got, err := io.ReadAll(r); err != nil || string(got) != "aaaabbbbccccddddeeee" {
+		t.Fatalf("the object holds %q (%v)", got, err)
+	}
+
+	got, err := openTransfer(t, nc, wire.TransferOpen{Mode: wire.TransferGet, Key: "k"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Window != 0 {
+		t.Fatalf("a download opened with a window of %d: it takes no writes", got.Window)
+	}
+}
+
+func TestAWindowOfOneTakesChunksOnlyInTurn(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	newEngine(t, url, newObjects(t), engineOptions{transfers: natsapi.TransferOptions{Window: 1}})
+	nc := natstest.Connect(t, url)
+	opened, err := openTransfer(t, nc, wire.TransferOpen{Mode: wire.TransferPut, Key: "k"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opened.Window != 1 {
+		t.Fatalf("window %d, want 1", opened.Window)
+	}
+	if err := write(t, nc, opened, 1, "x"); !errors.Is(err, ports.ErrConflict) || !strings.Contains(err.Error(), "write seq 1, want 0") {
+		t.Fatalf("chunk 1 before 0: %v, want 409", err)
 	}
 }
 
