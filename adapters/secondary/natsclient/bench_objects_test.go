@@ -33,9 +33,17 @@ func benchObject() []byte {
 // peer.
 func BenchmarkObjectTransfer(b *testing.B) {
 	data := benchObject()
-	for _, chunk := range []int{64 << 10, natsapi.DefaultTransferChunkSize, 512 << 10} {
-		objects := objectBench(b, chunk)
-		b.Run(fmt.Sprintf("chunk=%dKiB/put", chunk>>10), func(b *testing.B) {
+	for _, tc := range []struct{ chunk, window int }{
+		{64 << 10, 1},
+		{natsapi.DefaultTransferChunkSize, 1},
+		{natsapi.DefaultTransferChunkSize, 2},
+		{natsapi.DefaultTransferChunkSize, 8},
+		{natsapi.DefaultTransferChunkSize, natsapi.DefaultTransferWindow},
+		{512 << 10, natsapi.DefaultTransferWindow},
+	} {
+		objects := objectBench(b, natsapi.TransferOptions{ChunkSize: tc.chunk, Window: tc.window})
+		name := fmt.Sprintf("chunk=%dKiB/window=%d", tc.chunk>>10, tc.window)
+		b.Run(name+"/put", func(b *testing.B) {
 			b.SetBytes(benchObjectSize)
 			for b.Loop() {
 				if _, err := objects.Put(b.Context(), "bench", bytes.NewReader(data), ports.PutObjectOptions{}); err != nil {
@@ -43,7 +51,7 @@ func BenchmarkObjectTransfer(b *testing.B) {
 				}
 			}
 		})
-		b.Run(fmt.Sprintf("chunk=%dKiB/get", chunk>>10), func(b *testing.B) {
+		b.Run(name+"/get", func(b *testing.B) {
 			b.SetBytes(benchObjectSize)
 			for b.Loop() {
 				rc, _, err := objects.Get(b.Context(), "bench", ports.GetObjectOptions{})
@@ -94,14 +102,14 @@ func BenchmarkNATSObjectStore(b *testing.B) {
 // objectBench serves the memory object store behind an engine whose
 // transfers move chunks of chunk bytes, on a broker of its own, and
 // returns the facade a caller uses.
-func objectBench(b *testing.B, chunk int) natsclient.ObjectStorage {
+func objectBench(b *testing.B, transfers natsapi.TransferOptions) natsclient.ObjectStorage {
 	b.Helper()
 	store, err := memory.Open(b.Context(), memory.Config{})
 	if err != nil {
 		b.Fatal(err)
 	}
 	url := natstest.StartServer(b).ClientURL()
-	serveEngineWith(b, url, natsapi.TransferOptions{ChunkSize: chunk}, func(tr *natsapi.TransferHost) []natsapi.Service {
+	serveEngineWith(b, url, transfers, func(tr *natsapi.TransferHost) []natsapi.Service {
 		return []natsapi.Service{natsapi.ObjectStorage(store, tr)}
 	})
 	return natsclient.NewObjectStorage(natsclient.New(natstest.Connect(b, url)))

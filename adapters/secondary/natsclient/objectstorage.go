@@ -49,8 +49,9 @@ func (o ObjectStorage) close(opened wire.SessionOpened) {
 const firstChunk = 16 << 10
 
 // Put implements ports.ObjectStorage: it reads r one chunk at a time and
-// writes each in sequence, then commits. Any failure closes the transfer,
-// which aborts the engine's Put.
+// writes the chunks in sequence, as many ahead of the first unanswered
+// as the engine's window allows, then commits. Any failure closes the
+// transfer, which aborts the engine's Put.
 func (o ObjectStorage) Put(ctx context.Context, key string, r io.Reader, opts ports.PutObjectOptions) (ports.ObjectInfo, error) {
 	if err := errors.Join(text("key", key), text("content type", opts.ContentType), text("if match", opts.IfMatch)); err != nil {
 		return ports.ObjectInfo{}, err
@@ -60,11 +61,11 @@ func (o ObjectStorage) Put(ctx context.Context, key string, r io.Reader, opts po
 		return ports.ObjectInfo{}, err
 	}
 	defer o.close(opened)
-	write := transferSubject(opened.ID, wire.SessionWrite)
+	w := o.writer(ctx, opened)
+	defer w.stop()
 	// The first chunk starts small, so a small object does not cost a
 	// whole chunk's buffer; once it fills, the rest go in whole chunks.
 	buf := make([]byte, min(opened.ChunkSize, firstChunk))
-	var seq int64
 	for {
 		n, rerr := io.ReadFull(r, buf)
 		if rerr == nil && len(buf) < opened.ChunkSize {
@@ -74,10 +75,9 @@ func (o ObjectStorage) Put(ctx context.Context, key string, r io.Reader, opts po
 			buf, n, rerr = whole, n+m, err
 		}
 		if n > 0 {
-			if _, err := o.c.inSession(ctx, write, opened.Ref(), seq, buf[:n]); err != nil {
+			if err := w.write(buf[:n]); err != nil {
 				return ports.ObjectInfo{}, err
 			}
-			seq++
 		}
 		if errors.Is(rerr, io.EOF) || errors.Is(rerr, io.ErrUnexpectedEOF) {
 			break
@@ -85,8 +85,12 @@ func (o ObjectStorage) Put(ctx context.Context, key string, r io.Reader, opts po
 		if rerr != nil {
 			return ports.ObjectInfo{}, fmt.Errorf("put %q: read: %w", key, rerr)
 		}
+		buf = w.buffer(len(buf))
 	}
-	body, err := json.Marshal(wire.TransferCommit{Chunks: seq})
+	if err := w.flush(); err != nil {
+		return ports.ObjectInfo{}, err
+	}
+	body, err := json.Marshal(wire.TransferCommit{Chunks: w.seq})
 	if err != nil {
 		return ports.ObjectInfo{}, err
 	}
@@ -99,6 +103,93 @@ func (o ObjectStorage) Put(ctx context.Context, key string, r io.Reader, opts po
 		return ports.ObjectInfo{}, fmt.Errorf("put %q: decode the commit's answer: %w", key, err)
 	}
 	return info.Info(), nil
+}
+
+// chunkWriter sends an upload's chunks, each as its own request, with up
+// to window of them unanswered. The engine holds a chunk that comes
+// before its turn, so their order on the way does not matter.
+type chunkWriter struct {
+	o       ObjectStorage
+	ctx     context.Context
+	cancel  context.CancelFunc
+	subject string
+	ref     wire.SessionRef
+	window  int
+	seq     int64     // the next chunk's number
+	sent    []pending // oldest first
+	spare   [][]byte  // buffers of answered chunks, for the next reads
+}
+
+type pending struct {
+	buf []byte
+	err chan error
+}
+
+func (o ObjectStorage) writer(ctx context.Context, opened wire.SessionOpened) *chunkWriter {
+	ctx, cancel := context.WithCancel(ctx)
+	// An engine that does not say takes one chunk at a time.
+	window := max(opened.Window, 1)
+	return &chunkWriter{o: o, ctx: ctx, cancel: cancel, subject: transferSubject(opened.ID, wire.SessionWrite), ref: opened.Ref(), window: window}
+}
+
+// write sends chunk as the next chunk, once the window has room for it.
+// The chunk is not to be touched until it is answered.
+func (w *chunkWriter) write(chunk []byte) error {
+	if len(w.sent) == w.window {
+		if err := w.oldest(); err != nil {
+			return err
+		}
+	}
+	p := pending{buf: chunk[:cap(chunk)], err: make(chan error, 1)}
+	go func(seq int64) {
+		_, err := w.o.c.inSession(w.ctx, w.subject, w.ref, seq, chunk)
+		p.err <- err
+	}(w.seq)
+	w.seq++
+	w.sent = append(w.sent, p)
+	return nil
+}
+
+// buffer is a buffer of size bytes for the next chunk: one whose chunk
+// was answered, or a new one.
+func (w *chunkWriter) buffer(size int) []byte {
+	if k := len(w.spare); k > 0 && len(w.spare[k-1]) == size {
+		buf := w.spare[k-1]
+		w.spare = w.spare[:k-1]
+		return buf
+	}
+	return make([]byte, size)
+}
+
+// oldest waits for the oldest unanswered chunk.
+func (w *chunkWriter) oldest() error {
+	p := w.sent[0]
+	w.sent = w.sent[1:]
+	if err := <-p.err; err != nil {
+		return err
+	}
+	w.spare = append(w.spare, p.buf)
+	return nil
+}
+
+// flush waits for every chunk sent.
+func (w *chunkWriter) flush() error {
+	for len(w.sent) > 0 {
+		if err := w.oldest(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// stop gives up on chunks still unanswered and waits for their requests
+// to return, so none outlives the Put.
+func (w *chunkWriter) stop() {
+	w.cancel()
+	for _, p := range w.sent {
+		<-p.err
+	}
+	w.sent = nil
 }
 
 // Get implements ports.ObjectStorage: the reader fetches one chunk at a

@@ -1,0 +1,223 @@
+package natsclient_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/abi-engine/engine/adapters/primary/natsapi"
+	"github.com/abi-engine/engine/adapters/secondary/natsclient"
+	"github.com/abi-engine/engine/adapters/secondary/objectstorage/memory"
+	"github.com/abi-engine/engine/internal/natstest"
+	"github.com/abi-engine/engine/internal/wire"
+	"github.com/abi-engine/engine/ports"
+)
+
+// gatedStore holds every Put until its gate opens, so an upload's chunks
+// pile up in the engine.
+type gatedStore struct {
+	ports.ObjectStorage
+	gate chan struct{}
+}
+
+func (g gatedStore) Put(ctx context.Context, key string, r io.Reader, opts ports.PutObjectOptions) (ports.ObjectInfo, error) {
+	select {
+	case <-g.gate:
+	case <-ctx.Done():
+		return ports.ObjectInfo{}, ctx.Err()
+	}
+	return g.ObjectStorage.Put(ctx, key, r, opts)
+}
+
+// inFlight watches an upload's writes and their answers on the broker and
+// reports the widest span of chunks out at once: from the oldest write
+// not yet answered to the newest sent.
+type inFlight struct {
+	mu         sync.Mutex
+	unanswered map[string]int64 // the chunk each unanswered write carries, by its reply subject
+	newest     int64
+	most       int64
+	reached    chan struct{} // closed once the span is want
+	want       int64
+	reachedSet bool
+}
+
+func watchWrites(t *testing.T, url, owner string, want int) *inFlight {
+	t.Helper()
+	w := &inFlight{unanswered: map[string]int64{}, reached: make(chan struct{}), want: int64(want)}
+	nc := natstest.Connect(t, url)
+	// Both subscriptions feed one channel from the connection's read
+	// loop, so a write is always seen before its answer: the broker
+	// passes the write on before the engine has it.
+	msgs := make(chan *nats.Msg, 1024)
+	for _, subject := range []string{wire.OwnerSubject(ports.ServiceObjectStorage, owner, wire.SessionWrite), "_INBOX.>"} {
+		if _, err := nc.ChanSubscribe(subject, msgs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	t.Cleanup(func() { close(done) })
+	go func() {
+		for {
+			select {
+			case m := <-msgs:
+				w.seen(m)
+			case <-done:
+				return
+			}
+		}
+	}()
+	return w
+}
+
+func (w *inFlight) seen(m *nats.Msg) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if strings.HasSuffix(m.Subject, "."+wire.SessionWrite) {
+		seq, err := strconv.ParseInt(m.Header.Get(wire.SeqHeader), 10, 64)
+		if err != nil {
+			panic(fmt.Sprintf("a write without its chunk number: %v", m.Header))
+		}
+		w.unanswered[m.Reply] = seq
+		w.newest = max(w.newest, seq)
+	} else {
+		delete(w.unanswered, m.Subject)
+	}
+	if len(w.unanswered) == 0 {
+		return
+	}
+	oldest := w.newest
+	for _, seq := range w.unanswered {
+		oldest = min(oldest, seq)
+	}
+	w.most = max(w.most, w.newest-oldest+1)
+	if w.most == w.want && !w.reachedSet {
+		w.reachedSet = true
+		close(w.reached)
+	}
+}
+
+func (w *inFlight) widest() int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.most
+}
+
+// A Put sends chunks up to a window's width past the oldest unanswered,
+// never further, and the object arrives whole and in order; an
+// engine that takes one chunk at a time gets one at a time.
+func TestAPutKeepsTheEnginesWindowOfChunksInFlight(t *testing.T) {
+	for _, window := range []int{1, 2, natsapi.DefaultTransferWindow} {
+		t.Run(fmt.Sprintf("window=%d", window), func(t *testing.T) {
+			url := natstest.StartServer(t).ClientURL()
+			inner, err := memory.Open(t.Context(), memory.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			store := gatedStore{ObjectStorage: inner, gate: make(chan struct{})}
+			e := serveEngineWith(t, url, natsapi.TransferOptions{ChunkSize: 1024, Window: window}, func(tr *natsapi.TransferHost) []natsapi.Service {
+				return []natsapi.Service{natsapi.ObjectStorage(store, tr)}
+			})
+			watch := watchWrites(t, url, e.owner, window)
+			objects := natsclient.NewObjectStorage(natsclient.New(natstest.Connect(t, url)))
+
+			data := make([]byte, 100<<10) // 100 chunks
+			for i := range data {
+				data[i] = byte(i * 31 / 7)
+			}
+			put := make(chan error, 1)
+			go func() {
+				_, err := objects.Put(t.Context(), "k", bytes.NewReader(data), ports.PutObjectOptions{})
+				put <- err
+			}()
+			// The store takes nothing, so the engine's queue fills and a
+			// write waits: the uploader has its whole window out.
+			select {
+			case <-watch.reached:
+			case err := <-put:
+				t.Fatalf("the Put ended before the store took anything: %v", err)
+			case <-time.After(10 * time.Second):
+				t.Fatalf("never %d chunks out at once; at most %d", window, watch.widest())
+			}
+			close(store.gate)
+			if err := <-put; err != nil {
+				t.Fatal(err)
+			}
+			if most := watch.widest(); most != int64(window) {
+				t.Fatalf("%d chunks out at once, the window is %d", most, window)
+			}
+			r, _, err := inner.Get(t.Context(), "k", ports.GetObjectOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			if got, err := io.ReadAll(r); err != nil || !bytes.Equal(got, data) {
+				t.Fatalf("the object came out %d bytes, %v; want the %d put, in order", len(got), err, len(data))
+			}
+		})
+	}
+}
+
+// failingReader gives n bytes, then fails.
+type failingReader struct{ n int }
+
+var errSource = errors.New("the source failed")
+
+func (f *failingReader) Read(p []byte) (int, error) {
+	if f.n == 0 {
+		return 0, errSource
+	}
+	k := min(len(p), f.n)
+	f.n -= k
+	return k, nil
+}
+
+// A source that fails with chunks still unanswered fails the Put with its
+// error; the transfer closes and no object, whole or part, is left.
+func TestAPutWhoseSourceFailsWithChunksInFlightLeavesNothing(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	inner, err := memory.Open(t.Context(), memory.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := gatedStore{ObjectStorage: inner, gate: make(chan struct{})}
+	e := serveEngineWith(t, url, natsapi.TransferOptions{ChunkSize: 1024}, func(tr *natsapi.TransferHost) []natsapi.Service {
+		return []natsapi.Service{natsapi.ObjectStorage(store, tr)}
+	})
+	watch := watchWrites(t, url, e.owner, natsapi.DefaultTransferWindow)
+	objects := natsclient.NewObjectStorage(natsclient.New(natstest.Connect(t, url)))
+	put := make(chan error, 1)
+	go func() {
+		_, err := objects.Put(t.Context(), "k", &failingReader{n: 10 << 10}, ports.PutObjectOptions{})
+		put <- err
+	}()
+	// The source fails once 10 chunks are read; with the store held, the
+	// window is full by then.
+	select {
+	case <-watch.reached:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("never a full window out; at most %d chunks", watch.widest())
+	}
+	close(store.gate)
+	if err := <-put; !errors.Is(err, errSource) {
+		t.Fatalf("Put: %v, want the source's error", err)
+	}
+	if open := e.transfers.Open(); open != 0 {
+		t.Fatalf("%d transfers open after the Put failed", open)
+	}
+	if _, err := inner.Stat(t.Context(), "k"); !errors.Is(err, ports.ErrNotFound) {
+		t.Fatalf("Stat after the failed Put: %v, want not found", err)
+	}
+}
