@@ -39,6 +39,10 @@ type SessionOpened struct {
 	Object    *ObjectInfo `json:"object,omitempty"`
 }
 
+// MaxTransferWindow is the widest window an engine names: what an uploader
+// keeps out, and an engine holds, stays bounded.
+const MaxTransferWindow = 16
+
 // SessionRef names a session: its id and secret.
 type SessionRef struct {
 	ID     string

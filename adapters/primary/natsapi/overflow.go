@@ -139,7 +139,6 @@ func NewOverflowHost(opts OverflowOptions) (*OverflowHost, error) {
 	}
 	h.t.ops[wire.SessionWrite] = h.write
 	h.t.ops[wire.SessionRead] = h.read
-	h.t.ops[wire.SessionClose] = h.t.closeOp
 	return h, nil
 }
 

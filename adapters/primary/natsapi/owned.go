@@ -32,8 +32,8 @@ type sessionTable struct {
 	secret  []byte // the caller secret; nil when callers do not sign
 	idle    time.Duration
 	max     int
-	maxWho  int // the most sessions one caller (see Call.Who) holds
-	ops     map[string]sessionOp
+	maxWho  int                  // the most sessions one caller (see Call.Who) holds
+	ops     map[string]sessionOp // every operation but close, which every table has
 	logger  *slog.Logger
 	sem     chan struct{} // bounds the session calls handled at once
 	// mayServe is asked before every session call, as the Host asks before
@@ -141,7 +141,7 @@ func (t *sessionTable) deliver(msg *nats.Msg) {
 func (t *sessionTable) handle(msg *nats.Msg) (nats.Header, []byte, error) {
 	op := msg.Subject[strings.LastIndexByte(msg.Subject, '.')+1:]
 	f, ok := t.ops[op]
-	if !ok {
+	if !ok && op != wire.SessionClose {
 		return nil, nil, fmt.Errorf("%w: no %s operation %q", ports.ErrNotFound, t.kind, op)
 	}
 	var caller string
@@ -157,6 +157,9 @@ func (t *sessionTable) handle(msg *nats.Msg) (nats.Header, []byte, error) {
 	ref := wire.SessionRef{ID: msg.Header.Get(wire.SessionHeader), Secret: msg.Header.Get(wire.SessionSecretHeader)}
 	if ref.ID == "" {
 		return nil, nil, fmt.Errorf("%w: header %s is missing", ports.ErrInvalidArgument, wire.SessionHeader)
+	}
+	if op == wire.SessionClose {
+		return t.closeCall(ref, caller)
 	}
 	call := &sessionCall{Seq: -1, Data: msg.Data}
 	if v := msg.Header.Get(wire.SeqHeader); v != "" {
@@ -210,11 +213,9 @@ func (t *sessionTable) add(caller, who string, idle time.Duration) (*session, er
 // use runs f on the session ref names, if the caller opened it. Any
 // mismatch is "not found", so nobody learns of another caller's sessions.
 func (t *sessionTable) use(ref wire.SessionRef, caller string, f func(s *session) ([]byte, error)) ([]byte, error) {
-	t.mu.Lock()
-	s := t.sessions[ref.ID]
-	t.mu.Unlock()
-	if s == nil || s.caller != caller || subtle.ConstantTimeCompare([]byte(s.secret), []byte(ref.Secret)) != 1 {
-		return nil, fmt.Errorf("%w: %s %q", ports.ErrNotFound, t.kind, ref.ID)
+	s, err := t.find(ref, caller)
+	if err != nil {
+		return nil, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -223,6 +224,31 @@ func (t *sessionTable) use(ref wire.SessionRef, caller string, f func(s *session
 	}
 	defer func() { s.last = time.Now() }()
 	return f(s)
+}
+
+// find is the open session ref names, if caller opened it and ref holds
+// its secret; every other case is the same not found.
+func (t *sessionTable) find(ref wire.SessionRef, caller string) (*session, error) {
+	t.mu.Lock()
+	s := t.sessions[ref.ID]
+	t.mu.Unlock()
+	if s == nil || s.caller != caller || subtle.ConstantTimeCompare([]byte(s.secret), []byte(ref.Secret)) != 1 {
+		return nil, fmt.Errorf("%w: %s %q", ports.ErrNotFound, t.kind, ref.ID)
+	}
+	return s, nil
+}
+
+// closeCall ends a session at its caller's request. It ends the session's
+// context before it takes the session's lock, as close does, so a call
+// that holds the lock waiting on the store (a write with the queue full)
+// lets go of it, and the close takes effect at once.
+func (t *sessionTable) closeCall(ref wire.SessionRef, caller string) (nats.Header, []byte, error) {
+	s, err := t.find(ref, caller)
+	if err != nil {
+		return nil, nil, err
+	}
+	t.close(s)
+	return nil, []byte("{}"), nil
 }
 
 // expire closes a session idle for the idle time. A call in progress holds
@@ -345,9 +371,3 @@ func publicMessage(logger *slog.Logger, what string, code int, err error) string
 
 // errSessionClosed is what a session's pending work sees when it closes.
 var errSessionClosed = errors.New("the session was closed")
-
-// closeOp ends a session at its caller's request.
-func (t *sessionTable) closeOp(s *session, _ *sessionCall) (nats.Header, []byte, error) {
-	t.closeLocked(s)
-	return nil, []byte("{}"), nil
-}

@@ -62,8 +62,8 @@ type TransferOptions struct {
 	// for base64 and the JSON around it.
 	ChunkSize int
 	// Window is how many chunks an uploader may send before the first of
-	// them is answered; 0 means 4, 1 one at a time. The engine holds up to
-	// Window-1 chunks that come before their turn.
+	// them is answered, at most 16; 0 means 4, 1 one at a time. The engine
+	// holds up to Window-1 chunks that come before their turn.
 	Window int
 	Logger *slog.Logger
 	// MayServe is asked before every session call; false answers 503.
@@ -93,8 +93,11 @@ func NewTransferHost(opts TransferOptions) (*TransferHost, error) {
 	if opts.Idle < 0 || opts.MaxOpen < 0 || opts.ChunkSize < 0 || opts.MaxOpenPerCaller < 0 || opts.Window < 0 {
 		return nil, fmt.Errorf("natsapi: transfer limits %v idle, %d open, %d-byte chunks, a window of %d: none may be negative", opts.Idle, opts.MaxOpen, opts.ChunkSize, opts.Window)
 	}
-	if opts.Window == 0 {
+	switch {
+	case opts.Window == 0:
 		opts.Window = DefaultTransferWindow
+	case opts.Window > wire.MaxTransferWindow:
+		return nil, fmt.Errorf("natsapi: a transfer window of %d chunks, the most is %d", opts.Window, wire.MaxTransferWindow)
 	}
 	if opts.Idle == 0 {
 		opts.Idle = DefaultTransferIdle
@@ -131,7 +134,6 @@ func NewTransferHost(opts TransferOptions) (*TransferHost, error) {
 	h.t.ops[wire.SessionWrite] = h.write
 	h.t.ops[wire.SessionCommit] = h.commit
 	h.t.ops[wire.SessionRead] = h.read
-	h.t.ops[wire.SessionClose] = h.t.closeOp
 	return h, nil
 }
 

@@ -400,6 +400,9 @@ func TestTransferLimitsGiveClearErrors(t *testing.T) {
 	if _, err := natsapi.NewTransferHost(natsapi.TransferOptions{Owner: e.owner, Conn: nc, Window: -1}); err == nil || !strings.Contains(err.Error(), "a window of -1") {
 		t.Fatalf("a negative window: %v, want an error naming it", err)
 	}
+	if _, err := natsapi.NewTransferHost(natsapi.TransferOptions{Owner: e.owner, Conn: nc, Window: wire.MaxTransferWindow + 1}); err == nil || !strings.Contains(err.Error(), "the most is 16") {
+		t.Fatalf("a window of 17: %v, want an error naming the most", err)
+	}
 }
 
 // write sends chunk seq of an upload and checks the answer names it.
@@ -441,8 +444,10 @@ func TestAnUploadHoldsChunksThatComeBeforeTheirTurnWithinItsWindow(t *testing.T)
 		t.Fatalf("chunk 4 while 0 is missing: %v, want 409 naming the window", err)
 	}
 	commit := transferSubject(opened.ID, wire.SessionCommit)
-	if _, err := sessionCall(nc, commit, opened.Ref(), -1, []byte(`{"chunks":4}`), nil); !errors.Is(err, ports.ErrConflict) || !strings.Contains(err.Error(), "0 in order and 3 ahead") {
-		t.Fatalf("a commit while chunk 0 is missing: %v, want 409", err)
+	for _, chunks := range []string{`{"chunks":0}`, `{"chunks":4}`} {
+		if _, err := sessionCall(nc, commit, opened.Ref(), -1, []byte(chunks), nil); !errors.Is(err, ports.ErrConflict) || !strings.Contains(err.Error(), "0 in order and 3 ahead") {
+			t.Fatalf("commit %s while chunk 0 is missing: %v, want 409", chunks, err)
+		}
 	}
 	// Chunk 0 fills the gap: the held chunks follow it in order, and the
 	// window moves on past them.
