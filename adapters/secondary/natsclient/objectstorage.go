@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/abi-engine/engine/internal/wire"
 	"github.com/abi-engine/engine/ports"
@@ -47,6 +48,9 @@ func (o ObjectStorage) close(opened wire.SessionOpened) {
 // firstChunk is the most an upload's first chunk takes before it knows
 // the object is larger.
 const firstChunk = 16 << 10
+
+// commitCalls is how many calls' time a commit gets.
+const commitCalls = 4
 
 // Put implements ports.ObjectStorage: it reads r one chunk at a time and
 // writes the chunks in sequence, as many ahead of the first unanswered
@@ -94,7 +98,12 @@ func (o ObjectStorage) Put(ctx context.Context, key string, r io.Reader, opts po
 	if err != nil {
 		return ports.ObjectInfo{}, err
 	}
-	msg, err := o.c.inSession(ctx, transferSubject(opened.ID, wire.SessionCommit), opened.Ref(), -1, body)
+	// The commit waits on what the engine still holds for the store: two
+	// chunks queued and one being written, at most, and the store's own
+	// finish. It gets a call's time for each.
+	cctx, cancel := w.callContext(commitCalls)
+	defer cancel()
+	msg, err := o.c.inSession(cctx, transferSubject(opened.ID, wire.SessionCommit), opened.Ref(), -1, body)
 	if err != nil {
 		return ports.ObjectInfo{}, err
 	}
@@ -115,9 +124,10 @@ type chunkWriter struct {
 	subject string
 	ref     wire.SessionRef
 	window  int
-	seq     int64     // the next chunk's number
-	sent    []pending // oldest first
-	spare   [][]byte  // buffers of answered chunks, for the next reads
+	timeout time.Duration // a call's, for each chunk it may wait on; 0 when ctx has a deadline
+	seq     int64         // the next chunk's number
+	sent    []pending     // oldest first
+	spare   [][]byte      // buffers of answered chunks, for the next reads
 }
 
 type pending struct {
@@ -126,10 +136,20 @@ type pending struct {
 }
 
 func (o ObjectStorage) writer(ctx context.Context, opened wire.SessionOpened) *chunkWriter {
-	ctx, cancel := context.WithCancel(ctx)
 	// An engine that does not say takes one chunk at a time.
-	window := max(opened.Window, 1)
-	return &chunkWriter{o: o, ctx: ctx, cancel: cancel, subject: transferSubject(opened.ID, wire.SessionWrite), ref: opened.Ref(), window: window}
+	// One that names more than an engine may is held to that, which bounds
+	// the chunks, and their buffers, a Put keeps out at once.
+	window := min(max(opened.Window, 1), wire.MaxTransferWindow)
+	w := &chunkWriter{o: o, subject: transferSubject(opened.ID, wire.SessionWrite), ref: opened.Ref(), window: window}
+	w.ctx, w.cancel = context.WithCancel(ctx)
+	// The engine answers a chunk once the chunks before it are queued for
+	// its store, so the newest of a full window waits on as many chunks
+	// as the window holds: it gets the time the client gives one call for
+	// each, as when chunks went one at a time.
+	if _, ok := ctx.Deadline(); !ok {
+		w.timeout = o.c.timeout
+	}
+	return w
 }
 
 // write sends chunk as the next chunk, once the window has room for it.
@@ -142,7 +162,9 @@ func (w *chunkWriter) write(chunk []byte) error {
 	}
 	p := pending{buf: chunk[:cap(chunk)], err: make(chan error, 1)}
 	go func(seq int64) {
-		_, err := w.o.c.inSession(w.ctx, w.subject, w.ref, seq, chunk)
+		ctx, cancel := w.callContext(w.window)
+		defer cancel()
+		_, err := w.o.c.inSession(ctx, w.subject, w.ref, seq, chunk)
 		p.err <- err
 	}(w.seq)
 	w.seq++
@@ -159,6 +181,15 @@ func (w *chunkWriter) buffer(size int) []byte {
 		return buf
 	}
 	return make([]byte, size)
+}
+
+// callContext is the context of one call of the upload that may wait on
+// the store for as many chunks as calls.
+func (w *chunkWriter) callContext(calls int) (context.Context, context.CancelFunc) {
+	if w.timeout > 0 {
+		return context.WithTimeout(w.ctx, time.Duration(calls)*w.timeout)
+	}
+	return context.WithCancel(w.ctx)
 }
 
 // oldest waits for the oldest unanswered chunk.

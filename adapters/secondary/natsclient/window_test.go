@@ -221,3 +221,102 @@ func TestAPutWhoseSourceFailsWithChunksInFlightLeavesNothing(t *testing.T) {
 		t.Fatalf("Stat after the failed Put: %v, want not found", err)
 	}
 }
+
+// pacedStore is a slow store: its Put takes one chunk's bytes of its
+// source per tick.
+type pacedStore struct {
+	ports.ObjectStorage
+	chunk int
+	every time.Duration
+}
+
+func (p pacedStore) Put(ctx context.Context, key string, r io.Reader, opts ports.PutObjectOptions) (ports.ObjectInfo, error) {
+	tick := time.NewTicker(p.every)
+	defer tick.Stop()
+	return p.ObjectStorage.Put(ctx, key, &pacedReader{r: r, chunk: p.chunk, tick: tick.C}, opts)
+}
+
+type pacedReader struct {
+	r     io.Reader
+	chunk int
+	left  int // what may be read before the next tick
+	tick  <-chan time.Time
+}
+
+func (p *pacedReader) Read(b []byte) (int, error) {
+	if p.left == 0 {
+		<-p.tick
+		p.left = p.chunk
+	}
+	n, err := p.r.Read(b[:min(len(b), p.left)])
+	p.left -= n
+	return n, err
+}
+
+// A store that takes a chunk in half the client's timeout keeps up with an
+// upload, with a window as without one: the newest chunk of a full window
+// waits on every chunk before it, and has the time for each.
+func TestAStoreThatKeepsUpWithOneChunkAtATimeKeepsUpWithAWindow(t *testing.T) {
+	const timeout = time.Second
+	for _, window := range []int{1, natsapi.DefaultTransferWindow} {
+		t.Run(fmt.Sprintf("window=%d", window), func(t *testing.T) {
+			url := natstest.StartServer(t).ClientURL()
+			inner, err := memory.Open(t.Context(), memory.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			serveEngineWith(t, url, natsapi.TransferOptions{ChunkSize: 1024, Window: window}, func(tr *natsapi.TransferHost) []natsapi.Service {
+				return []natsapi.Service{natsapi.ObjectStorage(pacedStore{ObjectStorage: inner, chunk: 1024, every: timeout / 2}, tr)}
+			})
+			objects := natsclient.NewObjectStorage(natsclient.New(natstest.Connect(t, url), natsclient.WithTimeout(timeout)))
+			data := bytes.Repeat([]byte("0123456789abcdef"), 12<<10/16) // 12 chunks
+			if _, err := objects.Put(t.Context(), "k", bytes.NewReader(data), ports.PutObjectOptions{}); err != nil {
+				t.Fatalf("a Put to a store that takes a chunk every %v, %v a call: %v", timeout/2, timeout, err)
+			}
+		})
+	}
+}
+
+// A Put given up with its window out returns at once with its context's
+// error, and the engine closes the transfer and stores nothing.
+func TestAPutGivenUpWithChunksInFlightLeavesNothing(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	inner, err := memory.Open(t.Context(), memory.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := gatedStore{ObjectStorage: inner, gate: make(chan struct{})}
+	e := serveEngineWith(t, url, natsapi.TransferOptions{ChunkSize: 1024}, func(tr *natsapi.TransferHost) []natsapi.Service {
+		return []natsapi.Service{natsapi.ObjectStorage(store, tr)}
+	})
+	watch := watchWrites(t, url, e.owner, natsapi.DefaultTransferWindow)
+	objects := natsclient.NewObjectStorage(natsclient.New(natstest.Connect(t, url)))
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	put := make(chan error, 1)
+	go func() {
+		_, err := objects.Put(ctx, "k", bytes.NewReader(make([]byte, 100<<10)), ports.PutObjectOptions{})
+		put <- err
+	}()
+	select {
+	case <-watch.reached:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("never a full window out; at most %d chunks", watch.widest())
+	}
+	cancel()
+	select {
+	case err := <-put:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("Put: %v, want its context's error", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the Put did not return once given up")
+	}
+	if open := e.transfers.Open(); open != 0 {
+		t.Fatalf("%d transfers open after the Put was given up", open)
+	}
+	close(store.gate)
+	if _, err := inner.Stat(t.Context(), "k"); !errors.Is(err, ports.ErrNotFound) {
+		t.Fatalf("Stat after the Put was given up: %v, want not found", err)
+	}
+}
