@@ -26,10 +26,10 @@ const (
 	// It stays at 256 KiB for the HTTP API's slowest client: at the 8 KiB/s
 	// it allows, a chunk fills in 32 s, well within the transfer's idle
 	// time, where 512 KiB would take 64 s and the engine would close the
-	// transfer under it. An upload holds at most seven chunks in the
-	// engine (two queued, one in the store, one being handed over, three
-	// ahead of their turn in a window of four), 56 MiB for all 32
-	// transfers.
+	// transfer under it. An upload that keeps to its window holds at most
+	// seven chunks in the engine (two queued, one in the store, one being
+	// handed over, three ahead of their turn in a window of four), 56 MiB
+	// for all 32 transfers.
 	DefaultTransferChunkSize = 256 << 10
 	// transferQueue is how many uploaded chunks wait for the store at
 	// most; a write is answered once its chunk is queued, which paces
