@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -36,6 +37,10 @@ type sessionTable struct {
 	ops     map[string]sessionOp // every operation but close, which every table has
 	logger  *slog.Logger
 	sem     chan struct{} // bounds the session calls handled at once
+	// inHand bounds the calls one session has in hand at once, close
+	// aside: a caller that sends more to its own session than it may have
+	// answered pending is refused, not given more of sem.
+	inHand int32
 	// mayServe is asked before every session call, as the Host asks before
 	// every call: a session outlives the moment its engine may serve.
 	mayServe func() bool
@@ -56,6 +61,8 @@ type session struct {
 	// ctx ends when the session closes: whatever works for it stops.
 	ctx    context.Context
 	cancel context.CancelFunc
+
+	inHand atomic.Int32 // calls received and not yet answered, close aside
 
 	mu     sync.Mutex
 	last   time.Time
@@ -100,6 +107,7 @@ func newSessionTable(kind, prefix, owner string, nc *nats.Conn, secret []byte, i
 		ops:      map[string]sessionOp{},
 		logger:   logger,
 		sem:      make(chan struct{}, 64),
+		inHand:   4,
 		sessions: map[string]*session{},
 		byWho:    map[string]int{},
 		mayServe: func() bool { return true },
@@ -128,12 +136,34 @@ func (t *sessionTable) serve() error {
 }
 
 func (t *sessionTable) deliver(msg *nats.Msg) {
+	s := t.counted(msg)
+	if s != nil && s.inHand.Add(1) > t.inHand {
+		s.inHand.Add(-1)
+		err := fmt.Errorf("%w: %s %q has %d calls in hand, the most it may", wire.ErrUnavailable, t.kind, s.id, t.inHand)
+		respond(t.nc, t.logger, msg.Subject, msg.Reply, nil, nil, err)
+		return
+	}
 	t.sem <- struct{}{}
 	go func() {
 		defer func() { <-t.sem }()
 		header, data, err := t.handle(msg)
+		if s != nil {
+			s.inHand.Add(-1)
+		}
 		respond(t.nc, t.logger, msg.Subject, msg.Reply, header, data, err)
 	}()
+}
+
+// counted is the open session a message names, whose calls in hand it
+// counts; nil for a close, which always goes through, and for a session
+// that is not open, whose call handle answers at once.
+func (t *sessionTable) counted(msg *nats.Msg) *session {
+	if strings.HasSuffix(msg.Subject, "."+wire.SessionClose) {
+		return nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.sessions[msg.Header.Get(wire.SessionHeader)]
 }
 
 // handle checks the caller and the headers that name the session, and

@@ -127,10 +127,13 @@ func NewTransferHost(opts TransferOptions) (*TransferHost, error) {
 	if opts.MayServe != nil {
 		h.t.mayServe = opts.MayServe
 	}
-	// Every open upload may have its whole window of writes waiting on
-	// its store at once; the table handles that many calls without
-	// holding up the subscription, so other transfers go on.
-	h.t.sem = make(chan struct{}, max(cap(h.t.sem), opts.MaxOpen*opts.Window))
+	// A transfer may have its window of writes in hand, all waiting on its
+	// store, and a write sent again and the commit besides; more is
+	// refused. The table handles that many calls for every transfer at
+	// once, so stalled stores never hold up the subscription, and other
+	// transfers go on.
+	h.t.inHand = int32(opts.Window + 2)
+	h.t.sem = make(chan struct{}, max(cap(h.t.sem), opts.MaxOpen*(opts.Window+2)))
 	h.t.ops[wire.SessionWrite] = h.write
 	h.t.ops[wire.SessionCommit] = h.commit
 	h.t.ops[wire.SessionRead] = h.read
@@ -241,10 +244,13 @@ func (u *upload) release() { u.pw.CloseWithError(errSessionClosed) }
 func (u *upload) result(ctx context.Context) (ports.ObjectInfo, error) {
 	select {
 	case <-u.done:
-		return u.info, u.err
+		if u.err == nil || ctx.Err() == nil {
+			return u.info, u.err
+		}
 	case <-ctx.Done():
-		return ports.ObjectInfo{}, fmt.Errorf("%w: the transfer was closed", wire.ErrUnavailable)
 	}
+	// Closed: a store that failed did so because of the close.
+	return ports.ObjectInfo{}, fmt.Errorf("%w: the transfer was closed", wire.ErrUnavailable)
 }
 
 // download reads the object one chunk per read and keeps the last answer,
@@ -306,13 +312,15 @@ func (u *upload) queue(s *session, data []byte) error {
 	case u.chunks <- data:
 		return nil
 	case <-u.done:
-		if u.err != nil {
-			return u.err
-		}
-		return fmt.Errorf("%w: transfer %q: the object ended before seq %d", ports.ErrConflict, s.id, u.next)
 	case <-s.ctx.Done():
-		return fmt.Errorf("%w: transfer %q was closed", wire.ErrUnavailable, s.id)
 	}
+	switch {
+	case s.ctx.Err() != nil: // closed: the store's error is the close's doing
+		return fmt.Errorf("%w: transfer %q was closed", wire.ErrUnavailable, s.id)
+	case u.err != nil:
+		return u.err
+	}
+	return fmt.Errorf("%w: transfer %q: the object ended before seq %d", ports.ErrConflict, s.id, u.next)
 }
 
 func ack(seq int64) (nats.Header, []byte, error) {

@@ -517,3 +517,77 @@ func TestEverySessionHostTakesTheEnginesInstanceID(t *testing.T) {
 		t.Fatalf("transfer id %q", opened.ID)
 	}
 }
+
+// stalledStore never takes what a Put sends until its context ends.
+type stalledStore struct{ ports.ObjectStorage }
+
+func (stalledStore) Put(ctx context.Context, _ string, _ io.Reader, _ ports.PutObjectOptions) (ports.ObjectInfo, error) {
+	<-ctx.Done()
+	return ports.ObjectInfo{}, ctx.Err()
+}
+
+// A caller that sends its own stalled transfer more calls than its window
+// and two gets 503 for the rest at once, rather than taking more of the
+// engine's hands; a close still goes through, and ends the waiting calls.
+func TestATransferHasNoMoreCallsInHandThanItsWindowAndTwo(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	e := newEngine(t, url, stalledStore{newObjects(t)}, engineOptions{transfers: natsapi.TransferOptions{ChunkSize: 4, Window: 1}})
+	nc := natstest.Connect(t, url)
+	opened, err := openTransfer(t, nc, wire.TransferOpen{Mode: wire.TransferPut, Key: "k"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Chunk 0 goes to the feeder, which waits on the store; 1 and 2 fill
+	// the queue. None of them stays in hand.
+	for seq := range int64(3) {
+		if err := write(t, nc, opened, seq, "abcd"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	answers := make(chan *nats.Msg, 8)
+	inbox := nats.NewInbox()
+	if _, err := nc.ChanSubscribe(inbox, answers); err != nil {
+		t.Fatal(err)
+	}
+	send := func(seq int64) {
+		msg := nats.NewMsg(transferSubject(opened.ID, wire.SessionWrite))
+		msg.Reply, msg.Data = inbox, []byte("abcd")
+		msg.Header.Set(wire.SessionHeader, opened.ID)
+		msg.Header.Set(wire.SessionSecretHeader, opened.Secret)
+		msg.Header.Set(wire.SeqHeader, strconv.FormatInt(seq, 10))
+		if err := nc.PublishMsg(msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Chunk 3 waits for room in the queue, and twice more behind it: the
+	// three calls a window of one has in hand.
+	for range 3 {
+		send(3)
+	}
+	send(3)
+	select {
+	case a := <-answers:
+		err := wire.ErrorFromHeaders(a.Header.Get(wire.ErrorCodeHeader), a.Header.Get(wire.ErrorHeader))
+		if !errors.Is(err, wire.ErrUnavailable) || !strings.Contains(err.Error(), "3 calls in hand") {
+			t.Fatalf("a fourth call in hand: %v, want 503 naming the three", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a fourth call in hand was not answered")
+	}
+	if _, err := sessionCall(nc, transferSubject(opened.ID, wire.SessionClose), opened.Ref(), -1, nil, nil); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	for range 3 {
+		select {
+		case a := <-answers:
+			if err := wire.ErrorFromHeaders(a.Header.Get(wire.ErrorCodeHeader), a.Header.Get(wire.ErrorHeader)); !errors.Is(err, wire.ErrUnavailable) && !errors.Is(err, ports.ErrNotFound) {
+				t.Fatalf("a call waiting when the transfer closed: %v, want 503 or 404", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("a call waiting when the transfer closed was never answered")
+		}
+	}
+	if open := e.transfers.Open(); open != 0 {
+		t.Fatalf("%d transfers open after close", open)
+	}
+}
