@@ -38,6 +38,36 @@ func (g gatedStore) Put(ctx context.Context, key string, r io.Reader, opts ports
 	return g.ObjectStorage.Put(ctx, key, r, opts)
 }
 
+// gated is an engine whose store holds every Put until its gate opens, a
+// watch on its uploads, and a facade to it.
+type gated struct {
+	inner   ports.ObjectStorage
+	store   gatedStore
+	engine  *engine
+	watch   *inFlight
+	objects natsclient.ObjectStorage
+}
+
+func newGated(t *testing.T, transfers natsapi.TransferOptions) gated {
+	t.Helper()
+	url := natstest.StartServer(t).ClientURL()
+	inner, err := memory.Open(t.Context(), memory.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := gated{inner: inner, store: gatedStore{ObjectStorage: inner, gate: make(chan struct{})}}
+	g.engine = serveEngineWith(t, url, transfers, func(tr *natsapi.TransferHost) []natsapi.Service {
+		return []natsapi.Service{natsapi.ObjectStorage(g.store, tr)}
+	})
+	window := transfers.Window
+	if window == 0 {
+		window = natsapi.DefaultTransferWindow
+	}
+	g.watch = watchWrites(t, url, g.engine.owner, window)
+	g.objects = natsclient.NewObjectStorage(natsclient.New(natstest.Connect(t, url)))
+	return g
+}
+
 // inFlight watches an upload's writes and their answers on the broker and
 // reports the widest span of chunks out at once: from the oldest write
 // not yet answered to the newest sent.
@@ -109,6 +139,16 @@ func (w *inFlight) seen(m *nats.Msg) {
 	}
 }
 
+// waitFull waits until the uploader has a full window out.
+func (w *inFlight) waitFull(t *testing.T) {
+	t.Helper()
+	select {
+	case <-w.reached:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("never %d chunks out at once; at most %d", w.want, w.widest())
+	}
+}
+
 func (w *inFlight) widest() int64 {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -121,17 +161,7 @@ func (w *inFlight) widest() int64 {
 func TestAPutKeepsTheEnginesWindowOfChunksInFlight(t *testing.T) {
 	for _, window := range []int{1, 2, natsapi.DefaultTransferWindow} {
 		t.Run(fmt.Sprintf("window=%d", window), func(t *testing.T) {
-			url := natstest.StartServer(t).ClientURL()
-			inner, err := memory.Open(t.Context(), memory.Config{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			store := gatedStore{ObjectStorage: inner, gate: make(chan struct{})}
-			e := serveEngineWith(t, url, natsapi.TransferOptions{ChunkSize: 1024, Window: window}, func(tr *natsapi.TransferHost) []natsapi.Service {
-				return []natsapi.Service{natsapi.ObjectStorage(store, tr)}
-			})
-			watch := watchWrites(t, url, e.owner, window)
-			objects := natsclient.NewObjectStorage(natsclient.New(natstest.Connect(t, url)))
+			g := newGated(t, natsapi.TransferOptions{ChunkSize: 1024, Window: window})
 
 			data := make([]byte, 100<<10) // 100 chunks
 			for i := range data {
@@ -139,26 +169,20 @@ func TestAPutKeepsTheEnginesWindowOfChunksInFlight(t *testing.T) {
 			}
 			put := make(chan error, 1)
 			go func() {
-				_, err := objects.Put(t.Context(), "k", bytes.NewReader(data), ports.PutObjectOptions{})
+				_, err := g.objects.Put(t.Context(), "k", bytes.NewReader(data), ports.PutObjectOptions{})
 				put <- err
 			}()
 			// The store takes nothing, so the engine's queue fills and a
 			// write waits: the uploader has its whole window out.
-			select {
-			case <-watch.reached:
-			case err := <-put:
-				t.Fatalf("the Put ended before the store took anything: %v", err)
-			case <-time.After(10 * time.Second):
-				t.Fatalf("never %d chunks out at once; at most %d", window, watch.widest())
-			}
-			close(store.gate)
+			g.watch.waitFull(t)
+			close(g.store.gate)
 			if err := <-put; err != nil {
 				t.Fatal(err)
 			}
-			if most := watch.widest(); most != int64(window) {
+			if most := g.watch.widest(); most != int64(window) {
 				t.Fatalf("%d chunks out at once, the window is %d", most, window)
 			}
-			r, _, err := inner.Get(t.Context(), "k", ports.GetObjectOptions{})
+			r, _, err := g.inner.Get(t.Context(), "k", ports.GetObjectOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -187,37 +211,23 @@ func (f *failingReader) Read(p []byte) (int, error) {
 // A source that fails with chunks still unanswered fails the Put with its
 // error; the transfer closes and no object, whole or part, is left.
 func TestAPutWhoseSourceFailsWithChunksInFlightLeavesNothing(t *testing.T) {
-	url := natstest.StartServer(t).ClientURL()
-	inner, err := memory.Open(t.Context(), memory.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	store := gatedStore{ObjectStorage: inner, gate: make(chan struct{})}
-	e := serveEngineWith(t, url, natsapi.TransferOptions{ChunkSize: 1024}, func(tr *natsapi.TransferHost) []natsapi.Service {
-		return []natsapi.Service{natsapi.ObjectStorage(store, tr)}
-	})
-	watch := watchWrites(t, url, e.owner, natsapi.DefaultTransferWindow)
-	objects := natsclient.NewObjectStorage(natsclient.New(natstest.Connect(t, url)))
+	g := newGated(t, natsapi.TransferOptions{ChunkSize: 1024})
 	put := make(chan error, 1)
 	go func() {
-		_, err := objects.Put(t.Context(), "k", &failingReader{n: 10 << 10}, ports.PutObjectOptions{})
+		_, err := g.objects.Put(t.Context(), "k", &failingReader{n: 10 << 10}, ports.PutObjectOptions{})
 		put <- err
 	}()
 	// The source fails once 10 chunks are read; with the store held, the
 	// window is full by then.
-	select {
-	case <-watch.reached:
-	case <-time.After(10 * time.Second):
-		t.Fatalf("never a full window out; at most %d chunks", watch.widest())
-	}
-	close(store.gate)
+	g.watch.waitFull(t)
+	close(g.store.gate)
 	if err := <-put; !errors.Is(err, errSource) {
 		t.Fatalf("Put: %v, want the source's error", err)
 	}
-	if open := e.transfers.Open(); open != 0 {
+	if open := g.engine.transfers.Open(); open != 0 {
 		t.Fatalf("%d transfers open after the Put failed", open)
 	}
-	if _, err := inner.Stat(t.Context(), "k"); !errors.Is(err, ports.ErrNotFound) {
+	if _, err := g.inner.Stat(t.Context(), "k"); !errors.Is(err, ports.ErrNotFound) {
 		t.Fatalf("Stat after the failed Put: %v, want not found", err)
 	}
 }
@@ -280,29 +290,15 @@ func TestAStoreThatKeepsUpWithOneChunkAtATimeKeepsUpWithAWindow(t *testing.T) {
 // A Put given up with its window out returns at once with its context's
 // error, and the engine closes the transfer and stores nothing.
 func TestAPutGivenUpWithChunksInFlightLeavesNothing(t *testing.T) {
-	url := natstest.StartServer(t).ClientURL()
-	inner, err := memory.Open(t.Context(), memory.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	store := gatedStore{ObjectStorage: inner, gate: make(chan struct{})}
-	e := serveEngineWith(t, url, natsapi.TransferOptions{ChunkSize: 1024}, func(tr *natsapi.TransferHost) []natsapi.Service {
-		return []natsapi.Service{natsapi.ObjectStorage(store, tr)}
-	})
-	watch := watchWrites(t, url, e.owner, natsapi.DefaultTransferWindow)
-	objects := natsclient.NewObjectStorage(natsclient.New(natstest.Connect(t, url)))
+	g := newGated(t, natsapi.TransferOptions{ChunkSize: 1024})
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	put := make(chan error, 1)
 	go func() {
-		_, err := objects.Put(ctx, "k", bytes.NewReader(make([]byte, 100<<10)), ports.PutObjectOptions{})
+		_, err := g.objects.Put(ctx, "k", bytes.NewReader(make([]byte, 100<<10)), ports.PutObjectOptions{})
 		put <- err
 	}()
-	select {
-	case <-watch.reached:
-	case <-time.After(10 * time.Second):
-		t.Fatalf("never a full window out; at most %d chunks", watch.widest())
-	}
+	g.watch.waitFull(t)
 	cancel()
 	select {
 	case err := <-put:
@@ -312,11 +308,11 @@ func TestAPutGivenUpWithChunksInFlightLeavesNothing(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the Put did not return once given up")
 	}
-	if open := e.transfers.Open(); open != 0 {
+	if open := g.engine.transfers.Open(); open != 0 {
 		t.Fatalf("%d transfers open after the Put was given up", open)
 	}
-	close(store.gate)
-	if _, err := inner.Stat(t.Context(), "k"); !errors.Is(err, ports.ErrNotFound) {
+	close(g.store.gate)
+	if _, err := g.inner.Stat(t.Context(), "k"); !errors.Is(err, ports.ErrNotFound) {
 		t.Fatalf("Stat after the Put was given up: %v, want not found", err)
 	}
 }
