@@ -224,6 +224,10 @@ func (h *OverflowHost) start(caller string, p *held, idle time.Duration) (*sessi
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.closed { // the engine stopped between add and here
+		h.unreserve(p.who, p.reserved)
+		return nil, fmt.Errorf("%w: this engine takes no new %ss", wire.ErrUnavailable, h.t.kind)
+	}
 	s.state = p
 	return s, nil
 }

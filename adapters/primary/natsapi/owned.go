@@ -154,16 +154,22 @@ func (t *sessionTable) deliver(msg *nats.Msg) {
 	}()
 }
 
-// counted is the open session a message names, whose calls in hand it
-// counts; nil for a close, which always goes through, and for a session
-// that is not open, whose call handle answers at once.
+// counted is the open session a message names with its secret, whose
+// calls in hand it counts; nil for a close, which always goes through, and
+// for a session not open or a wrong secret, which handle answers at once
+// with not found. So nobody without the secret spends a session's calls
+// or learns it is open.
 func (t *sessionTable) counted(msg *nats.Msg) *session {
 	if strings.HasSuffix(msg.Subject, "."+wire.SessionClose) {
 		return nil
 	}
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.sessions[msg.Header.Get(wire.SessionHeader)]
+	s := t.sessions[msg.Header.Get(wire.SessionHeader)]
+	t.mu.Unlock()
+	if s == nil || subtle.ConstantTimeCompare([]byte(s.secret), []byte(msg.Header.Get(wire.SessionSecretHeader))) != 1 {
+		return nil
+	}
+	return s
 }
 
 // handle checks the caller and the headers that name the session, and
@@ -181,15 +187,17 @@ func (t *sessionTable) handle(msg *nats.Msg) (nats.Header, []byte, error) {
 			return nil, nil, fmt.Errorf("%w: %w", wire.ErrUnauthorized, err)
 		}
 	}
-	if !t.mayServe() {
-		return nil, nil, fmt.Errorf("%w: the engine does not hold the lease", wire.ErrUnavailable)
-	}
 	ref := wire.SessionRef{ID: msg.Header.Get(wire.SessionHeader), Secret: msg.Header.Get(wire.SessionSecretHeader)}
 	if ref.ID == "" {
 		return nil, nil, fmt.Errorf("%w: header %s is missing", ports.ErrInvalidArgument, wire.SessionHeader)
 	}
+	// A close only frees what the session holds, so it goes through
+	// whether or not the engine may serve.
 	if op == wire.SessionClose {
 		return t.closeCall(ref, caller)
+	}
+	if !t.mayServe() {
+		return nil, nil, fmt.Errorf("%w: the engine does not hold the lease", wire.ErrUnavailable)
 	}
 	call := &sessionCall{Seq: -1, Data: msg.Data}
 	if v := msg.Header.Get(wire.SeqHeader); v != "" {

@@ -132,8 +132,10 @@ func NewTransferHost(opts TransferOptions) (*TransferHost, error) {
 	// refused. The table handles that many calls for every transfer at
 	// once, so stalled stores never hold up the subscription, and other
 	// transfers go on.
+	// Calls that are not counted (closes, calls naming no open session)
+	// get the table's own 64 besides.
 	h.t.inHand = int32(opts.Window + 2)
-	h.t.sem = make(chan struct{}, max(cap(h.t.sem), opts.MaxOpen*(opts.Window+2)))
+	h.t.sem = make(chan struct{}, cap(h.t.sem)+opts.MaxOpen*(opts.Window+2))
 	h.t.ops[wire.SessionWrite] = h.write
 	h.t.ops[wire.SessionCommit] = h.commit
 	h.t.ops[wire.SessionRead] = h.read
@@ -167,6 +169,9 @@ func (h *TransferHost) open(store ports.ObjectStorage, caller, who string, req w
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.closed { // the engine stopped between add and here: nothing to start
+		return wire.SessionOpened{}, fmt.Errorf("%w: this engine takes no new transfers", wire.ErrUnavailable)
+	}
 	opened := wire.SessionOpened{ID: s.id, Secret: s.secret, ChunkSize: h.chunk}
 	if req.Mode == wire.TransferPut {
 		opened.Window = h.window
@@ -240,17 +245,23 @@ func startUpload(ctx context.Context, store ports.ObjectStorage, req wire.Transf
 // object.
 func (u *upload) release() { u.pw.CloseWithError(errSessionClosed) }
 
-// result waits for Put, unless the session closes first.
+// result waits for Put, unless the session closes first. A Put cut off
+// by the close may or may not have stored the object: that is 500, never
+// 503, which says nothing was done.
 func (u *upload) result(ctx context.Context) (ports.ObjectInfo, error) {
 	select {
 	case <-u.done:
-		if u.err == nil || ctx.Err() == nil {
-			return u.info, u.err
-		}
 	case <-ctx.Done():
+		select {
+		case <-u.done:
+		default:
+			return ports.ObjectInfo{}, fmt.Errorf("%w: the transfer closed while its commit ran", wire.ErrInterrupted)
+		}
 	}
-	// Closed: a store that failed did so because of the close.
-	return ports.ObjectInfo{}, fmt.Errorf("%w: the transfer was closed", wire.ErrUnavailable)
+	if u.err != nil && ctx.Err() != nil {
+		return ports.ObjectInfo{}, fmt.Errorf("%w: the transfer closed while its commit ran: %w", wire.ErrInterrupted, u.err)
+	}
+	return u.info, u.err
 }
 
 // download reads the object one chunk per read and keeps the last answer,
@@ -376,6 +387,8 @@ func (h *TransferHost) read(s *session, call *sessionCall) (nats.Header, []byte,
 		switch {
 		case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
 			d.done = true
+		case s.ctx.Err() != nil: // closed while it read: the store's error is the close's doing
+			return nil, nil, fmt.Errorf("%w: transfer %q was closed", wire.ErrUnavailable, s.id)
 		case err != nil:
 			return nil, nil, fmt.Errorf("transfer %q: read the object: %w", s.id, err)
 		}

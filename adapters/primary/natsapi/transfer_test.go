@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -574,6 +575,11 @@ func TestATransferHasNoMoreCallsInHandThanItsWindowAndTwo(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("a fourth call in hand was not answered")
 	}
+	// Without the secret, the same call is the 404 of every session the
+	// caller does not hold: it neither counts nor learns the calls in hand.
+	if _, err := sessionCall(nc, transferSubject(opened.ID, wire.SessionWrite), wire.SessionRef{ID: opened.ID, Secret: "guess"}, 3, []byte("abcd"), nil); !errors.Is(err, ports.ErrNotFound) {
+		t.Fatalf("a call without the secret to a transfer with its calls in hand: %v, want 404", err)
+	}
 	if _, err := sessionCall(nc, transferSubject(opened.ID, wire.SessionClose), opened.Ref(), -1, nil, nil); err != nil {
 		t.Fatalf("close: %v", err)
 	}
@@ -586,6 +592,30 @@ func TestATransferHasNoMoreCallsInHandThanItsWindowAndTwo(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatal("a call waiting when the transfer closed was never answered")
 		}
+	}
+	if open := e.transfers.Open(); open != 0 {
+		t.Fatalf("%d transfers open after close", open)
+	}
+}
+
+// A close frees what a transfer holds, so it goes through while the engine
+// may not serve, when every other session call is 503.
+func TestACloseGoesThroughWhileTheEngineMayNotServe(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	var may atomic.Bool
+	may.Store(true)
+	e := newEngine(t, url, newObjects(t), engineOptions{transfers: natsapi.TransferOptions{MayServe: may.Load}})
+	nc := natstest.Connect(t, url)
+	opened, err := openTransfer(t, nc, wire.TransferOpen{Mode: wire.TransferPut, Key: "k"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	may.Store(false)
+	if err := write(t, nc, opened, 0, "x"); !errors.Is(err, wire.ErrUnavailable) {
+		t.Fatalf("a write while the engine may not serve: %v, want 503", err)
+	}
+	if _, err := sessionCall(nc, transferSubject(opened.ID, wire.SessionClose), opened.Ref(), -1, nil, nil); err != nil {
+		t.Fatalf("a close while the engine may not serve: %v", err)
 	}
 	if open := e.transfers.Open(); open != 0 {
 		t.Fatalf("%d transfers open after close", open)

@@ -142,9 +142,9 @@ func (o ObjectStorage) writer(ctx context.Context, opened wire.SessionOpened) *c
 	window := min(max(opened.Window, 1), wire.MaxTransferWindow)
 	w := &chunkWriter{o: o, subject: transferSubject(opened.ID, wire.SessionWrite), ref: opened.Ref(), window: window}
 	w.ctx, w.cancel = context.WithCancel(ctx)
-	// The engine answers a chunk once the chunks before it are queued for
-	// its store, so the newest of a full window waits on as many chunks
-	// as the window holds: it gets the time the client gives one call for
+	// The engine answers a chunk once the chunks before it, and those kept
+	// aside behind it, are queued for its store: a chunk may wait on two
+	// windows of chunks, and gets the time the client gives one call for
 	// each, as when chunks went one at a time.
 	if _, ok := ctx.Deadline(); !ok {
 		w.timeout = o.c.timeout
@@ -162,7 +162,7 @@ func (w *chunkWriter) write(chunk []byte) error {
 	}
 	p := pending{buf: chunk[:cap(chunk)], err: make(chan error, 1)}
 	go func(seq int64) {
-		ctx, cancel := w.callContext(w.window)
+		ctx, cancel := w.callContext(2 * w.window)
 		defer cancel()
 		_, err := w.o.c.inSession(ctx, w.subject, w.ref, seq, chunk)
 		p.err <- err
