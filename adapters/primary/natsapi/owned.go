@@ -163,13 +163,7 @@ func (t *sessionTable) counted(msg *nats.Msg) *session {
 	if strings.HasSuffix(msg.Subject, "."+wire.SessionClose) {
 		return nil
 	}
-	t.mu.Lock()
-	s := t.sessions[msg.Header.Get(wire.SessionHeader)]
-	t.mu.Unlock()
-	if s == nil || subtle.ConstantTimeCompare([]byte(s.secret), []byte(msg.Header.Get(wire.SessionSecretHeader))) != 1 {
-		return nil
-	}
-	return s
+	return t.lookup(wire.SessionRef{ID: msg.Header.Get(wire.SessionHeader), Secret: msg.Header.Get(wire.SessionSecretHeader)})
 }
 
 // handle checks the caller and the headers that name the session, and
@@ -267,13 +261,22 @@ func (t *sessionTable) use(ref wire.SessionRef, caller string, f func(s *session
 // find is the open session ref names, if caller opened it and ref holds
 // its secret; every other case is the same not found.
 func (t *sessionTable) find(ref wire.SessionRef, caller string) (*session, error) {
+	if s := t.lookup(ref); s != nil && s.caller == caller {
+		return s, nil
+	}
+	return nil, fmt.Errorf("%w: %s %q", ports.ErrNotFound, t.kind, ref.ID)
+}
+
+// lookup is the open session ref names, if ref holds its secret; nil
+// otherwise.
+func (t *sessionTable) lookup(ref wire.SessionRef) *session {
 	t.mu.Lock()
 	s := t.sessions[ref.ID]
 	t.mu.Unlock()
-	if s == nil || s.caller != caller || subtle.ConstantTimeCompare([]byte(s.secret), []byte(ref.Secret)) != 1 {
-		return nil, fmt.Errorf("%w: %s %q", ports.ErrNotFound, t.kind, ref.ID)
+	if s == nil || subtle.ConstantTimeCompare([]byte(s.secret), []byte(ref.Secret)) != 1 {
+		return nil
 	}
-	return s, nil
+	return s
 }
 
 // closeCall ends a session at its caller's request. It ends the session's

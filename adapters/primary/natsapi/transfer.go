@@ -130,10 +130,8 @@ func NewTransferHost(opts TransferOptions) (*TransferHost, error) {
 	// A transfer may have its window of writes in hand, all waiting on its
 	// store, and a write sent again and the commit besides; more is
 	// refused. The table handles that many calls for every transfer at
-	// once, so stalled stores never hold up the subscription, and other
-	// transfers go on.
-	// Calls that are not counted (closes, calls naming no open session)
-	// get the table's own 64 besides.
+	// once, and its own 64 for the calls not counted (closes, calls naming
+	// no open session), so stalled stores never hold up the subscription.
 	h.t.inHand = int32(opts.Window + 2)
 	h.t.sem = make(chan struct{}, cap(h.t.sem)+opts.MaxOpen*(opts.Window+2))
 	h.t.ops[wire.SessionWrite] = h.write
