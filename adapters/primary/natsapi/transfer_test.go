@@ -621,3 +621,105 @@ func TestACloseGoesThroughWhileTheEngineMayNotServe(t *testing.T) {
 		t.Fatalf("%d transfers open after close", open)
 	}
 }
+
+// heldStore holds each Put once it has read the whole object, and each
+// Get's reader before its first byte, until the call's context ends: a
+// close lands inside one store call. held gets a value when a call is
+// held.
+type heldStore struct {
+	ports.ObjectStorage
+	held chan struct{}
+}
+
+func (h heldStore) Put(ctx context.Context, _ string, r io.Reader, _ ports.PutObjectOptions) (ports.ObjectInfo, error) {
+	if _, err := io.Copy(io.Discard, r); err != nil {
+		return ports.ObjectInfo{}, err
+	}
+	h.held <- struct{}{}
+	<-ctx.Done()
+	return ports.ObjectInfo{}, ctx.Err()
+}
+
+func (h heldStore) Get(ctx context.Context, key string, _ ports.GetObjectOptions) (io.ReadCloser, ports.ObjectInfo, error) {
+	return io.NopCloser(heldReader{ctx: ctx, held: h.held}), ports.ObjectInfo{Key: key, Size: 8}, nil
+}
+
+type heldReader struct {
+	ctx  context.Context
+	held chan struct{}
+}
+
+func (h heldReader) Read([]byte) (int, error) {
+	h.held <- struct{}{}
+	<-h.ctx.Done()
+	return 0, h.ctx.Err()
+}
+
+// sendAsync sends one session call and returns where its answer arrives.
+func sendAsync(t *testing.T, nc *nats.Conn, opened wire.SessionOpened, op string, seq int64, body []byte) <-chan error {
+	t.Helper()
+	answer := make(chan error, 1)
+	go func() {
+		_, err := sessionCall(nc, transferSubject(opened.ID, op), opened.Ref(), seq, body, nil)
+		answer <- err
+	}()
+	return answer
+}
+
+// A commit whose Put a close cuts off may have stored the object, so it
+// answers 500 "interrupted", which the caller must not send again on its
+// own; a read cut off the same way did nothing, so it answers 503.
+func TestACallCutOffByItsTransfersCloseSaysWhetherItMayHaveTakenEffect(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	held := make(chan struct{}, 1)
+	e := newEngine(t, url, heldStore{newObjects(t), held}, engineOptions{})
+	nc := natstest.Connect(t, url)
+	closeAndWait := func(opened wire.SessionOpened, answer <-chan error) error {
+		t.Helper()
+		select {
+		case <-held:
+		case err := <-answer:
+			t.Fatalf("the call was answered before the store held it: %v", err)
+		case <-time.After(10 * time.Second):
+			t.Fatal("the store never got the call")
+		}
+		if _, err := sessionCall(nc, transferSubject(opened.ID, wire.SessionClose), opened.Ref(), -1, nil, nil); err != nil {
+			t.Fatalf("close: %v", err)
+		}
+		select {
+		case err := <-answer:
+			return err
+		case <-time.After(10 * time.Second):
+			t.Fatal("the call cut off by the close was never answered")
+			return nil
+		}
+	}
+
+	t.Run("commit", func(t *testing.T) {
+		opened, err := openTransfer(t, nc, wire.TransferOpen{Mode: wire.TransferPut, Key: "k"}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := write(t, nc, opened, 0, "abcd"); err != nil {
+			t.Fatal(err)
+		}
+		body, _ := json.Marshal(wire.TransferCommit{Chunks: 1})
+		err = closeAndWait(opened, sendAsync(t, nc, opened, wire.SessionCommit, -1, body))
+		if !interrupted(err) {
+			t.Fatalf("a commit cut off by its transfer's close: %v, want 500 %q", err, wire.ErrInterrupted)
+		}
+	})
+	t.Run("read", func(t *testing.T) {
+		opened, err := openTransfer(t, nc, wire.TransferOpen{Mode: wire.TransferGet, Key: "k"}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = closeAndWait(opened, sendAsync(t, nc, opened, wire.SessionRead, 0, nil))
+		if !errors.Is(err, wire.ErrUnavailable) {
+			t.Fatalf("a read cut off by its transfer's close: %v, want 503", err)
+		}
+	})
+	if open := e.transfers.Open(); open != 0 {
+		t.Fatalf("%d transfers open after close", open)
+	}
+}
