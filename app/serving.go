@@ -52,8 +52,9 @@ type serving struct {
 
 	// handedOver is set when the release was written: from then on the
 	// engine answers what reaches it until drained, next to its successor.
-	// It is set where the release is announced, before the event reaches
-	// the loop, so admission sees no gap between the lease and the flag.
+	// Admission reads the lease's own flag instead (term.HandedOver), which
+	// turns with its state: this one is set when the release is announced,
+	// a moment later.
 	handedOver atomic.Bool
 
 	// The loop's own state.
@@ -135,8 +136,13 @@ func (s *serving) close() {
 func (s *serving) HandedOver() bool { return s.handedOver.Load() }
 
 // term is the lease as admission reads it: the fencing token of the hold,
-// and whether the engine may serve now, judged on its own clock.
-type term interface{ Term() (uint64, bool) }
+// and whether the engine may serve now, judged on its own clock; and
+// whether its release was written, which turns in the same step as the
+// lease's state (domain.Ownership).
+type term interface {
+	Term() (uint64, bool)
+	HandedOver() bool
+}
 
 // admit is the one answer to "may this engine take a call now, and under
 // which fencing token?": while it holds the lease, what the lease's clock
@@ -144,7 +150,7 @@ type term interface{ Term() (uint64, bool) }
 // is drained. Nothing else (a shutdown begun, a flag set early) opens it.
 func (s *serving) admit(lease term) (uint64, bool) {
 	token, ok := lease.Term()
-	return token, ok || s.handedOver.Load()
+	return token, ok || lease.HandedOver()
 }
 
 func (s *serving) run() {

@@ -433,6 +433,9 @@ func recreatedUnderASuccessor(t *testing.T, store *memory.Lease, a *testEngine, 
 // serve while b still may.
 func wantNoHandoverBeside(t *testing.T, store *memory.Lease, a, b *testEngine) {
 	t.Helper()
+	if a.o.HandedOver() {
+		t.Fatalf("a says it handed over a key it made anew under b (a: %s)", a.path())
+	}
 	c := newEngine(t, store, "c", "v2", testTiming())
 	defer c.release(t)
 	if out, _ := c.claim(t, domain.RoleServe); out == domain.OutcomeServe && b.o.MayServe() && c.o.MayServe() {
@@ -619,5 +622,8 @@ func wantHandedOver(t *testing.T, e *testEngine) {
 	e.mu.Unlock()
 	if last.From != domain.StateServing || last.To != domain.StateReleased || !last.HandedOver {
 		t.Fatalf("last move %v -> %v, handed over %v; want serving -> released, handed over (%s)", last.From, last.To, last.HandedOver, e.path())
+	}
+	if !e.o.HandedOver() {
+		t.Fatalf("the move says handed over, the ownership does not (%s)", e.path())
 	}
 }

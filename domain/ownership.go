@@ -97,6 +97,7 @@ type Ownership struct {
 	createdAt  time.Time // a renewal's create over an empty key whose reply never came: when it saw the key empty
 	term       uint64    // the revision at which the current hold began: the fencing token
 	held       bool      // a write of ours made us the holder and no one else's followed
+	handedOver bool      // Release wrote the released record: set with the move to released
 	previous   Holder    // whom the lease was taken from, if it was not free
 	keepCancel context.CancelFunc
 	keepDone   chan struct{}
@@ -180,6 +181,16 @@ func (o *Ownership) Term() (uint64, bool) {
 	defer o.mu.Unlock()
 	now := o.clock.Now()
 	return o.term, o.state == StateServing && !now.Before(o.serveFrom) && now.Before(o.validUntil)
+}
+
+// HandedOver reports whether Release wrote the released record. It turns
+// true in the same step as the move to released, so a caller that reads
+// Term, then HandedOver, finds one of them open at every instant of a
+// handover that was written; the observer hears of the move later.
+func (o *Ownership) HandedOver() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.handedOver
 }
 
 // Lost is closed when another engine takes the lease from this one; the
@@ -699,7 +710,7 @@ func (o *Ownership) Release(ctx context.Context) error {
 	written, err := o.writeReleased(ctx, rec)
 	o.mu.Lock()
 	from = o.state
-	o.state = StateReleased
+	o.state, o.handedOver = StateReleased, written
 	o.mu.Unlock()
 	o.announce(Transition{From: from, To: StateReleased, Record: rec, HandedOver: written})
 	if err != nil {
