@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"sync"
 
 	"github.com/abi-engine/engine/adapters/primary/natsapi"
 )
@@ -26,12 +27,21 @@ func (k *kernel) serve() error {
 	return nil
 }
 
-// fence stops everything at once: a fenced engine does not wait for its
-// sessions. Admission stops first, then the sessions.
-func (k *kernel) fence() {
-	k.host.Fence()
-	k.transfers.Stop()
-	k.overflow.Stop()
+// fence stops everything at once: admission, the calls running and every
+// session, whose stores' calls are cancelled. A fenced engine is often cut
+// off from its broker, so nothing here waits on it; the wait returned
+// ends, within a bound, what needs the broker. Before, the sessions closed
+// only after the accepting connection's drain and a flush had timed out
+// (2 s and 10 s), and a successor could serve while an upload still wrote.
+func (k *kernel) fence() (wait func()) {
+	waits := []func(){k.host.Fence(), k.transfers.Fence(), k.overflow.Fence()}
+	return func() {
+		var wg sync.WaitGroup
+		for _, w := range waits {
+			wg.Go(w)
+		}
+		wg.Wait()
+	}
 }
 
 // drain stops accepting calls, lets those received and the sessions open

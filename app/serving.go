@@ -13,8 +13,10 @@ import (
 type servingKernel interface {
 	// serve subscribes; it does nothing when already subscribed.
 	serve() error
-	// fence stops admitting calls at once and cancels those running.
-	fence()
+	// fence stops admitting calls and cancels those running, and the
+	// sessions, at once; the wait it returns ends, bounded, what needs
+	// the broker.
+	fence() (wait func())
 }
 
 // servingJobs are the jobs that run only while the engine serves.
@@ -28,7 +30,8 @@ type servingJobs interface {
 // being built, a shutdown) is an event sent to it, and after each event it
 // brings the kernel and the jobs in line with its state, in a fixed order:
 //
-//  1. if the engine may not serve: fence the kernel first, then stop jobs;
+//  1. if the engine may not serve: fence the kernel first, then stop jobs,
+//     and only then wait, bounded, for the broker to confirm the fence;
 //  2. if it may serve, is booted and not shutting down: subscribe the
 //     kernel, then start jobs;
 //  3. while shutting down, jobs stay stopped; the kernel keeps answering
@@ -189,11 +192,13 @@ func (s *serving) run() {
 func (s *serving) reconcile() {
 	may := s.lease == domain.StateServing || s.lease == domain.StateReleased && s.handedOver.Load()
 	if !may {
+		wait := func() {}
 		if s.subscribed {
-			s.kernel.fence()
+			wait = s.kernel.fence()
 			s.subscribed = false
 		}
-		s.jobs.Stop()
+		s.jobs.Stop() // before the wait on the broker: a job's writes are not fenced in every store
+		wait()
 		return
 	}
 	if s.shutdown || s.lease != domain.StateServing {
@@ -205,7 +210,7 @@ func (s *serving) reconcile() {
 	}
 	if !s.subscribed {
 		if err := s.kernel.serve(); err != nil {
-			s.kernel.fence()
+			s.kernel.fence()()
 			s.shutdown = true // the engine stops; nothing is tried again
 			s.failed(err)
 			return

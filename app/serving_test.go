@@ -48,9 +48,10 @@ func (k *fakeKernel) serve() error {
 	return nil
 }
 
-func (k *fakeKernel) fence() {
+func (k *fakeKernel) fence() func() {
 	k.steps.add("fence")
 	k.subscribed = false
+	return func() { k.steps.add("fence confirmed") }
 }
 
 type fakeJobs struct {
@@ -146,7 +147,8 @@ func TestALeaseLostWhileBootingKeepsTheKernelDown(t *testing.T) {
 }
 
 // Fencing stops admission before it stops jobs, so no call is taken while
-// the jobs wind down.
+// the jobs wind down, and stops both before it waits on the broker, which a
+// fenced engine may not reach.
 func TestFencingStopsAdmissionBeforeJobs(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newLoop(t)
@@ -155,7 +157,7 @@ func TestFencingStopsAdmissionBeforeJobs(t *testing.T) {
 		h.want(t, true, true)
 		h.move(domain.StateFenced)
 		h.want(t, false, false)
-		if got, want := h.steps.String(), "heard serving, subscribe, jobs start, fence, jobs stop, heard fenced"; got != want {
+		if got, want := h.steps.String(), "heard serving, subscribe, jobs start, fence, jobs stop, fence confirmed, heard fenced"; got != want {
 			t.Fatalf("steps %q, want %q", got, want)
 		}
 	})
@@ -302,7 +304,7 @@ func TestObserversHearOfServingBeforeAnswersAndOfAFenceAfter(t *testing.T) {
 		h.boot()
 		h.move(domain.StateServing)
 		h.move(domain.StateFenced)
-		if got, want := h.steps.String(), "heard serving, subscribe, jobs start, fence, jobs stop, heard fenced"; got != want {
+		if got, want := h.steps.String(), "heard serving, subscribe, jobs start, fence, jobs stop, fence confirmed, heard fenced"; got != want {
 			t.Fatalf("steps %q, want %q", got, want)
 		}
 	})

@@ -319,11 +319,12 @@ func (k *simKernel) serve() error {
 	return nil
 }
 
-func (k *simKernel) fence() {
+func (k *simKernel) fence() func() {
 	k.host.thaw()
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.subscribed = false
+	return func() {}
 }
 
 func (k *simKernel) close() {

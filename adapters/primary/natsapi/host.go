@@ -588,7 +588,8 @@ func drain(ctx context.Context, nc *nats.Conn) error {
 }
 
 // fenceDrain bounds how long Stop waits for the broker to confirm that the
-// accepting connection's subscriptions are gone.
+// accepting connection's subscriptions are gone, and a session host that
+// its owner subscription is.
 const fenceDrain = 2 * time.Second
 
 // Wait returns once every received call is answered, or ctx ends.
@@ -600,7 +601,15 @@ func (h *Host) Wait(ctx context.Context) error { return h.calls.wait(ctx) }
 // callers send them again; and its subscriptions are ended at the broker
 // before it closes, so no new call is routed to a connection about to
 // vanish, where its caller would only time out.
-func (h *Host) Stop() {
+func (h *Host) Stop() { h.Fence()() }
+
+// Fence stops serving at once, as a holder that may have lost its lease
+// must: running calls are cancelled, and the accepting connection is taken
+// out of use. It waits on nothing. The wait it returns drains that
+// connection's subscriptions at the broker, within fenceDrain: a fenced
+// engine is often cut off from its broker, and what it still runs must
+// not wait that out first. Serve starts again, also before the drain.
+func (h *Host) Fence() (wait func()) {
 	h.mu.Lock()
 	nc, micros, cancel := h.accept, h.micros, h.cancel
 	h.accept, h.micros = nil, nil
@@ -608,20 +617,17 @@ func (h *Host) Stop() {
 	if cancel != nil {
 		cancel()
 	}
-	if nc != nil {
-		ctx, done := context.WithTimeout(context.Background(), fenceDrain)
-		_ = drain(ctx, nc)
-		done()
-	}
-	for _, svc := range micros {
-		_ = svc.Stop()
+	return func() {
+		if nc != nil {
+			ctx, done := context.WithTimeout(context.Background(), fenceDrain)
+			_ = drain(ctx, nc)
+			done()
+		}
+		for _, svc := range micros {
+			_ = svc.Stop()
+		}
 	}
 }
-
-// Fence stops serving at once, as a holder that may have lost its lease
-// must: running calls are cancelled and the accepting connection ends.
-// Serve starts again.
-func (h *Host) Fence() { h.Stop() }
 
 // counter counts calls in flight and says when there are none. The
 // channel a waiter waits on is made by the first waiter, not by every call

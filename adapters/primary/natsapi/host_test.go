@@ -261,7 +261,7 @@ func TestFencingStopsTheCallsAtOnce(t *testing.T) {
 		got <- err
 	}()
 	<-stuck.started
-	h.Fence()
+	h.Fence()()
 	if err := <-got; !interrupted(err) {
 		t.Fatalf("the running call got %v, want 500, interrupted", err)
 	}

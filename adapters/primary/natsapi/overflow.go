@@ -158,6 +158,10 @@ func (h *OverflowHost) Wait(ctx context.Context) error { return h.t.wait(ctx) }
 // Stop closes every session; their later calls find nobody.
 func (h *OverflowHost) Stop() { h.t.stop() }
 
+// Fence closes every session at once and ends the owner subscription, waiting
+// on nothing; confirm waits, bounded, for the broker.
+func (h *OverflowHost) Fence() (confirm func()) { return h.t.fence() }
+
 // held is a parked reply, or a request being uploaded (upload true), with
 // the bytes it has reserved of the parked budget, counted against who.
 type held struct {

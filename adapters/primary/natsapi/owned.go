@@ -343,9 +343,16 @@ func (t *sessionTable) count() int { return t.open.value() }
 // wait returns once no session is open, or ctx ends.
 func (t *sessionTable) wait(ctx context.Context) error { return t.open.wait(ctx) }
 
-// stop ends the owner subscription, so later calls find nobody and fail at
-// once, and closes every session.
-func (t *sessionTable) stop() {
+// stop closes every session and ends the owner subscription, so later
+// calls find nobody and fail at once; it waits, within fenceDrain, for the
+// broker to confirm.
+func (t *sessionTable) stop() { t.fence()() }
+
+// fence closes every session at once, which cancels what each is doing
+// with its store, and ends the owner subscription. It waits on nothing:
+// the confirm it returns waits for the broker, which a fenced engine may
+// not reach.
+func (t *sessionTable) fence() (confirm func()) {
 	t.mu.Lock()
 	t.stopped = true
 	sub := t.sub
@@ -355,13 +362,14 @@ func (t *sessionTable) stop() {
 		open = append(open, s)
 	}
 	t.mu.Unlock()
-	if sub != nil {
-		_ = sub.Unsubscribe()
-		_ = t.nc.Flush()
-	}
 	for _, s := range open {
 		t.close(s)
 	}
+	if sub == nil {
+		return func() {}
+	}
+	_ = sub.Unsubscribe()
+	return func() { _ = t.nc.FlushTimeout(fenceDrain) }
 }
 
 // randomHex is 128 random bits in hex: an id part nobody can guess.

@@ -126,7 +126,7 @@ func TestEachCallRunsUnderItsOwnTermsToken(t *testing.T) {
 		say("quick", fmt.Sprintf("quick under term %d, live true", token))
 		say("slow", fmt.Sprintf("handler under term %d, live true", token))
 	}
-	h.Fence()
+	h.Fence()()
 	if err := h.Serve(); err != nil {
 		t.Fatal(err)
 	}

@@ -156,6 +156,10 @@ func (h *TransferHost) Wait(ctx context.Context) error { return h.t.wait(ctx) }
 // Stop closes every transfer; their later calls find nobody.
 func (h *TransferHost) Stop() { h.t.stop() }
 
+// Fence closes every transfer at once and ends the owner subscription, waiting
+// on nothing; confirm waits, bounded, for the broker.
+func (h *TransferHost) Fence() (confirm func()) { return h.t.fence() }
+
 // open starts a transfer on store for the caller, counted against who.
 func (h *TransferHost) open(store ports.ObjectStorage, caller, who string, req wire.TransferOpen) (wire.SessionOpened, error) {
 	if req.Mode != wire.TransferPut && req.Mode != wire.TransferGet {
