@@ -28,9 +28,10 @@ const (
 )
 
 // SessionOpened answers an open. ChunkSize is the most data one message
-// may carry; Object describes the object a download reads. Window, for an
-// upload, is how many chunks the caller may send before the first of them
-// is answered; an engine that leaves it out takes one at a time.
+// may carry; Object describes the object a download reads. Window is how
+// many chunks the caller may send, or ask for, before the first of them is
+// answered; an engine that leaves it out takes one at a time (before ADR
+// 0015 engines named it for uploads only).
 type SessionOpened struct {
 	ID        string      `json:"id"`
 	Secret    string      `json:"secret"`
@@ -39,7 +40,7 @@ type SessionOpened struct {
 	Object    *ObjectInfo `json:"object,omitempty"`
 }
 
-// MaxTransferWindow is the widest window an engine names: what an uploader
+// MaxTransferWindow is the widest window an engine names: what a caller
 // keeps out, and an engine holds, stays bounded.
 const MaxTransferWindow = 16
 

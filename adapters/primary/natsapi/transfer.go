@@ -29,14 +29,14 @@ const (
 	// transfer under it. An upload that keeps to its window holds at most
 	// seven chunks in the engine (two queued, one in the store, one being
 	// handed over, three ahead of their turn in a window of four), 56 MiB
-	// for all 32 transfers.
+	// for all 32 transfers; a download keeps its window, four.
 	DefaultTransferChunkSize = 256 << 10
 	// transferQueue is how many uploaded chunks wait for the store at
 	// most; a write is answered once its chunk is queued, which paces
 	// the uploader.
 	transferQueue = 2
-	// DefaultTransferWindow is how many chunks an uploader sends before
-	// the first is answered.
+	// DefaultTransferWindow is how many chunks an uploader sends, or a
+	// downloader asks for, before the first is answered.
 	DefaultTransferWindow = 4
 )
 
@@ -61,9 +61,11 @@ type TransferOptions struct {
 	// may not pass half the connection's max payload, which leaves room
 	// for base64 and the JSON around it.
 	ChunkSize int
-	// Window is how many chunks an uploader may send before the first of
-	// them is answered, at most 16; 0 means 4, 1 one at a time. The engine
-	// holds up to Window-1 chunks that come before their turn.
+	// Window is how many chunks an uploader may send, or a downloader ask
+	// for, before the first of them is answered, at most 16; 0 means 4, 1
+	// one at a time. The engine holds up to Window-1 uploaded chunks that
+	// come before their turn, and keeps a download's last Window chunks
+	// read.
 	Window int
 	Logger *slog.Logger
 	// MayServe is asked before every session call; false answers 503.
@@ -174,9 +176,8 @@ func (h *TransferHost) open(store ports.ObjectStorage, caller, who string, req w
 	if s.closed { // the engine stopped between add and here: nothing to start
 		return wire.SessionOpened{}, fmt.Errorf("%w: this engine takes no new transfers", wire.ErrUnavailable)
 	}
-	opened := wire.SessionOpened{ID: s.id, Secret: s.secret, ChunkSize: h.chunk}
+	opened := wire.SessionOpened{ID: s.id, Secret: s.secret, ChunkSize: h.chunk, Window: h.window}
 	if req.Mode == wire.TransferPut {
-		opened.Window = h.window
 		s.state = startUpload(s.ctx, store, req)
 		return opened, nil
 	}
@@ -266,14 +267,16 @@ func (u *upload) result(ctx context.Context) (ports.ObjectInfo, error) {
 	return u.info, u.err
 }
 
-// download reads the object one chunk per read and keeps the last answer,
-// so a read sent again gets the same chunk.
+// download reads the object forward, one chunk at a time, as reads ask for
+// it. A read that comes before its turn, within the window, reads the
+// chunks before it too; they are kept, with the window of chunks before
+// them, so a read that comes later, or is sent again, gets its chunk.
 type download struct {
 	r    io.ReadCloser
-	left int64 // bytes of the range not yet read, as the store described it
-	next int64
-	last []byte // chunk next-1
-	done bool
+	left int64            // bytes of the range not yet read, as the store described it
+	next int64            // the next chunk to read from the store
+	kept map[int64][]byte // chunks next-window to next-1
+	done bool             // the store's end was read: chunk next-1 is the last
 }
 
 func (d *download) release() { _ = d.r.Close() }
@@ -373,31 +376,51 @@ func (h *TransferHost) read(s *session, call *sessionCall) (nats.Header, []byte,
 	switch {
 	case !ok:
 		return nil, nil, fmt.Errorf("%w: transfer %q is an upload: it takes no read", ports.ErrInvalidArgument, s.id)
-	case seq == d.next-1:
-		return chunkHeader(seq, d.done), d.last, nil // sent again: the same chunk
-	case seq != d.next:
-		return nil, nil, fmt.Errorf("%w: transfer %q: read seq %d, want %d", ports.ErrConflict, s.id, seq, d.next)
-	}
-	var data []byte
-	if !d.done {
-		// A fresh buffer each time: the answer is sent after the lock is
-		// let go. A last chunk gets a buffer of its size, and one byte
-		// more to find the end in the same read.
-		buf := make([]byte, min(int64(h.chunk), max(d.left, 0)+1))
-		n, err := io.ReadFull(d.r, buf)
-		d.left -= int64(n)
-		switch {
-		case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
-			d.done = true
-		case s.ctx.Err() != nil: // closed while it read: the store's error is the close's doing
-			return nil, nil, fmt.Errorf("%w: transfer %q was closed", wire.ErrUnavailable, s.id)
-		case err != nil:
-			return nil, nil, fmt.Errorf("transfer %q: read the object: %w", s.id, err)
+	case seq < d.next-int64(h.window) || seq >= d.next+int64(h.window):
+		want := strconv.FormatInt(max(d.next-int64(h.window), 0), 10)
+		if last := d.next + int64(h.window) - 1; last > 0 {
+			want += " to " + strconv.FormatInt(last, 10)
 		}
-		data = buf[:n]
+		return nil, nil, fmt.Errorf("%w: transfer %q: read seq %d, want %s", ports.ErrConflict, s.id, seq, want)
+	case d.done && seq >= d.next:
+		return chunkHeader(seq, true), nil, nil // past the end, asked for ahead
 	}
-	d.next, d.last = d.next+1, data
-	return chunkHeader(seq, d.done), data, nil
+	for !d.done && seq >= d.next {
+		if err := h.readNext(s, d); err != nil {
+			return nil, nil, err
+		}
+	}
+	data, ok := d.kept[seq]
+	if !ok { // past the end: the last chunk came before it
+		return chunkHeader(seq, true), nil, nil
+	}
+	return chunkHeader(seq, d.done && seq == d.next-1), data, nil
+}
+
+// readNext reads chunk d.next from the store and keeps it, and lets go of
+// the chunk that leaves the window.
+func (h *TransferHost) readNext(s *session, d *download) error {
+	// A fresh buffer each time: chunks are kept, and sent after the lock
+	// is let go. A last chunk gets a buffer of its size, and one byte more
+	// to find the end in the same read.
+	buf := make([]byte, min(int64(h.chunk), max(d.left, 0)+1))
+	n, err := io.ReadFull(d.r, buf)
+	d.left -= int64(n)
+	switch {
+	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+		d.done = true
+	case s.ctx.Err() != nil: // closed while it read: the store's error is the close's doing
+		return fmt.Errorf("%w: transfer %q was closed", wire.ErrUnavailable, s.id)
+	case err != nil:
+		return fmt.Errorf("transfer %q: read the object: %w", s.id, err)
+	}
+	if d.kept == nil {
+		d.kept = make(map[int64][]byte, h.window)
+	}
+	d.kept[d.next] = buf[:n]
+	delete(d.kept, d.next-int64(h.window))
+	d.next++
+	return nil
 }
 
 // chunkHeader numbers a chunk read and says whether it is the last.

@@ -473,13 +473,66 @@ func TestAnUploadHoldsChunksThatComeBeforeTheirTurnWithinItsWindow(t *testing.T)
 	if got, err := io.ReadAll(r); err != nil || string(got) != "aaaabbbbccccddddeeee" {
 		t.Fatalf("the object holds %q (%v)", got, err)
 	}
+}
 
-	got, err := openTransfer(t, nc, wire.TransferOpen{Mode: wire.TransferGet, Key: "k"}, nil)
+// read sends one read of a download and returns its chunk and whether it
+// is the last.
+func read(t *testing.T, nc *nats.Conn, opened wire.SessionOpened, seq int64) (string, bool, error) {
+	t.Helper()
+	reply, err := sessionCall(nc, transferSubject(opened.ID, wire.SessionRead), opened.Ref(), seq, nil, nil)
+	if err != nil {
+		return "", false, err
+	}
+	if got := reply.Header.Get(wire.SeqHeader); got != strconv.FormatInt(seq, 10) {
+		t.Fatalf("read %d answered chunk %q", seq, got)
+	}
+	return string(reply.Data), reply.Header.Get(wire.DoneHeader) == "1", nil
+}
+
+// A download answers a read that comes before its turn, within its
+// window, by reading on to it; it keeps a window of chunks behind the
+// newest read, so reads that come later, or again, get theirs. Reads past
+// the end are empty and say so.
+func TestADownloadAnswersReadsAheadOfTheirTurnWithinItsWindow(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	objs := newObjects(t)
+	newEngine(t, url, objs, engineOptions{transfers: natsapi.TransferOptions{ChunkSize: 4}})
+	nc := natstest.Connect(t, url)
+	if _, err := objs.Put(t.Context(), "k", strings.NewReader("aaaabbbbccccddddeeeeff"), ports.PutObjectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	opened, err := openTransfer(t, nc, wire.TransferOpen{Mode: wire.TransferGet, Key: "k"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Window != 0 {
-		t.Fatalf("a download opened with a window of %d: it takes no writes", got.Window)
+	if opened.Window != natsapi.DefaultTransferWindow {
+		t.Fatalf("a download opened with a window of %d, want %d", opened.Window, natsapi.DefaultTransferWindow)
+	}
+	want := []string{"aaaa", "bbbb", "cccc", "dddd", "eeee", "ff"}
+	for _, seq := range []int64{3, 1, 0, 2, 3, 0} { // ahead, behind, and again
+		got, done, err := read(t, nc, opened, seq)
+		if err != nil || got != want[seq] || done {
+			t.Fatalf("read %d: %q, done %v, %v; want %q", seq, got, done, err, want[seq])
+		}
+	}
+	// The engine has read 0 to 3: it answers 0 to 7, and keeps 0 to 3.
+	if _, _, err := read(t, nc, opened, 8); !errors.Is(err, ports.ErrConflict) || !strings.Contains(err.Error(), "read seq 8, want 0 to 7") {
+		t.Fatalf("read 8 past the window: %v, want 409 naming it", err)
+	}
+	// Read 6 reads on past the end: 5 is the last chunk, 6 is empty.
+	for _, c := range []struct {
+		seq  int64
+		data string
+		done bool
+	}{{6, "", true}, {4, "eeee", false}, {5, "ff", true}, {7, "", true}} {
+		got, done, err := read(t, nc, opened, c.seq)
+		if err != nil || got != c.data || done != c.done {
+			t.Fatalf("read %d: %q, done %v, %v; want %q, done %v", c.seq, got, done, err, c.data, c.done)
+		}
+	}
+	// Chunk 1 has left the window the engine keeps.
+	if _, _, err := read(t, nc, opened, 1); !errors.Is(err, ports.ErrConflict) || !strings.Contains(err.Error(), "want 2 to 9") {
+		t.Fatalf("read 1, out of the window kept: %v, want 409 naming it", err)
 	}
 }
 
@@ -496,6 +549,19 @@ func TestAWindowOfOneTakesChunksOnlyInTurn(t *testing.T) {
 	}
 	if err := write(t, nc, opened, 1, "x"); !errors.Is(err, ports.ErrConflict) || !strings.Contains(err.Error(), "write seq 1, want 0") {
 		t.Fatalf("chunk 1 before 0: %v, want 409", err)
+	}
+	if err := write(t, nc, opened, 0, "x"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sessionCall(nc, transferSubject(opened.ID, wire.SessionCommit), opened.Ref(), -1, []byte(`{"chunks":1}`), nil); err != nil {
+		t.Fatal(err)
+	}
+	down, err := openTransfer(t, nc, wire.TransferOpen{Mode: wire.TransferGet, Key: "k"}, nil)
+	if err != nil || down.Window != 1 {
+		t.Fatalf("a download opened with %+v, %v; want a window of 1", down, err)
+	}
+	if _, _, err := read(t, nc, down, 1); !errors.Is(err, ports.ErrConflict) || !strings.Contains(err.Error(), "read seq 1, want 0") {
+		t.Fatalf("read 1 before 0: %v, want 409", err)
 	}
 }
 

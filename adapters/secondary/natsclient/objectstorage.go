@@ -223,8 +223,9 @@ func (w *chunkWriter) stop() {
 	w.sent = nil
 }
 
-// Get implements ports.ObjectStorage: the reader fetches one chunk at a
-// time as it is read, and Close closes the transfer.
+// Get implements ports.ObjectStorage: the reader asks for the engine's
+// window of chunks ahead of what it has handed on, and Close closes the
+// transfer.
 func (o ObjectStorage) Get(ctx context.Context, key string, opts ports.GetObjectOptions) (io.ReadCloser, ports.ObjectInfo, error) {
 	if err := text("key", key); err != nil {
 		return nil, ports.ObjectInfo{}, err
@@ -237,20 +238,63 @@ func (o ObjectStorage) Get(ctx context.Context, key string, opts ports.GetObject
 		o.close(opened)
 		return nil, ports.ObjectInfo{}, fmt.Errorf("transfer %q: the engine did not describe %q", opened.ID, key)
 	}
-	return &reader{o: o, ctx: ctx, opened: opened, read: transferSubject(opened.ID, wire.SessionRead)}, opened.Object.Info(), nil
+	return o.reader(ctx, opened, opts), opened.Object.Info(), nil
 }
 
-// reader is a download: chunk seq is fetched once the one before is read.
+// reader is the download opened describes, of the range opts names.
+func (o ObjectStorage) reader(ctx context.Context, opened wire.SessionOpened, opts ports.GetObjectOptions) *reader {
+	r := &reader{o: o, opened: opened, subject: transferSubject(opened.ID, wire.SessionRead)}
+	r.ctx, r.cancel = context.WithCancel(ctx)
+	// An engine that does not say answers reads one at a time.
+	r.window = min(max(opened.Window, 1), wire.MaxTransferWindow)
+	// The engine reads a chunk's size at a time and ends with the chunk
+	// that is short, empty if the range fills its chunks: no read is
+	// sent ahead past that, unless the object turns out longer.
+	var size int64
+	if opened.Object != nil {
+		size = opened.Object.Size
+	}
+	left := max(size-opts.Offset, 0)
+	if opts.Length > 0 {
+		left = min(left, opts.Length)
+	}
+	if opened.ChunkSize > 0 {
+		r.chunks = left/int64(opened.ChunkSize) + 1
+	}
+	// The engine reads ahead to answer a read that comes before its turn:
+	// a read may wait on a window of chunks, and gets the time the client
+	// gives one call for each.
+	if _, ok := ctx.Deadline(); !ok {
+		r.timeout = o.c.timeout
+	}
+	return r
+}
+
+// reader is a download that keeps up to window reads unanswered.
 type reader struct {
-	o      ObjectStorage
-	ctx    context.Context
-	opened wire.SessionOpened
-	read   string
-	seq    int64
-	buf    []byte
-	done   bool
-	err    error
-	closed bool
+	o       ObjectStorage
+	ctx     context.Context
+	cancel  context.CancelFunc
+	opened  wire.SessionOpened
+	subject string
+	window  int
+	timeout time.Duration // a call's, for each chunk a read may wait on; 0 when ctx has a deadline
+	chunks  int64         // how many chunks the range takes, as the engine described it
+	seq     int64         // the next chunk to ask for
+	asked   []chunkRead   // oldest first
+	buf     []byte
+	done    bool
+	err     error
+	closed  bool
+}
+
+// chunkRead is one read in flight; answer gets its outcome.
+type chunkRead struct{ answer chan chunkAnswer }
+
+type chunkAnswer struct {
+	data []byte
+	done bool
+	err  error
 }
 
 func (r *reader) Read(p []byte) (int, error) {
@@ -263,22 +307,57 @@ func (r *reader) Read(p []byte) (int, error) {
 		case r.done:
 			return 0, io.EOF
 		}
-		data, done, err := r.o.c.readChunk(r.ctx, r.read, r.opened.Ref(), r.seq)
-		if err != nil {
-			r.err = err
-			return 0, err
+		r.ask()
+		a := <-r.asked[0].answer
+		r.asked = r.asked[1:]
+		if a.err != nil {
+			r.err = a.err
+			r.stop()
+			return 0, a.err
 		}
-		r.seq++
-		r.buf, r.done = data, done
+		r.buf, r.done = a.data, a.done
+		if r.done {
+			r.stop() // reads sent past the end get nothing
+		}
 	}
 	n := copy(p, r.buf)
 	r.buf = r.buf[n:]
 	return n, nil
 }
 
+// ask sends reads until the window is full, or every chunk of the range
+// is asked for; it always leaves one read in flight.
+func (r *reader) ask() {
+	for len(r.asked) < r.window && (r.seq < r.chunks || len(r.asked) == 0) {
+		c := chunkRead{answer: make(chan chunkAnswer, 1)}
+		go func(seq int64) {
+			ctx, cancel := r.ctx, context.CancelFunc(func() {})
+			if r.timeout > 0 {
+				ctx, cancel = context.WithTimeout(r.ctx, time.Duration(r.window)*r.timeout)
+			}
+			defer cancel()
+			data, done, err := r.o.c.readChunk(ctx, r.subject, r.opened.Ref(), seq)
+			c.answer <- chunkAnswer{data, done, err}
+		}(r.seq)
+		r.seq++
+		r.asked = append(r.asked, c)
+	}
+}
+
+// stop gives up on the reads in flight and waits for them to return, so
+// none outlives the reader.
+func (r *reader) stop() {
+	r.cancel()
+	for _, c := range r.asked {
+		<-c.answer
+	}
+	r.asked = nil
+}
+
 func (r *reader) Close() error {
 	if !r.closed {
 		r.closed = true
+		r.stop()
 		r.o.close(r.opened)
 	}
 	return nil

@@ -22,8 +22,9 @@ import (
 	"github.com/abi-engine/engine/ports"
 )
 
-// gatedStore holds every Put until its gate opens, so an upload's chunks
-// pile up in the engine.
+// gatedStore holds every Put, and every Get's first read, until its gate
+// opens, so an upload's chunks, or a download's reads, pile up in the
+// engine.
 type gatedStore struct {
 	ports.ObjectStorage
 	gate chan struct{}
@@ -38,13 +39,38 @@ func (g gatedStore) Put(ctx context.Context, key string, r io.Reader, opts ports
 	return g.ObjectStorage.Put(ctx, key, r, opts)
 }
 
-// gated is an engine whose store holds every Put until its gate opens, a
-// watch on its uploads, and a facade to it.
+func (g gatedStore) Get(ctx context.Context, key string, opts ports.GetObjectOptions) (io.ReadCloser, ports.ObjectInfo, error) {
+	r, info, err := g.ObjectStorage.Get(ctx, key, opts)
+	if err != nil {
+		return nil, info, err
+	}
+	return gatedReader{ReadCloser: r, ctx: ctx, gate: g.gate}, info, nil
+}
+
+type gatedReader struct {
+	io.ReadCloser
+	ctx  context.Context
+	gate chan struct{}
+}
+
+func (g gatedReader) Read(p []byte) (int, error) {
+	select {
+	case <-g.gate:
+	case <-g.ctx.Done():
+		return 0, g.ctx.Err()
+	}
+	return g.ReadCloser.Read(p)
+}
+
+// gated is an engine whose store holds every Put and Get until its gate
+// opens, a watch on its uploads' writes and its downloads' reads, and a
+// facade to it.
 type gated struct {
 	inner   ports.ObjectStorage
 	store   gatedStore
 	engine  *engine
-	watch   *inFlight
+	writes  *inFlight
+	reads   *inFlight
 	objects natsclient.ObjectStorage
 }
 
@@ -63,15 +89,17 @@ func newGated(t *testing.T, transfers natsapi.TransferOptions) gated {
 	if window == 0 {
 		window = natsapi.DefaultTransferWindow
 	}
-	g.watch = watchWrites(t, url, g.engine.owner, window)
+	g.writes = watchCalls(t, url, g.engine.owner, wire.SessionWrite, window)
+	g.reads = watchCalls(t, url, g.engine.owner, wire.SessionRead, window)
 	g.objects = natsclient.NewObjectStorage(natsclient.New(natstest.Connect(t, url)))
 	return g
 }
 
-// inFlight watches an upload's writes and their answers on the broker and
-// reports the widest span of chunks out at once: from the oldest write
-// not yet answered to the newest sent.
+// inFlight watches a transfer's calls of one kind (writes or reads) and
+// their answers on the broker and reports the widest span of chunks out
+// at once: from the oldest call not yet answered to the newest sent.
 type inFlight struct {
+	op         string
 	mu         sync.Mutex
 	unanswered map[string]int64 // the chunk each unanswered write carries, by its reply subject
 	newest     int64
@@ -81,15 +109,15 @@ type inFlight struct {
 	reachedSet bool
 }
 
-func watchWrites(t *testing.T, url, owner string, want int) *inFlight {
+func watchCalls(t *testing.T, url, owner, op string, want int) *inFlight {
 	t.Helper()
-	w := &inFlight{unanswered: map[string]int64{}, reached: make(chan struct{}), want: int64(want)}
+	w := &inFlight{op: op, unanswered: map[string]int64{}, reached: make(chan struct{}), want: int64(want)}
 	nc := natstest.Connect(t, url)
 	// Both subscriptions feed one channel from the connection's read
-	// loop, so a write is always seen before its answer: the broker
-	// passes the write on before the engine has it.
+	// loop, so a call is always seen before its answer: the broker
+	// passes the call on before the engine has it.
 	msgs := make(chan *nats.Msg, 1024)
-	for _, subject := range []string{wire.OwnerSubject(ports.ServiceObjectStorage, owner, wire.SessionWrite), "_INBOX.>"} {
+	for _, subject := range []string{wire.OwnerSubject(ports.ServiceObjectStorage, owner, op), "_INBOX.>"} {
 		if _, err := nc.ChanSubscribe(subject, msgs); err != nil {
 			t.Fatal(err)
 		}
@@ -115,15 +143,17 @@ func watchWrites(t *testing.T, url, owner string, want int) *inFlight {
 func (w *inFlight) seen(m *nats.Msg) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if strings.HasSuffix(m.Subject, "."+wire.SessionWrite) {
+	if strings.HasSuffix(m.Subject, "."+w.op) {
 		seq, err := strconv.ParseInt(m.Header.Get(wire.SeqHeader), 10, 64)
 		if err != nil {
-			panic(fmt.Sprintf("a write without its chunk number: %v", m.Header))
+			panic(fmt.Sprintf("a %s without its chunk number: %v", w.op, m.Header))
 		}
 		w.unanswered[m.Reply] = seq
 		w.newest = max(w.newest, seq)
-	} else {
+	} else if _, ok := w.unanswered[m.Subject]; ok {
 		delete(w.unanswered, m.Subject)
+	} else {
+		return // an answer to another kind of call
 	}
 	if len(w.unanswered) == 0 {
 		return
@@ -139,13 +169,13 @@ func (w *inFlight) seen(m *nats.Msg) {
 	}
 }
 
-// waitFull waits until the uploader has a full window out.
+// waitFull waits until the transfer has a full window out.
 func (w *inFlight) waitFull(t *testing.T) {
 	t.Helper()
 	select {
 	case <-w.reached:
 	case <-time.After(10 * time.Second):
-		t.Fatalf("never %d chunks out at once; at most %d", w.want, w.widest())
+		t.Fatalf("never %d %ss out at once; at most %d", w.want, w.op, w.widest())
 	}
 }
 
@@ -174,12 +204,12 @@ func TestAPutKeepsTheEnginesWindowOfChunksInFlight(t *testing.T) {
 			}()
 			// The store takes nothing, so the engine's queue fills and a
 			// write waits: the uploader has its whole window out.
-			g.watch.waitFull(t)
+			g.writes.waitFull(t)
 			close(g.store.gate)
 			if err := <-put; err != nil {
 				t.Fatal(err)
 			}
-			if most := g.watch.widest(); most != int64(window) {
+			if most := g.writes.widest(); most != int64(window) {
 				t.Fatalf("%d chunks out at once, the window is %d", most, window)
 			}
 			r, _, err := g.inner.Get(t.Context(), "k", ports.GetObjectOptions{})
@@ -189,6 +219,56 @@ func TestAPutKeepsTheEnginesWindowOfChunksInFlight(t *testing.T) {
 			defer r.Close()
 			if got, err := io.ReadAll(r); err != nil || !bytes.Equal(got, data) {
 				t.Fatalf("the object came out %d bytes, %v; want the %d put, in order", len(got), err, len(data))
+			}
+		})
+	}
+}
+
+// A Get asks for chunks up to a window's width past the oldest
+// unanswered, never further, and reads the object whole and in order;
+// from an engine that answers one read at a time, it asks for one at a
+// time.
+func TestAGetKeepsTheEnginesWindowOfReadsInFlight(t *testing.T) {
+	for _, window := range []int{1, 2, natsapi.DefaultTransferWindow} {
+		t.Run(fmt.Sprintf("window=%d", window), func(t *testing.T) {
+			g := newGated(t, natsapi.TransferOptions{ChunkSize: 1024, Window: window})
+			data := make([]byte, 100<<10+17) // 101 chunks, the last short
+			for i := range data {
+				data[i] = byte(i * 31 / 7)
+			}
+			if _, err := g.inner.Put(t.Context(), "k", bytes.NewReader(data), ports.PutObjectOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			got := make(chan []byte, 1)
+			failed := make(chan error, 1)
+			go func() {
+				r, _, err := g.objects.Get(t.Context(), "k", ports.GetObjectOptions{})
+				if err != nil {
+					failed <- err
+					return
+				}
+				defer r.Close()
+				b, err := io.ReadAll(r)
+				if err != nil {
+					failed <- err
+					return
+				}
+				got <- b
+			}()
+			// The store yields nothing, so the first read waits on it and
+			// the others behind it: the reader has its whole window out.
+			g.reads.waitFull(t)
+			close(g.store.gate)
+			select {
+			case b := <-got:
+				if !bytes.Equal(b, data) {
+					t.Fatalf("read %d bytes, want the %d put, in order", len(b), len(data))
+				}
+			case err := <-failed:
+				t.Fatal(err)
+			}
+			if most := g.reads.widest(); most != int64(window) {
+				t.Fatalf("%d reads out at once, the window is %d", most, window)
 			}
 		})
 	}
@@ -219,7 +299,7 @@ func TestAPutWhoseSourceFailsWithChunksInFlightLeavesNothing(t *testing.T) {
 	}()
 	// The source fails once 10 chunks are read; with the store held, the
 	// window is full by then.
-	g.watch.waitFull(t)
+	g.writes.waitFull(t)
 	close(g.store.gate)
 	if err := <-put; !errors.Is(err, errSource) {
 		t.Fatalf("Put: %v, want the source's error", err)
@@ -298,7 +378,7 @@ func TestAPutGivenUpWithChunksInFlightLeavesNothing(t *testing.T) {
 		_, err := g.objects.Put(ctx, "k", bytes.NewReader(make([]byte, 100<<10)), ports.PutObjectOptions{})
 		put <- err
 	}()
-	g.watch.waitFull(t)
+	g.writes.waitFull(t)
 	cancel()
 	select {
 	case err := <-put:
