@@ -19,7 +19,7 @@ import (
 )
 
 // putWatch is an object store whose Puts say when they start, and when
-// their context ends.
+// they have returned with their context ended.
 type putWatch struct {
 	ports.ObjectStorage
 	started, ended chan struct{}
@@ -27,11 +27,11 @@ type putWatch struct {
 
 func (w putWatch) Put(ctx context.Context, key string, r io.Reader, opts ports.PutObjectOptions) (ports.ObjectInfo, error) {
 	close(w.started)
-	go func() {
-		<-ctx.Done()
+	info, err := w.ObjectStorage.Put(ctx, key, r, opts)
+	if ctx.Err() != nil {
 		close(w.ended)
-	}()
-	return w.ObjectStorage.Put(ctx, key, r, opts)
+	}
+	return info, err
 }
 
 // stalled yields one chunk's worth, then nothing until let closes.
@@ -107,7 +107,7 @@ func TestAFenceEndsTheTransfersBeforeItWaitsOnAnUnreachableBroker(t *testing.T) 
 	select { // the broker is still out of reach
 	case <-store.ended:
 	case <-time.After(5 * time.Second):
-		t.Fatal("the fence left the upload's Put running")
+		t.Fatal("the fence left the upload's Put running, or it returned with its context alive")
 	}
 	if open := k.transfers.Open(); open != 0 {
 		t.Fatalf("%d transfers open after the fence", open)

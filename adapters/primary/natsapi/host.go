@@ -571,19 +571,26 @@ func (h *Host) StopAccepting(ctx context.Context) error {
 // drain ends nc's subscriptions at the broker, lets the messages it had
 // delivered reach their handlers, and closes it; at ctx's end it closes it
 // at once.
-func drain(ctx context.Context, nc *nats.Conn) error {
+func drain(ctx context.Context, nc *nats.Conn) error { return startDrain(nc)(ctx) }
+
+// startDrain begins drain without waiting for it: the connection tells the
+// broker its subscriptions are gone as soon as it can. finish waits for the
+// drain to end, and at ctx's end closes the connection at once.
+func startDrain(nc *nats.Conn) (finish func(ctx context.Context) error) {
 	closed := make(chan struct{})
 	nc.SetClosedHandler(func(*nats.Conn) { close(closed) })
 	if err := nc.Drain(); err != nil {
 		nc.Close()
-		return err
+		return func(context.Context) error { return err }
 	}
-	select {
-	case <-closed:
-		return nil
-	case <-ctx.Done():
-		nc.Close()
-		return ctx.Err()
+	return func(ctx context.Context) error {
+		select {
+		case <-closed:
+			return nil
+		case <-ctx.Done():
+			nc.Close()
+			return ctx.Err()
+		}
 	}
 }
 
@@ -604,11 +611,12 @@ func (h *Host) Wait(ctx context.Context) error { return h.calls.wait(ctx) }
 func (h *Host) Stop() { h.Fence()() }
 
 // Fence stops serving at once, as a holder that may have lost its lease
-// must: running calls are cancelled, and the accepting connection is taken
-// out of use. It waits on nothing. The wait it returns drains that
-// connection's subscriptions at the broker, within fenceDrain: a fenced
-// engine is often cut off from its broker, and what it still runs must
-// not wait that out first. Serve starts again, also before the drain.
+// must: running calls are cancelled, and the accepting connection starts
+// to drain, which ends its subscriptions at the broker. It waits on
+// nothing. The wait it returns waits for the drain, within fenceDrain: a
+// fenced engine is often cut off from its broker, and what it still runs
+// must not wait that out first. Serve starts again, also before the drain
+// ends.
 func (h *Host) Fence() (wait func()) {
 	h.mu.Lock()
 	nc, micros, cancel := h.accept, h.micros, h.cancel
@@ -617,12 +625,14 @@ func (h *Host) Fence() (wait func()) {
 	if cancel != nil {
 		cancel()
 	}
+	finish := func(context.Context) error { return nil }
+	if nc != nil {
+		finish = startDrain(nc)
+	}
 	return func() {
-		if nc != nil {
-			ctx, done := context.WithTimeout(context.Background(), fenceDrain)
-			_ = drain(ctx, nc)
-			done()
-		}
+		ctx, done := context.WithTimeout(context.Background(), fenceDrain)
+		_ = finish(ctx)
+		done()
 		for _, svc := range micros {
 			_ = svc.Stop()
 		}

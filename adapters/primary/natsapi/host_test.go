@@ -277,6 +277,25 @@ func TestFencingStopsTheCallsAtOnce(t *testing.T) {
 	}
 }
 
+// A fence ends the queue subscriptions at the broker without waiting for
+// its wait: the serving loop stops the jobs before it waits, and a job
+// that takes its time must not leave the fenced engine a share of the
+// calls, each answered 503, meanwhile.
+func TestAFenceEndsTheQueueSubscriptionsBeforeItsWait(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	h := newHost(t, url, natsapi.Options{}, (&echo{name: "e"}).service())
+	nc := natstest.Connect(t, url)
+	if s, err := ask(nc, 5*time.Second); err != nil || s != "e" {
+		t.Fatalf("before the fence: %q, %v", s, err)
+	}
+	wait := h.Fence()
+	defer wait()
+	waitFor(t, func() bool {
+		_, err := ask(nc, time.Second)
+		return errors.Is(err, nats.ErrNoResponders)
+	})
+}
+
 func TestAHostThatMayNotServeAnswers503(t *testing.T) {
 	url := natstest.StartServer(t).ClientURL()
 	e := &echo{name: "e"}

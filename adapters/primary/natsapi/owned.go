@@ -348,10 +348,12 @@ func (t *sessionTable) wait(ctx context.Context) error { return t.open.wait(ctx)
 // broker to confirm.
 func (t *sessionTable) stop() { t.fence()() }
 
-// fence closes every session at once, which cancels what each is doing
-// with its store, and ends the owner subscription. It waits on nothing:
-// the confirm it returns waits for the broker, which a fenced engine may
-// not reach.
+// fence ends the owner subscription, so later calls find nobody, and closes
+// every session at once: every session's context ends before any close
+// takes a session's lock, so a call that holds one in a store that does
+// not heed its context holds up no other session's cancellation. It waits
+// on nothing: the confirm it returns waits for the broker, which a fenced
+// engine may not reach.
 func (t *sessionTable) fence() (confirm func()) {
 	t.mu.Lock()
 	t.stopped = true
@@ -362,13 +364,18 @@ func (t *sessionTable) fence() (confirm func()) {
 		open = append(open, s)
 	}
 	t.mu.Unlock()
+	if sub != nil {
+		_ = sub.Unsubscribe() // queued for the broker; the flush below waits for it
+	}
+	for _, s := range open {
+		s.cancel()
+	}
 	for _, s := range open {
 		t.close(s)
 	}
 	if sub == nil {
 		return func() {}
 	}
-	_ = sub.Unsubscribe()
 	return func() { _ = t.nc.FlushTimeout(fenceDrain) }
 }
 

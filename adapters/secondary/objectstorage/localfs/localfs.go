@@ -195,6 +195,12 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, opts ports.Put
 	if err := s.checkCondition(key, opts); err != nil {
 		return ports.ObjectInfo{}, err
 	}
+	// The last moment to give up: a Put whose caller has, a fenced
+	// engine's above all, publishes nothing. The copy heeds ctx only
+	// while it reads, and the sync and the lock may take long after.
+	if err := ctx.Err(); err != nil {
+		return ports.ObjectInfo{}, fmt.Errorf("put %q: %w", key, err)
+	}
 	if err := os.Rename(tmp.Name(), s.path(key)); err != nil {
 		return ports.ObjectInfo{}, fmt.Errorf("put %q: %w", key, err)
 	}

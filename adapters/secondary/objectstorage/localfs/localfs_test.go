@@ -1,7 +1,9 @@
 package localfs_test
 
 import (
+	"context"
 	"errors"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -68,5 +70,42 @@ func TestOpenNeedsAPath(t *testing.T) {
 	}
 	if got := (localfs.Config{Path: ".engine/objects"}).LocalStorage(); got != "files under .engine/objects" {
 		t.Fatalf("LocalStorage is %q", got)
+	}
+}
+
+// endsContext cancels its context as it reaches the end of its data.
+type endsContext struct {
+	r      io.Reader
+	cancel context.CancelFunc
+}
+
+func (e endsContext) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
+	if err == io.EOF {
+		e.cancel()
+	}
+	return n, err
+}
+
+// A Put whose context ends after its data is read, as when the engine is
+// fenced while the object is synced, publishes nothing: no object, old or
+// new, changes. Before, only the reads heeded the context.
+func TestAPutWhoseContextEndsBeforeItPublishesLeavesNothing(t *testing.T) {
+	s := open(t, t.TempDir())
+	if _, err := s.Put(t.Context(), "k", strings.NewReader("old"), ports.PutObjectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	if _, err := s.Put(ctx, "k", endsContext{strings.NewReader("new"), cancel}, ports.PutObjectOptions{}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a Put whose context ended before it published: %v, want context.Canceled", err)
+	}
+	r, _, err := s.Get(t.Context(), "k", ports.GetObjectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if got, err := io.ReadAll(r); err != nil || string(got) != "old" {
+		t.Fatalf("the object holds %q (%v), want the old one", got, err)
 	}
 }
