@@ -277,6 +277,7 @@ type download struct {
 	next int64            // the next chunk to read from the store
 	kept map[int64][]byte // chunks next-window to next-1
 	done bool             // the store's end was read: chunk next-1 is the last
+	err  error            // the store failed part way through chunk next: no later read is answered
 }
 
 func (d *download) release() { _ = d.r.Close() }
@@ -376,6 +377,8 @@ func (h *TransferHost) read(s *session, call *sessionCall) (nats.Header, []byte,
 	switch {
 	case !ok:
 		return nil, nil, fmt.Errorf("%w: transfer %q is an upload: it takes no read", ports.ErrInvalidArgument, s.id)
+	case d.err != nil:
+		return nil, nil, d.err
 	case seq < d.next-int64(h.window) || seq >= d.next+int64(h.window):
 		want := strconv.FormatInt(max(d.next-int64(h.window), 0), 10)
 		if last := d.next + int64(h.window) - 1; last > 0 {
@@ -386,6 +389,9 @@ func (h *TransferHost) read(s *session, call *sessionCall) (nats.Header, []byte,
 		return chunkHeader(seq, true), nil, nil // past the end, asked for ahead
 	}
 	for !d.done && seq >= d.next {
+		if s.ctx.Err() != nil { // closed while it read on: the reads ahead wait for nothing more
+			return nil, nil, fmt.Errorf("%w: transfer %q was closed", wire.ErrUnavailable, s.id)
+		}
 		if err := h.readNext(s, d); err != nil {
 			return nil, nil, err
 		}
@@ -412,7 +418,10 @@ func (h *TransferHost) readNext(s *session, d *download) error {
 	case s.ctx.Err() != nil: // closed while it read: the store's error is the close's doing
 		return fmt.Errorf("%w: transfer %q was closed", wire.ErrUnavailable, s.id)
 	case err != nil:
-		return fmt.Errorf("transfer %q: read the object: %w", s.id, err)
+		// The stream has moved past what was read of chunk next: a
+		// read of it again would answer the bytes after them.
+		d.err = fmt.Errorf("transfer %q: read the object at chunk %d: %w", s.id, d.next, err)
+		return d.err
 	}
 	if d.kept == nil {
 		d.kept = make(map[int64][]byte, h.window)

@@ -789,3 +789,62 @@ func TestACallCutOffByItsTransfersCloseSaysWhetherItMayHaveTakenEffect(t *testin
 		t.Fatalf("%d transfers open after close", open)
 	}
 }
+
+// brokenStore's Get yields the object up to a point, then fails once.
+type brokenStore struct {
+	ports.ObjectStorage
+	at int
+}
+
+func (b brokenStore) Get(ctx context.Context, key string, opts ports.GetObjectOptions) (io.ReadCloser, ports.ObjectInfo, error) {
+	r, info, err := b.ObjectStorage.Get(ctx, key, opts)
+	if err != nil {
+		return nil, info, err
+	}
+	return &brokenReader{ReadCloser: r, left: b.at}, info, nil
+}
+
+type brokenReader struct {
+	io.ReadCloser
+	left   int
+	failed bool
+}
+
+func (b *brokenReader) Read(p []byte) (int, error) {
+	if b.left == 0 && !b.failed {
+		b.failed = true
+		return 0, errors.New("the disk hiccupped")
+	}
+	if b.left > 0 {
+		p = p[:min(len(p), b.left)]
+	}
+	n, err := b.ReadCloser.Read(p)
+	b.left -= min(n, max(b.left, 0))
+	return n, err
+}
+
+// A store that fails part way through a chunk has moved past what it gave
+// of it: the download answers that failure to every later read, and never
+// the bytes that follow as if they were the chunk. Before, with reads
+// ahead, a read of that chunk again answered it shifted.
+func TestADownloadWhoseStoreFailsPartWayAnswersEveryLaterReadWithTheFailure(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	objs := newObjects(t)
+	if _, err := objs.Put(t.Context(), "k", strings.NewReader("aaaabbbbccccdddd"), ports.PutObjectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	newEngine(t, url, brokenStore{objs, 6}, engineOptions{transfers: natsapi.TransferOptions{ChunkSize: 4}})
+	nc := natstest.Connect(t, url)
+	opened, err := openTransfer(t, nc, wire.TransferOpen{Mode: wire.TransferGet, Key: "k"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Read 3 reads on from 0: 0 is kept, 1 fails after two of its bytes.
+	for _, seq := range []int64{3, 1, 2, 3, 0} {
+		got, _, err := read(t, nc, opened, seq)
+		var re *wire.RemoteError
+		if !errors.As(err, &re) || re.Code != wire.CodeInternal {
+			t.Fatalf("read %d after the store failed: %q, %v; want a 500", seq, got, err)
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"time"
 
 	"github.com/abi-engine/engine/internal/wire"
@@ -270,7 +271,9 @@ func (o ObjectStorage) reader(ctx context.Context, opened wire.SessionOpened, op
 	return r
 }
 
-// reader is a download that keeps up to window reads unanswered.
+// reader is a download that keeps up to window reads unanswered. Read
+// is for one goroutine at a time; Close may come from another, and ends a
+// Read that waits.
 type reader struct {
 	o       ObjectStorage
 	ctx     context.Context
@@ -280,12 +283,17 @@ type reader struct {
 	window  int
 	timeout time.Duration // a call's, for each chunk a read may wait on; 0 when ctx has a deadline
 	chunks  int64         // how many chunks the range takes, as the engine described it
-	seq     int64         // the next chunk to ask for
-	asked   []chunkRead   // oldest first
-	buf     []byte
-	done    bool
-	err     error
-	closed  bool
+
+	// Read's own.
+	seq   int64       // the next chunk to ask for
+	asked []chunkRead // oldest first
+	buf   []byte
+	done  bool
+	err   error
+
+	mu     sync.Mutex // guards closed, and a read's start against Close's wait
+	closed bool
+	reads  sync.WaitGroup
 }
 
 // chunkRead is one read in flight; answer gets its outcome.
@@ -302,12 +310,11 @@ func (r *reader) Read(p []byte) (int, error) {
 		switch {
 		case r.err != nil:
 			return 0, r.err
-		case r.closed:
-			return 0, fmt.Errorf("transfer %q: read after close", r.opened.ID)
 		case r.done:
 			return 0, io.EOF
+		case !r.ask():
+			return 0, fmt.Errorf("transfer %q: read after close", r.opened.ID)
 		}
-		r.ask()
 		a := <-r.asked[0].answer
 		r.asked = r.asked[1:]
 		if a.err != nil {
@@ -326,11 +333,18 @@ func (r *reader) Read(p []byte) (int, error) {
 }
 
 // ask sends reads until the window is full, or every chunk of the range
-// is asked for; it always leaves one read in flight.
-func (r *reader) ask() {
+// is asked for, and always leaves one read in flight; it reports false
+// once the reader is closed.
+func (r *reader) ask() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return false
+	}
 	for len(r.asked) < r.window && (r.seq < r.chunks || len(r.asked) == 0) {
 		c := chunkRead{answer: make(chan chunkAnswer, 1)}
-		go func(seq int64) {
+		seq := r.seq
+		r.reads.Go(func() {
 			ctx, cancel := r.ctx, context.CancelFunc(func() {})
 			if r.timeout > 0 {
 				ctx, cancel = context.WithTimeout(r.ctx, time.Duration(r.window)*r.timeout)
@@ -338,26 +352,31 @@ func (r *reader) ask() {
 			defer cancel()
 			data, done, err := r.o.c.readChunk(ctx, r.subject, r.opened.Ref(), seq)
 			c.answer <- chunkAnswer{data, done, err}
-		}(r.seq)
+		})
 		r.seq++
 		r.asked = append(r.asked, c)
 	}
+	return true
 }
 
 // stop gives up on the reads in flight and waits for them to return, so
 // none outlives the reader.
 func (r *reader) stop() {
 	r.cancel()
-	for _, c := range r.asked {
-		<-c.answer
-	}
+	r.reads.Wait()
 	r.asked = nil
 }
 
+// Close gives up on the reads in flight, waits for them, and closes the
+// transfer. A Read waiting meanwhile returns the error of its read.
 func (r *reader) Close() error {
-	if !r.closed {
-		r.closed = true
-		r.stop()
+	r.mu.Lock()
+	closed := r.closed
+	r.closed = true
+	r.mu.Unlock()
+	if !closed {
+		r.cancel()
+		r.reads.Wait()
 		r.o.close(r.opened)
 	}
 	return nil

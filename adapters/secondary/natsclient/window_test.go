@@ -274,6 +274,48 @@ func TestAGetKeepsTheEnginesWindowOfReadsInFlight(t *testing.T) {
 	}
 }
 
+// A Close from another goroutine ends a Read that waits on its window of
+// reads, and both return; the transfer closes. Before, Close and Read each
+// waited for the answers of the reads out, and one of them never returned.
+func TestACloseEndsAReadThatWaits(t *testing.T) {
+	g := newGated(t, natsapi.TransferOptions{ChunkSize: 1024})
+	if _, err := g.inner.Put(t.Context(), "k", bytes.NewReader(make([]byte, 10<<10)), ports.PutObjectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r, _, err := g.objects.Get(t.Context(), "k", ports.GetObjectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := make(chan error, 1)
+	go func() {
+		_, err := r.Read(make([]byte, 10))
+		read <- err
+	}()
+	g.reads.waitFull(t) // the store holds the first read, the others wait behind it
+	closed := make(chan error, 1)
+	go func() { closed <- r.Close() }()
+	for what, ch := range map[string]chan error{"Close": closed, "the Read": read} {
+		select {
+		case err := <-ch:
+			if what == "the Read" && err == nil {
+				t.Fatal("the Read that waited returned no error after Close")
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s never returned", what)
+		}
+	}
+	if _, err := r.Read(make([]byte, 10)); err == nil {
+		t.Fatal("a Read after Close returned no error")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for g.engine.transfers.Open() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the transfer stayed open after Close")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // failingReader gives n bytes, then fails.
 type failingReader struct{ n int }
 
