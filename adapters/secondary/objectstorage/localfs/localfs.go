@@ -343,7 +343,7 @@ func (s *Store) Stat(_ context.Context, key string) (ports.ObjectInfo, error) {
 }
 
 // Delete implements ports.ObjectStorage.
-func (s *Store) Delete(_ context.Context, key string) error {
+func (s *Store) Delete(ctx context.Context, key string) error {
 	if err := objkey.Check(key); err != nil {
 		return err
 	}
@@ -352,6 +352,12 @@ func (s *Store) Delete(_ context.Context, key string) error {
 		return fmt.Errorf("delete %q: %w", key, err)
 	}
 	defer unlock()
+	// As a Put before it publishes: the lock may have been long in coming,
+	// and a Delete whose caller has given up, a fenced engine's above all,
+	// removes nothing.
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("delete %q: %w", key, err)
+	}
 	err = os.Remove(s.path(key))
 	if errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("delete %q: %w", key, ports.ErrNotFound)

@@ -109,3 +109,19 @@ func TestAPutWhoseContextEndsBeforeItPublishesLeavesNothing(t *testing.T) {
 		t.Fatalf("the object holds %q (%v), want the old one", got, err)
 	}
 }
+
+// A Delete whose context has ended removes nothing.
+func TestADeleteWhoseContextEndedLeavesTheObject(t *testing.T) {
+	s := open(t, t.TempDir())
+	if _, err := s.Put(t.Context(), "k", strings.NewReader("v"), ports.PutObjectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := s.Delete(ctx, "k"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a Delete whose context ended: %v, want context.Canceled", err)
+	}
+	if _, err := s.Stat(t.Context(), "k"); err != nil {
+		t.Fatalf("the object after a Delete whose context ended: %v", err)
+	}
+}
