@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -78,6 +79,9 @@ func (f Fenced) Exec(ctx context.Context, sql string, args ...any) (pgconn.Comma
 	if !ok {
 		return f.pool.Exec(ctx, sql, args...)
 	}
+	if err := storable(token); err != nil {
+		return pgconn.CommandTag{}, err
+	}
 	br := f.send(ctx, token, sql, args)
 	if err := fenceResult(br); err != nil {
 		_ = br.Close()
@@ -107,6 +111,9 @@ func (f Fenced) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 // has returned, every write of an older term either committed before it or
 // is refused: a store may then trust what it reads under token.
 func (f Fenced) Raise(ctx context.Context, token uint64) error {
+	if err := storable(token); err != nil {
+		return err
+	}
 	_, err := f.pool.Exec(ctx, "SELECT abi_engine_fence_check($1, $2)", f.scope, int64(token))
 	return fencedError(err)
 }
@@ -116,6 +123,16 @@ func (f Fenced) send(ctx context.Context, token uint64, sql string, args []any) 
 	b.Queue("SELECT abi_engine_fence_check($1, $2)", f.scope, int64(token))
 	b.Queue(sql, args...)
 	return f.pool.SendBatch(ctx, b)
+}
+
+// storable refuses a token beyond PostgreSQL's bigint, as the SQLite
+// stores do: cast, it would turn negative, below every term, and a store
+// with no fence yet would take it as its first.
+func storable(token uint64) error {
+	if token > math.MaxInt64 {
+		return fmt.Errorf("fencing token %d is beyond PostgreSQL's bigint: %w", token, ports.ErrInvalidArgument)
+	}
+	return nil
 }
 
 // fenceResult reads the check's result: ports.ErrFenced when the store has
@@ -143,6 +160,9 @@ type fencedRow struct {
 }
 
 func (r fencedRow) Scan(dest ...any) error {
+	if err := storable(r.token); err != nil {
+		return err
+	}
 	br := r.f.send(r.ctx, r.token, r.sql, r.args)
 	if err := fenceResult(br); err != nil {
 		_ = br.Close()

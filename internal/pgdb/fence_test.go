@@ -3,6 +3,7 @@ package pgdb_test
 import (
 	"context"
 	"errors"
+	"math"
 	"testing"
 
 	docpg "github.com/abi-engine/engine/adapters/secondary/document/postgres"
@@ -87,5 +88,28 @@ func TestADocumentWriteOfAnOlderTermIsRefused(t *testing.T) {
 	d, err := docs.Get(ctx, "c", "d")
 	if err != nil || d.Data["by"] != "term 4" {
 		t.Fatalf("Get = %+v, %v; want the document of term 4", d, err)
+	}
+}
+
+// A token beyond bigint is refused as bad input, as the SQLite stores
+// refuse it, and writes nothing. Before, it was cast to a negative term,
+// and a store with no fence yet wrote under it. Lease revisions do not
+// come near 2^63; the stores agree on what they refuse all the same.
+func TestATokenBeyondBigintIsRefusedAsBadInput(t *testing.T) {
+	dsn := testenv.Lookup(t, "ENGINE_TEST_PG_DSN", "PostgreSQL", false)
+	kv, err := kvpg.Open(t.Context(), kvpg.Config{DSN: dsn, Table: pgtest.Table(t, dsn, "fencebig")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = kv.Close() })
+	huge := term(t.Context(), math.MaxInt64+1)
+	if err := kv.Set(huge, "k", []byte("v"), 0); !errors.Is(err, ports.ErrInvalidArgument) {
+		t.Fatalf("Set under token 2^63: %v, want ErrInvalidArgument", err)
+	}
+	if _, err := kv.SetIfAbsent(huge, "k", []byte("v"), 0); !errors.Is(err, ports.ErrInvalidArgument) {
+		t.Fatalf("SetIfAbsent under token 2^63: %v, want ErrInvalidArgument", err)
+	}
+	if ok, err := kv.Exists(t.Context(), "k"); err != nil || ok {
+		t.Fatalf("after the refused writes the key exists: %v, %v", ok, err)
 	}
 }
