@@ -71,6 +71,17 @@ type TransferOpen struct {
 	Length      int64  `json:"length,omitempty"`
 }
 
+// Span is how many bytes a get of an object of size bytes moves: from
+// Offset to the end, or Length of them when it is set. The engine reads
+// that much, and a downloader knows from it where the chunks end.
+func (o TransferOpen) Span(size int64) int64 {
+	left := max(size-o.Offset, 0)
+	if o.Length > 0 {
+		left = min(left, o.Length)
+	}
+	return left
+}
+
 // TransferCommit ends an upload of Chunks chunks (0 to Chunks-1); the
 // engine answers with the stored object's ObjectInfo.
 type TransferCommit struct {

@@ -186,11 +186,7 @@ func (h *TransferHost) open(store ports.ObjectStorage, caller, who string, req w
 		h.t.closeLocked(s)
 		return wire.SessionOpened{}, err
 	}
-	left := max(info.Size-req.Offset, 0)
-	if req.Length > 0 {
-		left = min(left, req.Length)
-	}
-	s.state = &download{r: r, left: left}
+	s.state = &download{r: r, left: req.Span(info.Size)}
 	wi := wire.InfoOf(info)
 	opened.Object = &wi
 	return opened, nil
@@ -333,7 +329,7 @@ func (u *upload) queue(s *session, data []byte) error {
 	}
 	switch {
 	case s.ctx.Err() != nil: // closed: the store's error is the close's doing
-		return fmt.Errorf("%w: transfer %q was closed", wire.ErrUnavailable, s.id)
+		return errClosed(s)
 	case u.err != nil:
 		return u.err
 	}
@@ -385,19 +381,14 @@ func (h *TransferHost) read(s *session, call *sessionCall) (nats.Header, []byte,
 			want += " to " + strconv.FormatInt(last, 10)
 		}
 		return nil, nil, fmt.Errorf("%w: transfer %q: read seq %d, want %s", ports.ErrConflict, s.id, seq, want)
-	case d.done && seq >= d.next:
-		return chunkHeader(seq, true), nil, nil // past the end, asked for ahead
 	}
 	for !d.done && seq >= d.next {
-		if s.ctx.Err() != nil { // closed while it read on: the reads ahead wait for nothing more
-			return nil, nil, fmt.Errorf("%w: transfer %q was closed", wire.ErrUnavailable, s.id)
-		}
 		if err := h.readNext(s, d); err != nil {
 			return nil, nil, err
 		}
 	}
 	data, ok := d.kept[seq]
-	if !ok { // past the end: the last chunk came before it
+	if !ok { // past the end, asked for ahead: the last chunk came before it
 		return chunkHeader(seq, true), nil, nil
 	}
 	return chunkHeader(seq, d.done && seq == d.next-1), data, nil
@@ -406,6 +397,9 @@ func (h *TransferHost) read(s *session, call *sessionCall) (nats.Header, []byte,
 // readNext reads chunk d.next from the store and keeps it, and lets go of
 // the chunk that leaves the window.
 func (h *TransferHost) readNext(s *session, d *download) error {
+	if s.ctx.Err() != nil { // closed while a read read on: it reads no more
+		return errClosed(s)
+	}
 	// A fresh buffer each time: chunks are kept, and sent after the lock
 	// is let go. A last chunk gets a buffer of its size, and one byte more
 	// to find the end in the same read.
@@ -416,7 +410,7 @@ func (h *TransferHost) readNext(s *session, d *download) error {
 	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
 		d.done = true
 	case s.ctx.Err() != nil: // closed while it read: the store's error is the close's doing
-		return fmt.Errorf("%w: transfer %q was closed", wire.ErrUnavailable, s.id)
+		return errClosed(s)
 	case err != nil:
 		// The stream has moved past what was read of chunk next: a
 		// read of it again would answer the bytes after them.
@@ -430,6 +424,12 @@ func (h *TransferHost) readNext(s *session, d *download) error {
 	delete(d.kept, d.next-int64(h.window))
 	d.next++
 	return nil
+}
+
+// errClosed is the answer of a call whose transfer closed while it waited
+// or read: the store's error, if any, is the close's doing.
+func errClosed(s *session) error {
+	return fmt.Errorf("%w: transfer %q was closed", wire.ErrUnavailable, s.id)
 }
 
 // chunkHeader numbers a chunk read and says whether it is the last.

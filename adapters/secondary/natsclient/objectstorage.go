@@ -187,10 +187,17 @@ func (w *chunkWriter) buffer(size int) []byte {
 // callContext is the context of one call of the upload that may wait on
 // the store for as many chunks as calls.
 func (w *chunkWriter) callContext(calls int) (context.Context, context.CancelFunc) {
-	if w.timeout > 0 {
-		return context.WithTimeout(w.ctx, time.Duration(calls)*w.timeout)
+	return transferCall(w.ctx, w.timeout, calls)
+}
+
+// transferCall is the context of one call of a transfer that may wait on
+// the store for as many chunks as calls: a call's timeout for each, or
+// the transfer's own deadline when timeout is 0.
+func transferCall(ctx context.Context, timeout time.Duration, calls int) (context.Context, context.CancelFunc) {
+	if timeout > 0 {
+		return context.WithTimeout(ctx, time.Duration(calls)*timeout)
 	}
-	return context.WithCancel(w.ctx)
+	return context.WithCancel(ctx)
 }
 
 // oldest waits for the oldest unanswered chunk.
@@ -231,7 +238,8 @@ func (o ObjectStorage) Get(ctx context.Context, key string, opts ports.GetObject
 	if err := text("key", key); err != nil {
 		return nil, ports.ObjectInfo{}, err
 	}
-	opened, err := o.open(ctx, wire.TransferOpen{Mode: wire.TransferGet, Key: key, Offset: opts.Offset, Length: opts.Length})
+	req := wire.TransferOpen{Mode: wire.TransferGet, Key: key, Offset: opts.Offset, Length: opts.Length}
+	opened, err := o.open(ctx, req)
 	if err != nil {
 		return nil, ports.ObjectInfo{}, err
 	}
@@ -239,11 +247,11 @@ func (o ObjectStorage) Get(ctx context.Context, key string, opts ports.GetObject
 		o.close(opened)
 		return nil, ports.ObjectInfo{}, fmt.Errorf("transfer %q: the engine did not describe %q", opened.ID, key)
 	}
-	return o.reader(ctx, opened, opts), opened.Object.Info(), nil
+	return o.reader(ctx, opened, req), opened.Object.Info(), nil
 }
 
-// reader is the download opened describes, of the range opts names.
-func (o ObjectStorage) reader(ctx context.Context, opened wire.SessionOpened, opts ports.GetObjectOptions) *reader {
+// reader is the download opened describes, of the range req names.
+func (o ObjectStorage) reader(ctx context.Context, opened wire.SessionOpened, req wire.TransferOpen) *reader {
 	r := &reader{o: o, opened: opened, subject: transferSubject(opened.ID, wire.SessionRead)}
 	r.ctx, r.cancel = context.WithCancel(ctx)
 	// An engine that does not say answers reads one at a time.
@@ -251,16 +259,8 @@ func (o ObjectStorage) reader(ctx context.Context, opened wire.SessionOpened, op
 	// The engine reads a chunk's size at a time and ends with the chunk
 	// that is short, empty if the range fills its chunks: no read is
 	// sent ahead past that, unless the object turns out longer.
-	var size int64
-	if opened.Object != nil {
-		size = opened.Object.Size
-	}
-	left := max(size-opts.Offset, 0)
-	if opts.Length > 0 {
-		left = min(left, opts.Length)
-	}
-	if opened.ChunkSize > 0 {
-		r.chunks = left/int64(opened.ChunkSize) + 1
+	if opened.Object != nil && opened.ChunkSize > 0 {
+		r.chunks = req.Span(opened.Object.Size)/int64(opened.ChunkSize) + 1
 	}
 	// The engine reads ahead to answer a read that comes before its turn:
 	// a read may wait on a window of chunks, and gets the time the client
@@ -345,10 +345,7 @@ func (r *reader) ask() bool {
 		c := chunkRead{answer: make(chan chunkAnswer, 1)}
 		seq := r.seq
 		r.reads.Go(func() {
-			ctx, cancel := r.ctx, context.CancelFunc(func() {})
-			if r.timeout > 0 {
-				ctx, cancel = context.WithTimeout(r.ctx, time.Duration(r.window)*r.timeout)
-			}
+			ctx, cancel := transferCall(r.ctx, r.timeout, r.window)
 			defer cancel()
 			data, done, err := r.o.c.readChunk(ctx, r.subject, r.opened.Ref(), seq)
 			c.answer <- chunkAnswer{data, done, err}

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/abi-engine/engine/internal/wire"
-	"github.com/abi-engine/engine/ports"
 )
 
 // An engine that names no window, as engines did before windows, gets one
@@ -41,7 +40,7 @@ func TestAPutTakesTheWindowTheEngineNames(t *testing.T) {
 func TestAGetTakesTheWindowTheEngineNames(t *testing.T) {
 	o := ObjectStorage{c: New(nil, WithTimeout(3*time.Second))}
 	for named, want := range map[int]int{0: 1, 1: 1, 4: 4, wire.MaxTransferWindow + 1: wire.MaxTransferWindow} {
-		r := o.reader(t.Context(), wire.SessionOpened{ID: "owner:x", ChunkSize: 10, Window: named, Object: &wire.ObjectInfo{Size: 100}}, ports.GetObjectOptions{})
+		r := o.reader(t.Context(), wire.SessionOpened{ID: "owner:x", ChunkSize: 10, Window: named, Object: &wire.ObjectInfo{Size: 100}}, wire.TransferOpen{})
 		if r.window != want || r.timeout != 3*time.Second {
 			t.Errorf("an engine that names a window of %d: the Get keeps %d out, %v each, want %d, 3s", named, r.window, r.timeout, want)
 		}
@@ -49,25 +48,26 @@ func TestAGetTakesTheWindowTheEngineNames(t *testing.T) {
 	}
 	for _, c := range []struct {
 		size   int64
-		opts   ports.GetObjectOptions
+		req    wire.TransferOpen
 		chunks int64
 	}{
-		{0, ports.GetObjectOptions{}, 1},             // one empty chunk, the last
-		{9, ports.GetObjectOptions{}, 1},             // one short chunk
-		{10, ports.GetObjectOptions{}, 2},            // a full chunk, then an empty last one
-		{95, ports.GetObjectOptions{Offset: 50}, 5},  // 45 bytes
-		{95, ports.GetObjectOptions{Length: 30}, 4},  // 30 bytes
-		{95, ports.GetObjectOptions{Offset: 200}, 1}, // past the end
+		{0, wire.TransferOpen{}, 1},                        // one empty chunk, the last
+		{9, wire.TransferOpen{}, 1},                        // one short chunk
+		{10, wire.TransferOpen{}, 2},                       // a full chunk, then an empty last one
+		{95, wire.TransferOpen{Offset: 50}, 5},             // 45 bytes
+		{95, wire.TransferOpen{Length: 30}, 4},             // 30 bytes
+		{95, wire.TransferOpen{Offset: 90, Length: 30}, 1}, // the last 5 bytes
+		{95, wire.TransferOpen{Offset: 200}, 1},            // past the end
 	} {
-		r := o.reader(t.Context(), wire.SessionOpened{ID: "owner:x", ChunkSize: 10, Window: 4, Object: &wire.ObjectInfo{Size: c.size}}, c.opts)
+		r := o.reader(t.Context(), wire.SessionOpened{ID: "owner:x", ChunkSize: 10, Window: 4, Object: &wire.ObjectInfo{Size: c.size}}, c.req)
 		if r.chunks != c.chunks {
-			t.Errorf("an object of %d bytes, %+v: %d chunks expected, want %d", c.size, c.opts, r.chunks, c.chunks)
+			t.Errorf("an object of %d bytes, %+v: %d chunks expected, want %d", c.size, c.req, r.chunks, c.chunks)
 		}
 		r.stop()
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), time.Hour)
 	defer cancel()
-	if r := o.reader(ctx, wire.SessionOpened{ID: "owner:x", Window: 4}, ports.GetObjectOptions{}); r.timeout != 0 {
+	if r := o.reader(ctx, wire.SessionOpened{ID: "owner:x", Window: 4}, wire.TransferOpen{}); r.timeout != 0 {
 		t.Errorf("a Get with a deadline of its own gives each read %v more", r.timeout)
 	}
 }
