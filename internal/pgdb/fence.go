@@ -79,10 +79,10 @@ func (f Fenced) Exec(ctx context.Context, sql string, args ...any) (pgconn.Comma
 	if !ok {
 		return f.pool.Exec(ctx, sql, args...)
 	}
-	if err := storable(token); err != nil {
+	br, err := f.send(ctx, token, sql, args)
+	if err != nil {
 		return pgconn.CommandTag{}, err
 	}
-	br := f.send(ctx, token, sql, args)
 	if err := fenceResult(br); err != nil {
 		_ = br.Close()
 		return pgconn.CommandTag{}, err
@@ -111,28 +111,34 @@ func (f Fenced) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 // has returned, every write of an older term either committed before it or
 // is refused: a store may then trust what it reads under token.
 func (f Fenced) Raise(ctx context.Context, token uint64) error {
-	if err := storable(token); err != nil {
+	term, err := bigint(token)
+	if err != nil {
 		return err
 	}
-	_, err := f.pool.Exec(ctx, "SELECT abi_engine_fence_check($1, $2)", f.scope, int64(token))
+	_, err = f.pool.Exec(ctx, "SELECT abi_engine_fence_check($1, $2)", f.scope, term)
 	return fencedError(err)
 }
 
-func (f Fenced) send(ctx context.Context, token uint64, sql string, args []any) pgx.BatchResults {
+func (f Fenced) send(ctx context.Context, token uint64, sql string, args []any) (pgx.BatchResults, error) {
+	term, err := bigint(token)
+	if err != nil {
+		return nil, err
+	}
 	b := &pgx.Batch{}
-	b.Queue("SELECT abi_engine_fence_check($1, $2)", f.scope, int64(token))
+	b.Queue("SELECT abi_engine_fence_check($1, $2)", f.scope, term)
 	b.Queue(sql, args...)
-	return f.pool.SendBatch(ctx, b)
+	return f.pool.SendBatch(ctx, b), nil
 }
 
-// storable refuses a token beyond PostgreSQL's bigint, as the SQLite
-// stores do: cast, it would turn negative, below every term, and a store
-// with no fence yet would take it as its first.
-func storable(token uint64) error {
+// bigint is token as the fence stores it. A token beyond PostgreSQL's
+// bigint is refused, as the SQLite stores refuse it: cast, it would turn
+// negative, below every term, and a store with no fence yet would take it
+// as its first.
+func bigint(token uint64) (int64, error) {
 	if token > math.MaxInt64 {
-		return fmt.Errorf("fencing token %d is beyond PostgreSQL's bigint: %w", token, ports.ErrInvalidArgument)
+		return 0, fmt.Errorf("fencing token %d is beyond PostgreSQL's bigint: %w", token, ports.ErrInvalidArgument)
 	}
-	return nil
+	return int64(token), nil
 }
 
 // fenceResult reads the check's result: ports.ErrFenced when the store has
@@ -160,15 +166,15 @@ type fencedRow struct {
 }
 
 func (r fencedRow) Scan(dest ...any) error {
-	if err := storable(r.token); err != nil {
+	br, err := r.f.send(r.ctx, r.token, r.sql, r.args)
+	if err != nil {
 		return err
 	}
-	br := r.f.send(r.ctx, r.token, r.sql, r.args)
 	if err := fenceResult(br); err != nil {
 		_ = br.Close()
 		return err
 	}
-	err := br.QueryRow().Scan(dest...)
+	err = br.QueryRow().Scan(dest...)
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
