@@ -21,13 +21,20 @@ func term(ctx context.Context, token uint64) context.Context {
 	return ports.WithFencingToken(ctx, token)
 }
 
-func TestAKeyValueWriteOfAnOlderTermIsRefused(t *testing.T) {
+// openKV opens a PostgreSQL keyvalue store on a table of its own.
+func openKV(t *testing.T, name string) *kvpg.Store {
+	t.Helper()
 	dsn := testenv.Lookup(t, "ENGINE_TEST_PG_DSN", "PostgreSQL", false)
-	kv, err := kvpg.Open(t.Context(), kvpg.Config{DSN: dsn, Table: pgtest.Table(t, dsn, "fencekv")})
+	kv, err := kvpg.Open(t.Context(), kvpg.Config{DSN: dsn, Table: pgtest.Table(t, dsn, name)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = kv.Close() })
+	return kv
+}
+
+func TestAKeyValueWriteOfAnOlderTermIsRefused(t *testing.T) {
+	kv := openKV(t, "fencekv")
 	ctx := t.Context()
 	if err := kv.Set(term(ctx, 5), "k", []byte("term 5"), 0); err != nil {
 		t.Fatalf("Set under term 5: %v", err)
@@ -96,12 +103,7 @@ func TestADocumentWriteOfAnOlderTermIsRefused(t *testing.T) {
 // and a store with no fence yet wrote under it. Lease revisions do not
 // come near 2^63; the stores agree on what they refuse all the same.
 func TestATokenBeyondBigintIsRefusedAsBadInput(t *testing.T) {
-	dsn := testenv.Lookup(t, "ENGINE_TEST_PG_DSN", "PostgreSQL", false)
-	kv, err := kvpg.Open(t.Context(), kvpg.Config{DSN: dsn, Table: pgtest.Table(t, dsn, "fencebig")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = kv.Close() })
+	kv := openKV(t, "fencebig")
 	huge := term(t.Context(), math.MaxInt64+1)
 	if err := kv.Set(huge, "k", []byte("v"), 0); !errors.Is(err, ports.ErrInvalidArgument) {
 		t.Fatalf("Set under token 2^63: %v, want ErrInvalidArgument", err)

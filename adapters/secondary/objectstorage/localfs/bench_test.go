@@ -4,7 +4,6 @@ import (
 	"io"
 	"testing"
 
-	"github.com/abi-engine/engine/adapters/secondary/objectstorage/localfs"
 	"github.com/abi-engine/engine/ports"
 )
 
@@ -12,10 +11,7 @@ import (
 // 256 KiB chunks written into a pipe that Put reads.
 func BenchmarkPut(b *testing.B) {
 	const size, chunk = 64 << 20, 256 << 10
-	s, err := localfsOpen(b)
-	if err != nil {
-		b.Fatal(err)
-	}
+	s := open(b, b.TempDir())
 	buf := make([]byte, chunk)
 	for i := range buf {
 		buf[i] = byte(i * 7)
@@ -35,12 +31,4 @@ func BenchmarkPut(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-}
-
-func localfsOpen(b *testing.B) (*localfs.Store, error) {
-	s, err := localfs.Open(b.Context(), localfs.Config{Path: b.TempDir()})
-	if err == nil {
-		b.Cleanup(func() { s.Close() })
-	}
-	return s, err
 }

@@ -15,7 +15,7 @@ import (
 	"github.com/abi-engine/engine/ports"
 )
 
-func open(t *testing.T, dir string) *localfs.Store {
+func open(t testing.TB, dir string) *localfs.Store {
 	t.Helper()
 	store, err := localfs.Open(t.Context(), localfs.Config{Path: dir})
 	if err != nil {
