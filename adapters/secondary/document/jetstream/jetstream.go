@@ -129,7 +129,9 @@ func (s *Store) EnsureCollection(ctx context.Context, name string) error {
 }
 
 // DropCollection deletes the marker, which hides the documents at once,
-// then purges them.
+// then purges the documents of the generation it dropped, and only those: a
+// purge that lands late, after the collection was made again and written,
+// leaves the new generation's documents alone.
 func (s *Store) DropCollection(ctx context.Context, name string) error {
 	if err := storecheck.Collection(name); err != nil {
 		return err
@@ -149,7 +151,7 @@ func (s *Store) DropCollection(ctx context.Context, name string) error {
 		if err != nil {
 			return fmt.Errorf("drop collection %q: %w", name, err)
 		}
-		return wrap(s.b.Purge(ctx, "d."+name+".>"), "drop collection %q", name)
+		return wrap(s.b.Purge(ctx, fmt.Sprintf("d.%s.%d.>", name, e.Revision)), "drop collection %q", name)
 	}
 	return fmt.Errorf("drop collection %q: it changed %d times meanwhile: %w", name, casRounds, ports.ErrConflict)
 }
