@@ -250,8 +250,12 @@ func (c *Cache) empty() {
 // once the write has returned, whatever its outcome: known is false when
 // the write may still land (its caller gave up while it was in flight,
 // the connection broke), and key is then kept no more until a newer term
-// than the write's begins.
+// than the write's begins. A write without a term is fenced by none, so it
+// may land in any later term: its key is then never kept again.
 func (c *Cache) WriteStarts(term uint64, key string) (ended func(known bool)) {
+	if term == 0 {
+		term = math.MaxUint64
+	}
 	c.mu.Lock()
 	c.writing[key]++
 	c.drop(key)
@@ -267,6 +271,8 @@ func (c *Cache) WriteStarts(term uint64, key string) (ended func(known bool)) {
 			return
 		}
 		if _, ok := c.unknown[key]; !ok && len(c.unknown) >= unknownMax {
+			// Past the bound, every term up to the write's ends; for an
+			// unfenced write, every term: the cache keeps nothing again.
 			c.ended = max(c.ended, c.term, term)
 			c.empty()
 			return

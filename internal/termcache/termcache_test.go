@@ -156,6 +156,16 @@ func TestAWriteOfUnknownOutcomeKeepsItsKeyOut(t *testing.T) {
 	if !keep(c, 7, "k", "v") || !keep(c, 7, "early", "v") {
 		t.Fatal("a newer term still keeps out keys whose older writes the fence has settled")
 	}
+	// A write without a term is fenced by none: it may land in this term
+	// or any later one.
+	c.WriteStarts(0, "unfenced")(false)
+	if keep(c, 7, "unfenced", "v") {
+		t.Fatal("a key whose unfenced write may still land was kept in the live term")
+	}
+	c.begin(8)
+	if keep(c, 8, "unfenced", "v") {
+		t.Fatal("a key whose unfenced write may still land was kept in a later term")
+	}
 }
 
 // Past unknownMax keys of unknown outcome, the term keeps nothing more.
