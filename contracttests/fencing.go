@@ -46,13 +46,21 @@ func docFencing(t *testing.T, open func(t *testing.T) ports.DocumentStore) {
 	if err != nil {
 		t.Fatalf("Put under the only term yet: %v", err)
 	}
-	// The newer term's first write fails on its condition; it fences the
-	// older term all the same.
+	// A newer term's first write fails with an error (its collection is
+	// not there); it fences the older term all the same.
+	mid := underTerm(t, termNew-1)
+	if _, err := successor.Put(mid, "missing", "x", map[string]any{"by": "mid"}, ports.Cond{}); !errors.Is(err, ports.ErrNotFound) {
+		t.Fatalf("Put under a newer term into a collection not made: %v, want ErrNotFound", err)
+	}
+	_, err = paused.Put(old, "c", "x", map[string]any{"by": "old again"}, ports.Cond{})
+	wantFenced(t, "Put after a newer term's write failed with an error", err)
+	// The next term's first write fails on its condition, without an
+	// error; it fences the term before it all the same.
 	if _, err := successor.Put(cur, "c", "x", map[string]any{"by": "new"}, ports.IfVersion(first.Version+1)); !errors.Is(err, ports.ErrConflict) {
 		t.Fatalf("Put under the newer term at a version not stored: %v, want ErrConflict", err)
 	}
-	_, err = paused.Put(old, "c", "x", map[string]any{"by": "old again"}, ports.Cond{})
-	wantFenced(t, "Put after a failed write of the newer term", err)
+	_, err = paused.Put(mid, "c", "x", map[string]any{"by": "mid"}, ports.Cond{})
+	wantFenced(t, "Put after a newer term's write failed on its condition", err)
 	kept, err := successor.Put(cur, "c", "x", map[string]any{"by": "new"}, ports.IfVersion(first.Version))
 	if err != nil {
 		t.Fatalf("Put under the newer term: %v", err)

@@ -93,7 +93,19 @@ func (f Fenced) Exec(ctx context.Context, sql string, args ...any) (pgconn.Comma
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
-	return tag, err
+	return tag, f.failed(ctx, token, err)
+}
+
+// failed passes on err, the outcome of a write that ran after its check.
+// A write that failed took the check's raise down with its transaction, so
+// the fence is raised again on its own: a newer term fences the older ones
+// from its first write, even one that fails, as on SQLite. No rows is not a
+// failure; the transaction committed.
+func (f Fenced) failed(ctx context.Context, token uint64, err error) error {
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		_ = f.Raise(ctx, token)
+	}
+	return err
 }
 
 // QueryRow runs one write statement that returns a row; the statement runs
@@ -178,5 +190,5 @@ func (r fencedRow) Scan(dest ...any) error {
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
-	return err
+	return r.f.failed(r.ctx, r.token, err)
 }
