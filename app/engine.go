@@ -95,9 +95,7 @@ type Engine struct {
 	services  Services
 	started   []Module
 	serving   *serving // decides what the engine does about the lease
-	observers []func(domain.Transition)
-	onCall    func(service, op string, code int, took time.Duration)
-	onRenewal func(ok bool, took time.Duration)
+	hooks     hooks    // what the rest of the app registered before Start
 	stopWait  context.CancelFunc
 	waiting   chan struct{}
 }
@@ -151,14 +149,6 @@ func (e *Engine) URL() string {
 	return e.url
 }
 
-// Observe calls f with every transition of the lease, in order, from the
-// goroutine that carries them out. Register before Start; f must not block.
-func (e *Engine) Observe(f func(domain.Transition)) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.observers = append(e.observers, f)
-}
-
 // SessionsOpen is how many object transfers and parked overflow replies
 // this engine holds on NATS now.
 func (e *Engine) SessionsOpen() int {
@@ -169,22 +159,6 @@ func (e *Engine) SessionsOpen() int {
 		return 0
 	}
 	return k.transfers.Open() + k.overflow.Open()
-}
-
-// ObserveCalls hands every kernel call's outcome to f, for metrics.
-// Register before Start; f must not block.
-func (e *Engine) ObserveCalls(f func(service, op string, code int, took time.Duration)) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.onCall = f
-}
-
-// ObserveRenewals hands every lease renewal's outcome to f, for metrics.
-// Register before Start; f must not block.
-func (e *Engine) ObserveRenewals(f func(ok bool, took time.Duration)) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.onRenewal = f
 }
 
 // Ready reports whether the engine does its part: serving, standing by, or
@@ -298,7 +272,7 @@ func (e *Engine) Start(ctx context.Context) (err error) {
 		opts = append(opts, domain.WithHotStandby())
 	}
 	e.mu.Lock()
-	onRenewal := e.onRenewal
+	onRenewal := e.hooks.onRenewal
 	e.mu.Unlock()
 	if onRenewal != nil {
 		opts = append(opts, domain.WithRenewalObserver(onRenewal))
@@ -372,7 +346,7 @@ func (e *Engine) openAndServe(ctx context.Context) error {
 		CallerSecret: secret,
 		Logger:       e.log,
 		Version:      microVersion(e.p.Holder.Version),
-		OnCall:       e.onCall,
+		OnCall:       e.hooks.onCall,
 	}, func(transfers *natsapi.TransferHost) []natsapi.Service {
 		return append(l.kernelServices(secret != nil, transfers), natsapi.Engine(e.p.Holder, o.State))
 	})
@@ -429,7 +403,7 @@ func (e *Engine) startModules(ctx context.Context) error {
 // after the serving loop has acted on it.
 func (e *Engine) announce(tr domain.Transition) {
 	e.mu.Lock()
-	observers := e.observers
+	observers := e.hooks.observers
 	e.mu.Unlock()
 	e.publish(tr)
 	for _, f := range observers {
@@ -537,20 +511,11 @@ func (e *Engine) Stop(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
-	e.mu.Lock()
-	k := e.kernel
-	e.mu.Unlock()
-	if k != nil {
-		dctx, cancel := context.WithTimeout(ctx, e.p.Config.Timing().Drain)
-		finished, err := k.drain(dctx)
-		cancel()
-		if err != nil {
-			errs = append(errs, err)
-		}
-		if !finished {
-			e.log.Warn("drain deadline passed; calls still running were cancelled", "drain", e.p.Config.Timing().Drain)
-		}
+	dctx, cancelDrain := context.WithTimeout(ctx, timing.Drain)
+	if err := e.drain(dctx); err != nil {
+		errs = append(errs, err)
 	}
+	cancelDrain()
 	e.mu.Lock()
 	started := e.started
 	e.mu.Unlock()

@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"sync"
@@ -40,7 +41,12 @@ func NewHTTP(cfg *config.Config, e *Engine, log *slog.Logger) *HTTP {
 		Name: "abi_engine_nats_sessions_open",
 		Help: "Object transfers and parked overflow replies this engine holds on NATS.",
 	}, func() float64 { return float64(e.SessionsOpen()) }))
-	return &HTTP{cfg: cfg.HTTP, engine: e, metrics: m, log: log}
+	h := &HTTP{cfg: cfg.HTTP, engine: e, metrics: m, log: log}
+	// The requests in progress at a stop are the engine's clients' calls:
+	// they finish beside its own, under its drain deadline, after its
+	// release, and before it closes the connection its facades use.
+	e.DrainWith(h.drain)
+	return h
 }
 
 // Metrics are the engine's Prometheus metrics.
@@ -71,16 +77,17 @@ func (h *HTTP) Bind(context.Context) error {
 }
 
 // Unbind lets go of a port Start has not served, when the start failed
-// between the two.
-func (h *HTTP) Unbind(context.Context) error {
+// between the two, and ends a server the engine's stop has not drained.
+// Its hook stops after the engine's.
+func (h *HTTP) Unbind(ctx context.Context) error {
 	h.mu.Lock()
 	ln := h.ln
 	h.ln = nil
 	h.mu.Unlock()
-	if ln == nil {
-		return nil
+	if ln != nil {
+		return ln.Close()
 	}
-	return ln.Close()
+	return h.drain(ctx)
 }
 
 // Start serves the API, in a goroutine, on the port Bind took. The engine
@@ -118,15 +125,25 @@ func (h *HTTP) Start(context.Context) error {
 	return nil
 }
 
-// Stop lets the requests in progress finish, within ctx.
-func (h *HTTP) Stop(ctx context.Context) error {
+// drain stops accepting, lets the requests in progress finish until ctx
+// ends, then closes those left. A second call returns at once.
+func (h *HTTP) drain(ctx context.Context) error {
 	h.mu.Lock()
 	srv := h.srv
 	h.mu.Unlock()
 	if srv == nil {
 		return nil
 	}
-	return srv.Shutdown(ctx)
+	err := srv.Shutdown(ctx)
+	if ctx.Err() != nil {
+		// As with the kernel's calls, a drain cut short is told, not failed.
+		h.log.Warn("drain deadline passed; HTTP requests still running were closed")
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("HTTP API: %w", err)
+	}
+	return nil
 }
 
 // Addr is the address the API listens on, with the port the system chose
@@ -146,12 +163,14 @@ func bindHTTP() fx.Option {
 	return fx.Invoke(func(lc fx.Lifecycle, h *HTTP) { lc.Append(fx.StartStopHook(h.Bind, h.Unbind)) })
 }
 
-// httpAPI appends the API's hook after the engine's, so it serves once the
-// engine has claimed, and fx, stopping in reverse, shuts it down before the
-// engine hands over.
+// httpAPI appends the API's start after the engine's, so it serves once
+// the engine has claimed. It has no stop of its own: the engine's stop
+// drains it (DrainWith), since a stop here, before the engine's, would
+// spend the stop's whole budget on a slow request and leave the engine
+// none to release and drain in.
 func httpAPI() fx.Option {
 	return fx.Options(
 		fx.Provide(NewHTTP),
-		fx.Invoke(func(lc fx.Lifecycle, h *HTTP) { lc.Append(fx.StartStopHook(h.Start, h.Stop)) }),
+		fx.Invoke(func(lc fx.Lifecycle, h *HTTP) { lc.Append(fx.StartHook(h.Start)) }),
 	)
 }

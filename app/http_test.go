@@ -18,6 +18,7 @@ import (
 	leasejs "github.com/abi-engine/engine/adapters/secondary/lease/jetstream"
 	"github.com/abi-engine/engine/app"
 	"github.com/abi-engine/engine/app/config"
+	"github.com/abi-engine/engine/domain"
 	"github.com/abi-engine/engine/internal/jsonkeys"
 	"github.com/abi-engine/engine/internal/natstest"
 )
@@ -169,5 +170,149 @@ func TestATakenHTTPPortFailsTheStartBeforeTheClaim(t *testing.T) {
 	}
 	if history, err := kv.History(t.Context(), "owner"); !errors.Is(err, jetstream.ErrKeyNotFound) {
 		t.Fatalf("the lease was written before the start failed: %d entries, %v", len(history), err)
+	}
+}
+
+// slowUpload sends an object to the API a chunk every 250 ms, above the
+// API's minimum rate, until finish is closed, and then reports the answer's
+// status (0 when the request failed).
+func slowUpload(t *testing.T, url string, finish <-chan struct{}) <-chan int {
+	t.Helper()
+	pr, pw := io.Pipe()
+	go func() {
+		chunk := make([]byte, 16<<10)
+		tick := time.NewTicker(250 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-finish:
+				pw.Close()
+				return
+			case <-tick.C:
+				if _, err := pw.Write(chunk); err != nil {
+					return
+				}
+			}
+		}
+	}()
+	answer := make(chan int, 1)
+	go func() {
+		req, err := http.NewRequest("PUT", url, pr)
+		if err != nil {
+			answer <- 0
+			return
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			answer <- 0
+			return
+		}
+		resp.Body.Close()
+		answer <- resp.StatusCode
+	}()
+	return answer
+}
+
+// stopOnASignal starts an engine with its API, and returns it with a stop
+// made as the command makes it on a signal: one context for the whole app,
+// of its StopTimeout and a little more. released is closed when the lease
+// is.
+func stopOnASignal(t *testing.T) (e *app.Engine, h *app.HTTP, stop func() <-chan error, released <-chan struct{}) {
+	t.Helper()
+	url := natstest.StartServer(t).ClientURL()
+	a := app.New(options(testConfig(t, url, "serve", "", memoryServices)), fx.Populate(&e, &h))
+	if err := a.Err(); err != nil {
+		t.Fatal(err)
+	}
+	rel := make(chan struct{})
+	e.Observe(func(tr domain.Transition) {
+		if tr.To == domain.StateReleased {
+			close(rel)
+		}
+	})
+	if err := a.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	stopped := make(chan error, 1)
+	t.Cleanup(func() {
+		select {
+		case <-stopped:
+		default:
+			_ = e.Stop(context.Background())
+		}
+	})
+	return e, h, func() <-chan error {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), a.StopTimeout()+5*time.Second)
+			defer cancel()
+			stopped <- a.Stop(ctx)
+		}()
+		return stopped
+	}, rel
+}
+
+// An HTTP request in progress at a stop is one of the engine's clients'
+// calls: it does not hold up the release, it finishes during the drain,
+// through the facades the engine still holds open, and it is answered.
+func TestAnHTTPRequestInProgressAtAStopIsAnsweredAfterTheRelease(t *testing.T) {
+	e, h, stop, released := stopOnASignal(t)
+	finish := make(chan struct{})
+	answer := slowUpload(t, "http://"+h.Addr()+"/v1/objects/slow", finish)
+	waitFor(t, "the upload to open its transfer", func() bool { return e.SessionsOpen() > 0 })
+
+	stopped := stop()
+	select {
+	case <-released:
+	case code := <-answer:
+		t.Fatalf("the upload was answered (%d) before the release", code)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the lease was not released while an HTTP upload was in progress")
+	}
+	close(finish)
+	if code := <-answer; code != http.StatusOK {
+		t.Fatalf("the upload in progress at the stop was answered %d, want 200", code)
+	}
+	if err := <-stopped; err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+}
+
+// An HTTP request that outlasts the drain is closed at its deadline, as a
+// NATS call is, and the stop goes on: the slow request costs neither the
+// release nor the drain of the engine's own calls.
+func TestAnHTTPRequestThatOutlastsTheDrainIsClosedAtItsDeadline(t *testing.T) {
+	e, h, stop, released := stopOnASignal(t)
+	finish := make(chan struct{})
+	defer close(finish)
+	answer := slowUpload(t, "http://"+h.Addr()+"/v1/objects/endless", finish)
+	waitFor(t, "the upload to open its transfer", func() bool { return e.SessionsOpen() > 0 })
+
+	stopped := stop()
+	select {
+	case <-released:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the lease was not released while an HTTP upload was in progress")
+	}
+	select {
+	case err := <-stopped:
+		if err != nil {
+			t.Fatalf("stop: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the stop waited on an HTTP upload past its drain (1 s)")
+	}
+	if code := <-answer; code == http.StatusOK {
+		t.Fatal("an upload closed at the drain deadline was answered 200")
+	}
+}
+
+func waitFor(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
