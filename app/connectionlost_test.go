@@ -2,14 +2,11 @@ package app
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/abi-engine/engine/app/config"
 	"github.com/abi-engine/engine/domain"
 	"github.com/abi-engine/engine/internal/natstest"
 )
@@ -21,27 +18,7 @@ import (
 // not ended later by an engine that already stopped.
 func TestABrokerGoneForGoodStopsTheEngineOnceAndAStopInTimeDisarmsTheExit(t *testing.T) {
 	s := natstest.StartServer(t)
-	yaml := fmt.Sprintf(`nats:
-  url: %s
-  engine: {role: serve, lease_seconds: 1, drain_seconds: 1}
-http: {listen: off}
-data_dir: %s
-services:
-  keyvalue: {adapter: memory}
-  document: {adapter: memory}
-  object_storage: {adapter: memory}
-  vector_store: {adapter: memory}
-  cache: {adapter: memory}
-  secret: {adapter: env}
-`, s.ClientURL(), filepath.Join(t.TempDir(), "data"))
-	cfg, err := config.Parse("test.yaml", []byte(yaml), func(string) string { return "" })
-	if err != nil {
-		t.Fatal(err)
-	}
-	built, err := BuildStorage(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, built := memoryEngine(t, s.ClientURL())
 	shutdowns := make(chan int, 8)
 	var exits atomic.Int32
 	e := NewEngine(EngineParams{

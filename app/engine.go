@@ -227,6 +227,11 @@ func (e *Engine) Start(ctx context.Context) (err error) {
 	defer func() {
 		if err != nil {
 			e.stopping.Store(true)
+			// fx runs no stop for a start that failed: the modules that
+			// did start are stopped here.
+			if serr := e.stopModules(context.WithoutCancel(ctx)); serr != nil {
+				e.log.Warn("stopping the modules of a start that failed", "err", serr)
+			}
 			e.closeAll()
 		}
 	}()
@@ -399,6 +404,21 @@ func (e *Engine) startModules(ctx context.Context) error {
 	return nil
 }
 
+// stopModules stops the modules started, the last first, once each.
+func (e *Engine) stopModules(ctx context.Context) error {
+	e.mu.Lock()
+	started := e.started
+	e.started = nil
+	e.mu.Unlock()
+	var errs []error
+	for _, m := range slices.Backward(started) {
+		if err := m.Stop(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("stop module %s: %w", m.Name(), err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // announce tells the broker and the engine's observers of a transition,
 // after the serving loop has acted on it.
 func (e *Engine) announce(tr domain.Transition) {
@@ -516,13 +536,8 @@ func (e *Engine) Stop(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	cancelDrain()
-	e.mu.Lock()
-	started := e.started
-	e.mu.Unlock()
-	for _, m := range slices.Backward(started) {
-		if err := m.Stop(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("stop module %s: %w", m.Name(), err))
-		}
+	if err := e.stopModules(ctx); err != nil {
+		errs = append(errs, err)
 	}
 	e.closeAll()
 	if exit := e.exitArmed.Load(); exit != nil {
