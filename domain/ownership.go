@@ -94,7 +94,7 @@ type Ownership struct {
 	observedAt time.Time // when record's revision was first seen (standby)
 	validUntil time.Time // serving is allowed before this instant, on o.clock
 	serveFrom  time.Time // the hold may not serve, nor be handed over, before this instant, on o.clock
-	createdAt  time.Time // a renewal's create over an empty key whose reply never came: when it saw the key empty
+	createOpen bool      // a renewal's create over an empty key whose outcome is unknown: it may land at any time
 	term       uint64    // the revision at which the current hold began: the fencing token
 	held       bool      // a write of ours made us the holder and no one else's followed
 	handedOver bool      // Release wrote the released record: set with the move to released
@@ -369,24 +369,19 @@ func (o *Ownership) pause(ctx context.Context) error {
 func (o *Ownership) acquire(ctx context.Context, rec Record) (bool, error) {
 	start := o.clock.Now()
 	serveFrom := start
+	// A key with no value says nothing of who served last: it was deleted,
+	// purged, or its bucket made anew, and a holder that renewed just
+	// before may serve on until half a lease after its last renewal. Our
+	// own write whose reply was lost, seen later, says as little: what it
+	// wrote over is unknown. Either is held Timing.Quarantine before
+	// serving.
+	quarantine := o.ours(rec) || !rec.Present
 	var rev uint64
 	var err error
-	if o.ours(rec) {
-		// Our own write whose reply was lost, seen later: what it wrote
-		// over is unknown, so it is held a lease before serving, as over
-		// a key with no value.
-		serveFrom = start.Add(o.timing.Quarantine())
-	}
 	if rec.Present {
 		rev, err = o.lease.Update(ctx, o.me, rec.Revision)
 	} else {
 		rev, err = o.lease.Create(ctx, o.me)
-		// A key with no value says nothing of who served last: it was
-		// deleted, purged, or its bucket made anew, and a holder that
-		// renewed just before may serve on until half a lease after its
-		// last renewal, which started before this create. Timing.Quarantine
-		// outlasts that.
-		serveFrom = start.Add(o.timing.Quarantine())
 	}
 	if errors.Is(err, ErrLeaseTaken) || errors.Is(err, ErrLeaseConflict) {
 		return false, nil
@@ -400,6 +395,14 @@ func (o *Ownership) acquire(ctx context.Context, rec Record) (bool, error) {
 		}
 		o.log.Info("took the lease; the reply to the write was lost", "revision", cur.Revision)
 		rev = cur.Revision
+	}
+	if quarantine {
+		// Counted from now, when the write is known to have landed: the
+		// last renewal of whoever served before started before it landed.
+		// Counted from before the write, a write that landed late (a
+		// stalled link, a paused process, a compaction of the stream that
+		// emptied the key again) would find its quarantine already over.
+		serveFrom = o.clock.Now().Add(o.timing.Quarantine())
 	}
 	switch {
 	case rec.Deleted():
@@ -605,9 +608,10 @@ func (o *Ownership) settle(now, renewedAt, serveFrom time.Time) {
 
 // renew writes our holder again at rev. A conflict is read out: our own
 // record at another revision is a renewal whose reply was lost, so we write
-// at that revision; a key with no value is created again (recreatedAt is
-// then when it was seen empty); anyone else's record means the lease is
-// lost. The result's start is the caller's to set.
+// at that revision; a key with no value is created again; anyone else's
+// record means the lease is lost. A key made again is held from when our
+// record is known to be in it (recreatedAt). The result's start is the
+// caller's to set.
 func (o *Ownership) renew(ctx context.Context, rev uint64) renewal {
 	newRev, err := o.lease.Update(ctx, o.me, rev)
 	if !errors.Is(err, ErrLeaseConflict) {
@@ -617,43 +621,61 @@ func (o *Ownership) renew(ctx context.Context, rev uint64) renewal {
 	if err != nil {
 		return renewal{err: err}
 	}
+	read := o.clock.Now()
 	switch {
 	case !rec.Present:
-		seen := o.clock.Now()
 		newRev, err = o.lease.Create(ctx, o.me)
-		if errors.Is(err, ErrLeaseTaken) {
-			return renewal{err: ErrLeaseLost}
+		if err == nil {
+			o.setCreateOpen(false)
+			return renewal{rev: newRev, recreatedAt: o.clock.Now()}
 		}
-		// The create may have gone through even when it failed: if a later
-		// renewal, or Release, finds our record, it was this create, and
-		// the wait counts from now. One that answered is known instead.
-		var doubt time.Time
-		if err != nil {
-			doubt = seen
-		}
-		o.mu.Lock()
-		o.createdAt = doubt
-		o.mu.Unlock()
-		if err != nil {
+		// The create may have landed though it failed, even though it
+		// said the key was taken (its write landed and a follow-up did
+		// not, or it read a replica behind the delete), and it may land
+		// later still: until a read finds the key, the doubt stays open.
+		o.setCreateOpen(true)
+		if !errors.Is(err, ErrLeaseTaken) {
 			return renewal{err: err}
 		}
-		return renewal{rev: newRev, recreatedAt: seen}
+		cur, rerr := o.lease.Read(ctx)
+		switch {
+		case rerr != nil:
+			return renewal{err: rerr}
+		case o.ours(cur):
+			o.setCreateOpen(false)
+			return renewal{rev: cur.Revision, recreatedAt: o.clock.Now()}
+		case cur.Present:
+			return renewal{err: ErrLeaseLost, holder: cur}
+		default:
+			return renewal{err: err}
+		}
 	case o.ours(rec):
 		o.mu.Lock()
-		created := o.createdAt
-		o.createdAt = time.Time{}
+		doubt := o.createOpen
 		o.mu.Unlock()
 		newRev, err = o.lease.Update(ctx, o.me, rec.Revision)
 		if err != nil {
-			o.mu.Lock()
-			o.createdAt = created
-			o.mu.Unlock()
 			return renewal{rev: newRev, err: err}
 		}
-		return renewal{rev: newRev, recreatedAt: created}
+		if !doubt {
+			return renewal{rev: newRev}
+		}
+		// Our create of unknown outcome: it landed at some time before
+		// the read that found it, which is all that is known, so the key
+		// is held from that read. From when the key was seen empty, a
+		// create that landed late, after another engine made the key,
+		// served and lost it to a second delete, would be served at once.
+		o.setCreateOpen(false)
+		return renewal{rev: newRev, recreatedAt: read}
 	default:
 		return renewal{err: ErrLeaseLost, holder: rec}
 	}
+}
+
+func (o *Ownership) setCreateOpen(open bool) {
+	o.mu.Lock()
+	o.createOpen = open
+	o.mu.Unlock()
 }
 
 // loseLease moves to lost, once: lost is terminal.
@@ -685,12 +707,7 @@ func (o *Ownership) Release(ctx context.Context) error {
 		<-done
 	}
 	o.mu.Lock()
-	from, rec, held, serveFrom := o.state, o.record, o.held, o.serveFrom
-	if created := o.createdAt; !created.IsZero() {
-		// A renewal made the key anew and never heard back: the record
-		// of ours that Release may find is that key, in its quarantine.
-		serveFrom = later(serveFrom, created.Add(o.timing.Quarantine()))
-	}
+	from, rec, held, serveFrom, createOpen := o.state, o.record, o.held, o.serveFrom, o.createOpen
 	if from == StateLost || from == StateReleased {
 		o.mu.Unlock()
 		return nil
@@ -702,7 +719,10 @@ func (o *Ownership) Release(ctx context.Context) error {
 	// handed over: whoever served before the key went may serve on, and a
 	// released record would let a standby take it at once. The record is
 	// left to go silent instead.
-	waiting := held && o.clock.Now().Before(serveFrom)
+	// So must one whose renewal made the key anew and never learnt the
+	// outcome: the create may land at any time, and a record of ours that
+	// Release found would be that key, whose quarantine has not begun.
+	waiting := held && (createOpen || o.clock.Now().Before(serveFrom))
 	if !held || waiting || from == StateIdle || from == StateStandby {
 		o.transition(StateReleased, rec)
 		return nil
@@ -787,11 +807,4 @@ func (o *Ownership) announce(tr Transition) {
 	if o.observe != nil {
 		o.observe(tr)
 	}
-}
-
-func later(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
 }

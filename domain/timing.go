@@ -48,8 +48,9 @@ func (t Timing) Fence() time.Duration { return t.Lease / 2 }
 
 // Quarantine is how long whoever writes the key over a missing value (a
 // contender, or the holder re-creating it) holds it before serving: a full
-// lease. An engine that held the lease before the key went stops half a
-// lease after its last renewal, which started before the key was seen
-// empty; a full lease outlasts that even when the two clocks run at rates a
-// factor of two apart, the margin a takeover of a silent holder has too.
+// lease, counted from when its write is known to have landed. An engine
+// that held the lease before the key went stops half a lease after its last
+// renewal, which started before that write landed; a full lease outlasts
+// that even when the two clocks run at rates a factor of two apart, the
+// margin a takeover of a silent holder has too.
 func (t Timing) Quarantine() time.Duration { return t.Lease }
