@@ -57,6 +57,14 @@ func (l *Lease) saw(rev uint64) {
 	l.highest = max(l.highest, rev)
 }
 
+// behind reports whether rev is below the highest revision seen: the
+// stream went back.
+func (l *Lease) behind(rev uint64) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return rev < l.highest
+}
+
 // Open finds the bucket, or creates it with a history of one, and compacts
 // it if it never held a message (startAboveTerms).
 func Open(ctx context.Context, nc *nats.Conn, opts Options) (*Lease, error) {
@@ -162,7 +170,11 @@ func (l *Lease) recreateIfGone(ctx context.Context, err error) bool {
 // purge would wipe a live record. Two engines that find one empty stream
 // both compact it; the later purge may remove the key the other just
 // wrote, which that engine holds in its quarantine and loses at its next
-// renewal. Only the leader's count decides: while a replicated stream
+// renewal. A stream whose count is behind the highest revision this
+// engine saw has gone back (restored from a backup, or a broker that lost
+// writes it had acknowledged, which its fsync interval allows): it is
+// compacted as a new one is, or its next write would hand out a term
+// again. Only the leader's count decides: while a replicated stream
 // has no leader, each replica answers for itself, and one behind may
 // report no message in a stream that holds the live record.
 func (l *Lease) startAboveTerms(ctx context.Context) error {
@@ -170,12 +182,13 @@ func (l *Lease) startAboveTerms(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if st.CachedInfo().State.LastSeq != 0 {
+	l.mu.Lock()
+	highest := l.highest
+	l.mu.Unlock()
+	if last := st.CachedInfo().State.LastSeq; last != 0 && last >= highest {
 		return nil
 	}
-	l.mu.Lock()
-	next := firstRevisionAnew(l.highest, time.Now())
-	l.mu.Unlock()
+	next := firstRevisionAnew(highest, time.Now())
 	if err := st.Purge(ctx, jetstream.WithPurgeSequence(next)); err != nil {
 		return fmt.Errorf("compact the new stream %s past revision %d (the engine's NATS user needs publish on $JS.API.STREAM.PURGE.%s): %w",
 			l.stream, next, l.stream, err)
@@ -270,6 +283,14 @@ func (l *Lease) Read(ctx context.Context) (domain.Record, error) {
 	}
 	if err != nil {
 		return domain.Record{}, fmt.Errorf("read lease: %w", err)
+	}
+	if l.behind(m.Sequence) {
+		// The stream has gone back behind a revision this engine saw: its
+		// record says nothing of who holds the lease now, and a write over
+		// it would hand out a term again. It reads as a key with no value;
+		// Create compacts the stream past the highest revision first
+		// (startAboveTerms), and the quarantine covers whoever served.
+		return domain.Record{}, nil
 	}
 	l.saw(m.Sequence)
 	switch m.Header.Get("KV-Operation") {
