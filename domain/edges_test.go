@@ -116,10 +116,7 @@ func deleteDuringRenewal(t *testing.T, a *testEngine, store *memory.Lease) time.
 	a.store.Delay(L/8, 0)
 	time.Sleep(L/4 + L/16)
 	deletedAt := time.Since(a.start)
-	rec, _ := store.Read(context.Background())
-	if err := store.Delete(context.Background(), rec.Revision); err != nil {
-		t.Fatal(err)
-	}
+	deleteKey(t, store)
 	time.Sleep(L / 16)
 	a.store.Delay(0, 0)
 	return deletedAt
@@ -551,10 +548,7 @@ func TestAnAnsweredCreateSettlesAnEarlierFailedOne(t *testing.T) {
 		a.mustServe(t)
 		defer a.release(t)
 		time.Sleep(L / 8)
-		rec, _ := store.Read(context.Background())
-		if err := store.Delete(context.Background(), rec.Revision); err != nil {
-			t.Fatal(err)
-		}
+		deleteKey(t, store)
 		view.failNext(1) // the renewal at L/4 finds the key gone and fails to make it
 		time.Sleep(L/4 + L/8)
 		synctest.Wait()

@@ -12,6 +12,19 @@ import (
 	"github.com/abi-engine/engine/domain"
 )
 
+// deleteKey deletes the lease key as an operator would, leaving a
+// deletion marker.
+func deleteKey(t *testing.T, store domain.Lease) {
+	t.Helper()
+	rec, err := store.Read(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Delete(context.Background(), rec.Revision); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // lateCreates holds its creates at its gate while the gate holds, and lets
 // them land when it opens: a request kept on its way by a stalled link, a
 // client's reconnect buffer or a paused process, that reaches the store
@@ -53,10 +66,7 @@ func TestACreateAnsweredLateIsHeldFromItsAnswer(t *testing.T) {
 		a.mustServe(t)
 		defer a.kill()
 		time.Sleep(L / 8)
-		rec, _ := store.Read(context.Background())
-		if err := store.Delete(context.Background(), rec.Revision); err != nil {
-			t.Fatal(err)
-		}
+		deleteKey(t, store)
 		stop := watchOverlap(a, b)
 		letGo()
 		time.Sleep(2 * L)
@@ -94,10 +104,7 @@ func TestARenewalsCreateThatLandsLateIsHeldFromWhenItIsFound(t *testing.T) {
 		// The key is deleted; a's renewal creates it again, and the
 		// create is held on its way while a's link goes down.
 		time.Sleep(L / 8)
-		rec, _ := store.Read(context.Background())
-		if err := store.Delete(context.Background(), rec.Revision); err != nil {
-			t.Fatal(err)
-		}
+		deleteKey(t, store)
 		entered, letGo := view.hold()
 		select {
 		case <-entered:
@@ -116,10 +123,7 @@ func TestARenewalsCreateThatLandsLateIsHeldFromWhenItIsFound(t *testing.T) {
 		}
 
 		// A second delete; a's create lands, and a's link comes back.
-		rec, _ = store.Read(context.Background())
-		if err := store.Delete(context.Background(), rec.Revision); err != nil {
-			t.Fatal(err)
-		}
+		deleteKey(t, store)
 		stop := watchOverlap(a, c)
 		letGo()
 		synctest.Wait()
@@ -162,10 +166,7 @@ func TestARenewalsCreateSaidTakenIsReadBack(t *testing.T) {
 		a.mustServe(t)
 		defer a.release(t)
 		time.Sleep(L / 8)
-		rec, _ := store.Read(context.Background())
-		if err := store.Delete(context.Background(), rec.Revision); err != nil {
-			t.Fatal(err)
-		}
+		deleteKey(t, store)
 		view.armed.Store(true)
 		time.Sleep(L / 4)
 		synctest.Wait()
