@@ -317,6 +317,15 @@ func (h *Host) dispatch(ctx context.Context, service string, ep Endpoint) micro.
 			r.finish(nil, err)
 			return
 		}
+		// An uploaded request is taken as its call arrives: held by the
+		// call from then on, it cannot expire while the call waits for a
+		// slot. The call's end frees its bytes.
+		release, err := h.uploaded(call)
+		if err != nil {
+			r.finish(nil, err)
+			return
+		}
+		r.release = release
 		if ep.Quick != nil {
 			if data, ok, err := h.quick(ctx, ep.Quick, call); ok {
 				r.finish(data, err)
@@ -369,6 +378,7 @@ type received struct {
 	service string
 	ep      Endpoint
 	start   time.Time
+	release func() // frees the call's uploaded request; nil without one
 }
 
 // run handles the call and answers it.
@@ -377,6 +387,9 @@ func (r *received) run() { r.finish(r.h.handle(r.ctx, r.ep.Handler, &r.Call)) }
 // finish answers the call, reports how it ended and counts it out.
 func (r *received) finish(data []byte, err error) {
 	defer r.h.calls.done()
+	if r.release != nil {
+		defer r.release()
+	}
 	r.h.reply(r.reply, &r.Call, data, err)
 	if r.h.opts.OnCall != nil {
 		code := 200
@@ -496,11 +509,6 @@ func (h *Host) handle(period context.Context, handle HandlerFunc, call *Call) ([
 	if err != nil {
 		return nil, err
 	}
-	release, err := h.uploaded(call)
-	if err != nil {
-		return nil, err
-	}
-	defer release()
 	most := h.replyLimit(call)
 	ctx, made := t.limitedTo(most)
 	if !made {

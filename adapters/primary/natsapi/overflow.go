@@ -349,11 +349,11 @@ func (h *OverflowHost) take(id, secret, caller string) (data []byte, release fun
 }
 
 // uploaded replaces the body of a call that names an uploaded request;
-// release frees its bytes once the call has ended.
+// release, nil without one, frees its bytes once the call has ended.
 func (h *Host) uploaded(call *Call) (release func(), err error) {
 	id := call.Header.Get(wire.OverflowRequestHeader)
 	if id == "" {
-		return func() {}, nil
+		return nil, nil
 	}
 	if h.opts.Overflow == nil {
 		return nil, fmt.Errorf("%w: header %s: this engine takes no uploaded requests", ports.ErrInvalidArgument, wire.OverflowRequestHeader)

@@ -6,12 +6,14 @@ import (
 	"encoding/json"
 	"errors"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/abi-engine/engine/adapters/primary/natsapi"
+	"github.com/abi-engine/engine/adapters/secondary/natsclient"
 	"github.com/abi-engine/engine/internal/natstest"
 	"github.com/abi-engine/engine/internal/wire"
 	"github.com/abi-engine/engine/ports"
@@ -220,5 +222,107 @@ func TestAnUploadedRequestIsTakenOnlyByItsEngine(t *testing.T) {
 	}
 	if ok, _ := kv.Exists(t.Context(), "k"); ok {
 		t.Fatalf("a refused call wrote")
+	}
+}
+
+// upload sends body as an uploaded request and returns its session.
+func upload(t *testing.T, nc *nats.Conn, body []byte) wire.SessionOpened {
+	t.Helper()
+	var up wire.SessionOpened
+	if err := natsclient.New(nc).Call(t.Context(), wire.OverflowOpenSubject, wire.OverflowUpload{Size: int64(len(body))}, &up); err != nil {
+		t.Fatal(err)
+	}
+	for seq, rest := int64(0), body; len(rest) > 0; seq++ {
+		n := min(len(rest), up.ChunkSize)
+		if _, err := sessionCall(nc, wire.OverflowSubject(wire.OwnerOf(up.ID), wire.SessionWrite), up.Ref(), seq, rest[:n], nil); err != nil {
+			t.Fatal(err)
+		}
+		rest = rest[n:]
+	}
+	return up
+}
+
+// sizes answers with the size of the body it was given, and refuses its
+// first call as a store refuses a write of an older term when fenceFirst
+// is set: 503, having done nothing.
+type sizes struct {
+	fenceFirst bool
+	calls      atomic.Int64
+}
+
+const sizesSubject = "abi.svc.sizes.v1.put"
+
+func (s *sizes) service() natsapi.Service {
+	return natsapi.Service{Name: "sizes", Endpoints: []natsapi.Endpoint{{Name: "put", Handler: func(_ context.Context, call *natsapi.Call) ([]byte, error) {
+		if s.calls.Add(1) == 1 && s.fenceFirst {
+			return nil, ports.ErrFenced
+		}
+		return []byte(strconv.Itoa(len(call.Data))), nil
+	}}}}
+}
+
+// A call that names an uploaded request holds it from when it arrives: one
+// that waits in the queue for a slot longer than an upload may sit idle
+// still finds its body when it runs.
+func TestAnUploadedRequestWaitsInTheQueueWithItsCall(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	slow := &echo{name: "slow", release: make(chan struct{}), started: make(chan struct{}, 1)}
+	const idle = 200 * time.Millisecond
+	e := newEngine(t, url, newObjects(t), engineOptions{
+		host:     natsapi.Options{MaxConcurrent: 1},
+		overflow: natsapi.OverflowOptions{UploadIdle: idle},
+	}, slow.service(), (&sizes{}).service())
+	nc := natstest.Connect(t, url)
+	body := bigValue(3 << 20)
+	up := upload(t, nc, body)
+
+	go func() { _, _ = ask(nc, 20*time.Second) }() // takes the one slot
+	<-slow.started
+	answer := make(chan *nats.Msg, 1)
+	go func() {
+		msg := nats.NewMsg(sizesSubject)
+		msg.Header.Set(wire.OverflowRequestHeader, up.ID)
+		msg.Header.Set(wire.OverflowSecretHeader, up.Secret)
+		reply, err := nc.RequestMsg(msg, 20*time.Second)
+		if err != nil {
+			t.Error(err)
+		}
+		answer <- reply
+	}()
+	waitFor(t, func() bool { return e.host.InFlight() == 2 }) // the uploaded call waits in the queue
+	time.Sleep(3 * idle) // past the upload's idle time, while its call waits
+	close(slow.release)
+	reply := <-answer
+	if reply == nil {
+		return
+	}
+	if err := wire.ErrorFromHeaders(reply.Header.Get(wire.ErrorCodeHeader), reply.Header.Get(wire.ErrorHeader)); err != nil {
+		t.Fatalf("an uploaded call that waited in the queue: %v; want it run with its body", err)
+	}
+	if got := string(reply.Data); got != strconv.Itoa(len(body)) {
+		t.Fatalf("the call ran on %s bytes, want %d", got, len(body))
+	}
+}
+
+// A large call the engine refuses with 503, having done nothing, is
+// uploaded again and sent anew: the engine took the first upload as the
+// call arrived, so the same call sent again would name an upload that is
+// gone.
+func TestALargeCallRefusedWith503IsUploadedAgain(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	s := &sizes{fenceFirst: true}
+	newEngine(t, url, newObjects(t), engineOptions{}, s.service())
+	client := natsclient.New(natstest.Connect(t, url))
+	body := bigValue(2 << 20)
+	var n int
+	if err := client.Call(t.Context(), sizesSubject, body, &n); err != nil {
+		t.Fatalf("a large call refused once with 503: %v; want it sent again and served", err)
+	}
+	sent, err := wire.Marshal(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != len(sent) || s.calls.Load() != 2 {
+		t.Fatalf("served on %d bytes after %d calls; want the whole body on the second", n, s.calls.Load())
 	}
 }

@@ -87,6 +87,11 @@ func (c *Client) Call(ctx context.Context, subject string, req, resp any) error 
 // nothing), only on subjects a queue group serves, within the retry window
 // and the call's deadline.
 func (c *Client) Request(ctx context.Context, subject string, data []byte, header nats.Header) (*nats.Msg, error) {
+	return c.request(ctx, subject, data, header, Retryable(subject))
+}
+
+// request is Request, resending only when retry is set.
+func (c *Client) request(ctx context.Context, subject string, data []byte, header nats.Header, retry bool) (*nats.Msg, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, c.timeout)
@@ -104,9 +109,7 @@ func (c *Client) Request(ctx context.Context, subject string, data []byte, heade
 		maps.Copy(msg.Header, header)
 		msg.Header.Set(wire.AuthHeader, tok)
 	}
-	retry := Retryable(subject)
-	giveUp := time.Now().Add(RetryWindow)
-	wait := RetryFirst
+	pace := newBackoff()
 	for {
 		reply, err := c.nc.RequestMsgWithContext(ctx, msg)
 		if err == nil {
@@ -116,14 +119,32 @@ func (c *Client) Request(ctx context.Context, subject string, data []byte, heade
 			}
 		}
 		nobody := errors.Is(err, nats.ErrNoResponders) || errors.Is(err, wire.ErrUnavailable)
-		if !retry || !nobody || time.Now().Add(wait).After(giveUp) || !sleep(ctx, wait) {
+		if !retry || !nobody || !pace.again(ctx) {
 			if errors.Is(err, nats.ErrNoResponders) {
 				return nil, fmt.Errorf("%s: %w: %w", subject, wire.ErrUnavailable, err)
 			}
 			return nil, fmt.Errorf("%s: %w", subject, err)
 		}
-		wait = min(2*wait, RetryMax)
 	}
+}
+
+// backoff paces the resends of one call: RetryFirst, doubling up to
+// RetryMax, within RetryWindow.
+type backoff struct {
+	giveUp time.Time
+	wait   time.Duration
+}
+
+func newBackoff() backoff { return backoff{giveUp: time.Now().Add(RetryWindow), wait: RetryFirst} }
+
+// again waits before the next attempt, and reports false, at once, when
+// that would pass the window or the context's deadline.
+func (b *backoff) again(ctx context.Context) bool {
+	if time.Now().Add(b.wait).After(b.giveUp) || !sleep(ctx, b.wait) {
+		return false
+	}
+	b.wait = min(2*b.wait, RetryMax)
+	return true
 }
 
 // sleep waits d unless ctx ends first, which it reports as false.

@@ -22,6 +22,10 @@ var (
 	overflowAccepted = nats.Header{wire.OverflowHeader: overflowOn}
 )
 
+// fetchPrealloc bounds the room made for a parked answer before its bytes
+// arrive.
+const fetchPrealloc = 16 << 20
+
 // closeTimeout bounds the close of a session.
 const closeTimeout = 5 * time.Second
 
@@ -31,11 +35,15 @@ const requestHeadroom = 8 << 10
 
 // exchange sends a call that may take an overflow reply, and returns its
 // answer. A body too large for one message is uploaded first; a parked
-// answer is fetched in chunks. An upload held by an engine that stopped
-// taking calls (a handover) is sent once more, to the engine now serving.
+// answer is fetched in chunks. An engine takes an upload as the call that
+// names it arrives, so a call it then refuses (503: it did nothing, or it
+// no longer serves, or the upload is another engine's) is not sent again
+// as it was, naming an upload that is gone: it is uploaded again and sent
+// anew, paced as Request paces its own resends.
 func (c *Client) exchange(ctx context.Context, subject string, data []byte) ([]byte, error) {
 	large := len(data) > int(c.nc.MaxPayload())-requestHeadroom
-	for attempt := 0; ; attempt++ {
+	pace := newBackoff()
+	for {
 		header := overflowAccepted
 		body := data
 		var upload wire.SessionOpened
@@ -51,12 +59,13 @@ func (c *Client) exchange(ctx context.Context, subject string, data []byte) ([]b
 			}
 			body = nil
 		}
-		msg, err := c.Request(ctx, subject, body, header)
+		retry := Retryable(subject)
+		msg, err := c.request(ctx, subject, body, header, retry && !large)
 		if err != nil {
 			if large {
 				// Whether an engine took it or not, the upload is done with.
 				c.closeSession(wire.OverflowSubject(wire.OwnerOf(upload.ID), wire.SessionClose), upload.Ref())
-				if attempt == 0 && errors.Is(err, wire.ErrUnavailable) && ctx.Err() == nil {
+				if retry && errors.Is(err, wire.ErrUnavailable) && pace.again(ctx) {
 					continue
 				}
 			}
@@ -104,7 +113,9 @@ func (c *Client) fetch(ctx context.Context, ref wire.SessionRef, size int64) ([]
 	owner := wire.OwnerOf(ref.ID)
 	defer c.closeSession(wire.OverflowSubject(owner, wire.SessionClose), ref)
 	var out bytes.Buffer
-	out.Grow(int(size))
+	// The size is the engine's word, not yet backed by bytes: room is made
+	// for it up to a bound, and beyond that as the chunks come.
+	out.Grow(int(min(size, fetchPrealloc)))
 	for seq := int64(0); ; seq++ {
 		data, done, err := c.readChunk(ctx, wire.OverflowSubject(owner, wire.SessionRead), ref, seq)
 		if err != nil {
