@@ -7,9 +7,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/abi-engine/engine/adapters/primary/natsapi"
 	"github.com/abi-engine/engine/adapters/secondary/keyvalue/memory"
 	"github.com/abi-engine/engine/adapters/secondary/natsclient"
+	"github.com/abi-engine/engine/internal/natstest"
+	"github.com/abi-engine/engine/internal/wire"
 	"github.com/abi-engine/engine/ports"
 )
 
@@ -51,5 +55,31 @@ func TestAValueLargerThanAMessageTravelsThroughOverflow(t *testing.T) {
 	}
 	if _, err := kv.Get(t.Context(), "absent"); !errors.Is(err, ports.ErrNotFound) {
 		t.Fatalf("a small call through the same path: %v, want ErrNotFound", err)
+	}
+}
+
+// The size a parked answer announces is the answerer's word, not yet backed
+// by bytes: a size no buffer can hold, from a faulty engine, is an error
+// for the call, not a crash of the caller's process.
+func TestAnAnnouncedSizeIsNotTrustedBeforeItsBytesCome(t *testing.T) {
+	url, caller := broker(t)
+	responder := natstest.Connect(t, url) // an engine's user: it may answer on the services' subjects
+	if _, err := responder.Subscribe(wire.Subject(ports.ServiceKeyValue, wire.KVGet), func(m *nats.Msg) {
+		reply := nats.NewMsg(m.Reply)
+		reply.Header.Set(wire.OverflowReplyHeader, "someone:parked")
+		reply.Header.Set(wire.OverflowSecretHeader, "secret")
+		reply.Header.Set(wire.OverflowSizeHeader, "9000000000000000000")
+		_ = responder.PublishMsg(reply)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	kv := natsclient.NewKeyValue(natsclient.New(caller(t), natsclient.WithTimeout(2*time.Second)))
+	defer func() {
+		if r := recover(); r != nil {
+			t.Fatalf("a Get whose answer announced 9e18 bytes panicked: %v", r)
+		}
+	}()
+	if _, err := kv.Get(t.Context(), "k"); err == nil {
+		t.Fatal("a Get of an answer nobody can fetch succeeded")
 	}
 }
