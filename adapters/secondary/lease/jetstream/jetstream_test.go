@@ -184,3 +184,37 @@ func TestHolderRoundTripsThroughJSON(t *testing.T) {
 }
 
 var _ = nats.Connect
+
+// FuzzDecodeHolder reads any value a key may hold, written by an engine or
+// by anyone else with access to the bucket: it never panics, and a value it
+// takes for an engine's writes back as the same holder, so a renewal or a
+// release never changes who the record names.
+func FuzzDecodeHolder(f *testing.F) {
+	h := domain.ThisProcess("1.0.0", "r7")
+	f.Add(jetstream.EncodeHolder(h))
+	h.Released = true
+	f.Add(jetstream.EncodeHolder(h))
+	f.Add([]byte(`{"instance_id":"x"}`))
+	f.Add([]byte(`null`))
+	f.Add([]byte(`{"instance_id":"` + h.InstanceID + `","pid":"1"}`))
+	f.Fuzz(func(t *testing.T, value []byte) {
+		got := jetstream.DecodeHolder(value)
+		if got.InstanceID == "" {
+			if got != (domain.Holder{}) {
+				t.Fatalf("a value read as nobody's still names %+v", got)
+			}
+			return
+		}
+		if !domain.ValidInstanceID(got.InstanceID) {
+			t.Fatalf("decoded an invalid instance id %q", got.InstanceID)
+		}
+		again := jetstream.DecodeHolder(jetstream.EncodeHolder(got))
+		if !again.StartedAt.Equal(got.StartedAt) {
+			t.Fatalf("started_at %v written back as %v", got.StartedAt, again.StartedAt)
+		}
+		again.StartedAt = got.StartedAt
+		if again != got {
+			t.Fatalf("%+v written back as %+v", got, again)
+		}
+	})
+}
