@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/abi-engine/engine/internal/strictjson"
 	"github.com/abi-engine/engine/ports"
 	"github.com/abi-engine/engine/storecheck"
 )
@@ -245,20 +247,28 @@ func (a *api) vecSearch(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-// decode reads one JSON value from the body, refusing unknown fields and
+// decode reads one JSON value from the body, refusing unknown fields (a
+// known one spelt in another case included), a field given twice, and
 // bodies over the limit.
 func (a *api) decode(w http.ResponseWriter, r *http.Request, v any) error {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, a.maxBody))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, a.maxBody))
+	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
 			return fmt.Errorf("%w: body over %d bytes", ports.ErrTooLarge, tooBig.Limit)
 		}
 		return fmt.Errorf("%w: body: %v", ports.ErrInvalidArgument, err)
 	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("%w: body: %v", ports.ErrInvalidArgument, err)
+	}
 	if dec.More() {
 		return fmt.Errorf("%w: body: more than one JSON value", ports.ErrInvalidArgument)
+	}
+	if err := strictjson.ExactFields(data, v); err != nil {
+		return fmt.Errorf("%w: body: %v", ports.ErrInvalidArgument, err)
 	}
 	return nil
 }

@@ -151,6 +151,11 @@ func TestDocuments(t *testing.T) {
 	}
 	resp, body = a.expect(http.StatusBadRequest, "POST", "/v1/documents/people/find", `{"wher":{}}`)
 	errorOf(t, resp, body)
+	// A known field spelt in another case, or given twice, is as unknown.
+	for _, bad := range []string{`{"Where":{}}`, `{"limit":1,"limit":2}`} {
+		resp, body = a.expect(http.StatusBadRequest, "POST", "/v1/documents/people/find", bad)
+		errorOf(t, resp, body)
+	}
 	resp, body = a.expect(http.StatusNotFound, "POST", "/v1/documents/nobody/find", `{}`)
 	errorOf(t, resp, body)
 

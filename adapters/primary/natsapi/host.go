@@ -30,6 +30,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/abi-engine/engine/internal/callerauth"
+	"github.com/abi-engine/engine/internal/strictjson"
 	"github.com/abi-engine/engine/internal/wire"
 	"github.com/abi-engine/engine/ports"
 )
@@ -103,7 +104,8 @@ func JSON[Req, Resp any](f func(ctx context.Context, req Req) (Resp, error)) Han
 	}
 }
 
-// Decode reads a JSON body strictly. An empty body is an empty object.
+// Decode reads a JSON body strictly: no field it does not know, spelt
+// exactly, once. An empty body is an empty object.
 func Decode(data []byte, v any) error {
 	if len(bytes.TrimSpace(data)) == 0 {
 		data = []byte("{}")
@@ -123,6 +125,9 @@ func Decode(data []byte, v any) error {
 	}
 	if dec.More() {
 		return fmt.Errorf("%w: body: more than one JSON value", ports.ErrInvalidArgument)
+	}
+	if err := strictjson.ExactFields(data, v); err != nil {
+		return fmt.Errorf("%w: body: %v", ports.ErrInvalidArgument, err)
 	}
 	return nil
 }

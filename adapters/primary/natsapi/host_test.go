@@ -351,6 +351,9 @@ func TestAMalformedBodyIsABadRequestNamingTheField(t *testing.T) {
 		`{"key":"k","value":"!!!"}`:    "value",
 		`{"key":"k"} {"key":"k"}`:      "more than one",
 		`{"key":"k","ttl_seconds":-1}`: "ttl_seconds",
+		`{"KEY":"k","value":"aGk="}`:   `unknown field "KEY"`,
+		`{"key":"k","Value":"aGk="}`:   `unknown field "Value"`,
+		`{"key":"a","key":"k"}`:        `field "key" given twice`,
 	}
 	for body, want := range cases {
 		reply, err := nc.Request(wire.Subject(ports.ServiceKeyValue, wire.KVSet), []byte(body), 5*time.Second)

@@ -290,7 +290,7 @@ func TestAnUploadedRequestWaitsInTheQueueWithItsCall(t *testing.T) {
 		answer <- reply
 	}()
 	waitFor(t, func() bool { return e.host.InFlight() == 2 }) // the uploaded call waits in the queue
-	time.Sleep(3 * idle) // past the upload's idle time, while its call waits
+	time.Sleep(3 * idle)                                      // past the upload's idle time, while its call waits
 	close(slow.release)
 	reply := <-answer
 	if reply == nil {

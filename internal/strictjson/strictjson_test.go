@@ -1,0 +1,107 @@
+package strictjson_test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/abi-engine/engine/internal/strictjson"
+)
+
+type inner struct {
+	Name string `json:"name"`
+}
+
+type Embedded struct {
+	Depth int `json:"depth"`
+}
+
+type body struct {
+	Embedded
+	Key     string            `json:"key"`
+	Inner   *inner            `json:"inner,omitempty"`
+	List    []inner           `json:"list"`
+	Labels  map[string]inner  `json:"labels"`
+	Data    map[string]any    `json:"data"`
+	At      time.Time         `json:"at"`
+	Raw     json.RawMessage   `json:"raw"`
+	Plain   string            // no tag: its Go name
+	Skipped string            `json:"-"`
+	Extra   map[string]string `json:"extra"`
+}
+
+func TestExactFields(t *testing.T) {
+	for _, c := range []struct {
+		data string
+		err  string // "" when taken
+	}{
+		{`{"key":"k"}`, ""},
+		{`{}`, ""},
+		{`{"key":"k","inner":{"name":"n"},"list":[{"name":"a"},{"name":"b"}],"labels":{"x":{"name":"y"}}}`, ""},
+		{`{"depth":2,"Plain":"p","at":"2026-12-06T00:00:00Z","raw":{"K":1,"k":2}}`, ""},
+		{`{"data":{"Key":1,"key":{"KEY":[1,2]}}}`, ""},
+		{`{"KEY":"k"}`, `unknown field "KEY"`},
+		{`{"Key":"k"}`, `unknown field "Key"`},
+		{`{"plain":"p"}`, `unknown field "plain"`},
+		{`{"inner":{"Name":"n"}}`, `unknown field "inner.Name"`},
+		{`{"list":[{"name":"a"},{"NAME":"b"}]}`, `unknown field "list[1].NAME"`},
+		{`{"labels":{"x":{"nAme":"y"}}}`, `unknown field "labels.x.nAme"`},
+		{`{"Depth":1}`, `unknown field "Depth"`},
+		{`{"key":"a","key":"b"}`, `field "key" given twice`},
+		{`{"inner":{"name":"a","name":"b"}}`, `field "inner.name" given twice`},
+		{`{"data":{"a":1,"a":2}}`, `field "data.a" given twice`},
+		{`{"extra":{"a":"1","b":"2","a":"3"}}`, `field "extra.a" given twice`},
+	} {
+		var v body
+		if err := json.Unmarshal([]byte(c.data), &v); err != nil {
+			t.Fatalf("%s does not decode at all: %v", c.data, err)
+		}
+		err := strictjson.ExactFields([]byte(c.data), &v)
+		switch {
+		case c.err == "" && err != nil:
+			t.Errorf("%s: %v, want it taken", c.data, err)
+		case c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err)):
+			t.Errorf("%s: %v, want %q", c.data, err, c.err)
+		}
+	}
+}
+
+// FuzzExactFields reads any body that encoding/json decodes: it never
+// panics, and a body it takes names, at its top level, only the type's
+// fields, each once and spelt as the type spells it.
+func FuzzExactFields(f *testing.F) {
+	for _, s := range []string{`{"key":"k"}`, `{"KEY":"k"}`, `{"key":"a","key":"b"}`, `{"list":[{"name":"a"}],"data":{"x":[1,{"y":2}]}}`, `{"labels":{"x":{"name":"y"}}}`} {
+		f.Add([]byte(s))
+	}
+	known := map[string]bool{"depth": true, "key": true, "inner": true, "list": true, "labels": true, "data": true, "at": true, "raw": true, "Plain": true, "extra": true}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var v body
+		if json.Unmarshal(data, &v) != nil {
+			return
+		}
+		if strictjson.ExactFields(data, &v) != nil {
+			return
+		}
+		dec := json.NewDecoder(strings.NewReader(string(data)))
+		if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+			return // null: nothing to name
+		}
+		seen := map[string]bool{}
+		for dec.More() {
+			tok, err := dec.Token()
+			if err != nil {
+				t.Fatal(err)
+			}
+			name := tok.(string)
+			if !known[name] || seen[name] {
+				t.Fatalf("%s taken, though it names %q (known: %v, twice: %v)", data, name, known[name], seen[name])
+			}
+			seen[name] = true
+			var skip json.RawMessage
+			if err := dec.Decode(&skip); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
