@@ -3,6 +3,8 @@ package wire
 import (
 	"encoding/json"
 	"strconv"
+
+	"github.com/abi-engine/engine/internal/strictjson"
 )
 
 // An upsert carries thousands of numbers: read by hand it costs about a
@@ -167,8 +169,11 @@ func (l *lexer) object() (map[string]any, bool) {
 		case '}', ']':
 			if depth--; depth == 0 {
 				l.i++
+				// A name given twice is left to the strict path, which
+				// refuses it: encoding/json alone keeps the last.
+				raw := l.b[start:l.i]
 				var m map[string]any
-				if json.Unmarshal(l.b[start:l.i], &m) != nil {
+				if json.Unmarshal(raw, &m) != nil || strictjson.ExactFields(raw, &m) != nil {
 					return nil, false
 				}
 				return m, true

@@ -121,6 +121,8 @@ func TestFastDecodersTakeThePlainForm(t *testing.T) {
 		`{"collection":"v","vectors":[{"id":"a","ID":"b"}]}`:                                        new(wire.VecWrite),
 		`{"collection":"v","vectors":[{"id":"a","values":[1],"values":[2]}]}`:                       new(wire.VecWrite),
 		`{"collection":"v","vectors":[{"id":"a","payload":{"k":1]}}]}`:                              new(wire.VecWrite),
+		`{"collection":"v","vectors":[{"id":"a","payload":{"k":1,"k":2}}]}`:                         new(wire.VecWrite),
+		`{"collection":"v","vectors":[{"id":"a","payload":{"k":{"n":1,"n":2}}}]}`:                   new(wire.VecWrite),
 		`{"collection":"v","vectors":[{"id":"a"}],}`:                                                new(wire.VecWrite),
 		`{"collection":"v","vectors":null}`:                                                         new(wire.VecWrite),
 		`{"collection":"v","vectors":[{"id":"a","values_f32":"AACAPw="}]}`:                          new(wire.VecWrite),
