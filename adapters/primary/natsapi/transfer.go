@@ -407,6 +407,11 @@ func (h *TransferHost) readNext(s *session, d *download) error {
 	n, err := io.ReadFull(d.r, buf)
 	d.left -= int64(n)
 	switch {
+	case (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)) && d.left > 0:
+		// Ended short of the size the open described: its last chunk
+		// must not read as the object's end.
+		d.err = fmt.Errorf("transfer %q: the object ended %d bytes short of the size it was described with", s.id, d.left)
+		return d.err
 	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
 		d.done = true
 	case s.ctx.Err() != nil: // closed while it read: the store's error is the close's doing
@@ -415,6 +420,9 @@ func (h *TransferHost) readNext(s *session, d *download) error {
 		// The stream has moved past what was read of chunk next: a
 		// read of it again would answer the bytes after them.
 		d.err = fmt.Errorf("transfer %q: read the object at chunk %d: %w", s.id, d.next, err)
+		return d.err
+	case d.left < 0:
+		d.err = fmt.Errorf("transfer %q: the object runs past the size it was described with", s.id)
 		return d.err
 	}
 	if d.kept == nil {

@@ -848,3 +848,55 @@ func TestADownloadWhoseStoreFailsPartWayAnswersEveryLaterReadWithTheFailure(t *t
 		}
 	}
 }
+
+// describedAs is a store whose objects are described with a size other than
+// the bytes they hold: a store whose stream ends early, or an object
+// replaced between its description and its bytes.
+type describedAs struct {
+	ports.ObjectStorage
+	size int64
+}
+
+func (d describedAs) Get(ctx context.Context, key string, opts ports.GetObjectOptions) (io.ReadCloser, ports.ObjectInfo, error) {
+	r, info, err := d.ObjectStorage.Get(ctx, key, opts)
+	info.Size = d.size
+	return r, info, err
+}
+
+// A download whose bytes do not come to the size its open described fails
+// where that shows, with a 500: its last chunk never reads as the end of
+// an object it is not.
+func TestADownloadWhoseBytesDoNotMatchItsDescriptionFails(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		described int64
+		failsAt   int64 // the chunk whose read finds it out
+	}{
+		{"short", 22, 4}, // 16 bytes: chunk 4 is empty, with 6 owed
+		{"long", 10, 2},  // 16 bytes: chunk 2 runs past the 10th byte
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			url := natstest.StartServer(t).ClientURL()
+			objs := newObjects(t)
+			if _, err := objs.Put(t.Context(), "k", strings.NewReader("aaaabbbbccccdddd"), ports.PutObjectOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			newEngine(t, url, describedAs{objs, c.described}, engineOptions{transfers: natsapi.TransferOptions{ChunkSize: 4}})
+			nc := natstest.Connect(t, url)
+			opened, err := openTransfer(t, nc, wire.TransferOpen{Mode: wire.TransferGet, Key: "k"}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for seq := int64(0); seq < c.failsAt; seq++ {
+				if _, done, err := read(t, nc, opened, seq); err != nil || done {
+					t.Fatalf("read %d: done %v, %v; want a chunk", seq, done, err)
+				}
+			}
+			got, done, err := read(t, nc, opened, c.failsAt)
+			var re *wire.RemoteError
+			if !errors.As(err, &re) || re.Code != wire.CodeInternal {
+				t.Fatalf("read %d: %q, done %v, %v; want a 500", c.failsAt, got, done, err)
+			}
+		})
+	}
+}
