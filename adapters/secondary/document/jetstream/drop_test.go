@@ -3,12 +3,14 @@ package jetstream_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/abi-engine/engine/adapters/secondary/document/jetstream"
 	"github.com/abi-engine/engine/adapters/secondary/internal/jstest"
@@ -16,36 +18,58 @@ import (
 	"github.com/abi-engine/engine/ports"
 )
 
-// purgeHolder dials connections that hold their first stream purge request
-// until released: a store paused between a drop's marker removal and its
-// purge.
-type purgeHolder struct {
+// purgeStopper dials connections that stop their first stream purge
+// request: they hold it until release is closed (a store paused between a
+// drop's marker removal and its purge), or, with cut, close the connection
+// instead (an engine that dies there).
+type purgeStopper struct {
+	cut     bool
 	once    sync.Once
 	held    chan struct{}
 	release chan struct{}
 }
 
-func (h *purgeHolder) Dial(network, address string) (net.Conn, error) {
+func (p *purgeStopper) Dial(network, address string) (net.Conn, error) {
 	c, err := net.Dial(network, address)
 	if err != nil {
 		return nil, err
 	}
-	return holdingConn{Conn: c, h: h}, nil
+	return stoppingConn{Conn: c, p: p}, nil
 }
 
-type holdingConn struct {
+type stoppingConn struct {
 	net.Conn
-	h *purgeHolder
+	p *purgeStopper
 }
 
-func (c holdingConn) Write(b []byte) (int, error) {
+func (c stoppingConn) Write(b []byte) (int, error) {
 	if bytes.Contains(b, []byte("$JS.API.STREAM.PURGE.")) {
-		c.h.once.Do(func() {
-			close(c.h.held)
-			<-c.h.release
+		if c.p.cut {
+			c.Conn.Close()
+			return 0, errors.New("cut off before the purge left")
+		}
+		c.p.once.Do(func() {
+			close(c.p.held)
+			<-c.p.release
 		})
 	}
 	return c.Conn.Write(b)
+}
+
+// openStopped opens a store on a connection of p's.
+func openStopped(t *testing.T, url string, c jetstream.Config, p *purgeStopper) *jetstream.Store {
+	t.Helper()
+	nc, err := nats.Connect(url, nats.SetCustomDialer(p), nats.NoReconnect())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	s, err := jetstream.Open(t.Context(), c, nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
 }
 
 // A drop whose purge lands after the collection was made again, by this
@@ -57,17 +81,8 @@ func TestALateDropsPurgeLeavesTheCollectionMadeAgain(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 
-	h := &purgeHolder{held: make(chan struct{}), release: make(chan struct{})}
-	nc, err := nats.Connect(url, nats.SetCustomDialer(h))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	dropper, err := jetstream.Open(ctx, c, nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = dropper.Close() })
+	h := &purgeStopper{held: make(chan struct{}), release: make(chan struct{})}
+	dropper := openStopped(t, url, c, h)
 	other := open(t, url, c)
 
 	if err := other.EnsureCollection(ctx, "c"); err != nil {
@@ -99,5 +114,51 @@ func TestALateDropsPurgeLeavesTheCollectionMadeAgain(t *testing.T) {
 	}
 	if _, err := other.Get(ctx, "c", "old"); err == nil {
 		t.Fatal("the dropped generation's document shows in the collection made again")
+	}
+}
+
+// A drop whose purge never ran (its engine died between the marker's
+// removal and the purge) leaves its documents in the stream, hidden; the
+// next drop of the collection takes them with its own.
+func TestADropSweepsTheDocumentsAnEarlierDropLeft(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	c := jetstream.Config{Bucket: jstest.Bucket(t), Replicas: 1}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	s := open(t, url, c)
+	if err := s.EnsureCollection(ctx, "c"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Put(ctx, "c", "old", map[string]any{"n": 1}, ports.Cond{}); err != nil {
+		t.Fatal(err)
+	}
+	dying := openStopped(t, url, c, &purgeStopper{cut: true})
+	if err := dying.DropCollection(ctx, "c"); err == nil {
+		t.Fatal("a drop cut off before its purge reported success")
+	}
+
+	if err := s.EnsureCollection(ctx, "c"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Put(ctx, "c", "new", map[string]any{"n": 2}, ports.Cond{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DropCollection(ctx, "c"); err != nil {
+		t.Fatal(err)
+	}
+	js, err := natsjs.New(natstest.Connect(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(ctx, "KV_"+c.Bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx, natsjs.WithSubjectFilter("$KV."+c.Bucket+".d.c.>"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left := info.State.Subjects; len(left) != 0 {
+		t.Fatalf("documents of dropped collections stay in the stream: %v", left)
 	}
 }

@@ -129,9 +129,12 @@ func (s *Store) EnsureCollection(ctx context.Context, name string) error {
 }
 
 // DropCollection deletes the marker, which hides the documents at once,
-// then purges the documents of the generation it dropped, and only those: a
-// purge that lands late, after the collection was made again and written,
-// leaves the new generation's documents alone.
+// then purges the collection's documents written before that delete: the
+// generation it dropped, and any older one a drop before it left (its
+// engine stopped, or its purge failed, before the purge went through). A
+// collection made again has a marker, and so documents, at later
+// revisions: a purge that lands late, after the collection was made again
+// and written, leaves them alone.
 func (s *Store) DropCollection(ctx context.Context, name string) error {
 	if err := storecheck.Collection(name); err != nil {
 		return err
@@ -144,14 +147,14 @@ func (s *Store) DropCollection(ctx context.Context, name string) error {
 		if !e.Live {
 			return fmt.Errorf("drop collection %q: %w", name, ports.ErrNotFound)
 		}
-		_, err = s.b.Remove(ctx, marker(name), e.Revision)
+		removed, err := s.b.Remove(ctx, marker(name), e.Revision)
 		if errors.Is(err, jsbucket.ErrConflict) {
 			continue
 		}
 		if err != nil {
 			return fmt.Errorf("drop collection %q: %w", name, err)
 		}
-		return wrap(s.b.Purge(ctx, fmt.Sprintf("d.%s.%d.>", name, e.Revision)), "drop collection %q", name)
+		return wrap(s.b.PurgeBelow(ctx, "d."+name+".>", removed), "drop collection %q", name)
 	}
 	return fmt.Errorf("drop collection %q: it changed %d times meanwhile: %w", name, casRounds, ports.ErrConflict)
 }

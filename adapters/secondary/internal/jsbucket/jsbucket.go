@@ -760,3 +760,15 @@ func (b *Bucket) Purge(ctx context.Context, filter string) error {
 	}
 	return nil
 }
+
+// PurgeBelow removes the messages of the keys under filter whose revision
+// is below rev, leaving no markers and every later write.
+func (b *Bucket) PurgeBelow(ctx context.Context, filter string, rev uint64) error {
+	err := retry(ctx, func(ctx context.Context) error {
+		return b.stream.Purge(ctx, jetstream.WithPurgeSubject(b.prefix+filter), jetstream.WithPurgeSequence(rev))
+	})
+	if err != nil {
+		return fmt.Errorf("purge %s below revision %d from bucket %s: %w", filter, rev, b.name, err)
+	}
+	return nil
+}
