@@ -2,6 +2,7 @@ package domain_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -122,8 +123,10 @@ func TestARenewalsCreateThatLandsLateIsHeldFromWhenItIsFound(t *testing.T) {
 			t.Fatalf("c does not serve: %s", c.path())
 		}
 
-		// A second delete; a's create lands, and a's link comes back.
+		// A second delete; a's create lands, and a's link comes back,
+		// while c's next renewal is slow on its way.
 		deleteKey(t, store)
+		c.store.Delay(L, 0)
 		stop := watchOverlap(a, c)
 		letGo()
 		synctest.Wait()
@@ -135,6 +138,8 @@ func TestARenewalsCreateThatLandsLateIsHeldFromWhenItIsFound(t *testing.T) {
 		if !a.o.MayServe() {
 			t.Fatalf("a, whose record holds the key, does not serve after its quarantine: %s", a.path())
 		}
+		c.store.Delay(0, 0)
+		time.Sleep(2 * L) // c's held renewals land before the bubble ends
 	})
 }
 
@@ -178,6 +183,64 @@ func TestARenewalsCreateSaidTakenIsReadBack(t *testing.T) {
 		time.Sleep(2 * L)
 		if !a.o.MayServe() {
 			t.Fatalf("a does not serve after its quarantine: %s", a.path())
+		}
+	})
+}
+
+// misreadOnce is a lease whose next renewal, once armed, is misread: its
+// write is refused as a conflict that was not one (a replicated stream
+// with another write in flight), the read that follows says the key has
+// no value though it holds ours (a replica behind), and the create then
+// gets no answer.
+type misreadOnce struct {
+	domain.Lease
+	update, read, create atomic.Bool
+}
+
+func (l *misreadOnce) arm() { l.update.Store(true); l.read.Store(true); l.create.Store(true) }
+
+func (l *misreadOnce) Update(ctx context.Context, h domain.Holder, rev uint64) (uint64, error) {
+	if l.update.CompareAndSwap(true, false) {
+		return 0, fmt.Errorf("update the lease: %w", domain.ErrLeaseConflict)
+	}
+	return l.Lease.Update(ctx, h, rev)
+}
+
+func (l *misreadOnce) Read(ctx context.Context) (domain.Record, error) {
+	if l.read.CompareAndSwap(true, false) {
+		return domain.Record{}, nil
+	}
+	return l.Lease.Read(ctx)
+}
+
+func (l *misreadOnce) Create(ctx context.Context, h domain.Holder) (uint64, error) {
+	if l.create.CompareAndSwap(true, false) {
+		return 0, errors.New("create the lease: no answer")
+	}
+	return l.Lease.Create(ctx, h)
+}
+
+// A create of unknown outcome is settled by a later renewal that writes
+// over our record at the revision we held: the key had a value all along,
+// so the create never landed and never can. Left open, it kept the
+// release that followed from handing over, and the successor waited a
+// lease.
+func TestARenewalOverOurRecordSettlesACreateOfUnknownOutcome(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := usedStore(t)
+		view := &misreadOnce{Lease: store}
+		a := newEngine(t, view, "a", "", testTiming())
+		a.mustServe(t)
+		time.Sleep(L / 8)
+		view.arm() // the renewal at L/4 is misread; the one after it writes
+		time.Sleep(L / 4)
+		synctest.Wait()
+		if !a.o.MayServe() {
+			t.Fatalf("a does not serve: %s", a.path())
+		}
+		a.release(t)
+		if !a.o.HandedOver() {
+			t.Fatalf("a's release handed nothing over after a renewal settled the create: %s", a.path())
 		}
 	})
 }

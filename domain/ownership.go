@@ -451,8 +451,9 @@ type renewal struct {
 	start time.Time
 	rev   uint64
 	err   error // nil: renewed; ErrLeaseLost: another engine holds it; else unknown
-	// recreatedAt is set when the key held no value and this renewal created
-	// it again: when the renewal saw it empty.
+	// recreatedAt is set when the key held no value and a create of ours
+	// made it again: when our record was known to be in it (the create's
+	// answer, or the read that found a create of unknown outcome).
 	recreatedAt time.Time
 	// holder is the record the renewal found another engine's, when it
 	// found the lease lost.
@@ -543,9 +544,9 @@ func (o *Ownership) take(r renewal, renewedAt, serveFrom *time.Time) bool {
 	if !r.recreatedAt.IsZero() {
 		// Someone deleted the key: another engine may have taken the lease
 		// before that and serve still. It stops within half a lease of its
-		// last renewal, which started before the key was seen empty, so
-		// this engine holds it Timing.Quarantine from then, and serves
-		// under a new term.
+		// last renewal, which started before our create landed, so this
+		// engine holds the key Timing.Quarantine from when it knew that
+		// create landed, and serves under a new term.
 		*serveFrom = r.recreatedAt.Add(o.timing.Quarantine())
 		o.mu.Lock()
 		o.term = r.rev
@@ -614,6 +615,11 @@ func (o *Ownership) settle(now, renewedAt, serveFrom time.Time) {
 // caller's to set.
 func (o *Ownership) renew(ctx context.Context, rev uint64) renewal {
 	newRev, err := o.lease.Update(ctx, o.me, rev)
+	if err == nil {
+		// The key held our record at rev: no create of ours landed since,
+		// and none still on its way can land on a key with a value.
+		o.setCreateOpen(false)
+	}
 	if !errors.Is(err, ErrLeaseConflict) {
 		return renewal{rev: newRev, err: err}
 	}

@@ -130,7 +130,7 @@ func (l *Lease) create(ctx context.Context) (jetstream.KeyValue, error) {
 // longer exists, and reports whether it was gone. An engine whose bucket was
 // deleted under it would otherwise stay fenced, and its standbys wait, for
 // ever. The key in a new bucket has no value, over which the state machine
-// waits half a lease before serving.
+// holds a lease (the quarantine) before serving.
 func (l *Lease) recreateIfGone(ctx context.Context, err error) bool {
 	if err == nil {
 		return false
