@@ -228,10 +228,12 @@ func (e *Engine) Start(ctx context.Context) (err error) {
 		if err != nil {
 			e.stopping.Store(true)
 			// fx runs no stop for a start that failed: the modules that
-			// did start are stopped here.
-			if serr := e.stopModules(context.WithoutCancel(ctx)); serr != nil {
+			// did start are stopped here, within a drain period.
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.p.Config.Timing().Drain)
+			if serr := e.stopModules(sctx); serr != nil {
 				e.log.Warn("stopping the modules of a start that failed", "err", serr)
 			}
+			cancel()
 			e.closeAll()
 		}
 	}()
