@@ -119,7 +119,7 @@ func TestInboxPrefix(t *testing.T) {
 	if c := parse(t, "nats: {inbox_prefix: _INBOX.caller_a}\n", env()); c.NATS.InboxPrefix != "_INBOX.caller_a" {
 		t.Fatalf("inbox_prefix reads %q", c.NATS.InboxPrefix)
 	}
-	for _, bad := range []string{"_INBOX.>", "_INBOX.*.x", "_INBOX.", ".x", "a..b", "a b"} {
+	for _, bad := range []string{"_INBOX.>", "_INBOX.*.x", "_INBOX.", ".x", "a..b", "a b", "replies.caller_a", "_INBOXES.a"} {
 		_, err := config.Parse("engine.yaml", []byte("nats: {inbox_prefix: \""+bad+"\"}\n"), env())
 		if err == nil || !strings.Contains(err.Error(), "nats.inbox_prefix") {
 			t.Errorf("inbox_prefix %q: %v, want an error naming the key", bad, err)

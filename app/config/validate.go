@@ -12,6 +12,7 @@ import (
 	"github.com/abi-engine/engine/adapters/secondary/storage"
 	"github.com/abi-engine/engine/domain"
 	"github.com/abi-engine/engine/internal/redact"
+	"github.com/abi-engine/engine/internal/wire"
 	"github.com/abi-engine/engine/ports"
 )
 
@@ -52,6 +53,9 @@ func (c *Config) validateNATS() error {
 			if token == "" || strings.ContainsAny(token, "*> \t\r\n") {
 				return c.errAt("nats.inbox_prefix", fmt.Errorf("%q: want subject tokens joined by dots, such as _INBOX.caller_a, without wildcards", p))
 			}
+		}
+		if !wire.IsInbox(p + ".x") {
+			return c.errAt("nats.inbox_prefix", fmt.Errorf("%q: want a prefix under %s, such as _INBOX.caller_a: engines answer only into inboxes", p, wire.InboxPrefix))
 		}
 	}
 	cr := c.NATS.Credentials

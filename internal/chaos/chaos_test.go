@@ -447,7 +447,7 @@ type view struct {
 	servingAt time.Time // when its latest move to serving was seen
 }
 
-const replyPrefix = "chaos.reply."
+const replyPrefix = "_INBOX.chaos.reply."
 
 func newObserver(t *testing.T, nc *nats.Conn, w *world) *observer {
 	o := &observer{t: t, w: w, nc: nc, pending: map[uint64]*attempt{}, views: map[string]*view{}, answered: map[string]time.Time{}}

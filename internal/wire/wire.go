@@ -30,6 +30,28 @@ func OwnerSubject(service, owner, operation string) string {
 	return SubjectPrefix + service + ".v1." + owner + "." + operation
 }
 
+// InboxPrefix starts every subject an engine answers on. A call's reply
+// subject is the caller's to choose, and the engine may publish where its
+// callers may not (the lease key, the JetStream API, the data buckets), so
+// it answers only into inboxes: a call whose reply is elsewhere is dropped
+// unanswered. A custom inbox prefix (nats.inbox_prefix) must start with it.
+const InboxPrefix = "_INBOX."
+
+// IsInbox reports whether subject is an inbox an engine may answer on: a
+// literal subject under InboxPrefix.
+func IsInbox(subject string) bool {
+	rest, ok := strings.CutPrefix(subject, InboxPrefix)
+	if !ok || rest == "" {
+		return false
+	}
+	for _, token := range strings.Split(rest, ".") {
+		if token == "" || strings.ContainsAny(token, "*> \t\r\n") {
+			return false
+		}
+	}
+	return true
+}
+
 // QueueGroup is the queue group of a service's endpoints: every serving
 // engine joins it, so each call reaches one of them.
 func QueueGroup(service string) string { return "abi.svc." + service }

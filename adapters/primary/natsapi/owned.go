@@ -386,10 +386,27 @@ func randomHex() string {
 	return hex.EncodeToString(b[:])
 }
 
+// misdirected counts the calls dropped for a reply subject that is not an
+// inbox; one in misdirectedLogEvery is logged, so a caller that sends them
+// in a loop does not flood the log.
+var misdirected atomic.Int64
+
+const misdirectedLogEvery = 1000
+
 // respond publishes the answer to a call on what (its subject): data, or
 // err as micro error headers.
 func respond(nc *nats.Conn, logger *slog.Logger, what, subject string, header nats.Header, data []byte, err error) {
 	if subject == "" {
+		return
+	}
+	if !wire.IsInbox(subject) {
+		// The engine may publish where its callers may not: an answer
+		// there would be a write the caller chose (into the lease key,
+		// say). The call is dropped unanswered.
+		if misdirected.Add(1)%misdirectedLogEvery == 1 {
+			logger.Warn("a call's reply subject is not an inbox; dropped unanswered",
+				"call", what, "reply", subject, "dropped_so_far", misdirected.Load())
+		}
 		return
 	}
 	msg := nats.NewMsg(subject)
