@@ -393,7 +393,11 @@ func (r *received) run() { r.finish(r.h.handle(r.ctx, r.ep.Handler, &r.Call)) }
 func (r *received) finish(data []byte, err error) {
 	defer r.h.calls.done()
 	if r.release != nil {
-		defer r.release()
+		// The request's bytes are done with before a large answer is
+		// parked, so the two never count at once against the caller's
+		// share, as they did not when the call took its upload itself.
+		r.release()
+		r.release, r.Data = nil, nil
 	}
 	r.h.reply(r.reply, &r.Call, data, err)
 	if r.h.opts.OnCall != nil {

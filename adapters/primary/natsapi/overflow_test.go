@@ -247,6 +247,7 @@ func upload(t *testing.T, nc *nats.Conn, body []byte) wire.SessionOpened {
 // is set: 503, having done nothing.
 type sizes struct {
 	fenceFirst bool
+	slowFence  time.Duration // how long the first call takes to be refused
 	calls      atomic.Int64
 }
 
@@ -255,6 +256,7 @@ const sizesSubject = "abi.svc.sizes.v1.put"
 func (s *sizes) service() natsapi.Service {
 	return natsapi.Service{Name: "sizes", Endpoints: []natsapi.Endpoint{{Name: "put", Handler: func(_ context.Context, call *natsapi.Call) ([]byte, error) {
 		if s.calls.Add(1) == 1 && s.fenceFirst {
+			time.Sleep(s.slowFence)
 			return nil, ports.ErrFenced
 		}
 		return []byte(strconv.Itoa(len(call.Data))), nil
@@ -325,4 +327,50 @@ func TestALargeCallRefusedWith503IsUploadedAgain(t *testing.T) {
 	if n != len(sent) || s.calls.Load() != 2 {
 		t.Fatalf("served on %d bytes after %d calls; want the whole body on the second", n, s.calls.Load())
 	}
+}
+
+// A large call refused with 503 later than the facade's retry window after
+// it began (its upload was long, or it waited in a queue) is still sent
+// once more: the window of resends opens at the first refusal.
+func TestALargeCallRefusedLateIsUploadedAgain(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	s := &sizes{fenceFirst: true, slowFence: natsclient.RetryWindow + 300*time.Millisecond}
+	newEngine(t, url, newObjects(t), engineOptions{}, s.service())
+	client := natsclient.New(natstest.Connect(t, url))
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	var n int
+	if err := client.Call(ctx, sizesSubject, bigValue(2<<20), &n); err != nil {
+		t.Fatalf("a large call refused with 503 after %v: %v (%d calls)", s.slowFence, err, s.calls.Load())
+	}
+}
+
+// An uploaded request's bytes are freed before its answer is parked: the
+// two never count at once against the caller's share. A call that uploads
+// 3 MiB and answers 3 MiB fits a share of 5 MiB.
+func TestAnUploadedCallsBytesAreFreedBeforeItsAnswerIsParked(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	echo := natsapi.Service{Name: "echoback", Endpoints: []natsapi.Endpoint{{Name: "put",
+		Handler: func(_ context.Context, call *natsapi.Call) ([]byte, error) { return bytes.Clone(call.Data), nil }}}}
+	e := newEngine(t, url, newObjects(t), engineOptions{overflow: natsapi.OverflowOptions{
+		MaxValue: 4 << 20, MaxParked: 64 << 20, MaxParkedPerCaller: 5 << 20}}, echo)
+	nc := natstest.Connect(t, url)
+	body := bigValue(3 << 20)
+	up := upload(t, nc, body)
+	msg := nats.NewMsg("abi.svc.echoback.v1.put")
+	msg.Header.Set(wire.OverflowHeader, "1")
+	msg.Header.Set(wire.OverflowRequestHeader, up.ID)
+	msg.Header.Set(wire.OverflowSecretHeader, up.Secret)
+	reply, err := nc.RequestMsg(msg, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := wire.ErrorFromHeaders(reply.Header.Get(wire.ErrorCodeHeader), reply.Header.Get(wire.ErrorHeader)); err != nil {
+		t.Fatalf("a 3 MiB uploaded call answering 3 MiB, in a 5 MiB share: %v", err)
+	}
+	got, err := fetchParked(nc, reply)
+	if err != nil || !bytes.Equal(got, body) {
+		t.Fatalf("fetched %d bytes, %v; want the %d sent", len(got), err, len(body))
+	}
+	waitFor(t, func() bool { return e.overflow.Parked() == 0 })
 }
