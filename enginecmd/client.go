@@ -107,6 +107,9 @@ func (cf *clientFlags) load() (*config.Config, error) {
 	if cf.natsURL != "" {
 		cfg.NATS.URL = cf.natsURL
 	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	return cfg, nil
 }
 

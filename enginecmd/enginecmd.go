@@ -172,6 +172,10 @@ func (c *command) serve(args []string, stderr io.Writer) int {
 	if *natsURL != "" {
 		cfg.NATS.URL = *natsURL
 	}
+	if err := cfg.Validate(); err != nil {
+		fmt.Fprintf(stderr, "engine: %v\n", err)
+		return exitError
+	}
 	embed := *configPath == "" && *natsURL == "" && os.Getenv("NATS_URL") == ""
 	if os.Getenv("GOGC") == "" {
 		// A server of small calls keeps little live: without a floor the

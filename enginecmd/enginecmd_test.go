@@ -265,3 +265,32 @@ func TestServeKeepsAHeapFloorUnlessGOGCIsSet(t *testing.T) {
 		})
 	}
 }
+
+// No command shows a password it was given: not one with characters a URL
+// takes in its user info unescaped ("(", ";"), which `config check` printed,
+// and not one in a --nats-url the file would have refused, which went
+// unchecked to nats.go, whose error quoted it whole.
+func TestNoCommandShowsAPassword(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "engine.yaml")
+	yaml := "nats:\n  url: \"nats://engine:hun(ter2@nats:4222\"\n" +
+		"services:\n  keyvalue: {adapter: postgres, config: {dsn: \"postgres://kv:pg;secret@db:5432/engine\"}}\n"
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	if code := Run([]string{"config", "check", "--config", path}, &stdout, &stderr, Options{}); code != 0 {
+		t.Fatalf("config check = %d: %s", code, stderr.String())
+	}
+	for _, secret := range []string{"hun(ter2", "pg;secret"} {
+		if strings.Contains(stdout.String()+stderr.String(), secret) {
+			t.Errorf("config check shows the password %q:\n%s", secret, stdout.String())
+		}
+	}
+	bad := "nats://engine:hunter2@127.0.0.1:4222x"
+	for _, args := range [][]string{{"serve", "--nats-url", bad}, {"status", "--nats-url", bad}, {"kv", "get", "k", "--nats-url", bad}} {
+		var stderr bytes.Buffer
+		if code := Run(args, io.Discard, &stderr, Options{}); code != 1 || strings.Contains(stderr.String(), "hunter2") {
+			t.Errorf("engine %q = %d, stderr:\n%s", args, code, stderr.String())
+		}
+	}
+}

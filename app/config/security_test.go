@@ -126,3 +126,16 @@ func TestInboxPrefix(t *testing.T) {
 		}
 	}
 }
+
+// A nats.url refused as malformed is quoted in the error without the
+// password it carries, also when it has no "://" to read a URL by.
+func TestABadNATSURLIsQuotedWithoutItsPassword(t *testing.T) {
+	for _, url := range []string{"nats:engine:hunter2@nats-1", "nats:/engine:hunter2@nats-1", "nats//engine:hunter2@nats-1", "nats://engine:hunter2@nats-1:4222x"} {
+		_, err := config.Parse("engine.yaml", []byte("nats: {url: \""+url+"\"}\n"), env())
+		if err == nil {
+			t.Errorf("%q accepted", url)
+		} else if strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("%q: the error shows the password: %v", url, err)
+		}
+	}
+}

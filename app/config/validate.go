@@ -17,6 +17,10 @@ import (
 )
 
 // validate checks every value and names the first bad one by its key.
+// Validate checks the configuration again, after a caller changed it: a
+// command-line flag's value is held to the rules a file's is.
+func (c *Config) Validate() error { return c.validate() }
+
 func (c *Config) validate() error {
 	for _, check := range []func() error{c.validateNATS, c.validateEngine, c.validateHTTP, c.validateCallers, c.validateServices} {
 		if err := check(); err != nil {
@@ -37,15 +41,15 @@ func (c *Config) validateNATS() error {
 		raw = strings.TrimSpace(raw)
 		u, err := url.Parse(raw)
 		if err != nil {
-			return c.errAt("nats.url", fmt.Errorf("%q is not a URL", redact.URLs(raw)))
+			return c.errAt("nats.url", fmt.Errorf("%q is not a URL", redact.URL(raw)))
 		}
 		switch u.Scheme {
 		case "nats", "tls", "ws", "wss":
 		default:
-			return c.errAt("nats.url", fmt.Errorf("%q: want a nats://, tls://, ws:// or wss:// URL", redact.URLs(raw)))
+			return c.errAt("nats.url", fmt.Errorf("%q: want a nats://, tls://, ws:// or wss:// URL", redact.URL(raw)))
 		}
 		if u.Host == "" {
-			return c.errAt("nats.url", fmt.Errorf("%q has no host", redact.URLs(raw)))
+			return c.errAt("nats.url", fmt.Errorf("%q has no host", redact.URL(raw)))
 		}
 	}
 	if p := c.NATS.InboxPrefix; p != "" {

@@ -8,11 +8,13 @@ import "strings"
 // Mask replaces a hidden credential.
 const Mask = "***"
 
-// urlEnd are the bytes that end a URL where it stands in a list or in
-// running text; authorityEnd also end its authority.
+// textEnd are the bytes that end a URL in running text, where nothing of
+// its user info can stand (a password may hold "(", ";", "'" and the other
+// sub-delims unescaped, as url.Parse, and so nats.go and pgx, take it);
+// authorityEnd also end its authority.
 const (
-	urlEnd       = ",;\"'`<>()[]{} \t\r\n"
-	authorityEnd = "/?#" + urlEnd
+	textEnd      = "\"`<> \t\r\n"
+	authorityEnd = "/?#" + textEnd
 )
 
 // URLs hides the credentials of every URL in s, which may be one URL, a
@@ -45,7 +47,9 @@ func URLs(s string) string {
 		if at < 0 {
 			// A password with an unescaped "/", "?" or "#" ends the
 			// authority early; the "@" after it still ends the user info.
-			at = strings.LastIndex(this[:end(this, urlEnd)], "@")
+			// In running text this may hide more than the user info:
+			// never less.
+			at = strings.LastIndex(this[:end(this, textEnd)], "@")
 		}
 		if at < 0 {
 			continue
@@ -67,3 +71,34 @@ func end(s, set string) int {
 	}
 	return len(s)
 }
+
+// URL hides the credentials of one URL that may be malformed, as a
+// configuration's value is before it is checked: one with no "://" (a
+// slash or a colon forgotten) still hides whatever comes before its last
+// "@".
+func URL(raw string) string {
+	if strings.Contains(raw, "://") {
+		return URLs(raw)
+	}
+	if at := strings.LastIndex(raw, "@"); at >= 0 {
+		return Mask + raw[at:]
+	}
+	return raw
+}
+
+// Error is err with the credentials of the URLs its text quotes hidden
+// (URLs); it still matches what err matches.
+func Error(err error) error {
+	if err == nil {
+		return nil
+	}
+	return hidden{msg: URLs(err.Error()), err: err}
+}
+
+type hidden struct {
+	msg string
+	err error
+}
+
+func (h hidden) Error() string { return h.msg }
+func (h hidden) Unwrap() error { return h.err }

@@ -1,6 +1,7 @@
 package redact_test
 
 import (
+	"net/url"
 	"strings"
 	"testing"
 
@@ -25,6 +26,10 @@ func TestURLs(t *testing.T) {
 		{"InError", `connect to NATS at "nats://u:s3cret@h:4222": refused`, `connect to NATS at "nats://u:***@h:4222": refused`},
 		{"Postgres", "postgres://kv:pgpw@db:5432/engine?sslmode=disable", "postgres://kv:***@db:5432/engine?sslmode=disable"},
 		{"AtInPathOnly", "nats://host:4222/x@y", "nats://host:***@y"},
+		{"PasswordWithParen", "nats://engine:pa(ss@nats-1:4222", "nats://engine:***@nats-1:4222"},
+		{"PasswordWithSemicolon", "nats://engine:pa;ss@nats-1:4222", "nats://engine:***@nats-1:4222"},
+		{"PasswordWithQuote", "postgres://kv:s3cr'et@db:5432/engine", "postgres://kv:***@db:5432/engine"},
+		{"PasswordWithParenInError", `dial "nats://u:p)w@h:4222": refused`, `dial "nats://u:***@h:4222": refused`},
 		{"NoURL", "user@example.com", "user@example.com"},
 		{"Empty", "", ""},
 	}
@@ -49,5 +54,31 @@ func FuzzURLs(f *testing.F) {
 		if again := redact.URLs(out); again != out {
 			t.Fatalf("URLs is not stable: %q, then %q", out, again)
 		}
+		// A URL that nats.go or pgx would read a password from shows none.
+		if u, err := url.Parse(s); err == nil && u.User != nil && u.Scheme != "" && strings.Count(s, "://") == 1 {
+			secret, ok := u.User.Password()
+			if !ok {
+				secret = u.User.Username() // a lone user is a token
+			}
+			if len(secret) > 2 && strings.Contains(out, secret) && !strings.Contains(u.Host+u.Path+u.Scheme+u.User.Username(), secret) {
+				t.Fatalf("URLs(%q) = %q shows %q", s, out, secret)
+			}
+		}
 	})
+}
+
+// URL hides the credentials of a configured URL that is malformed, which
+// URLs, looking for "://", would pass over.
+func TestURLOfAMalformedValue(t *testing.T) {
+	for in, want := range map[string]string{
+		"nats:engine:hunter2@nats-1":  "***@nats-1",
+		"nats:/engine:hunter2@nats-1": "***@nats-1",
+		"nats//engine:hunter2@nats-1": "***@nats-1",
+		"nats://engine:hunter2@n:1":   "nats://engine:***@n:1",
+		"nats-1:4222":                 "nats-1:4222",
+	} {
+		if got := redact.URL(in); got != want {
+			t.Errorf("URL(%q) = %q, want %q", in, got, want)
+		}
+	}
 }

@@ -109,10 +109,11 @@ func Connect(o Options) (*nats.Conn, error) {
 	// x509 error is about the server's certificate and names itself.
 	if err != nil && o.Cert != "" && isClientCertRefusal(err) {
 		return nil, fmt.Errorf("connect to NATS at %s: %w (the server did not accept the client certificate %s: is it signed by a CA the server trusts, and valid now?)",
-			redact.URLs(o.URL), err, o.Cert)
+			redact.URLs(o.URL), redact.Error(err), o.Cert)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("connect to NATS at %s: %w", redact.URLs(o.URL), err)
+		// nats.go's own text may quote the URL, credentials and all.
+		return nil, fmt.Errorf("connect to NATS at %s: %w", redact.URLs(o.URL), redact.Error(err))
 	}
 	return nc, nil
 }
