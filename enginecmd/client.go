@@ -124,7 +124,8 @@ func (cf *clientFlags) embedded() bool {
 func (cf *clientFlags) json() bool { return cf.output == "json" }
 
 // withEngine runs f with the services of an engine started in this process
-// with role auto (unless ABI_ENGINE_ROLE chooses another): next to a
+// with role auto (unless ABI_ENGINE_ROLE chooses another, or the
+// configuration says client, which it keeps): next to a
 // serving engine it is a client, on its own it serves until f returns. Its
 // logs reach stderr only from warnings up, so stdout carries the answer
 // alone. It returns the exit code.
@@ -133,7 +134,10 @@ func (c *command) withEngine(cf *clientFlags, stderr io.Writer, f func(ctx conte
 	if err != nil {
 		return fail(stderr, err)
 	}
-	if os.Getenv(config.EnvRole) == "" {
+	// A host configured as a client never serves, not even for one
+	// command: it would claim the lease and keep the data it wrote in
+	// its own backends, where the account's engine never sees them.
+	if os.Getenv(config.EnvRole) == "" && cfg.Role() != domain.RoleClient {
 		cfg.NATS.Engine.Role = domain.RoleAuto.String()
 		if engineAnswers(cfg) {
 			cfg.NATS.Engine.Role = domain.RoleClient.String()

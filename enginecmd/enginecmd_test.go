@@ -294,3 +294,25 @@ func TestNoCommandShowsAPassword(t *testing.T) {
 		}
 	}
 }
+
+// A host whose configuration says role: client never serves, not even for
+// one command with no engine about: `engine kv set` fails, and no backend
+// is opened. Before, the command took the role auto, claimed the lease and
+// wrote the value into backends of its own that no engine ever read.
+func TestACommandOnAClientHostNeverServes(t *testing.T) {
+	srv := natstest.StartServer(t)
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	path := filepath.Join(dir, "engine.yaml")
+	yaml := fmt.Sprintf("nats:\n  url: %s\n  engine: {role: client, lease_seconds: 1, drain_seconds: 1}\nhttp: {listen: off}\ndata_dir: %s\n", srv.ClientURL(), data)
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("ABI_ENGINE_ROLE", "")
+	var stderr bytes.Buffer
+	code := Run([]string{"kv", "set", "k", "v", "--config", path}, io.Discard, &stderr, Options{})
+	opened, _ := os.ReadDir(data)
+	if code == 0 || len(opened) > 0 {
+		t.Fatalf("engine kv set on a client host: exit %d, %d entries opened in the data directory (stderr %q)", code, len(opened), stderr.String())
+	}
+}
