@@ -18,97 +18,238 @@ import (
 // JSON that decoded into v without error. Values of a type that reads
 // itself (json.Unmarshaler) and of interface type are not looked into,
 // except that their objects may not repeat a name either.
+//
+// It reads data in place: strings are stepped over, not copied, so a body
+// of large values costs no more than one pass.
 func ExactFields(data []byte, v any) error {
 	t := reflect.TypeOf(v)
 	if t == nil {
 		return nil
 	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	return exact(dec, t, "")
-}
-
-var unmarshaler = reflect.TypeFor[json.Unmarshaler]()
-
-// exact reads one value from dec, held to type t (nil: any), at path.
-func exact(dec *json.Decoder, t reflect.Type, path string) error {
-	for t != nil && t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	if t != nil && (t.Implements(unmarshaler) || reflect.PointerTo(t).Implements(unmarshaler)) {
-		t = nil // it reads itself
-	}
-	if t != nil && t.Kind() == reflect.Interface {
-		t = nil
-	}
-	tok, err := dec.Token()
-	if err != nil {
-		return err
-	}
-	switch tok {
-	case json.Delim('{'):
-		var fields map[string]reflect.Type
-		if t != nil && t.Kind() == reflect.Struct {
-			fields = structFields(t)
+	s := &scanner{b: data}
+	if err := s.value(t); err != nil {
+		if p, ok := err.(*pathError); ok {
+			return p.done()
 		}
-		seen := map[string]bool{}
-		for dec.More() {
-			tok, err := dec.Token()
-			if err != nil {
-				return err
-			}
-			name := tok.(string)
-			at := path + "." + name
-			if seen[name] {
-				return fmt.Errorf("field %q given twice", strings.TrimPrefix(at, "."))
-			}
-			seen[name] = true
-			var next reflect.Type
-			switch {
-			case fields != nil:
-				ft, ok := fields[name]
-				if !ok {
-					return fmt.Errorf("unknown field %q", strings.TrimPrefix(at, "."))
-				}
-				next = ft
-			case t != nil && t.Kind() == reflect.Map:
-				next = t.Elem()
-			}
-			if err := exact(dec, next, at); err != nil {
-				return err
-			}
-		}
-		_, err = dec.Token() // '}'
-		return err
-	case json.Delim('['):
-		var elem reflect.Type
-		if t != nil && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) {
-			elem = t.Elem()
-		}
-		for i := 0; dec.More(); i++ {
-			if err := exact(dec, elem, fmt.Sprintf("%s[%d]", path, i)); err != nil {
-				return err
-			}
-		}
-		_, err = dec.Token() // ']'
 		return err
 	}
 	return nil
 }
 
+var unmarshaler = reflect.TypeFor[json.Unmarshaler]()
+
+// scanner walks JSON that is known to be valid.
+type scanner struct {
+	b []byte
+	i int
+}
+
+// pathError is a refusal, with the path to its field built on the way out.
+type pathError struct {
+	path []string // innermost first
+	what string   // "unknown field" or "given twice"
+}
+
+func (p *pathError) Error() string { return p.done().Error() }
+
+func (p *pathError) done() error {
+	var b strings.Builder
+	for i := len(p.path) - 1; i >= 0; i-- {
+		seg := p.path[i]
+		if b.Len() > 0 && !strings.HasPrefix(seg, "[") {
+			b.WriteByte('.')
+		}
+		b.WriteString(seg)
+	}
+	if p.what == "given twice" {
+		return fmt.Errorf("field %q given twice", b.String())
+	}
+	return fmt.Errorf("%s %q", p.what, b.String())
+}
+
+func (s *scanner) space() {
+	for s.i < len(s.b) {
+		switch s.b[s.i] {
+		case ' ', '\t', '\n', '\r':
+			s.i++
+		default:
+			return
+		}
+	}
+}
+
+// str steps over the string at s.i and returns what lies between its
+// quotes, escapes and all.
+func (s *scanner) str() []byte {
+	s.i++ // the opening quote
+	start := s.i
+	for s.i < len(s.b) {
+		switch s.b[s.i] {
+		case '\\':
+			s.i += 2
+		case '"':
+			raw := s.b[start:s.i]
+			s.i++
+			return raw
+		default:
+			s.i++
+		}
+	}
+	return s.b[start:]
+}
+
+// value steps over one value, held to type t (nil: any).
+func (s *scanner) value(t reflect.Type) error {
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t != nil && (t.Kind() == reflect.Interface || t.Implements(unmarshaler) || reflect.PointerTo(t).Implements(unmarshaler)) {
+		t = nil // it reads itself, or takes anything
+	}
+	s.space()
+	if s.i >= len(s.b) {
+		return nil
+	}
+	switch s.b[s.i] {
+	case '{':
+		return s.object(t)
+	case '[':
+		return s.array(t)
+	case '"':
+		s.str()
+	default: // a number, true, false or null
+		for s.i < len(s.b) {
+			switch s.b[s.i] {
+			case ',', ']', '}', ' ', '\t', '\n', '\r':
+				return nil
+			}
+			s.i++
+		}
+	}
+	return nil
+}
+
+// seenMost is how many names an object's check compares one by one before
+// it keeps them in a map.
+const seenMost = 16
+
+func (s *scanner) object(t reflect.Type) error {
+	var fields map[string]reflect.Type
+	var elem reflect.Type
+	if t != nil {
+		switch t.Kind() {
+		case reflect.Struct:
+			fields = structFields(t)
+		case reflect.Map:
+			elem = t.Elem()
+		}
+	}
+	var few [seenMost][]byte
+	seen, many := few[:0], map[string]struct{}(nil)
+	s.i++ // '{'
+	for {
+		s.space()
+		if s.i >= len(s.b) || s.b[s.i] == '}' {
+			s.i++
+			return nil
+		}
+		if s.b[s.i] == ',' {
+			s.i++
+			continue
+		}
+		name := s.str()
+		if bytes.IndexByte(name, '\\') >= 0 {
+			var plain string
+			if json.Unmarshal(append(append([]byte{'"'}, name...), '"'), &plain) == nil {
+				name = []byte(plain)
+			}
+		}
+		if twice(name, &seen, &many) {
+			return &pathError{path: []string{string(name)}, what: "given twice"}
+		}
+		next := elem
+		if fields != nil {
+			ft, ok := fields[string(name)]
+			if !ok {
+				return &pathError{path: []string{string(name)}, what: "unknown field"}
+			}
+			next = ft
+		}
+		s.space()
+		s.i++ // ':'
+		if err := s.value(next); err != nil {
+			if p, ok := err.(*pathError); ok {
+				p.path = append(p.path, string(name))
+			}
+			return err
+		}
+	}
+}
+
+// twice reports whether name was seen in this object, and notes it.
+func twice(name []byte, seen *[][]byte, many *map[string]struct{}) bool {
+	if *many != nil {
+		if _, ok := (*many)[string(name)]; ok {
+			return true
+		}
+		(*many)[string(name)] = struct{}{}
+		return false
+	}
+	for _, n := range *seen {
+		if bytes.Equal(n, name) {
+			return true
+		}
+	}
+	if len(*seen) < seenMost {
+		*seen = append(*seen, name)
+		return false
+	}
+	*many = make(map[string]struct{}, 2*seenMost)
+	for _, n := range *seen {
+		(*many)[string(n)] = struct{}{}
+	}
+	(*many)[string(name)] = struct{}{}
+	return false
+}
+
+func (s *scanner) array(t reflect.Type) error {
+	var elem reflect.Type
+	if t != nil && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) {
+		elem = t.Elem()
+	}
+	s.i++ // '['
+	for n := 0; ; {
+		s.space()
+		if s.i >= len(s.b) || s.b[s.i] == ']' {
+			s.i++
+			return nil
+		}
+		if s.b[s.i] == ',' {
+			s.i++
+			n++
+			continue
+		}
+		if err := s.value(elem); err != nil {
+			if p, ok := err.(*pathError); ok {
+				p.path = append(p.path, fmt.Sprintf("[%d]", n))
+			}
+			return err
+		}
+	}
+}
+
 var fieldCache sync.Map // reflect.Type -> map[string]reflect.Type
 
 // structFields are the names t takes in JSON, exactly as spelt, with the
-// type of each, the fields of embedded structs included.
+// type of each, the fields of embedded structs included; of two fields of
+// one name, the shallower, as encoding/json takes it.
 func structFields(t reflect.Type) map[string]reflect.Type {
 	if f, ok := fieldCache.Load(t); ok {
 		return f.(map[string]reflect.Type)
 	}
 	out := map[string]reflect.Type{}
+	depth := map[string]int{}
 	for _, f := range reflect.VisibleFields(t) {
-		if !f.IsExported() && !f.Anonymous {
-			continue
-		}
 		tag := f.Tag.Get("json")
 		if tag == "-" {
 			continue
@@ -129,8 +270,8 @@ func structFields(t reflect.Type) map[string]reflect.Type {
 		if name == "" {
 			name = f.Name
 		}
-		if _, taken := out[name]; !taken || len(f.Index) == 1 {
-			out[name] = f.Type
+		if d, taken := depth[name]; !taken || len(f.Index) < d {
+			out[name], depth[name] = f.Type, len(f.Index)
 		}
 	}
 	fieldCache.Store(t, out)

@@ -105,3 +105,63 @@ func FuzzExactFields(f *testing.F) {
 		}
 	})
 }
+
+type deep struct {
+	X inner `json:"x"`
+}
+type Shallow struct {
+	Y map[string]int `json:"x"`
+}
+type Deeper struct{ deep }
+type clash struct {
+	Deeper
+	Shallow
+}
+
+// Of two embedded fields of one name, the shallower is the one
+// encoding/json fills, and so the one the body is held to.
+func TestTheShallowerOfTwoEmbeddedFieldsIsTheOneChecked(t *testing.T) {
+	data := []byte(`{"x":{"anything":1}}`)
+	var v clash
+	if err := json.Unmarshal(data, &v); err != nil {
+		t.Fatalf("encoding/json refuses it: %v", err)
+	}
+	if err := strictjson.ExactFields(data, &v); err != nil {
+		t.Fatalf("ExactFields: %v", err)
+	}
+}
+
+// Escaped names are read as encoding/json reads them; a value's bytes are
+// stepped over, escapes included.
+func TestEscapesAreReadAsEncodingJSONReadsThem(t *testing.T) {
+	for data, want := range map[string]string{
+		`{"\u006bey":"k"}`:             "",
+		`{"key":"a\"b","key2":1}`:      `unknown field "key2"`,
+		`{"key":"k","\u006bey":"k"}`:   `field "key" given twice`,
+		`{"data":{"a\"b":1,"a\"b":2}}`: `field "data.a\"b" given twice`,
+	} {
+		var v body
+		if err := json.Unmarshal([]byte(data), &v); err != nil {
+			t.Fatalf("%s: %v", data, err)
+		}
+		err := strictjson.ExactFields([]byte(data), &v)
+		if (want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), want)) {
+			t.Errorf("%s: %v, want %q", data, err, want)
+		}
+	}
+}
+
+// A large value costs one pass and no copy.
+func BenchmarkExactFieldsOfALargeValue(b *testing.B) {
+	data := []byte(`{"key":"k","data":{"v":"` + strings.Repeat("x", 16<<20) + `"}}`)
+	var v body
+	if err := json.Unmarshal(data, &v); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := strictjson.ExactFields(data, &v); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
