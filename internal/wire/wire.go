@@ -44,12 +44,22 @@ func IsInbox(subject string) bool {
 	if !ok || rest == "" {
 		return false
 	}
-	for _, token := range strings.Split(rest, ".") {
-		if token == "" || strings.ContainsAny(token, "*> \t\r\n") {
+	// Every answer passes here: the tokens are checked in place.
+	last := byte('.')
+	for i := 0; i < len(rest); i++ {
+		switch c := rest[i]; c {
+		case '*', '>', ' ', '\t', '\r', '\n':
 			return false
+		case '.':
+			if last == '.' {
+				return false
+			}
+			last = c
+		default:
+			last = c
 		}
 	}
-	return true
+	return last != '.'
 }
 
 // QueueGroup is the queue group of a service's endpoints: every serving
