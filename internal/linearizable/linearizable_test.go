@@ -705,8 +705,9 @@ func (ev *events) changed() <-chan struct{} {
 }
 
 // clientInbox starts the reply subjects of the clients' calls, apart from
-// the engines' own (their lease's JetStream requests).
-const clientInbox = "_LINEARIZABLE_CLIENT"
+// the engines' own (their lease's JetStream requests), and under _INBOX.,
+// the only subjects an engine answers on.
+const clientInbox = "_INBOX.linearizable_client"
 
 // answers counts the engines' answers to the clients' calls: their reply
 // subjects are plain subjects, so a subscription to all of them sees each
