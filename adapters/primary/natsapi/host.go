@@ -308,6 +308,9 @@ func (h *Host) InFlight() int { return h.calls.value() }
 // subscription is reading.
 func (h *Host) dispatch(ctx context.Context, service string, ep Endpoint) micro.HandlerFunc {
 	return func(req micro.Request) {
+		if misdirected(h.opts.Logger, req.Subject(), req.Reply()) {
+			return
+		}
 		h.calls.add()
 		r := &received{
 			Call:    Call{Subject: req.Subject(), Data: req.Data(), Header: nats.Header(req.Headers()), reply: req.Reply()},

@@ -420,3 +420,22 @@ func interrupted(err error) bool {
 	var re *wire.RemoteError
 	return errors.As(err, &re) && re.Code == wire.CodeInternal && strings.Contains(re.Message, wire.ErrInterrupted.Error())
 }
+
+// A call whose reply subject is not an inbox is dropped as it arrives: it
+// does not run, so a caller cannot have the engine act on its behalf and
+// then write the answer where the caller may not.
+func TestACallWithAReplyOutsideTheInboxesDoesNotRun(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	e := &echo{name: "echo"}
+	newHost(t, url, natsapi.Options{}, e.service())
+	nc := natstest.Connect(t, url)
+	if err := nc.PublishRequest(sayer, "$KV.ABI_ENGINE.owner", nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ask(nc, 5*time.Second); err != nil { // after it, on the same subscription
+		t.Fatal(err)
+	}
+	if n := e.calls.Load(); n != 1 {
+		t.Fatalf("%d calls ran, want only the one with an inbox", n)
+	}
+}

@@ -136,6 +136,9 @@ func (t *sessionTable) serve() error {
 }
 
 func (t *sessionTable) deliver(msg *nats.Msg) {
+	if misdirected(t.logger, msg.Subject, msg.Reply) {
+		return
+	}
 	s := t.counted(msg)
 	if s != nil && s.inHand.Add(1) > t.inHand {
 		s.inHand.Add(-1)
@@ -386,27 +389,33 @@ func randomHex() string {
 	return hex.EncodeToString(b[:])
 }
 
-// misdirected counts the calls dropped for a reply subject that is not an
-// inbox; one in misdirectedLogEvery is logged, so a caller that sends them
-// in a loop does not flood the log.
-var misdirected atomic.Int64
+// dropped counts the calls refused for a reply subject that is not an
+// inbox; one in droppedLogEvery is logged, so a caller that sends them in
+// a loop does not flood the log.
+var dropped atomic.Int64
 
-const misdirectedLogEvery = 1000
+const droppedLogEvery = 1000
+
+// misdirected reports whether a call's reply subject is one no engine
+// answers on, and counts and drops it: the engine may publish where its
+// callers may not, and an answer there would be a write the caller chose
+// (into the lease key, say). Such a call is dropped as it arrives, before
+// it runs. A call with no reply is not misdirected: nothing is answered.
+func misdirected(logger *slog.Logger, what, reply string) bool {
+	if reply == "" || wire.IsInbox(reply) {
+		return false
+	}
+	if n := dropped.Add(1); n%droppedLogEvery == 1 {
+		logger.Warn("a call's reply subject is not an inbox; dropped unanswered",
+			"call", what, "reply", reply, "dropped_so_far", n)
+	}
+	return true
+}
 
 // respond publishes the answer to a call on what (its subject): data, or
 // err as micro error headers.
 func respond(nc *nats.Conn, logger *slog.Logger, what, subject string, header nats.Header, data []byte, err error) {
 	if subject == "" {
-		return
-	}
-	if !wire.IsInbox(subject) {
-		// The engine may publish where its callers may not: an answer
-		// there would be a write the caller chose (into the lease key,
-		// say). The call is dropped unanswered.
-		if misdirected.Add(1)%misdirectedLogEvery == 1 {
-			logger.Warn("a call's reply subject is not an inbox; dropped unanswered",
-				"call", what, "reply", subject, "dropped_so_far", misdirected.Load())
-		}
 		return
 	}
 	msg := nats.NewMsg(subject)
