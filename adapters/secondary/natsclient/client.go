@@ -109,7 +109,7 @@ func (c *Client) request(ctx context.Context, subject string, data []byte, heade
 		maps.Copy(msg.Header, header)
 		msg.Header.Set(wire.AuthHeader, tok)
 	}
-	pace := newBackoff()
+	var pace backoff
 	for {
 		reply, err := c.nc.RequestMsgWithContext(ctx, msg)
 		if err == nil {
@@ -129,17 +129,19 @@ func (c *Client) request(ctx context.Context, subject string, data []byte, heade
 }
 
 // backoff paces the resends of one call: RetryFirst, doubling up to
-// RetryMax, within RetryWindow.
+// RetryMax, within RetryWindow of the first refusal. The zero value is
+// ready for use.
 type backoff struct {
 	giveUp time.Time
 	wait   time.Duration
 }
 
-func newBackoff() backoff { return backoff{giveUp: time.Now().Add(RetryWindow), wait: RetryFirst} }
-
 // again waits before the next attempt, and reports false, at once, when
 // that would pass the window or the context's deadline.
 func (b *backoff) again(ctx context.Context) bool {
+	if b.giveUp.IsZero() {
+		b.giveUp, b.wait = time.Now().Add(RetryWindow), RetryFirst
+	}
 	if time.Now().Add(b.wait).After(b.giveUp) || !sleep(ctx, b.wait) {
 		return false
 	}

@@ -44,7 +44,7 @@ func (c *Client) exchange(ctx context.Context, subject string, data []byte) ([]b
 	large := len(data) > int(c.nc.MaxPayload())-requestHeadroom
 	// The resends' window opens at the first refusal: an upload, and a
 	// wait in the engine's queue, may take longer than the window itself.
-	var pace *backoff
+	var pace backoff
 	for {
 		header := overflowAccepted
 		body := data
@@ -67,14 +67,8 @@ func (c *Client) exchange(ctx context.Context, subject string, data []byte) ([]b
 			if large {
 				// Whether an engine took it or not, the upload is done with.
 				c.closeSession(wire.OverflowSubject(wire.OwnerOf(upload.ID), wire.SessionClose), upload.Ref())
-				if retry && errors.Is(err, wire.ErrUnavailable) {
-					if pace == nil {
-						b := newBackoff()
-						pace = &b
-					}
-					if pace.again(ctx) {
-						continue
-					}
+				if retry && errors.Is(err, wire.ErrUnavailable) && pace.again(ctx) {
+					continue
 				}
 			}
 			return nil, err

@@ -73,8 +73,8 @@ func openStopped(t *testing.T, url string, c jetstream.Config, p *purgeStopper) 
 }
 
 // A drop whose purge lands after the collection was made again, by this
-// engine or by its successor, removes only the generation it dropped: the
-// documents written to the new collection, acknowledged, stay.
+// engine or by its successor, removes only what was written before its
+// delete: the documents written to the new collection, acknowledged, stay.
 func TestALateDropsPurgeLeavesTheCollectionMadeAgain(t *testing.T) {
 	url := natstest.StartServer(t).ClientURL()
 	c := jetstream.Config{Bucket: jstest.Bucket(t), Replicas: 1}
