@@ -5,13 +5,14 @@
 // The syntax, one secret per line:
 //
 //	# a comment, and blank lines, are ignored
-//	NAME=value            unquoted: trimmed; " #" starts a comment; no quotes inside
+//	NAME=value            unquoted: trimmed; " #" (or a tab and #) starts a comment; no quotes inside
 //	NAME='value'          single quotes: taken literally
 //	NAME="a\nb \"c\""     double quotes: escapes \n \r \t \" \\ \$
 //	export NAME=value     "export " is allowed and ignored
 //
 // Names are letters, digits and underscores, not starting with a digit,
-// and may appear once.
+// and may appear once. Errors name the file, the line and the secret, never
+// the text of the line: it may hold the secret's value.
 package dotenv
 
 import (
@@ -106,16 +107,16 @@ func parse(path string, lines *bufio.Scanner) (map[string]string, error) {
 		}
 		name, rest, ok := strings.Cut(line, "=")
 		if !ok {
-			return nil, fail("%q is not NAME=value", line)
+			return nil, fail("the line is not NAME=value")
 		}
 		name = strings.TrimSpace(name)
 		if !validName.MatchString(name) {
-			return nil, fail("%q is not a name (letters, digits and underscores, not starting with a digit)", name)
+			return nil, fail("the text before '=' is not a name (letters, digits and underscores, not starting with a digit)")
 		}
 		if first, dup := setOn[name]; dup {
 			return nil, fail("%s is already set on line %d", name, first)
 		}
-		value, err := parseValue(strings.TrimLeft(rest, " \t"))
+		value, err := parseValue(rest)
 		if err != nil {
 			return nil, fail("%s: %v", name, err)
 		}
@@ -128,7 +129,8 @@ func parse(path string, lines *bufio.Scanner) (map[string]string, error) {
 	return secrets, nil
 }
 
-func parseValue(s string) (string, error) {
+func parseValue(raw string) (string, error) {
+	s := strings.TrimLeft(raw, " \t")
 	switch {
 	case strings.HasPrefix(s, `"`):
 		return parseDoubleQuoted(s[1:])
@@ -139,11 +141,17 @@ func parseValue(s string) (string, error) {
 		}
 		return s[1 : 1+end], onlyComment(s[2+end:])
 	}
-	if i := strings.Index(s, " #"); i >= 0 {
-		s = s[:i]
+	// A '#' after a space or a tab starts a comment, the one right after
+	// '=' and its spaces too ("NAME= # unset" is empty).
+	s = raw
+	for i := 1; i < len(s); i++ {
+		if s[i] == '#' && (s[i-1] == ' ' || s[i-1] == '\t') {
+			s = s[:i]
+			break
+		}
 	}
 	if strings.ContainsAny(s, `"'`) {
-		return "", fmt.Errorf("unquoted value %q contains a quote: quote the whole value", s)
+		return "", fmt.Errorf("unquoted value contains a quote: quote the whole value")
 	}
 	return strings.TrimSpace(s), nil
 }
@@ -183,7 +191,7 @@ func parseDoubleQuoted(s string) (string, error) {
 func onlyComment(rest string) error {
 	rest = strings.TrimSpace(rest)
 	if rest != "" && rest[0] != '#' {
-		return fmt.Errorf("%q after the closing quote", rest)
+		return fmt.Errorf("text after the closing quote")
 	}
 	return nil
 }

@@ -62,6 +62,8 @@ func TestSyntax(t *testing.T) {
 		`SINGLE='literal \n "double" # not a comment'  # comment`,
 		`DOUBLE="tab\tnew\nquote\"backslash\\dollar\$"`,
 		"EMPTY=",
+		"UNSET= # a comment right after the sign",
+		"TABBED=value\t# a comment after a tab",
 		`EMPTY_QUOTED=""`,
 		"WINDOWS=crlf\r",
 	}, "\n")))
@@ -74,6 +76,8 @@ func TestSyntax(t *testing.T) {
 		"SINGLE":       `literal \n "double" # not a comment`,
 		"DOUBLE":       "tab\tnew\nquote\"backslash\\dollar$",
 		"EMPTY":        "",
+		"UNSET":        "",
+		"TABBED":       "value",
 		"EMPTY_QUOTED": "",
 		"WINDOWS":      "crlf",
 	} {
@@ -107,6 +111,29 @@ func TestErrorsNameTheLine(t *testing.T) {
 	}
 }
 
+// A line the parser refuses is named by its file, its number and its
+// secret, never quoted: its text may be the value, and the error ends up
+// in the engine's log and its exit message.
+func TestErrorsNeverShowTheValue(t *testing.T) {
+	const value = "s3cr3t-Zq9"
+	for _, content := range []string{
+		"DB_PASSWORD: " + value + "\n",
+		"export DB_PASSWORD " + value + "\n",
+		"DB_PASSWORD=" + value + "'\n",
+		`DB_PASSWORD="x"` + value + "\n",
+		`DB_PASSWORD='x' ` + value + "\n",
+		`DB_PASSWORD="` + value + `\q"` + "\n",
+		value + "=x\n",
+	} {
+		_, err := dotenv.Open(t.Context(), dotenv.Config{Path: writeFile(t, content)})
+		if err == nil {
+			t.Errorf("Open of %q: no error", content)
+		} else if strings.Contains(err.Error(), "Zq9") {
+			t.Errorf("Open of %q: the error shows the value: %v", content, err)
+		}
+	}
+}
+
 func TestOpen(t *testing.T) {
 	if _, err := dotenv.Open(t.Context(), dotenv.Config{}); !errors.Is(err, ports.ErrInvalidArgument) || !strings.Contains(err.Error(), "path") {
 		t.Fatalf("Open without a path: err %v, want ErrInvalidArgument naming path", err)
@@ -117,4 +144,29 @@ func TestOpen(t *testing.T) {
 	if got := (dotenv.Config{Path: ".env"}).LocalStorage(); got != "" {
 		t.Fatalf("LocalStorage %q, want \"\": secrets are deployment configuration", got)
 	}
+}
+
+// FuzzOpen reads any file without panicking, and its errors never quote the
+// file: seeds and finds put '@' in a value, and no error of the parser's
+// own holds one. An unknown escape names its one character, so `\@` may.
+func FuzzOpen(f *testing.F) {
+	for _, seed := range []string{
+		"A=p@ss\n",
+		"A: p@ss\n",
+		"A=p@ss'\n",
+		`A="x" p@ss` + "\n",
+		`A='x'p@ss` + "\n",
+		"A=\"p@ss\n",
+		"p@ss=x\n",
+		"export A p@ss\r\n",
+		"A=1\nA=p@ss\n",
+	} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, content string) {
+		_, err := dotenv.Open(t.Context(), dotenv.Config{Path: writeFile(t, content)})
+		if err != nil && strings.Contains(err.Error(), "@") && !strings.Contains(content, `\@`) {
+			t.Fatalf("Open of %q: the error quotes the file: %v", content, err)
+		}
+	})
 }
