@@ -259,6 +259,20 @@ func TestSweepJobsForStoresThatKeepExpiredEntries(t *testing.T) {
 	}
 }
 
+// The memory stores drop an expired entry when a call meets it; the sweep
+// drops the ones written with a TTL and never met again, which would stay
+// for the life of the process.
+func TestTheMemoryStoresAreSwept(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	e, a := start(t, testConfig(t, url, "serve", "", memoryServices))
+	defer a.RequireStop()
+	for _, job := range []string{"sweep-expired-keyvalue", "sweep-expired-cache"} {
+		if !slicesContains(e.Jobs().Names(), job) {
+			t.Errorf("jobs %v lack %s", e.Jobs().Names(), job)
+		}
+	}
+}
+
 func slicesContains(s []string, v string) bool {
 	for _, x := range s {
 		if x == v {

@@ -39,7 +39,9 @@ func RunCache(t *testing.T, h Harness[ports.Cache]) {
 		{"OddKeys", cacheOddKeys},
 		{"InvalidKeys", cacheInvalidKeys},
 		{"NegativeTTLIsInvalid", cacheNegativeTTLIsInvalid},
+		{"TTLIsBounded", cacheTTLIsBounded},
 		{"TTLExpiry", cacheTTLExpiry},
+		{"DeleteExpired", cacheDeleteExpired},
 		{"SetWithoutTTLClearsTheTTL", cacheSetWithoutTTLClearsTheTTL},
 		{"HandlesShareTheStore", cacheHandlesShareTheStore},
 		{"SetIfAbsentRace", cacheSetIfAbsentRace},
@@ -297,6 +299,34 @@ func cacheTTLExpiry(t *testing.T, open func(t *testing.T) ports.Cache) {
 	}
 	for _, k := range []string{"keep/none", "keep/long", "keep/absent"} {
 		cacheMustGet(t, other, k, []byte("v"))
+	}
+}
+
+// A cache that keeps expired entries until swept says so by implementing
+// ports.Expirer, and the engine sweeps it; sweeping removes what expired
+// and nothing else.
+func cacheDeleteExpired(t *testing.T, open func(t *testing.T) ports.Cache) {
+	c := open(t)
+	sweeper, ok := c.(ports.Expirer)
+	if !ok {
+		t.Skipf("%s: no ports.Expirer (expired entries are forgotten without a sweep)", adapterName(t))
+	}
+	cacheSet(t, c, "keep/none", []byte("v"), 0)
+	cacheSet(t, c, "keep/long", []byte("v"), time.Hour)
+	cacheSet(t, c, "gone/a", []byte("v"), cacheShortTTL)
+	cacheSet(t, c, "gone/b", []byte("v"), cacheShortTTL)
+	// The probe, written last, expires last: once it has, so have the two.
+	// Reading it may drop it, as a cache that purges on read does.
+	cacheSet(t, c, "probe", []byte("v"), cacheShortTTL)
+	cacheAwaitExpiry(t, c, "probe", "Set")
+	if n, err := sweeper.DeleteExpired(ctx(t)); err != nil || n < 2 || n > 3 {
+		t.Fatalf("DeleteExpired = %d, %v; want the 2 expired entries and perhaps the probe", n, err)
+	}
+	if n, err := sweeper.DeleteExpired(ctx(t)); err != nil || n != 0 {
+		t.Fatalf("a second DeleteExpired = %d, %v; want 0", n, err)
+	}
+	for _, k := range []string{"keep/none", "keep/long"} {
+		cacheMustGet(t, c, k, []byte("v"))
 	}
 }
 

@@ -502,11 +502,13 @@ func kvDeleteExpired(t *testing.T, open func(t *testing.T) ports.KeyValue) {
 	kvSet(t, kv, "keep/long", []byte("v"), time.Hour)
 	kvSet(t, kv, "gone/a", []byte("v"), kvShortTTL)
 	kvSet(t, kv, "gone/b", []byte("v"), kvShortTTL)
-	kvAwaitExpiry(t, kv, "gone/a", "Set")
-	kvAwaitExpiry(t, kv, "gone/b", "Set")
+	// The probe, written last, expires last: once it has, so have the two.
+	// Reading it may drop it, as a store that purges on read does.
+	kvSet(t, kv, "probe", []byte("v"), kvShortTTL)
+	kvAwaitExpiry(t, kv, "probe", "Set")
 	n, err := sweeper.DeleteExpired(ctx(t))
-	if err != nil || n != 2 {
-		t.Fatalf("DeleteExpired = %d, %v; want 2", n, err)
+	if err != nil || n < 2 || n > 3 {
+		t.Fatalf("DeleteExpired = %d, %v; want the 2 expired entries and perhaps the probe", n, err)
 	}
 	if n, err := sweeper.DeleteExpired(ctx(t)); err != nil || n != 0 {
 		t.Fatalf("a second DeleteExpired = %d, %v; want 0", n, err)

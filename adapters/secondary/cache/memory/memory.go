@@ -1,5 +1,6 @@
 // Package memory is a cache in this process. Expired entries are dropped
-// when a call meets them.
+// when a call meets them, and by the engine's sweep (ports.Expirer), which
+// finds the ones no call meets again.
 package memory
 
 import (
@@ -31,7 +32,10 @@ type entry struct {
 	expires time.Time
 }
 
-var _ ports.Cache = (*Store)(nil)
+var (
+	_ ports.Cache   = (*Store)(nil)
+	_ ports.Expirer = (*Store)(nil)
+)
 
 // Open returns an empty cache.
 func Open(_ context.Context, _ Config) (*Store, error) {
@@ -125,4 +129,15 @@ func (s *Store) Exists(_ context.Context, key string) (bool, error) {
 	defer s.mu.Unlock()
 	_, ok := s.live(key)
 	return ok, nil
+}
+
+// DeleteExpired implements ports.Expirer.
+func (s *Store) DeleteExpired(ctx context.Context) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := len(s.entries)
+	for key := range s.entries {
+		s.live(key)
+	}
+	return n - len(s.entries), ctx.Err()
 }

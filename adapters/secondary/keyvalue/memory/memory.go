@@ -34,7 +34,8 @@ type entry struct {
 func (e entry) live(now time.Time) bool { return e.expires.IsZero() || now.Before(e.expires) }
 
 // Store keeps the entries in a map. Expired entries are judged on every read
-// and removed when touched, so no goroutine sweeps them.
+// and removed when touched; the engine's sweep (ports.Expirer) removes the
+// ones no call touches again.
 //
 // A stored value is never changed in place, so values are copied outside
 // the lock: a large one does not hold up the calls on other keys.
@@ -235,4 +236,18 @@ func (s *Store) ListKeys(ctx context.Context, prefix string, limit int, cursor s
 	}
 	keys = keys[:limit]
 	return keys, keys[limit-1], nil
+}
+
+var _ ports.Expirer = (*Store)(nil)
+
+// DeleteExpired implements ports.Expirer.
+func (s *Store) DeleteExpired(ctx context.Context) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	n := len(s.entries)
+	for key := range s.entries {
+		s.lookup(key, now)
+	}
+	return n - len(s.entries), ctx.Err()
 }
