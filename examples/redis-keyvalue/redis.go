@@ -7,7 +7,10 @@
 // Values live under Config.Prefix+"v:"+key with Redis's own expiry; a
 // sorted set at Config.Prefix+"index" lists the keys in byte order, since
 // ListKeys pages in order and SCAN does not. Every write changes both in
-// one Lua script, so a reader never sees one without the other. Scripts
+// one Lua script, so a reader never sees one without the other. Redis
+// forgets an expired value itself but not its member in the index: ListKeys
+// drops the ones it walks past, and DeleteExpired (the engine's sweep) the
+// rest. Scripts
 // touch keys they compute, so the adapter wants one Redis server (or a
 // primary with replicas), not Redis Cluster.
 package rediskv
@@ -236,4 +239,46 @@ func (s *Store) ListKeys(ctx context.Context, prefix string, limit int, cursor s
 	}
 	keys = keys[:limit]
 	return keys, keys[limit-1], nil
+}
+
+// sweepScript unlists, of up to ARGV[2] index members from ARGV[1] (a
+// ZRANGE BYLEX bound), those whose value Redis has expired, in one step so
+// that a Set between the check and the removal cannot be unlisted. It
+// returns how many it removed and the last member it looked at ("" when
+// none was left). ARGV[3] is the prefix of value keys.
+var sweepScript = redis.NewScript(`
+local batch = redis.call('ZRANGE', KEYS[1], ARGV[1], '+', 'BYLEX', 'LIMIT', 0, tonumber(ARGV[2]))
+local removed = 0
+for _, k in ipairs(batch) do
+	if redis.call('EXISTS', ARGV[3] .. k) == 0 then
+		redis.call('ZREM', KEYS[1], k)
+		removed = removed + 1
+	end
+end
+if #batch == 0 then return {removed, ''} end
+return {removed, batch[#batch]}
+`)
+
+var _ ports.Expirer = (*Store)(nil)
+
+// DeleteExpired implements ports.Expirer: Redis forgets an expired value
+// itself, but not its member in the index, which a ListKeys removes only
+// when it walks past it. The engine's sweep job calls this every minute,
+// so keys written with a TTL and never listed do not grow the index
+// without end.
+func (s *Store) DeleteExpired(ctx context.Context) (int, error) {
+	total, from := 0, "-"
+	for {
+		res, err := sweepScript.Run(ctx, s.rdb, []string{s.index}, from, 1000, s.data).Slice()
+		if err != nil {
+			return total, wrap("delete expired", "", err)
+		}
+		n, _ := res[0].(int64)
+		last, _ := res[1].(string)
+		total += int(n)
+		if last == "" {
+			return total, nil
+		}
+		from = "(" + last
+	}
 }

@@ -2,7 +2,9 @@ package rediskv_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -84,5 +86,54 @@ func TestOpenRefusesABadConfig(t *testing.T) {
 	}
 	if _, err := rediskv.Open(t.Context(), rediskv.Config{Addr: "127.0.0.1:1"}); err == nil {
 		t.Errorf("Open of a closed port succeeded")
+	}
+}
+
+// An expired key leaves the index at the engine's sweep, not only when a
+// ListKeys walks past it: keys written with a TTL and never listed (every
+// cache entry over this adapter) would otherwise grow the index for good.
+func TestTheSweepUnlistsExpiredKeys(t *testing.T) {
+	addr := backendtest.Lookup(t, addrVar, "Redis", false)
+	prefix := backendtest.Namespace(t, "sweep", func(ctx context.Context, ns string) error {
+		return deleteUnder(ctx, addr, ns)
+	}) + ":"
+	s, err := rediskv.Open(t.Context(), rediskv.Config{Addr: addr, Prefix: prefix})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer s.Close()
+	const expiring = 2500 // more than one batch of the sweep
+	for i := range expiring {
+		if err := s.Set(t.Context(), fmt.Sprintf("session/%04d", i), []byte("v"), ports.MinTTL); err != nil {
+			t.Fatalf("Set: %v", err)
+		}
+	}
+	if err := s.Set(t.Context(), "session/kept", []byte("v"), time.Hour); err != nil {
+		t.Fatalf("Set: %v", err)
+	}
+	// The last key written expires last.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		ok, err := s.Exists(t.Context(), fmt.Sprintf("session/%04d", expiring-1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the last key never expired")
+		}
+	}
+	sweeper, ok := any(s).(ports.Expirer)
+	if !ok {
+		t.Fatalf("the store is no ports.Expirer: the engine never sweeps its index")
+	}
+	if n, err := sweeper.DeleteExpired(t.Context()); err != nil || n != expiring {
+		t.Fatalf("DeleteExpired = %d, %v; want %d", n, err, expiring)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	if members, err := rdb.ZRange(t.Context(), prefix+"index", 0, -1).Result(); err != nil || len(members) != 1 || members[0] != "session/kept" {
+		t.Fatalf("the index after the sweep holds %d members (%.3q), %v; want the live key only", len(members), members, err)
 	}
 }
