@@ -47,6 +47,7 @@ func RunDocument(t *testing.T, h Harness[ports.DocumentStore], caps DocumentCapa
 		{"CollectionsAreSeparate", docCollectionsAreSeparate},
 		{"PutThenGet", docPutThenGet},
 		{"VersionGrowsOnEveryPut", docVersionGrowsOnEveryPut},
+		{"VersionsAreNeverGivenAgain", docVersionsAreNeverGivenAgain},
 		{"GetMissingIsNotFound", docGetMissingIsNotFound},
 		{"Delete", docDelete},
 		{"PutIfVersion", docPutIfVersion},
@@ -334,6 +335,56 @@ func docVersionGrowsOnEveryPut(t *testing.T, open func(t *testing.T) ports.Docum
 	docPut(t, s, "c", "other", nil)
 	if g := docMustGet(t, s, "c", "d"); g.Version != last {
 		t.Fatalf("writes to another document moved this one's version from %d to %d", last, g.Version)
+	}
+}
+
+// A version names one state of a document for good: a document deleted
+// and made again, or one in a collection dropped and made again, starts
+// above every version it had, so a writer still holding an old one is
+// refused instead of overwriting the new document.
+func docVersionsAreNeverGivenAgain(t *testing.T, open func(t *testing.T) ports.DocumentStore) {
+	s := open(t)
+	docEnsure(t, s, "c")
+	var held []uint64
+	put := func(cond ports.Cond) {
+		t.Helper()
+		d, err := s.Put(ctx(t), "c", "d", map[string]any{"n": len(held)}, cond)
+		if err != nil {
+			t.Fatalf("Put %d: %v", len(held), err)
+		}
+		for _, v := range held {
+			if d.Version <= v {
+				t.Fatalf("Put %d gave version %d, not above %d, a version the document had before", len(held), d.Version, v)
+			}
+		}
+		held = append(held, d.Version)
+	}
+	stale := func(when string) {
+		t.Helper()
+		for _, v := range held[:len(held)-1] {
+			if _, err := s.Put(ctx(t), "c", "d", map[string]any{"stale": v}, ports.IfVersion(v)); !errors.Is(err, ports.ErrConflict) {
+				t.Fatalf("%s: Put IfVersion(%d), an old version: err %v, want ErrConflict", when, v, err)
+			}
+			if err := s.Delete(ctx(t), "c", "d", ports.IfVersion(v)); !errors.Is(err, ports.ErrConflict) {
+				t.Fatalf("%s: Delete IfVersion(%d), an old version: err %v, want ErrConflict", when, v, err)
+			}
+		}
+	}
+	put(ports.Cond{})
+	put(ports.Cond{})
+	if err := s.Delete(ctx(t), "c", "d", ports.Cond{}); err != nil {
+		t.Fatalf("Delete: %v", err)
+	}
+	put(ports.IfVersion(0))
+	stale("after a delete")
+	if err := s.DropCollection(ctx(t), "c"); err != nil {
+		t.Fatalf("DropCollection: %v", err)
+	}
+	docEnsure(t, s, "c")
+	put(ports.IfVersion(0))
+	stale("after the collection was dropped and made again")
+	if d := docMustGet(t, s, "c", "d"); d.Version != held[len(held)-1] || d.Data["n"] != float64(len(held)-1) {
+		t.Fatalf("after the refused writes Get = %+v; want version %d and n %d", d, held[len(held)-1], len(held)-1)
 	}
 }
 

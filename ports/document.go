@@ -3,7 +3,10 @@ package ports
 import "context"
 
 // Document is a JSON object with an id and a version. The version grows on
-// every Put, so writers can detect each other.
+// every Put and names one state of the document for good: a document
+// deleted, or dropped with its collection, and made again starts above
+// every version it had, so a writer holding an old one is refused rather
+// than overwriting the new document. Versions need not be consecutive.
 type Document struct {
 	ID      string
 	Version uint64

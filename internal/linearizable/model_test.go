@@ -128,18 +128,31 @@ type docOutput struct {
 	unknown  bool
 }
 
-// docState is one document's.
+// docState is one document's. A version names one state of the document
+// for good, so each write's version is above every one it had (highest),
+// deleted or not; which it is, a store chooses. version is 0 after a write
+// of unknown outcome, until a read or a write shows it.
 type docState struct {
 	present bool
 	version uint64
 	value   string
+	highest uint64
 }
 
 func (s docState) String() string {
 	if !s.present {
-		return "absent"
+		return fmt.Sprintf("absent, after v%d", s.highest)
 	}
 	return fmt.Sprintf("v%d %s", s.version, s.value)
+}
+
+// written is the state after a write that took effect and answered out.
+func (s docState) written(value string, out docOutput) docState {
+	next := docState{present: true, value: value, highest: s.highest}
+	if !out.unknown {
+		next.version, next.highest = out.version, out.version
+	}
+	return next
 }
 
 var docModel = porcupine.Model{
@@ -147,26 +160,37 @@ var docModel = porcupine.Model{
 	Init:      func() any { return docState{} },
 	Step: func(state, input, output any) (bool, any) {
 		s, in, out := state.(docState), input.(docInput), output.(docOutput)
+		// known: the version is the one ifVersion names, or another, or
+		// (after a write of unknown outcome) either.
+		matches, known := s.version == in.ifVersion, s.version != 0
 		switch in.op {
 		case docGet:
 			if !s.present {
 				return out.notFound, s
 			}
-			return out.found && out.version == s.version && out.value == s.value, s
+			if !out.found || out.value != s.value || known && out.version != s.version || !known && out.version <= s.highest {
+				return false, s
+			}
+			s.version, s.highest = out.version, out.version
+			return true, s
 		case docPut:
-			if s.present != (in.ifVersion != 0) || s.present && s.version != in.ifVersion {
+			if in.ifVersion == 0 && s.present || in.ifVersion != 0 && (!s.present || known && !matches) {
 				return out.unknown || out.conflict, s
 			}
-			next := docState{present: true, version: in.ifVersion + 1, value: in.value}
-			return out.unknown || out.found && out.version == next.version, next
+			if in.ifVersion != 0 && !known && out.conflict {
+				return true, s
+			}
+			return out.unknown || out.found && out.version > s.highest, s.written(in.value, out)
 		case docDelete:
 			switch {
 			case !s.present:
 				return out.unknown || out.notFound, s
-			case s.version != in.ifVersion:
+			case known && !matches:
 				return out.unknown || out.conflict, s
+			case !known && out.conflict:
+				return true, s
 			}
-			return out.unknown || !out.conflict && !out.notFound, docState{}
+			return out.unknown || !out.conflict && !out.notFound, docState{highest: s.highest}
 		}
 		panic(fmt.Sprintf("document model: operation %d", in.op))
 	},
@@ -349,6 +373,41 @@ func TestTheModelsRejectWhatAStoreMustNotDo(t *testing.T) {
 				op(1, 40, 50, docInput{op: docGet, id: "d"}, docOutput{found: true, version: 2, value: "b"}),
 				op(1, 60, 70, docInput{op: docDelete, id: "d", ifVersion: 2}, docOutput{}),
 				op(1, 80, 90, docInput{op: docGet, id: "d"}, docOutput{notFound: true}),
+			},
+		},
+		{
+			// A writer still holding version 1 would overwrite the new
+			// document; versions need not be consecutive.
+			name:  "a version given again after a delete",
+			model: docModel,
+			bad: []porcupine.Operation{
+				op(0, 0, 10, docInput{op: docPut, id: "d", value: "a"}, docOutput{found: true, version: 1}),
+				op(0, 20, 30, docInput{op: docDelete, id: "d", ifVersion: 1}, docOutput{}),
+				op(1, 40, 50, docInput{op: docPut, id: "d", value: "b"}, docOutput{found: true, version: 1}),
+			},
+			allowed: []porcupine.Operation{
+				op(0, 0, 10, docInput{op: docPut, id: "d", value: "a"}, docOutput{found: true, version: 1}),
+				op(0, 20, 30, docInput{op: docDelete, id: "d", ifVersion: 1}, docOutput{}),
+				op(1, 40, 50, docInput{op: docPut, id: "d", value: "b"}, docOutput{found: true, version: 7}),
+				op(1, 60, 70, docInput{op: docPut, id: "d", ifVersion: 7, value: "c"}, docOutput{found: true, version: 9}),
+			},
+		},
+		{
+			// After a put of unknown outcome the version is not known until
+			// a read shows it; from then on it is held to that.
+			name:  "a version read after a write of unknown outcome, then another",
+			model: docModel,
+			bad: []porcupine.Operation{
+				op(0, 0, 10, docInput{op: docPut, id: "d", value: "a"}, docOutput{found: true, version: 1}),
+				op(2, 5, never, docInput{op: docPut, id: "d", ifVersion: 1, value: "b"}, docOutput{unknown: true}),
+				op(1, 20, 30, docInput{op: docGet, id: "d"}, docOutput{found: true, version: 4, value: "b"}),
+				op(1, 40, 50, docInput{op: docGet, id: "d"}, docOutput{found: true, version: 5, value: "b"}),
+			},
+			allowed: []porcupine.Operation{
+				op(0, 0, 10, docInput{op: docPut, id: "d", value: "a"}, docOutput{found: true, version: 1}),
+				op(2, 5, never, docInput{op: docPut, id: "d", ifVersion: 1, value: "b"}, docOutput{unknown: true}),
+				op(1, 20, 30, docInput{op: docGet, id: "d"}, docOutput{found: true, version: 4, value: "b"}),
+				op(1, 40, 50, docInput{op: docGet, id: "d"}, docOutput{found: true, version: 4, value: "b"}),
 			},
 		},
 	}

@@ -35,6 +35,10 @@ type stored struct {
 type Store struct {
 	mu          sync.Mutex
 	collections map[string]map[string]stored
+	// versioned is the last version given to any document. Each write takes
+	// the next, so a document deleted or dropped and made again starts
+	// above every version it had.
+	versioned uint64
 }
 
 // New returns an empty store.
@@ -144,7 +148,8 @@ func (s *Store) Put(ctx context.Context, collection, id string, data map[string]
 	if want, ok := cond.Version(); ok && want != cur.version {
 		return ports.Document{}, fmt.Errorf("put %q in %q at version %d, stored %d: %w", id, collection, want, cur.version, ports.ErrConflict)
 	}
-	next := stored{version: cur.version + 1, raw: raw}
+	s.versioned++
+	next := stored{version: s.versioned, raw: raw}
 	c[id] = next
 	return ports.Document{ID: id, Version: next.version, Data: canonical}, nil
 }

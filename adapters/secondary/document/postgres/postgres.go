@@ -43,7 +43,11 @@ type Store struct {
 	writes      pgdb.Fenced // every write, checked against the fencing token
 	docs        string      // quoted
 	collections string      // quoted
-	name        string
+	// versions is the sequence every write takes its version from (quoted),
+	// so a document deleted or dropped and made again starts above every
+	// version it had.
+	versions string
+	name     string
 }
 
 // Open connects and creates the tables if they are missing. Names and ids
@@ -53,7 +57,15 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 	if c.Table == "" {
 		c.Table = DefaultTable
 	}
-	s := &Store{docs: pgdb.Ident(c.Table), collections: pgdb.Ident(c.Table + "_collections"), name: c.Table}
+	s := &Store{
+		docs:        pgdb.Ident(c.Table),
+		collections: pgdb.Ident(c.Table + "_collections"),
+		versions:    pgdb.Ident(c.Table + "_versions"),
+		name:        c.Table,
+	}
+	// The sequence goes with the table's version column. A table from
+	// before it starts it above the highest version left; the schema's lock
+	// keeps two engines from making it at once.
 	schema := fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %[1]s (
 		name text COLLATE "C" PRIMARY KEY
 	);
@@ -63,7 +75,13 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 		version    bigint NOT NULL,
 		data       jsonb NOT NULL,
 		PRIMARY KEY (collection, id)
-	)`, s.collections, s.docs)
+	);
+	DO $$ BEGIN
+		IF to_regclass('%[3]s') IS NULL THEN
+			CREATE SEQUENCE %[3]s OWNED BY %[2]s.version;
+			PERFORM setval('%[3]s', GREATEST(MAX(version), 1), MAX(version) IS NOT NULL) FROM %[2]s;
+		END IF;
+	END $$`, s.collections, s.docs, s.versions)
 	pool, err := pgdb.Open(ctx, "document postgres", c.DSN, c.Table, schema)
 	if err != nil {
 		return nil, err
@@ -156,17 +174,21 @@ func (s *Store) Put(ctx context.Context, collection, id string, data map[string]
 	}
 	want, conditional := cond.Version()
 	var row pgx.Row
+	// A version comes from the sequence, and stays above the document's
+	// own as well: an engine of an older release, draining beside this one,
+	// still writes its documents' versions as one more than before.
+	next := "nextval('" + s.versions + "')"
 	switch {
 	case !conditional:
-		row = s.writes.QueryRow(ctx, `INSERT INTO `+s.docs+` AS d (collection, id, version, data) VALUES ($1, $2, 1, $3::jsonb)
-			ON CONFLICT (collection, id) DO UPDATE SET version = d.version + 1, data = excluded.data
+		row = s.writes.QueryRow(ctx, `INSERT INTO `+s.docs+` AS d (collection, id, version, data) VALUES ($1, $2, `+next+`, $3::jsonb)
+			ON CONFLICT (collection, id) DO UPDATE SET version = GREATEST(excluded.version, d.version + 1), data = excluded.data
 			RETURNING version`, collection, id, string(raw))
 	case want == 0:
-		row = s.writes.QueryRow(ctx, `INSERT INTO `+s.docs+` (collection, id, version, data) VALUES ($1, $2, 1, $3::jsonb)
+		row = s.writes.QueryRow(ctx, `INSERT INTO `+s.docs+` (collection, id, version, data) VALUES ($1, $2, `+next+`, $3::jsonb)
 			ON CONFLICT (collection, id) DO NOTHING
 			RETURNING version`, collection, id, string(raw))
 	default:
-		row = s.writes.QueryRow(ctx, `UPDATE `+s.docs+` SET version = version + 1, data = $3::jsonb
+		row = s.writes.QueryRow(ctx, `UPDATE `+s.docs+` SET version = GREATEST(`+next+`, version + 1), data = $3::jsonb
 			WHERE collection = $1 AND id = $2 AND version = $4
 			RETURNING version`, collection, id, string(raw), int64(want))
 	}

@@ -39,7 +39,10 @@ func (c *Config) Default(dataDir string) {
 	}
 }
 
-// data holds the canonical JSON text of each document.
+// data holds the canonical JSON text of each document. versions holds the
+// last version given to any document: each write takes the next, so a
+// document deleted or dropped and made again starts above every version it
+// had. A file from before the table starts it at the highest version left.
 const schema = `CREATE TABLE IF NOT EXISTS collections (
 	name TEXT NOT NULL PRIMARY KEY
 ) WITHOUT ROWID;
@@ -50,6 +53,11 @@ CREATE TABLE IF NOT EXISTS documents (
 	data       TEXT    NOT NULL,
 	PRIMARY KEY (collection, id)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS versions (
+	one  INTEGER NOT NULL PRIMARY KEY CHECK (one = 1),
+	last INTEGER NOT NULL
+);
+INSERT OR IGNORE INTO versions (one, last) SELECT 1, COALESCE(MAX(version), 0) FROM documents;
 ` + sqlitedb.FenceSchema
 
 // The statements of the hot calls, prepared once per handle; find and
@@ -58,6 +66,7 @@ const (
 	getSQL        = "SELECT version, data FROM documents WHERE collection = ? AND id = ?"
 	collectionSQL = "SELECT EXISTS (SELECT 1 FROM collections WHERE name = ?)"
 	versionSQL    = "SELECT version FROM documents WHERE collection = ? AND id = ?"
+	nextSQL       = "UPDATE versions SET last = last + 1 RETURNING last"
 	putSQL        = `INSERT INTO documents (collection, id, version, data) VALUES (?, ?, ?, ?)
 		ON CONFLICT (collection, id) DO UPDATE SET version = excluded.version, data = excluded.data`
 	deleteSQL = "DELETE FROM documents WHERE collection = ? AND id = ?"
@@ -69,9 +78,10 @@ type Store struct {
 	db   *sqlitedb.DB
 	path string
 
-	getDoc, hasReading                    *sql.Stmt
-	hasWriting, versionOf, upsert, remove *sql.Stmt
-	fence                                 *sqlitedb.Fence
+	getDoc, hasReading          *sql.Stmt
+	hasWriting, versionOf, next *sql.Stmt
+	upsert, remove              *sql.Stmt
+	fence                       *sqlitedb.Fence
 }
 
 // Open opens or creates the file at c.Path.
@@ -87,12 +97,12 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 		return nil, fmt.Errorf("document sqlite %s: %w", c.Path, err)
 	}
 	s.getDoc, s.hasReading = reads[0], reads[1]
-	writes, err := sqlitedb.Prepare(ctx, db.Write, collectionSQL, versionSQL, putSQL, deleteSQL)
+	writes, err := sqlitedb.Prepare(ctx, db.Write, collectionSQL, versionSQL, nextSQL, putSQL, deleteSQL)
 	if err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("document sqlite %s: %w", c.Path, err)
 	}
-	s.hasWriting, s.versionOf, s.upsert, s.remove = writes[0], writes[1], writes[2], writes[3]
+	s.hasWriting, s.versionOf, s.next, s.upsert, s.remove = writes[0], writes[1], writes[2], writes[3], writes[4]
 	if s.fence, err = sqlitedb.NewFence(ctx, db.Write, "document", c.Path); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("document sqlite: %w", err)
@@ -236,7 +246,9 @@ func (s *Store) Put(ctx context.Context, collection, id string, data map[string]
 		if want, ok := cond.Version(); ok && want != cur {
 			return fmt.Errorf("put %q in %q at version %d, stored %d: %w", id, collection, want, cur, ports.ErrConflict)
 		}
-		doc.Version = cur + 1
+		if err := tx.StmtContext(ctx, s.next).QueryRowContext(ctx).Scan(&doc.Version); err != nil {
+			return fmt.Errorf("put %q in %q of %s: take a version: %w", id, collection, s.path, err)
+		}
 		_, err = tx.StmtContext(ctx, s.upsert).ExecContext(ctx, collection, id, doc.Version, string(raw))
 		if err != nil {
 			return fmt.Errorf("put %q in %q of %s: %w", id, collection, s.path, err)

@@ -1,6 +1,7 @@
 package sqlite_test
 
 import (
+	"database/sql"
 	"errors"
 	"path/filepath"
 	"testing"
@@ -35,5 +36,46 @@ func TestOpenNeedsAPath(t *testing.T) {
 func TestLocalStorageNamesTheFile(t *testing.T) {
 	if got, want := (sqlite.Config{Path: ".engine/documents.sqlite"}).LocalStorage(), "SQLite at .engine/documents.sqlite"; got != want {
 		t.Fatalf("LocalStorage = %q, want %q", got, want)
+	}
+}
+
+// A file written before versions were kept store-wide has no versions
+// table: opened, it starts the versions above the highest one left, so no
+// document is given a version it, or one deleted before, had.
+func TestAFileFromBeforeStoreWideVersionsGoesOnAboveIt(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "documents.sqlite")
+	ctx := t.Context()
+	store, err := sqlite.Open(ctx, sqlite.Config{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.EnsureCollection(ctx, "c"); err != nil {
+		t.Fatal(err)
+	}
+	var high ports.Document
+	for range 3 {
+		if high, err = store.Put(ctx, "c", "high", nil, ports.Cond{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = store.Close()
+	// What an older engine left: the documents, and no versions table.
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, "DROP TABLE versions"); err != nil {
+		t.Fatal(err)
+	}
+	_ = db.Close()
+
+	store, err = sqlite.Open(ctx, sqlite.Config{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	d, err := store.Put(ctx, "c", "new", nil, ports.IfVersion(0))
+	if err != nil || d.Version <= high.Version {
+		t.Fatalf("a new document after the upgrade = %+v, %v; want a version above %d", d, err, high.Version)
 	}
 }
