@@ -62,6 +62,11 @@ func Open(_ context.Context, c Config, kv ports.KeyValue) (*Store, error) {
 	if err := storecheck.Key("cache.config.prefix", prefix); err != nil {
 		return nil, err
 	}
+	// A long key is stored under its hash after the prefix: that must fit
+	// too, or every long key would be refused as if it were at fault.
+	if most := storecheck.MaxKey - len("h:") - hex.EncodedLen(sha256.Size); len(prefix) > most {
+		return nil, fmt.Errorf("cache.config.prefix is %d bytes, more than the %d that leave room for a key's hash: %w", len(prefix), most, ports.ErrInvalidArgument)
+	}
 	return &Store{kv: kv, prefix: prefix}, nil
 }
 

@@ -1,6 +1,7 @@
 package keyvalue_test
 
 import (
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -90,5 +91,18 @@ func TestLocalStorageFollowsTheService(t *testing.T) {
 	}
 	if got := (keyvalue.Config{}).LocalStorage(); got == "" {
 		t.Errorf("without the service's configuration, LocalStorage passes as shared")
+	}
+}
+
+// A key too long to keep its name after the prefix is stored under its
+// hash: a prefix that leaves no room for the hash is refused at open, and
+// the longest one taken still stores the longest key.
+func TestAPrefixLeavesRoomForTheHash(t *testing.T) {
+	if _, err := keyvalue.Open(t.Context(), keyvalue.Config{Prefix: strings.Repeat("p", 1000)}, openKeyValue(t)); !errors.Is(err, ports.ErrInvalidArgument) {
+		t.Fatalf("Open with a prefix of 1000 bytes: err %v, want ErrInvalidArgument", err)
+	}
+	tier := openTier(t, keyvalue.Config{Prefix: strings.Repeat("p", 1024-2-64)}, openKeyValue(t))
+	if err := tier.Set(t.Context(), strings.Repeat("k", 1024), []byte("v"), 0); err != nil {
+		t.Fatalf("Set of the longest key under the longest prefix: %v", err)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/abi-engine/engine/ports"
@@ -29,6 +30,12 @@ const DefaultPrefix = "cache/"
 
 // headerSize is the stored expiry: Unix nanoseconds, 0 for none.
 const headerSize = 8
+
+// MaxValue is the largest value the tier keeps: no call to the engine
+// carries more (its largest uploaded request). An object under the prefix
+// may be larger, since any caller of the object storage service can write
+// there; it is no entry of the tier's, and is refused before it is read.
+const MaxValue = 256 << 20
 
 // Config is the object storage tier's block under services.cache.config.
 type Config struct {
@@ -57,6 +64,7 @@ func (c Config) LocalStorage() string {
 type Store struct {
 	objects ports.ObjectStorage
 	prefix  string
+	most    int // the largest value kept, MaxValue
 }
 
 var _ ports.Cache = (*Store)(nil)
@@ -71,10 +79,31 @@ func Open(_ context.Context, c Config, objects ports.ObjectStorage) (*Store, err
 	if prefix == "" {
 		prefix = DefaultPrefix
 	}
-	if err := storecheck.Key("cache.config.prefix", prefix); err != nil {
+	if err := checkPrefix(prefix); err != nil {
 		return nil, err
 	}
-	return &Store{objects: objects, prefix: prefix}, nil
+	return &Store{objects: objects, prefix: prefix, most: MaxValue}, nil
+}
+
+// checkPrefix refuses a prefix that would make every object name one a
+// store refuses: too long to leave room for the hash, or with an empty,
+// "." or ".." segment, which stores keeping files refuse. Refused here,
+// the operator reads it at start; let through, every call would fail as
+// if its caller's key were at fault.
+func checkPrefix(prefix string) error {
+	if err := storecheck.Key("cache.config.prefix", prefix); err != nil {
+		return err
+	}
+	if most := storecheck.MaxKey - hex.EncodedLen(sha256.Size); len(prefix) > most {
+		return fmt.Errorf("cache.config.prefix is %d bytes, more than the %d that leave room for a key's hash: %w", len(prefix), most, ports.ErrInvalidArgument)
+	}
+	segments := strings.Split(prefix, "/")
+	for _, seg := range segments[:len(segments)-1] { // the last is the hash's
+		if seg == "" || seg == "." || seg == ".." {
+			return fmt.Errorf("cache.config.prefix %q has a segment %q, which stores keeping files refuse: %w", prefix, seg, ports.ErrInvalidArgument)
+		}
+	}
+	return nil
 }
 
 // Close leaves the object store open.
@@ -98,6 +127,14 @@ type entry struct {
 
 func (e entry) live() bool { return e.expires.IsZero() || time.Now().Before(e.expires) }
 
+// checkValue refuses a value larger than the tier reads back.
+func (s *Store) checkValue(value []byte) error {
+	if len(value) > s.most {
+		return fmt.Errorf("cache value of %d bytes is larger than %d: %w", len(value), s.most, ports.ErrInvalidArgument)
+	}
+	return nil
+}
+
 func encode(value []byte, ttl time.Duration) io.Reader {
 	var h [headerSize]byte
 	if ttl > 0 {
@@ -113,9 +150,15 @@ func (s *Store) read(ctx context.Context, okey string) (entry, string, error) {
 		return entry{}, "", err
 	}
 	defer r.Close()
-	b, err := io.ReadAll(r)
+	if info.Size > int64(headerSize+s.most) {
+		return entry{}, "", fmt.Errorf("cache object %q is %d bytes, more than any entry: not read", okey, info.Size)
+	}
+	b, err := io.ReadAll(io.LimitReader(r, int64(headerSize+s.most)+1))
 	if err != nil {
 		return entry{}, "", fmt.Errorf("read %q: %w", okey, err)
+	}
+	if len(b) > headerSize+s.most {
+		return entry{}, "", fmt.Errorf("cache object %q is longer than it said, and than any entry: not read", okey)
 	}
 	if len(b) < headerSize {
 		return entry{}, "", fmt.Errorf("cache object %q of %d bytes has no expiry header", okey, len(b))
@@ -161,6 +204,9 @@ func (s *Store) Set(ctx context.Context, key string, value []byte, ttl time.Dura
 	if err := storecheck.TTL(ttl); err != nil {
 		return err
 	}
+	if err := s.checkValue(value); err != nil {
+		return err
+	}
 	if _, err := s.objects.Put(ctx, okey, encode(value, ttl), ports.PutObjectOptions{}); err != nil {
 		return fmt.Errorf("cache set %q: %w", key, err)
 	}
@@ -176,6 +222,9 @@ func (s *Store) SetIfAbsent(ctx context.Context, key string, value []byte, ttl t
 		return false, err
 	}
 	if err := storecheck.TTL(ttl); err != nil {
+		return false, err
+	}
+	if err := s.checkValue(value); err != nil {
 		return false, err
 	}
 	for {

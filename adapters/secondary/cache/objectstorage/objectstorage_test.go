@@ -1,6 +1,7 @@
 package objectstorage_test
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -100,5 +101,28 @@ func TestLocalStorageFollowsTheService(t *testing.T) {
 	}
 	if got := (objectstorage.Config{}).LocalStorage(); got == "" {
 		t.Errorf("without the service's configuration, LocalStorage passes as shared")
+	}
+}
+
+// A prefix that would make every object name one a store refuses is
+// refused when the tier opens, where the operator reads it, and not later
+// in every call as if the caller's key were at fault. The prefixes that
+// pass work on a store that keeps objects as files.
+func TestAPrefixNoStoreTakesIsRefusedAtOpen(t *testing.T) {
+	for _, prefix := range []string{"/", "/cache/", "cache//", "../cache/", "a/./", strings.Repeat("p", 1000)} {
+		if _, err := objectstorage.Open(t.Context(), objectstorage.Config{Prefix: prefix}, openMemory(t)); !errors.Is(err, ports.ErrInvalidArgument) {
+			t.Errorf("Open with prefix %.20q: err %v, want ErrInvalidArgument", prefix, err)
+		}
+	}
+	for _, prefix := range []string{"cache/", "a/b/", "flat", "a/b.c-", strings.Repeat("p", 960)} {
+		objects, err := localfs.Open(t.Context(), localfs.Config{Path: t.TempDir()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { objects.Close() })
+		tier := openTier(t, objectstorage.Config{Prefix: prefix}, objects)
+		if err := tier.Set(t.Context(), strings.Repeat("k", 1024), []byte("v"), 0); err != nil {
+			t.Errorf("Set under prefix %.20q: %v", prefix, err)
+		}
 	}
 }
