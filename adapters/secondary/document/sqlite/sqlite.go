@@ -40,9 +40,10 @@ func (c *Config) Default(dataDir string) {
 }
 
 // data holds the canonical JSON text of each document. versions holds the
-// last version given to any document: each write takes the next, so a
-// document deleted or dropped and made again starts above every version it
-// had. A file from before the table starts it at the highest version left.
+// last version given to any document, which its triggers keep: each write
+// takes the next, so a document deleted or dropped and made again starts
+// above every version it had. A file from before the table starts it at
+// the highest version left.
 const schema = `CREATE TABLE IF NOT EXISTS collections (
 	name TEXT NOT NULL PRIMARY KEY
 ) WITHOUT ROWID;
@@ -58,6 +59,10 @@ CREATE TABLE IF NOT EXISTS versions (
 	last INTEGER NOT NULL
 );
 INSERT OR IGNORE INTO versions (one, last) SELECT 1, COALESCE(MAX(version), 0) FROM documents;
+CREATE TRIGGER IF NOT EXISTS versions_on_insert AFTER INSERT ON documents
+	BEGIN UPDATE versions SET last = max(last, NEW.version); END;
+CREATE TRIGGER IF NOT EXISTS versions_on_update AFTER UPDATE OF version ON documents
+	BEGIN UPDATE versions SET last = max(last, NEW.version); END;
 ` + sqlitedb.FenceSchema
 
 // The statements of the hot calls, prepared once per handle; find and
@@ -66,8 +71,10 @@ const (
 	getSQL        = "SELECT version, data FROM documents WHERE collection = ? AND id = ?"
 	collectionSQL = "SELECT EXISTS (SELECT 1 FROM collections WHERE name = ?)"
 	versionSQL    = "SELECT version FROM documents WHERE collection = ? AND id = ?"
-	nextSQL       = "UPDATE versions SET last = last + 1 RETURNING last"
-	putSQL        = `INSERT INTO documents (collection, id, version, data) VALUES (?, ?, ?, ?)
+	// The document's version (0: missing) and the last one given to any.
+	putVersionSQL = `SELECT COALESCE((SELECT version FROM documents WHERE collection = ? AND id = ?), 0),
+		(SELECT last FROM versions)`
+	putSQL = `INSERT INTO documents (collection, id, version, data) VALUES (?, ?, ?, ?)
 		ON CONFLICT (collection, id) DO UPDATE SET version = excluded.version, data = excluded.data`
 	deleteSQL = "DELETE FROM documents WHERE collection = ? AND id = ?"
 )
@@ -78,10 +85,10 @@ type Store struct {
 	db   *sqlitedb.DB
 	path string
 
-	getDoc, hasReading          *sql.Stmt
-	hasWriting, versionOf, next *sql.Stmt
-	upsert, remove              *sql.Stmt
-	fence                       *sqlitedb.Fence
+	getDoc, hasReading                *sql.Stmt
+	hasWriting, versionOf, putVersion *sql.Stmt
+	upsert, remove                    *sql.Stmt
+	fence                             *sqlitedb.Fence
 }
 
 // Open opens or creates the file at c.Path.
@@ -97,12 +104,12 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 		return nil, fmt.Errorf("document sqlite %s: %w", c.Path, err)
 	}
 	s.getDoc, s.hasReading = reads[0], reads[1]
-	writes, err := sqlitedb.Prepare(ctx, db.Write, collectionSQL, versionSQL, nextSQL, putSQL, deleteSQL)
+	writes, err := sqlitedb.Prepare(ctx, db.Write, collectionSQL, versionSQL, putVersionSQL, putSQL, deleteSQL)
 	if err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("document sqlite %s: %w", c.Path, err)
 	}
-	s.hasWriting, s.versionOf, s.next, s.upsert, s.remove = writes[0], writes[1], writes[2], writes[3], writes[4]
+	s.hasWriting, s.versionOf, s.putVersion, s.upsert, s.remove = writes[0], writes[1], writes[2], writes[3], writes[4]
 	if s.fence, err = sqlitedb.NewFence(ctx, db.Write, "document", c.Path); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("document sqlite: %w", err)
@@ -239,17 +246,15 @@ func (s *Store) Put(ctx context.Context, collection, id string, data map[string]
 		if err := s.requireCollection(ctx, tx.StmtContext(ctx, s.hasWriting), collection); err != nil {
 			return fmt.Errorf("put %q: %w", id, err)
 		}
-		cur, err := s.version(ctx, tx, collection, id)
-		if err != nil {
-			return err
+		var cur, last uint64
+		if err := tx.StmtContext(ctx, s.putVersion).QueryRowContext(ctx, collection, id).Scan(&cur, &last); err != nil {
+			return fmt.Errorf("read %q in %q of %s: %w", id, collection, s.path, err)
 		}
 		if want, ok := cond.Version(); ok && want != cur {
 			return fmt.Errorf("put %q in %q at version %d, stored %d: %w", id, collection, want, cur, ports.ErrConflict)
 		}
-		if err := tx.StmtContext(ctx, s.next).QueryRowContext(ctx).Scan(&doc.Version); err != nil {
-			return fmt.Errorf("put %q in %q of %s: take a version: %w", id, collection, s.path, err)
-		}
-		_, err = tx.StmtContext(ctx, s.upsert).ExecContext(ctx, collection, id, doc.Version, string(raw))
+		doc.Version = last + 1
+		_, err := tx.StmtContext(ctx, s.upsert).ExecContext(ctx, collection, id, doc.Version, string(raw))
 		if err != nil {
 			return fmt.Errorf("put %q in %q of %s: %w", id, collection, s.path, err)
 		}
