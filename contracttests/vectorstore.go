@@ -68,6 +68,7 @@ func RunVectorStore(t *testing.T, h Harness[ports.VectorStore], caps VectorStore
 		{"DeleteIgnoresMissingIds", vsDeleteIgnoresMissingIds},
 		{"WrongDimensionIsInvalidAndWritesNothing", vsWrongDimensionIsInvalidAndWritesNothing},
 		{"InvalidInputIsRejected", vsInvalidInputIsRejected},
+		{"IDsAreBounded", vsIDsAreBounded},
 		{"InputIsBounded", vsInputIsBounded},
 		{"SearchCosineMatchesBruteForce", vsSearchMatchesBruteForce(ports.MetricCosine)},
 		{"SearchDotMatchesBruteForce", vsSearchMatchesBruteForce(ports.MetricDot)},
@@ -471,6 +472,33 @@ func vsInvalidInputIsRejected(t *testing.T, open func(t *testing.T) ports.Vector
 	}
 	if n := vsCount(t, s, "docs"); n != 0 {
 		t.Fatalf("refused upserts wrote %d vectors", n)
+	}
+}
+
+// vsIDsAreBounded: vector ids are held to the bound of keys and document
+// ids (1 to 1024 bytes of UTF-8 without NUL) in upsert, get and delete, so
+// that no adapter keeps an id another would refuse.
+func vsIDsAreBounded(t *testing.T, open func(t *testing.T) ports.VectorStore, _ VectorStoreCapabilities) {
+	s := open(t)
+	vsCreate(t, s, "v", 2, ports.MetricDot)
+	for name, id := range map[string]string{
+		"1025 bytes": strings.Repeat("x", 1025),
+		"NUL":        "a\x00b",
+		"not UTF-8":  "a\xffb",
+	} {
+		err := s.Upsert(ctx(t), "v", []ports.Vector{{ID: id, Values: []float32{1, 0}}})
+		wantInvalid(t, "Upsert of an id of "+name, err)
+		_, err = s.Get(ctx(t), "v", id)
+		wantInvalid(t, "Get of an id of "+name, err)
+		wantInvalid(t, "Delete of an id of "+name, s.Delete(ctx(t), "v", []string{"a", id}))
+	}
+	if n := vsCount(t, s, "v"); n != 0 {
+		t.Fatalf("refused ids wrote %d vectors", n)
+	}
+	long := strings.Repeat("x", 1024)
+	vsUpsert(t, s, "v", ports.Vector{ID: long, Values: []float32{1, 0}})
+	if _, err := s.Get(ctx(t), "v", long); err != nil {
+		t.Fatalf("Get of an id of 1024 bytes: %v", err)
 	}
 }
 

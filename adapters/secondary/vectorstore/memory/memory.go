@@ -163,6 +163,9 @@ func (s *Store) Search(_ context.Context, name string, query []float32, k int, f
 }
 
 func (s *Store) Get(_ context.Context, name, id string) (ports.Vector, error) {
+	if err := vecutil.CheckID(name, id); err != nil {
+		return ports.Vector{}, err
+	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	c, err := s.lookup(name)
@@ -177,6 +180,9 @@ func (s *Store) Get(_ context.Context, name, id string) (ports.Vector, error) {
 }
 
 func (s *Store) Delete(_ context.Context, name string, ids []string) error {
+	if err := vecutil.CheckIDs(name, ids); err != nil {
+		return err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c, err := s.lookup(name)

@@ -399,6 +399,9 @@ func (s *Store) Search(ctx context.Context, name string, query []float32, k int,
 }
 
 func (s *Store) Get(ctx context.Context, name, id string) (ports.Vector, error) {
+	if err := vecutil.CheckID(name, id); err != nil {
+		return ports.Vector{}, err
+	}
 	if _, _, err := s.info(ctx, name); err != nil {
 		return ports.Vector{}, err
 	}
@@ -418,6 +421,9 @@ func (s *Store) Get(ctx context.Context, name, id string) (ports.Vector, error) 
 }
 
 func (s *Store) Delete(ctx context.Context, name string, ids []string) error {
+	if err := vecutil.CheckIDs(name, ids); err != nil {
+		return err
+	}
 	if _, _, err := s.info(ctx, name); err != nil {
 		return err
 	}

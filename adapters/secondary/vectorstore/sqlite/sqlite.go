@@ -719,6 +719,9 @@ func (s *Store) Search(ctx context.Context, name string, query []float32, k int,
 }
 
 func (s *Store) Get(ctx context.Context, name, id string) (ports.Vector, error) {
+	if err := vecutil.CheckID(name, id); err != nil {
+		return ports.Vector{}, err
+	}
 	dim, _, err := collection(ctx, s.db, name)
 	if err != nil {
 		return ports.Vector{}, err
@@ -747,6 +750,9 @@ func (s *Store) Delete(ctx context.Context, name string, ids []string) error {
 	var seq, prev int64
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		if _, _, err := collection(ctx, tx, name); err != nil {
+			return err
+		}
+		if err := vecutil.CheckIDs(name, ids); err != nil {
 			return err
 		}
 		var err error

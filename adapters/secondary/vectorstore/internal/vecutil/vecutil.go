@@ -52,12 +52,32 @@ func CheckValues(collection, what string, dimension int, values []float32) error
 	return nil
 }
 
+// CheckID holds a vector id to the bound of keys and document ids, 1 to
+// storecheck.MaxKey bytes of UTF-8 without NUL, so that no adapter keeps
+// an id another would refuse.
+func CheckID(collection, id string) error {
+	if err := storecheck.Key("vector id", id); err != nil {
+		return fmt.Errorf("collection %q: %w", collection, err)
+	}
+	return nil
+}
+
+// CheckIDs checks every id of a delete.
+func CheckIDs(collection string, ids []string) error {
+	for _, id := range ids {
+		if err := CheckID(collection, id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // CheckVectors checks a whole batch before anything is written, so a bad
 // vector loses nothing.
 func CheckVectors(collection string, dimension int, vs []ports.Vector) error {
 	for _, v := range vs {
-		if v.ID == "" {
-			return fmt.Errorf("upsert into %q: empty vector id: %w", collection, ports.ErrInvalidArgument)
+		if err := storecheck.Key("vector id", v.ID); err != nil {
+			return fmt.Errorf("upsert into %q: %w", collection, err)
 		}
 		if err := CheckValues(collection, fmt.Sprintf("vector %q", v.ID), dimension, v.Values); err != nil {
 			return err
