@@ -21,17 +21,19 @@ func docSubject(op string) string { return wire.Subject(ports.ServiceDocument, o
 
 // callEncoded encodes req here rather than in Call, so a value JSON cannot
 // carry (NaN, a channel) is the caller's invalid argument, as a local store
-// says, and not a failed call.
+// says, and not a failed call. It then goes the way Call goes, through
+// exchange: a body past one message is uploaded and an answer past one is
+// parked and fetched (a large document or batch, a search at k = MaxK).
 func callEncoded(ctx context.Context, c *Client, subject string, req, resp any) error {
 	data, err := json.Marshal(req)
 	if err != nil {
 		return fmt.Errorf("%s: %w: the request is not JSON: %v", subject, ports.ErrInvalidArgument, err)
 	}
-	msg, err := c.Request(ctx, subject, data, nil)
+	answer, err := c.exchange(ctx, subject, data)
 	if err != nil {
 		return err
 	}
-	if err := json.Unmarshal(msg.Data, resp); err != nil {
+	if err := json.Unmarshal(answer, resp); err != nil {
 		return fmt.Errorf("%s: decode the answer: %w", subject, err)
 	}
 	return nil

@@ -4,14 +4,18 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/abi-engine/engine/adapters/primary/natsapi"
+	docmemory "github.com/abi-engine/engine/adapters/secondary/document/memory"
 	"github.com/abi-engine/engine/adapters/secondary/keyvalue/memory"
 	"github.com/abi-engine/engine/adapters/secondary/natsclient"
+	vecmemory "github.com/abi-engine/engine/adapters/secondary/vectorstore/memory"
 	"github.com/abi-engine/engine/internal/natstest"
 	"github.com/abi-engine/engine/internal/wire"
 	"github.com/abi-engine/engine/ports"
@@ -55,6 +59,91 @@ func TestAValueLargerThanAMessageTravelsThroughOverflow(t *testing.T) {
 	}
 	if _, err := kv.Get(t.Context(), "absent"); !errors.Is(err, ports.ErrNotFound) {
 		t.Fatalf("a small call through the same path: %v, want ErrNotFound", err)
+	}
+}
+
+// The vector facade goes the way Call goes: an upsert batch past the
+// broker's max payload is uploaded, and a search at k = MaxK over vectors
+// of dimension 384, whose answer is megabytes, is parked and fetched, as
+// ports.MaxK promises such a search can be answered.
+func TestAVectorUpsertAndSearchLargerThanAMessageTravelThroughOverflow(t *testing.T) {
+	url, caller := broker(t)
+	store, err := vecmemory.Open(t.Context(), vecmemory.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = store.Close() })
+	e := serveEngine(t, url, func(*natsapi.TransferHost) []natsapi.Service { return []natsapi.Service{natsapi.VectorStore(store)} })
+	nc := caller(t)
+	vs := natsclient.NewVectorStore(natsclient.New(nc))
+	// A generous deadline, as above: megabytes under the race detector.
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	const dim, n = 384, ports.MaxK
+	if err := vs.CreateCollection(ctx, "v", dim, ports.MetricDot); err != nil {
+		t.Fatal(err)
+	}
+	batch := make([]ports.Vector, n)
+	for i := range batch {
+		v := make([]float32, dim)
+		for j := range v {
+			v[j] = float32(i*dim+j) * 1e-7
+		}
+		batch[i] = ports.Vector{ID: fmt.Sprintf("v%04d", i), Values: v}
+	}
+	// 1000 vectors of 384 packed floats are 2 MiB of base64.
+	if err := vs.Upsert(ctx, "v", batch); err != nil {
+		// The search is still checked, over vectors put in the engine's
+		// store directly.
+		t.Errorf("Upsert of %d vectors of dimension %d (max payload %d): %v", n, dim, nc.MaxPayload(), err)
+		if err := store.Upsert(t.Context(), "v", batch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, err := store.Count(t.Context(), "v"); err != nil || got != n {
+		t.Fatalf("the engine holds %d vectors, %v; want %d", got, err, n)
+	}
+	got, err := vs.Search(ctx, "v", batch[0].Values, ports.MaxK, nil)
+	if err != nil || len(got) != n {
+		t.Fatalf("Search at k=MaxK over %d vectors of dimension %d: %d results, %v", n, dim, len(got), err)
+	}
+	if open := e.overflow.Open(); open != 0 {
+		t.Fatalf("%d overflow sessions left open", open)
+	}
+}
+
+// The document facade goes the way Call goes too: a Put of a document past
+// the broker's max payload is uploaded, and its answer, which repeats the
+// document, and a Find that returns it are parked and fetched.
+func TestADocumentLargerThanAMessageTravelsThroughOverflow(t *testing.T) {
+	url, caller := broker(t)
+	store, err := docmemory.Open(t.Context(), docmemory.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = store.Close() })
+	e := serveEngine(t, url, func(*natsapi.TransferHost) []natsapi.Service { return []natsapi.Service{natsapi.Document(store)} })
+	nc := caller(t)
+	docs := natsclient.NewDocument(natsclient.New(nc))
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	if err := docs.EnsureCollection(ctx, "c"); err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Repeat("abcdefghij", 200_000) // 2 MB
+	put, err := docs.Put(ctx, "c", "big", map[string]any{"kind": "big", "text": text}, ports.Cond{})
+	if err != nil {
+		t.Fatalf("Put of a %d-byte document (max payload %d): %v", len(text), nc.MaxPayload(), err)
+	}
+	if put.Data["text"] != text {
+		t.Fatalf("Put answered a text of %d bytes, want %d", len(fmt.Sprint(put.Data["text"])), len(text))
+	}
+	found, _, err := docs.Find(ctx, "c", ports.Query{Where: map[string]any{"kind": "big"}})
+	if err != nil || len(found) != 1 || found[0].Data["text"] != text {
+		t.Fatalf("Find gave %d documents, %v; want the one of %d bytes", len(found), err, len(text))
+	}
+	if open := e.overflow.Open(); open != 0 {
+		t.Fatalf("%d overflow sessions left open", open)
 	}
 }
 
