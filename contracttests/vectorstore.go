@@ -77,6 +77,7 @@ func RunVectorStore(t *testing.T, h Harness[ports.VectorStore], caps VectorStore
 		{"SearchFilterMatchingNothing", vsSearchFilterMatchingNothing},
 		{"SearchWithKLargerThanTheCollection", vsSearchWithKLargerThanTheCollection},
 		{"SearchAnEmptyCollection", vsSearchAnEmptyCollection},
+		{"SearchIsExactForLargeValues", vsSearchIsExactForLargeValues},
 		{"TwoHandlesShareTheStore", vsTwoHandlesShareTheStore},
 		{"ConcurrentUpsertsLoseNothing", vsConcurrentUpsertsLoseNothing},
 		{"SearchSeesTheOtherHandlesWrites", vsSearchSeesTheOtherHandlesWrites},
@@ -735,6 +736,51 @@ func vsSearchAnEmptyCollection(t *testing.T, open func(t *testing.T) ports.Vecto
 	}
 	if got := vsSearch(t, s, "docs", []float32{1, 2, 3}, 10, map[string]any{"a": "b"}); len(got) != 0 {
 		t.Fatalf("an empty collection with a filter returns %+v", got)
+	}
+}
+
+// vsSearchIsExactForLargeValues: values may be any finite float32, and
+// an exact search still returns the true closest when a distance overflows
+// float32 (an infinity, or NaN where products of opposite signs overflow)
+// though it is finite in the float64 the scores are given in.
+func vsSearchIsExactForLargeValues(t *testing.T, open func(t *testing.T) ports.VectorStore, caps VectorStoreCapabilities) {
+	if caps.Approximate {
+		t.Skipf("%s: approximate", adapterName(t))
+	}
+	s := open(t)
+	// Every squared distance is past float32's range, none past float64's.
+	vsCreate(t, s, "euclid", 2, ports.MetricEuclid)
+	var points []ports.Vector
+	for i := range 40 {
+		points = append(points, ports.Vector{ID: fmt.Sprintf("p%02d", i), Values: []float32{float32(i) * 1e19, 2e19}})
+	}
+	vsUpsert(t, s, "euclid", points...)
+	q := []float32{39e19, 0}
+	got := vsSearch(t, s, "euclid", q, 1, nil)
+	want := vsBruteForce(ports.MetricEuclid, points, q, nil)
+	if len(got) != 1 || got[0].ID != want[0].ID {
+		t.Errorf("euclid over values near 1e19: top 1 is %+v, want %s (distance %g)", got, want[0].ID, want[0].Score)
+	}
+	// a0's products with q are +Inf and -Inf in float32, in two
+	// dimensions far enough apart that a vector kernel sums them in
+	// separate lanes; its float64 score is 0, below every other.
+	const dim = 16
+	a0 := make([]float32, dim)
+	a0[0], a0[1] = 1e20, -1e20
+	points = []ports.Vector{{ID: "a0", Values: a0}}
+	for i := 1; i <= 40; i++ {
+		v := make([]float32, dim)
+		v[0] = float32(i)
+		points = append(points, ports.Vector{ID: fmt.Sprintf("b%02d", i), Values: v})
+	}
+	vsCreate(t, s, "dot", dim, ports.MetricDot)
+	vsUpsert(t, s, "dot", points...)
+	q = make([]float32, dim)
+	q[0], q[1] = 1e20, 1e20
+	got = vsSearch(t, s, "dot", q, 1, nil)
+	want = vsBruteForce(ports.MetricDot, points, q, nil)
+	if len(got) != 1 || got[0].ID != want[0].ID {
+		t.Errorf("dot with one float32 score NaN: top 1 is %+v, want %s (score %g)", got, want[0].ID, want[0].Score)
 	}
 }
 

@@ -243,7 +243,7 @@ func (g *graph) search(q []float32, want []uint32, share float64, top *topK) {
 		ep = g.layer(q, ep, 1, lc, nil, seen)
 	}
 	for _, c := range g.layer(q, ep, ef, 0, accept, seen) {
-		top.offer(c.slot, c.d)
+		top.offer(c.slot, x.finite(q, c.slot, c.d))
 	}
 }
 

@@ -8,6 +8,7 @@ package vecindex
 
 import (
 	"cmp"
+	"math"
 	"runtime"
 	"slices"
 	"sync"
@@ -45,7 +46,7 @@ type Options struct {
 // squared euclidean distance).
 type Candidate struct {
 	ID       string
-	Distance float32
+	Distance float64
 }
 
 // Index holds one collection. It is safe for concurrent use: searches share
@@ -287,6 +288,28 @@ func (x *Index) distance(q []float32, s int32) float32 {
 	return -dot(q, x.vec(s))
 }
 
+// finite is d, the float32 distance from q to slot s, when it is finite,
+// and otherwise the distance summed again in float64: values near
+// float32's range overflow a float32 sum (to an infinity, or NaN when
+// two products of opposite signs overflow), which would leave the
+// candidates unordered.
+func (x *Index) finite(q []float32, s int32, d float32) float64 {
+	if !math.IsInf(float64(d), 0) && !math.IsNaN(float64(d)) {
+		return float64(d)
+	}
+	v := x.vec(s)
+	var sum float64
+	for i := range q {
+		a, b := float64(q[i]), float64(v[i])
+		if x.metric == ports.MetricEuclid {
+			sum += (a - b) * (a - b)
+		} else {
+			sum -= a * b
+		}
+	}
+	return sum
+}
+
 // Margin is how many candidates beyond k a search returns, so that
 // rescoring them in float64 gives the exact top k: float32 sums may swap
 // neighbours whose scores differ by about 1e-6.
@@ -354,7 +377,7 @@ func (x *Index) scan(q []float32, want []uint32, top *topK, outsideGraph bool) {
 		if outsideGraph && x.g.has(int32(s)) {
 			continue
 		}
-		top.offer(int32(s), x.distance(q, int32(s)))
+		top.offer(int32(s), x.finite(q, int32(s), x.distance(q, int32(s))))
 	}
 }
 
@@ -363,21 +386,28 @@ func (x *Index) scan(q []float32, want []uint32, top *topK, outsideGraph bool) {
 type topK struct {
 	n    int
 	ids  []string
-	heap []cand
+	heap []tcand
 }
 
+// cand is a slot and its float32 distance, as the graph orders them.
 type cand struct {
 	slot int32
 	d    float32
 }
 
+// tcand is a slot and its distance as the search's top k orders them.
+type tcand struct {
+	slot int32
+	d    float64
+}
+
 // farther orders a after b: the heap's top is the farthest.
-func (t *topK) farther(a, b cand) bool {
+func (t *topK) farther(a, b tcand) bool {
 	return a.d > b.d || (a.d == b.d && t.ids[a.slot] > t.ids[b.slot])
 }
 
-func (t *topK) offer(s int32, d float32) {
-	c := cand{s, d}
+func (t *topK) offer(s int32, d float64) {
+	c := tcand{s, d}
 	if len(t.heap) < t.n {
 		t.heap = append(t.heap, c)
 		t.up(len(t.heap) - 1)
@@ -420,7 +450,7 @@ func (t *topK) down(i int) {
 }
 
 func (t *topK) sorted() []Candidate {
-	slices.SortFunc(t.heap, func(a, b cand) int {
+	slices.SortFunc(t.heap, func(a, b tcand) int {
 		if c := cmp.Compare(a.d, b.d); c != 0 {
 			return c
 		}
