@@ -311,8 +311,10 @@ func (x *Index) finite(q []float32, s int32, d float32) float64 {
 }
 
 // Margin is how many candidates beyond k a search returns, so that
-// rescoring them in float64 gives the exact top k: float32 sums may swap
-// neighbours whose scores differ by about 1e-6.
+// rescoring them in float64 gives the exact top k unless more than Margin
+// vectors come within float32 rounding of one of the true k: a sum over d
+// dimensions may be off by about (d+2) * 2^-24 of the sum of |q_i * v_i|
+// (docs/protocol.md states what an exact search promises).
 func Margin(k int) int { return 8 + k/4 }
 
 // Search gives up to k+Margin(k) candidates whose payload has every field
