@@ -1,8 +1,12 @@
 package qdrant
 
 import (
+	"errors"
 	"reflect"
 	"testing"
+
+	"github.com/abi-engine/engine/adapters/secondary/vectorstore/internal/vecutil"
+	"github.com/abi-engine/engine/ports"
 )
 
 // The ids must be RFC 9562 version 5 UUIDs, the same any other client
@@ -41,5 +45,30 @@ func TestPayloadRoundTrip(t *testing.T) {
 	}
 	if _, err := toPayload("x", map[string]any{idKey: "y"}); err == nil {
 		t.Fatalf("a payload using %q was accepted", idKey)
+	}
+}
+
+// Qdrant cannot match a whole list or object, so such a filter is the
+// caller's invalid argument, as docs/protocol.md tells, and not a search
+// that quietly matches something else.
+func TestAFilterOnAListOrAnObjectIsRefused(t *testing.T) {
+	for name, filter := range map[string]map[string]any{
+		"a list":    {"tags": []any{"a", "b"}},
+		"an object": {"meta": map[string]any{"lang": "fr"}},
+	} {
+		f, err := vecutil.NewFilter(filter)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := filterOf(f); !errors.Is(err, ports.ErrInvalidArgument) {
+			t.Errorf("filter on %s: err %v, want ErrInvalidArgument", name, err)
+		}
+	}
+	f, err := vecutil.NewFilter(map[string]any{"s": "x", "n": 2.0, "b": true, "z": nil})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := filterOf(f); err != nil {
+		t.Errorf("filter on a string, a number, a boolean and null: %v", err)
 	}
 }

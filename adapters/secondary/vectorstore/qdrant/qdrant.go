@@ -1,6 +1,12 @@
 // Package qdrant is a vector store on a Qdrant server, reached over gRPC
 // (github.com/qdrant/go-client). Every engine reaches the same server, so
 // its data is shared. Search runs over Qdrant's HNSW index: approximate.
+//
+// It departs from the SQLite and memory adapters where Qdrant does, as
+// docs/protocol.md tells callers: a filter value that is a list or an
+// object, and a payload field named _engine_id (the point's string id),
+// are refused as invalid arguments; a filter matches a payload list when
+// any of its elements equals the value.
 package qdrant
 
 import (
