@@ -350,7 +350,7 @@ func objTwoHandlesShareTheStore(t *testing.T, open func(t *testing.T) ports.Obje
 
 func objInvalidKeysAreRejected(t *testing.T, open func(t *testing.T) ports.ObjectStorage, _ ObjectStorageCapabilities) {
 	s := open(t)
-	for _, key := range []string{"", strings.Repeat("k", 1025), "bad\xffutf8"} {
+	for _, key := range []string{"", strings.Repeat("k", 1025), "bad\xffutf8", "nul\x00key"} {
 		if _, err := s.Put(ctx(t), key, strings.NewReader("x"), ports.PutObjectOptions{}); !errors.Is(err, ports.ErrInvalidArgument) {
 			t.Fatalf("Put %q: err %v, want ErrInvalidArgument", key, err)
 		}

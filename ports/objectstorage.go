@@ -32,8 +32,8 @@ type GetObjectOptions struct {
 }
 
 // ObjectStorage stores objects of any size as streams: no adapter holds a
-// whole object in memory. Keys are non-empty UTF-8 of at most 1 KiB and are
-// names, never paths: "../x" stays inside the store.
+// whole object in memory. Keys are non-empty UTF-8 of at most 1 KiB
+// without NUL, and are names, never paths: "../x" stays inside the store.
 type ObjectStorage interface {
 	// Put stores everything r yields under key.
 	Put(ctx context.Context, key string, r io.Reader, opts PutObjectOptions) (ObjectInfo, error)

@@ -16,7 +16,8 @@ const MaxKeyBytes = 1024
 // DefaultContentType is stored when a Put names none.
 const DefaultContentType = "application/octet-stream"
 
-// Check rejects a key that is empty, longer than MaxKeyBytes or not UTF-8.
+// Check rejects a key that is empty, longer than MaxKeyBytes, not UTF-8
+// or holding a NUL.
 func Check(key string) error {
 	switch {
 	case key == "":
@@ -25,6 +26,10 @@ func Check(key string) error {
 		return fmt.Errorf("object key of %d bytes is longer than %d: %w", len(key), MaxKeyBytes, ports.ErrInvalidArgument)
 	case !utf8.ValidString(key):
 		return fmt.Errorf("object key %q is not UTF-8: %w", key, ports.ErrInvalidArgument)
+	case strings.IndexByte(key, 0) >= 0:
+		// As every service's keys (storecheck.Key): no file name holds a
+		// NUL, so a store that keeps objects as files could not keep it.
+		return fmt.Errorf("object key %q contains NUL: %w", key, ports.ErrInvalidArgument)
 	}
 	return nil
 }
