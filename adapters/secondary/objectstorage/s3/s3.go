@@ -9,6 +9,11 @@
 //
 // Keys with ".", ".." or empty segments ("../x", "a//b", "x/") are refused:
 // S3 servers that keep objects as files would store "d/../y" over "y".
+// So are keys with a segment such a server keeps for its own files
+// (versitygw's ".sgwtmp", which holds uploads in progress and the parts of
+// multipart uploads): an object there is never listed, so the bucket can
+// no longer be emptied, and one at ".sgwtmp/multipart/<sha256 of a key>"
+// fails every multipart Put of that key, whoever sends it.
 //
 // How far each call is one step is the service's to say. Delete removes
 // the object at the ETag it read (If-Match) and answers ErrNotFound when
@@ -25,6 +30,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -193,9 +199,28 @@ func contentType(opts ports.PutObjectOptions) string {
 	return opts.ContentType
 }
 
+// reservedSegments are key segments that S3 servers keeping objects as
+// files use for their own files: versitygw keeps uploads in progress and
+// the parts of multipart uploads under ".sgwtmp".
+var reservedSegments = []string{".sgwtmp"}
+
+// checkKey is objkey.CheckPathClean, and refuses the reserved segments, so
+// that no key reaches the server's own files or another key's upload.
+func checkKey(key string) error {
+	if err := objkey.CheckPathClean(key); err != nil {
+		return err
+	}
+	for seg := range strings.SplitSeq(key, "/") {
+		if slices.Contains(reservedSegments, seg) {
+			return fmt.Errorf("object key %q has a %q segment, which an S3 server keeping files keeps for its own: %w", key, seg, ports.ErrInvalidArgument)
+		}
+	}
+	return nil
+}
+
 // Put implements ports.ObjectStorage.
 func (s *Store) Put(ctx context.Context, key string, r io.Reader, opts ports.PutObjectOptions) (ports.ObjectInfo, error) {
-	if err := objkey.CheckPathClean(key); err != nil {
+	if err := checkKey(key); err != nil {
 		return ports.ObjectInfo{}, err
 	}
 	if err := objkey.CheckPut(key, opts); err != nil {
@@ -326,7 +351,7 @@ func (s *Store) written(ctx context.Context, key, tag string, size int64, opts p
 
 // Get implements ports.ObjectStorage.
 func (s *Store) Get(ctx context.Context, key string, opts ports.GetObjectOptions) (io.ReadCloser, ports.ObjectInfo, error) {
-	if err := objkey.CheckPathClean(key); err != nil {
+	if err := checkKey(key); err != nil {
 		return nil, ports.ObjectInfo{}, err
 	}
 	if err := objkey.CheckGet(key, opts); err != nil {
@@ -398,7 +423,7 @@ func rangeTotal(contentRange string) (int64, error) {
 
 // Stat implements ports.ObjectStorage.
 func (s *Store) Stat(ctx context.Context, key string) (ports.ObjectInfo, error) {
-	if err := objkey.CheckPathClean(key); err != nil {
+	if err := checkKey(key); err != nil {
 		return ports.ObjectInfo{}, err
 	}
 	out, err := s.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(s.bucket), Key: aws.String(key)})
