@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"math"
 	"math/rand/v2"
 	"runtime"
 	"slices"
@@ -529,6 +530,9 @@ func objRangeReads(t *testing.T, open func(t *testing.T) ports.ObjectStorage, _ 
 		{0, 1, content[:1]},
 		{999, 1, content[999:]},
 		{1000, 0, ""},
+		// A length past the end stops there, however large.
+		{10, math.MaxInt64, content[10:]},
+		{1000, math.MaxInt64, ""},
 	} {
 		opts := ports.GetObjectOptions{Offset: c.offset, Length: c.length}
 		got, info := objGet(t, s, "r", opts)

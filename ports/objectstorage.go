@@ -27,7 +27,8 @@ type PutObjectOptions struct {
 // GetObjectOptions select a byte range; the zero value reads everything.
 type GetObjectOptions struct {
 	Offset int64
-	// Length 0 reads to the end.
+	// Length 0 reads to the end, as does a range that runs past it,
+	// however long; an Offset past the end is ErrInvalidArgument.
 	Length int64
 }
 

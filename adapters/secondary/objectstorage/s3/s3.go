@@ -29,6 +29,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -360,7 +361,10 @@ func (s *Store) Get(ctx context.Context, key string, opts ports.GetObjectOptions
 	in := &s3.GetObjectInput{Bucket: aws.String(s.bucket), Key: aws.String(key)}
 	if opts.Offset > 0 || opts.Length > 0 {
 		rng := fmt.Sprintf("bytes=%d-", opts.Offset)
-		if opts.Length > 0 {
+		// A range whose last byte is past what an int64 names runs to
+		// the end, as any range past the object's end does: the sum
+		// would wrap negative, a Range the service ignores or refuses.
+		if opts.Length > 0 && opts.Length <= math.MaxInt64-opts.Offset {
 			rng += strconv.FormatInt(opts.Offset+opts.Length-1, 10)
 		}
 		in.Range = aws.String(rng)
