@@ -167,6 +167,21 @@ func objListLimitIsBounded(t *testing.T, open func(t *testing.T) ports.ObjectSto
 	}
 }
 
+// objListRefusesInvalidPrefixesAndCursors: a prefix or cursor is empty or
+// a valid key (storecheck.Prefix), in every adapter alike, as a key is.
+func objListRefusesInvalidPrefixesAndCursors(t *testing.T, open func(t *testing.T) ports.ObjectStorage, _ ObjectStorageCapabilities) {
+	s := open(t)
+	objPut(t, s, "k", "v", ports.PutObjectOptions{})
+	for _, bad := range []string{"bad\xffutf8", "nul\x00", strings.Repeat("k", 1025)} {
+		if infos, _, err := s.List(ctx(t), bad, 0, ""); !errors.Is(err, ports.ErrInvalidArgument) {
+			t.Errorf("List with prefix %.20q: %d objects, err %v, want ErrInvalidArgument", bad, len(infos), err)
+		}
+		if infos, _, err := s.List(ctx(t), "", 0, bad); !errors.Is(err, ports.ErrInvalidArgument) {
+			t.Errorf("List after cursor %.20q: %d objects, err %v, want ErrInvalidArgument", bad, len(infos), err)
+		}
+	}
+}
+
 // vsInputIsBounded: dimension, k and payloads are held to the port's
 // bounds, and NUL in a payload is refused as in a document.
 func vsInputIsBounded(t *testing.T, open func(t *testing.T) ports.VectorStore, _ VectorStoreCapabilities) {

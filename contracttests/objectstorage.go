@@ -84,6 +84,7 @@ func RunObjectStorage(t *testing.T, h Harness[ports.ObjectStorage], caps ObjectS
 		{"ListPagination", objListPagination},
 		{"ListDescribesObjects", objListDescribesObjects},
 		{"ListLimitIsBounded", objListLimitIsBounded},
+		{"ListRefusesInvalidPrefixesAndCursors", objListRefusesInvalidPrefixesAndCursors},
 		{"LargeObjectStreamsInBoundedMemory", objLargeObjectStreamsInBoundedMemory},
 		{"PutIfAbsent", objPutIfAbsent},
 		{"PutIfMatch", objPutIfMatch},

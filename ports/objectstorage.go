@@ -46,6 +46,7 @@ type ObjectStorage interface {
 	Delete(ctx context.Context, key string) error
 	// List returns up to limit objects with the prefix, in key order, after
 	// the cursor, and the next page's cursor ("" on the last page). limit <= 0
-	// means DefaultPage; above MaxPage it is ErrInvalidArgument.
+	// means DefaultPage; above MaxPage it is ErrInvalidArgument, as is a
+	// prefix or cursor that is neither empty nor a valid key.
 	List(ctx context.Context, prefix string, limit int, cursor string) ([]ObjectInfo, string, error)
 }

@@ -515,6 +515,9 @@ func (s *Store) List(ctx context.Context, prefix string, limit int, cursor strin
 	if err != nil {
 		return nil, "", err
 	}
+	if err := objkey.CheckList(prefix, cursor); err != nil {
+		return nil, "", err
+	}
 	tokens, err := s.b.Tokens(ctx, "M.>")
 	if err != nil {
 		return nil, "", fmt.Errorf("list %q: %w", prefix, err)

@@ -378,6 +378,9 @@ func (s *Store) List(ctx context.Context, prefix string, limit int, cursor strin
 	if err != nil {
 		return nil, "", err
 	}
+	if err := objkey.CheckList(prefix, cursor); err != nil {
+		return nil, "", err
+	}
 	dir := filepath.Join(s.root, objectsDir)
 	entries, err := os.ReadDir(dir)
 	if err != nil {

@@ -188,6 +188,9 @@ func (s *Store) List(_ context.Context, prefix string, limit int, cursor string)
 	if err != nil {
 		return nil, "", err
 	}
+	if err := objkey.CheckList(prefix, cursor); err != nil {
+		return nil, "", err
+	}
 	s.mu.Lock()
 	var infos []ports.ObjectInfo
 	for key, obj := range s.objects {

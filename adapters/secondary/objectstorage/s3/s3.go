@@ -472,6 +472,9 @@ func (s *Store) List(ctx context.Context, prefix string, limit int, cursor strin
 	if err != nil {
 		return nil, "", err
 	}
+	if err := objkey.CheckList(prefix, cursor); err != nil {
+		return nil, "", err
+	}
 	in := &s3.ListObjectsV2Input{
 		Bucket:  aws.String(s.bucket),
 		Prefix:  aws.String(prefix),

@@ -3,11 +3,13 @@
 package objkey
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/abi-engine/engine/ports"
+	"github.com/abi-engine/engine/storecheck"
 )
 
 // MaxKeyBytes is the longest key, as in S3.
@@ -82,4 +84,10 @@ func Span(key string, opts ports.GetObjectOptions, size int64) (offset, length i
 		length = opts.Length
 	}
 	return opts.Offset, length, nil
+}
+
+// CheckList checks a List's prefix and cursor: each empty, or a valid key
+// (storecheck.Prefix), as every service's listings take them.
+func CheckList(prefix, cursor string) error {
+	return errors.Join(storecheck.Prefix("prefix", prefix), storecheck.Prefix("cursor", cursor))
 }
