@@ -16,6 +16,7 @@ import (
 	"github.com/abi-engine/engine/internal/callerauth"
 	"github.com/abi-engine/engine/internal/natstest"
 	"github.com/abi-engine/engine/internal/wire"
+	"github.com/abi-engine/engine/ports"
 )
 
 // flood sends n requests on subject at once, with header, and returns the
@@ -148,6 +149,64 @@ func TestACallerHoldsOnlyItsShareOfOverflowBytes(t *testing.T) {
 	waitFor(t, func() bool { return e.overflow.Parked() == 0 && e.overflow.Open() == 0 })
 	if _, err := openUpload(t, hostile, 1<<20); err != nil {
 		t.Fatalf("an upload once the idle one was released: %v", err)
+	}
+}
+
+// An upload must keep up a chunk every UploadIdle once its first
+// UploadIdle has passed. A byte now and then, each before the idle time,
+// would otherwise hold the whole reservation for as long as its caller
+// likes: four such uploads hold the engine's whole budget and keep every
+// other upload (and every large reply, refused 413 after its call ran)
+// out. Each trickler is refused 400, and its bytes are freed.
+func TestATricklingUploadIsClosedAndItsBytesFreed(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	idle := 600 * time.Millisecond
+	e := newEngine(t, url, newObjects(t), engineOptions{overflow: natsapi.OverflowOptions{
+		MaxValue: 1 << 20, MaxParked: 4 << 20, UploadIdle: idle,
+	}})
+	write := wire.OverflowSubject(e.owner, wire.SessionWrite)
+	type trickler struct {
+		nc  *nats.Conn
+		up  wire.SessionOpened
+		err error
+	}
+	var ts []*trickler
+	for range 4 {
+		nc := natstest.Connect(t, url)
+		up, err := openUpload(t, nc, 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts = append(ts, &trickler{nc: nc, up: up})
+	}
+	// Each sends a byte every quarter of the idle time, well before the
+	// idle closes it, until the engine refuses one.
+	deadline := time.Now().Add(10 * idle)
+	for seq, open := int64(0), len(ts); open > 0; seq++ {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %d bytes each, %d uploads sending a byte every %v still take writes and hold %d bytes",
+				seq, open, idle/4, e.overflow.Parked())
+		}
+		time.Sleep(idle / 4)
+		for _, tr := range ts {
+			if tr.err == nil {
+				_, tr.err = sessionCall(tr.nc, write, tr.up.Ref(), seq, []byte("x"), nil)
+				if tr.err != nil {
+					open--
+				}
+			}
+		}
+	}
+	for _, tr := range ts {
+		if !errors.Is(tr.err, ports.ErrInvalidArgument) || !strings.Contains(tr.err.Error(), "slower than") {
+			t.Fatalf("a trickling upload's refused write: %v, want 400 saying it is too slow", tr.err)
+		}
+	}
+	if parked := e.overflow.Parked(); parked != 0 {
+		t.Fatalf("the refused uploads still hold %d bytes", parked)
+	}
+	if _, err := openUpload(t, natstest.Connect(t, url), 1<<20); err != nil {
+		t.Fatalf("an upload after the tricklers were closed: %v", err)
 	}
 }
 

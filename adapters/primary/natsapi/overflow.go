@@ -52,7 +52,8 @@ type OverflowOptions struct {
 	// hold; 0 means a quarter of MaxParked, and never less than MaxValue.
 	MaxParkedPerCaller int64
 	// UploadIdle closes an upload that receives no write for this long,
-	// which frees the bytes it reserved; 0 means 5 s.
+	// or that, after its first UploadIdle, falls behind a chunk every
+	// UploadIdle, which frees the bytes it reserved; 0 means 5 s.
 	UploadIdle time.Duration
 	// ChunkSize is the most data one message carries; 0 means 1 MiB, or
 	// half the connection's max payload when that is less.
@@ -171,6 +172,7 @@ type held struct {
 	reserved int64
 	upload   bool
 	next     int64 // the next write's sequence number
+	opened   time.Time
 }
 
 func (p *held) release() {
@@ -262,7 +264,7 @@ func (h *OverflowHost) service() Service {
 				if req.Size < 0 {
 					return nil, fmt.Errorf("%w: field \"size\": %d, want 0 or more", ports.ErrInvalidArgument, req.Size)
 				}
-				s, err := h.start(call.Caller, &held{h: h, who: call.Who(), reserved: req.Size, upload: true}, h.uploadIdle)
+				s, err := h.start(call.Caller, &held{h: h, who: call.Who(), reserved: req.Size, upload: true, opened: time.Now()}, h.uploadIdle)
 				if err != nil {
 					return nil, err
 				}
@@ -289,10 +291,29 @@ func (h *OverflowHost) write(s *session, call *sessionCall) (nats.Header, []byte
 		return nil, nil, fmt.Errorf("%w: overflow session %q: a chunk of %d bytes, the most is %d", ports.ErrTooLarge, s.id, len(call.Data), h.chunk)
 	case int64(len(p.data)+len(call.Data)) > p.reserved:
 		return nil, nil, fmt.Errorf("%w: overflow session %q: more than the %d bytes announced", ports.ErrTooLarge, s.id, p.reserved)
+	case h.behind(p, len(call.Data)):
+		// A write now and then would otherwise hold the whole reservation
+		// for as long as its caller likes: the bytes are freed.
+		err := fmt.Errorf("%w: overflow session %q: %d of %d bytes in %v, slower than a chunk of %d bytes every %v; closed",
+			ports.ErrInvalidArgument, s.id, len(p.data), p.reserved, time.Since(p.opened).Round(time.Millisecond), h.chunk, h.uploadIdle)
+		h.t.closeLocked(s)
+		return nil, nil, err
 	}
 	p.data = append(p.data, call.Data...)
 	p.next++
 	return ack(seq)
+}
+
+// behind reports whether an upload, with n more bytes, has fallen behind
+// the least rate an upload keeps: after a first UploadIdle of grace, a
+// chunk (or what is left of the body) every UploadIdle.
+func (h *OverflowHost) behind(p *held, n int) bool {
+	late := time.Since(p.opened) - h.uploadIdle
+	if late <= 0 {
+		return false
+	}
+	owed := min(p.reserved, int64(float64(h.chunk)*late.Seconds()/h.uploadIdle.Seconds()))
+	return int64(len(p.data)+n) < owed
 }
 
 // read answers chunk seq of a parked reply. Chunks are fixed slices of the
