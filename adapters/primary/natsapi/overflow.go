@@ -37,7 +37,8 @@ type OverflowOptions struct {
 	Conn *nats.Conn
 	// CallerSecret, when set, binds sessions to the signed caller.
 	CallerSecret []byte
-	// Idle closes a session with no call for this long; 0 means 60 s.
+	// Idle closes a session with no call for this long; 0 means 60 s. A
+	// parked reply is fetched within Idle and UploadIdle a chunk.
 	Idle time.Duration
 	// MaxOpen bounds the sessions; 0 means 64.
 	MaxOpen int
@@ -171,8 +172,8 @@ type held struct {
 	data     []byte
 	reserved int64
 	upload   bool
-	next     int64 // the next write's sequence number
-	opened   time.Time
+	next     int64     // the next write's sequence number
+	opened   time.Time // the pace an upload keeps and the time a reply is fetched in count from it
 }
 
 func (p *held) release() {
@@ -241,7 +242,7 @@ func (h *OverflowHost) start(caller string, p *held, idle time.Duration) (*sessi
 // park keeps a reply until its caller fetches it. The call has run, so a
 // refusal is not 503 (which would have the caller send it again) but 413.
 func (h *OverflowHost) park(call *Call, data []byte) (*session, error) {
-	s, err := h.start(call.Caller, &held{h: h, who: call.Who(), data: data, reserved: int64(len(data))}, h.t.idle)
+	s, err := h.start(call.Caller, &held{h: h, who: call.Who(), data: data, reserved: int64(len(data)), opened: time.Now()}, h.t.idle)
 	if err != nil && !errors.Is(err, ports.ErrTooLarge) {
 		return nil, fmt.Errorf("%w: a reply of %d bytes cannot be parked: %v", ports.ErrTooLarge, len(data), err)
 	}
@@ -317,7 +318,8 @@ func (h *OverflowHost) behind(p *held, n int) bool {
 }
 
 // read answers chunk seq of a parked reply. Chunks are fixed slices of the
-// reply, so any may be read again, in any order.
+// reply, so any may be read again, in any order, but only within the idle
+// time and UploadIdle a chunk of the reply being parked.
 func (h *OverflowHost) read(s *session, call *sessionCall) (nats.Header, []byte, error) {
 	seq, err := call.seq()
 	if err != nil {
@@ -331,6 +333,13 @@ func (h *OverflowHost) read(s *session, call *sessionCall) (nats.Header, []byte,
 	chunks := max(1, (size+int64(h.chunk)-1)/int64(h.chunk))
 	if seq >= chunks {
 		return nil, nil, fmt.Errorf("%w: overflow session %q: read seq %d of %d chunks", ports.ErrInvalidArgument, s.id, seq, chunks)
+	}
+	if most := h.t.idle + time.Duration(chunks)*h.uploadIdle; time.Since(p.opened) > most {
+		// Reads now and then would otherwise hold the reply's bytes for as
+		// long as its caller likes: it has its idle time and a chunk's
+		// upload idle time for each chunk to fetch it in.
+		h.t.closeLocked(s)
+		return nil, nil, fmt.Errorf("%w: overflow session %q: a reply of %d chunks is fetched within %v; closed", ports.ErrNotFound, s.id, chunks, most)
 	}
 	start := seq * int64(h.chunk)
 	end := min(start+int64(h.chunk), size)

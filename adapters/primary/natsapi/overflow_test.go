@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -111,6 +112,59 @@ func TestALargeReplyIsParkedOnlyForCallsThatCanFetchIt(t *testing.T) {
 	if e.overflow.Open() != 0 {
 		t.Fatalf("%d overflow sessions open after the close", e.overflow.Open())
 	}
+}
+
+// A parked reply must be fetched within the idle time and UploadIdle a
+// chunk of being parked. Each read used to start its idle time again, so
+// callers that read a chunk now and then held the engine's whole budget
+// for as long as they liked, and a bystander's call ran and was then
+// refused 413, its answer thrown away. A read past that time is 404 and
+// frees the reply's bytes.
+func TestAParkedReplyReadAgainAndAgainIsFreed(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	idle := time.Second
+	b := &big{size: 2 << 20}
+	e := newEngine(t, url, newObjects(t), engineOptions{overflow: natsapi.OverflowOptions{
+		Idle: idle, UploadIdle: idle / 10, MaxValue: 2 << 20, MaxParked: 4 << 20,
+	}}, b.service())
+	read := wire.OverflowSubject(e.owner, wire.SessionRead)
+	type holder struct {
+		nc  *nats.Conn
+		ref wire.SessionRef
+		err error
+	}
+	var hs []*holder
+	for range 2 {
+		nc := natstest.Connect(t, url)
+		reply := askBig(t, nc)
+		hs = append(hs, &holder{nc: nc, ref: wire.SessionRef{ID: reply.Header.Get(wire.OverflowReplyHeader), Secret: reply.Header.Get(wire.OverflowSecretHeader)}})
+	}
+	// Each reads its first chunk again every fifth of the idle time, well
+	// before the idle closes it, until the engine refuses a read.
+	deadline := time.Now().Add(5 * idle)
+	for held := len(hs); held > 0; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d parked replies read every %v are still read after %v and hold %d bytes",
+				held, idle/5, 5*idle, e.overflow.Parked())
+		}
+		time.Sleep(idle / 5)
+		for _, h := range hs {
+			if h.err == nil {
+				if _, h.err = sessionCall(h.nc, read, h.ref, 0, nil, nil); h.err != nil {
+					held--
+				}
+			}
+		}
+	}
+	for _, h := range hs {
+		if !errors.Is(h.err, ports.ErrNotFound) || !strings.Contains(h.err.Error(), "fetched within") {
+			t.Fatalf("a parked reply read too late: %v, want 404 saying when it is fetched", h.err)
+		}
+	}
+	if parked := e.overflow.Parked(); parked != 0 {
+		t.Fatalf("the refused replies still hold %d bytes", parked)
+	}
+	askBig(t, natstest.Connect(t, url))
 }
 
 func TestOverflowLimitsGiveClearErrors(t *testing.T) {
