@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/abi-engine/engine/adapters/secondary/internal/objread"
 	"github.com/abi-engine/engine/internal/wire"
 	"github.com/abi-engine/engine/ports"
 )
@@ -72,11 +73,11 @@ func (o ObjectStorage) Put(ctx context.Context, key string, r io.Reader, opts po
 	// whole chunk's buffer; once it fills, the rest go in whole chunks.
 	buf := make([]byte, min(opened.ChunkSize, firstChunk))
 	for {
-		n, rerr := io.ReadFull(r, buf)
+		n, rerr := objread.Full(r, buf)
 		if rerr == nil && len(buf) < opened.ChunkSize {
 			whole := make([]byte, opened.ChunkSize)
 			copy(whole, buf)
-			m, err := io.ReadFull(r, whole[n:])
+			m, err := objread.Full(r, whole[n:])
 			buf, n, rerr = whole, n+m, err
 		}
 		if n > 0 {
@@ -84,7 +85,10 @@ func (o ObjectStorage) Put(ctx context.Context, key string, r io.Reader, opts po
 				return ports.ObjectInfo{}, err
 			}
 		}
-		if errors.Is(rerr, io.EOF) || errors.Is(rerr, io.ErrUnexpectedEOF) {
+		// Only the reader's own end is the object's end: a reader that
+		// fails, io.ErrUnexpectedEOF included (a body cut short), stores
+		// nothing.
+		if errors.Is(rerr, io.EOF) {
 			break
 		}
 		if rerr != nil {

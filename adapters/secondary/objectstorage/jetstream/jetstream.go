@@ -30,6 +30,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/abi-engine/engine/adapters/secondary/internal/jsbucket"
+	"github.com/abi-engine/engine/adapters/secondary/internal/objread"
 	"github.com/abi-engine/engine/adapters/secondary/objectstorage/internal/objkey"
 	"github.com/abi-engine/engine/ports"
 	"github.com/abi-engine/engine/storecheck"
@@ -227,7 +228,7 @@ func (s *Store) writeChunks(ctx context.Context, id string, r io.Reader) (jetstr
 	h := sha256.New()
 	buf := make([]byte, chunkSize)
 	for {
-		n, err := io.ReadFull(r, buf)
+		n, err := objread.Full(r, buf)
 		if n > 0 {
 			h.Write(buf[:n])
 			m := nats.NewMsg("")
@@ -239,7 +240,9 @@ func (s *Store) writeChunks(ctx context.Context, id string, r io.Reader) (jetstr
 			info.Size += uint64(n)
 			info.Chunks++
 		}
-		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		// Only the reader's end is the object's end: one that fails with
+		// io.ErrUnexpectedEOF was cut short.
+		if errors.Is(err, io.EOF) {
 			info.Digest = digest(h)
 			return info, nil
 		}

@@ -43,6 +43,7 @@ import (
 	"github.com/aws/smithy-go"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
+	"github.com/abi-engine/engine/adapters/secondary/internal/objread"
 	"github.com/abi-engine/engine/adapters/secondary/objectstorage/internal/objkey"
 	"github.com/abi-engine/engine/ports"
 	"github.com/abi-engine/engine/storecheck"
@@ -228,7 +229,7 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, opts ports.Put
 		return ports.ObjectInfo{}, err
 	}
 	probe := make([]byte, probeSize)
-	n, err := io.ReadFull(r, probe)
+	n, err := objread.Full(r, probe)
 	if end(err) {
 		return s.putOnce(ctx, key, probe[:n], opts)
 	}
@@ -237,7 +238,7 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, opts ports.Put
 	}
 	part := make([]byte, partSize)
 	copy(part, probe)
-	m, err := io.ReadFull(r, part[n:])
+	m, err := objread.Full(r, part[n:])
 	if end(err) {
 		return s.putOnce(ctx, key, part[:n+m], opts)
 	}
@@ -247,9 +248,10 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, opts ports.Put
 	return s.putParts(ctx, key, part, r, opts)
 }
 
-// end reports whether io.ReadFull stopped at the end of the reader.
+// end reports whether objread.Full stopped at the end of the reader: a
+// reader that fails, with io.ErrUnexpectedEOF too, was cut short.
 func end(err error) bool {
-	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
+	return errors.Is(err, io.EOF)
 }
 
 // putOnce stores an object that fits in one request.
@@ -306,7 +308,7 @@ func (s *Store) putParts(ctx context.Context, key string, part []byte, r io.Read
 		}
 		parts = append(parts, types.CompletedPart{ETag: out.ETag, PartNumber: aws.Int32(number)})
 		size += int64(n)
-		n, err = io.ReadFull(r, part)
+		n, err = objread.Full(r, part)
 		if err != nil && !end(err) {
 			return ports.ObjectInfo{}, fmt.Errorf("put %q: read: %w", key, err)
 		}
