@@ -35,6 +35,13 @@ func (e *engine) Ready() bool { return e.ready.Load() }
 // returns their client facades, as the app gives them to the API.
 func kernel(t *testing.T, secret []byte) (string, httpapi.Services) {
 	t.Helper()
+	return kernelWith(t, secret, natsapi.TransferOptions{})
+}
+
+// kernelWith is kernel with the engine's transfers set by transfer, whose
+// Owner and Conn it fills in, and the facades' client by opts.
+func kernelWith(t *testing.T, secret []byte, transfer natsapi.TransferOptions, opts ...natsclient.Option) (string, httpapi.Services) {
+	t.Helper()
 	ctx := t.Context()
 	kv, err := kvmemory.Open(ctx, kvmemory.Config{})
 	if err != nil {
@@ -55,7 +62,8 @@ func kernel(t *testing.T, secret []byte) (string, httpapi.Services) {
 	url := natstest.StartServer(t).ClientURL()
 	owner := domain.NewInstanceID()
 	session := natstest.Connect(t, url)
-	transfers, err := natsapi.NewTransferHost(natsapi.TransferOptions{Owner: owner, Conn: session})
+	transfer.Owner, transfer.Conn = owner, session
+	transfers, err := natsapi.NewTransferHost(transfer)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +85,7 @@ func kernel(t *testing.T, secret []byte) (string, httpapi.Services) {
 		host.Stop()
 		transfers.Stop()
 	})
-	return url, facades(natsclient.New(natstest.Connect(t, url)))
+	return url, facades(natsclient.New(natstest.Connect(t, url), opts...))
 }
 
 func facades(c *natsclient.Client) httpapi.Services {

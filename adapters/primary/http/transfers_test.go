@@ -10,6 +10,8 @@ import (
 	"time"
 
 	httpapi "github.com/abi-engine/engine/adapters/primary/http"
+	"github.com/abi-engine/engine/adapters/primary/natsapi"
+	"github.com/abi-engine/engine/adapters/secondary/natsclient"
 )
 
 // put starts a PUT of an object whose body comes from body, and returns
@@ -147,5 +149,47 @@ func waitUntil(t *testing.T, cond func() bool) {
 			t.Fatalf("condition not met in 20s")
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// An upload that keeps to every bound of the API (a read waits at most
+// the stall time, and the average rate stays above the least once the
+// stall time has passed) is not closed under it by the engine, whose
+// transfer closes after its idle time without a call. The facade called
+// the engine only once it had a whole chunk (256 KiB) of the body, so a
+// client that sent fast and then slowly, each read well within the stall
+// time, had its transfer closed and its PUT failed; it now sends what it
+// has after its upload flush time. Here at scale: a transfer idle of 2 s,
+// a stall of 1 s and a flush of 0.5 s, the defaults' ratios.
+func TestAnUploadWithinTheAPIsBoundsOutlivesTheEnginesTransferIdle(t *testing.T) {
+	idle := 2 * time.Second
+	flush := idle / (natsapi.DefaultTransferIdle / natsclient.DefaultUploadFlush)
+	_, services := kernelWith(t, nil, natsapi.TransferOptions{Idle: idle}, natsclient.WithUploadFlush(flush))
+	a := serveAPI(t, services, httpapi.Options{TransferStall: idle / 2, MinTransferRate: 8 << 10})
+
+	r, w := io.Pipe()
+	t.Cleanup(func() { _ = w.Close() })
+	const fast = 300 << 10
+	go func() {
+		if _, err := w.Write(make([]byte, fast)); err != nil {
+			return
+		}
+		// 300 KiB is 37 s of the least rate: the client may now send
+		// slowly, a byte each 0.8 s of the 1 s stall, for twice the
+		// engine's idle time. This is the slow client, not a wait.
+		for range 5 {
+			time.Sleep(2 * idle / 5)
+			if _, err := w.Write([]byte{1}); err != nil {
+				return
+			}
+		}
+		_, _ = w.Write(make([]byte, fast))
+		_ = w.Close()
+	}()
+	if code := <-a.put("bursty", r); code != http.StatusOK {
+		t.Fatalf("an upload that kept to the API's stall time and least rate answered %d", code)
+	}
+	if _, got := a.expect(http.StatusOK, "GET", "/v1/objects/bursty", ""); len(got) != 2*fast+5 {
+		t.Fatalf("stored %d bytes, want %d", len(got), 2*fast+5)
 	}
 }

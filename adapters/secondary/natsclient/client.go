@@ -36,6 +36,7 @@ type Client struct {
 	nc      *nats.Conn
 	signer  *callerauth.Signer
 	timeout time.Duration
+	flush   time.Duration
 }
 
 // Option configures a Client.
@@ -47,9 +48,26 @@ func WithSigner(s *callerauth.Signer) Option { return func(c *Client) { c.signer
 // WithTimeout bounds calls whose context has no deadline.
 func WithTimeout(d time.Duration) Option { return func(c *Client) { c.timeout = d } }
 
+// WithUploadFlush sets how long an object upload waits on a slow reader
+// before it sends the bytes it has; 0 or less means DefaultUploadFlush.
+func WithUploadFlush(d time.Duration) Option {
+	return func(c *Client) {
+		if d > 0 {
+			c.flush = d
+		}
+	}
+}
+
+// DefaultUploadFlush is how long an object upload waits on a slow reader
+// before it sends the bytes it has as a chunk shorter than the chunk size.
+// The engine closes a transfer after a minute without a call; an HTTP
+// client keeping to the API's least rate after a fast start may take 30 s
+// over each read, and would take longer than that to fill a chunk.
+const DefaultUploadFlush = 15 * time.Second
+
 // New returns a client on nc.
 func New(nc *nats.Conn, opts ...Option) *Client {
-	c := &Client{nc: nc, timeout: DefaultTimeout}
+	c := &Client{nc: nc, timeout: DefaultTimeout, flush: DefaultUploadFlush}
 	for _, o := range opts {
 		o(c)
 	}

@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/abi-engine/engine/adapters/secondary/internal/objread"
 	"github.com/abi-engine/engine/internal/wire"
 	"github.com/abi-engine/engine/ports"
 )
@@ -72,18 +71,20 @@ func (o ObjectStorage) Put(ctx context.Context, key string, r io.Reader, opts po
 	// The first chunk starts small, so a small object does not cost a
 	// whole chunk's buffer; once it fills, the rest go in whole chunks.
 	buf := make([]byte, min(opened.ChunkSize, firstChunk))
+	last := time.Now() // when the engine last heard of this upload
 	for {
-		n, rerr := objread.Full(r, buf)
-		if rerr == nil && len(buf) < opened.ChunkSize {
+		n, rerr := o.fill(r, buf, last)
+		if rerr == nil && n == len(buf) && len(buf) < opened.ChunkSize {
 			whole := make([]byte, opened.ChunkSize)
 			copy(whole, buf)
-			m, err := objread.Full(r, whole[n:])
+			m, err := o.fill(r, whole[n:], last)
 			buf, n, rerr = whole, n+m, err
 		}
 		if n > 0 {
 			if err := w.write(buf[:n]); err != nil {
 				return ports.ObjectInfo{}, err
 			}
+			last = time.Now()
 		}
 		// Only the reader's own end is the object's end: a reader that
 		// fails, io.ErrUnexpectedEOF included (a body cut short), stores
@@ -117,6 +118,25 @@ func (o ObjectStorage) Put(ctx context.Context, key string, r io.Reader, opts po
 		return ports.ObjectInfo{}, fmt.Errorf("put %q: decode the commit's answer: %w", key, err)
 	}
 	return info.Info(), nil
+}
+
+// fill reads into buf until it is full or r ends or fails, as
+// objread.Full does, or until, with bytes read, the client's upload flush
+// time has passed since last: the engine then hears of an upload whose
+// reader is slow but alive before its transfer's idle time closes it.
+func (o ObjectStorage) fill(r io.Reader, buf []byte, last time.Time) (int, error) {
+	n := 0
+	for n < len(buf) {
+		m, err := r.Read(buf[n:])
+		n += m
+		if err != nil {
+			return n, err
+		}
+		if n > 0 && n < len(buf) && time.Since(last) >= o.c.flush {
+			return n, nil
+		}
+	}
+	return n, nil
 }
 
 // chunkWriter sends an upload's chunks, each as its own request, with up
