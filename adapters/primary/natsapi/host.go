@@ -448,6 +448,8 @@ func (h *Host) identify(call *Call) error {
 
 // connectionOf names the connection a reply subject leads to: a NATS
 // client's inboxes share a prefix per connection (_INBOX.<random>.<n>).
+// A reply with no such prefix (_INBOX.<id>, the old request style) names
+// no connection: all such callers are "connection _INBOX", one share.
 // Without tokens the account is the only boundary, and a caller who wants
 // to may pose as many connections; the share then bounds the careless.
 func connectionOf(reply string) string {
