@@ -451,7 +451,8 @@ func (h *Host) identify(call *Call) error {
 // A reply with no such prefix (_INBOX.<id>, the old request style) names
 // no connection: all such callers are "connection _INBOX", one share.
 // Without tokens the account is the only boundary, and a caller who wants
-// to may pose as many connections; the share then bounds the careless.
+// to may pose as many connections (with tokens, sign as many names); the
+// share then bounds the careless.
 func connectionOf(reply string) string {
 	if i := strings.LastIndexByte(reply, '.'); i > 0 {
 		return "connection " + reply[:i]
