@@ -248,7 +248,8 @@ func (s *Store) Exists(ctx context.Context, key string) (bool, error) {
 
 // ListKeys lists the bucket's keys, keeps those after the cursor with the
 // prefix in byte order, and reads them in order until the page has limit
-// live ones. The cursor is the page's last key.
+// live ones and one more is found. The cursor is the page's last key, or
+// "" when no live key follows.
 func (s *Store) ListKeys(ctx context.Context, prefix string, limit int, cursor string) ([]string, string, error) {
 	if err := storecheck.Prefix("prefix", prefix); err != nil {
 		return nil, "", err
@@ -275,8 +276,10 @@ func (s *Store) ListKeys(ctx context.Context, prefix string, limit int, cursor s
 		}
 	}
 	slices.Sort(candidates)
-	keys := make([]string, 0, min(limit, len(candidates)))
-	for i, k := range candidates {
+	// One live key more than the page tells whether another page follows:
+	// keys after the page that are deleted or expired do not.
+	keys := make([]string, 0, min(limit+1, len(candidates)))
+	for _, k := range candidates {
 		e, err := s.b.Last(ctx, jsbucket.Encode(k))
 		if err != nil {
 			return nil, "", fmt.Errorf("list keys %q: %w", prefix, err)
@@ -285,11 +288,9 @@ func (s *Store) ListKeys(ctx context.Context, prefix string, limit int, cursor s
 			continue
 		}
 		keys = append(keys, k)
-		if len(keys) == limit {
-			if i == len(candidates)-1 {
-				return keys, "", nil
-			}
-			return keys, k, nil
+		if len(keys) > limit {
+			keys = keys[:limit]
+			return keys, keys[limit-1], nil
 		}
 	}
 	return keys, "", nil
