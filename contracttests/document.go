@@ -2,6 +2,7 @@ package contracttests
 
 import (
 	"cmp"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -64,6 +65,7 @@ func RunDocument(t *testing.T, h Harness[ports.DocumentStore], caps DocumentCapa
 		{"FindOrderAcrossTypes", docFindOrderAcrossTypes},
 		{"FindPagination", docFindPagination},
 		{"FindBadCursor", docFindBadCursor},
+		{"FindForgedCursor", docFindForgedCursor},
 		{"FindInvalidField", docFindInvalidField},
 		{"DepthIsBounded", docDepthIsBounded},
 		{"NULIsRefused", docNULIsRefused},
@@ -836,6 +838,24 @@ func docFindBadCursor(t *testing.T, open func(t *testing.T) ports.DocumentStore)
 	} {
 		if _, _, err := s.Find(ctx(t), "c", q); !errors.Is(err, ports.ErrInvalidArgument) {
 			t.Errorf("Find with a cursor of %s: err %v, want ErrInvalidArgument", name, err)
+		}
+	}
+}
+
+// A cursor no page could have returned is refused alike by every adapter,
+// never passed on to fail in the backend: a rank beyond any a key has, or
+// beyond what a 32-bit column holds, and a NUL, which no stored string has.
+func docFindForgedCursor(t *testing.T, open func(t *testing.T) ports.DocumentStore) {
+	s := open(t)
+	docSample(t, s)
+	for name, raw := range map[string]string{
+		"rank past int32": `{"o":"n","d":false,"r":9999999999,"n":0,"s":"","id":"a"}`,
+		"rank negative":   `{"o":"n","d":false,"r":-1,"n":0,"s":"","id":"a"}`,
+		"NUL in str":      `{"o":"n","d":false,"r":3,"n":0,"s":"a\u0000b","id":"a"}`,
+	} {
+		q := ports.Query{OrderBy: "n", Cursor: base64.RawURLEncoding.EncodeToString([]byte(raw))}
+		if _, _, err := s.Find(ctx(t), "c", q); !errors.Is(err, ports.ErrInvalidArgument) {
+			t.Errorf("Find with a forged cursor (%s): err %v, want ErrInvalidArgument", name, err)
 		}
 	}
 }

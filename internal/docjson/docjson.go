@@ -180,7 +180,9 @@ func EncodeCursor(q ports.Query, k Key) string {
 	return base64.RawURLEncoding.EncodeToString(raw)
 }
 
-// DecodeCursor reads q.Cursor; ok is false when q has none.
+// DecodeCursor reads q.Cursor; ok is false when q has none. A cursor no
+// key could have made (a rank out of range, a NUL in the string) is
+// refused here, before a backend meets a value it cannot hold.
 func DecodeCursor(q ports.Query) (k Key, ok bool, err error) {
 	if q.Cursor == "" {
 		return Key{}, false, nil
@@ -192,7 +194,8 @@ func DecodeCursor(q ports.Query) (k Key, ok bool, err error) {
 	}
 	var c cursor
 	if err := json.Unmarshal(raw, &c); err != nil || c.OrderBy != q.OrderBy || c.Desc != q.Desc ||
-		math.IsNaN(c.Num) || storecheck.Key("id", c.ID) != nil {
+		math.IsNaN(c.Num) || storecheck.Key("id", c.ID) != nil ||
+		c.Rank < RankNull || c.Rank > RankComposite || strings.IndexByte(c.Str, 0) >= 0 {
 		return Key{}, false, bad
 	}
 	return c.Key, true, nil
