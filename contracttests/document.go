@@ -61,6 +61,7 @@ func RunDocument(t *testing.T, h Harness[ports.DocumentStore], caps DocumentCapa
 		{"CreateRace", docCreateRace},
 		{"ConditionalWritesAreLinearizable", docConditionalWritesAreLinearizable},
 		{"FindWhere", docFindWhere},
+		{"FindWhereNegativeZero", docFindWhereNegativeZero},
 		{"FindOrderBy", docFindOrderBy},
 		{"FindOrderAcrossTypes", docFindOrderAcrossTypes},
 		{"FindPagination", docFindPagination},
@@ -715,6 +716,24 @@ func docFindWhere(t *testing.T, open func(t *testing.T) ports.DocumentStore) {
 		t.Fatalf("Find banana = %+v", docs)
 	}
 	docSameData(t, "Find's document", docs[0].Data, map[string]any{"kind": "fruit", "n": 1.5, "ok": false, "name": "banana"})
+}
+
+// -0 and 0 are the same number wherever they stand: in a field, or inside
+// an array or object. A store that compares composites by their text must
+// not tell them apart.
+func docFindWhereNegativeZero(t *testing.T, open func(t *testing.T) ports.DocumentStore) {
+	s := open(t)
+	docEnsure(t, s, "c")
+	negZero := math.Copysign(0, -1)
+	docPut(t, s, "c", "neg", map[string]any{"n": negZero, "a": []any{negZero}, "o": map[string]any{"x": negZero}})
+	docPut(t, s, "c", "pos", map[string]any{"n": 0, "a": []any{0}, "o": map[string]any{"x": 0}})
+	for _, z := range []float64{0, negZero} {
+		for _, where := range []map[string]any{{"n": z}, {"a": []any{z}}, {"o": map[string]any{"x": z}}} {
+			if got := docIDs(docFindAll(t, s, "c", ports.Query{Where: where})); !slices.Equal(got, []string{"neg", "pos"}) {
+				t.Errorf("Find where %v over a stored -0 and a stored 0 = %q, want both", where, got)
+			}
+		}
+	}
 }
 
 func docFindOrderBy(t *testing.T, open func(t *testing.T) ports.DocumentStore) {
