@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 
 	"github.com/abi-engine/engine/ports"
 
@@ -47,10 +48,16 @@ type DB struct {
 
 // Open opens the file at path, creating it and its directory if missing,
 // and runs schema, which must be idempotent. what names the adapter in
-// errors, such as "keyvalue sqlite".
+// errors, such as "keyvalue sqlite". A path holding a "?" is refused with
+// ErrInvalidArgument, as the vector store's is.
 func Open(ctx context.Context, what, path, schema string) (*DB, error) {
 	if path == "" {
 		return nil, fmt.Errorf("%s: path is empty: %w", what, ports.ErrInvalidArgument)
+	}
+	if strings.Contains(path, "?") {
+		// The driver reads what follows the first "?" as options: it would
+		// open the file named by what comes before, and lose the options.
+		return nil, fmt.Errorf("%s: path %q holds a \"?\", which SQLite would read as the start of options: %w", what, path, ports.ErrInvalidArgument)
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("%s: create the directory of %s: %w", what, path, err)
