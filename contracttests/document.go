@@ -9,6 +9,7 @@ import (
 	"math"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -64,6 +65,10 @@ func RunDocument(t *testing.T, h Harness[ports.DocumentStore], caps DocumentCapa
 		{"FindWhereNegativeZero", docFindWhereNegativeZero},
 		{"FindOrderBy", docFindOrderBy},
 		{"FindOrderAcrossTypes", docFindOrderAcrossTypes},
+		{"FindOrderLargeNumbers", docFindOrderLargeNumbers},
+		{"FindOrderStrings", docFindOrderStrings},
+		{"FindWhereComposite", docFindWhereComposite},
+		{"OddFieldNames", docOddFieldNames},
 		{"FindPagination", docFindPagination},
 		{"FindBadCursor", docFindBadCursor},
 		{"FindForgedCursor", docFindForgedCursor},
@@ -788,6 +793,110 @@ func docFindOrderAcrossTypes(t *testing.T, open func(t *testing.T) ports.Documen
 	slices.Reverse(want)
 	if got := docIDs(docFindAll(t, s, "c", ports.Query{OrderBy: "v", Desc: true, Limit: 3})); !slices.Equal(got, want) {
 		t.Fatalf("Find by v desc = %q, want %q", got, want)
+	}
+}
+
+// Numbers order by value and equal only themselves, whatever their
+// magnitude: past 2^53 and 2^63, where an integer or text form would round
+// or overflow, and a subnormal next to 0. Every page size gives one order.
+func docFindOrderLargeNumbers(t *testing.T, open func(t *testing.T) ports.DocumentStore) {
+	s := open(t)
+	docEnsure(t, s, "c")
+	vals := map[string]float64{
+		"a": -1e20, "b": -5, "c": 0.5, "d": 5, "e": 9.2e18, "f": 1e19, "g": 1e20, "h": 5e20, "i": 1e21, "j": 1e300,
+		"k": math.Pow(2, 63), "l": -math.Pow(2, 63), "m": 1e-320,
+	}
+	ids := make([]string, 0, len(vals))
+	for id, v := range vals {
+		docPut(t, s, "c", id, map[string]any{"v": v})
+		ids = append(ids, id)
+	}
+	slices.SortFunc(ids, func(a, b string) int { return cmp.Compare(vals[a], vals[b]) })
+	for _, limit := range []int{0, 1, 3} {
+		if got := docIDs(docFindAll(t, s, "c", ports.Query{OrderBy: "v", Limit: limit})); !slices.Equal(got, ids) {
+			t.Errorf("Find by v, limit %d = %q, want %q", limit, got, ids)
+		}
+	}
+	for id, v := range vals {
+		if n, err := s.Count(ctx(t), "c", map[string]any{"v": v}); err != nil || n != 1 {
+			t.Errorf("Count where v = %v (%s) = %d, %v; want 1", v, id, n, err)
+		}
+	}
+}
+
+// Strings order by their bytes, as protocol.md says: not by a collation,
+// and with control characters, characters past U+FFFF and the empty
+// string in their byte places.
+func docFindOrderStrings(t *testing.T, open func(t *testing.T) ports.DocumentStore) {
+	s := open(t)
+	docEnsure(t, s, "c")
+	vals := []string{"", "a", "a\u0001", "B", "é", "😀", "\uffff", "\u2028", "z", "a b", "<", "\t"}
+	ids := make([]string, len(vals))
+	for i, v := range vals {
+		ids[i] = fmt.Sprintf("%02d", i)
+		docPut(t, s, "c", ids[i], map[string]any{"v": v})
+	}
+	slices.SortFunc(ids, func(a, b string) int {
+		ia, _ := strconv.Atoi(a)
+		ib, _ := strconv.Atoi(b)
+		return strings.Compare(vals[ia], vals[ib])
+	})
+	for _, limit := range []int{0, 1, 5} {
+		if got := docIDs(docFindAll(t, s, "c", ports.Query{OrderBy: "v", Limit: limit})); !slices.Equal(got, ids) {
+			t.Errorf("Find by string v, limit %d = %q, want %q", limit, got, ids)
+		}
+	}
+}
+
+// An array or object in where finds the documents holding an equal one,
+// whatever characters JSON encoders escape in their own ways (HTML
+// characters, U+2028, quotes, control characters) and in whatever order
+// an object's keys were written; every page size lists each once.
+func docFindWhereComposite(t *testing.T, open func(t *testing.T) ports.DocumentStore) {
+	s := open(t)
+	docEnsure(t, s, "c")
+	vals := []any{
+		[]any{"<a&b>"},
+		[]any{"é", "\u2028", "😀"},
+		map[string]any{"b": 1, "a": []any{1.5, nil, true}},
+		map[string]any{"long key": "x", "k": map[string]any{"z": 1, "aa": 2}},
+		[]any{1e21, 1e20, 0, 1e-7},
+		[]any{"tab\tnew\nline\"quote\\"},
+	}
+	want := make([]string, len(vals))
+	for i, v := range vals {
+		want[i] = fmt.Sprint(i)
+		docPut(t, s, "c", want[i], map[string]any{"v": v})
+	}
+	for _, v := range vals {
+		if n, err := s.Count(ctx(t), "c", map[string]any{"v": v}); err != nil || n != 1 {
+			t.Errorf("Count where v = %#v = %d, %v; want 1", v, n, err)
+		}
+	}
+	for _, limit := range []int{1, 2} {
+		got := docIDs(docFindAll(t, s, "c", ports.Query{OrderBy: "v", Limit: limit}))
+		if sorted := slices.Sorted(slices.Values(got)); !slices.Equal(sorted, want) {
+			t.Errorf("Find by composite v, limit %d = %q, want each of %q once", limit, got, want)
+		}
+	}
+}
+
+// A top-level field is named by any string a JSON path or SQL would read
+// as syntax (dots, brackets, quotes, "$", "*", blanks), and where and
+// order by still mean that one field.
+func docOddFieldNames(t *testing.T, open func(t *testing.T) ports.DocumentStore) {
+	s := open(t)
+	docEnsure(t, s, "c")
+	for _, f := range []string{"a.b", "a[0]", "$", "a b", "é", "*", "'", "a'b", "[", "]", ".", "$.x", "a\tb", "a]b"} {
+		docPut(t, s, "c", "x", map[string]any{f: 1, "other": 2})
+		docPut(t, s, "c", "y", map[string]any{f: 2, "other": 1})
+		if n, err := s.Count(ctx(t), "c", map[string]any{f: 1}); err != nil || n != 1 {
+			t.Errorf("Count where %q = 1: %d, %v; want 1", f, n, err)
+		}
+		docs, _, err := s.Find(ctx(t), "c", ports.Query{OrderBy: f, Desc: true})
+		if err != nil || len(docs) != 2 || docs[0].ID != "y" {
+			t.Errorf("Find order by %q desc = %q, %v; want [y x]", f, docIDs(docs), err)
+		}
 	}
 }
 
