@@ -143,9 +143,11 @@ func (c *command) withEngine(cf *clientFlags, stderr io.Writer, f func(ctx conte
 			cfg.NATS.Engine.Role = domain.RoleClient.String()
 		}
 	}
-	// The configured HTTP address belongs to the engines that run for good;
-	// a command's engine listens on a port of its own for its short life.
-	cfg.HTTP.Listen = "127.0.0.1:0"
+	// The configured HTTP address belongs to the engines that run for good,
+	// and a command has no use for an API of its own: one would call the
+	// services, signed with the caller secret, for whoever on this host
+	// found its port, even where the configuration switches the API off.
+	cfg.HTTP.Listen = config.HTTPOff
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	var eng *app.Engine
 	a := c.newApp(app.Options{Config: cfg, Embed: cf.embedded(), Logger: log, Transient: true}, fx.Populate(&eng))

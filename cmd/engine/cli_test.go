@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -386,6 +387,84 @@ func TestHistoryNewestFirst(t *testing.T) {
 		!strings.Contains(lines[1], "  released  ") || !strings.Contains(lines[1], "released the lease on shutdown") {
 		t.Fatalf("history --limit 2 =\n%s", out)
 	}
+}
+
+// A command's engine signs its calls with the caller secret; an HTTP API
+// of its own would make those calls for anyone on the host who found its
+// port, and on a host whose configuration switches the API off. While a
+// command runs (here an upload from a pipe the test holds open), it must
+// listen on no port at all.
+func TestACommandListensOnNoPortWhileItRuns(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	dir := t.TempDir()
+	config := filepath.Join(dir, "engine.yaml")
+	yaml := fmt.Sprintf("nats:\n  url: %s\n  caller_secret: %s\n  engine: {lease_seconds: 10, drain_seconds: 1}\nhttp: {listen: \"off\"}\ndata_dir: %s\n",
+		url, strings.Repeat("s", 40), filepath.Join(dir, "data"))
+	if err := os.WriteFile(config, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	startEngine(t, config).waitLog(t, "state=serving")
+
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Close() })
+	cmd := exec.Command(engineBin, "obj", "put", "upload", "--config", config)
+	cmd.Stdin = r
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	_ = r.Close()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	// The command reads its input only once its engine has started, and a
+	// pipe holds far less than this: when the write returns, the command
+	// is uploading, with whatever it listens on open.
+	if _, err := w.Write(make([]byte, 4<<20)); err != nil {
+		t.Fatalf("write to the command: %v\n%s", err, stderr.String())
+	}
+	if ports := listeningPorts(t, cmd.Process.Pid); len(ports) != 0 {
+		t.Fatalf("the command listens on %v while it uploads; the configuration has http.listen off", ports)
+	}
+}
+
+// listeningPorts are the TCP ports, IPv4 and IPv6, that process pid
+// listens on, read from /proc: its socket inodes matched against the
+// kernel's tables of listening sockets.
+func listeningPorts(t *testing.T, pid int) []string {
+	t.Helper()
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inodes := map[string]bool{}
+	for _, fd := range fds {
+		l, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name()))
+		if inode, ok := strings.CutPrefix(l, "socket:["); err == nil && ok {
+			inodes[strings.TrimSuffix(inode, "]")] = true
+		}
+	}
+	var ports []string
+	for _, table := range []string{"tcp", "tcp6"} {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/%s", pid, table))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			// local_address is field 1 (hex address:port), st field 3
+			// (0A: listening), inode field 9.
+			f := strings.Fields(line)
+			if len(f) < 10 || f[3] != "0A" || !inodes[f[9]] {
+				continue
+			}
+			_, port, _ := strings.Cut(f[1], ":")
+			n, _ := strconv.ParseUint(port, 16, 16)
+			ports = append(ports, fmt.Sprintf("%s port %d", table, n))
+		}
+	}
+	return ports
 }
 
 func TestStatusWithoutALeaseBucketCreatesNone(t *testing.T) {
