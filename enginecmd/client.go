@@ -154,7 +154,9 @@ func (c *command) withEngine(cf *clientFlags, stderr io.Writer, f func(ctx conte
 	if err := a.Err(); err != nil {
 		return fail(stderr, dig.RootCause(err))
 	}
-	ctx, stopSignals := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	// SIGHUP as SIGTERM: a command on its own serves, and a closed
+	// terminal must not kill it holding the lease.
+	ctx, stopSignals := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer stopSignals()
 	startCtx, cancel := context.WithTimeout(ctx, a.StartTimeout())
 	err = a.Start(startCtx)

@@ -196,8 +196,10 @@ func (c *command) serve(args []string, stderr io.Writer) int {
 	// engine claims the lease ends the claim instead of killing the process;
 	// once the engine has claimed, the start completes and the engine stops
 	// as usual, so the lease it holds is released on a live context.
+	// SIGHUP too: a closed terminal or a lost ssh session would otherwise
+	// kill the engine holding the lease, neither released nor drained.
 	signals := make(chan os.Signal, 1)
-	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
+	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(signals)
 	startCtx, cancel := context.WithTimeout(context.Background(), a.StartTimeout())
 	defer cancel()

@@ -164,20 +164,32 @@ func TestASecondEngineFailsNamingTheFirst(t *testing.T) {
 }
 
 func TestAnInterruptReleasesTheLeaseAndExitsZero(t *testing.T) {
+	stopsCleanlyOn(t, syscall.SIGINT)
+}
+
+// A hangup (a closed terminal, an ssh session gone) stops the engine as
+// SIGTERM does; by default it would kill it holding the lease, so a
+// standby waited a whole lease and calls in progress were cut.
+func TestAHangupReleasesTheLeaseAndExitsZero(t *testing.T) {
+	stopsCleanlyOn(t, syscall.SIGHUP)
+}
+
+// stopsCleanlyOn sends sig to a serving engine, which must release the
+// lease and exit 0.
+func stopsCleanlyOn(t *testing.T, sig syscall.Signal) {
+	t.Helper()
 	url := natstest.StartServer(t).ClientURL()
 	config := writeConfig(t, url)
 	e := startEngine(t, config)
 	e.waitLog(t, "state=serving")
-	for _, sig := range []syscall.Signal{syscall.SIGINT} {
-		if err := e.cmd.Process.Signal(sig); err != nil {
-			t.Fatal(err)
-		}
+	if err := e.cmd.Process.Signal(sig); err != nil {
+		t.Fatal(err)
 	}
 	if code := e.exitCode(t); code != 0 {
-		t.Fatalf("exit code %d after SIGINT:\n%s", code, e.output())
+		t.Fatalf("exit code %d (%s) after %v:\n%s", code, e.cmd.ProcessState, sig, e.output())
 	}
 	rec := readLease(t, url)
 	if !rec.Present || !rec.Holder.Released || rec.Holder.PID != e.cmd.Process.Pid {
-		t.Fatalf("after SIGINT the lease reads %+v, want the engine's released record", rec)
+		t.Fatalf("after %v the lease reads %+v, want the engine's released record", sig, rec)
 	}
 }
