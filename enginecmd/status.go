@@ -19,7 +19,7 @@ import (
 	"github.com/abi-engine/engine/internal/redact"
 )
 
-// statusTimeout bounds the whole status read.
+// statusTimeout bounds the status read, besides the wait for a renewal.
 const statusTimeout = 30 * time.Second
 
 // leaseStatus is what `engine status` reports.
@@ -33,7 +33,8 @@ type leaseStatus struct {
 	Revision uint64          `json:"revision,omitempty"`
 	// WrittenAt is when the broker stored the value, and SinceWrite how
 	// long ago that was on this host's clock: the holder renews it every
-	// third of a lease.
+	// quarter of a lease. They are for the reader; whether the holder
+	// lives is judged without comparing the two hosts' clocks.
 	WrittenAt  time.Time `json:"written_at,omitzero"`
 	SinceWrite float64   `json:"since_write_seconds,omitempty"`
 }
@@ -51,7 +52,7 @@ func (c *command) statusCommand(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	ctx, cancel := context.WithTimeout(ctx, statusTimeout)
+	ctx, cancel := context.WithTimeout(ctx, statusTimeout+cfg.Timing().Lease)
 	defer cancel()
 	st, err := readStatus(ctx, cfg, cf.embedded())
 	if err != nil {
@@ -99,6 +100,36 @@ func readStatus(ctx context.Context, cfg *config.Config, embedded bool) (leaseSt
 	if err != nil {
 		return leaseStatus{}, fmt.Errorf("read lease %s.%s: %w", lease.DefaultBucket, lease.Key, err)
 	}
+	if st := describe(e); !st.Serving {
+		return st, nil
+	}
+	// An unreleased record is also what a holder that was killed leaves
+	// behind, for ever. The holder is alive only if it renews, every
+	// quarter of its lease: the record is believed once a later write is
+	// seen, and a whole lease without one, judged on this host's clock
+	// alone as a contender judges it, means the holder is dead, or cut
+	// off from NATS and fenced, and any engine would take over.
+	period := cfg.Timing().Lease
+	next, err := nextWrite(ctx, kv, e.Revision(), period)
+	if err != nil {
+		return leaseStatus{}, err
+	}
+	if next == nil {
+		st := describe(e)
+		st.Serving = false
+		st.Reason = fmt.Sprintf("no renewal in %s (a lease, as lease_seconds here sets it): %s stopped without releasing the lease, or cannot reach NATS and no longer serves",
+			period, lease.DecodeHolder(e.Value()))
+		return st, nil
+	}
+	if next.Operation() != jetstream.KeyValuePut {
+		return leaseStatus{Reason: "the lease is free"}, nil
+	}
+	return describe(next), nil
+}
+
+// describe is what an entry of the lease key says by itself: its holder
+// serves unless the record is a release.
+func describe(e jetstream.KeyValueEntry) leaseStatus {
 	h := lease.DecodeHolder(e.Value())
 	st := leaseStatus{
 		Serving: true, Revision: e.Revision(), WrittenAt: e.Created().UTC(),
@@ -110,7 +141,40 @@ func readStatus(ctx context.Context, cfg *config.Config, embedded bool) (leaseSt
 	if h.Released {
 		st.Serving, st.Reason = false, fmt.Sprintf("engine %s on host %s released the lease", h.InstanceID, h.Host)
 	}
-	return st, nil
+	return st
+}
+
+// nextWrite watches the lease key for a write after revision rev, for up
+// to wait, and returns it: a renewal, a release, a new holder or a
+// deletion. It returns nil when none came.
+func nextWrite(ctx context.Context, kv jetstream.KeyValue, rev uint64, wait time.Duration) (jetstream.KeyValueEntry, error) {
+	// The watch lives on its own context, as the lease's does: cancelling
+	// it closes the updates, which would read like the end of the initial
+	// values.
+	w, err := kv.Watch(context.Background(), lease.Key)
+	if err != nil {
+		return nil, fmt.Errorf("watch lease %s.%s: %w", lease.DefaultBucket, lease.Key, err)
+	}
+	defer func() { _ = w.Stop() }()
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-timer.C:
+			return nil, nil
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil, fmt.Errorf("watch lease %s.%s: the watch closed", lease.DefaultBucket, lease.Key)
+			}
+			// nil ends the initial values; the revision read already, or
+			// an older one, is no news.
+			if e != nil && e.Revision() > rev {
+				return e, nil
+			}
+		}
+	}
 }
 
 func printStatus(w io.Writer, st leaseStatus) error {

@@ -467,6 +467,37 @@ func listeningPorts(t *testing.T, pid int) []string {
 	return ports
 }
 
+// A holder killed outright leaves its unreleased record in the lease for
+// ever. Status must not call it serving: it believes a holder that renews,
+// and after a lease with no renewal says what a contender would conclude.
+func TestStatusDoesNotCallAKilledHolderServing(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	config := writeConfig(t, url) // lease_seconds: 1
+	e := startEngine(t, config)
+	e.waitLog(t, "state=serving")
+	holder := readLease(t, url).Holder
+	var st struct {
+		Serving bool
+		Reason  string
+	}
+	decodeOne(t, ok(t, nil, "status", "--config", config, "--output", "json"), &st)
+	if !st.Serving {
+		t.Fatalf("status says no engine serves while %s does: %s", holder.InstanceID, st.Reason)
+	}
+
+	if err := e.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	e.exitCode(t)
+	decodeOne(t, ok(t, nil, "status", "--config", config, "--output", "json"), &st)
+	if st.Serving || !strings.Contains(st.Reason, "no renewal in 1s") || !strings.Contains(st.Reason, holder.InstanceID) {
+		t.Fatalf("status after the holder %s was killed = %+v, want not serving, for want of a renewal", holder.InstanceID, st)
+	}
+	if out := ok(t, nil, "status", "--config", config); !strings.HasPrefix(out, "no engine serves: no renewal in 1s") {
+		t.Fatalf("status after the holder was killed:\n%s", out)
+	}
+}
+
 func TestStatusWithoutALeaseBucketCreatesNone(t *testing.T) {
 	url := natstest.StartServer(t).ClientURL()
 	out := ok(t, nil, "status", "--nats-url", url)
