@@ -261,6 +261,21 @@ func TestErrorsNameTheKeyAndTheLine(t *testing.T) {
 	}
 }
 
+// A standby takes over from a holder that died only after a whole lease
+// of silence. One that gives up no later than that never takes over, nor
+// does its restart: after a crash of the old release no engine serves.
+func TestAStandbyTimeoutNoLongerThanTheLeaseIsRefused(t *testing.T) {
+	for _, standby := range []int{3, 4} {
+		src := fmt.Sprintf("nats:\n  engine:\n    lease_seconds: 4\n    standby_timeout_seconds: %d\n", standby)
+		_, err := config.Parse("engine.yaml", []byte(src), env())
+		want := fmt.Sprintf("engine.yaml line 4: nats.engine.standby_timeout_seconds: is %d, want more than nats.engine.lease_seconds (4)", standby)
+		if err == nil || !strings.HasPrefix(err.Error(), want) || !errors.Is(err, domain.ErrInvalidConfig) {
+			t.Errorf("standby_timeout_seconds %d with lease_seconds 4: err %v, want %q", standby, err, want)
+		}
+	}
+	parse(t, "nats:\n  engine: {lease_seconds: 4, standby_timeout_seconds: 5}\n", env())
+}
+
 func TestMoreThanOneDocumentIsAnError(t *testing.T) {
 	_, err := config.Parse("engine.yaml", []byte("data_dir: a\n---\ndata_dir: b\n"), env())
 	if err == nil || !strings.Contains(err.Error(), "line 3") {

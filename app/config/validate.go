@@ -98,6 +98,14 @@ func (c *Config) validateEngine() error {
 		}
 		return c.errAt("nats.engine", err)
 	}
+	if e.StandbyTimeoutSeconds <= e.LeaseSeconds {
+		// A standby takes over from a holder that died only after a lease
+		// of silence: one that gives up sooner never does, nor does its
+		// restart, and after a crash no engine serves.
+		return c.errAt("nats.engine.standby_timeout_seconds", fmt.Errorf(
+			"is %d, want more than nats.engine.lease_seconds (%d): a standby takes over from a holder that died only after a lease of silence",
+			e.StandbyTimeoutSeconds, e.LeaseSeconds))
+	}
 	if e.BucketReplicas != 1 && e.BucketReplicas != 3 {
 		return c.errAt("nats.engine.bucket_replicas", fmt.Errorf("is %d, want 1 or 3", e.BucketReplicas))
 	}
