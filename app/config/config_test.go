@@ -276,6 +276,31 @@ func TestAStandbyTimeoutNoLongerThanTheLeaseIsRefused(t *testing.T) {
 	parse(t, "nats:\n  engine: {lease_seconds: 4, standby_timeout_seconds: 5}\n", env())
 }
 
+// The periods are multiplied into time.Durations: a value far out of
+// range must be refused, not wrapped around into a valid lease (2^55+20
+// seconds is 20 s once multiplied) or a stop budget already spent (a
+// drain that, with the lease added, overflows).
+func TestAPeriodThatWouldWrapAroundIsRefused(t *testing.T) {
+	for _, tc := range []struct{ key, value string }{
+		{"lease_seconds", "36028797018963988"},           // 2^55 + 20
+		{"lease_seconds", "-36028797018963948"},          // -2^55 + 20
+		{"standby_timeout_seconds", "36028797018964868"}, // 2^55 + 900
+		{"drain_seconds", "9223372036"},
+	} {
+		src := fmt.Sprintf("nats:\n  engine:\n    %s: %s\n", tc.key, tc.value)
+		c, err := config.Parse("engine.yaml", []byte(src), env())
+		if err != nil {
+			want := fmt.Sprintf("engine.yaml line 3: nats.engine.%s: is %s, out of range", tc.key, tc.value)
+			if !strings.HasPrefix(err.Error(), want) || !errors.Is(err, domain.ErrInvalidConfig) {
+				t.Errorf("%s: %s: err %v, want %q", tc.key, tc.value, err, want)
+			}
+			continue
+		}
+		tm := c.Timing()
+		t.Errorf("%s: %s accepted: lease %v, standby timeout %v, drain %v", tc.key, tc.value, tm.Lease, tm.StandbyTimeout, tm.Drain)
+	}
+}
+
 func TestMoreThanOneDocumentIsAnError(t *testing.T) {
 	_, err := config.Parse("engine.yaml", []byte("data_dir: a\n---\ndata_dir: b\n"), env())
 	if err == nil || !strings.Contains(err.Error(), "line 3") {

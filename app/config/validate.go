@@ -79,6 +79,11 @@ func (c *Config) validateNATS() error {
 	return nil
 }
 
+// maxSeconds bounds every nats.engine period (about 34 years), so that
+// each, and the sums the engine's budgets make of them, fit a
+// time.Duration.
+const maxSeconds = 1 << 30
+
 func (c *Config) validateEngine() error {
 	e := c.NATS.Engine
 	if _, err := domain.ParseRole(e.Role); err != nil {
@@ -86,6 +91,21 @@ func (c *Config) validateEngine() error {
 	}
 	if err := domain.ValidateRolloutID(e.RolloutID); err != nil {
 		return c.errAt("nats.engine.rollout_id", err)
+	}
+	// The seconds become time.Durations, and the start's and the stop's
+	// budgets sums of them: a value beyond maxSeconds either way would
+	// wrap around, into a valid lease or a stop budget already spent.
+	for _, f := range []struct {
+		key string
+		v   int
+	}{
+		{"nats.engine.lease_seconds", e.LeaseSeconds},
+		{"nats.engine.standby_timeout_seconds", e.StandbyTimeoutSeconds},
+		{"nats.engine.drain_seconds", e.DrainSeconds},
+	} {
+		if f.v > maxSeconds || f.v < -maxSeconds {
+			return c.errAt(f.key, fmt.Errorf("is %d, out of range: a period is at most %d seconds", f.v, maxSeconds))
+		}
 	}
 	if err := c.Timing().Validate(); err != nil {
 		// Timing names the key it refuses; the line is looked up by it.
