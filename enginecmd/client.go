@@ -103,9 +103,11 @@ func (cf *clientFlags) load() (*config.Config, error) {
 	}
 	if cf.dataDir != "" {
 		cfg.DataDir = cf.dataDir
+		cfg.SetBy("data_dir", "--data-dir")
 	}
 	if cf.natsURL != "" {
 		cfg.NATS.URL = cf.natsURL
+		cfg.SetBy("nats.url", "--nats-url")
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err

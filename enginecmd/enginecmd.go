@@ -168,9 +168,11 @@ func (c *command) serve(args []string, stderr io.Writer) int {
 	}
 	if *dataDir != "" {
 		cfg.DataDir = *dataDir
+		cfg.SetBy("data_dir", "--data-dir")
 	}
 	if *natsURL != "" {
 		cfg.NATS.URL = *natsURL
+		cfg.SetBy("nats.url", "--nats-url")
 	}
 	if err := cfg.Validate(); err != nil {
 		fmt.Fprintf(stderr, "engine: %v\n", err)

@@ -17,6 +17,7 @@ import (
 	kvmemory "github.com/abi-engine/engine/adapters/secondary/keyvalue/memory"
 	"github.com/abi-engine/engine/adapters/secondary/storage"
 	"github.com/abi-engine/engine/app"
+	"github.com/abi-engine/engine/app/config"
 	"github.com/abi-engine/engine/internal/natstest"
 	"github.com/abi-engine/engine/ports"
 )
@@ -291,6 +292,21 @@ func TestNoCommandShowsAPassword(t *testing.T) {
 		var stderr bytes.Buffer
 		if code := Run(args, io.Discard, &stderr, Options{}); code != 1 || strings.Contains(stderr.String(), "hunter2") {
 			t.Errorf("engine %q = %d, stderr:\n%s", args, code, stderr.String())
+		}
+	}
+}
+
+// A URL given with --nats-url replaces NATS_URL's, so an error about it
+// must name the flag: naming the variable sent the operator to a value
+// that was good and not in use.
+func TestABadNATSURLFlagIsNamedInItsError(t *testing.T) {
+	t.Setenv(config.EnvNATSURL, "nats://127.0.0.1:4222")
+	for _, args := range [][]string{{"serve"}, {"status"}, {"kv", "get", "k"}} {
+		args = append(args, "--nats-url", "http://127.0.0.1:4222")
+		var stderr bytes.Buffer
+		code := Run(args, io.Discard, &stderr, Options{})
+		if code != 1 || !strings.Contains(stderr.String(), "nats.url (from --nats-url): ") {
+			t.Errorf("engine %q = %d, want 1 and an error naming --nats-url:\n%s", args, code, stderr.String())
 		}
 	}
 }

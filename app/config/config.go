@@ -33,7 +33,8 @@ type Config struct {
 	// as "nats.engine.role" to its line in the file.
 	source string
 	lines  map[string]int
-	// fromEnv maps a key path to the variable that overrode it.
+	// fromEnv maps a key path to the variable, or the flag (SetBy), that
+	// overrode it.
 	fromEnv map[string]string
 	// emptyVars maps a line of the file to the "${VAR}"s on it that
 	// expanded to nothing.

@@ -32,7 +32,8 @@ type Error struct {
 	Line int
 	// Key is the key path, such as "nats.engine.role".
 	Key string
-	// Env is the variable that set the value, if one did.
+	// Env is the variable, or the command-line flag, that set the value,
+	// if one did.
 	Env string
 	Err error
 }
@@ -290,6 +291,17 @@ func (c *Config) override(getenv func(string) string) {
 			c.fromEnv[o.key] = o.env
 		}
 	}
+}
+
+// SetBy records that the caller set key's value from source, such as a
+// command-line flag ("--nats-url"), after Parse: an error about the key
+// then names that source, not the file's line or a variable the value no
+// longer comes from.
+func (c *Config) SetBy(key, source string) {
+	if c.fromEnv == nil {
+		c.fromEnv = map[string]string{}
+	}
+	c.fromEnv[key] = source
 }
 
 // errAt builds an error about a key, saying where its value came from.
