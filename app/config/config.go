@@ -1,8 +1,9 @@
 // Package config reads engine.yaml: the NATS connection and the engine's
 // role and timing, one block per storage service, the HTTP listener and the
 // data directory. Loading is strict (an unknown key is an error naming it
-// and its line), "${VAR}" is expanded from the environment first, and
-// ABI_ENGINE_ROLE, ABI_ROLLOUT_ID and NATS_URL override the file.
+// and its line), "${VAR}" in a value is expanded from the environment once
+// YAML has read the value, so it is taken verbatim whatever the quoting,
+// and ABI_ENGINE_ROLE, ABI_ROLLOUT_ID and NATS_URL override the file.
 //
 // Each service block is {adapter: <name>, config: {...}}. The config part
 // stays a YAML node here: the storage registry decodes it into the chosen
@@ -36,7 +37,7 @@ type Config struct {
 	// fromEnv maps a key path to the variable, or the flag (SetBy), that
 	// overrode it.
 	fromEnv map[string]string
-	// emptyVars maps a line of the file to the "${VAR}"s on it that
+	// emptyVars maps the line of a key to the "${VAR}"s in its value that
 	// expanded to nothing.
 	emptyVars map[int][]string
 }

@@ -207,6 +207,48 @@ func TestExpansion(t *testing.T) {
 	}
 }
 
+// A variable's value is the value, in every quoting style: the shipped
+// ConfigMap writes password: "${NATS_PASSWORD}", and a secret whose
+// backslash became an escape, or whose quote ended the scalar, gave the
+// engine another secret than its callers and the broker have, or a file
+// that did not parse. A plain value is typed as if written there.
+func TestAVariableIsTakenVerbatimWhateverItsQuoting(t *testing.T) {
+	for _, tc := range []struct {
+		name, src, value string
+	}{
+		{"DoubleQuotedWithABackslash", `data_dir: "${V}"`, `pa\tss`},
+		{"DoubleQuotedWithAQuote", `data_dir: "${V}"`, `pa"ss`},
+		{"SingleQuotedWithAQuote", `data_dir: '${V}'`, `it's`},
+		{"InAFlowMapping", `nats: {credentials: {user: u, password: "${V}"}}`, `pa\"ss', x: {`},
+		{"PlainWithYAMLSyntax", `data_dir: ${V}`, "a: b #c"},
+		{"PlainNull", `data_dir: ${V}`, "null"},
+		{"LiteralBlock", "data_dir: |-\n  ${V}", `pa\tss"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := parse(t, tc.src+"\n", env("V", tc.value))
+			got := c.DataDir
+			if strings.HasPrefix(tc.src, "nats:") {
+				got = c.NATS.Credentials.Password
+			}
+			if got != tc.value {
+				t.Fatalf("%s read %q, the variable holds %q", tc.src, got, tc.value)
+			}
+		})
+	}
+	if c := parse(t, "nats:\n  engine:\n    lease_seconds: ${V}\n", env("V", "7")); c.NATS.Engine.LeaseSeconds != 7 {
+		t.Errorf("lease_seconds: ${V} with V=7 read %d", c.NATS.Engine.LeaseSeconds)
+	}
+}
+
+// The file is read strictly with its variables expanded: a key given
+// twice is refused at its second line, as an unknown key is at its own.
+func TestADuplicateKeyIsRefusedAtItsLine(t *testing.T) {
+	_, err := config.Parse("engine.yaml", []byte("data_dir: ${A}\nhttp: {listen: \"off\"}\ndata_dir: b\n"), env("A", "a"))
+	if err == nil || !strings.HasPrefix(err.Error(), "engine.yaml line 3: ") || !strings.Contains(err.Error(), `"data_dir" already defined at line 1`) {
+		t.Fatalf("a key given twice: err %v, want one at line 3", err)
+	}
+}
+
 func TestErrorsNameTheKeyAndTheLine(t *testing.T) {
 	cases := []struct {
 		name, src, key string

@@ -79,12 +79,8 @@ func Parse(source string, data []byte, getenv func(string) string) (*Config, err
 	c.source = source
 	c.lines = map[string]int{}
 	c.fromEnv = map[string]string{}
-	expanded, empty, err := expand(data, getenv)
-	if err != nil {
-		return nil, &Error{Source: source, Line: lineOf(err), Err: err}
-	}
-	c.emptyVars = empty
-	if err := c.decode(expanded); err != nil {
+	c.emptyVars = map[int][]string{}
+	if err := c.decode(data, getenv); err != nil {
 		return nil, err
 	}
 	c.override(getenv)
@@ -94,7 +90,8 @@ func Parse(source string, data []byte, getenv func(string) string) (*Config, err
 	return c, nil
 }
 
-// expandError is a "${" that does not close on its line.
+// expandError is a "${" that does not close on its line, or does not
+// name a variable.
 type expandError struct {
 	line int
 	msg  string
@@ -102,58 +99,12 @@ type expandError struct {
 
 func (e *expandError) Error() string { return e.msg }
 
-func lineOf(err error) int {
-	var e *expandError
-	if errors.As(err, &e) {
-		return e.line
-	}
-	return 0
-}
-
 var varName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
-// expand replaces each "${NAME}" with the variable's value; an unset
-// variable is "". It runs on the text before YAML sees it, so a value that
-// holds YAML syntax should be quoted in the file. empty maps each line to
-// the variables on it that expanded to nothing, so a secret that came out
-// empty can be refused naming its variable.
-func expand(data []byte, getenv func(string) string) (out []byte, empty map[int][]string, err error) {
-	if !bytes.Contains(data, []byte("${")) {
-		return data, nil, nil
-	}
-	var buf bytes.Buffer
-	empty = map[int][]string{}
-	rest := data
-	line := 1
-	for {
-		i := bytes.Index(rest, []byte("${"))
-		if i < 0 {
-			buf.Write(rest)
-			return buf.Bytes(), empty, nil
-		}
-		line += bytes.Count(rest[:i], []byte("\n"))
-		buf.Write(rest[:i])
-		rest = rest[i+2:]
-		end := bytes.IndexAny(rest, "}\n")
-		if end < 0 || rest[end] != '}' {
-			return nil, nil, &expandError{line: line, msg: `"${" without a closing "}" on its line`}
-		}
-		name := string(rest[:end])
-		if !varName.MatchString(name) {
-			return nil, nil, &expandError{line: line, msg: fmt.Sprintf("${%s}: %q is not a variable name", name, name)}
-		}
-		v := getenv(name)
-		if v == "" {
-			empty[line] = append(empty[line], name)
-		}
-		buf.WriteString(v)
-		rest = rest[end+1:]
-	}
-}
-
-// decode reads the YAML over the defaults: once strictly into the struct,
-// once into a node tree to learn each key's line.
-func (c *Config) decode(data []byte) error {
+// decode reads the YAML over the defaults: once into a node tree to learn
+// each key's line, once strictly into the struct, with the "${VAR}"s in
+// its values expanded.
+func (c *Config) decode(data []byte, getenv func(string) string) error {
 	var root yaml.Node
 	err := yaml.NewDecoder(bytes.NewReader(data)).Decode(&root)
 	if errors.Is(err, io.EOF) {
@@ -165,7 +116,11 @@ func (c *Config) decode(data []byte) error {
 	indexLines(&root, "", c.lines)
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
-	if err := dec.Decode(c); err != nil {
+	if err := dec.Decode(&expanding{c: c, getenv: getenv}); err != nil {
+		var ee *expandError
+		if errors.As(err, &ee) {
+			return &Error{Source: c.source, Line: ee.line, Err: err}
+		}
 		return c.yamlError(err)
 	}
 	var more yaml.Node
@@ -180,6 +135,109 @@ func (c *Config) decode(data []byte) error {
 	// does for the other services.
 	if c.Services.Secret == nil {
 		c.Services.Secret = Default().Services.Secret
+	}
+	return nil
+}
+
+// expanding decodes the file into a Config with each "${NAME}" in its
+// values replaced by the variable's value, an unset variable being "".
+// The values are expanded after YAML has read them, in the node tree, so
+// a value is taken as it is whatever the scalar's quoting: a backslash or
+// a quote in a secret stays one, and YAML syntax in it is no syntax.
+//
+// It has yaml.v3's older unmarshaler form on purpose: the unmarshal
+// function that form is given decodes with the decoder at hand, strict as
+// KnownFields made it, so the tree can be expanded in place between
+// taking it and decoding it into the Config.
+type expanding struct {
+	c      *Config
+	getenv func(string) string
+}
+
+func (x *expanding) UnmarshalYAML(unmarshal func(any) error) error {
+	var root nodeRef
+	if err := unmarshal(&root); err != nil {
+		return err
+	}
+	if err := x.expand(root.n, root.n.Line); err != nil {
+		return err
+	}
+	return unmarshal(x.c)
+}
+
+// nodeRef keeps the node it is decoded from: the decoder's own, not a copy.
+type nodeRef struct{ n *yaml.Node }
+
+func (r *nodeRef) UnmarshalYAML(n *yaml.Node) error {
+	r.n = n
+	return nil
+}
+
+// expand expands the scalar values under n; keyLine is the line of the
+// key whose value n is. Keys are not expanded, and an alias is expanded
+// once, where its anchor is.
+func (x *expanding) expand(n *yaml.Node, keyLine int) error {
+	switch n.Kind {
+	case yaml.DocumentNode, yaml.SequenceNode:
+		for _, ch := range n.Content {
+			if err := x.expand(ch, ch.Line); err != nil {
+				return err
+			}
+		}
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if err := x.expand(n.Content[i+1], n.Content[i].Line); err != nil {
+				return err
+			}
+		}
+	case yaml.ScalarNode:
+		return x.scalar(n, keyLine)
+	}
+	return nil
+}
+
+// scalar expands one value. A variable that expands to nothing is noted
+// under keyLine, so a secret that came out empty can be refused naming
+// its variable.
+func (x *expanding) scalar(n *yaml.Node, keyLine int) error {
+	if !strings.Contains(n.Value, "${") {
+		return nil
+	}
+	var b strings.Builder
+	rest := n.Value
+	for {
+		i := strings.Index(rest, "${")
+		if i < 0 {
+			b.WriteString(rest)
+			break
+		}
+		b.WriteString(rest[:i])
+		rest = rest[i+2:]
+		end := strings.IndexAny(rest, "}\n")
+		if end < 0 || rest[end] != '}' {
+			return &expandError{line: n.Line, msg: `"${" without a closing "}" on its line`}
+		}
+		name := rest[:end]
+		if !varName.MatchString(name) {
+			return &expandError{line: n.Line, msg: fmt.Sprintf("${%s}: %q is not a variable name", name, name)}
+		}
+		v := x.getenv(name)
+		if v == "" {
+			x.c.emptyVars[keyLine] = append(x.c.emptyVars[keyLine], name)
+		}
+		b.WriteString(v)
+		rest = rest[end+1:]
+	}
+	n.Value = b.String()
+	// A quoted, block or tagged scalar stays a string. A plain one is typed
+	// as if its value had been written there (lease_seconds: ${LEASE} is a
+	// number, an empty one null), except that a value is null only when
+	// empty: a password "null" is a password.
+	if n.Style&(yaml.TaggedStyle|yaml.DoubleQuotedStyle|yaml.SingleQuotedStyle|yaml.LiteralStyle|yaml.FoldedStyle) == 0 {
+		n.Tag = ""
+		if n.Value != "" && n.ShortTag() == "!!null" {
+			n.Tag = "!!str"
+		}
 	}
 	return nil
 }

@@ -224,7 +224,7 @@ func (c *Config) validateCallers() error {
 	return nil
 }
 
-// emptyVar names the "${VAR}"s on key's line that expanded to nothing,
+// emptyVar names the "${VAR}"s in key's value that expanded to nothing,
 // "" when none did.
 func (c *Config) emptyVar(key string) string {
 	line, ok := c.lines[key]
