@@ -180,10 +180,10 @@ func (c *command) withEngine(cf *clientFlags, stderr io.Writer, f func(ctx conte
 
 // engineAnswers reports whether a serving engine answers on its info
 // subject. Role auto would find it too, but only after watching the lease
-// for a renewal, up to a third of a lease; an answer proves at once that an
-// engine serves, so the command can be a client without touching the lease.
-// Anything else (no broker, no responder, no answer in time) leaves the
-// decision to auto.
+// for a renewal, which comes every quarter of a lease; an answer proves at
+// once that an engine serves, so the command can be a client without
+// touching the lease. Anything else (no broker, no responder, no answer in
+// time) leaves the decision to auto.
 func engineAnswers(cfg *config.Config) bool {
 	nc, err := natsconn.Connect(natsOptions(cfg, "abi-engine probe"))
 	if err != nil {
