@@ -178,22 +178,25 @@ func (e *Engine) Ready() bool {
 	return false
 }
 
-// connect opens a NATS connection. A lasting one (session, lease) stops the
-// engine when it closes for good; the accepting connection is closed by the
-// engine itself at every fence and handover, so it does not.
-func (e *Engine) connect(name string, lasting bool) (*nats.Conn, error) {
+// connect opens a NATS connection. Each of the engine's connections stops
+// the engine when it closes for good while the engine runs: the session
+// and the lease, and the accepting connection too, which the kernel's host
+// closes itself at every fence and handover, replacing this handler first
+// (natsapi.Host), so only a close it did not make reaches the engine. An
+// engine whose accepting connection is gone for good would otherwise hold
+// the lease, renew it and be ready, with nothing subscribed: every call
+// would find no responders, and no standby would take over.
+func (e *Engine) connect(name string) (*nats.Conn, error) {
 	o := natsOptions(e.p.Config, e.url, name+" "+e.p.Holder.InstanceID)
 	o.Logger = e.log
-	if lasting {
-		o.ClosedHandler = e.connectionClosed
-	}
+	o.ClosedHandler = e.connectionClosed
 	return natsconn.Connect(o)
 }
 
 // connectionClosed stops the process when a connection closes for good
 // while the engine runs, and ends it outright if stopping takes too long.
 //
-// Both of the engine's connections close when the broker goes away; the
+// All of the engine's connections close when the broker goes away; the
 // first to report it stops the engine, once. A stop that ends in time
 // disarms the exit, so an engine embedded in a longer-lived process (a
 // test, as a rule) does not end it later.
@@ -247,7 +250,7 @@ func (e *Engine) Start(ctx context.Context) (err error) {
 		e.broker = s
 		e.log.Info("no NATS server answered; embedded one", "url", redact.URLs(e.url), "data", cfg.DataDir)
 	}
-	if e.session, err = e.connect("abi-engine", true); err != nil {
+	if e.session, err = e.connect("abi-engine"); err != nil {
 		return err
 	}
 
@@ -255,7 +258,7 @@ func (e *Engine) Start(ctx context.Context) (err error) {
 	if role == domain.RoleClient {
 		return e.startClient(ctx)
 	}
-	if e.leaseConn, err = e.connect("abi-engine lease", true); err != nil {
+	if e.leaseConn, err = e.connect("abi-engine lease"); err != nil {
 		return err
 	}
 	lease, err := jetstream.Open(ctx, e.leaseConn, jetstream.Options{Replicas: cfg.NATS.Engine.BucketReplicas})
@@ -347,7 +350,7 @@ func (e *Engine) openAndServe(ctx context.Context) error {
 	}
 	k, err := newKernel(natsapi.Options{
 		Owner:        e.p.Holder.InstanceID,
-		Connect:      func() (*nats.Conn, error) { return e.connect("abi-engine accept", false) },
+		Connect:      func() (*nats.Conn, error) { return e.connect("abi-engine accept") },
 		Replies:      e.session,
 		Admit:        func() (uint64, bool) { return e.serving.admit(o) },
 		CallerSecret: secret,

@@ -137,6 +137,8 @@ type Options struct {
 	// Owner is the engine's instance id, the owner of its sessions.
 	Owner string
 	// Connect opens a new accepting connection; it is called on every Serve.
+	// Its closed handler hears only of a close the host did not make: the
+	// host replaces it before it closes or drains the connection itself.
 	Connect func() (*nats.Conn, error)
 	// Replies carries every reply; it must outlive the accepting connection.
 	Replies *nats.Conn
@@ -249,6 +251,7 @@ func (h *Host) Serve() error {
 	var micros []micro.Service
 	fail := func(err error) error {
 		cancel()
+		nc.SetClosedHandler(nil) // the host closes it: no one else need hear of it
 		nc.Close()
 		return err
 	}
@@ -600,6 +603,11 @@ func drain(ctx context.Context, nc *nats.Conn) error { return startDrain(nc)(ctx
 // broker its subscriptions are gone as soon as it can. finish waits for the
 // drain to end, and at ctx's end closes the connection at once.
 func startDrain(nc *nats.Conn) (finish func(ctx context.Context) error) {
+	if nc.IsClosed() {
+		// Closed for good on its own (its reconnects ran out): its
+		// subscriptions are gone with it, and there is nothing to drain.
+		return func(context.Context) error { return nil }
+	}
 	closed := make(chan struct{})
 	nc.SetClosedHandler(func(*nats.Conn) { close(closed) })
 	if err := nc.Drain(); err != nil {
