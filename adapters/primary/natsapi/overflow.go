@@ -369,6 +369,11 @@ func (h *OverflowHost) take(id, secret, caller string) (data []byte, release fun
 		h.t.closeLocked(s)
 		return data, nil
 	})
+	if errors.Is(err, ports.ErrNotFound) && h.t.closedByFence(wire.SessionRef{ID: id, Secret: secret}, caller) {
+		// The engine closed it when it stopped serving: the call did
+		// nothing, and is uploaded again and sent anew.
+		return nil, nil, fmt.Errorf("%w: the uploaded request %q was closed when the engine stopped serving", wire.ErrUnavailable, id)
+	}
 	if errors.Is(err, ports.ErrNotFound) {
 		return nil, nil, fmt.Errorf("%w: header %s: no uploaded request %q (expired?)", ports.ErrInvalidArgument, wire.OverflowRequestHeader, id)
 	}

@@ -279,6 +279,53 @@ func TestAnUploadedRequestIsTakenOnlyByItsEngine(t *testing.T) {
 	}
 }
 
+// A fence closes every session, uploaded requests among them. A call that
+// names one and reaches the engine once it serves again (as after a
+// renewal late by half a lease) did nothing: it is 503, which the facades
+// answer by uploading again and sending the call anew, not 400, which
+// they hand their caller as its own fault. Only the id with its secret is
+// told so: with another secret it is unknown, as it was before the fence.
+func TestACallNamingAnUploadAFenceClosedIs503(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	s := &sizes{}
+	e := newEngine(t, url, newObjects(t), engineOptions{}, s.service())
+	nc := natstest.Connect(t, url)
+	up := upload(t, nc, bigValue(2<<20))
+
+	// The lease's fence, then its restore, as the serving loop does them.
+	for _, fence := range []func() func(){e.host.Fence, e.transfers.Fence, e.overflow.Fence} {
+		fence()()
+	}
+	for _, serve := range []func() error{e.transfers.Serve, e.overflow.Serve, e.host.Serve} {
+		if err := serve(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	call := func(secret string) *nats.Msg {
+		t.Helper()
+		msg := nats.NewMsg(sizesSubject)
+		msg.Header.Set(wire.OverflowRequestHeader, up.ID)
+		msg.Header.Set(wire.OverflowSecretHeader, secret)
+		reply, err := nc.RequestMsg(msg, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return reply
+	}
+	if reply := call(strings.Repeat("0", len(up.Secret))); reply.Header.Get(wire.ErrorCodeHeader) != "400" {
+		t.Fatalf("a call naming an upload the fence closed, with another secret, was answered %q %q; want 400",
+			reply.Header.Get(wire.ErrorCodeHeader), reply.Header.Get(wire.ErrorHeader))
+	}
+	if reply := call(up.Secret); reply.Header.Get(wire.ErrorCodeHeader) != "503" {
+		t.Fatalf("a call naming an upload the fence closed was answered %q %q; want 503 so that it is uploaded again",
+			reply.Header.Get(wire.ErrorCodeHeader), reply.Header.Get(wire.ErrorHeader))
+	}
+	if n := s.calls.Load(); n != 0 {
+		t.Fatalf("the call ran %d times", n)
+	}
+}
+
 // upload sends body as an uploaded request and returns its session.
 func upload(t *testing.T, nc *nats.Conn, body []byte) wire.SessionOpened {
 	t.Helper()

@@ -49,9 +49,19 @@ type sessionTable struct {
 	sub      *nats.Subscription
 	stopped  bool
 	sessions map[string]*session
-	byWho    map[string]int
-	open     counter
+	// fenced are the sessions the last fence closed, by id: a call
+	// that names one learns that the engine closed it, not that it is
+	// unknown. It keeps only who may name each, never what it held, and
+	// at most max entries (the sessions open at once): the next fence
+	// that closes any replaces them all.
+	fenced map[string]fencedSession
+	byWho  map[string]int
+	open   counter
 }
+
+// fencedSession is what the table remembers of a session a fence closed:
+// enough to know its caller names it.
+type fencedSession struct{ secret, caller string }
 
 // session is one open session. Its calls run one at a time, under mu.
 type session struct {
@@ -363,8 +373,12 @@ func (t *sessionTable) fence() (confirm func()) {
 	sub := t.sub
 	t.sub = nil
 	open := make([]*session, 0, len(t.sessions))
+	if len(t.sessions) > 0 {
+		t.fenced = make(map[string]fencedSession, len(t.sessions))
+	}
 	for _, s := range t.sessions {
 		open = append(open, s)
+		t.fenced[s.id] = fencedSession{secret: s.secret, caller: s.caller}
 	}
 	t.mu.Unlock()
 	if sub != nil {
@@ -380,6 +394,15 @@ func (t *sessionTable) fence() (confirm func()) {
 		return func() {}
 	}
 	return func() { _ = t.nc.FlushTimeout(fenceDrain) }
+}
+
+// closedByFence reports whether ref names, with its secret, a session of
+// caller's the last fence closed.
+func (t *sessionTable) closedByFence(ref wire.SessionRef, caller string) bool {
+	t.mu.Lock()
+	s, ok := t.fenced[ref.ID]
+	t.mu.Unlock()
+	return ok && s.caller == caller && subtle.ConstantTimeCompare([]byte(s.secret), []byte(ref.Secret)) == 1
 }
 
 // randomHex is 128 random bits in hex: an id part nobody can guess.
