@@ -240,9 +240,15 @@ func (h *OverflowHost) start(caller string, p *held, idle time.Duration) (*sessi
 }
 
 // park keeps a reply until its caller fetches it. The call has run, so a
-// refusal is not 503 (which would have the caller send it again) but 413.
+// refusal is not 503 (which would have the caller send it again) but 413
+// for a limit, and 500, interrupted, when the engine stopped serving.
 func (h *OverflowHost) park(call *Call, data []byte) (*session, error) {
 	s, err := h.start(call.Caller, &held{h: h, who: call.Who(), data: data, reserved: int64(len(data)), opened: time.Now()}, h.t.idle)
+	if err != nil && h.t.isStopped() {
+		// Not a limit: the engine stopped serving (a fence, a drain's
+		// end) as the call ended, which is a call it stopped while it ran.
+		return nil, fmt.Errorf("%w: the engine stopped serving before the reply of %d bytes was parked: %v", wire.ErrInterrupted, len(data), err)
+	}
 	if err != nil && !errors.Is(err, ports.ErrTooLarge) {
 		return nil, fmt.Errorf("%w: a reply of %d bytes cannot be parked: %v", ports.ErrTooLarge, len(data), err)
 	}

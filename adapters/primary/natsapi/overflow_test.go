@@ -279,6 +279,49 @@ func TestAnUploadedRequestIsTakenOnlyByItsEngine(t *testing.T) {
 	}
 }
 
+// A call whose large answer is ready only after the engine was fenced
+// cannot park it: the fence closed the overflow host. The call was caught
+// running, so it answers 500, interrupted, as any such call does; not 413,
+// which tells the caller that the value itself is too large and not to
+// ask again.
+func TestALargeAnswerTheFenceLeavesUnparkedIsInterrupted(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	release, started := make(chan struct{}), make(chan struct{})
+	svc := natsapi.Service{Name: "big", Endpoints: []natsapi.Endpoint{{Name: "get", Handler: func(context.Context, *natsapi.Call) ([]byte, error) {
+		close(started)
+		<-release // a store call that does not heed its context and ends after the fence
+		return bigValue(3 << 20), nil
+	}}}}
+	e := newEngine(t, url, newObjects(t), engineOptions{}, svc)
+	nc := natstest.Connect(t, url)
+	answer := make(chan *nats.Msg, 1)
+	failed := make(chan error, 1)
+	go func() {
+		msg := nats.NewMsg(bigSubject)
+		msg.Header.Set(wire.OverflowHeader, "1")
+		reply, err := nc.RequestMsg(msg, 10*time.Second)
+		if err != nil {
+			failed <- err
+			return
+		}
+		answer <- reply
+	}()
+	<-started
+	for _, fence := range []func() func(){e.host.Fence, e.transfers.Fence, e.overflow.Fence} {
+		fence()()
+	}
+	close(release)
+	select {
+	case err := <-failed:
+		t.Fatalf("the call caught by the fence was not answered: %v", err)
+	case reply := <-answer:
+		code, text := reply.Header.Get(wire.ErrorCodeHeader), reply.Header.Get(wire.ErrorHeader)
+		if code != "500" || !strings.HasPrefix(text, wire.ErrInterrupted.Error()) {
+			t.Fatalf("a call the fence caught with its large answer unparked was answered %s %q; want 500, interrupted", code, text)
+		}
+	}
+}
+
 // A fence closes every session, uploaded requests among them. A call that
 // names one and reaches the engine once it serves again (as after a
 // renewal late by half a lease) did nothing: it is 503, which the facades

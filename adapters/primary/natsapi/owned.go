@@ -396,6 +396,14 @@ func (t *sessionTable) fence() (confirm func()) {
 	return func() { _ = t.nc.FlushTimeout(fenceDrain) }
 }
 
+// isStopped reports whether the table takes no new session: the engine
+// fenced or stopped it, and has not served it again.
+func (t *sessionTable) isStopped() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.stopped || t.sub == nil
+}
+
 // closedByFence reports whether ref names, with its secret, a session of
 // caller's the last fence closed.
 func (t *sessionTable) closedByFence(ref wire.SessionRef, caller string) bool {
