@@ -192,13 +192,15 @@ type recorder struct {
 func (r *recorder) Name() string    { return "recorder" }
 func (r *recorder) Needs() []string { return r.needs }
 func (r *recorder) Start(ctx context.Context, env app.ModuleEnv) error {
-	env.Jobs.Register(app.Job{Name: "tick", Every: 10 * time.Millisecond, Run: func(context.Context) error {
+	if err := env.Jobs.Register(app.Job{Name: "tick", Every: 10 * time.Millisecond, Run: func(context.Context) error {
 		select {
 		case r.ran <- struct{}{}:
 		default:
 		}
 		return nil
-	}})
+	}}); err != nil {
+		return err
+	}
 	r.started <- env.Services
 	return nil
 }

@@ -364,7 +364,9 @@ func (e *Engine) openAndServe(ctx context.Context) error {
 		return errors.Join(err, l.close())
 	}
 	for _, j := range l.sweepJobs() {
-		e.jobs.Register(j)
+		if err := e.jobs.Register(j); err != nil {
+			return errors.Join(err, l.close())
+		}
 	}
 	e.mu.Lock()
 	e.local, e.kernel = l, k

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -43,8 +44,13 @@ func NewJobs(log *slog.Logger, admit func() (token uint64, ok bool)) *Jobs {
 	return &Jobs{log: log, admit: admit}
 }
 
-// Register adds a job; it starts at once if the jobs run.
-func (j *Jobs) Register(job Job) {
+// Register adds a job; it starts at once if the jobs run. A job without a
+// positive period or a Run is refused here, where its module registers
+// it, rather than when the engine begins to serve.
+func (j *Jobs) Register(job Job) error {
+	if job.Every <= 0 || job.Run == nil {
+		return fmt.Errorf("job %q: a job needs a period above 0 (it has %v) and a Run", job.Name, job.Every)
+	}
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	j.jobs = append(j.jobs, job)
@@ -52,6 +58,7 @@ func (j *Jobs) Register(job Job) {
 		ctx := j.ctx
 		j.wg.Go(func() { j.loop(ctx, job) })
 	}
+	return nil
 }
 
 // Names lists the registered jobs.

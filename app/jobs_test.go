@@ -83,3 +83,33 @@ func TestJobsWithoutAdmissionRunWithoutAToken(t *testing.T) {
 		}
 	})
 }
+
+// A job without a positive period or a Run is refused where its module
+// registers it, so the module's start fails and says why. Taken, it would
+// panic the engine when the jobs start, which is when the engine begins to
+// serve: for a standby, the moment it takes over.
+func TestAJobWithoutAPeriodOrARunIsRefusedWhereItIsRegistered(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		jobs := NewJobs(slog.New(slog.DiscardHandler), nil)
+		jobs.Start()
+		defer jobs.Stop()
+		nop := func(context.Context) error { return nil }
+		for _, job := range []Job{
+			{Name: "no period", Run: nop},
+			{Name: "a period below 0", Every: -time.Second, Run: nop},
+			{Name: "no run", Every: time.Second},
+		} {
+			if err := jobs.Register(job); err == nil {
+				t.Errorf("the job %q was registered", job.Name)
+			}
+		}
+		time.Sleep(time.Minute) // fake time: any ticker the jobs started fires
+		synctest.Wait()
+		if names := jobs.Names(); len(names) != 0 {
+			t.Fatalf("jobs registered: %v", names)
+		}
+		if err := jobs.Register(Job{Name: "sweep", Every: time.Second, Run: nop}); err != nil {
+			t.Fatalf("a job with a period and a Run: %v", err)
+		}
+	})
+}

@@ -41,7 +41,9 @@ func (s Services) has(name string) bool {
 // ModuleEnv is what a module gets at start.
 type ModuleEnv struct {
 	Services Services
-	// Jobs registers periodic work, run only while this engine serves.
+	// Jobs registers periodic work, run only while this engine serves. It
+	// refuses a job without a period above 0 or a Run; a module's Start
+	// returns that error, and the engine does not start.
 	Jobs   *Jobs
 	Logger *slog.Logger
 }
