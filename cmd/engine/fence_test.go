@@ -10,10 +10,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"github.com/abi-engine/engine/adapters/secondary/natsclient"
@@ -39,6 +41,115 @@ func TestAWritePausedAcrossATakeoverIsRefusedByTheStore(t *testing.T) {
 		url := natstest.StartServer(t).ClientURL()
 		pausedWriteAcrossATakeover(t, url, hotStandbyConfig(t, url), nil, nil)
 	})
+}
+
+// An engine paused (SIGSTOP) past its lease, after it served a key many
+// times, answers none of the reads that reached it while it was paused with
+// the value of its old term once it resumes: a standby took over and wrote
+// the key meanwhile, and every answer is the new value or a refusal.
+func TestAPausedEngineAnswersNoReadWithAValueOfItsOldTerm(t *testing.T) {
+	s := natstest.StartServer(t)
+	url := s.ClientURL()
+	config := sharedConfig(t, url, "")
+	old := startEngine(t, config, "ABI_ROLLOUT_ID=v1")
+	old.waitLog(t, "state=serving")
+	next := startEngine(t, config, "ABI_ROLLOUT_ID=v2")
+	next.waitLog(t, "state=standby")
+
+	kv := natsclient.NewKeyValue(natsclient.New(natstest.Connect(t, url)))
+	if err := kv.Set(t.Context(), "k", []byte("old"), 0); err != nil {
+		t.Fatal(err)
+	}
+	for range 5 { // whatever the old engine keeps of a value it serves, it keeps this one
+		if v, err := kv.Get(t.Context(), "k"); err != nil || string(v) != "old" {
+			t.Fatalf("get: %q %v", v, err)
+		}
+	}
+	// Only the serving engine accepts calls, so this is the old one's.
+	oldAccept := acceptingConnection(t, s)
+	pid := old.cmd.Process.Pid
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
+	next.waitLog(t, "standby took over the lease")
+	setThroughTheNewEngine(t, kv, "k", "new")
+
+	// Reads the broker routes to the paused engine wait in its socket.
+	nc := natstest.Connect(t, url)
+	body, _ := json.Marshal(wire.KVKey{Key: "k"})
+	var mu sync.Mutex
+	answers := map[string]int{}
+	var wg sync.WaitGroup
+	for range 40 {
+		wg.Go(func() {
+			m, err := nc.Request(wire.Subject(ports.ServiceKeyValue, wire.KVGet), body, 20*time.Second)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err != nil:
+				answers["error "+err.Error()]++
+			case m.Header.Get(wire.ErrorCodeHeader) != "":
+				answers["code "+m.Header.Get(wire.ErrorCodeHeader)]++
+			default:
+				var v wire.KVValue
+				_ = json.Unmarshal(m.Data, &v)
+				answers["value "+string(v.Value)]++
+			}
+		})
+	}
+	waitDelivered(t, s, oldAccept.Cid, oldAccept.OutMsgs+1)
+	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	if answers["value old"] > 0 {
+		t.Fatalf("a resumed engine answered the value of its old term: %v", answers)
+	}
+	t.Logf("answers: %v", answers)
+}
+
+// acceptingConnection is the broker's view of the one engine connection
+// that accepts calls.
+func acceptingConnection(t *testing.T, s *server.Server) *server.ConnInfo {
+	t.Helper()
+	connz, err := s.Connz(&server.ConnzOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found *server.ConnInfo
+	for _, c := range connz.Conns {
+		if strings.HasPrefix(c.Name, "abi-engine accept") {
+			if found != nil {
+				t.Fatalf("two accepting connections: %q and %q", found.Name, c.Name)
+			}
+			found = c
+		}
+	}
+	if found == nil {
+		t.Fatalf("no accepting connection among %d", len(connz.Conns))
+	}
+	return found
+}
+
+// waitDelivered waits until the broker has sent connection cid at least n
+// messages in all.
+func waitDelivered(t *testing.T, s *server.Server, cid uint64, n int64) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		connz, err := s.Connz(&server.ConnzOptions{CID: cid})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(connz.Conns) == 1 && connz.Conns[0].OutMsgs >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the broker sent connection %d fewer than %d messages in 30s", cid, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // hotStandbyConfig is the embedded defaults (SQLite and files under one
