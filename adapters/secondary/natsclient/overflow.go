@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/abi-engine/engine/internal/wire"
+	"github.com/abi-engine/engine/ports"
 )
 
 // overflowOn is the value of the overflow header on every call, and
@@ -52,7 +53,7 @@ func (c *Client) exchange(ctx context.Context, subject string, data []byte) ([]b
 		if large {
 			var err error
 			if upload, err = c.upload(ctx, data); err != nil {
-				return nil, fmt.Errorf("%s: upload the request: %w", subject, err)
+				return nil, fmt.Errorf("%s: upload the request: %w", subject, sessionLost(err, wire.ErrUnavailable))
 			}
 			header = nats.Header{
 				wire.OverflowHeader:        overflowOn,
@@ -83,10 +84,23 @@ func (c *Client) exchange(ctx context.Context, subject string, data []byte) ([]b
 		}
 		answer, err := c.fetch(ctx, wire.SessionRef{ID: id, Secret: msg.Header.Get(wire.OverflowSecretHeader)}, size)
 		if err != nil {
-			return nil, fmt.Errorf("%s: fetch the parked answer: %w", subject, err)
+			return nil, fmt.Errorf("%s: fetch the parked answer: %w", subject, sessionLost(err, wire.ErrInterrupted))
 		}
 		return answer, nil
 	}
+}
+
+// sessionLost is err, from a session's write or read, as the call's caller
+// must read it. The engine answers 404 for a session it closed (idle, too
+// slow, or fenced) and 400 for a write it will not take; said of the call,
+// either would blame its key or its argument. So they become as: for an
+// upload ErrUnavailable, since no engine ran the call; for a parked
+// answer ErrInterrupted, since the call ran and its answer is lost.
+func sessionLost(err, as error) error {
+	if errors.Is(err, ports.ErrNotFound) || errors.Is(err, ports.ErrInvalidArgument) {
+		return fmt.Errorf("%w: the session closed: %v", as, err)
+	}
+	return err
 }
 
 // upload sends data to an overflow session, chunk by chunk.

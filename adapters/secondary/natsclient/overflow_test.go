@@ -16,6 +16,7 @@ import (
 	"github.com/abi-engine/engine/adapters/secondary/keyvalue/memory"
 	"github.com/abi-engine/engine/adapters/secondary/natsclient"
 	vecmemory "github.com/abi-engine/engine/adapters/secondary/vectorstore/memory"
+	"github.com/abi-engine/engine/domain"
 	"github.com/abi-engine/engine/internal/natstest"
 	"github.com/abi-engine/engine/internal/wire"
 	"github.com/abi-engine/engine/ports"
@@ -170,5 +171,53 @@ func TestAnAnnouncedSizeIsNotTrustedBeforeItsBytesCome(t *testing.T) {
 	}()
 	if _, err := kv.Get(t.Context(), "k"); err == nil {
 		t.Fatal("a Get of an answer nobody can fetch succeeded")
+	}
+}
+
+// An overflow session the engine closes under a call is no fault of the
+// call's key or argument. A parked answer read too slowly (here any read
+// past a millisecond) comes back as interrupted, not as "not found" for a
+// key that exists; an upload that falls behind (here any write after its
+// first) as unavailable, not as a bad argument, since no engine ran it.
+func TestASessionClosedUnderACallIsNotTheCallersFault(t *testing.T) {
+	url, caller := broker(t)
+	store, err := memory.Open(t.Context(), memory.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner := domain.NewInstanceID()
+	session := natstest.Connect(t, url)
+	overflow, err := natsapi.NewOverflowHost(natsapi.OverflowOptions{
+		Owner: owner, Conn: session, Idle: time.Millisecond, UploadIdle: time.Nanosecond, ChunkSize: 4 << 10,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, err := natsapi.NewHost(natsapi.Options{
+		Owner:    owner,
+		Connect:  func() (*nats.Conn, error) { return nats.Connect(url) },
+		Replies:  session,
+		Overflow: overflow,
+	}, natsapi.KeyValue(store))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, serve := range []func() error{overflow.Serve, host.Serve} {
+		if err := serve(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { host.Stop(); overflow.Stop() })
+	if err := store.Set(t.Context(), "big", make([]byte, 2<<20), 0); err != nil {
+		t.Fatal(err)
+	}
+	kv := natsclient.NewKeyValue(natsclient.New(caller(t)))
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	if _, err := kv.Get(ctx, "big"); !errors.Is(err, wire.ErrInterrupted) || errors.Is(err, ports.ErrNotFound) {
+		t.Errorf("Get of a key that exists, its answer read too slowly: %v; want interrupted, not not found", err)
+	}
+	if err := kv.Set(ctx, "big", make([]byte, 2<<20), 0); !errors.Is(err, wire.ErrUnavailable) || errors.Is(err, ports.ErrInvalidArgument) {
+		t.Errorf("Set whose upload fell behind: %v; want unavailable, not a bad argument", err)
 	}
 }
