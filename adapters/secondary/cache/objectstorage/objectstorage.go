@@ -71,7 +71,7 @@ var _ ports.Cache = (*Store)(nil)
 
 // Open checks the config and returns the tier over objects, which stays
 // open when the tier closes: it belongs to the object storage service.
-func Open(_ context.Context, c Config, objects ports.ObjectStorage) (*Store, error) {
+func Open(ctx context.Context, c Config, objects ports.ObjectStorage) (*Store, error) {
 	if objects == nil {
 		return nil, fmt.Errorf("cache object_storage tier: no object store: %w", ports.ErrInvalidArgument)
 	}
@@ -79,29 +79,28 @@ func Open(_ context.Context, c Config, objects ports.ObjectStorage) (*Store, err
 	if prefix == "" {
 		prefix = DefaultPrefix
 	}
-	if err := checkPrefix(prefix); err != nil {
+	if err := checkPrefix(ctx, objects, prefix); err != nil {
 		return nil, err
 	}
 	return &Store{objects: objects, prefix: prefix, most: MaxValue}, nil
 }
 
-// checkPrefix refuses a prefix that would make every object name one a
-// store refuses: too long to leave room for the hash, or with an empty,
-// "." or ".." segment, which stores keeping files refuse. Refused here,
-// the operator reads it at start; let through, every call would fail as
-// if its caller's key were at fault.
-func checkPrefix(prefix string) error {
+// checkPrefix refuses a prefix that would make every object name one the
+// store refuses: too long to leave room for the hash, or one it refuses
+// for its own reasons (an S3 server, "/" or ".." segments), which a Stat
+// of a name under the prefix shows. Refused here, the operator reads it at
+// start; let through, every call would fail as if its caller's key were
+// at fault. Any other answer of the Stat is left to the calls.
+func checkPrefix(ctx context.Context, objects ports.ObjectStorage, prefix string) error {
 	if err := storecheck.Key("cache.config.prefix", prefix); err != nil {
 		return err
 	}
 	if most := storecheck.MaxKey - hex.EncodedLen(sha256.Size); len(prefix) > most {
 		return fmt.Errorf("cache.config.prefix is %d bytes, more than the %d that leave room for a key's hash: %w", len(prefix), most, ports.ErrInvalidArgument)
 	}
-	segments := strings.Split(prefix, "/")
-	for _, seg := range segments[:len(segments)-1] { // the last is the hash's
-		if seg == "" || seg == "." || seg == ".." {
-			return fmt.Errorf("cache.config.prefix %q has a segment %q, which stores keeping files refuse: %w", prefix, seg, ports.ErrInvalidArgument)
-		}
+	probe := prefix + strings.Repeat("0", hex.EncodedLen(sha256.Size))
+	if _, err := objects.Stat(ctx, probe); errors.Is(err, ports.ErrInvalidArgument) {
+		return fmt.Errorf("cache.config.prefix %q makes names the object store refuses: %w", prefix, err)
 	}
 	return nil
 }
