@@ -161,8 +161,11 @@ var docModel = porcupine.Model{
 	Step: func(state, input, output any) (bool, any) {
 		s, in, out := state.(docState), input.(docInput), output.(docOutput)
 		// known: the version is the one ifVersion names, or another, or
-		// (after a write of unknown outcome) either.
-		matches, known := s.version == in.ifVersion, s.version != 0
+		// (after a write of unknown outcome) either. differs: it is not
+		// the one ifVersion names; an unknown version is above every one
+		// the document had, so it differs from each of them.
+		known := s.version != 0
+		differs := known && s.version != in.ifVersion || !known && in.ifVersion <= s.highest
 		switch in.op {
 		case docGet:
 			if !s.present {
@@ -174,7 +177,7 @@ var docModel = porcupine.Model{
 			s.version, s.highest = out.version, out.version
 			return true, s
 		case docPut:
-			if in.ifVersion == 0 && s.present || in.ifVersion != 0 && (!s.present || known && !matches) {
+			if in.ifVersion == 0 && s.present || in.ifVersion != 0 && (!s.present || differs) {
 				return out.unknown || out.conflict, s
 			}
 			if in.ifVersion != 0 && !known && out.conflict {
@@ -185,7 +188,7 @@ var docModel = porcupine.Model{
 			switch {
 			case !s.present:
 				return out.unknown || out.notFound, s
-			case known && !matches:
+			case differs:
 				return out.unknown || out.conflict, s
 			case !known && out.conflict:
 				return true, s
@@ -418,5 +421,68 @@ func TestTheModelsRejectWhatAStoreMustNotDo(t *testing.T) {
 		if !porcupine.CheckOperations(c.model, c.allowed) {
 			t.Errorf("%s: its allowed variant was rejected", c.name)
 		}
+	}
+}
+
+// After a write of unknown outcome the document's version is not known,
+// but it is above every version the document had: a put or delete at one
+// of those (or at 0, "must not exist") must conflict. Were they let win,
+// the model would pass a store that gives a version twice, whenever the
+// put that made the document again had an unknown outcome.
+func TestAnUnknownVersionIsAboveEveryEarlierOne(t *testing.T) {
+	const never = math.MaxInt64
+	prefix := func() []porcupine.Operation {
+		return []porcupine.Operation{
+			op(0, 0, 10, docInput{op: docPut, id: "d", value: "a"}, docOutput{found: true, version: 1}),
+			op(1, 20, 30, docInput{op: docDelete, id: "d", ifVersion: 1}, docOutput{}),
+			op(2, 40, never, docInput{op: docPut, id: "d", value: "b"}, docOutput{unknown: true}),
+		}
+	}
+	cases := []struct {
+		name       string
+		bad, after []porcupine.Operation
+	}{
+		{
+			name: "a put if v1 after the document was deleted and made again wins (version 1 given again)",
+			bad: []porcupine.Operation{
+				op(0, 60, 70, docInput{op: docPut, id: "d", ifVersion: 1, value: "c"}, docOutput{found: true, version: 2}),
+				op(1, 80, 90, docInput{op: docGet, id: "d"}, docOutput{found: true, version: 2, value: "c"}),
+			},
+		},
+		{
+			name: "a delete if v1 after the document was deleted and made again wins",
+			bad: []porcupine.Operation{
+				op(0, 60, 70, docInput{op: docDelete, id: "d", ifVersion: 1}, docOutput{}),
+				op(1, 80, 90, docInput{op: docGet, id: "d"}, docOutput{notFound: true}),
+			},
+		},
+		{
+			name: "a delete if v0 (must not exist) of a document made again wins",
+			bad: []porcupine.Operation{
+				op(0, 60, 70, docInput{op: docDelete, id: "d", ifVersion: 0}, docOutput{}),
+				op(1, 80, 90, docInput{op: docGet, id: "d"}, docOutput{notFound: true}),
+			},
+		},
+	}
+	for _, c := range cases {
+		if porcupine.CheckOperations(docModel, append(prefix(), c.bad...)) {
+			t.Errorf("%s: accepted", c.name)
+		}
+	}
+	// Still allowed: the unknown put's version is read, then written at.
+	allowed := append(prefix(),
+		op(3, 50, 55, docInput{op: docGet, id: "d"}, docOutput{found: true, version: 6, value: "b"}),
+		op(3, 60, 70, docInput{op: docPut, id: "d", ifVersion: 6, value: "c"}, docOutput{found: true, version: 8}),
+	)
+	if !porcupine.CheckOperations(docModel, allowed) {
+		t.Errorf("the allowed history was rejected")
+	}
+	// And a put if a version above every earlier one, with the unknown
+	// version unread, may win (it may be the unknown one).
+	allowed = append(prefix(),
+		op(0, 60, 70, docInput{op: docPut, id: "d", ifVersion: 6, value: "c"}, docOutput{found: true, version: 8}),
+	)
+	if !porcupine.CheckOperations(docModel, allowed) {
+		t.Errorf("the allowed history with ifVersion above all was rejected")
 	}
 }
