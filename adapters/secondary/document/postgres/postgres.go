@@ -64,8 +64,10 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 		name:        c.Table,
 	}
 	// The sequence goes with the table's version column. A table from
-	// before it starts it above the highest version left; the schema's lock
-	// keeps two engines from making it at once.
+	// before it, which does not know the versions of the documents it
+	// deleted, starts it above any count of writes: the time in
+	// microseconds, or the highest version left if higher. The schema's
+	// lock keeps two engines from making it at once.
 	schema := fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %[1]s (
 		name text COLLATE "C" PRIMARY KEY
 	);
@@ -79,7 +81,9 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 	DO $$ BEGIN
 		IF to_regclass('%[3]s') IS NULL THEN
 			CREATE SEQUENCE %[3]s OWNED BY %[2]s.version;
-			PERFORM setval('%[3]s', GREATEST(MAX(version), 1), MAX(version) IS NOT NULL) FROM %[2]s;
+			PERFORM setval('%[3]s', GREATEST(v, 1), v IS NOT NULL) FROM (SELECT GREATEST(MAX(version),
+				CASE WHEN EXISTS (SELECT 1 FROM %[1]s) THEN (extract(epoch FROM clock_timestamp()) * 1000000)::bigint END) AS v
+				FROM %[2]s) AS seed;
 		END IF;
 	END $$`, s.collections, s.docs, s.versions)
 	pool, err := pgdb.Open(ctx, "document postgres", c.DSN, c.Table, schema)
@@ -176,12 +180,16 @@ func (s *Store) Put(ctx context.Context, collection, id string, data map[string]
 	var row pgx.Row
 	// A version comes from the sequence, and stays above the document's
 	// own as well: an engine of an older release, draining beside this one,
-	// still writes its documents' versions as one more than before.
+	// still writes its documents' versions as one more than before. On a
+	// conflict the upsert takes a fresh value once it holds the row: the
+	// one the insert took may be older than the version a concurrent put
+	// committed meanwhile, and one more than that is a value the sequence
+	// has not passed, which a document made again later would be given.
 	next := "nextval('" + s.versions + "')"
 	switch {
 	case !conditional:
 		row = s.writes.QueryRow(ctx, `INSERT INTO `+s.docs+` AS d (collection, id, version, data) VALUES ($1, $2, `+next+`, $3::jsonb)
-			ON CONFLICT (collection, id) DO UPDATE SET version = GREATEST(excluded.version, d.version + 1), data = excluded.data
+			ON CONFLICT (collection, id) DO UPDATE SET version = GREATEST(`+next+`, d.version + 1), data = excluded.data
 			RETURNING version`, collection, id, string(raw))
 	case want == 0:
 		row = s.writes.QueryRow(ctx, `INSERT INTO `+s.docs+` (collection, id, version, data) VALUES ($1, $2, `+next+`, $3::jsonb)

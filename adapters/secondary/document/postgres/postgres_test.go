@@ -2,7 +2,9 @@ package postgres_test
 
 import (
 	"errors"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -94,10 +96,211 @@ func TestVersionsGoOnAboveWhatAnOlderReleaseWrote(t *testing.T) {
 		t.Fatalf("a new document after the upgrade = %+v, %v; want a version above %d", d, err, high.Version)
 	}
 	exec("UPDATE " + pgx.Identifier{cfg.Table}.Sanitize() + " SET version = 1000 WHERE id = 'high'")
-	if d, err := store.Put(ctx, "c", "high", nil, ports.Cond{}); err != nil || d.Version <= 1000 {
+	d, err = store.Put(ctx, "c", "high", nil, ports.Cond{})
+	if err != nil || d.Version <= 1000 {
 		t.Fatalf("a write over version 1000 = %+v, %v; want a version above it", d, err)
 	}
-	if d, err := store.Put(ctx, "c", "high", nil, ports.IfVersion(1001)); err != nil || d.Version <= 1001 {
-		t.Fatalf("a conditional write over version 1001 = %+v, %v; want a version above it", d, err)
+	exec("UPDATE " + pgx.Identifier{cfg.Table}.Sanitize() + " SET version = 9000000000000000 WHERE id = 'high'")
+	if d, err := store.Put(ctx, "c", "high", nil, ports.IfVersion(9000000000000000)); err != nil || d.Version <= 9000000000000000 {
+		t.Fatalf("a conditional write over version 9000000000000000 = %+v, %v; want a version above it", d, err)
+	}
+}
+
+// Engines opening one table at once, fresh and from before the sequence,
+// all open, and their writes never share a version.
+func TestEnginesOpeningATableAtOnceNeverShareAVersion(t *testing.T) {
+	dsn := testenv.Lookup(t, "ENGINE_TEST_PG_DSN", "PostgreSQL", false)
+	cfg := postgres.Config{DSN: dsn, Table: pgtest.Table(t, dsn, "docrace", "", "_collections")}
+	ctx := t.Context()
+	openAll := func() []*postgres.Store {
+		const n = 6
+		stores := make([]*postgres.Store, n)
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() { stores[i], errs[i] = postgres.Open(ctx, cfg) })
+		}
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("open %d: %v", i, err)
+			}
+			t.Cleanup(func() { _ = stores[i].Close() })
+		}
+		return stores
+	}
+	exec := func(sql string) {
+		conn, err := pgx.Connect(ctx, dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	stores := openAll()
+	if err := stores[0].EnsureCollection(ctx, "c"); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[uint64]bool{}
+	var mu sync.Mutex
+	putAll := func(stores []*postgres.Store, id string) {
+		var wg sync.WaitGroup
+		for _, s := range stores {
+			wg.Go(func() {
+				for range 20 {
+					d, err := s.Put(ctx, "c", id, nil, ports.Cond{})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					mu.Lock()
+					if seen[d.Version] {
+						t.Errorf("version %d given twice", d.Version)
+					}
+					seen[d.Version] = true
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+	}
+	putAll(stores, "d")
+	for _, s := range stores {
+		_ = s.Close()
+	}
+	exec("DROP SEQUENCE " + pgx.Identifier{cfg.Table + "_versions"}.Sanitize())
+	stores = openAll()
+	putAll(stores, "e")
+	for _, s := range stores {
+		_ = s.Close()
+	}
+}
+
+// A table from before the sequence knows nothing of the documents it
+// deleted: x, deleted there at version 3 with nothing left, made again
+// after the upgrade, must not be given 3 or below.
+func TestAnUpgradedTableNeverGivesADeletedDocumentsVersionAgain(t *testing.T) {
+	dsn := testenv.Lookup(t, "ENGINE_TEST_PG_DSN", "PostgreSQL", false)
+	cfg := postgres.Config{DSN: dsn, Table: pgtest.Table(t, dsn, "docupdel", "", "_collections")}
+	ctx := t.Context()
+	store, err := postgres.Open(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.EnsureCollection(ctx, "c"); err != nil {
+		t.Fatal(err)
+	}
+	_ = store.Close()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{"DROP SEQUENCE " + pgx.Identifier{cfg.Table + "_versions"}.Sanitize(),
+		"INSERT INTO " + pgx.Identifier{cfg.Table}.Sanitize() + " (collection, id, version, data) VALUES ('c', 'x', 3, '{}')",
+		"DELETE FROM " + pgx.Identifier{cfg.Table}.Sanitize()} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	_ = conn.Close(ctx)
+	store, err = postgres.Open(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	d, err := store.Put(ctx, "c", "x", nil, ports.IfVersion(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Version <= 3 {
+		t.Fatalf("x, deleted at version 3 before the upgrade, made again at version %d", d.Version)
+	}
+}
+
+// An unconditional put takes a version from the sequence before it meets
+// the row. If another put of the document (held here in a transaction, as
+// a slow statement would be) commits a later one first, the put must not
+// settle on one more than that, a version the sequence has not passed:
+// deleted and made again, the document would be given it a second time.
+func TestAPutThatWaitedForTheRowTakesAVersionAfterIt(t *testing.T) {
+	dsn := testenv.Lookup(t, "ENGINE_TEST_PG_DSN", "PostgreSQL", false)
+	cfg := postgres.Config{DSN: dsn, Table: pgtest.Table(t, dsn, "docstale", "", "_collections")}
+	ctx := t.Context()
+	store, err := postgres.Open(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	if err := store.EnsureCollection(ctx, "c"); err != nil {
+		t.Fatal(err)
+	}
+	first, err := store.Put(ctx, "c", "x", nil, ports.IfVersion(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs, seq := pgx.Identifier{cfg.Table}.Sanitize(), pgx.Identifier{cfg.Table + "_versions"}.Sanitize()
+	// The other writer locks x (its statement has begun).
+	other, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close(ctx)
+	tx, err := other.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "SELECT 1 FROM "+docs+" WHERE collection = 'c' AND id = 'x' FOR UPDATE"); err != nil {
+		t.Fatal(err)
+	}
+	// This writer takes its nextval and waits for the row.
+	type result struct {
+		d   ports.Document
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		d, err := store.Put(ctx, "c", "x", map[string]any{"w": "a"}, ports.Cond{})
+		done <- result{d, err}
+	}()
+	// Wait until it waits on the lock.
+	watch, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watch.Close(ctx)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the put never waited for the row")
+		}
+		var waiting bool
+		if err := watch.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'INSERT INTO "+docs+"%')").Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting {
+			break
+		}
+	}
+	// The other writer's put, as the adapter writes it, commits first.
+	if _, err := tx.Exec(ctx, "UPDATE "+docs+" SET version = GREATEST(nextval('"+seq+"'), version + 1), data = '{}' WHERE collection = 'c' AND id = 'x' AND version = $1", int64(first.Version)); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if err := store.Delete(ctx, "c", "x", ports.IfVersion(r.d.Version)); err != nil {
+		t.Fatal(err)
+	}
+	again, err := store.Put(ctx, "c", "x", nil, ports.IfVersion(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Version <= r.d.Version {
+		t.Fatalf("x written at version %d, deleted, and made again at version %d: a writer holding %d overwrites it", r.d.Version, again.Version, r.d.Version)
 	}
 }

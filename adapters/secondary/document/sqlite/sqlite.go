@@ -42,8 +42,10 @@ func (c *Config) Default(dataDir string) {
 // data holds the canonical JSON text of each document. versions holds the
 // last version given to any document, which its triggers keep: each write
 // takes the next, so a document deleted or dropped and made again starts
-// above every version it had. A file from before the table starts it at
-// the highest version left.
+// above every version it had. A file from before the table, which
+// does not know the versions of the documents it deleted, starts it above
+// any count of writes: the time in microseconds (and the highest version
+// left, if higher). A new file starts it at 0.
 const schema = `CREATE TABLE IF NOT EXISTS collections (
 	name TEXT NOT NULL PRIMARY KEY
 ) WITHOUT ROWID;
@@ -58,7 +60,8 @@ CREATE TABLE IF NOT EXISTS versions (
 	one  INTEGER NOT NULL PRIMARY KEY CHECK (one = 1),
 	last INTEGER NOT NULL
 );
-INSERT OR IGNORE INTO versions (one, last) SELECT 1, COALESCE(MAX(version), 0) FROM documents;
+INSERT OR IGNORE INTO versions (one, last) SELECT 1, max(COALESCE((SELECT MAX(version) FROM documents), 0),
+	CASE WHEN EXISTS (SELECT 1 FROM collections) THEN CAST(unixepoch('subsec') * 1000000 AS INTEGER) ELSE 0 END);
 CREATE TRIGGER IF NOT EXISTS versions_on_insert AFTER INSERT ON documents
 	BEGIN UPDATE versions SET last = max(last, NEW.version); END;
 CREATE TRIGGER IF NOT EXISTS versions_on_update AFTER UPDATE OF version ON documents

@@ -79,3 +79,45 @@ func TestAFileFromBeforeStoreWideVersionsGoesOnAboveIt(t *testing.T) {
 		t.Fatalf("a new document after the upgrade = %+v, %v; want a version above %d", d, err, high.Version)
 	}
 }
+
+// A file from before the counter knows nothing of the documents it
+// deleted: x, deleted there at version 3 with nothing left, made again
+// after the upgrade, must not be given 3 or below, which a writer still
+// holding it would overwrite.
+func TestAnUpgradedFileNeverGivesADeletedDocumentsVersionAgain(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "documents.sqlite")
+	ctx := t.Context()
+	store, err := sqlite.Open(ctx, sqlite.Config{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.EnsureCollection(ctx, "c"); err != nil {
+		t.Fatal(err)
+	}
+	_ = store.Close()
+	// What an older engine left: x written three times (versions 1, 2, 3
+	// as it gave them) and deleted; no versions table, no triggers.
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{"DROP TRIGGER versions_on_insert", "DROP TRIGGER versions_on_update", "DROP TABLE versions",
+		"INSERT INTO documents (collection, id, version, data) VALUES ('c', 'x', 3, '{}')", "DELETE FROM documents WHERE id = 'x'"} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	_ = db.Close()
+	store, err = sqlite.Open(ctx, sqlite.Config{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	d, err := store.Put(ctx, "c", "x", nil, ports.IfVersion(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Version <= 3 {
+		t.Fatalf("x, deleted at version 3 before the upgrade, made again at version %d: a writer holding %d overwrites it", d.Version, d.Version)
+	}
+}
