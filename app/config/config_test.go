@@ -469,3 +469,23 @@ http: {listen: "127.0.0.1:8080", token: httptoken}
 		t.Fatalf("the masked rendering does not load again: %v\n%s", err, again)
 	}
 }
+
+// An unquoted ${VAR} is trimmed as YAML trims a plain value, as it was
+// when variables were pasted into the text: a secret made from a file,
+// ending in a newline, reads without it, and a number with a blank after
+// it is still a number. Quoted, a value is taken as it is.
+func TestAnUnquotedVariableIsTrimmedAsAPlainValue(t *testing.T) {
+	secret := "0123456789abcdef0123456789abcdef0123"
+	c, err := config.Parse("engine.yaml", []byte("http: {listen: \"off\"}\nnats:\n  caller_secret: ${S}\n"), env("S", secret+"\n"))
+	if err != nil || c.NATS.CallerSecret != secret {
+		t.Errorf("caller_secret: ${S} with S ending in a newline = %q, %v; want it without", c.NATS.CallerSecret, err)
+	}
+	c, err = config.Parse("engine.yaml", []byte("nats:\n  engine:\n    lease_seconds: ${S}\n"), env("S", "30 "))
+	if err != nil || c.NATS.Engine.LeaseSeconds != 30 {
+		t.Errorf("lease_seconds: ${S} with S \"30 \" = %v, %v; want 30", c, err)
+	}
+	c, err = config.Parse("engine.yaml", []byte("http: {listen: \"off\"}\nnats:\n  caller_secret: \"${S}\"\n"), env("S", secret+" "))
+	if err != nil || c.NATS.CallerSecret != secret+" " {
+		t.Errorf("caller_secret: \"${S}\" with S ending in a blank = %q, %v; want it kept", c.NATS.CallerSecret, err)
+	}
+}

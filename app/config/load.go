@@ -233,7 +233,11 @@ func (x *expanding) scalar(n *yaml.Node, keyLine int) error {
 	// as if its value had been written there (lease_seconds: ${LEASE} is a
 	// number, an empty one null), except that a value is null only when
 	// empty: a password "null" is a password.
+	// A plain one is also trimmed, as YAML trimmed the value pasted into
+	// the text before: a variable ending in a newline (a secret made from
+	// a file) reads as it did.
 	if n.Style&(yaml.TaggedStyle|yaml.DoubleQuotedStyle|yaml.SingleQuotedStyle|yaml.LiteralStyle|yaml.FoldedStyle) == 0 {
+		n.Value = strings.Trim(n.Value, " \t\r\n")
 		n.Tag = ""
 		if n.Value != "" && n.ShortTag() == "!!null" {
 			n.Tag = "!!str"
