@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"syscall"
 	"time"
 
 	"go.uber.org/dig"
@@ -158,8 +157,8 @@ func (c *command) withEngine(cf *clientFlags, stderr io.Writer, f func(ctx conte
 	}
 	// SIGHUP as SIGTERM: a command on its own serves, and a closed
 	// terminal must not kill it holding the lease.
-	ctx, stopSignals := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-	defer stopSignals()
+	ctx, stopNotify := signal.NotifyContext(context.Background(), stopSignals()...)
+	defer stopNotify()
 	startCtx, cancel := context.WithTimeout(ctx, a.StartTimeout())
 	err = a.Start(startCtx)
 	cancel()

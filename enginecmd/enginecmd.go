@@ -201,7 +201,7 @@ func (c *command) serve(args []string, stderr io.Writer) int {
 	// SIGHUP too: a closed terminal or a lost ssh session would otherwise
 	// kill the engine holding the lease, neither released nor drained.
 	signals := make(chan os.Signal, 1)
-	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	signal.Notify(signals, stopSignals()...)
 	defer signal.Stop(signals)
 	startCtx, cancel := context.WithTimeout(context.Background(), a.StartTimeout())
 	defer cancel()
@@ -299,4 +299,16 @@ func (c *command) configCommand(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "#   %s\n", g)
 	}
 	return exitOK
+}
+
+// stopSignals are the signals that stop an engine cleanly: SIGINT, SIGTERM
+// and SIGHUP, unless the engine was started with SIGHUP ignored (nohup, or
+// a shell's trap "" HUP) to outlive its terminal. Notify would install a
+// handler for it and so un-ignore it.
+func stopSignals() []os.Signal {
+	sigs := []os.Signal{syscall.SIGINT, syscall.SIGTERM}
+	if !signal.Ignored(syscall.SIGHUP) {
+		sigs = append(sigs, syscall.SIGHUP)
+	}
+	return sigs
 }

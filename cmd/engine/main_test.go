@@ -60,6 +60,13 @@ func startEngine(t *testing.T, config string, env ...string) *process {
 	t.Helper()
 	cmd := exec.Command(engineBin, "--config", config)
 	cmd.Env = append(os.Environ(), env...)
+	return startProcess(t, cmd)
+}
+
+// startProcess starts cmd, an engine however it is started, and follows
+// its log; the test's end kills it if it still runs.
+func startProcess(t *testing.T, cmd *exec.Cmd) *process {
+	t.Helper()
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -172,6 +179,32 @@ func TestAnInterruptReleasesTheLeaseAndExitsZero(t *testing.T) {
 // standby waited a whole lease and calls in progress were cut.
 func TestAHangupReleasesTheLeaseAndExitsZero(t *testing.T) {
 	stopsCleanlyOn(t, syscall.SIGHUP)
+}
+
+// An engine started with SIGHUP ignored (nohup, or a shell's trap "" HUP)
+// is meant to outlive its terminal: a hangup leaves it serving. Asking for
+// SIGHUP would un-ignore it. It still stops cleanly on SIGTERM.
+func TestAnEngineStartedUnderNohupOutlivesAHangup(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	cmd := exec.Command("sh", "-c", `trap "" HUP; exec "$0" --config "$1"`, engineBin, writeConfig(t, url))
+	e := startProcess(t, cmd)
+	e.waitLog(t, "state=serving")
+	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	// What does not happen takes a while to see: the engine's stop would
+	// begin at once.
+	select {
+	case <-e.done:
+		t.Fatalf("an engine started with SIGHUP ignored stopped on a hangup (%s):\n%s", cmd.ProcessState, e.output())
+	case <-time.After(2 * time.Second):
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := e.exitCode(t); code != 0 {
+		t.Fatalf("exit code %d after SIGTERM:\n%s", code, e.output())
+	}
 }
 
 // stopsCleanlyOn sends sig to a serving engine, which must release the
