@@ -38,17 +38,31 @@ type engineIn struct {
 	Holder     domain.Holder
 	Logger     *slog.Logger
 	Storage    []storage.Built
+	Conns      *storageConns
 	Modules    []Module `group:"modules"`
 	Options    Options
 	Shutdowner fx.Shutdowner
 }
 
+// newEngine makes the engine and hands its closed handler to the
+// connections its stores will dial, so a store's connection closing for
+// good stops the engine as its own connections do.
 func newEngine(in engineIn) *Engine {
-	return NewEngine(EngineParams{
+	e := NewEngine(EngineParams{
 		Config: in.Config, Holder: in.Holder, Logger: in.Logger, Storage: in.Storage,
 		Modules: in.Modules, Embed: in.Options.Embed,
 		Shutdown: func(code int) { _ = in.Shutdowner.Shutdown(fx.ExitCode(code)) },
 	})
+	in.Conns.closed = e.connectionClosed
+	return e
+}
+
+// engineStorage is BuildStorage for the engine of the graph: its stores'
+// connections report to the engine (newEngine).
+func engineStorage(cfg *config.Config) (*storageConns, []storage.Built, error) {
+	conns := &storageConns{}
+	built, err := buildStorage(cfg, conns)
+	return conns, built, err
 }
 
 // Graph is the engine's fx graph without its logger and timeouts: the
@@ -60,7 +74,7 @@ func Graph(o Options, extra ...fx.Option) fx.Option {
 	me := domain.ThisProcess(o.Version, o.Config.NATS.Engine.RolloutID)
 	return fx.Options(
 		fx.Supply(o, o.Config, me, o.Logger.With("instance", me.InstanceID)),
-		fx.Provide(BuildStorage, newEngine),
+		fx.Provide(engineStorage, newEngine),
 		fx.Invoke(CheckStorage),
 		bindHTTP(),
 		fx.Invoke(func(lc fx.Lifecycle, e *Engine) { lc.Append(fx.StartStopHook(e.Start, e.Stop)) }),

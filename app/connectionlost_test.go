@@ -2,7 +2,9 @@ package app
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -10,9 +12,12 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"go.uber.org/fx"
 
+	"github.com/abi-engine/engine/app/config"
 	"github.com/abi-engine/engine/domain"
 	"github.com/abi-engine/engine/internal/natstest"
+	"github.com/abi-engine/engine/ports"
 )
 
 // When the broker goes away for good, both of the engine's connections
@@ -150,4 +155,123 @@ func TestAnAcceptingConnectionClosedForGoodStopsTheEngine(t *testing.T) {
 		t.Fatalf("stop after the accepting connection closed for good: %v", err)
 	}
 	stopped = true
+}
+
+// A store that keeps its data on NATS dials a connection of its own. When
+// that connection alone closes for good (its reconnects are refused: the
+// broker is full, another client having taken its place while it was
+// away) the engine must stop, with the exit code for a lost connection,
+// so that the standby takes over: an engine that went on holding and
+// renewing the lease would fail every call of that service, and nothing
+// would ever replace it. The engine is made by its fx graph, which is
+// what hands the engine's handler to the stores' connections.
+func TestAStoreConnectionClosedForGoodStopsTheEngineAndTheStandbyTakesOver(t *testing.T) {
+	// The serving engine's session, lease, accepting and keyvalue
+	// connections, and the standby's, which accepts nothing yet.
+	const maxConn = 4 + 3
+	s := natstest.StartWith(t, &server.Options{
+		Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: t.TempDir(),
+		NoLog: true, NoSigs: true, MaxConn: maxConn,
+	})
+	config := func() *config.Config {
+		yaml := fmt.Sprintf(`nats:
+  url: %s
+  engine: {role: serve, hot_standby: true, lease_seconds: 1, drain_seconds: 1}
+http: {listen: off}
+data_dir: %s
+services:
+  keyvalue: {adapter: jetstream, config: {bucket: ABI_KV}}
+  document: {adapter: memory}
+  object_storage: {adapter: memory}
+  vector_store: {adapter: memory}
+  cache: {adapter: memory}
+  secret: {adapter: env}
+`, s.ClientURL(), filepath.Join(t.TempDir(), "data"))
+		cfg, err := config.Parse("test.yaml", []byte(yaml), func(string) string { return "" })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
+	defer cancel()
+	startEngine := func() (*Engine, *fx.App) {
+		var e *Engine
+		a := fx.New(Graph(Options{Config: config(), Version: "test", Logger: slog.New(slog.DiscardHandler)}),
+			fx.Populate(&e), fx.NopLogger)
+		if err := a.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// A second stop, after the test's own, stops nothing again.
+		t.Cleanup(func() { _ = a.Stop(context.Background()) })
+		return e, a
+	}
+	storeConn := func() uint64 {
+		connz, err := s.Connz(&server.ConnzOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var cids []uint64
+		for _, c := range connz.Conns {
+			if c.Name == "abi-engine "+ports.ServiceKeyValue {
+				cids = append(cids, c.Cid)
+			}
+		}
+		if len(cids) != 1 {
+			t.Fatalf("%d keyvalue store connections among %d, want 1", len(cids), len(connz.Conns))
+		}
+		return cids[0]
+	}
+
+	served, a := startEngine()
+	if served.Outcome() != domain.OutcomeServe {
+		t.Fatalf("the first engine's outcome is %v, want serve", served.Outcome())
+	}
+	kicked := storeConn()
+	standby, _ := startEngine()
+	if standby.Outcome() != domain.OutcomeStandby {
+		t.Fatalf("the second engine's outcome is %v, want standby", standby.Outcome())
+	}
+	if n := s.NumClients(); n != maxConn {
+		t.Fatalf("the engines hold %d connections, want %d: the broker would not be full", n, maxConn)
+	}
+	signals := a.Wait()
+
+	if err := s.DisconnectClientByID(kicked); err != nil {
+		t.Fatal(err)
+	}
+	squatter, err := nats.Connect(s.ClientURL(), nats.NoReconnect())
+	if err != nil {
+		t.Fatalf("take the place the store's connection left: %v", err)
+	}
+	t.Cleanup(squatter.Close)
+
+	// Its reconnects (natsconn's, about ten seconds of them) are refused,
+	// then it closes for good.
+	select {
+	case sig := <-signals:
+		if sig.ExitCode != ExitConnectionLost {
+			t.Fatalf("the engine asked to stop with code %d, want %d", sig.ExitCode, ExitConnectionLost)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatalf("60 s after its store's connection was refused for good the engine had not asked to stop (state %v, ready %v)",
+			served.Ownership().State(), served.Ready())
+	}
+	// The broker need be full no longer: the standby takes over while the
+	// engine stops, and needs a place for its accepting connection.
+	squatter.Close()
+	if err := a.Stop(ctx); err != nil {
+		t.Fatalf("stop after the store's connection closed for good: %v", err)
+	}
+
+	for standby.Ownership().State() != domain.StateServing {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the standby did not take over: state %v", standby.Ownership().State())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if err := standby.Services().KeyValue.Set(ctx, "k", []byte("v"), 0); err != nil {
+		t.Fatalf("a call through the engine that took over: %v", err)
+	}
 }

@@ -185,7 +185,10 @@ func (e *Engine) Ready() bool {
 // (natsapi.Host), so only a close it did not make reaches the engine. An
 // engine whose accepting connection is gone for good would otherwise hold
 // the lease, renew it and be ready, with nothing subscribed: every call
-// would find no responders, and no standby would take over.
+// would find no responders, and no standby would take over. The stores
+// that keep their data on NATS dial connections of their own, which
+// report to connectionClosed too (storageConns): one gone for good would otherwise fail
+// every call of its service while the engine went on holding the lease.
 func (e *Engine) connect(name string) (*nats.Conn, error) {
 	o := natsOptions(e.p.Config, e.url, name+" "+e.p.Holder.InstanceID)
 	o.Logger = e.log
@@ -195,6 +198,9 @@ func (e *Engine) connect(name string) (*nats.Conn, error) {
 
 // connectionClosed stops the process when a connection closes for good
 // while the engine runs, and ends it outright if stopping takes too long.
+// It hears of the engine's own connections and of its stores'; the
+// closes the engine makes at its stop come after stopping is set, and a
+// store's own closes are not reported at all.
 //
 // All of the engine's connections close when the broker goes away; the
 // first to report it stops the engine, once. A stop that ends in time

@@ -35,12 +35,30 @@ func storageBlocks(cfg *config.Config) []storage.Block {
 
 // BuildStorage resolves every service's adapter without opening anything.
 // Adapters that keep their data on NATS dial connections of their own, with
-// the engine's credentials, when they open.
+// the engine's credentials, when they open. Nothing hears of such a
+// connection closing for good: this is for commands that only check the
+// configuration, and for tests; an engine's graph builds with its own
+// storageConns (Graph).
 func BuildStorage(cfg *config.Config) ([]storage.Built, error) {
+	return buildStorage(cfg, &storageConns{})
+}
+
+// storageConns dial the connections of the stores that keep their data on
+// NATS. closed, when set, runs when one of them closes for good on its own:
+// the engine that opens the stores sets it to its own handler when it is
+// made (newEngine), before anything is dialed. A close the store makes
+// itself, at a failed open or at the engine's stop, does not run it.
+type storageConns struct {
+	closed func(*nats.Conn)
+}
+
+func buildStorage(cfg *config.Config, conns *storageConns) ([]storage.Built, error) {
 	return storage.BuildEnv(storageBlocks(cfg), storage.Env{
 		DataDir: cfg.DataDir,
 		NATS: func(name string) (*nats.Conn, error) {
-			return natsconn.Connect(natsOptions(cfg, cfg.NATS.URL, name))
+			o := natsOptions(cfg, cfg.NATS.URL, name)
+			o.ClosedHandler, o.ClosedOnlyWhenLost = conns.closed, true
+			return natsconn.Connect(o)
 		},
 	})
 }

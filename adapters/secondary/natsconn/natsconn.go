@@ -32,6 +32,12 @@ type Options struct {
 	// ClosedHandler runs when the connection closes for good, reconnects
 	// exhausted or closed by the engine.
 	ClosedHandler func(*nats.Conn)
+	// ClosedOnlyWhenLost keeps ClosedHandler from running when the
+	// connection's owner closes it (Close): it runs only when the
+	// connection closes for good on its own. A store's connection sets
+	// it, since the store closes it itself, at a failed open as at its
+	// Close.
+	ClosedOnlyWhenLost bool
 	// InboxPrefix, when set, replaces _INBOX for the answers to this
 	// connection's requests.
 	InboxPrefix string
@@ -59,6 +65,9 @@ func Connect(o Options) (*nats.Conn, error) {
 	}
 	if o.ClosedHandler != nil {
 		opts = append(opts, nats.ClosedHandler(o.ClosedHandler))
+	}
+	if o.ClosedOnlyWhenLost {
+		opts = append(opts, nats.NoCallbacksAfterClientClose())
 	}
 	if o.InboxPrefix != "" {
 		opts = append(opts, nats.CustomInboxPrefix(o.InboxPrefix))
