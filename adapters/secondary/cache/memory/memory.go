@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/abi-engine/engine/internal/expiry"
 	"github.com/abi-engine/engine/ports"
 	"github.com/abi-engine/engine/storecheck"
 )
@@ -131,40 +132,8 @@ func (s *Store) Exists(_ context.Context, key string) (bool, error) {
 	return ok, nil
 }
 
-// sweepBatch is how many entries a sweep looks at under one hold of the
-// lock: calls go on between batches.
-const sweepBatch = 256
-
-// DeleteExpired implements ports.Expirer, a batch at a time as the memory
-// keyvalue store sweeps (see there): expired entries left are at most
-// about a third as many as the live ones, until a later sweep or a call
-// meets them.
+// DeleteExpired implements ports.Expirer, a batch at a time so that calls
+// go on during a sweep (expiry.Sweep).
 func (s *Store) DeleteExpired(ctx context.Context) (int, error) {
-	deleted := 0
-	for {
-		if err := ctx.Err(); err != nil {
-			return deleted, err
-		}
-		expired, looked := s.sweep()
-		deleted += expired
-		if looked < sweepBatch || expired*4 < looked {
-			return deleted, nil
-		}
-	}
-}
-
-// sweep removes the expired entries among up to sweepBatch of them.
-func (s *Store) sweep() (expired, looked int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for key := range s.entries {
-		if looked == sweepBatch {
-			break
-		}
-		looked++
-		if _, ok := s.live(key); !ok {
-			expired++
-		}
-	}
-	return expired, looked
+	return expiry.Sweep(ctx, &s.mu, func() map[string]entry { return s.entries }, func(e entry, now time.Time) bool { return !e.expires.IsZero() && !now.Before(e.expires) })
 }

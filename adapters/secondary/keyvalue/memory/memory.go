@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/abi-engine/engine/internal/expiry"
 	"github.com/abi-engine/engine/ports"
 	"github.com/abi-engine/engine/storecheck"
 )
@@ -240,43 +241,8 @@ func (s *Store) ListKeys(ctx context.Context, prefix string, limit int, cursor s
 
 var _ ports.Expirer = (*Store)(nil)
 
-// sweepBatch is how many entries a sweep looks at under one hold of the
-// lock: calls go on between batches.
-const sweepBatch = 256
-
-// DeleteExpired implements ports.Expirer. A walk of the whole map under the
-// lock would hold up every call for as long as the map is large (a third
-// of a second at a million entries), so the sweep looks at a batch at a
-// time, each from a place Go picks at random, and stops once a batch finds
-// few expired entries, as Redis's expiry cycle does. Expired entries left
-// are at most about a third as many as the live ones, until a later sweep
-// or a call meets them.
+// DeleteExpired implements ports.Expirer, a batch at a time so that calls
+// go on during a sweep (expiry.Sweep).
 func (s *Store) DeleteExpired(ctx context.Context) (int, error) {
-	deleted := 0
-	for {
-		if err := ctx.Err(); err != nil {
-			return deleted, err
-		}
-		expired, looked := s.sweep(time.Now())
-		deleted += expired
-		if looked < sweepBatch || expired*4 < looked {
-			return deleted, nil
-		}
-	}
-}
-
-// sweep removes the expired entries among up to sweepBatch of them.
-func (s *Store) sweep(now time.Time) (expired, looked int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for key := range s.entries {
-		if looked == sweepBatch {
-			break
-		}
-		looked++
-		if _, ok := s.lookup(key, now); !ok {
-			expired++
-		}
-	}
-	return expired, looked
+	return expiry.Sweep(ctx, &s.mu, func() map[string]entry { return s.entries }, func(e entry, now time.Time) bool { return !e.live(now) })
 }
