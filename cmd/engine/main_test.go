@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -213,7 +214,12 @@ func stopsCleanlyOn(t *testing.T, sig syscall.Signal) {
 	t.Helper()
 	url := natstest.StartServer(t).ClientURL()
 	config := writeConfig(t, url)
+	// A runner started under nohup ignores SIGHUP, and its children would
+	// too; a signal this process asks for starts at its default in them.
+	asked := make(chan os.Signal, 1)
+	signal.Notify(asked, sig)
 	e := startEngine(t, config)
+	signal.Stop(asked)
 	e.waitLog(t, "state=serving")
 	if err := e.cmd.Process.Signal(sig); err != nil {
 		t.Fatal(err)
