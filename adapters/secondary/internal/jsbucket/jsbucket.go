@@ -211,13 +211,22 @@ func badSetting(c Config, setting string, has, want any) error {
 }
 
 // checkObjects refuses an object store bucket made by someone else with
-// another replica count or a TTL that would drop objects.
+// another replica count, or with a TTL or limits that would drop stored
+// chunks: an object's chunks share one subject, so a limit of messages per
+// subject keeps only its last chunk, and a size or count limit that
+// discards old messages drops the chunks of objects already stored. Either
+// leaves descriptions whose content is gone. Limits that refuse new writes
+// (the object store's own discard policy) fail the write instead.
 func checkObjects(c Config, sc jetstream.StreamConfig) error {
 	switch {
 	case sc.Replicas != c.Replicas:
 		return badSetting(c, "replicas", sc.Replicas, c.Replicas)
 	case sc.MaxAge != 0:
 		return badSetting(c, "a bucket TTL (max_age)", sc.MaxAge, "none")
+	case sc.MaxMsgsPerSubject > 0:
+		return badSetting(c, "messages per subject", sc.MaxMsgsPerSubject, "no limit")
+	case sc.Discard != jetstream.DiscardNew && (sc.MaxBytes > 0 || sc.MaxMsgs > 0):
+		return badSetting(c, "discard policy", sc.Discard, jetstream.DiscardNew)
 	}
 	return nil
 }

@@ -80,3 +80,47 @@ func TestConfigCheck(t *testing.T) {
 		}
 	}
 }
+
+// An object store bucket made by someone else so that the stream drops old
+// messages is refused: an object's chunks all share one subject, so a limit
+// of messages per subject keeps only an object's last chunk, and a size or
+// count limit that discards old messages drops the chunks of objects
+// already stored. Either would leave descriptions of objects whose content
+// is gone, with every Put reported done. A bucket whose limits refuse new
+// writes instead (the object store's own discard policy) is kept.
+func TestOpenObjectsRefusesABucketThatDropsStoredChunks(t *testing.T) {
+	nc := natstest.Connect(t, natstest.StartServer(t).ClientURL())
+	js, _ := jetstream.New(nc)
+	stream := func(bucket string, edit func(*jetstream.StreamConfig)) {
+		t.Helper()
+		sc := jetstream.StreamConfig{
+			Name:        "OBJ_" + bucket,
+			Subjects:    []string{"$O." + bucket + ".C.>", "$O." + bucket + ".M.>"},
+			AllowRollup: true, AllowDirect: true, Discard: jetstream.DiscardNew,
+		}
+		edit(&sc)
+		if _, err := js.CreateStream(t.Context(), sc); err != nil {
+			t.Fatalf("make stream %s: %v", sc.Name, err)
+		}
+	}
+	stream("PERSUBJECT", func(sc *jetstream.StreamConfig) { sc.MaxMsgsPerSubject = 1 })
+	stream("OLDBYTES", func(sc *jetstream.StreamConfig) { sc.Discard, sc.MaxBytes = jetstream.DiscardOld, 1<<20 })
+	stream("OLDMSGS", func(sc *jetstream.StreamConfig) { sc.Discard, sc.MaxMsgs = jetstream.DiscardOld, 100 })
+	for _, c := range []struct{ bucket, setting string }{
+		{"PERSUBJECT", "messages per subject 1"},
+		{"OLDBYTES", "discard policy"},
+		{"OLDMSGS", "discard policy"},
+	} {
+		_, err := OpenObjects(t.Context(), nc, Config{Bucket: c.bucket}, "test")
+		if !errors.Is(err, ports.ErrInvalidArgument) || !strings.Contains(err.Error(), "bucket "+c.bucket+" ") ||
+			!strings.Contains(err.Error(), c.setting) {
+			t.Errorf("OpenObjects %s: err %v, want ErrInvalidArgument naming the bucket and %q", c.bucket, err, c.setting)
+		}
+	}
+	if _, err := js.CreateObjectStore(t.Context(), jetstream.ObjectStoreConfig{Bucket: "BOUNDED", MaxBytes: 1 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := OpenObjects(t.Context(), nc, Config{Bucket: "BOUNDED"}, "test"); err != nil {
+		t.Fatalf("OpenObjects of an object store with a size limit that refuses new writes: %v", err)
+	}
+}
