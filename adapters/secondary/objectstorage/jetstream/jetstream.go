@@ -104,6 +104,10 @@ func metaToken(key string) string { return "M." + base64.URLEncoding.EncodeToStr
 
 func chunkToken(id string) string { return "C." + id }
 
+// describeTimeout bounds the write of a Put's description, which runs on
+// after its caller gives up.
+const describeTimeout = 30 * time.Second
+
 // rounds bounds how often a call reads an object's description again
 // after another write replaced it under the call.
 const rounds = 32
@@ -142,8 +146,9 @@ func describe(key string, info jetstream.ObjectInfo) ports.ObjectInfo {
 
 // Put publishes the chunks as it reads them, then the description,
 // conditioned on the one it replaces, and purges that one's chunks. A Put
-// that fails, or loses its condition, purges its own chunks and leaves
-// the previous object.
+// that fails before its description is sent, or loses its condition,
+// purges its own chunks and leaves the previous object. Once sent, the
+// description's write runs to its outcome even if the caller gives up.
 func (s *Store) Put(ctx context.Context, key string, r io.Reader, opts ports.PutObjectOptions) (ports.ObjectInfo, error) {
 	if err := objkey.CheckPut(key, opts); err != nil {
 		return ports.ObjectInfo{}, err
@@ -169,14 +174,31 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, opts ports.Put
 	id := nuid.Next()
 	info, err := s.writeChunks(ctx, id, r)
 	if err == nil {
-		info.Name, info.Bucket, info.NUID = key, s.b.Name(), id
-		info.Headers = nats.Header{"Content-Type": []string{ct}}
-		info.Opts = &jetstream.ObjectMetaOptions{ChunkSize: chunkSize}
-		info.ModTime = time.Now().UTC()
-		cur, err = s.describeOver(ctx, key, info, cur, opts.IfAbsent || opts.IfMatch != "")
+		// A caller that gave up before the description is written gets
+		// nothing stored.
+		err = ctx.Err()
 	}
 	if err != nil {
 		s.purge(id)
+		return ports.ObjectInfo{}, fmt.Errorf("put %q: %w", key, err)
+	}
+	info.Name, info.Bucket, info.NUID = key, s.b.Name(), id
+	info.Headers = nats.Header{"Content-Type": []string{ct}}
+	info.Opts = &jetstream.ObjectMetaOptions{ChunkSize: chunkSize}
+	info.ModTime = time.Now().UTC()
+	// Once sent, the description may be stored whatever becomes of the
+	// caller: its write goes on to its outcome on a context of its own, so
+	// that a caller giving up cannot leave it unknown. Only a write the
+	// stream refused stored nothing and lets the chunks go; after a failure
+	// whose outcome is unknown the description may name them, and purging
+	// them would leave an object whose content is gone, so they stay.
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), describeTimeout)
+	defer cancel()
+	cur, err = s.describeOver(dctx, key, info, cur, opts.IfAbsent || opts.IfMatch != "")
+	if err != nil {
+		if !errors.Is(err, errUnknownOutcome) {
+			s.purge(id)
+		}
 		return ports.ObjectInfo{}, fmt.Errorf("put %q: %w", key, err)
 	}
 	if cur.live {
@@ -210,6 +232,8 @@ func (s *Store) describeOver(ctx context.Context, key string, info jetstream.Obj
 		switch {
 		case err == nil:
 			return cur, nil
+		case !errors.Is(err, jsbucket.ErrConflict) && !refused(err):
+			return current{}, fmt.Errorf("%w: %w", errUnknownOutcome, err)
 		case !errors.Is(err, jsbucket.ErrConflict):
 			return current{}, err
 		case conditional:
@@ -219,6 +243,19 @@ func (s *Store) describeOver(ctx context.Context, key string, info jetstream.Obj
 			return current{}, err
 		}
 	}
+}
+
+// errUnknownOutcome is a description write that may have been stored: no
+// answer came, or the stream had not decided it when the attempts ended.
+var errUnknownOutcome = errors.New("the description may have been stored")
+
+// refused is a write the stream answered with an error that decides it: it
+// stored nothing. Refusals made while another write of the key, or an
+// earlier attempt of this one, was in flight (10164, 10158) decide nothing.
+func refused(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode != jetstream.JSErrCodeStreamWrongLastSequenceConstant &&
+		apiErr.ErrorCode != 10158
 }
 
 // writeChunks publishes r in chunks under id and returns the size, count

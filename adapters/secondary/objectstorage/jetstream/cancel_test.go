@@ -1,0 +1,168 @@
+package jetstream_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/abi-engine/engine/adapters/secondary/objectstorage/jetstream"
+	"github.com/abi-engine/engine/internal/natstest"
+	"github.com/abi-engine/engine/ports"
+)
+
+// heldAck is a client connection that, once armed, holds back everything
+// the broker sends from the moment the client writes an object's
+// description: the broker stores the description, but its acknowledgement
+// does not reach the client until release. described is closed when the
+// description is sent; moved when the client next sends the description
+// again or a purge of the bucket's stream, which it does only once it has
+// given up waiting for that acknowledgement.
+type heldAck struct {
+	meta, purge string
+	armed       atomic.Bool
+
+	mu                sync.Mutex
+	held              bool
+	sent              int
+	described, moved  chan struct{}
+	released          chan struct{}
+	releaseOnce, move sync.Once
+}
+
+func newHeldAck(bucket string) *heldAck {
+	return &heldAck{
+		meta: "PUB $O." + bucket + ".M.", purge: "$JS.API.STREAM.PURGE.OBJ_" + bucket,
+		described: make(chan struct{}), moved: make(chan struct{}), released: make(chan struct{}),
+	}
+}
+
+func (h *heldAck) Dial(network, address string) (net.Conn, error) {
+	c, err := net.Dial(network, address)
+	if err != nil {
+		return nil, err
+	}
+	return &heldConn{Conn: c, h: h}, nil
+}
+
+func (h *heldAck) release() { h.releaseOnce.Do(func() { close(h.released) }) }
+
+type heldConn struct {
+	net.Conn
+	h *heldAck
+}
+
+func (c *heldConn) Write(b []byte) (int, error) {
+	h := c.h
+	if h.armed.Load() {
+		h.mu.Lock()
+		switch {
+		case strings.Contains(string(b), h.meta):
+			h.sent++
+			if h.sent == 1 {
+				h.held = true // before the broker can answer
+				close(h.described)
+			} else {
+				h.move.Do(func() { close(h.moved) })
+			}
+		case h.sent > 0 && strings.Contains(string(b), h.purge):
+			h.move.Do(func() { close(h.moved) })
+		}
+		h.mu.Unlock()
+	}
+	return c.Conn.Write(b)
+}
+
+func (c *heldConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	c.h.mu.Lock()
+	held := c.h.held
+	c.h.mu.Unlock()
+	if held {
+		<-c.h.released
+	}
+	return n, err
+}
+
+// A Put whose caller gives up while the object's description is being
+// written, after the broker stored it but before its acknowledgement came
+// back, must not leave a description whose chunks are gone: the object it
+// reports, or the one the key then holds, reads back whole. Before, the
+// Put failed with the caller's cancellation and purged its own chunks,
+// though the stored description named them: Stat showed the new object
+// and every Get of it failed.
+func TestAPutCancelledWhileItsDescriptionIsWrittenLeavesAReadableObject(t *testing.T) {
+	url := natstest.StartProcess(t, server)
+	const bucket = "CANCELLED"
+	h := newHeldAck(bucket)
+	t.Cleanup(h.release)
+	ctx, cancelOpen := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancelOpen()
+	s, err := jetstream.Open(ctx, jetstream.Config{Bucket: bucket}, natstest.Connect(t, url, nats.SetCustomDialer(h)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	if _, err := s.Put(t.Context(), "o", strings.NewReader("old"), ports.PutObjectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	content := bytes.Repeat([]byte("new object "), 40000) // 440,000 bytes: four chunks
+	h.armed.Store(true)
+	putCtx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	type result struct {
+		info ports.ObjectInfo
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		info, err := s.Put(putCtx, "o", bytes.NewReader(content), ports.PutObjectOptions{})
+		done <- result{info, err}
+	}()
+	wait := func(ch <-chan struct{}, what string) {
+		t.Helper()
+		select {
+		case <-ch:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("no %s within 30 s", what)
+		}
+	}
+	wait(h.described, "description written")
+	cancel() // the caller gives up with the description stored, its acknowledgement on its way
+	wait(h.moved, "purge or resend after the cancellation")
+	h.release()
+	var res result
+	select {
+	case res = <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("Put did not return")
+	}
+	t.Logf("Put: %+v, %v", res.info, res.err)
+
+	reader := open(t, url, jetstream.Config{Bucket: bucket})
+	r, info, err := reader.Get(t.Context(), "o", ports.GetObjectOptions{})
+	if err != nil {
+		t.Fatalf("Get after the cancelled Put (which returned %v): %v", res.err, err)
+	}
+	got, err := io.ReadAll(r)
+	_ = r.Close()
+	if err != nil {
+		t.Fatalf("read %q (ETag %s) after the cancelled Put (which returned %v): %v", info.Key, info.ETag, res.err, err)
+	}
+	switch {
+	case bytes.Equal(got, content):
+	case string(got) == "old" && res.err != nil:
+	default:
+		t.Fatalf("after a Put that returned %v the object holds %d bytes (%.20q)", res.err, len(got), got)
+	}
+	if res.err == nil && res.info.ETag != info.ETag {
+		t.Fatalf("Put reported ETag %s; the object has %s", res.info.ETag, info.ETag)
+	}
+}
