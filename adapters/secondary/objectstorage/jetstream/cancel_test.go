@@ -3,6 +3,7 @@ package jetstream_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/abi-engine/engine/adapters/secondary/objectstorage/jetstream"
 	"github.com/abi-engine/engine/internal/natstest"
@@ -164,5 +166,79 @@ func TestAPutCancelledWhileItsDescriptionIsWrittenLeavesAReadableObject(t *testi
 	}
 	if res.err == nil && res.info.ETag != info.ETag {
 		t.Fatalf("Put reported ETag %s; the object has %s", res.info.ETag, info.ETag)
+	}
+}
+
+// A Delete whose caller gives up after the deleted description is stored,
+// before its acknowledgement came back, still removes the object's chunks:
+// nothing else ever would, since no description names them any more.
+// Before, the Delete failed with the caller's cancellation and left the
+// chunks in the stream for good, though the object was gone.
+func TestADeleteCancelledWhileItsDescriptionIsWrittenLeavesNoChunks(t *testing.T) {
+	url := natstest.StartProcess(t, server)
+	const bucket = "CANCELLEDDELETE"
+	h := newHeldAck(bucket)
+	t.Cleanup(h.release)
+	ctx, cancelOpen := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancelOpen()
+	s, err := jetstream.Open(ctx, jetstream.Config{Bucket: bucket}, natstest.Connect(t, url, nats.SetCustomDialer(h)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	if _, err := s.Put(t.Context(), "o", bytes.NewReader(bytes.Repeat([]byte("x"), 300<<10)), ports.PutObjectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.armed.Store(true)
+	delCtx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- s.Delete(delCtx, "o") }()
+	select {
+	case <-h.described:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no deleted description written within 30 s")
+	}
+	cancel() // the caller gives up with the deletion stored, its acknowledgement on its way
+	var delErr error
+	returned := false
+	select {
+	case <-h.moved: // it resent the deletion or purged: it went on waiting
+	case delErr = <-done:
+		returned = true
+	case <-time.After(30 * time.Second):
+		t.Fatal("Delete neither returned nor went on within 30 s")
+	}
+	h.release()
+	if !returned {
+		select {
+		case delErr = <-done:
+		case <-time.After(60 * time.Second):
+			t.Fatal("Delete did not return")
+		}
+	}
+	t.Logf("Delete: %v", delErr)
+
+	reader := open(t, url, jetstream.Config{Bucket: bucket})
+	if _, err := reader.Stat(t.Context(), "o"); !errors.Is(err, ports.ErrNotFound) {
+		if delErr == nil {
+			t.Fatalf("Stat after a Delete that returned nil: %v, want not found", err)
+		}
+		return // the deletion was not stored: the object and its chunks stay
+	}
+	js, err := natsjs.New(natstest.Connect(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := js.Stream(t.Context(), "OBJ_"+bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := stream.Info(t.Context(), natsjs.WithSubjectFilter("$O."+bucket+".C.>"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(info.State.Subjects); n != 0 {
+		t.Fatalf("the object is deleted (Delete returned %v) and the chunks of %d objects are still in the stream", delErr, n)
 	}
 }

@@ -104,8 +104,8 @@ func metaToken(key string) string { return "M." + base64.URLEncoding.EncodeToStr
 
 func chunkToken(id string) string { return "C." + id }
 
-// describeTimeout bounds the write of a Put's description, which runs on
-// after its caller gives up.
+// describeTimeout bounds the write of a Put's or a Delete's description,
+// which runs on after its caller gives up.
 const describeTimeout = 30 * time.Second
 
 // rounds bounds how often a call reads an object's description again
@@ -514,7 +514,8 @@ func (s *Store) Stat(ctx context.Context, key string) (ports.ObjectInfo, error) 
 }
 
 // Delete marks the description deleted, conditioned on the one read, then
-// purges the chunks.
+// purges the chunks. Once sent, the deletion's write runs to its outcome
+// even if the caller gives up.
 func (s *Store) Delete(ctx context.Context, key string) error {
 	if err := objkey.Check(key); err != nil {
 		return err
@@ -534,7 +535,15 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 		if m.Data, err = json.Marshal(gone); err != nil {
 			return fmt.Errorf("delete %q: %w", key, err)
 		}
-		_, err = s.b.Publish(ctx, metaToken(key), m, &cur.revision)
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("delete %q: %w", key, err)
+		}
+		// Once sent, the deletion may be stored whatever becomes of the
+		// caller, and then nothing but this call would purge the chunks:
+		// its write goes on to its outcome on a context of its own.
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), describeTimeout)
+		_, err = s.b.Publish(dctx, metaToken(key), m, &cur.revision)
+		cancel()
 		if errors.Is(err, jsbucket.ErrConflict) {
 			continue // replaced meanwhile: delete what is there now
 		}
