@@ -216,7 +216,8 @@ func badSetting(c Config, setting string, has, want any) error {
 // subject keeps only its last chunk, and a size or count limit that
 // discards old messages drops the chunks of objects already stored. Either
 // leaves descriptions whose content is gone. Limits that refuse new writes
-// (the object store's own discard policy) fail the write instead.
+// (the object store's own discard policy) fail the write instead. A stream
+// without rollups (as one that denies purges must be) fails every Put.
 func checkObjects(c Config, sc jetstream.StreamConfig) error {
 	switch {
 	case sc.Replicas != c.Replicas:
@@ -227,6 +228,9 @@ func checkObjects(c Config, sc jetstream.StreamConfig) error {
 		return badSetting(c, "messages per subject", sc.MaxMsgsPerSubject, "no limit")
 	case sc.Discard != jetstream.DiscardNew && (sc.MaxBytes > 0 || sc.MaxMsgs > 0):
 		return badSetting(c, "discard policy", sc.Discard, jetstream.DiscardNew)
+	case !sc.AllowRollup:
+		// A Put makes its object visible by a rollup of the description.
+		return badSetting(c, "rollups (allow_rollup_hdrs)", false, true)
 	}
 	return nil
 }

@@ -124,3 +124,35 @@ func TestOpenObjectsRefusesABucketThatDropsStoredChunks(t *testing.T) {
 		t.Fatalf("OpenObjects of an object store with a size limit that refuses new writes: %v", err)
 	}
 }
+
+// An object store bucket whose stream denies rollups (as one that denies
+// purges must) is refused when opened, naming the setting: a Put makes an
+// object visible by a rollup of its description, so every Put failed, and
+// where purges were denied too the chunks each failed Put had written
+// stayed in the stream for good, since a purge that fails is left behind.
+func TestOpenObjectsRefusesABucketThatDeniesRollups(t *testing.T) {
+	nc := natstest.Connect(t, natstest.StartServer(t).ClientURL())
+	js, _ := jetstream.New(nc)
+	for _, c := range []struct {
+		bucket, setting string
+		edit            func(*jetstream.StreamConfig)
+	}{
+		{"NOPURGE", "rollup", func(sc *jetstream.StreamConfig) { sc.AllowRollup, sc.DenyPurge = false, true }},
+		{"NOROLLUP", "rollup", func(sc *jetstream.StreamConfig) { sc.AllowRollup = false }},
+	} {
+		sc := jetstream.StreamConfig{
+			Name:        "OBJ_" + c.bucket,
+			Subjects:    []string{"$O." + c.bucket + ".C.>", "$O." + c.bucket + ".M.>"},
+			AllowRollup: true, AllowDirect: true, Discard: jetstream.DiscardNew,
+		}
+		c.edit(&sc)
+		if _, err := js.CreateStream(t.Context(), sc); err != nil {
+			t.Fatalf("make stream %s: %v", sc.Name, err)
+		}
+		_, err := OpenObjects(t.Context(), nc, Config{Bucket: c.bucket}, "test")
+		if !errors.Is(err, ports.ErrInvalidArgument) || !strings.Contains(err.Error(), "bucket "+c.bucket+" ") ||
+			!strings.Contains(err.Error(), c.setting) {
+			t.Errorf("OpenObjects %s: err %v, want ErrInvalidArgument naming the bucket and %q", c.bucket, err, c.setting)
+		}
+	}
+}
