@@ -655,6 +655,10 @@ const (
 // applied every write acknowledged before the scan began, and sent every
 // match from where the batch started.
 //
+// A purge of the keys under filter (a collection dropped meanwhile)
+// removes the barrier and leaves no marker: a batch that finds nothing
+// asks the leader for the barrier, and writes it again when it is gone.
+//
 // A key rewritten while the batches run has its new message past the
 // barrier, where the last batch may stop short of it. So the scan then
 // lists the keys under filter from the leader (Tokens) and reads the last
@@ -694,8 +698,18 @@ func (b *Bucket) Scan(ctx context.Context, filter string, f func(token string, e
 			last[token] = e
 		}
 		if len(msgs) == 0 && !done {
-			// The replica that answered has not applied the barrier yet.
-			if err := pause(ctx, 0); err != nil {
+			// The replica that answered has not applied the barrier yet,
+			// or a purge of the keys under filter (a dropped collection)
+			// removed it, leaving no marker: then no reply will ever hold
+			// it, and the scan writes it again.
+			barrier, err := b.Last(ctx, mark)
+			if err == nil && barrier.Revision < upTo {
+				upTo, err = b.Put(ctx, mark, nil, time.Minute, nil)
+			}
+			if err == nil {
+				err = pause(ctx, 0)
+			}
+			if err != nil {
 				return fmt.Errorf("scan bucket %s from sequence %d, waiting for %d: %w", b.name, from, upTo, err)
 			}
 		}
