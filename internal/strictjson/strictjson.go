@@ -5,6 +5,7 @@ package strictjson
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"reflect"
 	"strings"
@@ -276,4 +277,19 @@ func structFields(t reflect.Type) map[string]reflect.Type {
 	}
 	fieldCache.Store(t, out)
 	return out
+}
+
+// Rest checks that nothing but white space follows the value dec has just
+// decoded from data. dec.More, the usual check, looks only for the start
+// of another value: it reports nothing more before a stray ']' or '}', so
+// a body such as {"key":"k"}] would pass for its first object.
+func Rest(dec *json.Decoder, data []byte) error {
+	if dec.More() {
+		return errors.New("more than one JSON value")
+	}
+	rest := data[min(max(dec.InputOffset(), 0), int64(len(data))):]
+	if rest = bytes.TrimLeft(rest, " \t\r\n"); len(rest) > 0 {
+		return fmt.Errorf("%q after the JSON value", rest[:min(len(rest), 16)])
+	}
+	return nil
 }

@@ -264,8 +264,8 @@ func (a *api) decode(w http.ResponseWriter, r *http.Request, v any) error {
 	if err := dec.Decode(v); err != nil {
 		return fmt.Errorf("%w: body: %v", ports.ErrInvalidArgument, err)
 	}
-	if dec.More() {
-		return fmt.Errorf("%w: body: more than one JSON value", ports.ErrInvalidArgument)
+	if err := strictjson.Rest(dec, data); err != nil {
+		return fmt.Errorf("%w: body: %v", ports.ErrInvalidArgument, err)
 	}
 	if err := strictjson.ExactFields(data, v); err != nil {
 		return fmt.Errorf("%w: body: %v", ports.ErrInvalidArgument, err)

@@ -167,6 +167,24 @@ func TestDocuments(t *testing.T) {
 	doc(a.expect(http.StatusOK, "GET", "/v1/documents/people/find", ""))
 }
 
+// A body is one JSON value and nothing after it but white space: a stray
+// closing bracket or brace after it is a 400 and writes nothing, not a
+// body read as the object before it.
+func TestAStrayBracketAfterTheBodyIsABadRequest(t *testing.T) {
+	_, services := kernel(t, nil)
+	a := serveAPI(t, services, httpapi.Options{MaxBody: 4096})
+	for _, tail := range []string{"]", "}", " ]]"} {
+		resp, body := a.expect(http.StatusBadRequest, "PUT", "/v1/documents/people/ada", `{"name":"Ada"}`+tail)
+		if msg := errorOf(t, resp, body); !strings.Contains(msg, "after the JSON value") {
+			t.Errorf("PUT with %q after the object: %q, want it to say what follows the JSON value", tail, msg)
+		}
+		resp, body = a.expect(http.StatusBadRequest, "POST", "/v1/documents/people/find", `{"limit":1}`+tail)
+		errorOf(t, resp, body)
+	}
+	resp, body := a.expect(http.StatusNotFound, "GET", "/v1/documents/people/ada", "")
+	errorOf(t, resp, body)
+}
+
 func TestVectorSearch(t *testing.T) {
 	_, services := kernel(t, nil)
 	a := serveAPI(t, services, httpapi.Options{})

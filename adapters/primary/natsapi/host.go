@@ -123,8 +123,8 @@ func Decode(data []byte, v any) error {
 		}
 		return fmt.Errorf("%w: body: %v", ports.ErrInvalidArgument, err)
 	}
-	if dec.More() {
-		return fmt.Errorf("%w: body: more than one JSON value", ports.ErrInvalidArgument)
+	if err := strictjson.Rest(dec, data); err != nil {
+		return fmt.Errorf("%w: body: %v", ports.ErrInvalidArgument, err)
 	}
 	if err := strictjson.ExactFields(data, v); err != nil {
 		return fmt.Errorf("%w: body: %v", ports.ErrInvalidArgument, err)

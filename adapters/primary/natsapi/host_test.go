@@ -371,6 +371,29 @@ func TestAMalformedBodyIsABadRequestNamingTheField(t *testing.T) {
 	}
 }
 
+// A body is one JSON value and nothing after it but white space. A stray
+// closing bracket or brace after the object is malformed JSON: the call is
+// a 400 and does nothing, rather than running on the object before it.
+func TestAStrayBracketAfterTheBodyIsABadRequestAndStoresNothing(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	store := newMemoryKV(t)
+	newHost(t, url, natsapi.Options{}, natsapi.KeyValue(store))
+	nc := natstest.Connect(t, url)
+	for _, tail := range []string{"]", "}", " ]]", "\n}"} {
+		body := `{"key":"k","value":"aGk="}` + tail
+		reply, err := nc.Request(wire.Subject(ports.ServiceKeyValue, wire.KVSet), []byte(body), 5*time.Second)
+		if err != nil {
+			t.Fatalf("%q: %v", body, err)
+		}
+		if code, msg := reply.Header.Get(wire.ErrorCodeHeader), reply.Header.Get(wire.ErrorHeader); code != "400" || !strings.Contains(msg, "after the JSON value") {
+			t.Errorf("%q answered %q %q, want 400 saying what follows the JSON value", body, code, msg)
+		}
+		if ok, err := store.Exists(t.Context(), "k"); err != nil || ok {
+			t.Fatalf("after %q the key exists (%v, %v): a malformed body was stored", body, ok, err)
+		}
+	}
+}
+
 func TestTheKeyValueWireFormat(t *testing.T) {
 	url := natstest.StartServer(t).ClientURL()
 	newHost(t, url, natsapi.Options{}, natsapi.KeyValue(newMemoryKV(t)))
