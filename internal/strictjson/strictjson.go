@@ -10,13 +10,17 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"unicode/utf8"
 )
 
 // ExactFields checks what encoding/json lets through on the way into v's
 // type: a field name that matches one of the type's only when case is
-// ignored ("KEY" for "key"), and a name given twice in one object, of which
-// encoding/json keeps the last. The protocol takes neither. data must be
-// JSON that decoded into v without error. Values of a type that reads
+// ignored ("KEY" for "key"); a name given twice in one object, of which
+// encoding/json keeps the last; and a string or name that is not UTF-8,
+// a byte outside it or an escaped surrogate half without its pair
+// ("\ud800"), which encoding/json reads as U+FFFD, so that "a\xff" and
+// "a\ud800" would both name the key "a\ufffd". The protocol takes none of
+// these. data must be JSON that decoded into v without error. Values of a type that reads
 // itself (json.Unmarshaler) and of interface type are not looked into,
 // except that their objects may not repeat a name either.
 //
@@ -48,7 +52,7 @@ type scanner struct {
 // pathError is a refusal, with the path to its field built on the way out.
 type pathError struct {
 	path []string // innermost first
-	what string   // "unknown field" or "given twice"
+	what string   // "unknown field", "given twice", "name not UTF-8" or "not UTF-8"
 }
 
 func (p *pathError) Error() string { return p.done().Error() }
@@ -62,8 +66,16 @@ func (p *pathError) done() error {
 		}
 		b.WriteString(seg)
 	}
-	if p.what == "given twice" {
+	switch p.what {
+	case "given twice":
 		return fmt.Errorf("field %q given twice", b.String())
+	case "name not UTF-8":
+		return fmt.Errorf("field name %q is not UTF-8 (a byte outside it, or an escaped surrogate half without its pair)", b.String())
+	case "not UTF-8":
+		if b.Len() == 0 {
+			return errors.New("a string is not UTF-8 (a byte outside it, or an escaped surrogate half without its pair)")
+		}
+		return fmt.Errorf("field %q is not UTF-8 (a byte outside it, or an escaped surrogate half without its pair)", b.String())
 	}
 	return fmt.Errorf("%s %q", p.what, b.String())
 }
@@ -80,23 +92,68 @@ func (s *scanner) space() {
 }
 
 // str steps over the string at s.i and returns what lies between its
-// quotes, escapes and all.
-func (s *scanner) str() []byte {
+// quotes, escapes and all, and whether it is UTF-8: no byte outside it, and
+// every escaped surrogate half ("\ud800") paired, high then low.
+func (s *scanner) str() ([]byte, bool) {
 	s.i++ // the opening quote
 	start := s.i
+	text := true
 	for s.i < len(s.b) {
-		switch s.b[s.i] {
-		case '\\':
-			s.i += 2
-		case '"':
+		c := s.b[s.i]
+		switch {
+		case c == '"':
 			raw := s.b[start:s.i]
 			s.i++
-			return raw
-		default:
+			return raw, text
+		case c == '\\' && s.i+1 < len(s.b) && s.b[s.i+1] == 'u':
+			r := s.hex(s.i + 2)
+			s.i += 6
+			switch {
+			case r >= 0xd800 && r < 0xdc00: // high: a low half must follow
+				if s.i+1 < len(s.b) && s.b[s.i] == '\\' && s.b[s.i+1] == 'u' {
+					if lo := s.hex(s.i + 2); lo >= 0xdc00 && lo < 0xe000 {
+						s.i += 6
+						continue
+					}
+				}
+				text = false
+			case r >= 0xdc00 && r < 0xe000: // low, with no high before it
+				text = false
+			}
+		case c == '\\':
+			s.i += 2
+		case c < utf8.RuneSelf:
 			s.i++
+		default:
+			r, n := utf8.DecodeRune(s.b[s.i:])
+			if r == utf8.RuneError && n == 1 {
+				text = false
+			}
+			s.i += n
 		}
 	}
-	return s.b[start:]
+	return s.b[start:], text
+}
+
+// hex reads the four hex digits of a \u escape at i; -1 if they are not.
+func (s *scanner) hex(i int) rune {
+	if i+4 > len(s.b) {
+		return -1
+	}
+	var r rune
+	for _, c := range s.b[i : i+4] {
+		switch {
+		case c >= '0' && c <= '9':
+			r = r<<4 | rune(c-'0')
+		case c >= 'a' && c <= 'f':
+			r = r<<4 | rune(c-'a'+10)
+		case c >= 'A' && c <= 'F':
+			r = r<<4 | rune(c-'A'+10)
+		default:
+			return -1
+		}
+	}
+	return r
 }
 
 // value steps over one value, held to type t (nil: any).
@@ -117,7 +174,9 @@ func (s *scanner) value(t reflect.Type) error {
 	case '[':
 		return s.array(t)
 	case '"':
-		s.str()
+		if _, text := s.str(); !text {
+			return &pathError{what: "not UTF-8"}
+		}
 	default: // a number, true, false or null
 		for s.i < len(s.b) {
 			switch s.b[s.i] {
@@ -158,7 +217,10 @@ func (s *scanner) object(t reflect.Type) error {
 			s.i++
 			continue
 		}
-		name := s.str()
+		name, text := s.str()
+		if !text {
+			return &pathError{path: []string{string(name)}, what: "name not UTF-8"}
+		}
 		if bytes.IndexByte(name, '\\') >= 0 {
 			var plain string
 			if json.Unmarshal(append(append([]byte{'"'}, name...), '"'), &plain) == nil {

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/abi-engine/engine/internal/strictjson"
 )
@@ -52,6 +53,15 @@ func TestExactFields(t *testing.T) {
 		{`{"inner":{"name":"a","name":"b"}}`, `field "inner.name" given twice`},
 		{`{"data":{"a":1,"a":2}}`, `field "data.a" given twice`},
 		{`{"extra":{"a":"1","b":"2","a":"3"}}`, `field "extra.a" given twice`},
+		{`{"key":"\ud83d\ude00 \u00e9 \\ud800"}`, ""},
+		{"{\"key\":\"\xff\"}", `field "key" is not UTF-8`},
+		{`{"key":"a\ud800"}`, `field "key" is not UTF-8`},
+		{`{"key":"a\ud800\u0041"}`, `field "key" is not UTF-8`},
+		{`{"key":"a\ud800\ud800\udc00"}`, `field "key" is not UTF-8`},
+		{`{"key":"\uDC00b"}`, `field "key" is not UTF-8`},
+		{"{\"list\":[{\"name\":\"ok\"},{\"name\":\"\xed\xa0\x80\"}]}", `field "list[1].name" is not UTF-8`},
+		{`{"data":{"x":["\ud800"]}}`, `field "data.x[0]" is not UTF-8`},
+		{"{\"data\":{\"\xff\":1}}", `field name "data.\xff" is not UTF-8`},
 	} {
 		var v body
 		if err := json.Unmarshal([]byte(c.data), &v); err != nil {
@@ -68,10 +78,10 @@ func TestExactFields(t *testing.T) {
 }
 
 // FuzzExactFields reads any body that encoding/json decodes: it never
-// panics, and a body it takes names, at its top level, only the type's
-// fields, each once and spelt as the type spells it.
+// panics, and a body it takes is UTF-8 and names, at its top level, only
+// the type's fields, each once and spelt as the type spells it.
 func FuzzExactFields(f *testing.F) {
-	for _, s := range []string{`{"key":"k"}`, `{"KEY":"k"}`, `{"key":"a","key":"b"}`, `{"list":[{"name":"a"}],"data":{"x":[1,{"y":2}]}}`, `{"labels":{"x":{"name":"y"}}}`} {
+	for _, s := range []string{`{"key":"k"}`, `{"KEY":"k"}`, `{"key":"a","key":"b"}`, `{"list":[{"name":"a"}],"data":{"x":[1,{"y":2}]}}`, `{"labels":{"x":{"name":"y"}}}`, "{\"key\":\"\xff\"}", `{"data":{"x":"\ud800"}}`} {
 		f.Add([]byte(s))
 	}
 	known := map[string]bool{"depth": true, "key": true, "inner": true, "list": true, "labels": true, "data": true, "at": true, "raw": true, "Plain": true, "extra": true}
@@ -82,6 +92,9 @@ func FuzzExactFields(f *testing.F) {
 		}
 		if strictjson.ExactFields(data, &v) != nil {
 			return
+		}
+		if !utf8.Valid(data) {
+			t.Fatalf("%q taken, though it is not UTF-8", data)
 		}
 		dec := json.NewDecoder(strings.NewReader(string(data)))
 		if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {

@@ -185,6 +185,22 @@ func TestAStrayBracketAfterTheBodyIsABadRequest(t *testing.T) {
 	errorOf(t, resp, body)
 }
 
+// A document whose data holds a string or a name that is not UTF-8 is a
+// 400: encoding/json alone would store U+FFFD in its place, data the
+// caller never sent.
+func TestADocumentThatIsNotUTF8IsABadRequest(t *testing.T) {
+	_, services := kernel(t, nil)
+	a := serveAPI(t, services, httpapi.Options{MaxBody: 4096})
+	for _, bad := range []string{"{\"name\":\"Ad\xffa\"}", `{"name":"Ad\udc00a"}`, "{\"n\xffame\":1}", `{"list":["ok","\ud800"]}`} {
+		resp, body := a.expect(http.StatusBadRequest, "PUT", "/v1/documents/people/ada", bad)
+		if msg := errorOf(t, resp, body); !strings.Contains(msg, "not UTF-8") {
+			t.Errorf("PUT %q: %q, want it to say what is not UTF-8", bad, msg)
+		}
+	}
+	resp, body := a.expect(http.StatusNotFound, "GET", "/v1/documents/people/ada", "")
+	errorOf(t, resp, body)
+}
+
 func TestVectorSearch(t *testing.T) {
 	_, services := kernel(t, nil)
 	a := serveAPI(t, services, httpapi.Options{})

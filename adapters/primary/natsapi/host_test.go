@@ -394,6 +394,38 @@ func TestAStrayBracketAfterTheBodyIsABadRequestAndStoresNothing(t *testing.T) {
 	}
 }
 
+// A string that is not UTF-8, by a byte outside it or by an escaped
+// surrogate half without its pair, is a 400 naming the field. encoding/json
+// alone reads either as U+FFFD, so "a\xff" and "a\ud800" would both be the
+// key "a\ufffd": a caller would write over a key it never named.
+func TestAKeyThatIsNotUTF8IsABadRequestNotAnotherKey(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	store := newMemoryKV(t)
+	newHost(t, url, natsapi.Options{}, natsapi.KeyValue(store))
+	nc := natstest.Connect(t, url)
+	for _, key := range []string{"a\xff", `a\ud800`, `a\udc00`, `a\ud800\u0041`, "\xc3(", "\xed\xa0\x80"} {
+		body := `{"key":"` + key + `","value":"aGk="}`
+		reply, err := nc.Request(wire.Subject(ports.ServiceKeyValue, wire.KVSet), []byte(body), 5*time.Second)
+		if err != nil {
+			t.Fatalf("%q: %v", body, err)
+		}
+		if code, msg := reply.Header.Get(wire.ErrorCodeHeader), reply.Header.Get(wire.ErrorHeader); code != "400" || !strings.Contains(msg, `field "key" is not UTF-8`) {
+			t.Errorf("%q answered %q %q, want 400 naming the field", body, code, msg)
+		}
+	}
+	if keys, _, err := store.ListKeys(t.Context(), "", 100, ""); err != nil || len(keys) != 0 {
+		t.Fatalf("the store holds %q (%v): a key that is not UTF-8 was stored as another", keys, err)
+	}
+	// A surrogate pair, escaped, is one character, and is taken.
+	reply, err := nc.Request(wire.Subject(ports.ServiceKeyValue, wire.KVSet), []byte(`{"key":"\ud83d\ude00","value":"aGk="}`), 5*time.Second)
+	if err != nil || reply.Header.Get(wire.ErrorCodeHeader) != "" {
+		t.Fatalf("a key of an escaped surrogate pair: %v %v", err, reply.Header)
+	}
+	if ok, err := store.Exists(t.Context(), "\U0001F600"); err != nil || !ok {
+		t.Fatalf("the key of an escaped surrogate pair is not stored as its character: %v %v", ok, err)
+	}
+}
+
 func TestTheKeyValueWireFormat(t *testing.T) {
 	url := natstest.StartServer(t).ClientURL()
 	newHost(t, url, natsapi.Options{}, natsapi.KeyValue(newMemoryKV(t)))
