@@ -96,14 +96,15 @@ func (l *lexer) str() ([]byte, bool) {
 	return nil, false
 }
 
-// number reads a JSON number as float64, as encoding/json would.
-func (l *lexer) number() (float64, bool) {
+// seconds reads a JSON number as Seconds does: one that is not 0 but
+// that a float64 holds as 0 is not taken.
+func (l *lexer) seconds() (Seconds, bool) {
 	lit, ok := l.literal()
 	if !ok {
 		return 0, false
 	}
 	f, err := strconv.ParseFloat(string(lit), 64)
-	return f, err == nil
+	return Seconds(f), err == nil && (f != 0 || !notZero(lit))
 }
 
 // literal reads the text of a JSON number.
@@ -261,7 +262,7 @@ func (w *KVWrite) DecodeJSON(data []byte) bool {
 				out.Value, ok = l.base64()
 				ok = ok && once(&seen, 2)
 			case "ttl_seconds":
-				out.TTLSeconds, ok = l.number()
+				out.TTLSeconds, ok = l.seconds()
 				ok = ok && once(&seen, 4)
 			default:
 				ok = false
@@ -398,7 +399,7 @@ func (w KVWrite) AppendJSON(b []byte) []byte {
 	b = appendBytes(b, w.Value)
 	if w.TTLSeconds != 0 {
 		b = append(b, `,"ttl_seconds":`...)
-		b, _ = appendFloat(b, w.TTLSeconds)
+		b, _ = appendFloat(b, float64(w.TTLSeconds))
 	}
 	return append(b, '}')
 }
@@ -449,7 +450,7 @@ func Marshal(v any) ([]byte, error) {
 // write whose TTL is NaN or infinite, so that Marshal fails as it would.
 func encodable(v any) bool {
 	w, ok := v.(KVWrite)
-	return !ok || (!math.IsNaN(w.TTLSeconds) && !math.IsInf(w.TTLSeconds, 0))
+	return !ok || (!math.IsNaN(float64(w.TTLSeconds)) && !math.IsInf(float64(w.TTLSeconds), 0))
 }
 
 // Unmarshal is json.Unmarshal, by hand for a FastDecoder whose hand reader

@@ -20,7 +20,7 @@ type KVKey struct {
 type KVWrite struct {
 	Key        string  `json:"key"`
 	Value      Bytes   `json:"value"`
-	TTLSeconds float64 `json:"ttl_seconds,omitempty"`
+	TTLSeconds Seconds `json:"ttl_seconds,omitempty"`
 }
 
 // KVKeyValue is a key and the value it must hold: delete_if_value.

@@ -176,3 +176,47 @@ func (b *Bytes) UnmarshalJSON(data []byte) error {
 
 // IsBytes reports whether t is Bytes, so a decoder can say "want base64".
 func IsBytes(t reflect.Type) bool { return t == reflect.TypeFor[Bytes]() }
+
+// Seconds is a time to live in seconds, a JSON number, where 0 keeps the
+// value for good. A number that is not 0 but too small for a float64 to be
+// told from it (1e-400) is refused as a type error, as encoding/json
+// refuses one too large (1e400): read as the float64 would hold it, a TTL
+// the caller meant to be tiny would keep the value forever.
+type Seconds float64
+
+// UnmarshalJSON reads a JSON number, or null, which leaves s as it is.
+func (s *Seconds) UnmarshalJSON(data []byte) error {
+	if string(data) == "null" {
+		return nil
+	}
+	bad := &json.UnmarshalTypeError{Value: "number " + string(data), Type: reflect.TypeFor[Seconds]()}
+	if len(data) == 0 || (data[0] != '-' && (data[0] < '0' || data[0] > '9')) {
+		bad.Value = "not a number"
+		return bad
+	}
+	f, err := strconv.ParseFloat(string(data), 64)
+	if err != nil || (f == 0 && notZero(data)) {
+		return bad
+	}
+	*s = Seconds(f)
+	return nil
+}
+
+// notZero reports whether the JSON number lit has a digit other than 0
+// before its exponent: whether it is a number other than 0, whatever a
+// float makes of it.
+func notZero(lit []byte) bool {
+	for _, c := range lit {
+		switch {
+		case c == 'e' || c == 'E':
+			return false
+		case c >= '1' && c <= '9':
+			return true
+		}
+	}
+	return false
+}
+
+// IsSeconds reports whether t is Seconds, so a decoder can say what a TTL
+// takes.
+func IsSeconds(t reflect.Type) bool { return t == reflect.TypeFor[Seconds]() }

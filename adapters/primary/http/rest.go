@@ -39,6 +39,12 @@ func (a *api) kvSet(w http.ResponseWriter, r *http.Request) {
 			a.fail(w, r, fmt.Errorf("%w: ttl %q: want a duration such as 30s", ports.ErrInvalidArgument, s))
 			return
 		}
+		// A duration below a nanosecond ("0.5ns") parses as 0, which keeps
+		// the value for good: it is refused as any TTL too small to keep.
+		if d == 0 && strings.ContainsAny(s, "123456789") {
+			a.fail(w, r, fmt.Errorf("%w: query parameter ttl %q is below %v and would round to zero, which keeps the value forever", ports.ErrInvalidArgument, s, ports.MinTTL))
+			return
+		}
 		if err := storecheck.TTL(d); err != nil {
 			a.fail(w, r, fmt.Errorf("query parameter ttl: %w", err))
 			return

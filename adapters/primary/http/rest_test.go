@@ -201,6 +201,24 @@ func TestADocumentThatIsNotUTF8IsABadRequest(t *testing.T) {
 	errorOf(t, resp, body)
 }
 
+// A ttl below a nanosecond ("0.5ns") parses as the duration 0, which keeps
+// the value for good: it is a 400, as every TTL too small to keep is, and
+// stores nothing. "0s" is still no expiry.
+func TestATTLBelowANanosecondIsABadRequestNotForever(t *testing.T) {
+	_, services := kernel(t, nil)
+	a := serveAPI(t, services, httpapi.Options{MaxBody: 1024})
+	for _, ttl := range []string{"0.5ns", "0.9ns", "0.000001us"} {
+		resp, body := a.expect(http.StatusBadRequest, "PUT", "/v1/kv/k?ttl="+ttl, "v")
+		if msg := errorOf(t, resp, body); !strings.Contains(msg, "ttl") {
+			t.Errorf("ttl=%s: %q, want it to name the ttl", ttl, msg)
+		}
+		resp, body = a.expect(http.StatusNotFound, "GET", "/v1/kv/k", "")
+		errorOf(t, resp, body)
+	}
+	a.expect(http.StatusNoContent, "PUT", "/v1/kv/k?ttl=0s", "v")
+	a.expect(http.StatusOK, "GET", "/v1/kv/k", "")
+}
+
 func TestVectorSearch(t *testing.T) {
 	_, services := kernel(t, nil)
 	a := serveAPI(t, services, httpapi.Options{})

@@ -18,14 +18,14 @@ func Cache(c ports.Cache) Service {
 				return wire.KVValue{Value: v}, err
 			})},
 			{Name: wire.CacheSet, Handler: JSON(func(ctx context.Context, r wire.KVWrite) (wire.Empty, error) {
-				ttl, err := ttlOf(r.TTLSeconds)
+				ttl, err := ttlOf(float64(r.TTLSeconds))
 				if err != nil {
 					return wire.Empty{}, err
 				}
 				return wire.Empty{}, c.Set(ctx, r.Key, r.Value, ttl)
 			})},
 			{Name: wire.CacheSetIfAbsent, Handler: JSON(func(ctx context.Context, r wire.KVWrite) (wire.Set, error) {
-				ttl, err := ttlOf(r.TTLSeconds)
+				ttl, err := ttlOf(float64(r.TTLSeconds))
 				if err != nil {
 					return wire.Set{}, err
 				}

@@ -161,7 +161,7 @@ func FuzzFastEncoders(f *testing.F) {
 			}
 		}
 		for _, v := range []any{
-			wire.KVKey{Key: s}, wire.KVWrite{Key: s, Value: b, TTLSeconds: ttl}, wire.KVValue{Value: b},
+			wire.KVKey{Key: s}, wire.KVWrite{Key: s, Value: b, TTLSeconds: wire.Seconds(ttl)}, wire.KVValue{Value: b},
 			wire.Set{Set: flag}, wire.Deleted{Deleted: flag}, wire.Exists{Exists: flag}, wire.Empty{},
 			wire.DocRef{Collection: s, ID: s}, wire.VecWrite{Collection: s, Vectors: vectors},
 		} {
@@ -178,8 +178,8 @@ func FuzzFastEncoders(f *testing.F) {
 			return
 		}
 		var back wire.KVWrite
-		body := wire.KVWrite{Key: s, Value: b, TTLSeconds: ttl}.AppendJSON(nil)
-		if back.DecodeJSON(body) && (back.Key != s || string(back.Value) != string(b) || back.TTLSeconds != ttl) {
+		body := wire.KVWrite{Key: s, Value: b, TTLSeconds: wire.Seconds(ttl)}.AppendJSON(nil)
+		if back.DecodeJSON(body) && (back.Key != s || string(back.Value) != string(b) || float64(back.TTLSeconds) != ttl) {
 			t.Fatalf("KVWrite read back from %s as %#v", body, back)
 		}
 	})

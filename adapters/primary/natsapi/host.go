@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -116,8 +117,12 @@ func Decode(data []byte, v any) error {
 		var typeErr *json.UnmarshalTypeError
 		if errors.As(err, &typeErr) && typeErr.Field != "" {
 			want := typeErr.Type.String()
-			if wire.IsBytes(typeErr.Type) {
+			switch {
+			case wire.IsBytes(typeErr.Type):
 				want = "base64"
+			case wire.IsSeconds(typeErr.Type):
+				want = "a number of seconds, 0 or " + strconv.FormatFloat(ports.MinTTL.Seconds(), 'f', -1, 64) +
+					" to " + strconv.FormatFloat(ports.MaxTTL.Seconds(), 'f', -1, 64)
 			}
 			return fmt.Errorf("%w: field %q: want %s", ports.ErrInvalidArgument, typeErr.Field, want)
 		}

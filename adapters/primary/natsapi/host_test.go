@@ -426,6 +426,42 @@ func TestAKeyThatIsNotUTF8IsABadRequestNotAnotherKey(t *testing.T) {
 	}
 }
 
+// A ttl_seconds that is not 0 but too small for a float64 to tell from 0
+// (1e-400) is a 400 naming the field. Read as the 0 a float64 makes of it,
+// it would keep the value forever, where every other TTL too small to keep
+// is refused. Both the hand reader's body and one it leaves to the strict
+// decoder (an escape in the key) are held to it; a 0 written any way is
+// still no expiry.
+func TestATTLTooSmallToTellFromZeroIsABadRequestNotForever(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	store := newMemoryKV(t)
+	newHost(t, url, natsapi.Options{}, natsapi.KeyValue(store))
+	nc := natstest.Connect(t, url)
+	set := func(key, ttl string) (string, string) {
+		body := `{"key":"` + key + `","value":"aGk=","ttl_seconds":` + ttl + `}`
+		reply, err := nc.Request(wire.Subject(ports.ServiceKeyValue, wire.KVSet), []byte(body), 5*time.Second)
+		if err != nil {
+			t.Fatalf("%s: %v", body, err)
+		}
+		return reply.Header.Get(wire.ErrorCodeHeader), reply.Header.Get(wire.ErrorHeader)
+	}
+	for _, key := range []string{"k", `\u006b`} {
+		for _, ttl := range []string{"1e-400", "-1e-400", "0." + strings.Repeat("0", 400) + "1", "5E-999"} {
+			if code, msg := set(key, ttl); code != "400" || !strings.Contains(msg, `field "ttl_seconds"`) {
+				t.Errorf("key %s, ttl_seconds %.20s: answered %q %q, want 400 naming ttl_seconds", key, ttl, code, msg)
+			}
+			if ok, err := store.Exists(t.Context(), "k"); err != nil || ok {
+				t.Fatalf("key %s, ttl_seconds %.20s: the value was stored (%v, %v), to be kept forever", key, ttl, ok, err)
+			}
+		}
+	}
+	for _, ttl := range []string{"0", "-0", "0.0", "0e-400", "0E5"} {
+		if code, msg := set("zero", ttl); code != "" {
+			t.Errorf("ttl_seconds %s: answered %q %q, want it taken as no expiry", ttl, code, msg)
+		}
+	}
+}
+
 func TestTheKeyValueWireFormat(t *testing.T) {
 	url := natstest.StartServer(t).ClientURL()
 	newHost(t, url, natsapi.Options{}, natsapi.KeyValue(newMemoryKV(t)))

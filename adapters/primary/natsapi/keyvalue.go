@@ -17,7 +17,7 @@ func KeyValue(kv ports.KeyValue) Service {
 		Description: "abi-engine key-value store",
 		Endpoints: []Endpoint{
 			{Name: wire.KVSet, Handler: JSON(func(ctx context.Context, r wire.KVWrite) (wire.Empty, error) {
-				ttl, err := ttlOf(r.TTLSeconds)
+				ttl, err := ttlOf(float64(r.TTLSeconds))
 				if err != nil {
 					return wire.Empty{}, err
 				}
@@ -25,7 +25,7 @@ func KeyValue(kv ports.KeyValue) Service {
 			})},
 			get(kv),
 			{Name: wire.KVSetIfAbsent, Handler: JSON(func(ctx context.Context, r wire.KVWrite) (wire.Set, error) {
-				ttl, err := ttlOf(r.TTLSeconds)
+				ttl, err := ttlOf(float64(r.TTLSeconds))
 				if err != nil {
 					return wire.Set{}, err
 				}

@@ -33,7 +33,7 @@ func (k Cache) Set(ctx context.Context, key string, value []byte, ttl time.Durat
 	if err := text("key", key); err != nil {
 		return err
 	}
-	return k.c.Call(ctx, cacheSubject(wire.CacheSet), wire.KVWrite{Key: key, Value: wire.Bytes(value), TTLSeconds: ttl.Seconds()}, nil)
+	return k.c.Call(ctx, cacheSubject(wire.CacheSet), wire.KVWrite{Key: key, Value: wire.Bytes(value), TTLSeconds: wire.Seconds(ttl.Seconds())}, nil)
 }
 
 // SetIfAbsent implements ports.Cache.
@@ -42,7 +42,7 @@ func (k Cache) SetIfAbsent(ctx context.Context, key string, value []byte, ttl ti
 		return false, err
 	}
 	var out wire.Set
-	err := k.c.Call(ctx, cacheSubject(wire.CacheSetIfAbsent), wire.KVWrite{Key: key, Value: wire.Bytes(value), TTLSeconds: ttl.Seconds()}, &out)
+	err := k.c.Call(ctx, cacheSubject(wire.CacheSetIfAbsent), wire.KVWrite{Key: key, Value: wire.Bytes(value), TTLSeconds: wire.Seconds(ttl.Seconds())}, &out)
 	return out.Set, err
 }
 

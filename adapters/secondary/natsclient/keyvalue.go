@@ -50,7 +50,7 @@ func (k KeyValue) Set(ctx context.Context, key string, value []byte, ttl time.Du
 	if err := text("key", key); err != nil {
 		return err
 	}
-	return k.c.Call(ctx, kvSubject(wire.KVSet), wire.KVWrite{Key: key, Value: wire.Bytes(value), TTLSeconds: ttl.Seconds()}, nil)
+	return k.c.Call(ctx, kvSubject(wire.KVSet), wire.KVWrite{Key: key, Value: wire.Bytes(value), TTLSeconds: wire.Seconds(ttl.Seconds())}, nil)
 }
 
 // SetIfAbsent implements ports.KeyValue.
@@ -59,7 +59,7 @@ func (k KeyValue) SetIfAbsent(ctx context.Context, key string, value []byte, ttl
 		return false, err
 	}
 	var out wire.Set
-	err := k.c.Call(ctx, kvSubject(wire.KVSetIfAbsent), wire.KVWrite{Key: key, Value: wire.Bytes(value), TTLSeconds: ttl.Seconds()}, &out)
+	err := k.c.Call(ctx, kvSubject(wire.KVSetIfAbsent), wire.KVWrite{Key: key, Value: wire.Bytes(value), TTLSeconds: wire.Seconds(ttl.Seconds())}, &out)
 	return out.Set, err
 }
 
