@@ -1,7 +1,6 @@
 package wire
 
 import (
-	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"math"
@@ -31,10 +30,20 @@ type FastEncoder interface {
 	AppendJSON(b []byte) []byte
 }
 
-// Blank reports whether a body is white space only, as bytes.TrimSpace sees
-// it: the strict decoder and the hand readers take it for an empty object,
-// json.Unmarshal refuses it.
-func Blank(data []byte) bool { return len(bytes.TrimSpace(data)) == 0 }
+// Blank reports whether a body is empty or JSON white space only (space,
+// tab, CR, LF): the strict decoder and the hand readers take it for an
+// empty object, json.Unmarshal refuses it. Other white space (a vertical
+// tab, a form feed, U+00A0) is no JSON at all, and no empty body either.
+func Blank(data []byte) bool {
+	for _, c := range data {
+		switch c {
+		case ' ', '\t', '\r', '\n':
+		default:
+			return false
+		}
+	}
+	return true
+}
 
 // lexer walks a body in its plain form.
 type lexer struct {

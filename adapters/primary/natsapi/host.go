@@ -106,9 +106,10 @@ func JSON[Req, Resp any](f func(ctx context.Context, req Req) (Resp, error)) Han
 }
 
 // Decode reads a JSON body strictly: no field it does not know, spelt
-// exactly, once. An empty body is an empty object.
+// exactly, once. An empty body, or one of JSON white space only, is an
+// empty object.
 func Decode(data []byte, v any) error {
-	if len(bytes.TrimSpace(data)) == 0 {
+	if wire.Blank(data) {
 		data = []byte("{}")
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))

@@ -462,6 +462,36 @@ func TestATTLTooSmallToTellFromZeroIsABadRequestNotForever(t *testing.T) {
 	}
 }
 
+// An empty body, or one of JSON white space (space, tab, CR, LF), is read
+// as {}. Any other body must be JSON: a vertical tab, a form feed or a
+// no-break space is not white space to JSON, so such a body is a 400, not
+// a call with every field left out.
+func TestABodyOfWhiteSpaceJSONDoesNotKnowIsABadRequest(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	store := newMemoryKV(t)
+	if err := store.Set(t.Context(), "k", []byte("v"), 0); err != nil {
+		t.Fatal(err)
+	}
+	newHost(t, url, natsapi.Options{}, natsapi.KeyValue(store))
+	nc := natstest.Connect(t, url)
+	list := wire.Subject(ports.ServiceKeyValue, wire.KVListKeys)
+	for _, body := range []string{"\v", "\f", "\u00a0", "\u0085", " \v\n"} {
+		reply, err := nc.Request(list, []byte(body), 5*time.Second)
+		if err != nil {
+			t.Fatalf("%q: %v", body, err)
+		}
+		if code := reply.Header.Get(wire.ErrorCodeHeader); code != "400" {
+			t.Errorf("list_keys with the body %q answered %q %s, want 400", body, code, reply.Data)
+		}
+	}
+	for _, body := range []string{"", " \t\r\n"} {
+		reply, err := nc.Request(list, []byte(body), 5*time.Second)
+		if err != nil || reply.Header.Get(wire.ErrorCodeHeader) != "" || string(reply.Data) != `{"keys":["k"],"cursor":""}` {
+			t.Errorf("list_keys with the body %q: %v %v %s, want the keys as for {}", body, err, reply.Header, reply.Data)
+		}
+	}
+}
+
 func TestTheKeyValueWireFormat(t *testing.T) {
 	url := natstest.StartServer(t).ClientURL()
 	newHost(t, url, natsapi.Options{}, natsapi.KeyValue(newMemoryKV(t)))
