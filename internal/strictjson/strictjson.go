@@ -341,6 +341,20 @@ func structFields(t reflect.Type) map[string]reflect.Type {
 	return out
 }
 
+// Object checks that data, once past JSON white space, starts an object.
+// encoding/json reads null into a struct or map as if it were {}, and the
+// protocol's bodies are objects: a body of null is no call's arguments.
+func Object(data []byte) error {
+	data = bytes.TrimLeft(data, " \t\r\n")
+	if len(data) > 0 && data[0] == '{' {
+		return nil
+	}
+	if len(data) > 16 {
+		data = data[:16]
+	}
+	return fmt.Errorf("want a JSON object, not %q", data)
+}
+
 // Rest checks that nothing but white space follows the value dec has just
 // decoded from data. dec.More, the usual check, looks only for the start
 // of another value: it reports nothing more before a stray ']' or '}', so

@@ -265,6 +265,9 @@ func (a *api) decode(w http.ResponseWriter, r *http.Request, v any) error {
 		}
 		return fmt.Errorf("%w: body: %v", ports.ErrInvalidArgument, err)
 	}
+	if err := strictjson.Object(data); err != nil {
+		return fmt.Errorf("%w: body: %v", ports.ErrInvalidArgument, err)
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {

@@ -219,6 +219,21 @@ func TestATTLBelowANanosecondIsABadRequestNotForever(t *testing.T) {
 	a.expect(http.StatusOK, "GET", "/v1/kv/k", "")
 }
 
+// A find's body is a JSON object: null is a 400, not the query with every
+// field left out, which encoding/json alone makes of it.
+func TestAFindWhoseBodyIsNullIsABadRequest(t *testing.T) {
+	_, services := kernel(t, nil)
+	a := serveAPI(t, services, httpapi.Options{MaxBody: 4096})
+	a.expect(http.StatusOK, "PUT", "/v1/documents/people/ada", `{"name":"Ada"}`)
+	for _, bad := range []string{"null", " null ", "[]"} {
+		resp, body := a.expect(http.StatusBadRequest, "POST", "/v1/documents/people/find", bad)
+		if msg := errorOf(t, resp, body); !strings.Contains(msg, "want a JSON object") {
+			t.Errorf("find with the body %q: %q, want it to say an object is wanted", bad, msg)
+		}
+	}
+	a.expect(http.StatusOK, "POST", "/v1/documents/people/find", `{}`)
+}
+
 func TestVectorSearch(t *testing.T) {
 	_, services := kernel(t, nil)
 	a := serveAPI(t, services, httpapi.Options{})

@@ -112,6 +112,9 @@ func Decode(data []byte, v any) error {
 	if wire.Blank(data) {
 		data = []byte("{}")
 	}
+	if err := strictjson.Object(data); err != nil {
+		return fmt.Errorf("%w: body: %v", ports.ErrInvalidArgument, err)
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {

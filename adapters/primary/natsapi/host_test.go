@@ -492,6 +492,29 @@ func TestABodyOfWhiteSpaceJSONDoesNotKnowIsABadRequest(t *testing.T) {
 	}
 }
 
+// A body is a JSON object. encoding/json reads null into a struct as if
+// it were {}, so a body of null ran as a call with every field left out;
+// it is a 400 saying an object is wanted, as an array or a string is.
+func TestABodyOfNullIsABadRequestNotAnEmptyObject(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	store := newMemoryKV(t)
+	if err := store.Set(t.Context(), "k", []byte("v"), 0); err != nil {
+		t.Fatal(err)
+	}
+	newHost(t, url, natsapi.Options{}, natsapi.KeyValue(store))
+	nc := natstest.Connect(t, url)
+	list := wire.Subject(ports.ServiceKeyValue, wire.KVListKeys)
+	for _, body := range []string{"null", " null\n", "[]", `"k"`, "1"} {
+		reply, err := nc.Request(list, []byte(body), 5*time.Second)
+		if err != nil {
+			t.Fatalf("%q: %v", body, err)
+		}
+		if code, msg := reply.Header.Get(wire.ErrorCodeHeader), reply.Header.Get(wire.ErrorHeader); code != "400" || !strings.Contains(msg, "want a JSON object") {
+			t.Errorf("list_keys with the body %q answered %q %q %s, want 400 wanting an object", body, code, msg, reply.Data)
+		}
+	}
+}
+
 func TestTheKeyValueWireFormat(t *testing.T) {
 	url := natstest.StartServer(t).ClientURL()
 	newHost(t, url, natsapi.Options{}, natsapi.KeyValue(newMemoryKV(t)))
