@@ -11,6 +11,7 @@ import (
 	"strconv"
 
 	"github.com/abi-engine/engine/app"
+	"github.com/abi-engine/engine/internal/strictjson"
 	"github.com/abi-engine/engine/ports"
 )
 
@@ -76,8 +77,8 @@ func jsonObject(what string, b []byte) (map[string]any, error) {
 	if m == nil {
 		return nil, fmt.Errorf("%s is not a JSON object: null", what)
 	}
-	if dec.More() {
-		return nil, fmt.Errorf("%s holds more than one JSON value", what)
+	if err := strictjson.Rest(dec, b); err != nil {
+		return nil, fmt.Errorf("%s is not one JSON object: %v", what, err)
 	}
 	return m, nil
 }

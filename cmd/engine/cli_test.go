@@ -543,6 +543,11 @@ func TestCommandUsage(t *testing.T) {
 		{[]string{"doc"}, "usage: engine doc get|put|del|find"},
 		{[]string{"doc", "get", "c"}, "engine doc get: missing argument"},
 		{[]string{"doc", "put", "c", "id", "[1]"}, "the document is not a JSON object"},
+		// A stray bracket after the object is not JSON: it is refused, not
+		// read as the object before it.
+		{[]string{"doc", "put", "c", "id", `{"a":1}]`}, `the document is not one JSON object: "]" after the JSON value`},
+		{[]string{"doc", "put", "c", "id", `{"a":1} {}`}, "the document is not one JSON object: more than one JSON value"},
+		{[]string{"doc", "find", "c", "--where", `{"a":1}}`}, `--where is not one JSON object: "}" after the JSON value`},
 		{[]string{"doc", "put", "c", "id", "{}", "--if-version", "x"}, "want a version number"},
 		{[]string{"doc", "find", "c", "--where", "open"}, "--where is not a JSON object"},
 		{[]string{"doc", "find", "c", "--limit", "0"}, "--limit is 0, want 1 or more"},
