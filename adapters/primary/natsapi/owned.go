@@ -208,8 +208,10 @@ func (t *sessionTable) handle(msg *nats.Msg) (nats.Header, []byte, error) {
 	}
 	call := &sessionCall{Seq: -1, Data: msg.Data}
 	if v := msg.Header.Get(wire.SeqHeader); v != "" {
+		// Only the plain decimal form: ParseInt also takes "+1", "-0"
+		// and "01", which the protocol does not.
 		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n < 0 {
+		if err != nil || n < 0 || strconv.FormatInt(n, 10) != v {
 			return nil, nil, fmt.Errorf("%w: header %s is %q, want 0 or more", ports.ErrInvalidArgument, wire.SeqHeader, v)
 		}
 		call.Seq = n

@@ -406,6 +406,49 @@ func TestTransferLimitsGiveClearErrors(t *testing.T) {
 	}
 }
 
+// Abi-Seq is a plain decimal number: 0, 1, 2. A sign or a leading zero
+// ("+0", "-0", "00") is a malformed header, a 400 that takes no chunk,
+// rather than chunk 0 under another spelling.
+func TestASequenceNumberNotWrittenPlainIsABadRequest(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	objs := newObjects(t)
+	newEngine(t, url, objs, engineOptions{})
+	nc := natstest.Connect(t, url)
+	opened, err := openTransfer(t, nc, wire.TransferOpen{Mode: wire.TransferPut, Key: "k"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subject := transferSubject(opened.ID, wire.SessionWrite)
+	for _, seq := range []string{"+0", "-0", "00", "+1", "01"} {
+		msg := nats.NewMsg(subject)
+		msg.Data = []byte("wrong")
+		msg.Header.Set(wire.SessionHeader, opened.ID)
+		msg.Header.Set(wire.SessionSecretHeader, opened.Secret)
+		msg.Header.Set(wire.SeqHeader, seq)
+		reply, err := nc.RequestMsg(msg, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code, text := reply.Header.Get(wire.ErrorCodeHeader), reply.Header.Get(wire.ErrorHeader); code != "400" || !strings.Contains(text, wire.SeqHeader) {
+			t.Errorf("a write with %s %q answered %q %q, want 400 naming the header", wire.SeqHeader, seq, code, text)
+		}
+	}
+	if err := write(t, nc, opened, 0, "right"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sessionCall(nc, transferSubject(opened.ID, wire.SessionCommit), opened.Ref(), -1, []byte(`{"chunks":1}`), nil); err != nil {
+		t.Fatalf("commit: %v", err)
+	}
+	r, _, err := objs.Get(t.Context(), "k", ports.GetObjectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if got, err := io.ReadAll(r); err != nil || string(got) != "right" {
+		t.Fatalf("the object holds %q (%v), want the chunk written with a plain sequence number", got, err)
+	}
+}
+
 // write sends chunk seq of an upload and checks the answer names it.
 func write(t *testing.T, nc *nats.Conn, opened wire.SessionOpened, seq int64, data string) error {
 	t.Helper()
