@@ -171,6 +171,10 @@ func (c *countingReader) Read(p []byte) (int, error) {
 // condition is 409.
 func (a *api) objPut(w http.ResponseWriter, r *http.Request) {
 	key := r.PathValue("key")
+	if err := preconditions(r, true, true); err != nil {
+		a.fail(w, r, err)
+		return
+	}
 	opts := ports.PutObjectOptions{
 		ContentType: r.Header.Get("Content-Type"),
 		IfAbsent:    r.Header.Get("If-None-Match") == "*",
@@ -193,6 +197,10 @@ func (a *api) objPut(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *api) objDelete(w http.ResponseWriter, r *http.Request) {
+	if err := preconditions(r, false, false); err != nil {
+		a.fail(w, r, err)
+		return
+	}
 	if err := a.services.ObjectStorage.Delete(r.Context(), r.PathValue("key")); err != nil {
 		a.fail(w, r, err)
 		return

@@ -30,8 +30,13 @@ func (a *api) kvGet(w http.ResponseWriter, r *http.Request) {
 
 // kvSet stores the body. ?ttl= (a Go duration such as 30s) makes it
 // expire; If-None-Match: * writes only if the key is absent, else 409.
+// Any other precondition is a 400: a key has no version to match.
 func (a *api) kvSet(w http.ResponseWriter, r *http.Request) {
 	key := r.PathValue("key")
+	if err := preconditions(r, false, true); err != nil {
+		a.fail(w, r, err)
+		return
+	}
 	var ttl time.Duration
 	if s := r.URL.Query().Get("ttl"); s != "" {
 		d, err := time.ParseDuration(s)
@@ -74,6 +79,10 @@ func (a *api) kvSet(w http.ResponseWriter, r *http.Request) {
 
 func (a *api) kvDelete(w http.ResponseWriter, r *http.Request) {
 	key := r.PathValue("key")
+	if err := preconditions(r, false, false); err != nil {
+		a.fail(w, r, err)
+		return
+	}
 	existed, err := a.services.KeyValue.Delete(r.Context(), key)
 	if err == nil && !existed {
 		err = fmt.Errorf("delete %q: %w", key, ports.ErrNotFound)
@@ -111,9 +120,33 @@ func (a *api) docGet(w http.ResponseWriter, r *http.Request) {
 	a.writeDocument(w, d)
 }
 
+// preconditions refuses the precondition headers a route does not
+// evaluate: If-Match unless ifMatch, If-None-Match unless ifNoneMatch and
+// it is *, and the two together. Ignored, they would turn a conditional
+// write into one that overwrites whatever is stored, where HTTP has a
+// server evaluate them before the method runs.
+func preconditions(r *http.Request, ifMatch, ifNoneMatch bool) error {
+	m, n := r.Header.Get("If-Match"), r.Header.Get("If-None-Match")
+	switch {
+	case m != "" && !ifMatch:
+		return fmt.Errorf("%w: If-Match %q: this resource has no version to match", ports.ErrInvalidArgument, m)
+	case n != "" && (!ifNoneMatch || n != "*"):
+		if !ifNoneMatch {
+			return fmt.Errorf("%w: If-None-Match %q: not taken here", ports.ErrInvalidArgument, n)
+		}
+		return fmt.Errorf("%w: If-None-Match %q: only * (write only if absent) is taken", ports.ErrInvalidArgument, n)
+	case m != "" && n != "":
+		return fmt.Errorf("%w: If-Match and If-None-Match together", ports.ErrInvalidArgument)
+	}
+	return nil
+}
+
 // cond reads a document write's condition: If-Match: "<version>" needs
 // that version, If-None-Match: * needs the document to be absent.
 func cond(r *http.Request) (ports.Cond, error) {
+	if err := preconditions(r, true, true); err != nil {
+		return ports.Cond{}, err
+	}
 	if m := r.Header.Get("If-Match"); m != "" {
 		v, err := strconv.ParseUint(strings.Trim(m, `"`), 10, 64)
 		if err != nil || v == 0 {

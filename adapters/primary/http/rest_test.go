@@ -234,6 +234,45 @@ func TestAFindWhoseBodyIsNullIsABadRequest(t *testing.T) {
 	a.expect(http.StatusOK, "POST", "/v1/documents/people/find", `{}`)
 }
 
+// A precondition a route does not evaluate is a 400 that writes nothing.
+// HTTP has a server evaluate If-Match before the method runs; ignored, a
+// client's compare-and-set would overwrite or delete whatever is stored.
+// Keys have no versions to match, deletes of keys and objects take no
+// condition, and If-None-Match is taken only as * (write if absent).
+func TestAPreconditionTheRouteDoesNotEvaluateIsRefused(t *testing.T) {
+	_, services := kernel(t, nil)
+	a := serveAPI(t, services, httpapi.Options{MaxBody: 4096})
+	doc := func(resp *http.Response, body string) httpapi.Document { return document(t, resp, body) }
+	a.expect(http.StatusNoContent, "PUT", "/v1/kv/k", "first")
+	d := doc(a.expect(http.StatusOK, "PUT", "/v1/documents/people/ada", `{"name":"Ada"}`))
+	a.expect(http.StatusOK, "PUT", "/v1/objects/o", "object")
+	stale := `"` + jsonNumber(d.Version+1) + `"`
+	for _, c := range []struct{ method, path, body, header, value string }{
+		{"PUT", "/v1/kv/k", "second", "If-Match", `"1"`},
+		{"PUT", "/v1/kv/k", "second", "If-None-Match", `"1"`},
+		{"DELETE", "/v1/kv/k", "", "If-Match", `"1"`},
+		{"DELETE", "/v1/kv/k", "", "If-None-Match", "*"},
+		{"PUT", "/v1/documents/people/ada", `{"name":"lost"}`, "If-None-Match", stale},
+		{"DELETE", "/v1/documents/people/ada", "", "If-None-Match", stale},
+		{"PUT", "/v1/objects/o", "lost", "If-None-Match", `"x"`},
+		{"DELETE", "/v1/objects/o", "", "If-Match", `"x"`},
+	} {
+		resp, body := a.expect(http.StatusBadRequest, c.method, c.path, c.body, c.header, c.value)
+		if msg := errorOf(t, resp, body); !strings.Contains(msg, c.header) {
+			t.Errorf("%s %s with %s: %s: %q, want it to name the header", c.method, c.path, c.header, c.value, msg)
+		}
+	}
+	if _, got := a.expect(http.StatusOK, "GET", "/v1/kv/k", ""); got != "first" {
+		t.Fatalf("the key holds %q after refused writes", got)
+	}
+	if got := doc(a.expect(http.StatusOK, "GET", "/v1/documents/people/ada", "")); got.Version != d.Version {
+		t.Fatalf("the document is at version %d after refused writes, want %d", got.Version, d.Version)
+	}
+	if _, got := a.expect(http.StatusOK, "GET", "/v1/objects/o", ""); got != "object" {
+		t.Fatalf("the object holds %q after refused writes", got)
+	}
+}
+
 func TestVectorSearch(t *testing.T) {
 	_, services := kernel(t, nil)
 	a := serveAPI(t, services, httpapi.Options{})
