@@ -381,13 +381,16 @@ func waitIndexed(ctx context.Context, vs natsclient.VectorStore, n int) error {
 // collection is searched exactly and reports no index.
 const vecIndexThreshold = 50_000
 
-// recall is the share of want found in got.
+// recall is the share of want found in got: recall at k, k being
+// len(want). Only the first k answers count, and each id once, so a
+// search that answers one true neighbour k times, or more than k
+// vectors, is not credited with neighbours it did not find.
 func recall(got []ports.ScoredVector, want []string) float64 {
-	hits := 0
-	for _, g := range got {
+	seen := make(map[string]bool, len(want))
+	for _, g := range got[:min(len(got), len(want))] {
 		if slices.Contains(want, g.ID) {
-			hits++
+			seen[g.ID] = true
 		}
 	}
-	return float64(hits) / float64(len(want))
+	return float64(len(seen)) / float64(len(want))
 }

@@ -46,3 +46,33 @@ func TestTheReferenceScanFindsTheNeighbours(t *testing.T) {
 		t.Fatalf("recall = %v, want 0.5", hits)
 	}
 }
+
+// Recall at k credits each true neighbour once, among the first k
+// answers: a search that repeats one neighbour, or answers more than k
+// vectors, must not be reported as finding neighbours it did not find,
+// or the 20,000-vector run's check that recall is 1 passes a broken store.
+func TestRecallCountsEachTrueNeighbourOnceAmongTheFirstK(t *testing.T) {
+	hit := func(ids ...string) []ports.ScoredVector {
+		out := make([]ports.ScoredVector, len(ids))
+		for i, id := range ids {
+			out[i] = ports.ScoredVector{Vector: ports.Vector{ID: id}}
+		}
+		return out
+	}
+	want := []string{"a", "b", "c", "d"}
+	cases := []struct {
+		name string
+		got  []ports.ScoredVector
+		want float64
+	}{
+		{"AllFound", hit("d", "c", "b", "a"), 1},
+		{"OneNeighbourRepeated", hit("a", "a", "a", "a"), 0.25},
+		{"MoreThanK", hit("x", "y", "a", "b", "c", "d"), 0.5},
+		{"Nothing", nil, 0},
+	}
+	for _, c := range cases {
+		if got := recall(c.got, want); got != c.want {
+			t.Errorf("%s: recall = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
