@@ -185,20 +185,33 @@ func (s *Store) Put(ctx context.Context, collection, id string, data map[string]
 	// one the insert took may be older than the version a concurrent put
 	// committed meanwhile, and one more than that is a value the sequence
 	// has not passed, which a document made again later would be given.
+	//
+	// An insert takes its version before it looks for the row, and may then
+	// wait for a transaction that updates or deletes it; meanwhile other
+	// puts could give the document higher versions and have it deleted, and
+	// the insert would then make it again below them. So every put first
+	// takes its turn on the id, an advisory lock held until its
+	// transaction ends, and only then its version: the versions one id is
+	// given are taken in the order they are committed. Deletes give none
+	// and take no turn.
 	next := "nextval('" + s.versions + "')"
+	// The lock is a volatile function, so PostgreSQL runs the CTE on its
+	// own, before the row it feeds takes its version, and never inlines it.
+	turn := `WITH turn AS (SELECT pg_advisory_xact_lock(hashtext($4::text || $1::text || '/' || $2::text)))`
+	lock := "abi-engine document " + s.name + " "
 	switch {
 	case !conditional:
-		row = s.writes.QueryRow(ctx, `INSERT INTO `+s.docs+` AS d (collection, id, version, data) VALUES ($1, $2, `+next+`, $3::jsonb)
+		row = s.writes.QueryRow(ctx, turn+` INSERT INTO `+s.docs+` AS d (collection, id, version, data) SELECT $1, $2, `+next+`, $3::jsonb FROM turn
 			ON CONFLICT (collection, id) DO UPDATE SET version = GREATEST(`+next+`, d.version + 1), data = excluded.data
-			RETURNING version`, collection, id, string(raw))
+			RETURNING version`, collection, id, string(raw), lock)
 	case want == 0:
-		row = s.writes.QueryRow(ctx, `INSERT INTO `+s.docs+` (collection, id, version, data) VALUES ($1, $2, `+next+`, $3::jsonb)
+		row = s.writes.QueryRow(ctx, turn+` INSERT INTO `+s.docs+` (collection, id, version, data) SELECT $1, $2, `+next+`, $3::jsonb FROM turn
 			ON CONFLICT (collection, id) DO NOTHING
-			RETURNING version`, collection, id, string(raw))
+			RETURNING version`, collection, id, string(raw), lock)
 	default:
-		row = s.writes.QueryRow(ctx, `UPDATE `+s.docs+` SET version = GREATEST(`+next+`, version + 1), data = $3::jsonb
-			WHERE collection = $1 AND id = $2 AND version = $4
-			RETURNING version`, collection, id, string(raw), int64(want))
+		row = s.writes.QueryRow(ctx, turn+` UPDATE `+s.docs+` AS d SET version = GREATEST(`+next+`, d.version + 1), data = $3::jsonb
+			FROM turn WHERE d.collection = $1 AND d.id = $2 AND d.version = $5
+			RETURNING d.version`, collection, id, string(raw), lock, int64(want))
 	}
 	var v int64
 	err = row.Scan(&v)

@@ -275,7 +275,7 @@ func TestAPutThatWaitedForTheRowTakesAVersionAfterIt(t *testing.T) {
 			t.Fatal("the put never waited for the row")
 		}
 		var waiting bool
-		if err := watch.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'INSERT INTO "+docs+"%')").Scan(&waiting); err != nil {
+		if err := watch.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%INSERT INTO "+docs+"%')").Scan(&waiting); err != nil {
 			t.Fatal(err)
 		}
 		if waiting {
