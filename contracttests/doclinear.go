@@ -30,18 +30,21 @@ type docLinearOutput struct {
 	notFound bool
 }
 
-// docLinearState is the document as a sequence of calls leaves it.
+// docLinearState is the document as a sequence of calls leaves it:
+// highest is the highest version it ever had, deleted or not.
 type docLinearState struct {
 	present bool
 	version uint64
 	value   string
+	highest uint64
 }
 
 // docLinearModel is the document store's promise for one document, as a
 // sequential specification: every history of calls must be explained by
 // some order of them, each taking effect at one moment between its call
-// and its return. Versions are the store's to choose, above the one a put
-// replaces; a put must report the one a later get sees.
+// and its return. Versions are the store's to choose, above every one the
+// document had, deleted or not (a version names one state for good); a
+// put must report the one a later get sees.
 var docLinearModel = linearModel(
 	func(s docLinearState, in docLinearInput, out docLinearOutput) (bool, docLinearState) {
 		holds := !in.cond || s.present == (in.ifVersion != 0) && (!s.present || s.version == in.ifVersion)
@@ -55,10 +58,11 @@ var docLinearModel = linearModel(
 			if !holds {
 				return out.conflict, s
 			}
-			// A put moves the version past the one it replaced: a store
-			// that wrote without raising it would let a put conditioned
-			// on the old version overwrite this one unseen.
-			return out.found && out.version > s.version, docLinearState{present: true, version: out.version, value: in.value}
+			// A put moves the version past every one the document had: a
+			// store that wrote without raising it, or that gave a version
+			// again after a delete, would let a put conditioned on the old
+			// version overwrite this one unseen.
+			return out.found && out.version > s.highest, docLinearState{present: true, version: out.version, value: in.value, highest: out.version}
 		case "delete":
 			switch {
 			case !s.present:
@@ -66,7 +70,7 @@ var docLinearModel = linearModel(
 			case !holds:
 				return out.conflict, s
 			}
-			return !out.conflict && !out.notFound && !out.found, docLinearState{}
+			return !out.conflict && !out.notFound && !out.found, docLinearState{highest: s.highest}
 		}
 		return false, s
 	},

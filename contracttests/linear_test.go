@@ -37,6 +37,23 @@ func TestTheLinearizabilityModelsRejectWhatAStoreMustNotDo(t *testing.T) {
 			},
 		},
 		{
+			// A writer still holding version 1 of the deleted document
+			// would overwrite the new one: a version is never given twice.
+			name:  "a version given again after a delete",
+			model: docLinearModel,
+			bad: []porcupine.Operation{
+				op(0, 0, 10, put("a", true, 0), docLinearOutput{found: true, version: 1}),
+				op(0, 20, 30, docLinearInput{op: "delete", cond: true, ifVersion: 1}, docLinearOutput{}),
+				op(1, 40, 50, put("b", true, 0), docLinearOutput{found: true, version: 1}),
+			},
+			allowed: []porcupine.Operation{
+				op(0, 0, 10, put("a", true, 0), docLinearOutput{found: true, version: 1}),
+				op(0, 20, 30, docLinearInput{op: "delete", cond: true, ifVersion: 1}, docLinearOutput{}),
+				op(1, 40, 50, put("b", true, 0), docLinearOutput{found: true, version: 2}),
+				op(1, 60, 70, get, docLinearOutput{found: true, version: 2, value: "b"}),
+			},
+		},
+		{
 			name:  "a conditional delete that found nothing reported as a conflict",
 			model: docLinearModel,
 			bad: []porcupine.Operation{
