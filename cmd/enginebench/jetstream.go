@@ -121,14 +121,20 @@ services:
 		return ptr(round(st.rps)), nil
 	}
 	if r.JSKVGetRPS, err = rps("keyvalue get on jetstream", func(ctx context.Context) error {
-		_, err := kv.Get(ctx, "bench")
-		return err
+		got, err := kv.Get(ctx, "bench")
+		if err != nil {
+			return err
+		}
+		return answered("the engine's keyvalue get", got, []byte("value"))
 	}); err != nil {
 		return err
 	}
 	if r.JSNATSKVGetRPS, err = rps("NATS KV get", func(ctx context.Context) error {
-		_, err := bucket.Get(ctx, "direct")
-		return err
+		entry, err := bucket.Get(ctx, "direct")
+		if err != nil {
+			return err
+		}
+		return answered("NATS KV's get", entry.Value(), []byte("value"))
 	}); err != nil {
 		return err
 	}

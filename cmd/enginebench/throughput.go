@@ -100,6 +100,16 @@ func drive(ctx context.Context, n int, d time.Duration, call func(ctx context.Co
 	return st, nil
 }
 
+// answered checks that a call was answered with want: a load counts only
+// right answers, so a path that answers fast with the wrong value (or
+// none) fails the load instead of raising its figure.
+func answered(what string, got, want []byte) error {
+	if !bytes.Equal(got, want) {
+		return fmt.Errorf("%s answered %q, want %q", what, got, want)
+	}
+	return nil
+}
+
 // cmp keeps the first error seen.
 func cmp(first, err error) error {
 	if first != nil {
@@ -233,8 +243,11 @@ func (b *bench) startEcho(ctx context.Context, url string) (stop func(), err err
 func rawCall(nc *nats.Conn) func(ctx context.Context, _ int) error {
 	body := []byte(`{"key":"bench"}`)
 	return func(ctx context.Context, _ int) error {
-		_, err := nc.RequestWithContext(ctx, echoSubject, body)
-		return err
+		reply, err := nc.RequestWithContext(ctx, echoSubject, body)
+		if err != nil {
+			return err
+		}
+		return answered("the raw echo", reply.Data, body)
 	}
 }
 
@@ -243,8 +256,11 @@ func rawCall(nc *nats.Conn) func(ctx context.Context, _ int) error {
 func engineGet(nc *nats.Conn) func(ctx context.Context, _ int) error {
 	kv := natsclient.NewKeyValue(natsclient.New(nc))
 	return func(ctx context.Context, _ int) error {
-		_, err := kv.Get(ctx, "bench")
-		return err
+		got, err := kv.Get(ctx, "bench")
+		if err != nil {
+			return err
+		}
+		return answered("the engine's keyvalue get", got, value)
 	}
 }
 
@@ -319,8 +335,11 @@ func (b *bench) natsPeers(ctx context.Context, nc *nats.Conn) (natsKV, error) {
 	}
 	peers := natsKV{
 		get: func(ctx context.Context, _ int) error {
-			_, err := kv.Get(ctx, "bench")
-			return err
+			entry, err := kv.Get(ctx, "bench")
+			if err != nil {
+				return err
+			}
+			return answered("NATS KV's get", entry.Value(), value)
 		},
 		put: func(ctx context.Context, caller int) error {
 			_, err := kv.Put(ctx, fmt.Sprintf("bench.%d", caller), value)
@@ -507,8 +526,14 @@ func (b *bench) documents(nc *nats.Conn) func(context.Context) error {
 			return err
 		}
 		get, err := drive(ctx, callers, b.duration, func(ctx context.Context, _ int) error {
-			_, err := docs.Get(ctx, "bench", "doc")
-			return err
+			d, err := docs.Get(ctx, "bench", "doc")
+			if err != nil {
+				return err
+			}
+			if d.Data["name"] != data["name"] || d.Data["n"] != data["n"] {
+				return fmt.Errorf("the document get answered %v, want %v", d.Data, data)
+			}
+			return nil
 		})
 		if err != nil {
 			return fmt.Errorf("document get: %w", err)
@@ -660,7 +685,10 @@ func newPGXPeer(ctx context.Context, dsn, table string) (pgxPeer, error) {
 		pool: pool,
 		get: func(ctx context.Context, _ int) error {
 			var v []byte
-			return pool.QueryRow(ctx, "SELECT value FROM "+t+" WHERE key = $1 AND "+live, "bench").Scan(&v)
+			if err := pool.QueryRow(ctx, "SELECT value FROM "+t+" WHERE key = $1 AND "+live, "bench").Scan(&v); err != nil {
+				return err
+			}
+			return answered("pgx's get", v, value)
 		},
 		set: func(ctx context.Context, caller int) error {
 			_, err := pool.Exec(ctx, set, fmt.Sprintf("bench/%d", caller), value, nil)
