@@ -532,8 +532,11 @@ func (o *observer) judge(a *attempt, id string) {
 		o.w.violation(a.phase, false)
 		return
 	}
+	// Whether the other engine still serves when the answer comes does not
+	// matter: it took the lease after A last did, so A, not seen to serve
+	// again since, no longer held it when the call reached it.
 	for other, ov := range o.views {
-		if other != id && ov.state == serving && ov.servingAt.Before(a.sent) && v.servingAt.Before(ov.servingAt) {
+		if other != id && !ov.servingAt.IsZero() && ov.servingAt.Before(a.sent) && v.servingAt.Before(ov.servingAt) {
 			o.found = append(o.found, fmt.Sprintf("overlap: %s answered a call sent at %s, %v after %s was seen serving",
 				id, a.sent.Format("15:04:05.000"), a.sent.Sub(ov.servingAt), other))
 			o.w.violation(a.phase, true)
@@ -832,6 +835,8 @@ func TestTheObserverJudgesAnswersByTheEventsSeenBefore(t *testing.T) {
 		{"ServingAlone", []string{"event a serving", "send", "answer a"}, 0, 0},
 		{"AcceptedBeforeTheHandover", []string{"event a serving", "send", "event a released", "event b serving", "answer a"}, 0, 0},
 		{"AnsweredAfterAnotherServes", []string{"event a serving", "event b serving", "send", "answer a"}, 1, 0},
+		{"AnsweredAfterAnotherServedAndStopped", []string{"event a serving", "event b serving", "send", "event b fenced", "answer a"}, 1, 0},
+		{"ServingAgainAfterAnotherServed", []string{"event a serving", "event b serving", "event b released", "event a serving", "send", "answer a"}, 0, 0},
 		{"TheNewHolderAnswers", []string{"event a serving", "event b serving", "send", "answer b"}, 0, 0},
 		{"AnsweredAfterItsFence", []string{"event a serving", "event a fenced", "send", "answer a"}, 0, 1},
 		{"ServingAgainAfterAFence", []string{"event a serving", "event a fenced", "send", "event a serving", "answer a"}, 0, 0},

@@ -25,11 +25,12 @@
 // attempt sent at time s:
 //
 //   - Overlap: another engine B had been seen to move to serving before s,
-//     had not been seen to leave serving, and A's own latest move to
-//     serving was seen before B's. Such a call reached A after B held the
-//     lease, and A answered it: two engines served at once. A call sent
-//     before B was seen serving may still be answered by A: it is one A
-//     had accepted before it released the lease or was fenced.
+//     and A's own latest move to serving was seen before B's, whether or
+//     not B still serves when the answer comes. Such a call reached A after
+//     B took the lease, which A never took back, and A answered it: two
+//     engines served at once. A call sent before B was seen serving may
+//     still be answered by A: it is one A had accepted before it released
+//     the lease or was fenced.
 //   - Stale (serving after the fence): A had been seen to leave serving
 //     (fenced, released, lost) before s and had not been seen to serve
 //     again before its answer arrived. A took a call after it stopped
