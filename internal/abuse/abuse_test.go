@@ -88,7 +88,7 @@ data_dir: %s
 // signed is a header carrying a token for caller.
 func signed(t *testing.T, caller string) nats.Header {
 	t.Helper()
-	token, err := callerauth.Sign([]byte(callerSecret), caller, 10*time.Minute)
+	token, err := callerauth.Sign([]byte(callerSecret), caller, callerauth.TTL)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,14 @@ import (
 var ErrInvalid = errors.New("invalid caller token")
 
 // TTL is how long a token is valid; a signer makes a new one before then.
+// It is also the longest a token may live: Verify refuses one whose expiry
+// is further ahead than TTL and ClockSkew, whoever signed it, since a token
+// is a bearer token and whoever sees it may replay it until then.
 const TTL = 5 * time.Minute
+
+// ClockSkew is how far ahead of the engine's a caller's clock may run and
+// its fresh tokens still pass.
+const ClockSkew = time.Minute
 
 const issuer = "abi-engine"
 
@@ -51,6 +58,10 @@ func Verify(secret []byte, token string) (string, error) {
 	}
 	if claims.Subject == "" {
 		return "", fmt.Errorf("%w: no caller named", ErrInvalid)
+	}
+	if longest := time.Now().Add(TTL + ClockSkew); claims.ExpiresAt.After(longest) {
+		return "", fmt.Errorf("%w: the token expires at %s, more than %v from now: a token lives at most %v",
+			ErrInvalid, claims.ExpiresAt.UTC().Format(time.RFC3339), TTL+ClockSkew, TTL)
 	}
 	return claims.Subject, nil
 }

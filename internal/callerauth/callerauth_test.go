@@ -66,3 +66,32 @@ func FuzzVerify(f *testing.F) {
 		}
 	})
 }
+
+// A token is a bearer token until it expires, and the security model
+// rests on that being short: whoever sees one may replay it for as long as
+// it lives. So the engine refuses a token whose expiry is further ahead
+// than a token may live, whoever minted it: a caller in another language
+// that signs tokens for a day must not make a leaked one good for a day.
+func TestATokenThatLivesLongerThanTheTTLIsRefused(t *testing.T) {
+	secret := []byte("s3cret")
+	for _, ttl := range []time.Duration{callerauth.TTL + 2*time.Minute, 24 * time.Hour, 10 * 365 * 24 * time.Hour} {
+		tok, err := callerauth.Sign(secret, "a", ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if caller, err := callerauth.Verify(secret, tok); !errors.Is(err, callerauth.ErrInvalid) {
+			t.Errorf("a token valid for %v: Verify = %q, %v; want ErrInvalid", ttl, caller, err)
+		}
+	}
+	// A token of the full TTL passes, even from a caller whose clock runs
+	// a little ahead of the engine's.
+	for _, ahead := range []time.Duration{0, 30 * time.Second} {
+		tok, err := callerauth.Sign(secret, "a", callerauth.TTL+ahead)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if caller, err := callerauth.Verify(secret, tok); err != nil || caller != "a" {
+			t.Errorf("a token of the TTL from a clock %v ahead: Verify = %q, %v", ahead, caller, err)
+		}
+	}
+}
