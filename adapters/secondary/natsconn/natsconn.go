@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -109,8 +110,13 @@ func Connect(o Options) (*nats.Conn, error) {
 	}
 	nc, err := nats.Connect(o.URL, opts...)
 	if errors.Is(err, nats.ErrAuthorization) {
+		creds := o.credentials()
+		if creds == "" {
+			return nil, fmt.Errorf("connect to NATS at %s: %w (the server wants credentials, and none were given: set nats.credentials, or put them in nats.url)",
+				redact.URLs(o.URL), err)
+		}
 		return nil, fmt.Errorf("connect to NATS at %s with %s: %w (the server refused these credentials: wrong, revoked, or not of this server)",
-			redact.URLs(o.URL), o.credentials(), err)
+			redact.URLs(o.URL), creds, err)
 	}
 	// A server that refuses a client certificate closes the connection
 	// after the handshake, or answers "certificate required" when the
@@ -127,8 +133,16 @@ func Connect(o Options) (*nats.Conn, error) {
 	return nc, nil
 }
 
-// credentials names the credentials in use, never their secret part.
+// credentials names the credentials in use, never their secret part, or
+// is empty when there are none. nats.go takes a URL's user info before
+// the options' credentials, so those of nats.url come first.
 func (o Options) credentials() string {
+	if user, ok := urlCredentials(o.URL); ok {
+		if user != "" {
+			return fmt.Sprintf("the user %q and its password in nats.url", user)
+		}
+		return "the token in nats.url"
+	}
 	switch {
 	case o.CredsFile != "":
 		return "nats.credentials.creds_file " + o.CredsFile
@@ -141,7 +155,23 @@ func (o Options) credentials() string {
 	case o.Cert != "":
 		return "the client certificate " + o.Cert
 	}
-	return "no credentials"
+	return ""
+}
+
+// urlCredentials reports whether a URL of the comma-separated list carries
+// credentials, and the user they name: none for a token.
+func urlCredentials(urls string) (user string, ok bool) {
+	for _, raw := range strings.Split(urls, ",") {
+		u, err := url.Parse(strings.TrimSpace(raw))
+		if err != nil || u.User == nil {
+			continue
+		}
+		if _, hasPassword := u.User.Password(); hasPassword {
+			return u.User.Username(), true
+		}
+		return "", true
+	}
+	return "", false
 }
 
 // checkCreds reads the user JWT of a .creds file and refuses one that has
