@@ -317,3 +317,30 @@ func (ca *testCA) issue(t *testing.T, name string, isServer bool) (certFile, key
 	return writeFile(t, name+".pem", pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})),
 		writeFile(t, name+"-key.pem", pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}))
 }
+
+// A server with verify: true (mutual TLS, as server.conf's tls block
+// suggests) refuses a client that shows no certificate. An engine given
+// the CA but no certificate of its own must fail at start saying so and
+// naming the keys to set, as it does for a certificate the server does not
+// accept; the server's refusal alone reads "connection closed by remote
+// after TLS handshake", or "certificate required", depending on timing.
+func TestAnEngineWithoutAClientCertificateWhereTheServerWantsOneFailsSayingSo(t *testing.T) {
+	ca := newCA(t, "engine test CA")
+	serverCert, serverKey := ca.issue(t, "nats", true)
+	o := plainOptions(t)
+	tc, err := server.GenTLSConfig(&server.TLSConfigOpts{CertFile: serverCert, KeyFile: serverKey, CaFile: ca.file, Verify: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.TLSConfig, o.TLS, o.TLSVerify, o.TLSTimeout = tc, true, true, 5
+	s := natstest.StartWith(t, o)
+	url := strings.Replace(s.ClientURL(), "nats://", "tls://", 1)
+	// Each try meets the refusal in either of its forms.
+	for range 5 {
+		var stderr bytes.Buffer
+		code := enginecmd.Run([]string{"serve", "--config", engineFile(t, url, fmt.Sprintf("{tls: {ca: %q}}", ca.file), "role: serve")}, &bytes.Buffer{}, &stderr, enginecmd.Options{})
+		if code == 0 || !strings.Contains(stderr.String(), "client certificate") || !strings.Contains(stderr.String(), "nats.credentials.tls.cert") {
+			t.Fatalf("an engine without a client certificate exits %d: %s\nwant a failure saying the server wants a client certificate, naming nats.credentials.tls.cert", code, stderr.String())
+		}
+	}
+}

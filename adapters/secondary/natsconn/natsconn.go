@@ -120,9 +120,15 @@ func Connect(o Options) (*nats.Conn, error) {
 	}
 	// A server that refuses a client certificate closes the connection
 	// after the handshake, or answers "certificate required" when the
-	// client had none of the CAs it asked for: say which certificate. An
-	// x509 error is about the server's certificate and names itself.
-	if err != nil && o.Cert != "" && isClientCertRefusal(err) {
+	// client had none of the CAs it asked for: say which certificate, or
+	// that there was none (a server with verify: true wants one of every
+	// client). An x509 error is about the server's certificate and names
+	// itself.
+	if err != nil && isClientCertRefusal(err) {
+		if o.Cert == "" {
+			return nil, fmt.Errorf("connect to NATS at %s: %w (the server wants a client certificate, and none was given: set nats.credentials.tls.cert and nats.credentials.tls.key)",
+				redact.URLs(o.URL), redact.Error(err))
+		}
 		return nil, fmt.Errorf("connect to NATS at %s: %w (the server did not accept the client certificate %s: is it signed by a CA the server trusts, and valid now?)",
 			redact.URLs(o.URL), redact.Error(err), o.Cert)
 	}
