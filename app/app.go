@@ -44,16 +44,17 @@ type engineIn struct {
 	Shutdowner fx.Shutdowner
 }
 
-// newEngine makes the engine and hands its closed handler to the
-// connections its stores will dial, so a store's connection closing for
-// good stops the engine as its own connections do.
+// newEngine makes the engine and hands its closed handler and its logger
+// to the connections its stores will dial, so a store's connection closing
+// for good stops the engine, and what the broker refuses it is logged, as
+// for the engine's own connections.
 func newEngine(in engineIn) *Engine {
 	e := NewEngine(EngineParams{
 		Config: in.Config, Holder: in.Holder, Logger: in.Logger, Storage: in.Storage,
 		Modules: in.Modules, Embed: in.Options.Embed,
 		Shutdown: func(code int) { _ = in.Shutdowner.Shutdown(fx.ExitCode(code)) },
 	})
-	in.Conns.closed = e.connectionClosed
+	in.Conns.closed, in.Conns.log = e.connectionClosed, e.log
 	return e
 }
 

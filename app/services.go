@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"time"
 
@@ -47,9 +48,13 @@ func BuildStorage(cfg *config.Config) ([]storage.Built, error) {
 // NATS. closed, when set, runs when one of them closes for good on its own:
 // the engine that opens the stores sets it to its own handler when it is
 // made (newEngine), before anything is dialed. A close the store makes
-// itself, at a failed open or at the engine's stop, does not run it.
+// itself, at a failed open or at the engine's stop, does not run it. log,
+// set there too, logs what the broker refuses them, such as a bucket the
+// engine user's permissions do not cover, as for the engine's own
+// connections.
 type storageConns struct {
 	closed func(*nats.Conn)
+	log    *slog.Logger
 }
 
 func buildStorage(cfg *config.Config, conns *storageConns) ([]storage.Built, error) {
@@ -58,6 +63,7 @@ func buildStorage(cfg *config.Config, conns *storageConns) ([]storage.Built, err
 		NATS: func(name string) (*nats.Conn, error) {
 			o := natsOptions(cfg, cfg.NATS.URL, name)
 			o.ClosedHandler, o.ClosedOnlyWhenLost = conns.closed, true
+			o.Logger = conns.log
 			return natsconn.Connect(o)
 		},
 	})

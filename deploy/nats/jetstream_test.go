@@ -2,7 +2,10 @@ package nats_test
 
 import (
 	"context"
+	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -83,5 +86,52 @@ func TestTheJetStreamAdaptersRunUnderTheEngineUsersPermissions(t *testing.T) {
 	if s, err := kvjetstream.Open(short, kvjetstream.Config{}, d.Connect(t, "caller_a")); err == nil {
 		s.Close()
 		t.Fatal("a caller opened the keyvalue bucket")
+	}
+}
+
+// The engine user may reach the default buckets only; a deploy that names
+// another bucket must add its lines (docs/security.md). One that forgot
+// sees what the broker refused in the engine's log, named by subject, as
+// it does for the engine's own connections: the store's calls themselves
+// only time out.
+func TestABucketThePermissionsDoNotCoverIsNamedInTheEnginesLog(t *testing.T) {
+	d := natstest.StartDeployed(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "engine.yaml")
+	src := fmt.Sprintf(`nats:
+  url: %q
+  credentials: {user: engine_a, password: %q}
+  engine: {lease_seconds: 1, drain_seconds: 1, role: serve}
+http: {listen: "off"}
+data_dir: %q
+services:
+  keyvalue: {adapter: jetstream, config: {bucket: NOT_PERMITTED}}
+`, d.Server.ClientURL(), natstest.Password("engine_a"), filepath.Join(dir, "data"))
+	if err := os.WriteFile(path, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := newEngine(t, path)
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	started := make(chan error, 1)
+	go func() { started <- r.app.Start(ctx) }()
+	refused := func() bool {
+		logs := r.logs.String()
+		return strings.Contains(logs, "Permissions Violation for Publish to") && strings.Contains(logs, "$JS.API.STREAM.INFO.KV_NOT_PERMITTED")
+	}
+	for !refused() {
+		select {
+		case err := <-started:
+			if err == nil {
+				r.app.RequireStop()
+			}
+			t.Fatalf("the engine's start ended (%v) with no refusal naming the bucket's stream in its log:\n%s", err, r.logs.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	cancel()
+	if err := <-started; err == nil {
+		r.app.RequireStop()
+		t.Fatal("the engine started on a bucket its user may not reach")
 	}
 }
