@@ -139,3 +139,42 @@ func TestABadNATSURLIsQuotedWithoutItsPassword(t *testing.T) {
 		}
 	}
 }
+
+// The NATS credentials come from the environment, as the README shows
+// (password: "${NATS_PASSWORD}"). A variable that is unset or empty there
+// would make the engine present an empty password, or, for a token, a
+// creds file or an nkey seed, no credentials at all: the server then
+// refuses a password that is not wrong but missing, or takes the engine
+// as whoever an anonymous client is. It is a configuration error naming
+// the key and the variable, as for the caller secret; leaving the key out
+// is how to run without.
+func TestANATSCredentialFromAnEmptyVariableIsRefused(t *testing.T) {
+	for _, c := range []struct{ key, src string }{
+		{"nats.credentials.password", "nats:\n  credentials: {user: engine_a, password: \"${NATS_PASSWORD}\"}\n"},
+		{"nats.credentials.password", "nats:\n  credentials:\n    user: engine_a\n    password: ${NATS_PASSWORD}\n"},
+		{"nats.credentials.token", "nats:\n  credentials: {token: \"${NATS_PASSWORD}\"}\n"},
+		{"nats.credentials.creds_file", "nats:\n  credentials: {creds_file: \"${NATS_PASSWORD}\"}\n"},
+		{"nats.credentials.nkey_seed_file", "nats:\n  credentials: {nkey_seed_file: \"${NATS_PASSWORD}\"}\n"},
+	} {
+		for _, getenv := range []func(string) string{env(), env("NATS_PASSWORD", "")} {
+			_, err := config.Parse("engine.yaml", []byte(c.src), getenv)
+			if err == nil || !errors.Is(err, domain.ErrInvalidConfig) {
+				t.Errorf("%s from an empty variable:\n%s\nParse = %v, want a configuration error", c.key, c.src, err)
+				continue
+			}
+			for _, w := range []string{c.key, "NATS_PASSWORD", "empty or unset"} {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not say %q", err, w)
+				}
+			}
+		}
+	}
+	// Set, the same files are valid; and a key left out is no error.
+	for _, src := range []string{
+		"nats:\n  credentials: {user: engine_a, password: \"${NATS_PASSWORD}\"}\n",
+		"nats:\n  credentials: {token: \"${NATS_PASSWORD}\"}\n",
+		"nats:\n  credentials: {user: engine_a, password: \"${NATS_PASSWORD}\"}\n  caller_secret: \"${S}\"\nhttp: {listen: off}\n",
+	} {
+		parse(t, src, env("NATS_PASSWORD", "pw", "S", callerSecret))
+	}
+}

@@ -56,6 +56,19 @@ func (c *Config) validateNATS() error {
 		return c.errAt("nats.inbox_prefix", fmt.Errorf("%q: want subject tokens under %s joined by dots, without wildcards, such as _INBOX.caller_a: engines answer only into inboxes", p, wire.InboxPrefix))
 	}
 	cr := c.NATS.Credentials
+	// A credential from a variable that is empty or unset would connect
+	// with an empty password, or with no credentials at all: as whoever
+	// the server takes an anonymous client for. Leaving the key out is
+	// how to run without.
+	for _, f := range []struct{ key, v string }{
+		{"nats.credentials.password", cr.Password}, {"nats.credentials.token", cr.Token},
+		{"nats.credentials.creds_file", cr.CredsFile}, {"nats.credentials.nkey_seed_file", cr.NkeySeedFile},
+	} {
+		if v := c.emptyVar(f.key); v != "" && f.v == "" {
+			return c.errFromVar(f.key, v, errors.New(
+				"the variable is empty or unset; set it, or leave the key out to connect without it"))
+		}
+	}
 	var set []string
 	for _, f := range []struct{ key, v string }{
 		{"creds_file", cr.CredsFile}, {"nkey_seed_file", cr.NkeySeedFile}, {"user", cr.User}, {"token", cr.Token},
