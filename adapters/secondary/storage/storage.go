@@ -317,7 +317,9 @@ func decode(n *yaml.Node, out any, key string) error {
 }
 
 // checkKeys walks mappings against struct types, since yaml.v3 decodes a
-// node without KnownFields.
+// node without KnownFields. It walks into the elements of lists and the
+// values of maps too, so a block in a list of servers is as strict as one
+// at the top.
 func checkKeys(n *yaml.Node, t reflect.Type, path string) error {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
@@ -325,7 +327,22 @@ func checkKeys(n *yaml.Node, t reflect.Type, path string) error {
 	if n.Kind == yaml.AliasNode && n.Alias != nil {
 		n = n.Alias
 	}
-	if n.Kind != yaml.MappingNode || t.Kind() != reflect.Struct {
+	switch {
+	case n.Kind == yaml.SequenceNode && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array):
+		for i, e := range n.Content {
+			if err := checkKeys(e, t.Elem(), fmt.Sprintf("%s[%d]", path, i)); err != nil {
+				return err
+			}
+		}
+		return nil
+	case n.Kind == yaml.MappingNode && t.Kind() == reflect.Map:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if err := checkKeys(n.Content[i+1], t.Elem(), path+"."+n.Content[i].Value); err != nil {
+				return err
+			}
+		}
+		return nil
+	case n.Kind != yaml.MappingNode || t.Kind() != reflect.Struct:
 		return nil
 	}
 	for i := 0; i+1 < len(n.Content); i += 2 {

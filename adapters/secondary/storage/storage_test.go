@@ -545,3 +545,47 @@ func TestJetStreamAdaptersOpenOnTheDialedBroker(t *testing.T) {
 		t.Fatalf("the default bucket ABI_KV: %v", err)
 	}
 }
+
+// clusterStorage is the configuration of an adapter on several servers:
+// its settings hold lists and maps of blocks, as a program's adapter may.
+type clusterStorage struct {
+	Nodes []struct {
+		Addr     string `yaml:"addr"`
+		Password string `yaml:"password" secret:"true"`
+	} `yaml:"nodes"`
+	Shards map[string]struct {
+		Addr string `yaml:"addr"`
+	} `yaml:"shards"`
+	Tokens []string `yaml:"tokens" secret:"true"`
+}
+
+func (clusterStorage) LocalStorage() string { return "" }
+
+func openClusterKV(ctx context.Context, _ clusterStorage) (*kvmemory.Store, error) {
+	return kvmemory.Open(ctx, kvmemory.Config{})
+}
+
+func init() {
+	storage.Register(ports.ServiceKeyValue, "cluster", openClusterKV)
+}
+
+// Settings are strict at any depth, inside a list or a map of blocks too:
+// a misspelt key in the second server of a list would otherwise be
+// dropped without a word, and that server would run without the setting.
+func TestAdapterSettingsAreStrictInsideListsAndMaps(t *testing.T) {
+	for _, c := range []struct{ settings, want string }{
+		{"nodes: [{addr: a}, {addr: b, pasword: pw}]", "line 1: unknown key services.keyvalue.config.nodes[1].pasword"},
+		{"shards:\n  east: {addr: a}\n  west: {adr: b}\n", "line 3: unknown key services.keyvalue.config.shards.west.adr"},
+	} {
+		b := block(ports.ServiceKeyValue, "cluster")
+		b.Config = node(t, c.settings)
+		if _, err := storage.Build([]storage.Block{b}, ".engine"); !errors.Is(err, domain.ErrInvalidConfig) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Build of %q: err %v, want %q", c.settings, err, c.want)
+		}
+	}
+	good := block(ports.ServiceKeyValue, "cluster")
+	good.Config = node(t, "nodes: [{addr: a, password: pw}]\nshards: {east: {addr: a}}\ntokens: [t1]\n")
+	if _, err := storage.Build([]storage.Block{good}, ".engine"); err != nil {
+		t.Fatalf("Build of valid settings: %v", err)
+	}
+}
