@@ -398,7 +398,18 @@ func maskFields(n *yaml.Node, t reflect.Type) {
 	if n.Kind == yaml.DocumentNode && len(n.Content) == 1 {
 		n = n.Content[0]
 	}
-	if n.Kind != yaml.MappingNode || t.Kind() != reflect.Struct {
+	switch {
+	case n.Kind == yaml.SequenceNode && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array):
+		for _, e := range n.Content {
+			maskFields(e, t.Elem())
+		}
+		return
+	case n.Kind == yaml.MappingNode && t.Kind() == reflect.Map:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			maskFields(n.Content[i+1], t.Elem())
+		}
+		return
+	case n.Kind != yaml.MappingNode || t.Kind() != reflect.Struct:
 		return
 	}
 	for i := 0; i+1 < len(n.Content); i += 2 {
@@ -408,11 +419,25 @@ func maskFields(n *yaml.Node, t reflect.Type) {
 		}
 		v := n.Content[i+1]
 		if f.Tag.Get("secret") == "true" {
-			if v.Kind == yaml.ScalarNode && v.Value != "" && v.ShortTag() != "!!null" {
+			// A secret is masked whole, whatever its shape: a list of
+			// tokens, a map of keys, or an alias of a value set elsewhere.
+			if !isEmpty(v) {
 				*v = yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: Masked, Line: v.Line, Column: v.Column}
 			}
 			continue
 		}
 		maskFields(v, f.Type)
 	}
+}
+
+// isEmpty reports whether a setting holds nothing to hide: null, an empty
+// string, or an empty list or map.
+func isEmpty(v *yaml.Node) bool {
+	switch v.Kind {
+	case yaml.ScalarNode:
+		return v.Value == "" || v.ShortTag() == "!!null"
+	case yaml.SequenceNode, yaml.MappingNode:
+		return len(v.Content) == 0
+	}
+	return false
 }
