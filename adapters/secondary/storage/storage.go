@@ -358,11 +358,33 @@ func checkKeys(n *yaml.Node, t reflect.Type, path string) error {
 	return nil
 }
 
+// fieldByTag finds the field of struct t that yaml.v3 decodes the key name
+// into, looking into inlined structs as yaml.v3 does; an inlined map takes
+// every key no field takes.
 func fieldByTag(t reflect.Type, name string) (reflect.StructField, bool) {
+	var rest *reflect.StructField
 	for i := range t.NumField() {
 		f := t.Field(i)
-		tag, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-		if tag == "-" || !f.IsExported() {
+		tag, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		if tag == "-" {
+			continue
+		}
+		if slices.Contains(strings.Split(opts, ","), "inline") {
+			in := f.Type
+			for in.Kind() == reflect.Pointer {
+				in = in.Elem()
+			}
+			switch in.Kind() {
+			case reflect.Struct:
+				if g, ok := fieldByTag(in, name); ok {
+					return g, true
+				}
+			case reflect.Map:
+				rest = &reflect.StructField{Name: name, Type: in.Elem()}
+			}
+			continue
+		}
+		if !f.IsExported() {
 			continue
 		}
 		if tag == "" {
@@ -371,6 +393,9 @@ func fieldByTag(t reflect.Type, name string) (reflect.StructField, bool) {
 		if tag == name {
 			return f, true
 		}
+	}
+	if rest != nil {
+		return *rest, true
 	}
 	return reflect.StructField{}, false
 }

@@ -611,3 +611,64 @@ func TestMaskSecretsReachesListsAndListValues(t *testing.T) {
 		}
 	}
 }
+
+// serverSettings are settings several adapters of a program share, inlined
+// into each Config as yaml.v3 allows.
+type serverSettings struct {
+	Addr     string `yaml:"addr"`
+	Password string `yaml:"password" secret:"true"`
+}
+
+// inlineStorage inlines the shared settings beside its own.
+type inlineStorage struct {
+	serverSettings `yaml:",inline"`
+	Prefix         string `yaml:"prefix"`
+}
+
+func (inlineStorage) LocalStorage() string { return "" }
+
+func openInlineKV(ctx context.Context, c inlineStorage) (*inlineKV, error) {
+	s, err := kvmemory.Open(ctx, kvmemory.Config{})
+	return &inlineKV{Store: s, addr: c.Addr}, err
+}
+
+// inlineKV remembers the address it was given, so the test sees what the
+// block decoded into.
+type inlineKV struct {
+	*kvmemory.Store
+	addr string
+}
+
+func init() {
+	storage.Register(ports.ServiceKeyValue, "inline", openInlineKV)
+}
+
+// The keys of a struct inlined into a Config (yaml:",inline") are the
+// Config's own: the block decodes them, refuses a misspelt one, and masks
+// the secret among them.
+func TestInlinedSettingsAreTheConfigsOwn(t *testing.T) {
+	b := block(ports.ServiceKeyValue, "inline")
+	b.Config = node(t, "addr: db:6379\npassword: pw-inline\nprefix: p\n")
+	built, err := storage.Build([]storage.Block{b}, ".engine")
+	if err != nil {
+		t.Fatalf("Build of inlined settings: %v", err)
+	}
+	opened, err := storage.Open(t.Context(), built)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { _ = storage.Close(opened) })
+	if got := opened[0].Port.(*inlineKV).addr; got != "db:6379" {
+		t.Fatalf("the store was opened with addr %q, want db:6379", got)
+	}
+	bad := block(ports.ServiceKeyValue, "inline")
+	bad.Config = node(t, "adr: db:6379\n")
+	if _, err := storage.Build([]storage.Block{bad}, ".engine"); !errors.Is(err, domain.ErrInvalidConfig) ||
+		!strings.Contains(err.Error(), "unknown key services.keyvalue.config.adr") {
+		t.Fatalf("Build of a misspelt inlined key: err %v", err)
+	}
+	storage.MaskSecrets(ports.ServiceKeyValue, "inline", b.Config)
+	if out, _ := yaml.Marshal(b.Config); strings.Contains(string(out), "pw-inline") || !strings.Contains(string(out), "addr: db:6379") {
+		t.Fatalf("masked inlined settings:\n%s", out)
+	}
+}
