@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/abi-engine/engine/adapters/secondary/keyvalue/memory"
+	vecmemory "github.com/abi-engine/engine/adapters/secondary/vectorstore/memory"
 	"github.com/abi-engine/engine/contracttests"
 	"github.com/abi-engine/engine/ports"
 )
@@ -95,5 +96,44 @@ func TestSuitesReportFaults(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// valuelessSearch is a correct vector store whose Search leaves out the
+// values of the vectors it finds.
+type valuelessSearch struct{ *vecmemory.Store }
+
+func (v valuelessSearch) Search(ctx context.Context, collection string, query []float32, k int, filter map[string]any) ([]ports.ScoredVector, error) {
+	found, err := v.Store.Search(ctx, collection, query, k, filter)
+	for i := range found {
+		found[i].Values = nil
+	}
+	return found, err
+}
+
+// A search result names a vector and carries it, values and payload, as
+// the protocol's results do; a store whose Search drops the values would
+// answer every caller an empty vector, so the suite must fail it.
+func TestTheVectorSuiteFailsASearchThatLeavesOutTheValues(t *testing.T) {
+	if os.Getenv(faultEnv) == "SearchLeavesOutTheValues" {
+		t.Run("faulty", func(t *testing.T) {
+			contracttests.RunVectorStore(t, contracttests.HarnessFunc[ports.VectorStore](func(t *testing.T) func(*testing.T) ports.VectorStore {
+				store, err := vecmemory.Open(t.Context(), vecmemory.Config{})
+				if err != nil {
+					t.Fatalf("Open: %v", err)
+				}
+				return func(*testing.T) ports.VectorStore { return valuelessSearch{store} }
+			}), contracttests.VectorStoreCapabilities{})
+		})
+		return
+	}
+	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run", "^TestTheVectorSuiteFailsASearchThatLeavesOutTheValues$/^faulty$/^SearchDotMatchesBruteForce$", "-test.v")
+	cmd.Env = append(os.Environ(), faultEnv+"=SearchLeavesOutTheValues")
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("the suite passed a store whose Search leaves out the values:\n%s", out)
+	}
+	if want := "Search leaves out the values"; !strings.Contains(string(out), want) {
+		t.Fatalf("the suite's output lacks %q:\n%s", want, out)
 	}
 }

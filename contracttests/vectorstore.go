@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -155,6 +156,25 @@ func vsSamePayload(t *testing.T, what string, got, want map[string]any) {
 	}
 	if w := vsJSON(t, want); !reflect.DeepEqual(got, w) {
 		t.Fatalf("%s: payload %#v, want %#v", what, got, w)
+	}
+}
+
+// vsSameValues checks that a search result carries the vector it names,
+// as the protocol's results do: the stored values, or on a cosine
+// collection, which may keep its vectors normalised, their direction.
+func vsSameValues(t *testing.T, m ports.Metric, what string, got, want []float32) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: Search gives %d values, want the vector's %d: Search leaves out the values", what, len(got), len(want))
+	}
+	if m == ports.MetricCosine {
+		if c := vsScore(ports.MetricCosine, got, want); math.Abs(c-1) > 1e-6 {
+			t.Fatalf("%s: Search gives values %v for %v: cosine %v, want the same direction", what, got, want, c)
+		}
+		return
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("%s: Search gives values %v, want %v", what, got, want)
 	}
 }
 
@@ -602,6 +622,7 @@ func vsCheckRanking(t *testing.T, m ports.Metric, caps VectorStoreCapabilities, 
 		}
 		seen[g.ID] = true
 		vsSamePayload(t, "result "+g.ID, g.Payload, truth.Payload)
+		vsSameValues(t, m, "result "+g.ID, g.Values, truth.Values)
 		if i > 0 && vsCloser(m, g.Score, got[i-1].Score) && math.Abs(g.Score-got[i-1].Score) > vsScoreTolerance {
 			t.Fatalf("results are not closest first: %q scores %v after %q at %v", g.ID, g.Score, got[i-1].ID, got[i-1].Score)
 		}

@@ -50,6 +50,8 @@ type VectorStore interface {
 	Upsert(ctx context.Context, collection string, vectors []Vector) error
 	// Search returns the k closest vectors whose payload has every field of
 	// filter equal to the given JSON value, closest first; k is 1 to MaxK.
+	// Each carries its values (on a cosine collection, perhaps normalised)
+	// and its payload, as Get would return them.
 	Search(ctx context.Context, collection string, query []float32, k int, filter map[string]any) ([]ScoredVector, error)
 	Get(ctx context.Context, collection, id string) (Vector, error)
 	// Delete removes the vectors with these ids; missing ids are ignored.
