@@ -154,6 +154,22 @@ func kvListKeysLimitIsBounded(t *testing.T, open func(t *testing.T) ports.KeyVal
 	}
 }
 
+// kvListKeysRefusesInvalidPrefixesAndCursors: a prefix or cursor is empty
+// or a valid key (storecheck.Prefix), in every adapter alike, as a key is.
+// A cursor taken as some other string would list from the wrong place.
+func kvListKeysRefusesInvalidPrefixesAndCursors(t *testing.T, open func(t *testing.T) ports.KeyValue) {
+	kv := open(t)
+	kvSet(t, kv, "k", []byte("v"), 0)
+	for _, bad := range []string{"bad\xffutf8", "nul\x00", strings.Repeat("k", 1025)} {
+		if keys, _, err := kv.ListKeys(ctx(t), bad, 0, ""); !errors.Is(err, ports.ErrInvalidArgument) {
+			t.Errorf("ListKeys with prefix %.20q: %q, err %v, want ErrInvalidArgument", bad, keys, err)
+		}
+		if keys, _, err := kv.ListKeys(ctx(t), "", 0, bad); !errors.Is(err, ports.ErrInvalidArgument) {
+			t.Errorf("ListKeys after cursor %.20q: %q, err %v, want ErrInvalidArgument", bad, keys, err)
+		}
+	}
+}
+
 // objListLimitIsBounded: List takes MaxPage and refuses more.
 func objListLimitIsBounded(t *testing.T, open func(t *testing.T) ports.ObjectStorage, _ ObjectStorageCapabilities) {
 	s := open(t)

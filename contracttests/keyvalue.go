@@ -55,6 +55,7 @@ func RunKeyValue(t *testing.T, h Harness[ports.KeyValue], caps KeyValueCapabilit
 		{"NegativeTTLIsInvalid", kvNegativeTTLIsInvalid},
 		{"TTLIsBounded", kvTTLIsBounded},
 		{"ListKeysLimitIsBounded", kvListKeysLimitIsBounded},
+		{"ListKeysRefusesInvalidPrefixesAndCursors", kvListKeysRefusesInvalidPrefixesAndCursors},
 		{"TTLExpiry", kvTTLExpiry},
 		{"SetWithoutTTLClearsTheTTL", kvSetWithoutTTLClearsTheTTL},
 		{"HandlesShareTheStore", kvHandlesShareTheStore},

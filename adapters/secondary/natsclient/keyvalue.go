@@ -3,6 +3,7 @@ package natsclient
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -95,7 +96,9 @@ func (k KeyValue) Exists(ctx context.Context, key string) (bool, error) {
 
 // ListKeys implements ports.KeyValue.
 func (k KeyValue) ListKeys(ctx context.Context, prefix string, limit int, cursor string) ([]string, string, error) {
-	if err := text("prefix", prefix); err != nil {
+	// JSON would carry invalid UTF-8 as U+FFFD, and the engine would list
+	// from another cursor than the one given.
+	if err := errors.Join(text("prefix", prefix), text("cursor", cursor)); err != nil {
 		return nil, "", err
 	}
 	var out wire.KVKeys
