@@ -65,8 +65,9 @@ func (l *Lease) behind(rev uint64) bool {
 	return rev < l.highest
 }
 
-// Open finds the bucket, or creates it with a history of one, and compacts
-// it if it never held a message (startAboveTerms).
+// Open finds the bucket, or creates it with a history of one, refuses one
+// whose values expire (checkSettings), and compacts it if it never held a
+// message (startAboveTerms).
 func Open(ctx context.Context, nc *nats.Conn, opts Options) (*Lease, error) {
 	if opts.Bucket == "" {
 		opts.Bucket = DefaultBucket
@@ -104,6 +105,9 @@ func Open(ctx context.Context, nc *nats.Conn, opts Options) (*Lease, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lease bucket %s: %w", opts.Bucket, err)
 	}
+	if err := l.checkSettings(ctx); err != nil {
+		return nil, err
+	}
 	// This waits for the stream's leader too: a replicated stream just
 	// made may have none yet, and the first write would find no one to
 	// answer it. A new stream is compacted here, before any engine races
@@ -115,6 +119,27 @@ func Open(ctx context.Context, nc *nats.Conn, opts Options) (*Lease, error) {
 	}
 	l.kv = kv
 	return l, nil
+}
+
+// checkSettings refuses a bucket, made by someone else, whose values
+// expire (a bucket TTL, the stream's max_age). The server would drop a live
+// holder's record whenever it is older than the TTL: with a TTL below a
+// quarter lease, between every two renewals. The holder then finds the key
+// with no value, makes it again and holds it a lease before serving, each
+// time, so it never serves; a standby or a new engine finds the lease free
+// meanwhile and takes it from a holder that is alive. The lease frees
+// itself only by its holder's silence, judged on the engines' clocks (ADR
+// 0002), never by the server's. Nothing is changed in the bucket.
+func (l *Lease) checkSettings(ctx context.Context) error {
+	st, err := l.leaderInfo(ctx)
+	if err != nil {
+		return fmt.Errorf("lease bucket %s: %w", l.config.Bucket, err)
+	}
+	if age := st.CachedInfo().Config.MaxAge; age != 0 {
+		return fmt.Errorf("%w: lease bucket %s has a bucket TTL (max_age) of %v, the lease needs none: remove it, or delete the bucket for the engine to make it (nothing was changed)",
+			domain.ErrInvalidConfig, l.config.Bucket, age)
+	}
+	return nil
 }
 
 // create makes the bucket, or finds the one another engine made meanwhile.

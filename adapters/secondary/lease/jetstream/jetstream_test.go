@@ -2,6 +2,7 @@ package jetstream_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -217,4 +218,28 @@ func FuzzDecodeHolder(f *testing.F) {
 		}
 		writtenBack(t, got)
 	})
+}
+
+// A lease bucket made by hand with a TTL (nats kv add --ttl) is refused
+// when the engine opens it, naming the setting. The server would drop a
+// live holder's record between its renewals, and the holder, finding the
+// key empty each time, would hold it anew a lease before serving, over
+// and over: it never served, and a standby would take the empty key from
+// it meanwhile.
+func TestOpenRefusesALeaseBucketWhoseValuesExpire(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	const bucket = "WITH_TTL"
+	js, err := njs.New(natstest.Connect(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateKeyValue(t.Context(), njs.KeyValueConfig{Bucket: bucket, History: 1, TTL: 200 * time.Millisecond}); err != nil {
+		t.Fatalf("make the bucket by hand: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	_, err = jetstream.Open(ctx, natstest.Connect(t, url), jetstream.Options{Bucket: bucket})
+	if !errors.Is(err, domain.ErrInvalidConfig) || !strings.Contains(err.Error(), "max_age") {
+		t.Fatalf("Open of a lease bucket with a TTL of 200ms: err %v, want an invalid configuration naming max_age", err)
+	}
 }
