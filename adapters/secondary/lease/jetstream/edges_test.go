@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -359,5 +360,54 @@ func TestOpenNamesThePurgeGrantAnEngineUserLacks(t *testing.T) {
 	_, err := jetstream.Open(ctx, d.Connect(t, "engine_a"), jetstream.Options{})
 	if err == nil || !strings.Contains(err.Error(), grant) {
 		t.Fatalf("Open without %s: %v, want an error naming it", grant, err)
+	}
+}
+
+// On three replicas a create over a deleted key is refused only for a
+// value: each round two handles race to create the key an instant after
+// its deletion, and when neither wins, the stream's leader must hold a
+// value (one create landed though its answer was lost, which the state
+// machine reads out). Before, the create asked any replica whether the
+// key was deleted; one that had not yet applied the deletion showed the
+// value it removed, and both creates were refused as taken over a key
+// with no value (a few rounds in a hundred), so a holder re-making a
+// deleted key, or a contender taking it, failed for nothing.
+func TestRealBrokerACreateOverADeletedKeyIsRefusedOnlyForAValue(t *testing.T) {
+	url := natstest.URLs(natstest.StartCluster(t)...)
+	bucket := bucketName(t)
+	a := open(t, url, jetstream.Options{Bucket: bucket, Replicas: 3})
+	b := open(t, url, jetstream.Options{Bucket: bucket, Replicas: 3})
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	const rounds = 1000
+	for round := range rounds {
+		var wg sync.WaitGroup
+		errs := make([]error, 2)
+		for i, l := range []*jetstream.Lease{a, b} {
+			wg.Go(func() { _, errs[i] = l.Create(ctx, domain.ThisProcess("test", "")) })
+		}
+		wg.Wait()
+		won := 0
+		for _, err := range errs {
+			switch {
+			case err == nil:
+				won++
+			case !errors.Is(err, domain.ErrLeaseTaken):
+				t.Fatalf("round %d: create: %v", round, err)
+			}
+		}
+		rec, err := a.Read(ctx)
+		if err != nil {
+			t.Fatalf("round %d: read: %v", round, err)
+		}
+		if won == 0 && !rec.Present {
+			t.Fatalf("round %d: both creates were refused as taken, but the leader holds no value (revision %d): %v", round, rec.Revision, errs[0])
+		}
+		if won > 1 {
+			t.Fatalf("round %d: %d creates won", round, won)
+		}
+		if err := a.Delete(ctx, rec.Revision); err != nil {
+			t.Fatalf("round %d: delete: %v", round, err)
+		}
 	}
 }

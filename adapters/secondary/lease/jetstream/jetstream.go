@@ -382,7 +382,7 @@ func (l *Lease) Create(ctx context.Context, h domain.Holder) (uint64, error) {
 		if err := l.startAboveTerms(ctx); err != nil {
 			return 0, err
 		}
-		return l.kv.Create(ctx, Key, EncodeHolder(h))
+		return l.createKey(ctx, EncodeHolder(h))
 	}
 	rev, err := l.settled(ctx, create)
 	if l.recreateIfGone(ctx, err) {
@@ -396,6 +396,30 @@ func (l *Lease) Create(ctx context.Context, h domain.Holder) (uint64, error) {
 	}
 	l.saw(rev)
 	return rev, nil
+}
+
+// createKey writes v if the key holds no value: none at all, or the marker
+// of a deletion, which it writes over by compare-and-swap on the marker's
+// revision. The marker is read from the stream's leader. nats.go's Create
+// reads it by a direct get, which any replica answers, and on a replicated
+// stream one that has not yet applied the deletion shows the value it
+// removed: the create then said the lease was taken while the key held no
+// value, and the holder re-making a deleted key, or the contender taking
+// it, failed for nothing.
+func (l *Lease) createKey(ctx context.Context, v []byte) (uint64, error) {
+	rev, err := l.kv.Update(ctx, Key, v, 0)
+	if !isConflict(err) {
+		return rev, err
+	}
+	m, rerr := l.lastMessage(ctx)
+	if rerr != nil {
+		return 0, err
+	}
+	switch m.Header.Get("KV-Operation") {
+	case "DEL", "PURGE":
+		return l.kv.Update(ctx, Key, v, m.Sequence)
+	}
+	return 0, err
 }
 
 // Update writes h if rev is the key's current revision.
