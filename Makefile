@@ -66,7 +66,7 @@ chaos:
 ## clients); `make test` runs it at the short setting. Needs PostgreSQL
 ## (eval "$(make -s services)").
 linearizable:
-	ENGINE_LINEARIZABLE=long $(GO) test -count=1 -v -timeout 20m -run 'TestLinearizable$$' ./internal/linearizable/
+	ENGINE_TEST_REQUIRE_BACKENDS=1 ENGINE_LINEARIZABLE=long $(GO) test -count=1 -v -timeout 20m -run 'TestLinearizable$$' ./internal/linearizable/
 
 ## sim: the whole-engine simulation over 100,000 seeds (SIMSEEDS), without
 ## the race detector, printing how often each rare path ran; `make test`

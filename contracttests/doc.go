@@ -9,8 +9,9 @@
 //     share one server;
 //   - a harness can hand out two handles on one store, so races between two
 //     engines are tested, not assumed;
-//   - every blocking call runs under a deadline, so a hung adapter fails
-//     the test instead of hanging it;
+//   - every blocking call runs under a deadline, so an adapter that honours
+//     its context but never answers fails the test; one that ignores its
+//     context and blocks for ever hangs the suite until go test's -timeout;
 //   - a capability an adapter lacks is skipped with t.Skipf and a reason;
 //   - a failure names the method that broke the rule and is a plain
 //     t.Errorf or t.Fatalf: no failure path indexes, dereferences or
