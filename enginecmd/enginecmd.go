@@ -240,11 +240,24 @@ func (c *command) serve(args []string, stderr io.Writer) int {
 	}
 	stopCtx, cancelStop := context.WithTimeout(context.Background(), a.StopTimeout()+5*time.Second)
 	defer cancelStop()
-	if err := a.Stop(stopCtx); err != nil {
-		fmt.Fprintf(stderr, "engine: %v\n", dig.RootCause(err))
+	stopped := make(chan error, 1)
+	go func() { stopped <- a.Stop(stopCtx) }()
+	// A stop may wait a long time: for jobs to finish, then for the calls
+	// and transfers received to end, up to drain_seconds. An operator who
+	// signals again does not want to wait: the process exits at once, as
+	// after a crash, and a standby takes over after the release or within a
+	// lease. Before, further signals were ignored until the drain ended.
+	select {
+	case err := <-stopped:
+		if err != nil {
+			fmt.Fprintf(stderr, "engine: %v\n", dig.RootCause(err))
+			return exitError
+		}
+		return code
+	case sig := <-signals:
+		log.Warn("another signal while stopping; exiting without waiting for the stop to finish", "signal", sig.String())
 		return exitError
 	}
-	return code
 }
 
 // configCommand: `engine config check` validates a configuration and prints

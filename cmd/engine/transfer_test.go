@@ -195,3 +195,39 @@ func TestAStuckTransferIsClosedAtTheDrainDeadline(t *testing.T) {
 		t.Fatalf("the stuck transfer's caller never heard back")
 	}
 }
+
+// An operator who signals an engine again while it drains wants it gone
+// now, not after drain_seconds: the second signal ends the process at once,
+// with exit code 1, while the lease it released on the first stays
+// released for the next engine. Before, the second signal was ignored and
+// the engine waited out the whole drain.
+func TestASecondSignalWhileDrainingEndsTheEngineAtOnce(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	e := startEngine(t, objectsConfig(t, url, 300))
+	e.waitLog(t, "state=serving")
+	objects := natsclient.NewObjectStorage(natsclient.New(natstest.Connect(t, url)))
+	r := &slowReader{data: make([]byte, 1<<20), hold: 256 << 10, release: make(chan struct{})}
+	defer close(r.release)
+	go func() { _, _ = objects.Put(context.Background(), "stuck", r, ports.PutObjectOptions{}) }()
+	waitUntil(t, "the upload stalls", func() bool { return r.given.Load() >= 256<<10 })
+
+	if err := e.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	// The drain of the stalled upload has begun once the lease is released.
+	e.waitLog(t, "lease released")
+	if err := e.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-e.done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the engine still drains 30s after a second signal (drain_seconds 300):\n%s", e.output())
+	}
+	if code := e.cmd.ProcessState.ExitCode(); code != 1 {
+		t.Fatalf("exit code %d after a second signal, want 1:\n%s", code, e.output())
+	}
+	if rec := readLease(t, url); !rec.Holder.Released || rec.Holder.PID != e.cmd.Process.Pid {
+		t.Fatalf("after the forced exit the lease reads %+v, want the engine's released record", rec)
+	}
+}
