@@ -98,6 +98,7 @@ type Engine struct {
 	hooks     hooks    // what the rest of the app registered before Start
 	stopWait  context.CancelFunc
 	waiting   chan struct{}
+	interrupt context.CancelFunc // ends the start under way; nil outside Start
 }
 
 // NewEngine returns an engine that has not started.
@@ -233,6 +234,16 @@ func (e *Engine) askStop(code int) {
 // Start reaches the broker, claims the lease and starts what the claim
 // decided. Nothing opens before the claim.
 func (e *Engine) Start(ctx context.Context) (err error) {
+	ctx, interrupt := context.WithCancel(ctx)
+	e.mu.Lock()
+	e.interrupt = interrupt
+	e.mu.Unlock()
+	defer func() {
+		e.mu.Lock()
+		e.interrupt = nil
+		e.mu.Unlock()
+		interrupt()
+	}()
 	defer func() {
 		if err != nil {
 			e.stopping.Store(true)
@@ -326,6 +337,22 @@ func (e *Engine) Start(ctx context.Context) (err error) {
 	}
 	e.report()
 	return nil
+}
+
+// Interrupt ends a start still under way, as a signal to the process
+// does: the claim, or the opening of what it decided, fails with the
+// start's context, and Start stops what had started and releases a lease
+// it took before it returns. Cancelling the context given to Start is not
+// the same: fx returns from its start at once then, while this clean-up
+// still runs, and a process that exits on that return leaves the lease
+// held. After Start has returned, Interrupt does nothing; Stop stops.
+func (e *Engine) Interrupt() {
+	e.mu.Lock()
+	interrupt := e.interrupt
+	e.mu.Unlock()
+	if interrupt != nil {
+		interrupt()
+	}
 }
 
 // startClient gives the modules facades and opens nothing.

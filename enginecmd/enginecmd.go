@@ -195,9 +195,12 @@ func (c *command) serve(args []string, stderr io.Writer) int {
 		return exitError
 	}
 	// Signals are ours from before the start. One that arrives while the
-	// engine claims the lease ends the claim instead of killing the process;
-	// once the engine has claimed, the start completes and the engine stops
-	// as usual, so the lease it holds is released on a live context.
+	// engine claims the lease or opens what its claim decided ends its start
+	// instead of killing the process: the engine stops what it started and
+	// releases a lease it took before its start returns, and fx waits for
+	// that, since its own context is not cancelled (with it cancelled, fx
+	// returned at once and the process exited holding the lease). One that
+	// arrives once the engine has started stops it as usual.
 	// SIGHUP too: a closed terminal or a lost ssh session would otherwise
 	// kill the engine holding the lease, neither released nor drained.
 	signals := make(chan os.Signal, 1)
@@ -210,9 +213,7 @@ func (c *command) serve(args []string, stderr io.Writer) int {
 		select {
 		case <-signals:
 			close(stopAsked)
-			if !eng.Ready() {
-				cancel()
-			}
+			eng.Interrupt()
 		case <-started:
 		}
 	}()
@@ -221,7 +222,7 @@ func (c *command) serve(args []string, stderr io.Writer) int {
 	if err != nil {
 		select {
 		case <-stopAsked:
-			log.Info("stopped by a signal while claiming the lease")
+			log.Info("stopped by a signal while starting")
 			return exitOK
 		default:
 		}

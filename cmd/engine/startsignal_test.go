@@ -1,0 +1,88 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"github.com/abi-engine/engine/adapters/secondary/lease/jetstream"
+	"github.com/abi-engine/engine/domain"
+	"github.com/abi-engine/engine/internal/natstest"
+)
+
+// silentPostgres accepts connections and never answers: a backend whose
+// open hangs, as one behind a dropped route does.
+func silentPostgres(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { _ = c.Close() })
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// A signal that reaches an engine after its claim, while it still opens
+// its backends, ends the start; the engine then releases the lease it took
+// before the process exits, so the next engine serves at once. Before, the
+// command exited as soon as the start's context was cancelled, while the
+// engine's own clean-up still ran, and the lease stayed held by a process
+// that was gone: the next engine waited a whole lease.
+func TestASignalWhileTheBackendsOpenReleasesTheLeaseBeforeExiting(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	dir := t.TempDir()
+	yaml := fmt.Sprintf(`nats:
+  url: %s
+  engine: {lease_seconds: 10, drain_seconds: 1}
+http: {listen: "127.0.0.1:0"}
+data_dir: %s
+services:
+  keyvalue: {adapter: postgres, config: {dsn: "postgres://engine:engine@%s/engine?sslmode=disable"}}
+`, url, filepath.Join(dir, "data"), silentPostgres(t))
+	config := filepath.Join(dir, "engine.yaml")
+	if err := os.WriteFile(config, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The lease key has history, the released record of an engine before:
+	// a hold on a key without one waits out a quarantine and is, by
+	// design, left to go silent rather than released.
+	l, err := jetstream.Open(t.Context(), natstest.Connect(t, url), jetstream.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := domain.ThisProcess("v0", "")
+	rev, err := l.Create(t.Context(), before)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before.Released = true
+	if _, err := l.Update(t.Context(), before, rev); err != nil {
+		t.Fatal(err)
+	}
+	e := startEngine(t, config)
+	waitUntil(t, "the engine's claim", func() bool {
+		rec := readLease(t, url)
+		return rec.Holder.PID == e.cmd.Process.Pid && !rec.Holder.Released
+	})
+	if err := e.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := e.exitCode(t); code != 0 {
+		t.Fatalf("exit code %d after a signal during the start:\n%s", code, e.output())
+	}
+	if rec := readLease(t, url); !rec.Holder.Released || rec.Holder.PID != e.cmd.Process.Pid {
+		t.Fatalf("the engine exited after a signal during its start with the lease reading %+v, want its released record:\n%s", rec, e.output())
+	}
+}
