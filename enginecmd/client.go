@@ -159,8 +159,13 @@ func (c *command) withEngine(cf *clientFlags, stderr io.Writer, f func(ctx conte
 	// terminal must not kill it holding the lease.
 	ctx, stopNotify := signal.NotifyContext(context.Background(), stopSignals()...)
 	defer stopNotify()
-	startCtx, cancel := context.WithTimeout(ctx, a.StartTimeout())
+	// A signal during the start ends it through the engine, not through
+	// fx's context: fx would return at once, and the process exit, while
+	// the engine still released the lease its start took (see serve).
+	startCtx, cancel := context.WithTimeout(context.Background(), a.StartTimeout())
+	stopInterrupt := context.AfterFunc(ctx, eng.Interrupt)
 	err = a.Start(startCtx)
+	stopInterrupt()
 	cancel()
 	if err != nil {
 		return fail(stderr, dig.RootCause(err))

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"syscall"
 	"testing"
@@ -42,6 +43,31 @@ func silentPostgres(t *testing.T) string {
 // that was gone: the next engine waited a whole lease.
 func TestASignalWhileTheBackendsOpenReleasesTheLeaseBeforeExiting(t *testing.T) {
 	url := natstest.StartServer(t).ClientURL()
+	e := startEngine(t, silentBackendConfig(t, url))
+	signalWhileOpening(t, url, e)
+	if code := e.exitCode(t); code != 0 {
+		t.Fatalf("exit code %d after a signal during the start:\n%s", code, e.output())
+	}
+	leaseReleasedBy(t, url, e)
+}
+
+// A command such as kv get that finds no engine serves for its length; a
+// signal while it opens its backends must release the lease it took, as
+// the engine's does.
+func TestASignalWhileACommandOpensItsBackendsReleasesTheLeaseBeforeExiting(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	e := startProcess(t, exec.Command(engineBin, "kv", "get", "k", "--config", silentBackendConfig(t, url)))
+	signalWhileOpening(t, url, e)
+	if code := e.exitCode(t); code == 0 {
+		t.Fatalf("a command interrupted before it ran exited 0:\n%s", e.output())
+	}
+	leaseReleasedBy(t, url, e)
+}
+
+// silentBackendConfig is a configuration whose keyvalue store is a
+// PostgreSQL that never answers, so a start hangs opening it.
+func silentBackendConfig(t *testing.T, url string) string {
+	t.Helper()
 	dir := t.TempDir()
 	yaml := fmt.Sprintf(`nats:
   url: %s
@@ -71,7 +97,13 @@ services:
 	if _, err := l.Update(t.Context(), before, rev); err != nil {
 		t.Fatal(err)
 	}
-	e := startEngine(t, config)
+	return config
+}
+
+// signalWhileOpening waits for e to claim the lease, then signals it while
+// it opens its backends.
+func signalWhileOpening(t *testing.T, url string, e *process) {
+	t.Helper()
 	waitUntil(t, "the engine's claim", func() bool {
 		rec := readLease(t, url)
 		return rec.Holder.PID == e.cmd.Process.Pid && !rec.Holder.Released
@@ -79,9 +111,11 @@ services:
 	if err := e.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	if code := e.exitCode(t); code != 0 {
-		t.Fatalf("exit code %d after a signal during the start:\n%s", code, e.output())
-	}
+}
+
+// leaseReleasedBy fails unless the lease holds e's released record.
+func leaseReleasedBy(t *testing.T, url string, e *process) {
+	t.Helper()
 	if rec := readLease(t, url); !rec.Holder.Released || rec.Holder.PID != e.cmd.Process.Pid {
 		t.Fatalf("the engine exited after a signal during its start with the lease reading %+v, want its released record:\n%s", rec, e.output())
 	}
