@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -11,7 +12,9 @@ import (
 )
 
 // Job is periodic work a serving engine does: it runs only while the engine
-// holds the lease, and stops first at shutdown.
+// holds the lease, and stops first at shutdown. A Run that returns an
+// error or panics fails that run only: it is logged, and the job runs
+// again on its next period.
 type Job struct {
 	Name  string
 	Every time.Duration
@@ -102,11 +105,24 @@ func (j *Jobs) loop(ctx context.Context, job Job) {
 			if token != 0 {
 				run = ports.WithFencingToken(ctx, token)
 			}
-			if err := job.Run(run); err != nil && ctx.Err() == nil {
+			if err := j.run(run, job); err != nil && ctx.Err() == nil {
 				j.log.Warn("job failed", "job", job.Name, "err", err)
 			}
 		}
 	}
+}
+
+// run runs job once. A panic in it is that run's failure, logged with its
+// stack: on the job's own goroutine it would end the engine at once,
+// holding the lease, with no release and no drain of the calls received.
+func (j *Jobs) run(ctx context.Context, job Job) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			j.log.Error("job panicked", "job", job.Name, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			err = nil
+		}
+	}()
+	return job.Run(ctx)
 }
 
 // Stop cancels the jobs and waits for the runs in progress to return.

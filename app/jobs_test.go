@@ -1,9 +1,12 @@
 package app
 
 import (
+	"bytes"
 	"context"
+	"io"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -112,4 +115,57 @@ func TestAJobWithoutAPeriodOrARunIsRefusedWhereItIsRegistered(t *testing.T) {
 			t.Fatalf("a job with a period and a Run: %v", err)
 		}
 	})
+}
+
+// A module's job that panics is a failed run: it is logged, with the
+// panic, and the job and the others run on. The panic ran on the job's own
+// goroutine, so it ended the whole engine at once, holding the lease
+// without releasing it: the calls in progress were lost, and no engine
+// served for a whole lease.
+func TestAJobThatPanicsIsLoggedAndTheJobsRunOn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var (
+			mu  sync.Mutex
+			out bytes.Buffer
+		)
+		log := slog.New(slog.NewTextHandler(lockedWriter{&mu, &out}, nil))
+		jobs := NewJobs(log, nil)
+		var panicky, steady atomic.Int32
+		nop := func(context.Context) error { steady.Add(1); return nil }
+		if err := jobs.Register(Job{Name: "index", Every: time.Second, Run: func(context.Context) error {
+			if panicky.Add(1) == 1 {
+				panic("index out of range")
+			}
+			return nil
+		}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := jobs.Register(Job{Name: "sweep", Every: time.Second, Run: nop}); err != nil {
+			t.Fatal(err)
+		}
+		jobs.Start()
+		defer jobs.Stop()
+		time.Sleep(3 * time.Second)
+		synctest.Wait()
+		if panicky.Load() != 3 || steady.Load() != 3 {
+			t.Fatalf("after a panic in its first run, the job ran %d times and the other %d; want 3 each", panicky.Load(), steady.Load())
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if s := out.String(); !strings.Contains(s, "level=ERROR") || !strings.Contains(s, "job=index") || !strings.Contains(s, "index out of range") {
+			t.Fatalf("the panic is not logged as an error of the job:\n%s", s)
+		}
+	})
+}
+
+// lockedWriter writes to w under mu.
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
