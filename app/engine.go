@@ -299,7 +299,7 @@ func (e *Engine) Start(ctx context.Context) (err error) {
 		opts = append(opts, domain.WithHotStandby())
 	}
 	e.mu.Lock()
-	onRenewal := e.hooks.onRenewal
+	onRenewal := e.hooks.onRenewal()
 	e.mu.Unlock()
 	if onRenewal != nil {
 		opts = append(opts, domain.WithRenewalObserver(onRenewal))
@@ -381,6 +381,9 @@ func (e *Engine) openAndServe(ctx context.Context) error {
 	if s := e.p.Config.NATS.CallerSecret; s != "" {
 		secret = []byte(s)
 	}
+	e.mu.Lock()
+	onCall := e.hooks.onCall()
+	e.mu.Unlock()
 	k, err := newKernel(natsapi.Options{
 		Owner:        e.p.Holder.InstanceID,
 		Connect:      func() (*nats.Conn, error) { return e.connect("abi-engine accept") },
@@ -389,7 +392,7 @@ func (e *Engine) openAndServe(ctx context.Context) error {
 		CallerSecret: secret,
 		Logger:       e.log,
 		Version:      microVersion(e.p.Holder.Version),
-		OnCall:       e.hooks.onCall,
+		OnCall:       onCall,
 	}, func(transfers *natsapi.TransferHost) []natsapi.Service {
 		return append(l.kernelServices(secret != nil, transfers), natsapi.Engine(e.p.Holder, o.State))
 	})

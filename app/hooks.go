@@ -13,10 +13,38 @@ import (
 // who hears of its lease, its calls and its renewals, and what its stop
 // drains beside its own calls. The engine's mu guards them.
 type hooks struct {
-	observers []func(domain.Transition)
-	onCall    func(service, op string, code int, took time.Duration)
-	onRenewal func(ok bool, took time.Duration)
-	drains    []func(context.Context) error
+	observers  []func(domain.Transition)
+	onCalls    []func(service, op string, code int, took time.Duration)
+	onRenewals []func(ok bool, took time.Duration)
+	drains     []func(context.Context) error
+}
+
+// onCall hands a call's outcome to every observer of calls; nil when there
+// is none.
+func (h hooks) onCall() func(service, op string, code int, took time.Duration) {
+	fs := h.onCalls
+	if len(fs) == 0 {
+		return nil
+	}
+	return func(service, op string, code int, took time.Duration) {
+		for _, f := range fs {
+			f(service, op, code, took)
+		}
+	}
+}
+
+// onRenewal hands a renewal's outcome to every observer of renewals; nil
+// when there is none.
+func (h hooks) onRenewal() func(ok bool, took time.Duration) {
+	fs := h.onRenewals
+	if len(fs) == 0 {
+		return nil
+	}
+	return func(ok bool, took time.Duration) {
+		for _, f := range fs {
+			f(ok, took)
+		}
+	}
 }
 
 // Observe calls f with every transition of the lease, in order, from the
@@ -27,20 +55,22 @@ func (e *Engine) Observe(f func(domain.Transition)) {
 	e.hooks.observers = append(e.hooks.observers, f)
 }
 
-// ObserveCalls hands every kernel call's outcome to f, for metrics.
-// Register before Start; f must not block.
+// ObserveCalls hands every kernel call's outcome to f, for metrics, and
+// to every f registered before it, in order. Register before Start; f
+// must not block.
 func (e *Engine) ObserveCalls(f func(service, op string, code int, took time.Duration)) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.hooks.onCall = f
+	e.hooks.onCalls = append(e.hooks.onCalls, f)
 }
 
-// ObserveRenewals hands every lease renewal's outcome to f, for metrics.
-// Register before Start; f must not block.
+// ObserveRenewals hands every lease renewal's outcome to f, for metrics,
+// and to every f registered before it, in order. Register before Start; f
+// must not block.
 func (e *Engine) ObserveRenewals(f func(ok bool, took time.Duration)) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.hooks.onRenewal = f
+	e.hooks.onRenewals = append(e.hooks.onRenewals, f)
 }
 
 // DrainWith has the engine's stop run f beside the drain of its own calls,
