@@ -234,7 +234,7 @@ func (e *Engine) askStop(code int) {
 // Start reaches the broker, claims the lease and starts what the claim
 // decided. Nothing opens before the claim.
 func (e *Engine) Start(ctx context.Context) (err error) {
-	ctx, interrupt := context.WithCancel(ctx)
+	ctx, interrupt := context.WithTimeout(ctx, startLimit(e.p.Config.Timing()))
 	e.mu.Lock()
 	e.interrupt = interrupt
 	e.mu.Unlock()
@@ -338,6 +338,18 @@ func (e *Engine) Start(ctx context.Context) (err error) {
 	e.report()
 	return nil
 }
+
+// startLimit bounds an engine's start: a claim may watch the holder for a
+// whole lease, then the backends open and the modules start. The engine
+// keeps to it itself, so that a start that runs out of time still stops
+// what it started and releases the lease before it returns; fx's own start
+// timeout (New) leaves room for that.
+func startLimit(t domain.Timing) time.Duration { return t.Lease + 30*time.Second }
+
+// failedStartCleanUp bounds what a start that failed does before it
+// returns: stop the modules within a drain period, then release the lease,
+// which takes at most a renewal period.
+func failedStartCleanUp(t domain.Timing) time.Duration { return t.Drain + t.Lease + 10*time.Second }
 
 // Interrupt ends a start still under way, as a signal to the process
 // does: the claim, or the opening of what it decided, fails with the

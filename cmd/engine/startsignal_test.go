@@ -71,7 +71,7 @@ func silentBackendConfig(t *testing.T, url string) string {
 	dir := t.TempDir()
 	yaml := fmt.Sprintf(`nats:
   url: %s
-  engine: {lease_seconds: 10, drain_seconds: 1}
+  engine: {lease_seconds: 1, drain_seconds: 1}
 http: {listen: "127.0.0.1:0"}
 data_dir: %s
 services:
@@ -117,6 +117,20 @@ func signalWhileOpening(t *testing.T, url string, e *process) {
 func leaseReleasedBy(t *testing.T, url string, e *process) {
 	t.Helper()
 	if rec := readLease(t, url); !rec.Holder.Released || rec.Holder.PID != e.cmd.Process.Pid {
-		t.Fatalf("the engine exited after a signal during its start with the lease reading %+v, want its released record:\n%s", rec, e.output())
+		t.Fatalf("the engine exited with its start cut short and the lease reading %+v, want its released record:\n%s", rec, e.output())
 	}
+}
+
+// A start that runs out of time (here a backend whose open never answers)
+// fails, and the engine releases the lease it took before the process
+// exits. Before, fx gave up on the start at its timeout, the command
+// exited at once while the engine's clean-up still ran, and the lease
+// stayed held by a process that was gone.
+func TestAStartThatRunsOutOfTimeReleasesTheLeaseBeforeExiting(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	e := startEngine(t, silentBackendConfig(t, url))
+	if code := e.exitCode(t); code != 1 {
+		t.Fatalf("exit code %d after a start that ran out of time, want 1:\n%s", code, e.output())
+	}
+	leaseReleasedBy(t, url, e)
 }
