@@ -388,8 +388,13 @@ func (o *Ownership) acquire(ctx context.Context, rec Record) (bool, error) {
 	}
 	if err != nil {
 		// The reply may be lost while the write went through: a record of
-		// ours at a newer revision is that write.
-		cur, rerr := o.lease.Read(ctx)
+		// ours at a newer revision is that write. The read-back runs on
+		// even when ctx has ended, as a signal ends a claim: a write that
+		// landed is a hold, which Release must then hand over rather than
+		// leave to a process that is gone.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.timing.Renew())
+		cur, rerr := o.lease.Read(rctx)
+		cancel()
 		if rerr != nil || !o.ours(cur) || cur.Revision <= rec.Revision {
 			return false, fmt.Errorf("take the lease: %w", err)
 		}

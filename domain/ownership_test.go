@@ -799,3 +799,56 @@ func TestTransitionsSayFromWhomAndWhy(t *testing.T) {
 		}
 	})
 }
+
+// cancelAfterWrite is a lease whose Update cancels the caller's claim once
+// the write has landed: a signal that reaches the engine just then. With
+// loseReply the claim hears only that its context ended, as a write cut
+// off while its reply was on its way.
+type cancelAfterWrite struct {
+	domain.Lease
+	cancel    context.CancelFunc
+	loseReply bool
+}
+
+func (l cancelAfterWrite) Update(ctx context.Context, h domain.Holder, rev uint64) (uint64, error) {
+	next, err := l.Lease.Update(ctx, h, rev)
+	l.cancel()
+	if l.loseReply {
+		return 0, ctx.Err()
+	}
+	return next, err
+}
+
+// A claim cut short after its write landed, whether or not its reply came,
+// leaves a record of the engine's in the lease; Release must write it
+// released, or the next engine waits a whole lease for a holder that is
+// gone. Before, a claim whose reply was lost read its write back on the
+// context that had ended, so the read failed, the claim did not know it
+// held the lease, and Release wrote nothing.
+func TestAClaimCutShortAfterItsWriteIsReleased(t *testing.T) {
+	for _, loseReply := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ReplyLost=%v", loseReply), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				store := usedStore(t)
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				me := domain.ThisProcess("1.4.0", "")
+				o, err := domain.NewOwnership(cancelAfterWrite{Lease: store, cancel: cancel, loseReply: loseReply}, me, testTiming(),
+					domain.WithLogger(slog.New(slog.DiscardHandler)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := o.Claim(ctx, domain.RoleServe); !errors.Is(err, context.Canceled) {
+					t.Fatalf("Claim = %v, want it cut short by its context", err)
+				}
+				if err := o.Release(context.Background()); err != nil {
+					t.Fatalf("Release: %v", err)
+				}
+				rec, _ := store.Read(context.Background())
+				if !rec.Present || !rec.Holder.Released || rec.Holder.InstanceID != me.InstanceID {
+					t.Fatalf("after a claim cut short and Release the lease reads %+v, want the engine's released record", rec)
+				}
+			})
+		})
+	}
+}
