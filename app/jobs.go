@@ -31,8 +31,12 @@ type Jobs struct {
 	// A run carries the term's fencing token to the stores.
 	admit func() (token uint64, ok bool)
 
-	mu     sync.Mutex
-	jobs   []Job
+	mu   sync.Mutex
+	jobs []Job
+	// runs holds, for each job, a place taken while one of its runs is
+	// in progress: a run cancelled by Cancel may still go on, and the job
+	// started again waits for it rather than run beside it.
+	runs   []chan struct{}
 	ctx    context.Context // of the running jobs; nil while stopped
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -56,10 +60,12 @@ func (j *Jobs) Register(job Job) error {
 	}
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	run := make(chan struct{}, 1)
 	j.jobs = append(j.jobs, job)
+	j.runs = append(j.runs, run)
 	if j.ctx != nil {
 		ctx := j.ctx
-		j.wg.Go(func() { j.loop(ctx, job) })
+		j.wg.Go(func() { j.loop(ctx, job, run) })
 	}
 	return nil
 }
@@ -84,12 +90,13 @@ func (j *Jobs) Start() {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	j.ctx, j.cancel = ctx, cancel
-	for _, job := range j.jobs {
-		j.wg.Go(func() { j.loop(ctx, job) })
+	for i, job := range j.jobs {
+		run := j.runs[i]
+		j.wg.Go(func() { j.loop(ctx, job, run) })
 	}
 }
 
-func (j *Jobs) loop(ctx context.Context, job Job) {
+func (j *Jobs) loop(ctx context.Context, job Job, inProgress chan struct{}) {
 	t := time.NewTicker(job.Every)
 	defer t.Stop()
 	for {
@@ -97,18 +104,30 @@ func (j *Jobs) loop(ctx context.Context, job Job) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			token, ok := j.admit()
-			if !ok {
-				continue
-			}
-			run := ctx
-			if token != 0 {
-				run = ports.WithFencingToken(ctx, token)
-			}
-			if err := j.run(run, job); err != nil && ctx.Err() == nil {
-				j.log.Warn("job failed", "job", job.Name, "err", err)
-			}
 		}
+		// A run from before a Cancel that has not returned yet ends first.
+		select {
+		case <-ctx.Done():
+			return
+		case inProgress <- struct{}{}:
+		}
+		j.once(ctx, job)
+		<-inProgress
+	}
+}
+
+// once runs job once, if the lease admits it now.
+func (j *Jobs) once(ctx context.Context, job Job) {
+	token, ok := j.admit()
+	if !ok {
+		return
+	}
+	run := ctx
+	if token != 0 {
+		run = ports.WithFencingToken(ctx, token)
+	}
+	if err := j.run(run, job); err != nil && ctx.Err() == nil {
+		j.log.Warn("job failed", "job", job.Name, "err", err)
 	}
 }
 
@@ -125,14 +144,22 @@ func (j *Jobs) run(ctx context.Context, job Job) (err error) {
 	return job.Run(ctx)
 }
 
-// Stop cancels the jobs and waits for the runs in progress to return.
-func (j *Jobs) Stop() {
+// Cancel stops the jobs and cancels the runs in progress without waiting
+// for them: a fence must not wait on a run that does not heed its context.
+// A job started again runs once its cancelled run has returned.
+func (j *Jobs) Cancel() {
 	j.mu.Lock()
 	cancel := j.cancel
 	j.ctx, j.cancel = nil, nil
 	j.mu.Unlock()
 	if cancel != nil {
 		cancel()
-		j.wg.Wait()
 	}
+}
+
+// Stop cancels the jobs and waits for every run in progress to return,
+// those Cancel left too.
+func (j *Jobs) Stop() {
+	j.Cancel()
+	j.wg.Wait()
 }

@@ -22,6 +22,9 @@ type servingKernel interface {
 // servingJobs are the jobs that run only while the engine serves.
 type servingJobs interface {
 	Start()
+	// Cancel stops them and cancels their runs without waiting for them.
+	Cancel()
+	// Stop is Cancel, then waits for every run to return.
 	Stop()
 }
 
@@ -30,8 +33,9 @@ type servingJobs interface {
 // being built, a shutdown) is an event sent to it, and after each event it
 // brings the kernel and the jobs in line with its state, in a fixed order:
 //
-//  1. if the engine may not serve: fence the kernel first, then stop jobs,
-//     and only then wait, bounded, for the broker to confirm the fence;
+//  1. if the engine may not serve: fence the kernel first, then cancel the
+//     jobs' runs (without waiting for them), and only then wait, bounded,
+//     for the broker to confirm the fence;
 //  2. if it may serve, is booted and not shutting down: subscribe the
 //     kernel, then start jobs;
 //  3. while shutting down, jobs stay stopped; the kernel keeps answering
@@ -197,7 +201,12 @@ func (s *serving) reconcile() {
 			wait = s.kernel.fence()
 			s.subscribed = false
 		}
-		s.jobs.Stop() // before the wait on the broker: a job's writes are not fenced in every store
+		// Before the wait on the broker: a job's writes are not fenced in
+		// every store. Cancelled, not waited for: a run that does not heed
+		// its context would hold up the loop, and with it the restore
+		// after a renewal, while the engine holds the lease and says it
+		// is ready. The job started again waits for that run to end.
+		s.jobs.Cancel()
 		wait()
 		return
 	}

@@ -1,13 +1,16 @@
 package app
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/abi-engine/engine/domain"
 )
@@ -72,6 +75,8 @@ func (j *fakeJobs) Stop() {
 	}
 	j.running = false
 }
+
+func (j *fakeJobs) Cancel() { j.Stop() }
 
 type loopHarness struct {
 	*serving
@@ -307,5 +312,55 @@ func TestObserversHearOfServingBeforeAnswersAndOfAFenceAfter(t *testing.T) {
 		if got, want := h.steps.String(), "heard serving, subscribe, jobs start, fence, jobs stop, fence confirmed, heard fenced"; got != want {
 			t.Fatalf("steps %q, want %q", got, want)
 		}
+	})
+}
+
+// A job run that does not heed its context, still running at a fence,
+// does not hold up the serving loop: when the lease is renewed again the
+// kernel is subscribed at once, and the job does not run a second time
+// beside the stuck run. Before, the loop waited at the fence for the run
+// to return, so an engine that renewed the lease, and was ready, answered
+// nothing until the run ended, and no standby took over.
+func TestAStuckJobRunDoesNotKeepAFencedEngineFromServingAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newLoop(t)
+		jobs := NewJobs(slog.New(slog.DiscardHandler), nil)
+		h.serving.jobs = jobs
+		unstick := make(chan struct{})
+		var running, most, runs atomic.Int32
+		if err := jobs.Register(Job{Name: "stuck", Every: time.Second, Run: func(context.Context) error {
+			n := running.Add(1)
+			defer running.Add(-1)
+			if n > most.Load() {
+				most.Store(n)
+			}
+			if runs.Add(1) == 1 {
+				<-unstick // heeds no context
+			}
+			return nil
+		}}); err != nil {
+			t.Fatal(err)
+		}
+		h.move(domain.StateServing)
+		h.boot()
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if running.Load() != 1 {
+			t.Fatalf("the job's first run is not running (%d runs)", runs.Load())
+		}
+		h.move(domain.StateFenced)
+		h.move(domain.StateServing) // restored
+		if !h.kernel.subscribed {
+			t.Fatalf("a restored engine's kernel is not subscribed while a job run from before the fence still runs (steps: %s)", h.steps)
+		}
+		time.Sleep(3 * time.Second)
+		synctest.Wait()
+		close(unstick)
+		time.Sleep(3 * time.Second)
+		synctest.Wait()
+		if most.Load() != 1 || runs.Load() < 2 {
+			t.Fatalf("%d runs, at most %d at once; want the job to run on once the stuck run ended, never two at once", runs.Load(), most.Load())
+		}
+		h.shutdownJobs()
 	})
 }

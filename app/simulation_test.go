@@ -347,6 +347,9 @@ type simJobs struct {
 func (j *simJobs) Start() { j.host.thaw(); j.running.Store(true) }
 func (j *simJobs) Stop()  { j.host.thaw(); j.running.Store(false) }
 
+// Cancel is Stop: a simulated job's runs are instants, never in progress.
+func (j *simJobs) Cancel() { j.Stop() }
+
 func simulateEngines(t *testing.T, seed int64) simCounts {
 	start := time.Now()
 	w := &simWorld{
