@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/abi-engine/engine/internal/strictjson"
+	"github.com/abi-engine/engine/internal/wire"
 	"github.com/abi-engine/engine/ports"
 	"github.com/abi-engine/engine/storecheck"
 )
@@ -224,6 +225,10 @@ type FindResponse struct {
 func (a *api) docFind(w http.ResponseWriter, r *http.Request) {
 	var q FindRequest
 	if err := a.decode(w, r, &q); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	if err := wire.Limit(q.Limit); err != nil {
 		a.fail(w, r, err)
 		return
 	}

@@ -315,3 +315,16 @@ func TestVectorSearch(t *testing.T) {
 	resp, body = a.expect(http.StatusBadRequest, "POST", "/v1/vectors/docs/search", `{"vector":"up"}`)
 	errorOf(t, resp, body)
 }
+
+// A find's limit of 0, or none, is a page of 100; a negative limit means
+// nothing, and is a 400 naming the field rather than the default page.
+func TestAFindWithANegativeLimitIsABadRequestNamingTheField(t *testing.T) {
+	_, services := kernel(t, nil)
+	a := serveAPI(t, services, httpapi.Options{MaxBody: 4096})
+	a.expect(http.StatusOK, "PUT", "/v1/documents/people/ada", `{"name":"Ada"}`)
+	resp, body := a.expect(http.StatusBadRequest, "POST", "/v1/documents/people/find", `{"limit":-5}`)
+	if msg := errorOf(t, resp, body); !strings.Contains(msg, `"limit"`) {
+		t.Errorf("find with limit -5: %q, want it to name the field limit", msg)
+	}
+	a.expect(http.StatusOK, "POST", "/v1/documents/people/find", `{"limit":0}`)
+}

@@ -131,9 +131,10 @@ func (d Document) Find(ctx context.Context, collection string, q ports.Query) ([
 	if err := text("cursor", q.Cursor); err != nil {
 		return nil, "", err
 	}
+	// The port reads any limit <= 0 as the default page, the wire only 0.
 	var out wire.DocPage
 	err := callEncoded(ctx, d.c, docSubject(wire.DocFind), wire.DocQuery{
-		Collection: collection, Where: q.Where, OrderBy: q.OrderBy, Desc: q.Desc, Limit: q.Limit, Cursor: q.Cursor,
+		Collection: collection, Where: q.Where, OrderBy: q.OrderBy, Desc: q.Desc, Limit: max(q.Limit, 0), Cursor: q.Cursor,
 	}, &out)
 	if err != nil {
 		return nil, "", err

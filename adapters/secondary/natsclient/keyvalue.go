@@ -101,7 +101,9 @@ func (k KeyValue) ListKeys(ctx context.Context, prefix string, limit int, cursor
 	if err := errors.Join(text("prefix", prefix), text("cursor", cursor)); err != nil {
 		return nil, "", err
 	}
+	// The port reads any limit <= 0 as the default page, the wire only 0:
+	// a negative one is sent as 0.
 	var out wire.KVKeys
-	err := k.c.Call(ctx, kvSubject(wire.KVListKeys), wire.KVList{Prefix: prefix, Limit: limit, Cursor: cursor}, &out)
+	err := k.c.Call(ctx, kvSubject(wire.KVListKeys), wire.KVList{Prefix: prefix, Limit: max(limit, 0), Cursor: cursor}, &out)
 	return out.Keys, out.Cursor, err
 }

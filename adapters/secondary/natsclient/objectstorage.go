@@ -426,8 +426,9 @@ func (o ObjectStorage) List(ctx context.Context, prefix string, limit int, curso
 	if err := errors.Join(text("prefix", prefix), text("cursor", cursor)); err != nil {
 		return nil, "", err
 	}
+	// The port reads any limit <= 0 as the default page, the wire only 0.
 	var out wire.OSObjects
-	if err := o.c.Call(ctx, osSubject(wire.OSList), wire.OSListPage{Prefix: prefix, Limit: limit, Cursor: cursor}, &out); err != nil {
+	if err := o.c.Call(ctx, osSubject(wire.OSList), wire.OSListPage{Prefix: prefix, Limit: max(limit, 0), Cursor: cursor}, &out); err != nil {
 		return nil, "", err
 	}
 	infos := make([]ports.ObjectInfo, len(out.Objects))
