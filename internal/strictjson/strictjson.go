@@ -20,7 +20,7 @@ import (
 // a byte outside it or an escaped surrogate half without its pair
 // ("\ud800"), which encoding/json reads as U+FFFD, so that "a\xff" and
 // "a\ud800" would both name the key "a\ufffd". The protocol takes none of
-// these. data must be JSON that decoded into v without error. Values of a type that reads
+// these; nor null for a field tagged strictjson:"notnull". data must be JSON that decoded into v without error. Values of a type that reads
 // itself (json.Unmarshaler) and of interface type are not looked into,
 // except that their objects may not repeat a name either.
 //
@@ -69,6 +69,8 @@ func (p *pathError) done() error {
 	switch p.what {
 	case "given twice":
 		return fmt.Errorf("field %q given twice", b.String())
+	case "null":
+		return fmt.Errorf("field %q is null, which it may not be: give a value or leave the field out", b.String())
 	case "name not UTF-8":
 		return fmt.Errorf("field name %q is not UTF-8 (a byte outside it, or an escaped surrogate half without its pair)", b.String())
 	case "not UTF-8":
@@ -194,7 +196,7 @@ func (s *scanner) value(t reflect.Type) error {
 const seenMost = 16
 
 func (s *scanner) object(t reflect.Type) error {
-	var fields map[string]reflect.Type
+	var fields map[string]field
 	var elem reflect.Type
 	if t != nil {
 		switch t.Kind() {
@@ -231,15 +233,20 @@ func (s *scanner) object(t reflect.Type) error {
 			return &pathError{path: []string{string(name)}, what: "given twice"}
 		}
 		next := elem
+		notNull := false
 		if fields != nil {
-			ft, ok := fields[string(name)]
+			f, ok := fields[string(name)]
 			if !ok {
 				return &pathError{path: []string{string(name)}, what: "unknown field"}
 			}
-			next = ft
+			next, notNull = f.t, f.notNull
 		}
 		s.space()
 		s.i++ // ':'
+		s.space()
+		if notNull && bytes.HasPrefix(s.b[s.i:], []byte("null")) {
+			return &pathError{path: []string{string(name)}, what: "null"}
+		}
 		if err := s.value(next); err != nil {
 			if p, ok := err.(*pathError); ok {
 				p.path = append(p.path, string(name))
@@ -301,16 +308,26 @@ func (s *scanner) array(t reflect.Type) error {
 	}
 }
 
-var fieldCache sync.Map // reflect.Type -> map[string]reflect.Type
+var fieldCache sync.Map // reflect.Type -> map[string]field
+
+// field is a name a struct takes in JSON: the type of its value, and
+// whether the value may not be null (the tag strictjson:"notnull").
+// encoding/json reads null as the field left out, so a field where leaving
+// it out means something (a write's condition) refuses null rather than
+// take it for that.
+type field struct {
+	t       reflect.Type
+	notNull bool
+}
 
 // structFields are the names t takes in JSON, exactly as spelt, with the
 // type of each, the fields of embedded structs included; of two fields of
 // one name, the shallower, as encoding/json takes it.
-func structFields(t reflect.Type) map[string]reflect.Type {
+func structFields(t reflect.Type) map[string]field {
 	if f, ok := fieldCache.Load(t); ok {
-		return f.(map[string]reflect.Type)
+		return f.(map[string]field)
 	}
-	out := map[string]reflect.Type{}
+	out := map[string]field{}
 	depth := map[string]int{}
 	for _, f := range reflect.VisibleFields(t) {
 		tag := f.Tag.Get("json")
@@ -334,7 +351,7 @@ func structFields(t reflect.Type) map[string]reflect.Type {
 			name = f.Name
 		}
 		if d, taken := depth[name]; !taken || len(f.Index) < d {
-			out[name], depth[name] = f.Type, len(f.Index)
+			out[name], depth[name] = field{t: f.Type, notNull: f.Tag.Get("strictjson") == "notnull"}, len(f.Index)
 		}
 	}
 	fieldCache.Store(t, out)

@@ -26,12 +26,13 @@ type DocCollectionNames struct {
 
 // DocWrite writes a document: put. IfVersion absent writes whatever is
 // stored; present, the stored version must equal it, and 0 means the
-// document must not exist yet.
+// document must not exist yet. null is refused: it is no version, and
+// encoding/json alone would read it as absent.
 type DocWrite struct {
 	Collection string         `json:"collection"`
 	ID         string         `json:"id"`
 	Data       map[string]any `json:"data"`
-	IfVersion  *uint64        `json:"if_version,omitempty"`
+	IfVersion  *uint64        `json:"if_version,omitempty" strictjson:"notnull"`
 }
 
 // DocRef names a document: get.
@@ -44,7 +45,7 @@ type DocRef struct {
 type DocRemove struct {
 	Collection string  `json:"collection"`
 	ID         string  `json:"id"`
-	IfVersion  *uint64 `json:"if_version,omitempty"`
+	IfVersion  *uint64 `json:"if_version,omitempty" strictjson:"notnull"`
 }
 
 // Document answers put and get, and is each element of find's answer.

@@ -60,13 +60,14 @@ type OSObjects struct {
 }
 
 // TransferOpen opens a transfer. Mode "put" takes ContentType, IfAbsent
-// and IfMatch; mode "get" takes Offset and Length (0: to the end).
+// and IfMatch, neither of which may be null; mode "get" takes Offset and
+// Length (0: to the end).
 type TransferOpen struct {
 	Mode        string `json:"mode"`
 	Key         string `json:"key"`
 	ContentType string `json:"content_type,omitempty"`
-	IfAbsent    bool   `json:"if_absent,omitempty"`
-	IfMatch     string `json:"if_match,omitempty"`
+	IfAbsent    bool   `json:"if_absent,omitempty" strictjson:"notnull"`
+	IfMatch     string `json:"if_match,omitempty" strictjson:"notnull"`
 	Offset      int64  `json:"offset,omitempty"`
 	Length      int64  `json:"length,omitempty"`
 }
