@@ -389,8 +389,9 @@ func (h *OverflowHost) take(id, secret, caller string) (data []byte, release fun
 	return data, func() { h.unreserve(who, n) }, nil
 }
 
-// uploaded replaces the body of a call that names an uploaded request;
-// release, nil without one, frees its bytes once the call has ended.
+// uploaded gives a call that names an uploaded request, and carries no
+// body of its own, the upload as its body; release, nil without one, frees
+// its bytes once the call has ended.
 func (h *Host) uploaded(call *Call) (release func(), err error) {
 	id := call.Header.Get(wire.OverflowRequestHeader)
 	if id == "" {
@@ -398,6 +399,13 @@ func (h *Host) uploaded(call *Call) (release func(), err error) {
 	}
 	if h.opts.Overflow == nil {
 		return nil, fmt.Errorf("%w: header %s: this engine takes no uploaded requests", ports.ErrInvalidArgument, wire.OverflowRequestHeader)
+	}
+	// The upload is the call's body: a body sent as well would be dropped
+	// without a word. Refused before the upload is taken, the call does
+	// nothing and the upload stays for a call that names it alone.
+	if len(call.Data) > 0 {
+		return nil, fmt.Errorf("%w: header %s names an uploaded request, and the call carries a body of %d bytes as well: send an empty body",
+			ports.ErrInvalidArgument, wire.OverflowRequestHeader, len(call.Data))
 	}
 	data, release, err := h.opts.Overflow.take(id, call.Header.Get(wire.OverflowSecretHeader), call.Caller)
 	if err != nil {

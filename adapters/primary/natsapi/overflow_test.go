@@ -518,3 +518,43 @@ func TestAnUploadedCallsBytesAreFreedBeforeItsAnswerIsParked(t *testing.T) {
 	}
 	waitFor(t, func() bool { return e.overflow.Parked() == 0 })
 }
+
+// A call that names an uploaded request takes its body from the upload; a
+// body of its own as well is a 400 naming the header, and the call does
+// nothing: which of the two bodies the caller meant cannot be told, and
+// taking the upload's would drop the other without a word. The upload is
+// left as it was, and a call that names it alone still runs on it.
+func TestACallNamingAnUploadThatAlsoCarriesABodyIsABadRequest(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	kv := newMemoryKV(t)
+	newEngine(t, url, newObjects(t), engineOptions{}, natsapi.KeyValue(kv))
+	nc := natstest.Connect(t, url)
+	up := upload(t, nc, []byte(`{"key":"uploaded","value":"aGk="}`))
+	call := func(body string) *nats.Msg {
+		t.Helper()
+		msg := nats.NewMsg(wire.Subject(ports.ServiceKeyValue, wire.KVSet))
+		msg.Header.Set(wire.OverflowRequestHeader, up.ID)
+		msg.Header.Set(wire.OverflowSecretHeader, up.Secret)
+		msg.Data = []byte(body)
+		reply, err := nc.RequestMsg(msg, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return reply
+	}
+	reply := call(`{"key":"sent","value":"aGk="}`)
+	if code, text := reply.Header.Get(wire.ErrorCodeHeader), reply.Header.Get(wire.ErrorHeader); code != "400" || !strings.Contains(text, wire.OverflowRequestHeader) {
+		t.Fatalf("a call with both an upload and a body answered %q %q, want 400 naming %s", code, text, wire.OverflowRequestHeader)
+	}
+	for _, key := range []string{"sent", "uploaded"} {
+		if ok, err := kv.Exists(t.Context(), key); ok || err != nil {
+			t.Fatalf("a refused call wrote %q (%v)", key, err)
+		}
+	}
+	if reply := call(""); reply.Header.Get(wire.ErrorCodeHeader) != "" {
+		t.Fatalf("the call naming the upload alone: %v", reply.Header)
+	}
+	if ok, err := kv.Exists(t.Context(), "uploaded"); !ok || err != nil {
+		t.Fatalf("the call naming the upload alone did not write its body: %v", err)
+	}
+}
