@@ -2,6 +2,8 @@ package natsapi
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 
 	"github.com/abi-engine/engine/internal/wire"
 	"github.com/abi-engine/engine/ports"
@@ -37,10 +39,40 @@ func ObjectStorage(store ports.ObjectStorage, transfers *TransferHost) Service {
 				Name: wire.OSTransferOpen,
 				Handler: func(ctx context.Context, call *Call) ([]byte, error) {
 					return JSON(func(_ context.Context, r wire.TransferOpen) (wire.SessionOpened, error) {
+						if err := otherModeFields(r.Mode, call.Data); err != nil {
+							return wire.SessionOpened{}, err
+						}
 						return transfers.open(store, call.Caller, call.Who(), r)
 					})(ctx, call)
 				},
 			},
 		},
 	}
+}
+
+// otherModeFields refuses a field of transfer.open that only the other
+// mode takes: ignored, a get sent with if_match or a put with an offset
+// would run without what its caller asked of it. data is the body, which
+// has decoded; a field given with its zero value is refused too, as the
+// body says the caller took the transfer for the other mode.
+func otherModeFields(mode string, data []byte) error {
+	var foreign []string
+	switch mode {
+	case wire.TransferPut:
+		foreign = []string{"offset", "length"}
+	case wire.TransferGet:
+		foreign = []string{"content_type", "if_absent", "if_match"}
+	default:
+		return nil // the mode itself is refused
+	}
+	var fields map[string]json.RawMessage
+	if wire.Blank(data) || json.Unmarshal(data, &fields) != nil {
+		return nil
+	}
+	for _, f := range foreign {
+		if _, ok := fields[f]; ok {
+			return fmt.Errorf("%w: field %q: a %s transfer does not take it", ports.ErrInvalidArgument, f, mode)
+		}
+	}
+	return nil
 }

@@ -943,3 +943,36 @@ func TestADownloadWhoseBytesDoNotMatchItsDescriptionFails(t *testing.T) {
 		})
 	}
 }
+
+// A transfer.open is for one mode: a put takes content_type, if_absent and
+// if_match, a get offset and length. A field of the other mode is a 400
+// naming it, and opens nothing: a download sent with if_match, or an
+// upload with an offset, would otherwise run without what the caller
+// asked of it.
+func TestATransferOpenWithAFieldOfTheOtherModeIsABadRequestNamingIt(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	store := newObjects(t)
+	if _, err := store.Put(t.Context(), "o", strings.NewReader("hello"), ports.PutObjectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	newEngine(t, url, store, engineOptions{})
+	nc := natstest.Connect(t, url)
+	for body, field := range map[string]string{
+		`{"mode":"get","key":"o","if_match":"nope"}`:            "if_match",
+		`{"mode":"get","key":"o","if_absent":true}`:             "if_absent",
+		`{"mode":"get","key":"o","content_type":"text/plain"}`:  "content_type",
+		`{"mode":"put","key":"o","offset":2}`:                   "offset",
+		`{"mode":"put","key":"o","length":2}`:                   "length",
+		`{"mode":"put","key":"o","if_absent":true,"length":0}`:  "length",
+		`{"mode":"get","key":"o","offset":1,"content_type":""}`: "content_type",
+	} {
+		reply, err := nc.Request(wire.Subject(ports.ServiceObjectStorage, wire.OSTransferOpen), []byte(body), 5*time.Second)
+		if err != nil {
+			t.Fatalf("%s: %v", body, err)
+		}
+		code, msg := reply.Header.Get(wire.ErrorCodeHeader), reply.Header.Get(wire.ErrorHeader)
+		if code != "400" || !strings.Contains(msg, `"`+field+`"`) {
+			t.Errorf("transfer.open %s = %s %q %s, want 400 naming %q", body, code, msg, reply.Data, field)
+		}
+	}
+}
