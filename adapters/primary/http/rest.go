@@ -224,7 +224,7 @@ type FindResponse struct {
 
 func (a *api) docFind(w http.ResponseWriter, r *http.Request) {
 	var q FindRequest
-	if err := a.decode(w, r, &q); err != nil {
+	if err := a.decodeQuery(w, r, &q); err != nil {
 		a.fail(w, r, err)
 		return
 	}
@@ -272,7 +272,7 @@ type SearchResponse struct {
 
 func (a *api) vecSearch(w http.ResponseWriter, r *http.Request) {
 	var q SearchRequest
-	if err := a.decode(w, r, &q); err != nil {
+	if err := a.decodeQuery(w, r, &q); err != nil {
 		a.fail(w, r, err)
 		return
 	}
@@ -295,6 +295,17 @@ func (a *api) vecSearch(w http.ResponseWriter, r *http.Request) {
 // known one spelt in another case included), a field given twice, and
 // bodies over the limit.
 func (a *api) decode(w http.ResponseWriter, r *http.Request, v any) error {
+	return a.decodeBody(w, r, v, false)
+}
+
+// decodeQuery is decode for the body of a find or a search, where a body
+// of nothing, or of JSON white space only, is {}: the protocol reads an
+// empty body so on NATS, and a query answers the same over either.
+func (a *api) decodeQuery(w http.ResponseWriter, r *http.Request, v any) error {
+	return a.decodeBody(w, r, v, true)
+}
+
+func (a *api) decodeBody(w http.ResponseWriter, r *http.Request, v any, emptyIsObject bool) error {
 	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, a.maxBody))
 	if err != nil {
 		var tooBig *http.MaxBytesError
@@ -302,6 +313,9 @@ func (a *api) decode(w http.ResponseWriter, r *http.Request, v any) error {
 			return fmt.Errorf("%w: body over %d bytes", ports.ErrTooLarge, tooBig.Limit)
 		}
 		return fmt.Errorf("%w: body: %v", ports.ErrInvalidArgument, err)
+	}
+	if emptyIsObject && wire.Blank(data) {
+		data = []byte("{}")
 	}
 	if err := strictjson.Object(data); err != nil {
 		return fmt.Errorf("%w: body: %v", ports.ErrInvalidArgument, err)

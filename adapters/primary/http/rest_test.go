@@ -328,3 +328,27 @@ func TestAFindWithANegativeLimitIsABadRequestNamingTheField(t *testing.T) {
 	}
 	a.expect(http.StatusOK, "POST", "/v1/documents/people/find", `{"limit":0}`)
 }
+
+// A find's or a search's body of nothing, or of JSON white space only, is
+// read as {}, as the protocol reads any empty body on NATS: the same query
+// answers the same over either.
+func TestAnEmptyQueryBodyIsReadAsAnEmptyObject(t *testing.T) {
+	_, services := kernel(t, nil)
+	a := serveAPI(t, services, httpapi.Options{MaxBody: 4096})
+	a.expect(http.StatusOK, "PUT", "/v1/documents/people/ada", `{"name":"Ada"}`)
+	if err := services.VectorStore.CreateCollection(t.Context(), "docs", 2, ports.MetricCosine); err != nil {
+		t.Fatal(err)
+	}
+	_, want := a.expect(http.StatusOK, "POST", "/v1/documents/people/find", `{}`)
+	wantResp, wantSearch := a.expect(http.StatusBadRequest, "POST", "/v1/vectors/docs/search", `{}`)
+	wantMsg := errorOf(t, wantResp, wantSearch)
+	for _, empty := range []string{"", " \r\n\t"} {
+		if _, got := a.expect(http.StatusOK, "POST", "/v1/documents/people/find", empty); got != want {
+			t.Errorf("find with the body %q = %s, want %s as for {}", empty, got, want)
+		}
+		resp, body := a.expect(http.StatusBadRequest, "POST", "/v1/vectors/docs/search", empty)
+		if msg := errorOf(t, resp, body); msg != wantMsg {
+			t.Errorf("search with the body %q: %q, want %q as for {}", empty, msg, wantMsg)
+		}
+	}
+}
