@@ -66,7 +66,9 @@ func ifVersion(fs *flag.FlagSet) *ports.Cond {
 	return cond
 }
 
-// jsonObject reads a JSON object, keeping numbers as written.
+// jsonObject reads a JSON object, keeping numbers as written, by the
+// wire's rules: no field given twice in any object, and every string and
+// name UTF-8.
 func jsonObject(what string, b []byte) (map[string]any, error) {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
@@ -79,6 +81,12 @@ func jsonObject(what string, b []byte) (map[string]any, error) {
 	}
 	if err := strictjson.Rest(dec, b); err != nil {
 		return nil, fmt.Errorf("%s is not one JSON object: %v", what, err)
+	}
+	// The wire refuses a field given twice and text that is not UTF-8;
+	// decoded here, the last of two values would win and bad bytes would
+	// become U+FFFD, so the engine would store what was never written.
+	if err := strictjson.ExactFields(b, &m); err != nil {
+		return nil, fmt.Errorf("%s: %v", what, err)
 	}
 	return m, nil
 }

@@ -332,3 +332,33 @@ func TestACommandOnAClientHostNeverServes(t *testing.T) {
 		t.Fatalf("engine kv set on a client host: exit %d, %d entries opened in the data directory (stderr %q)", code, len(opened), stderr.String())
 	}
 }
+
+// A document or a --where given to the CLI is held to the rules the wire
+// holds every body to: a field given twice, or a string or name that is
+// not UTF-8, is refused on the spot, naming what is wrong. Read leniently,
+// the CLI kept the last of two values and turned bad bytes into U+FFFD,
+// and sent the engine, which would have refused the text, a document the
+// operator never wrote.
+func TestTheCLIRefusesAJSONObjectTheWireWouldRefuse(t *testing.T) {
+	// No engine is reachable: a command that got past its input would fail
+	// to connect instead.
+	t.Setenv(config.EnvNATSURL, "nats://127.0.0.1:1")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"doc", "put", "c", "d", `{"a":1,"a":2}`}, `"a" given twice`},
+		{[]string{"doc", "put", "c", "d", `{"n":{"x":1,"x":1}}`}, `"n.x" given twice`},
+		{[]string{"doc", "put", "c", "d", "{\"a\":\"b\xff\"}"}, "not UTF-8"},
+		{[]string{"doc", "put", "c", "d", `{"a":"\ud800"}`}, "not UTF-8"},
+		{[]string{"doc", "put", "c", "d", "{\"\xff\":1}"}, "not UTF-8"},
+		{[]string{"doc", "find", "c", "--where", `{"s":"x","s":"y"}`}, `"s" given twice`},
+		{[]string{"doc", "find", "c", "--where", "{\"s\":\"\xfe\"}"}, "not UTF-8"},
+	} {
+		var stderr bytes.Buffer
+		code := Run(c.args, io.Discard, &stderr, Options{})
+		if code != exitUsage || !strings.Contains(stderr.String(), c.want) {
+			t.Errorf("engine %q = %d, want %d and an error saying %s:\n%s", c.args, code, exitUsage, c.want, stderr.String())
+		}
+	}
+}
