@@ -175,10 +175,15 @@ func (a *api) objPut(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
+	ifMatch, err := objectIfMatch(r.Header.Get("If-Match"))
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
 	opts := ports.PutObjectOptions{
 		ContentType: r.Header.Get("Content-Type"),
 		IfAbsent:    r.Header.Get("If-None-Match") == "*",
-		IfMatch:     strings.Trim(r.Header.Get("If-Match"), `"`),
+		IfMatch:     ifMatch,
 	}
 	body := &countingReader{r: a.pacedBody(w, r)}
 	a.metrics.SessionOpened(ViaHTTP)
@@ -194,6 +199,25 @@ func (a *api) objPut(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("ETag", etag(info.ETag))
 	writeJSON(w, http.StatusOK, ObjectInfo{Key: info.Key, Size: info.Size, ETag: info.ETag, ContentType: info.ContentType, Modified: info.Modified})
+}
+
+// objectIfMatch reads an object PUT's If-Match: one ETag, quoted or not;
+// "" when the header is absent. A header that names no ETag (an empty
+// tag, *, a weak tag, a list) is refused: an empty one would be read as no
+// condition, so the PUT would overwrite whatever is stored, and the others
+// would never match the store's one strong ETag.
+func objectIfMatch(h string) (string, error) {
+	if h == "" {
+		return "", nil
+	}
+	tag := strings.TrimSpace(h)
+	if len(tag) >= 2 && tag[0] == '"' && tag[len(tag)-1] == '"' {
+		tag = tag[1 : len(tag)-1]
+	}
+	if tag == "" || tag == "*" || strings.ContainsAny(tag, `",`) {
+		return "", fmt.Errorf("%w: If-Match %q: want one object ETag, such as the ETag a GET answers", ports.ErrInvalidArgument, h)
+	}
+	return tag, nil
 }
 
 func (a *api) objDelete(w http.ResponseWriter, r *http.Request) {

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 
 	httpapi "github.com/abi-engine/engine/adapters/primary/http"
@@ -162,4 +163,28 @@ func TestALargeObjectIsStreamed(t *testing.T) {
 	if got := metric(t, a.metrics, "abi_engine_sessions_open", map[string]string{"via": "http"}); got != 0 {
 		t.Errorf("%v transfers still open", got)
 	}
+}
+
+// An object PUT's If-Match must name one ETag. One that names none (an
+// empty tag, *, a weak tag, a list) is a 400 that writes nothing: read as
+// it came, an empty tag was no condition at all and the PUT overwrote
+// whatever was stored, and the others could never match.
+func TestAnObjectPutWhoseIfMatchNamesNoETagIsRefusedAndWritesNothing(t *testing.T) {
+	_, services := kernel(t, nil)
+	a := serveAPI(t, services, httpapi.Options{})
+	_, body := a.expect(http.StatusOK, "PUT", "/v1/objects/o", "first")
+	var info httpapi.ObjectInfo
+	if err := json.Unmarshal([]byte(body), &info); err != nil {
+		t.Fatal(err)
+	}
+	for _, match := range []string{`""`, `"`, `*`, `W/"` + info.ETag + `"`, `"` + info.ETag + `", "other"`} {
+		resp, body := a.expect(http.StatusBadRequest, "PUT", "/v1/objects/o", "second", "If-Match", match)
+		if msg := errorOf(t, resp, body); !strings.Contains(msg, "If-Match") {
+			t.Errorf("PUT with If-Match %s: %q, want it to name If-Match", match, msg)
+		}
+		if _, got := a.expect(http.StatusOK, "GET", "/v1/objects/o", ""); got != "first" {
+			t.Fatalf("a PUT with If-Match %s stored %q", match, got)
+		}
+	}
+	a.expect(http.StatusOK, "PUT", "/v1/objects/o", "second", "If-Match", `"`+info.ETag+`"`)
 }
