@@ -6,7 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
+	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -38,8 +41,13 @@ func (a *api) kvSet(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
+	query, err := keyQuery(r)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
 	var ttl time.Duration
-	if s := r.URL.Query().Get("ttl"); s != "" {
+	if s := query.Get("ttl"); s != "" {
 		d, err := time.ParseDuration(s)
 		if err != nil || d < 0 {
 			a.fail(w, r, fmt.Errorf("%w: ttl %q: want a duration such as 30s", ports.ErrInvalidArgument, s))
@@ -76,6 +84,25 @@ func (a *api) kvSet(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// keyQuery reads a key PUT's query, which may hold ttl, once, and nothing
+// else: a parameter it ignored (a ttl spelt "TTL", a second ttl) would
+// store the value for good, or for another time than the caller asked.
+func keyQuery(r *http.Request) (url.Values, error) {
+	query, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return nil, fmt.Errorf("%w: query %q: %v", ports.ErrInvalidArgument, r.URL.RawQuery, err)
+	}
+	for _, name := range slices.Sorted(maps.Keys(query)) {
+		switch {
+		case name != "ttl":
+			return nil, fmt.Errorf("%w: query parameter %q: not taken here; a key's PUT takes ttl alone", ports.ErrInvalidArgument, name)
+		case len(query[name]) > 1:
+			return nil, fmt.Errorf("%w: query parameter ttl given %d times", ports.ErrInvalidArgument, len(query[name]))
+		}
+	}
+	return query, nil
 }
 
 func (a *api) kvDelete(w http.ResponseWriter, r *http.Request) {

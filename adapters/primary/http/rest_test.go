@@ -352,3 +352,25 @@ func TestAnEmptyQueryBodyIsReadAsAnEmptyObject(t *testing.T) {
 		}
 	}
 }
+
+// A key's PUT takes one query parameter, ttl, once. Any other (a ttl
+// spelt "TTL" or "expires") or a second ttl is a 400 naming it that stores
+// nothing: ignored, it stored the value for good, or for the first of two
+// TTLs, where the caller asked for another.
+func TestAKeyPutWithAQueryParameterItDoesNotTakeIsRefused(t *testing.T) {
+	_, services := kernel(t, nil)
+	a := serveAPI(t, services, httpapi.Options{MaxBody: 1024})
+	for query, name := range map[string]string{
+		"TTL=1s":        "TTL",
+		"expires=1s":    "expires",
+		"ttl=1h&ttl=1s": "ttl",
+	} {
+		resp, body := a.expect(http.StatusBadRequest, "PUT", "/v1/kv/k?"+query, "v")
+		if msg := errorOf(t, resp, body); !strings.Contains(msg, name) {
+			t.Errorf("PUT ?%s: %q, want it to name %s", query, msg, name)
+		}
+		resp, body = a.expect(http.StatusNotFound, "GET", "/v1/kv/k", "")
+		errorOf(t, resp, body)
+	}
+	a.expect(http.StatusNoContent, "PUT", "/v1/kv/k?ttl=1h", "v")
+}
