@@ -362,3 +362,20 @@ func TestTheCLIRefusesAJSONObjectTheWireWouldRefuse(t *testing.T) {
 		}
 	}
 }
+
+// A --ttl below a nanosecond ("0.5ns") parses as the duration 0, which
+// keeps the value for good: the CLI refuses it on the spot, as the HTTP
+// API refuses ?ttl=0.5ns, rather than store forever a value the operator
+// meant to expire at once.
+func TestKVSetRefusesATTLThatRoundsToZero(t *testing.T) {
+	// No engine is reachable: a command that got past its flags would fail
+	// to connect instead.
+	t.Setenv(config.EnvNATSURL, "nats://127.0.0.1:1")
+	for _, ttl := range []string{"0.5ns", "0.000001us"} {
+		var stderr bytes.Buffer
+		code := Run([]string{"kv", "set", "k", "v", "--ttl", ttl}, io.Discard, &stderr, Options{})
+		if code != exitUsage || !strings.Contains(stderr.String(), "ttl") || !strings.Contains(stderr.String(), "forever") {
+			t.Errorf("engine kv set --ttl %s = %d, want %d and an error saying the ttl would keep the value forever:\n%s", ttl, code, exitUsage, stderr.String())
+		}
+	}
+}

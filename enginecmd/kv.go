@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/abi-engine/engine/app"
@@ -89,7 +91,20 @@ func (c *command) kvGet(args []string, stdout, stderr io.Writer) int {
 
 func (c *command) kvSet(args []string, stderr io.Writer) int {
 	fs, cf := newFlags("kv set", "kv set KEY [VALUE|-] [flags] (no VALUE or -: read it from stdin)", true, false)
-	ttl := fs.Duration("ttl", 0, "time to live, such as 10m (0: until deleted)")
+	ttl := new(time.Duration)
+	fs.Func("ttl", "time to live, such as 10m (0: until deleted)", func(s string) error {
+		d, err := time.ParseDuration(s)
+		switch {
+		case err != nil:
+			return errors.New("want a duration such as 10m")
+		// A duration below a nanosecond ("0.5ns") parses as 0, which keeps
+		// the value for good: refused as the HTTP API refuses ?ttl=0.5ns.
+		case d == 0 && strings.ContainsAny(s, "123456789"):
+			return fmt.Errorf("%q is below %v and would round to zero, which keeps the value forever", s, ports.MinTTL)
+		}
+		*ttl = d
+		return nil
+	})
 	pos, code, ok := parseArgs(fs, cf, args, stderr, 1, 2)
 	if !ok {
 		return code
