@@ -92,8 +92,8 @@ func TestTheJetStreamAdaptersRunUnderTheEngineUsersPermissions(t *testing.T) {
 // The engine user may reach the default buckets only; a deploy that names
 // another bucket must add its lines (docs/security.md). One that forgot
 // sees what the broker refused in the engine's log, named by subject, as
-// it does for the engine's own connections: the store's calls themselves
-// only time out.
+// it does for the engine's own connections, and the engine refuses to
+// start with an error naming it, well before the store's call timeout.
 func TestABucketThePermissionsDoNotCoverIsNamedInTheEnginesLog(t *testing.T) {
 	d := natstest.StartDeployed(t)
 	dir := t.TempDir()
@@ -129,9 +129,57 @@ services:
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	cancel()
-	if err := <-started; err == nil {
-		r.app.RequireStop()
-		t.Fatal("the engine started on a bucket its user may not reach")
+	select {
+	case err := <-started:
+		if err == nil {
+			r.app.RequireStop()
+			t.Fatal("the engine started on a bucket its user may not reach")
+		}
+		if !strings.Contains(err.Error(), "$JS.API.STREAM.INFO.KV_NOT_PERMITTED") || !strings.Contains(err.Error(), "permissions") {
+			t.Fatalf("the engine refused to start with %q, which names neither the subject refused nor the permission", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the engine still starts 20 s after the broker refused its bucket: the refusal is retried as if it were a timeout")
+	}
+}
+
+// A bucket the engine user's permissions do not cover will never open by
+// trying again: the broker refuses the publish of every attempt. Opening it
+// fails at once, naming the subject refused and the permission, so an
+// engine refuses to start (and a standby to take over) with that message;
+// before, the refusal was retried as if it were a timeout until the
+// call's deadline, while the engine held the lease and answered nothing.
+func TestOpeningABucketThePermissionsDoNotCoverFailsAtOnceNamingTheSubject(t *testing.T) {
+	d := natstest.StartDeployed(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	opens := map[string]func() error{
+		"keyvalue": func() error {
+			s, err := kvjetstream.Open(ctx, kvjetstream.Config{Bucket: "NOT_PERMITTED"}, d.Connect(t, "engine_a"))
+			if err == nil {
+				s.Close()
+			}
+			return err
+		},
+		"objectstorage": func() error {
+			s, err := objjetstream.Open(ctx, objjetstream.Config{Bucket: "NOT_PERMITTED"}, d.Connect(t, "engine_a"))
+			if err == nil {
+				s.Close()
+			}
+			return err
+		},
+	}
+	for name, open := range opens {
+		began := time.Now()
+		err := open()
+		took := time.Since(began)
+		if err == nil {
+			t.Fatalf("%s: opened a bucket the engine user may not reach", name)
+		}
+		// One attempt's deadline is 6 s; the call's default 30 s, the
+		// test's 60 s.
+		if took > 15*time.Second || !strings.Contains(err.Error(), "NOT_PERMITTED") || !strings.Contains(err.Error(), "permissions") {
+			t.Fatalf("%s: the open failed after %v with %q; want at once, naming the subject refused and the permission", name, took, err)
+		}
 	}
 }

@@ -104,6 +104,7 @@ type Bucket struct {
 	streamName string
 	// direct is the subject of direct gets, which every replica answers.
 	direct string
+	kind   kind
 }
 
 // Open finds the key-value bucket, or creates it with the configured
@@ -161,7 +162,7 @@ func open(ctx context.Context, nc *nats.Conn, c Config, k kind) (*Bucket, error)
 	if err != nil {
 		return nil, fmt.Errorf("jetstream bucket %s: %w", c.Bucket, err)
 	}
-	stream, err := openStream(ctx, js, c.Bucket, k)
+	stream, err := openStream(ctx, nc, js, c.Bucket, k)
 	if err != nil {
 		return nil, err
 	}
@@ -171,17 +172,18 @@ func open(ctx context.Context, nc *nats.Conn, c Config, k kind) (*Bucket, error)
 	return &Bucket{
 		nc: nc, js: js, stream: stream, name: c.Bucket, prefix: k.prefix,
 		api: "$JS.API.STREAM.MSG.GET." + k.stream, streamName: k.stream,
-		direct: "$JS.API.DIRECT.GET." + k.stream,
+		direct: "$JS.API.DIRECT.GET." + k.stream, kind: k,
 	}, nil
 }
 
 // openStream returns the bucket's stream, creating the bucket when it is
 // missing. Two engines may create it at once; the loser opens the winner's.
-func openStream(ctx context.Context, js jetstream.JetStream, bucket string, k kind) (jetstream.Stream, error) {
+func openStream(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, bucket string, k kind) (jetstream.Stream, error) {
 	for attempt := 0; ; attempt++ {
 		// A request the stream's leader should answer goes unanswered
 		// while the stream elects one: each attempt has its own deadline.
 		actx, cancel := context.WithTimeout(ctx, 2*attemptTimeout)
+		before := nc.LastError()
 		stream, err := js.Stream(actx, k.stream)
 		if errors.Is(err, jetstream.ErrStreamNotFound) {
 			if err = k.create(actx, js); err == nil {
@@ -191,6 +193,9 @@ func openStream(ctx context.Context, js jetstream.JetStream, bucket string, k ki
 		cancel()
 		if err == nil {
 			return stream, nil
+		}
+		if rerr := refused(nc, before, k); rerr != nil {
+			return nil, fmt.Errorf("jetstream bucket %s: %w", bucket, rerr)
 		}
 		// A loaded cluster may count a peer offline for a moment: placing
 		// a replicated stream then fails until it counts it back.
@@ -305,17 +310,56 @@ func pause(ctx context.Context, attempt int) error {
 // applied everywhere it checks, so an immediate retry could lose again.
 func Settle(ctx context.Context, round int) error { return pause(ctx, round) }
 
+// ErrPermission is a request the NATS server refused because the
+// connection's user may not publish to its subject. No retry heals it.
+var ErrPermission = errors.New("the NATS user's permissions do not allow it")
+
+// violatedSubject reads the subject out of the server's "Permissions
+// Violation for Publish to \"<subject>\"".
+var violatedSubject = regexp.MustCompile(`(?i)publish to "([^"]+)"`)
+
+// refused reports a publish to one of the bucket's subjects that the
+// server refused since before was the connection's last error. The server
+// refuses such a publish with an error of the connection, not an answer,
+// so the request itself only times out, and would be retried as if the
+// stream were electing a leader until the call's deadline: an engine then
+// held the lease without serving, its calls each hanging for the whole
+// call timeout.
+func refused(nc *nats.Conn, before error, k kind) error {
+	last := nc.LastError()
+	if last == nil || last == before || !errors.Is(last, nats.ErrPermissionViolation) {
+		return nil
+	}
+	m := violatedSubject.FindStringSubmatch(last.Error())
+	if m == nil {
+		return nil
+	}
+	subject := m[1]
+	if !strings.HasPrefix(subject, k.prefix) && !strings.HasSuffix(subject, "."+k.stream) && !strings.Contains(subject, "."+k.stream+".") {
+		return nil
+	}
+	return fmt.Errorf("the NATS server refused to let the engine's user publish to %s; add it to the user's publish permissions (docs/security.md): %w", subject, ErrPermission)
+}
+
 // retry runs op until it succeeds, fails for good, or ctx ends. Each
 // attempt has its own deadline within ctx, so one lost reply does not use
-// up the call.
-func retry(ctx context.Context, op func(ctx context.Context) error) error {
+// up the call. A publish the server refused to the connection's user
+// fails at once (refused).
+func (b *Bucket) retry(ctx context.Context, op func(ctx context.Context) error) error {
 	ctx, cancel := callContext(ctx)
 	defer cancel()
 	for attempt := 0; ; attempt++ {
 		actx, acancel := context.WithTimeout(ctx, attemptTimeout)
+		before := b.nc.LastError()
 		err := op(actx)
 		acancel()
-		if err == nil || !transient(err) || ctx.Err() != nil {
+		if err == nil || !transient(err) {
+			return err
+		}
+		if rerr := refused(b.nc, before, b.kind); rerr != nil {
+			return rerr
+		}
+		if ctx.Err() != nil {
 			return err
 		}
 		if perr := pause(ctx, attempt); perr != nil {
@@ -376,7 +420,7 @@ func (b *Bucket) get(ctx context.Context, req any) (*rawMsg, error) {
 		return nil, err
 	}
 	var out *rawMsg
-	err = retry(ctx, func(ctx context.Context) error {
+	err = b.retry(ctx, func(ctx context.Context) error {
 		msg, err := b.nc.RequestWithContext(ctx, b.api, body)
 		if err != nil {
 			return err
@@ -568,7 +612,7 @@ func (b *Bucket) publish(ctx context.Context, token string, m *nats.Msg, expect 
 		rev   uint64
 		tries int
 	)
-	err := retry(ctx, func(ctx context.Context) error {
+	err := b.retry(ctx, func(ctx context.Context) error {
 		tries++
 		ack, err := b.js.PublishMsg(ctx, m, opts...)
 		if err == nil {
@@ -617,7 +661,7 @@ func inFlight(err error) bool {
 // answers, so the list holds every acknowledged write.
 func (b *Bucket) Tokens(ctx context.Context, filter string) ([]string, error) {
 	var subjects map[string]uint64
-	err := retry(ctx, func(ctx context.Context) error {
+	err := b.retry(ctx, func(ctx context.Context) error {
 		info, err := b.stream.Info(ctx, jetstream.WithSubjectFilter(b.prefix+filter))
 		if err != nil {
 			return err
@@ -756,7 +800,7 @@ type scanned struct {
 func (b *Bucket) batch(ctx context.Context, from uint64, filter string) ([]scanned, error) {
 	body, _ := json.Marshal(map[string]any{"seq": from, "next_by_subj": filter, "batch": scanBatch, "max_bytes": scanBytes}) // plain values always encode
 	var out []scanned
-	err := retry(ctx, func(ctx context.Context) error {
+	err := b.retry(ctx, func(ctx context.Context) error {
 		out = out[:0]
 		inbox := b.nc.NewRespInbox()
 		sub, err := b.nc.SubscribeSync(inbox)
@@ -804,7 +848,7 @@ func (b *Bucket) batch(ctx context.Context, from uint64, filter string) ([]scann
 // Purge removes every message of the keys under filter, leaving no
 // markers.
 func (b *Bucket) Purge(ctx context.Context, filter string) error {
-	err := retry(ctx, func(ctx context.Context) error {
+	err := b.retry(ctx, func(ctx context.Context) error {
 		return b.stream.Purge(ctx, jetstream.WithPurgeSubject(b.prefix+filter))
 	})
 	if err != nil {
@@ -816,7 +860,7 @@ func (b *Bucket) Purge(ctx context.Context, filter string) error {
 // PurgeBelow removes the messages of the keys under filter whose revision
 // is below rev, leaving no markers and every later write.
 func (b *Bucket) PurgeBelow(ctx context.Context, filter string, rev uint64) error {
-	err := retry(ctx, func(ctx context.Context) error {
+	err := b.retry(ctx, func(ctx context.Context) error {
 		return b.stream.Purge(ctx, jetstream.WithPurgeSubject(b.prefix+filter), jetstream.WithPurgeSequence(rev))
 	})
 	if err != nil {
