@@ -451,11 +451,15 @@ func (l *Lease) Delete(ctx context.Context, rev uint64) error {
 }
 
 // WaitForChange watches the key, so a change is seen as soon as the broker
-// delivers it. The watch lives on its own context: cancelling a watch's
-// context closes its updates, which would read like the end of the initial
-// values.
+// delivers it. The watch is made and lives on ctx, so a caller that stops
+// (a standby shutting down) is not held while the broker makes the watch's
+// consumer. Cancelling a watch's context closes its updates: a closed watch
+// whose context has ended reports the context's error.
 func (l *Lease) WaitForChange(ctx context.Context, rev uint64, timeout time.Duration) (domain.Record, error) {
-	w, err := l.kv.Watch(context.Background(), Key)
+	w, err := l.kv.Watch(ctx, Key)
+	if err != nil && ctx.Err() != nil {
+		return domain.Record{}, ctx.Err()
+	}
 	if l.recreateIfGone(ctx, err) {
 		return domain.Record{}, nil
 	}
@@ -474,6 +478,9 @@ func (l *Lease) WaitForChange(ctx context.Context, rev uint64, timeout time.Dura
 			return l.Read(ctx)
 		case e, ok := <-w.Updates():
 			if !ok {
+				if ctx.Err() != nil {
+					return domain.Record{}, ctx.Err()
+				}
 				return domain.Record{}, errors.New("watch lease: the watch closed")
 			}
 			if e == nil {
