@@ -278,7 +278,12 @@ func (e *Engine) Start(ctx context.Context) (err error) {
 	if e.leaseConn, err = e.connect("abi-engine lease"); err != nil {
 		return err
 	}
-	lease, err := jetstream.Open(ctx, e.leaseConn, jetstream.Options{Replicas: cfg.NATS.Engine.BucketReplicas})
+	// A serving engine refuses a lease bucket on fewer replicas than
+	// configured; an engine of role auto (a command) uses the bucket the
+	// account has, with a warning.
+	lease, err := jetstream.Open(ctx, e.leaseConn, jetstream.Options{
+		Replicas: cfg.NATS.Engine.BucketReplicas, RequireReplicas: role == domain.RoleServe, Logger: e.log,
+	})
 	if err != nil {
 		return err
 	}

@@ -84,7 +84,8 @@ type Engine struct {
 	StandbyTimeoutSeconds int    `yaml:"standby_timeout_seconds"`
 	DrainSeconds          int    `yaml:"drain_seconds"`
 	// BucketReplicas is the lease bucket's replica count: 1, or 3 on a
-	// clustered JetStream.
+	// clustered JetStream. It applies when the bucket is made; a serving
+	// engine refuses a bucket on fewer replicas.
 	BucketReplicas int `yaml:"bucket_replicas"`
 	// HotStandby makes an engine that finds a live holder wait, backends
 	// open, instead of failing, and take over when the holder dies.

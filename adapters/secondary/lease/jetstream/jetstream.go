@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -32,8 +33,18 @@ var _ ports.Lease = (*Lease)(nil)
 type Options struct {
 	// Bucket defaults to DefaultBucket.
 	Bucket string
-	// Replicas is 1 or 3; 0 means 1. It applies when the bucket is created.
+	// Replicas is 1 or 3; 0 means 1. It applies when the bucket is
+	// created; see RequireReplicas for one that exists.
 	Replicas int
+	// RequireReplicas refuses an existing bucket kept on fewer replicas
+	// than Replicas, naming both counts: a serving engine configured for
+	// three must not run on one. Without it, such a bucket is used with a
+	// warning. A bucket on more replicas than Replicas is used either way,
+	// so a command run with the default configuration (one replica) works
+	// against a bucket on three.
+	RequireReplicas bool
+	// Logger, when set, tells of a bucket used on another replica count.
+	Logger *slog.Logger
 }
 
 // Lease is the lease on a JetStream bucket. Give it a connection of its own,
@@ -66,8 +77,8 @@ func (l *Lease) behind(rev uint64) bool {
 }
 
 // Open finds the bucket, or creates it with a history of one, refuses one
-// whose values expire (checkSettings), and compacts it if it never held a
-// message (startAboveTerms).
+// whose values expire, or on fewer replicas than required (checkSettings),
+// and compacts it if it never held a message (startAboveTerms).
 func Open(ctx context.Context, nc *nats.Conn, opts Options) (*Lease, error) {
 	if opts.Bucket == "" {
 		opts.Bucket = DefaultBucket
@@ -105,7 +116,7 @@ func Open(ctx context.Context, nc *nats.Conn, opts Options) (*Lease, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lease bucket %s: %w", opts.Bucket, err)
 	}
-	if err := l.checkSettings(ctx); err != nil {
+	if err := l.checkSettings(ctx, opts); err != nil {
 		return nil, err
 	}
 	// This waits for the stream's leader too: a replicated stream just
@@ -129,8 +140,16 @@ func Open(ctx context.Context, nc *nats.Conn, opts Options) (*Lease, error) {
 // time, so it never serves; a standby or a new engine finds the lease free
 // meanwhile and takes it from a holder that is alive. The lease frees
 // itself only by its holder's silence, judged on the engines' clocks (ADR
-// 0002), never by the server's. Nothing is changed in the bucket.
-func (l *Lease) checkSettings(ctx context.Context) error {
+// 0002), never by the server's.
+//
+// The replica count applies only when the bucket is made. A bucket kept on
+// fewer replicas than the configured count (made by an engine configured
+// otherwise, or by hand) loses the lease's record, and every engine's
+// fencing, with one server where three were asked for: it is refused with
+// opts.RequireReplicas, naming both counts, and used with a warning
+// otherwise. One on more replicas is used, with a note. Nothing is changed
+// in the bucket.
+func (l *Lease) checkSettings(ctx context.Context, opts Options) error {
 	st, err := l.leaderInfo(ctx)
 	if err != nil {
 		return fmt.Errorf("lease bucket %s: %w", l.config.Bucket, err)
@@ -138,6 +157,18 @@ func (l *Lease) checkSettings(ctx context.Context) error {
 	if age := st.CachedInfo().Config.MaxAge; age != 0 {
 		return fmt.Errorf("%w: lease bucket %s has a bucket TTL (max_age) of %v, the lease needs none: remove it, or delete the bucket for the engine to make it (nothing was changed)",
 			domain.ErrInvalidConfig, l.config.Bucket, age)
+	}
+	has, want := max(st.CachedInfo().Config.Replicas, 1), l.config.Replicas
+	switch {
+	case has < want && opts.RequireReplicas:
+		return fmt.Errorf("%w: lease bucket %s has %d replica(s), nats.engine.bucket_replicas is %d: raise the bucket's (nats stream edit %s --replicas %d) or lower bucket_replicas to %d (nothing was changed)",
+			domain.ErrInvalidConfig, l.config.Bucket, has, want, l.stream, want, has)
+	case has < want && opts.Logger != nil:
+		opts.Logger.Warn("the lease bucket has fewer replicas than nats.engine.bucket_replicas; using it as it is",
+			"bucket", l.config.Bucket, "replicas", has, "bucket_replicas", want)
+	case has > want && opts.Logger != nil:
+		opts.Logger.Info("the lease bucket has more replicas than nats.engine.bucket_replicas; using it as it is",
+			"bucket", l.config.Bucket, "replicas", has, "bucket_replicas", want)
 	}
 	return nil
 }
