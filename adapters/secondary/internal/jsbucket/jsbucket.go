@@ -105,6 +105,8 @@ type Bucket struct {
 	// direct is the subject of direct gets, which every replica answers.
 	direct string
 	kind   kind
+	// replicas is how many servers keep the bucket.
+	replicas int
 }
 
 // Open finds the key-value bucket, or creates it with the configured
@@ -172,7 +174,7 @@ func open(ctx context.Context, nc *nats.Conn, c Config, k kind) (*Bucket, error)
 	return &Bucket{
 		nc: nc, js: js, stream: stream, name: c.Bucket, prefix: k.prefix,
 		api: "$JS.API.STREAM.MSG.GET." + k.stream, streamName: k.stream,
-		direct: "$JS.API.DIRECT.GET." + k.stream, kind: k,
+		direct: "$JS.API.DIRECT.GET." + k.stream, kind: k, replicas: c.Replicas,
 	}, nil
 }
 
@@ -601,7 +603,7 @@ func (b *Bucket) Publish(ctx context.Context, token string, m *nats.Msg, expect 
 
 // publish sends m with a message id of its own, so a retry after a lost
 // acknowledgement is not stored twice, and a conditional write whose
-// acknowledgement was lost is recognised by its id on the key.
+// acknowledgement was lost is recognised by its id (storedEarlier).
 func (b *Bucket) publish(ctx context.Context, token string, m *nats.Msg, expect *uint64) (uint64, error) {
 	id := nuid.Next()
 	opts := []jetstream.PublishOpt{jetstream.WithMsgID(id)}
@@ -630,12 +632,63 @@ func (b *Bucket) publish(ctx context.Context, token string, m *nats.Msg, expect 
 		return 0, err
 	}
 	if tries > 1 {
-		// An earlier attempt may have been stored with its reply lost.
+		// An earlier attempt may have been stored with its reply lost. A
+		// replicated stream checks the message id first, and answers a
+		// resend of a stored write as its duplicate: this resend met an
+		// attempt stored meanwhile, or none, and the key's last message
+		// tells. A single-replica stream checks the revision first, so it
+		// refuses the resend of a stored write, and another write may have
+		// come after ours since: the key's last message need not be ours.
 		if last, lerr := b.Last(ctx, token); lerr == nil && last.id == id {
 			return last.Revision, nil
 		}
+		if b.replicas == 1 {
+			return b.storedEarlier(ctx, m, id, err)
+		}
 	}
 	return 0, fmt.Errorf("%w: %w", ErrConflict, err)
+}
+
+// wrongLastMsgID is the stream's refusal of a write whose expected last
+// message id is not the stream's.
+const wrongLastMsgID jetstream.ErrorCode = 10070
+
+// storedEarlier tells whether an earlier attempt of the write m, under the
+// message id id, was stored, after a resend to a single-replica stream was
+// refused on the revision (refused). It sends m once more under id, expecting a last message id
+// no stream has: a stream that stored the write within its duplicate
+// window (two minutes) answers the duplicate, with its revision, since it
+// checks message ids first; one that did not refuses it on the last
+// message id, and stores nothing. The write is then a conflict. An answer
+// that says neither leaves the outcome unknown, which is reported as an
+// error that is not a conflict: a conflict tells the caller that nothing
+// was written.
+func (b *Bucket) storedEarlier(ctx context.Context, m *nats.Msg, id string, refused error) (uint64, error) {
+	// The write's own expectation of the key's revision goes: the stream
+	// would refuse on it before it looks at the message id.
+	probe := nats.NewMsg(m.Subject)
+	probe.Data = m.Data
+	for k, v := range m.Header {
+		if k != jetstream.ExpectedLastSubjSeqHeader {
+			probe.Header[k] = v
+		}
+	}
+	var ack *jetstream.PubAck
+	err := b.retry(ctx, func(ctx context.Context) error {
+		var err error
+		ack, err = b.js.PublishMsg(ctx, probe, jetstream.WithMsgID(id), jetstream.WithExpectLastMsgID(nuid.Next()))
+		return err
+	})
+	switch {
+	case err == nil && ack.Duplicate:
+		return ack.Sequence, nil
+	case isAPICode(err, wrongLastMsgID):
+		return 0, fmt.Errorf("%w: %w", ErrConflict, refused)
+	case err == nil:
+		// Not possible: the expected last message id is no stream's.
+		return 0, fmt.Errorf("a resend to learn whether the write was stored was stored as a new write at revision %d (it was refused: %w)", ack.Sequence, refused)
+	}
+	return 0, fmt.Errorf("whether the write was stored is unknown: a resend was refused (%w), and asking again failed: %w", refused, err)
 }
 
 // isConflict matches a refused revision: 10071, which the stream decides
