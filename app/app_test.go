@@ -117,6 +117,43 @@ func TestARolloutWithLocalBackendsIsRefusedBeforeAnythingOpens(t *testing.T) {
 	assertNothingOpened(t, s, cfg.DataDir)
 }
 
+// The refusal of a rollout on local backends must say where the rollout id
+// came from, as every other configuration error does: an ABI_ROLLOUT_ID
+// left exported in a shell refuses even `engine kv get`, and an operator
+// who reads only `rollout "r7" needs shared backends` cannot tell which of
+// the file and the environment to change.
+func TestARefusedRolloutNamesWhereItsIDCameFrom(t *testing.T) {
+	for _, tc := range []struct {
+		name, file string
+		env        map[string]string
+		want       string
+	}{
+		{"FromTheEnvironment", "data_dir: DIR\n", map[string]string{config.EnvRolloutID: "r7"},
+			`engine.yaml: nats.engine.rollout_id (from ABI_ROLLOUT_ID): rollout "r7" needs shared backends, but keyvalue keeps its data in SQLite at `},
+		{"FromTheFile", "data_dir: DIR\nnats:\n  engine:\n    rollout_id: r7\n", nil,
+			`engine.yaml line 4: nats.engine.rollout_id: rollout "r7" needs shared backends, but keyvalue keeps its data in SQLite at `},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "data")
+			cfg, err := config.Parse("engine.yaml", []byte(strings.ReplaceAll(tc.file, "DIR", dir)), func(k string) string { return tc.env[k] })
+			if err != nil {
+				t.Fatalf("config: %v", err)
+			}
+			built, err := app.BuildStorage(cfg)
+			if err != nil {
+				t.Fatalf("BuildStorage: %v", err)
+			}
+			err = app.CheckStorage(cfg, built)
+			if !errors.Is(err, storagepolicy.ErrLocalBackends) || !errors.Is(err, domain.ErrInvalidConfig) {
+				t.Fatalf("CheckStorage: %v, want an invalid configuration that matches ErrLocalBackends", err)
+			}
+			if !strings.HasPrefix(err.Error(), tc.want) {
+				t.Fatalf("CheckStorage:\n got %s\nwant it to begin %s", err, tc.want)
+			}
+		})
+	}
+}
+
 // assertNothingOpened checks that no file was made under dir, no client
 // ever connected to the broker, and the lease bucket does not exist.
 func assertNothingOpened(t *testing.T, s *server.Server, dir string) {

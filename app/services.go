@@ -83,12 +83,18 @@ func natsOptions(cfg *config.Config, url, name string) natsconn.Options {
 
 // CheckStorage is the shared-backend check: a serving engine with a rollout
 // id refuses local backends, before anything opens or the lease is touched.
-// A client engine owns no service, so it passes.
+// A client engine owns no service, so it passes. The refusal is an error
+// about nats.engine.rollout_id that says where the id came from (the file's
+// line, or ABI_ROLLOUT_ID): the operator changes either the backends it
+// names or that.
 func CheckStorage(cfg *config.Config, built []storage.Built) error {
 	if cfg.Role() == domain.RoleClient {
 		return nil
 	}
-	return storagepolicy.Check(cfg.NATS.Engine.RolloutID, storage.Declarations(built))
+	if err := storagepolicy.Check(cfg.NATS.Engine.RolloutID, storage.Declarations(built)); err != nil {
+		return cfg.ErrorAt("nats.engine.rollout_id", err)
+	}
+	return nil
 }
 
 // local are the opened backends, by service.

@@ -366,6 +366,13 @@ func (c *Config) SetBy(key, source string) {
 	c.fromEnv[key] = source
 }
 
+// ErrorAt is err as an error about key, saying where the key's value came
+// from (the file's line, or the variable or flag that set it), as every
+// error of the configuration does. It matches domain.ErrInvalidConfig and
+// err. It is for checks made after loading, such as the shared-backend
+// check, which judge a value the configuration holds.
+func (c *Config) ErrorAt(key string, err error) error { return c.errAt(key, err) }
+
 // errAt builds an error about a key, saying where its value came from.
 func (c *Config) errAt(key string, err error) error {
 	if env, ok := c.fromEnv[key]; ok {
