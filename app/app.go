@@ -71,12 +71,17 @@ func engineStorage(cfg *config.Config) (*storageConns, []storage.Built, error) {
 // fails fx.New before anything opens), the HTTP API's port, the engine's
 // lifecycle, then the HTTP API and the activity log. Extra options, such as modules, are added
 // to it.
+//
+// fx runs the invokes of every fx.Module before those of the graph that
+// holds it, in the order the modules were given: the check is a module of
+// its own, given first, so it runs before the invokes of any module a
+// program adds, which may open files and connections of their own.
 func Graph(o Options, extra ...fx.Option) fx.Option {
 	me := domain.ThisProcess(o.Version, o.Config.NATS.Engine.RolloutID)
 	return fx.Options(
 		fx.Supply(o, o.Config, me, o.Logger.With("instance", me.InstanceID)),
 		fx.Provide(engineStorage, newEngine),
-		fx.Invoke(CheckStorage),
+		fx.Module("shared-backend-check", fx.Invoke(CheckStorage)),
 		bindHTTP(),
 		fx.Invoke(func(lc fx.Lifecycle, e *Engine) { lc.Append(fx.StartStopHook(e.Start, e.Stop)) }),
 		callerCheckWarning(),

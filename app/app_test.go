@@ -117,6 +117,26 @@ func TestARolloutWithLocalBackendsIsRefusedBeforeAnythingOpens(t *testing.T) {
 	assertNothingOpened(t, s, cfg.DataDir)
 }
 
+// A program's modules are fx options of any kind (enginecmd.Options), and
+// fx runs the invokes of an fx.Module before those of the graph around it.
+// The shared-backend check must still come first: a refused rollout runs
+// none of a program's code, which may open its own files and connections,
+// just as it opens none of the engine's.
+func TestARefusedRolloutRunsNoInvokeOfAProgramsModule(t *testing.T) {
+	s := natstest.StartServer(t)
+	cfg := testConfig(t, s.ClientURL(), "serve", "r7", "")
+	ran := false
+	team := fx.Module("team", fx.Invoke(func(*app.Engine) { ran = true }))
+	err := fx.New(app.Graph(options(cfg), team), fx.NopLogger).Err()
+	if !errors.Is(err, storagepolicy.ErrLocalBackends) {
+		t.Fatalf("fx.New error %v, want ErrLocalBackends", err)
+	}
+	if ran {
+		t.Fatalf("the invoke of a program's fx.Module ran before the rollout was refused")
+	}
+	assertNothingOpened(t, s, cfg.DataDir)
+}
+
 // The refusal of a rollout on local backends must say where the rollout id
 // came from, as every other configuration error does: an ABI_ROLLOUT_ID
 // left exported in a shell refuses even `engine kv get`, and an operator
