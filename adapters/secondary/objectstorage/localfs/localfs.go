@@ -42,13 +42,17 @@ const (
 	// staleTemp is the age past which Open removes a temporary file left by
 	// a crashed Put; no Put runs that long without writing.
 	staleTemp = 24 * time.Hour
+	// tempPrefix begins the name of every temporary file a Put makes, and
+	// of no other file Open removes.
+	tempPrefix = "put-"
 	// trailerLenSize is the size of the trailer's length field.
 	trailerLenSize = 8
 )
 
 // Config is the localfs adapter's block under services.object_storage.config.
 type Config struct {
-	// Path is the directory the objects live under.
+	// Path is the directory the objects live under: the store keeps its
+	// files in objects/, tmp/ and locks/ there, and touches nothing else.
 	Path string `yaml:"path"`
 }
 
@@ -80,7 +84,8 @@ type trailer struct {
 }
 
 // Open checks the config, creates the directories and removes temporary
-// files that crashed Puts left behind.
+// files that crashed Puts left behind (put-* in tmp/, a day old), and no
+// other file.
 func Open(_ context.Context, c Config) (*Store, error) {
 	if c.Path == "" {
 		return nil, fmt.Errorf("object_storage.config.path is empty: %w", ports.ErrInvalidArgument)
@@ -96,6 +101,11 @@ func Open(_ context.Context, c Config) (*Store, error) {
 		return nil, fmt.Errorf("read %q: %w", filepath.Join(c.Path, tmpDir), err)
 	}
 	for _, e := range entries {
+		// Only a Put's own files: the directory is the operator's, and
+		// what else is in tmp/ is none of the store's business.
+		if !e.Type().IsRegular() || !strings.HasPrefix(e.Name(), tempPrefix) {
+			continue
+		}
 		if info, err := e.Info(); err == nil && time.Since(info.ModTime()) > staleTemp {
 			os.Remove(filepath.Join(c.Path, tmpDir, e.Name()))
 		}
@@ -159,7 +169,7 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, opts ports.Put
 	if err := objkey.CheckPut(key, opts); err != nil {
 		return ports.ObjectInfo{}, err
 	}
-	tmp, err := os.CreateTemp(filepath.Join(s.root, tmpDir), "put-*")
+	tmp, err := os.CreateTemp(filepath.Join(s.root, tmpDir), tempPrefix+"*")
 	if err != nil {
 		return ports.ObjectInfo{}, fmt.Errorf("put %q: %w", key, err)
 	}

@@ -78,6 +78,38 @@ func TestOpenNeedsAPath(t *testing.T) {
 	}
 }
 
+// Open clears away the temporary files crashed Puts left, and only those:
+// the path is the operator's directory, and a tmp directory under it may
+// hold files of their own (path: /srv/data, whose tmp/ another program
+// uses; path: /, whose tmp/ is the host's). Before, every file there older
+// than a day was removed at each open, whoever had put it there.
+func TestOpenRemovesOnlyTheStaleFilesOfItsOwnPuts(t *testing.T) {
+	root := t.TempDir()
+	tmp := filepath.Join(root, "tmp")
+	if err := os.MkdirAll(tmp, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-48 * time.Hour)
+	for _, name := range []string{"put-1234", "notes.txt", "report.pdf"} {
+		p := filepath.Join(tmp, name)
+		if err := os.WriteFile(p, []byte(name), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(p, old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	open(t, root)
+	if _, err := os.Stat(filepath.Join(tmp, "put-1234")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the stale file of a crashed Put is still there (%v)", err)
+	}
+	for _, name := range []string{"notes.txt", "report.pdf"} {
+		if b, err := os.ReadFile(filepath.Join(tmp, name)); err != nil || string(b) != name {
+			t.Errorf("Open removed or changed %s, which no Put made: %q, %v", name, b, err)
+		}
+	}
+}
+
 // endsContext cancels its context as it reaches the end of its data.
 type endsContext struct {
 	r      io.Reader
