@@ -121,6 +121,20 @@ func (s *Store) hashName(key string) string {
 	return hex.EncodeToString(sum[:])
 }
 
+// isObjectName reports whether name is one hashName makes: 64 lowercase
+// hex digits.
+func isObjectName(name string) bool {
+	if len(name) != hex.EncodedLen(sha256.Size) {
+		return false
+	}
+	for _, c := range []byte(name) {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
 func (s *Store) path(key string) string {
 	return filepath.Join(s.root, objectsDir, s.hashName(key))
 }
@@ -400,6 +414,13 @@ func (s *Store) List(ctx context.Context, prefix string, limit int, cursor strin
 	for _, e := range entries {
 		if err := ctx.Err(); err != nil {
 			return nil, "", fmt.Errorf("list %q: %w", prefix, err)
+		}
+		// An object is a file named by its key's hash. Anything else was
+		// put there by someone other than a Put (a .DS_Store, an NFS
+		// client's .nfsXXXX) and is no object: read as one, it would fail
+		// every listing.
+		if !e.Type().IsRegular() || !isObjectName(e.Name()) {
+			continue
 		}
 		f, err := os.Open(filepath.Join(dir, e.Name()))
 		if errors.Is(err, fs.ErrNotExist) {

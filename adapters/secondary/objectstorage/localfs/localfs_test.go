@@ -163,6 +163,49 @@ func TestADeleteWhoseContextEndedLeavesTheObject(t *testing.T) {
 	}
 }
 
+// Objects are files named by the hash of their key; the directory may hold
+// other entries no Put made: the .DS_Store a Mac's Finder leaves where the
+// operator looked, the .nfsXXXX an NFS client keeps for a file removed
+// while open. List must leave them out and list the objects. Before, the
+// first such file failed every List of every caller, for good.
+func TestAListingSkipsFilesThatAreNoObjects(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir)
+	ctx := t.Context()
+	for _, k := range []string{"a", "b"} {
+		if _, err := s.Put(ctx, k, strings.NewReader(k), ports.PutObjectOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	objects := filepath.Join(dir, "objects")
+	if err := os.WriteFile(filepath.Join(objects, ".DS_Store"), []byte("\x00\x00\x00\x01Bud1\x00\x00\x10\x00"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(objects, "lost+found"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// A copy of a's file under another name, as an NFS client keeps one.
+	sum := sha256.Sum256([]byte("a"))
+	b, err := os.ReadFile(filepath.Join(objects, hex.EncodeToString(sum[:])))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(objects, ".nfs0000000000a1b2c300000001"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	infos, next, err := s.List(ctx, "", 10, "")
+	if err != nil {
+		t.Fatalf("List: %v", err)
+	}
+	var keys []string
+	for _, info := range infos {
+		keys = append(keys, info.Key)
+	}
+	if strings.Join(keys, ",") != "a,b" || next != "" {
+		t.Fatalf("listed %q (next %q), want a and b", keys, next)
+	}
+}
+
 // A store from before keys were held to have no NUL may hold one such key.
 // No call reaches it, and List leaves it out: as the last key of a page it
 // would be the cursor, which the next List refuses, and the listing could
