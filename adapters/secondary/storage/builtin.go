@@ -103,12 +103,9 @@ func onNATS[C interface {
 	Check(prefix string) error
 }, S io.Closer](service, name string, open func(context.Context, C, *nats.Conn) (S, error)) {
 	register(service, name, reflect.TypeFor[C](), func(b Block, env Env) (Built, error) {
-		c, err := decodeConfig[C](b, env)
+		c, err := decodeConfig[C](b, env) // checks c too (Checker)
 		if err != nil {
 			return Built{}, err
-		}
-		if err := c.Check(b.Key + ".config"); err != nil {
-			return Built{}, configError(b.Key+".config", err)
 		}
 		return Built{
 			Declaration: storagepolicy.Declaration{Service: b.Service, Adapter: b.Adapter, Storage: c},

@@ -75,6 +75,17 @@ type Defaulter interface {
 	Default(dataDir string)
 }
 
+// Checker is implemented by an adapter's Config that can tell from its
+// settings alone that the store cannot open: a setting it needs is empty
+// or malformed (a DSN, a bucket, a host, a file). The registry calls it
+// after Default, so `engine config check` and the engine's start refuse
+// the block before anything opens, rather than once the engine holds the
+// lease or stands by. prefix is the block's config key, such as
+// "services.keyvalue.config", for the error to name the setting by.
+type Checker interface {
+	Check(prefix string) error
+}
+
 // Off is the adapter name that switches a service off: the engine neither
 // owns nor serves it. No adapter may register under it.
 const Off = "off"
@@ -114,7 +125,8 @@ var portTypes = map[string]reflect.Type{
 // C is the adapter's configuration, a struct: the block's config decodes
 // into it strictly (yaml tags in snake_case name the keys; an unknown key
 // is an error naming it and its line), *C fills defaults if it implements
-// Defaulter, C.LocalStorage answers the shared-backend check, and fields
+// Defaulter, C refuses settings it cannot open with if it implements
+// Checker, C.LocalStorage answers the shared-backend check, and fields
 // tagged secret:"true" are masked wherever the configuration is shown.
 // open opens the store; what it returns must implement the service's port
 // and is closed when the engine stops.
@@ -169,8 +181,8 @@ func register(service, name string, config reflect.Type, f factory) {
 	registry[k] = entry{build: f, config: config}
 }
 
-// decodeConfig decodes a block's config into a fresh C and fills its
-// defaults.
+// decodeConfig decodes a block's config into a fresh C, fills its
+// defaults and checks it (Checker).
 func decodeConfig[C any](b Block, env Env) (C, error) {
 	var c C
 	if err := decode(b.Config, &c, b.Key+".config"); err != nil {
@@ -178,6 +190,11 @@ func decodeConfig[C any](b Block, env Env) (C, error) {
 	}
 	if d, ok := any(&c).(Defaulter); ok {
 		d.Default(env.DataDir)
+	}
+	if ch, ok := any(c).(Checker); ok {
+		if err := ch.Check(b.Key + ".config"); err != nil {
+			return c, configError(b.Key+".config", err)
+		}
 	}
 	return c, nil
 }

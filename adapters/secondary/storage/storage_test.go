@@ -141,6 +141,41 @@ func TestSharedBackendsPassTheCheckWithoutConnecting(t *testing.T) {
 	}
 }
 
+// A setting an adapter cannot open with (no DSN, bucket, host or file; a
+// path SQLite misreads; a cache prefix no key fits after) is refused when
+// the configuration is built, naming its key, as
+// `engine config check` promises before a deploy: a ${VAR} missing from a
+// deploy's Secret leaves it empty. Before, such a block passed the check
+// and the engine claimed the lease, or stood by, and then failed to open.
+func TestMissingRequiredSettingsAreRefusedBeforeAnythingOpens(t *testing.T) {
+	for _, c := range []struct {
+		service, adapter, config, want string
+	}{
+		{ports.ServiceKeyValue, "postgres", `{dsn: "", table: kv}`, "services.keyvalue.config.dsn is empty"},
+		{ports.ServiceDocument, "postgres", `{table: docs}`, "services.document.config.dsn is empty"},
+		{ports.ServiceKeyValue, "postgres", `{dsn: "postgres://u:p@127.0.0.1:1/x", table: "Bad-Name"}`, "services.keyvalue.config.table"},
+		{ports.ServiceObjectStorage, "s3", `{endpoint: "http://127.0.0.1:1"}`, "services.object_storage.config.bucket is empty"},
+		{ports.ServiceObjectStorage, "s3", `{bucket: b, access_key: a}`, "services.object_storage.config.access_key and secret_key"},
+		{ports.ServiceVectorStore, "qdrant", `{port: 6334}`, "services.vector_store.config.host is empty"},
+		{ports.ServiceVectorStore, "qdrant", `{host: q, port: 70000}`, "services.vector_store.config.port"},
+		{ports.ServiceSecret, "dotenv", `{path: ""}`, "services.secret.config.path is empty"},
+		{ports.ServiceKeyValue, "sqlite", `{path: "kv.sqlite?mode=memory"}`, "services.keyvalue.config.path"},
+		{ports.ServiceVectorStore, "sqlite", `{path: "v.sqlite?x"}`, "services.vector_store.config.path"},
+		{ports.ServiceCache, "keyvalue", `{prefix: "` + strings.Repeat("p", 1000) + `"}`, "services.cache.config.prefix is 1000 bytes"},
+	} {
+		b := block(c.service, c.adapter)
+		b.Config = node(t, c.config)
+		blocks := []storage.Block{b}
+		if c.service == ports.ServiceCache {
+			blocks = []storage.Block{block(ports.ServiceKeyValue, "memory"), b}
+		}
+		_, err := storage.Build(blocks, t.TempDir())
+		if !errors.Is(err, domain.ErrInvalidConfig) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Build %s %s %s: err %v, want an invalid configuration naming %q", c.service, c.adapter, c.config, err, c.want)
+		}
+	}
+}
+
 func TestAdapterSettingsAreStrict(t *testing.T) {
 	b := block(ports.ServiceVectorStore, "sqlite")
 	b.Config = node(t, "path: x.db\npth: y.db\n")
@@ -353,7 +388,7 @@ func TestCacheTiersAreAsLocalAsTheirService(t *testing.T) {
 		{"shared registered keyvalue", farKV("''"), "keyvalue", ""},
 		{"local registered keyvalue", farKV("somewhere here"), "keyvalue", "keyvalue tier on the keyvalue service: somewhere here"},
 		{"localfs objects", block(ports.ServiceObjectStorage, "localfs"), "object_storage", "object_storage tier on the object_storage service: files under " + dataDir + "/objects"},
-		{"memory cache", block(ports.ServiceDocument, "postgres"), "memory", "this process"},
+		{"memory cache", func() storage.Block { b := block(ports.ServiceDocument, "postgres"); b.Config = pg.Config; return b }(), "memory", "this process"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			built, err := storage.Build([]storage.Block{c.service, block(ports.ServiceCache, c.tier)}, dataDir)

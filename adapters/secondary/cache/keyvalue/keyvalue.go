@@ -55,19 +55,34 @@ func Open(_ context.Context, c Config, kv ports.KeyValue) (*Store, error) {
 	if kv == nil {
 		return nil, fmt.Errorf("cache keyvalue tier: no keyvalue store: %w", ports.ErrInvalidArgument)
 	}
-	prefix := c.Prefix
-	if prefix == "" {
-		prefix = DefaultPrefix
-	}
-	if err := storecheck.Key("cache.config.prefix", prefix); err != nil {
+	if err := c.Check("cache.config"); err != nil {
 		return nil, err
+	}
+	return &Store{kv: kv, prefix: c.prefix()}, nil
+}
+
+// prefix is the configured prefix, or DefaultPrefix.
+func (c Config) prefix() string {
+	if c.Prefix == "" {
+		return DefaultPrefix
+	}
+	return c.Prefix
+}
+
+// Check refuses a prefix no key could be stored under, naming it under
+// key: the registry calls it when the configuration is built, before
+// anything opens, and Open calls it too.
+func (c Config) Check(key string) error {
+	prefix := c.prefix()
+	if err := storecheck.Key(key+".prefix", prefix); err != nil {
+		return err
 	}
 	// A long key is stored under its hash after the prefix: that must fit
 	// too, or every long key would be refused as if it were at fault.
 	if most := storecheck.MaxKey - len("h:") - hex.EncodedLen(sha256.Size); len(prefix) > most {
-		return nil, fmt.Errorf("cache.config.prefix is %d bytes, more than the %d that leave room for a key's hash: %w", len(prefix), most, ports.ErrInvalidArgument)
+		return fmt.Errorf("%s.prefix is %d bytes, more than the %d that leave room for a key's hash: %w", key, len(prefix), most, ports.ErrInvalidArgument)
 	}
-	return &Store{kv: kv, prefix: prefix}, nil
+	return nil
 }
 
 // Close leaves the key-value store open.

@@ -37,6 +37,19 @@ type Config struct {
 // server, so nothing stays on this host.
 func (Config) LocalStorage() string { return "" }
 
+// Check refuses, without connecting, the settings Open cannot work with,
+// naming each under prefix: the registry calls it when the configuration
+// is built, before anything opens.
+func (c Config) Check(prefix string) error {
+	if c.DSN == "" {
+		return fmt.Errorf("%s.dsn is empty: %w", prefix, ports.ErrInvalidArgument)
+	}
+	if c.Table != "" {
+		return storecheck.Table(prefix+".table", c.Table)
+	}
+	return nil
+}
+
 // Store is a pool of connections to the tables.
 type Store struct {
 	pool        *pgxpool.Pool

@@ -86,6 +86,19 @@ type Config struct {
 // bucket over the network.
 func (Config) LocalStorage() string { return "" }
 
+// Check refuses, without connecting, the settings Open cannot work with,
+// naming each under prefix: the registry calls it when the configuration
+// is built, before anything opens.
+func (c Config) Check(prefix string) error {
+	if c.Bucket == "" {
+		return fmt.Errorf("%s.bucket is empty: %w", prefix, ports.ErrInvalidArgument)
+	}
+	if (c.AccessKey == "") != (c.SecretKey == "") {
+		return fmt.Errorf("%s.access_key and secret_key must be set together: %w", prefix, ports.ErrInvalidArgument)
+	}
+	return nil
+}
+
 // Store is a bucket seen as a ports.ObjectStorage.
 type Store struct {
 	client *s3.Client

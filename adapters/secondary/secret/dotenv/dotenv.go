@@ -43,6 +43,15 @@ type Config struct {
 // count as data kept on one host.
 func (Config) LocalStorage() string { return "" }
 
+// Check refuses an empty path, naming it under prefix: the registry calls
+// it when the configuration is built, before anything opens.
+func (c Config) Check(prefix string) error {
+	if c.Path == "" {
+		return fmt.Errorf("%s.path is empty: %w", prefix, ports.ErrInvalidArgument)
+	}
+	return nil
+}
+
 // Store holds the secrets read from the file when it opened.
 type Store struct {
 	secrets map[string]string

@@ -47,6 +47,22 @@ type Config struct {
 // server.
 func (Config) LocalStorage() string { return "" }
 
+// Check refuses, without connecting, the settings Open cannot work with,
+// naming each under prefix: the registry calls it when the configuration
+// is built, before anything opens.
+func (c Config) Check(prefix string) error {
+	if c.Host == "" {
+		return fmt.Errorf("%s.host is empty: %w", prefix, ports.ErrInvalidArgument)
+	}
+	if c.Port < 0 || c.Port > 65535 {
+		return fmt.Errorf("%s.port %d: want 1 to 65535: %w", prefix, c.Port, ports.ErrInvalidArgument)
+	}
+	if !prefixPattern.MatchString(c.CollectionPrefix) {
+		return fmt.Errorf("%s.collection_prefix %q: want up to 64 of A-Z a-z 0-9 _ -: %w", prefix, c.CollectionPrefix, ports.ErrInvalidArgument)
+	}
+	return nil
+}
+
 // idKey is the payload field that keeps a point's original string id,
 // since Qdrant ids are UUIDs or integers.
 const idKey = "_engine_id"

@@ -42,6 +42,16 @@ type Config struct {
 // LocalStorage implements ports.StorageConfig: the file stays on this host.
 func (c Config) LocalStorage() string { return "SQLite at " + c.Path }
 
+// Check refuses a path SQLite would misread, naming it under key: the
+// driver takes what follows a "?" as its options. The registry calls it
+// when the configuration is built, before anything opens.
+func (c Config) Check(key string) error {
+	if strings.Contains(c.Path, "?") {
+		return fmt.Errorf("%s.path %q holds a \"?\", which SQLite would read as the start of options: %w", key, c.Path, ports.ErrInvalidArgument)
+	}
+	return nil
+}
+
 // Default puts an empty Path at vectors.sqlite under the data directory, written so
 // it reads as the user wrote the directory ("./.engine/vectors.sqlite").
 func (c *Config) Default(dataDir string) {
