@@ -42,11 +42,20 @@ type Config struct {
 
 var bucketName = regexp.MustCompile(`^[a-zA-Z0-9_-]+$`)
 
+// leaseBucket is the bucket the engine's lease lives in (the lease adapter's
+// DefaultBucket). No store may take it: the store's keys would share the
+// lease's stream, and its purges and limits would reach the lease key.
+const leaseBucket = "ABI_ENGINE"
+
 // Check refuses bad settings, naming the key under prefix
 // ("services.keyvalue.config").
 func (c Config) Check(prefix string) error {
 	if !bucketName.MatchString(c.Bucket) {
 		return fmt.Errorf("%s.bucket %q is not one or more of [A-Za-z0-9_-]: %w", prefix, c.Bucket, ports.ErrInvalidArgument)
+	}
+	if c.Bucket == leaseBucket {
+		return fmt.Errorf("%s.bucket %q is the lease's bucket; a store there would write beside the lease key in its stream: %w",
+			prefix, c.Bucket, ports.ErrInvalidArgument)
 	}
 	switch c.Replicas {
 	case 0, 1, 3, 5:

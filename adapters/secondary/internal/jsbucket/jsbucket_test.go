@@ -68,7 +68,7 @@ func TestOpenRefusesABucketWithOtherSettings(t *testing.T) {
 }
 
 func TestConfigCheck(t *testing.T) {
-	for _, c := range []Config{{Bucket: ""}, {Bucket: "a.b"}, {Bucket: "a b"}, {Bucket: "ok", Replicas: 2}, {Bucket: "ok", Replicas: -1}} {
+	for _, c := range []Config{{Bucket: ""}, {Bucket: "a.b"}, {Bucket: "a b"}, {Bucket: "ok", Replicas: 2}, {Bucket: "ok", Replicas: -1}, {Bucket: "ABI_ENGINE"}} {
 		if err := c.Check("services.keyvalue.config"); !errors.Is(err, ports.ErrInvalidArgument) ||
 			!strings.Contains(err.Error(), "services.keyvalue.config.") {
 			t.Errorf("Check %+v: err %v, want ErrInvalidArgument naming the key", c, err)
