@@ -79,8 +79,9 @@ func rank(service string) int {
 	return len(serviceOrder)
 }
 
-// Check applies the rules. Without a rollout id every backend is fine: the
-// engine never stands by. With one, each service the engine owns must keep
+// Check applies the rules. Without a rollout id every backend is fine: no
+// other release waits to take over, and a hot standby of the same release
+// (ADR 0005) is meant for one host, where it shares the holder's files. With one, each service the engine owns must keep
 // its data where every engine reaches it; secrets are deployment
 // configuration and always pass. The error names every offending service and where its
 // data is.
