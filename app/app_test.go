@@ -340,3 +340,40 @@ func slicesContains(s []string, v string) bool {
 	}
 	return false
 }
+
+// An interrupt that comes before the engine's start has begun ends that
+// start as surely as one that comes during it. The command's signal
+// handler is in place before fx starts, and fx runs the hook that binds
+// the HTTP port before the engine's: a Ctrl-C in that moment reaches
+// Interrupt before Start. Before, such an interrupt was dropped, and the
+// engine went on to claim the lease, holding a new key a whole lease
+// before serving, or watching a silent holder for one, while the operator
+// waited for a process that had been told to stop.
+func TestAnInterruptBeforeTheStartEndsTheStart(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	var e *app.Engine
+	a := fx.New(app.Graph(options(testConfig(t, url, "serve", "", memoryServices))), fx.Populate(&e), fx.NopLogger)
+	if err := a.Err(); err != nil {
+		t.Fatal(err)
+	}
+	e.Interrupt()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if err := a.Start(ctx); err == nil {
+		_ = a.Stop(ctx)
+		t.Fatalf("the start ran to its end (outcome %v) after an interrupt that came before it", e.Outcome())
+	} else if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Start = %v, want it ended by the interrupt", err)
+	}
+	lease, err := jetstream.Open(ctx, natstest.Connect(t, url), jetstream.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := lease.Read(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Present && rec.Holder.InstanceID == e.Me().InstanceID && !rec.Holder.Released {
+		t.Fatalf("an interrupted start left the lease held by the engine: %+v", rec)
+	}
+}

@@ -99,6 +99,9 @@ type Engine struct {
 	stopWait  context.CancelFunc
 	waiting   chan struct{}
 	interrupt context.CancelFunc // ends the start under way; nil outside Start
+	// interrupted is set by an Interrupt that found no start under way: one
+	// that comes before Start has begun ends that start when it begins.
+	interrupted bool
 }
 
 // NewEngine returns an engine that has not started.
@@ -237,6 +240,9 @@ func (e *Engine) Start(ctx context.Context) (err error) {
 	ctx, interrupt := context.WithTimeout(ctx, startLimit(e.p.Config.Timing()))
 	e.mu.Lock()
 	e.interrupt = interrupt
+	if e.interrupted {
+		interrupt()
+	}
 	e.mu.Unlock()
 	defer func() {
 		e.mu.Lock()
@@ -362,10 +368,13 @@ func failedStartCleanUp(t domain.Timing) time.Duration { return t.Drain + t.Leas
 // it took before it returns. Cancelling the context given to Start is not
 // the same: fx returns from its start at once then, while this clean-up
 // still runs, and a process that exits on that return leaves the lease
-// held. After Start has returned, Interrupt does nothing; Stop stops.
+// held. An Interrupt before Start has begun ends that start when it
+// begins: a signal handler is in place before fx runs the hooks before the
+// engine's. After Start has returned, Interrupt does nothing; Stop stops.
 func (e *Engine) Interrupt() {
 	e.mu.Lock()
 	interrupt := e.interrupt
+	e.interrupted = true
 	e.mu.Unlock()
 	if interrupt != nil {
 		interrupt()
