@@ -38,7 +38,8 @@ type servingJobs interface {
 //     for the broker to confirm the fence;
 //  2. if it may serve, is booted and not shutting down: subscribe the
 //     kernel, then start jobs;
-//  3. while shutting down, jobs stay stopped; the kernel keeps answering
+//  3. while shutting down, jobs stay stopped, and their runs, those a
+//     fence cancelled too, are waited for; the kernel keeps answering
 //     until the release (and after it, if the release was written, for the
 //     drain), and Stop drains it.
 //
@@ -208,6 +209,12 @@ func (s *serving) reconcile() {
 		// is ready. The job started again waits for that run to end.
 		s.jobs.Cancel()
 		wait()
+		if s.shutdown {
+			// The stop closes the stores and stops the modules next: the
+			// runs the fence cancelled end first, as at the shutdown of a
+			// serving engine.
+			s.jobs.Stop()
+		}
 		return
 	}
 	if s.shutdown || s.lease != domain.StateServing {

@@ -364,3 +364,56 @@ func TestAStuckJobRunDoesNotKeepAFencedEngineFromServingAgain(t *testing.T) {
 		h.shutdownJobs()
 	})
 }
+
+// At shutdown the serving loop waits for the jobs' runs to return, also
+// those a fence cancelled and did not wait for: the engine's stop closes
+// the stores and stops the modules next, so a run still going would use
+// them closed and go on past the stop. Before, the shutdown of a fenced
+// or lost engine returned at once, with such a run still in progress.
+func TestTheShutdownOfALostEngineWaitsForTheRunsItsFenceCancelled(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newLoop(t)
+		jobs := NewJobs(slog.New(slog.DiscardHandler), nil)
+		h.serving.jobs = jobs
+		finish := make(chan struct{})
+		var running atomic.Bool
+		if err := jobs.Register(Job{Name: "winding down", Every: time.Second, Run: func(ctx context.Context) error {
+			running.Store(true)
+			defer running.Store(false)
+			<-ctx.Done()
+			<-finish // what a run does once cancelled, such as end its write
+			return ctx.Err()
+		}}); err != nil {
+			t.Fatal(err)
+		}
+		h.boot()
+		h.move(domain.StateServing)
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if !running.Load() {
+			t.Fatal("the job's run has not begun")
+		}
+		h.move(domain.StateLost)
+		stopped := make(chan struct{})
+		go func() {
+			h.shutdownJobs()
+			close(stopped)
+		}()
+		synctest.Wait()
+		select {
+		case <-stopped:
+			still := running.Load()
+			close(finish)
+			if still {
+				t.Fatal("the jobs' shutdown returned while a run the fence cancelled was still in progress")
+			}
+			return
+		default:
+		}
+		close(finish)
+		<-stopped
+		if running.Load() {
+			t.Fatal("the jobs' shutdown returned while a run was still in progress")
+		}
+	})
+}
