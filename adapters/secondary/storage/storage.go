@@ -377,7 +377,8 @@ func checkKeys(n *yaml.Node, t reflect.Type, path string) error {
 
 // fieldByTag finds the field of struct t that yaml.v3 decodes the key name
 // into, looking into inlined structs as yaml.v3 does; an inlined map takes
-// every key no field takes.
+// every key no field takes. A key an inlined field tagged secret takes is
+// secret, whatever the tags of the inlined struct's own fields.
 func fieldByTag(t reflect.Type, name string) (reflect.StructField, bool) {
 	var rest *reflect.StructField
 	for i := range t.NumField() {
@@ -391,13 +392,20 @@ func fieldByTag(t reflect.Type, name string) (reflect.StructField, bool) {
 			for in.Kind() == reflect.Pointer {
 				in = in.Elem()
 			}
+			secret := f.Tag.Get("secret") == "true"
 			switch in.Kind() {
 			case reflect.Struct:
 				if g, ok := fieldByTag(in, name); ok {
+					if secret {
+						g.Tag = `secret:"true" ` + g.Tag
+					}
 					return g, true
 				}
 			case reflect.Map:
 				rest = &reflect.StructField{Name: name, Type: in.Elem()}
+				if secret {
+					rest.Tag = `secret:"true"`
+				}
 			}
 			continue
 		}

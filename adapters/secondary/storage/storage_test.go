@@ -707,3 +707,50 @@ func TestInlinedSettingsAreTheConfigsOwn(t *testing.T) {
 		t.Fatalf("masked inlined settings:\n%s", out)
 	}
 }
+
+// credentials are settings a Config inlines whole as its secret, without
+// a tag on each of their own fields.
+type credentials struct {
+	User     string `yaml:"user"`
+	Password string `yaml:"password"`
+}
+
+// secretInlineStorage inlines its credentials, and a map of driver options
+// that takes every other key, both tagged secret.
+type secretInlineStorage struct {
+	Addr        string `yaml:"addr"`
+	credentials `yaml:",inline" secret:"true"`
+	Options     map[string]string `yaml:",inline" secret:"true"`
+}
+
+func (secretInlineStorage) LocalStorage() string { return "" }
+
+func openSecretInlineKV(ctx context.Context, _ secretInlineStorage) (*kvmemory.Store, error) {
+	return kvmemory.Open(ctx, kvmemory.Config{})
+}
+
+func init() {
+	storage.Register(ports.ServiceKeyValue, "secret-inline", openSecretInlineKV)
+}
+
+// An inlined field tagged secret is a secret setting like any other: the
+// keys it takes are masked wherever the configuration is shown. Before,
+// the tag was read from the inlined struct's own fields only, and an
+// inlined map's keys were never masked, so config check printed them.
+func TestTheKeysOfAnInlinedSecretAreMasked(t *testing.T) {
+	b := block(ports.ServiceKeyValue, "secret-inline")
+	b.Config = node(t, "addr: db:6379\nuser: u-inline\npassword: pw-inline\nsslkey: key-inline\n")
+	if _, err := storage.Build([]storage.Block{b}, ".engine"); err != nil {
+		t.Fatalf("Build: %v", err)
+	}
+	storage.MaskSecrets(ports.ServiceKeyValue, "secret-inline", b.Config)
+	out, _ := yaml.Marshal(b.Config)
+	for _, secret := range []string{"u-inline", "pw-inline", "key-inline"} {
+		if strings.Contains(string(out), secret) {
+			t.Errorf("masked settings show %s:\n%s", secret, out)
+		}
+	}
+	if !strings.Contains(string(out), "addr: db:6379") {
+		t.Errorf("masked settings lost addr:\n%s", out)
+	}
+}
