@@ -175,14 +175,15 @@ func (a *api) objPut(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	ifMatch, err := objectIfMatch(r.Header.Get("If-Match"))
+	ifMatch, err := objectIfMatch(precondition(r, "If-Match"))
 	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
+	_, ifNoneMatch := precondition(r, "If-None-Match") // preconditions let only * through
 	opts := ports.PutObjectOptions{
 		ContentType: r.Header.Get("Content-Type"),
-		IfAbsent:    r.Header.Get("If-None-Match") == "*",
+		IfAbsent:    ifNoneMatch,
 		IfMatch:     ifMatch,
 	}
 	body := &countingReader{r: a.pacedBody(w, r)}
@@ -201,13 +202,14 @@ func (a *api) objPut(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, ObjectInfo{Key: info.Key, Size: info.Size, ETag: info.ETag, ContentType: info.ContentType, Modified: info.Modified})
 }
 
-// objectIfMatch reads an object PUT's If-Match: one ETag, quoted or not;
-// "" when the header is absent. A header that names no ETag (an empty
-// tag, *, a weak tag, a list) is refused: an empty one would be read as no
-// condition, so the PUT would overwrite whatever is stored, and the others
-// would never match the store's one strong ETag.
-func objectIfMatch(h string) (string, error) {
-	if h == "" {
+// objectIfMatch reads an object PUT's If-Match, h as precondition reads
+// it: one ETag, quoted or not; "" when the header is absent. A header that
+// names no ETag (empty, an empty tag, *, a weak tag, a list) is refused: an
+// empty one would be read as no condition, so the PUT would overwrite
+// whatever is stored, and the others would never match the store's one
+// strong ETag.
+func objectIfMatch(h string, given bool) (string, error) {
+	if !given {
 		return "", nil
 	}
 	tag := strings.TrimSpace(h)

@@ -70,7 +70,7 @@ func (a *api) kvSet(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, fmt.Errorf("read the value of %q: %w", key, err))
 		return
 	}
-	if r.Header.Get("If-None-Match") == "*" {
+	if _, ok := precondition(r, "If-None-Match"); ok { // preconditions let only * through
 		ok, err := a.services.KeyValue.SetIfAbsent(r.Context(), key, value, ttl)
 		if err == nil && !ok {
 			err = fmt.Errorf("set %q if absent: the key exists: %w", key, ports.ErrConflict)
@@ -152,21 +152,33 @@ func (a *api) docGet(w http.ResponseWriter, r *http.Request) {
 // evaluate: If-Match unless ifMatch, If-None-Match unless ifNoneMatch and
 // it is *, and the two together. Ignored, they would turn a conditional
 // write into one that overwrites whatever is stored, where HTTP has a
-// server evaluate them before the method runs.
+// server evaluate them before the method runs. A header counts when it is
+// present, empty or not (see precondition).
 func preconditions(r *http.Request, ifMatch, ifNoneMatch bool) error {
-	m, n := r.Header.Get("If-Match"), r.Header.Get("If-None-Match")
+	m, hasM := precondition(r, "If-Match")
+	n, hasN := precondition(r, "If-None-Match")
 	switch {
-	case m != "" && !ifMatch:
+	case hasM && !ifMatch:
 		return fmt.Errorf("%w: If-Match %q: this resource has no version to match", ports.ErrInvalidArgument, m)
-	case n != "" && (!ifNoneMatch || n != "*"):
+	case hasN && (!ifNoneMatch || n != "*"):
 		if !ifNoneMatch {
 			return fmt.Errorf("%w: If-None-Match %q: not taken here", ports.ErrInvalidArgument, n)
 		}
 		return fmt.Errorf("%w: If-None-Match %q: only * (write only if absent) is taken", ports.ErrInvalidArgument, n)
-	case m != "" && n != "":
+	case hasM && hasN:
 		return fmt.Errorf("%w: If-Match and If-None-Match together", ports.ErrInvalidArgument)
 	}
 	return nil
+}
+
+// precondition is a precondition header as the request carries it: its
+// lines joined as the one list HTTP makes of them, and whether it came at
+// all. Header.Get reads an empty header as none and a second line not at
+// all, so a client whose ETag came out empty would have its conditional
+// write run as a plain one.
+func precondition(r *http.Request, name string) (string, bool) {
+	lines, ok := r.Header[name]
+	return strings.Join(lines, ", "), ok
 }
 
 // cond reads a document write's condition: If-Match: "<version>" needs
@@ -175,14 +187,14 @@ func cond(r *http.Request) (ports.Cond, error) {
 	if err := preconditions(r, true, true); err != nil {
 		return ports.Cond{}, err
 	}
-	if m := r.Header.Get("If-Match"); m != "" {
+	if m, ok := precondition(r, "If-Match"); ok {
 		v, err := strconv.ParseUint(strings.Trim(m, `"`), 10, 64)
 		if err != nil || v == 0 {
 			return ports.Cond{}, fmt.Errorf("%w: If-Match %q: want a document version", ports.ErrInvalidArgument, m)
 		}
 		return ports.IfVersion(v), nil
 	}
-	if r.Header.Get("If-None-Match") == "*" {
+	if _, ok := precondition(r, "If-None-Match"); ok { // preconditions let only * through
 		return ports.IfVersion(0), nil
 	}
 	return ports.Cond{}, nil

@@ -2,6 +2,7 @@ package httpapi_test
 
 import (
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -373,4 +374,66 @@ func TestAKeyPutWithAQueryParameterItDoesNotTakeIsRefused(t *testing.T) {
 		errorOf(t, resp, body)
 	}
 	a.expect(http.StatusNoContent, "PUT", "/v1/kv/k?ttl=1h", "v")
+}
+
+// A precondition header that is present counts, even empty or on several
+// lines. Header.Get reads an empty If-Match as no header and a second line
+// not at all, so a client whose ETag came out empty (If-Match: with
+// nothing after it) had its compare-and-set run as a plain write: the
+// document, the object or the key was overwritten or deleted whatever it
+// held. Each such request is a 400 naming the header that changes nothing.
+func TestAnEmptyOrRepeatedPreconditionHeaderIsRefusedAndChangesNothing(t *testing.T) {
+	_, services := kernel(t, nil)
+	a := serveAPI(t, services, httpapi.Options{MaxBody: 4096})
+	doc := func(resp *http.Response, body string) httpapi.Document { return document(t, resp, body) }
+	a.expect(http.StatusNoContent, "PUT", "/v1/kv/k", "first")
+	d := doc(a.expect(http.StatusOK, "PUT", "/v1/documents/people/ada", `{"name":"Ada"}`))
+	a.expect(http.StatusOK, "PUT", "/v1/objects/o", "object")
+	current := `"` + jsonNumber(d.Version) + `"`
+	for _, c := range []struct {
+		method, path, body, header string
+		values                     []string
+	}{
+		{"PUT", "/v1/documents/people/ada", `{"name":"lost"}`, "If-Match", []string{""}},
+		{"PUT", "/v1/documents/people/ada", `{"name":"lost"}`, "If-Match", []string{"", current}},
+		{"PUT", "/v1/documents/people/ada", `{"name":"lost"}`, "If-None-Match", []string{""}},
+		{"DELETE", "/v1/documents/people/ada", "", "If-Match", []string{""}},
+		{"PUT", "/v1/objects/o", "lost", "If-Match", []string{""}},
+		{"PUT", "/v1/objects/o", "lost", "If-None-Match", []string{""}},
+		{"DELETE", "/v1/objects/o", "", "If-Match", []string{""}},
+		{"PUT", "/v1/kv/k", "lost", "If-Match", []string{""}},
+		{"PUT", "/v1/kv/k", "lost", "If-None-Match", []string{""}},
+		{"PUT", "/v1/kv/k", "lost", "If-None-Match", []string{"", "*"}},
+		{"DELETE", "/v1/kv/k", "", "If-Match", []string{""}},
+	} {
+		var body io.Reader
+		if c.body != "" {
+			body = strings.NewReader(c.body)
+		}
+		req, err := http.NewRequestWithContext(t.Context(), c.method, a.url+c.path, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range c.values {
+			req.Header.Add(c.header, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("%s %s: %v", c.method, c.path, err)
+		}
+		got, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(got), c.header) {
+			t.Errorf("%s %s with %s %q answered %d %s, want 400 naming the header", c.method, c.path, c.header, c.values, resp.StatusCode, got)
+		}
+	}
+	if _, got := a.expect(http.StatusOK, "GET", "/v1/kv/k", ""); got != "first" {
+		t.Errorf("the key holds %q after refused writes", got)
+	}
+	if got := doc(a.expect(http.StatusOK, "GET", "/v1/documents/people/ada", "")); got.Version != d.Version {
+		t.Errorf("the document is at version %d after refused writes, want %d", got.Version, d.Version)
+	}
+	if _, got := a.expect(http.StatusOK, "GET", "/v1/objects/o", ""); got != "object" {
+		t.Errorf("the object holds %q after refused writes", got)
+	}
 }
