@@ -60,7 +60,7 @@ type OSObjects struct {
 }
 
 // TransferOpen opens a transfer. Mode "put" takes ContentType, IfAbsent
-// and IfMatch, neither of which may be null; mode "get" takes Offset and
+// and IfMatch, neither of which may be null, nor IfMatch ""; mode "get" takes Offset and
 // Length (0: to the end). A field of the other mode is refused.
 type TransferOpen struct {
 	Mode        string `json:"mode"`

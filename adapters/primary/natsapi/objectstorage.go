@@ -54,7 +54,8 @@ func ObjectStorage(store ports.ObjectStorage, transfers *TransferHost) Service {
 // mode takes: ignored, a get sent with if_match or a put with an offset
 // would run without what its caller asked of it. data is the body, which
 // has decoded; a field given with its zero value is refused too, as the
-// body says the caller took the transfer for the other mode.
+// body says the caller took the transfer for the other mode. A put's
+// if_match given as "" is refused too.
 func otherModeFields(mode string, data []byte) error {
 	var foreign []string
 	switch mode {
@@ -73,6 +74,13 @@ func otherModeFields(mode string, data []byte) error {
 		if _, ok := fields[f]; ok {
 			return fmt.Errorf("%w: field %q: a %s transfer does not take it", ports.ErrInvalidArgument, f, mode)
 		}
+	}
+	// An if_match of "" names no ETag. Read as it decodes, it is no
+	// condition, and the put would overwrite whatever is stored where its
+	// caller asked it to write only over one version. The Go facade leaves
+	// the field out when it has no condition.
+	if m, ok := fields["if_match"]; ok && mode == wire.TransferPut && string(m) == `""` {
+		return fmt.Errorf("%w: field \"if_match\" is \"\": want the ETag the put must match, or leave the field out", ports.ErrInvalidArgument)
 	}
 	return nil
 }

@@ -976,3 +976,39 @@ func TestATransferOpenWithAFieldOfTheOtherModeIsABadRequestNamingIt(t *testing.T
 		}
 	}
 }
+
+// A put's if_match given as "" names no ETag, and is a 400 naming it that
+// opens nothing. Read as it decodes, "" was no condition at all: the put
+// opened and overwrote whatever was stored, where its caller (one whose
+// ETag came out empty) asked to write only over one version. The HTTP API
+// refuses an empty If-Match on an object's PUT for the same reason.
+func TestAnUploadWhoseIfMatchIsEmptyIsABadRequestAndOpensNothing(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	store := newObjects(t)
+	if _, err := store.Put(t.Context(), "o", strings.NewReader("hello"), ports.PutObjectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	newEngine(t, url, store, engineOptions{})
+	nc := natstest.Connect(t, url)
+	for _, body := range []string{
+		`{"mode":"put","key":"o","if_match":""}`,
+		`{"mode":"put","key":"o","content_type":"text/plain","if_match":""}`,
+	} {
+		reply, err := nc.Request(wire.Subject(ports.ServiceObjectStorage, wire.OSTransferOpen), []byte(body), 5*time.Second)
+		if err != nil {
+			t.Fatalf("%s: %v", body, err)
+		}
+		code, msg := reply.Header.Get(wire.ErrorCodeHeader), reply.Header.Get(wire.ErrorHeader)
+		if code != "400" || !strings.Contains(msg, `"if_match"`) {
+			t.Errorf("transfer.open %s = %s %q %s, want 400 naming \"if_match\"", body, code, msg, reply.Data)
+		}
+	}
+	r, _, err := store.Get(t.Context(), "o", ports.GetObjectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if got, err := io.ReadAll(r); err != nil || string(got) != "hello" {
+		t.Fatalf("the object holds %q (%v), want it as it was", got, err)
+	}
+}
