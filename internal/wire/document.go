@@ -57,7 +57,10 @@ type Document struct {
 
 // DocQuery asks for a page of documents: find. Where keeps the documents
 // whose top-level fields equal these JSON values; OrderBy "" orders by id;
-// Limit 0 means 100; Cursor continues a previous page.
+// Limit 0 means 100, and so does a negative limit, as the ports read it:
+// Go facades of earlier releases send a port's negative limit as it is, and
+// an old facade must work with a new engine. Cursor continues a previous
+// page.
 type DocQuery struct {
 	Collection string         `json:"collection"`
 	Where      map[string]any `json:"where,omitempty"`

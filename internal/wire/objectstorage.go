@@ -29,6 +29,9 @@ type OSKey struct {
 // OSListPage asks for a page of objects.
 type OSListPage struct {
 	Prefix string `json:"prefix,omitempty"`
+	// Limit 0, left out or negative is a page of ports.DefaultPage, as the
+	// ports read it: Go facades of earlier releases send a port's negative
+	// limit as it is, and an old facade must work with a new engine.
 	Limit  int    `json:"limit,omitempty"`
 	Cursor string `json:"cursor,omitempty"`
 }

@@ -160,18 +160,6 @@ func ErrorFromHeaders(code, message string) error {
 	return &RemoteError{Code: n, Message: message}
 }
 
-// Limit checks the limit of a listing (list_keys, find, object list) as a
-// caller sent it: 0, or none, is the default page and the store holds it to
-// the most; a negative limit means nothing, and read as the default it
-// would hide a caller's mistake, so it is refused naming the field.
-func Limit(limit int) error {
-	if limit < 0 {
-		return fmt.Errorf("%w: field \"limit\" is %d: want 0 (a page of %d) to %d",
-			ports.ErrInvalidArgument, limit, ports.DefaultPage, ports.MaxPage)
-	}
-	return nil
-}
-
 // Bytes is a byte string, base64 in JSON as Go writes []byte. Input that is
 // not base64 is refused as a type error, so the decoder names the field.
 type Bytes []byte

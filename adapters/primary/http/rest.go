@@ -267,10 +267,6 @@ func (a *api) docFind(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	if err := wire.Limit(q.Limit); err != nil {
-		a.fail(w, r, err)
-		return
-	}
 	docs, next, err := a.services.Document.Find(r.Context(), r.PathValue("collection"), ports.Query{
 		Where: q.Where, OrderBy: q.OrderBy, Desc: q.Desc, Limit: q.Limit, Cursor: q.Cursor,
 	})

@@ -2,6 +2,7 @@ package httpapi_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -317,17 +318,25 @@ func TestVectorSearch(t *testing.T) {
 	errorOf(t, resp, body)
 }
 
-// A find's limit of 0, or none, is a page of 100; a negative limit means
-// nothing, and is a 400 naming the field rather than the default page.
-func TestAFindWithANegativeLimitIsABadRequestNamingTheField(t *testing.T) {
+// A find's limit of 0, none or a negative number is the default page, as
+// on NATS, where an old Go facade sends a port's negative limit as it is:
+// one query answers the same over either.
+func TestAFindWithANegativeLimitIsTheDefaultPage(t *testing.T) {
 	_, services := kernel(t, nil)
 	a := serveAPI(t, services, httpapi.Options{MaxBody: 4096})
-	a.expect(http.StatusOK, "PUT", "/v1/documents/people/ada", `{"name":"Ada"}`)
-	resp, body := a.expect(http.StatusBadRequest, "POST", "/v1/documents/people/find", `{"limit":-5}`)
-	if msg := errorOf(t, resp, body); !strings.Contains(msg, `"limit"`) {
-		t.Errorf("find with limit -5: %q, want it to name the field limit", msg)
+	for i := range ports.DefaultPage + 1 {
+		a.expect(http.StatusOK, "PUT", fmt.Sprintf("/v1/documents/people/p%03d", i), `{"name":"Ada"}`)
 	}
-	a.expect(http.StatusOK, "POST", "/v1/documents/people/find", `{"limit":0}`)
+	for _, body := range []string{`{"limit":-5}`, `{"limit":0}`, `{}`} {
+		_, got := a.expect(http.StatusOK, "POST", "/v1/documents/people/find", body)
+		var page httpapi.FindResponse
+		if err := json.Unmarshal([]byte(got), &page); err != nil {
+			t.Fatalf("find %s: %q: %v", body, got, err)
+		}
+		if len(page.Documents) != ports.DefaultPage || page.Cursor == "" {
+			t.Errorf("find %s answered %d documents and cursor %q, want %d and a cursor to the rest", body, len(page.Documents), page.Cursor, ports.DefaultPage)
+		}
+	}
 }
 
 // A find's or a search's body of nothing, or of JSON white space only, is

@@ -39,9 +39,6 @@ func Document(docs ports.DocumentStore) Service {
 				return wire.Empty{}, docs.Delete(ctx, r.Collection, r.ID, condOf(r.IfVersion))
 			})},
 			{Name: wire.DocFind, Handler: listJSON("documents", func(ctx context.Context, r wire.DocQuery) ([]wire.Document, []byte, error) {
-				if err := wire.Limit(r.Limit); err != nil {
-					return nil, nil, err
-				}
 				found, next, err := docs.Find(ctx, r.Collection, ports.Query{
 					Where: r.Where, OrderBy: r.OrderBy, Desc: r.Desc, Limit: r.Limit, Cursor: r.Cursor,
 				})

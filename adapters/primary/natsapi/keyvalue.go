@@ -45,9 +45,6 @@ func KeyValue(kv ports.KeyValue) Service {
 				return wire.Exists{Exists: ok}, err
 			})},
 			{Name: wire.KVListKeys, Handler: JSON(func(ctx context.Context, r wire.KVList) (wire.KVKeys, error) {
-				if err := wire.Limit(r.Limit); err != nil {
-					return wire.KVKeys{}, err
-				}
 				keys, next, err := kv.ListKeys(ctx, r.Prefix, r.Limit, r.Cursor)
 				if keys == nil {
 					keys = []string{}

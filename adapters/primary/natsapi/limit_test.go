@@ -1,6 +1,8 @@
 package natsapi_test
 
 import (
+	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -12,31 +14,73 @@ import (
 	"github.com/abi-engine/engine/ports"
 )
 
-// The protocol reads a limit of 0, or none, as a page of 100; a negative
-// limit means nothing, so every listing refuses it with a 400 naming the
-// field rather than reading it as the default page.
-func TestANegativeLimitIsABadRequestNamingTheField(t *testing.T) {
+// The ports read any limit <= 0 as the default page, and the Go facades
+// up to this release sent a port's limit as it was: a negative limit is
+// on the wire from every such facade whose caller asked for the default
+// page. An old facade must work with a new engine (as ADR 0009 holds for
+// upserts), so a negative limit on list_keys, find and object list is the
+// default page of 100, with a cursor to the rest, never a 400: refused,
+// every listing of those callers failed once the engine was upgraded.
+func TestANegativeLimitAsOldFacadesSendItIsTheDefaultPage(t *testing.T) {
+	ctx := t.Context()
 	url := natstest.StartServer(t).ClientURL()
-	newEngine(t, url, newObjects(t), engineOptions{},
-		natsapi.KeyValue(newMemoryKV(t)), natsapi.Document(docmemory.New()))
-	nc := natstest.Connect(t, url)
-	if reply, err := nc.Request(wire.Subject(ports.ServiceDocument, wire.DocEnsureCollection), []byte(`{"name":"c"}`), 5*time.Second); err != nil || reply.Header.Get(wire.ErrorCodeHeader) != "" {
-		t.Fatalf("ensure_collection: %v %v", err, reply.Header)
+	kv, docs, objects := newMemoryKV(t), docmemory.New(), newObjects(t)
+	if err := docs.EnsureCollection(ctx, "c"); err != nil {
+		t.Fatal(err)
 	}
-	calls := []struct{ service, op, body string }{
-		{ports.ServiceKeyValue, wire.KVListKeys, `{"limit":-5}`},
-		{ports.ServiceKeyValue, wire.KVListKeys, `{"prefix":"a","limit":-1}`},
-		{ports.ServiceDocument, wire.DocFind, `{"collection":"c","limit":-5}`},
-		{ports.ServiceObjectStorage, wire.OSList, `{"limit":-5}`},
+	for i := range ports.DefaultPage + 1 {
+		key := fmt.Sprintf("k%03d", i)
+		if err := kv.Set(ctx, key, []byte("v"), 0); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := docs.Put(ctx, "c", key, map[string]any{"n": i}, ports.Cond{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := objects.Put(ctx, key, strings.NewReader("v"), ports.PutObjectOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	newEngine(t, url, objects, engineOptions{}, natsapi.KeyValue(kv), natsapi.Document(docs))
+	nc := natstest.Connect(t, url)
+	// The bodies exactly as the facades before this release wrote them for
+	// a port call with limit -1.
+	calls := []struct {
+		service, op string
+		body        any
+		items       string
+	}{
+		{ports.ServiceKeyValue, wire.KVListKeys, wire.KVList{Limit: -1}, "keys"},
+		{ports.ServiceDocument, wire.DocFind, wire.DocQuery{Collection: "c", Limit: -1}, "documents"},
+		{ports.ServiceObjectStorage, wire.OSList, wire.OSListPage{Limit: -1}, "objects"},
 	}
 	for _, c := range calls {
-		reply, err := nc.Request(wire.Subject(c.service, c.op), []byte(c.body), 5*time.Second)
+		body, err := json.Marshal(c.body)
 		if err != nil {
-			t.Fatalf("%s %s: %v", c.op, c.body, err)
+			t.Fatal(err)
 		}
-		code, msg := reply.Header.Get(wire.ErrorCodeHeader), reply.Header.Get(wire.ErrorHeader)
-		if code != "400" || !strings.Contains(msg, `"limit"`) {
-			t.Errorf("%s.%s %s = %s %q %s, want 400 naming \"limit\"", c.service, c.op, c.body, code, msg, reply.Data)
+		reply, err := nc.Request(wire.Subject(c.service, c.op), body, 5*time.Second)
+		if err != nil {
+			t.Fatalf("%s %s: %v", c.op, body, err)
+		}
+		if code := reply.Header.Get(wire.ErrorCodeHeader); code != "" {
+			t.Errorf("%s.%s %s = %s %q, want the default page", c.service, c.op, body, code, reply.Header.Get(wire.ErrorHeader))
+			continue
+		}
+		var page map[string]json.RawMessage
+		var items []json.RawMessage
+		var cursor string
+		if err := json.Unmarshal(reply.Data, &page); err != nil {
+			t.Fatalf("%s: %q: %v", c.op, reply.Data, err)
+		}
+		if err := json.Unmarshal(page[c.items], &items); err != nil {
+			t.Fatalf("%s: %q: %v", c.op, reply.Data, err)
+		}
+		if err := json.Unmarshal(page["cursor"], &cursor); err != nil {
+			t.Fatalf("%s: %q: %v", c.op, reply.Data, err)
+		}
+		if len(items) != ports.DefaultPage || cursor == "" {
+			t.Errorf("%s.%s %s answered %d %s and cursor %q, want %d and a cursor to the rest",
+				c.service, c.op, body, len(items), c.items, cursor, ports.DefaultPage)
 		}
 	}
 }

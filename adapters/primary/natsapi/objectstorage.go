@@ -25,9 +25,6 @@ func ObjectStorage(store ports.ObjectStorage, transfers *TransferHost) Service {
 				return wire.Empty{}, store.Delete(ctx, r.Key)
 			})},
 			{Name: wire.OSList, Handler: JSON(func(ctx context.Context, r wire.OSListPage) (wire.OSObjects, error) {
-				if err := wire.Limit(r.Limit); err != nil {
-					return wire.OSObjects{}, err
-				}
 				infos, next, err := store.List(ctx, r.Prefix, r.Limit, r.Cursor)
 				out := wire.OSObjects{Objects: make([]wire.ObjectInfo, len(infos)), Cursor: next}
 				for i, info := range infos {

@@ -131,7 +131,8 @@ func (d Document) Find(ctx context.Context, collection string, q ports.Query) ([
 	if err := text("cursor", q.Cursor); err != nil {
 		return nil, "", err
 	}
-	// The port reads any limit <= 0 as the default page, the wire only 0.
+	// The port reads any limit <= 0 as the default page; it is sent as 0,
+	// the protocol's form of it.
 	var out wire.DocPage
 	err := callEncoded(ctx, d.c, docSubject(wire.DocFind), wire.DocQuery{
 		Collection: collection, Where: q.Where, OrderBy: q.OrderBy, Desc: q.Desc, Limit: max(q.Limit, 0), Cursor: q.Cursor,

@@ -101,8 +101,8 @@ func (k KeyValue) ListKeys(ctx context.Context, prefix string, limit int, cursor
 	if err := errors.Join(text("prefix", prefix), text("cursor", cursor)); err != nil {
 		return nil, "", err
 	}
-	// The port reads any limit <= 0 as the default page, the wire only 0:
-	// a negative one is sent as 0.
+	// The port reads any limit <= 0 as the default page; it is sent as 0,
+	// the protocol's form of it.
 	var out wire.KVKeys
 	err := k.c.Call(ctx, kvSubject(wire.KVListKeys), wire.KVList{Prefix: prefix, Limit: max(limit, 0), Cursor: cursor}, &out)
 	return out.Keys, out.Cursor, err

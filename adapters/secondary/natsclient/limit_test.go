@@ -13,9 +13,10 @@ import (
 	"github.com/abi-engine/engine/ports"
 )
 
-// The ports read any limit <= 0 as the default page of 100, while the
-// wire refuses a negative limit: the facades must send a negative limit
-// as 0, so a caller of the port gets the page the port promises.
+// The ports read any limit <= 0 as the default page of 100. The facades
+// send a negative limit as 0, the form the protocol names for the default
+// page, so a caller of the port gets the page the port promises from any
+// engine.
 func TestANegativeLimitThroughTheFacadesIsTheDefaultPage(t *testing.T) {
 	ctx := t.Context()
 	kv, err := kvmemory.Open(ctx, kvmemory.Config{})

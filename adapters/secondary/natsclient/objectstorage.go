@@ -426,7 +426,8 @@ func (o ObjectStorage) List(ctx context.Context, prefix string, limit int, curso
 	if err := errors.Join(text("prefix", prefix), text("cursor", cursor)); err != nil {
 		return nil, "", err
 	}
-	// The port reads any limit <= 0 as the default page, the wire only 0.
+	// The port reads any limit <= 0 as the default page; it is sent as 0,
+	// the protocol's form of it.
 	var out wire.OSObjects
 	if err := o.c.Call(ctx, osSubject(wire.OSList), wire.OSListPage{Prefix: prefix, Limit: max(limit, 0), Cursor: cursor}, &out); err != nil {
 		return nil, "", err
