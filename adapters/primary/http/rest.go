@@ -47,7 +47,10 @@ func (a *api) kvSet(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var ttl time.Duration
-	if s := query.Get("ttl"); s != "" {
+	// A ttl given empty (?ttl=) is no duration, and refused as one: read
+	// as no ttl, it would keep the value for good.
+	if given := query["ttl"]; len(given) > 0 {
+		s := given[0]
 		d, err := time.ParseDuration(s)
 		if err != nil || d < 0 {
 			a.fail(w, r, fmt.Errorf("%w: ttl %q: want a duration such as 30s", ports.ErrInvalidArgument, s))
@@ -87,8 +90,9 @@ func (a *api) kvSet(w http.ResponseWriter, r *http.Request) {
 }
 
 // keyQuery reads a key PUT's query, which may hold ttl, once, and nothing
-// else: a parameter it ignored (a ttl spelt "TTL", a second ttl) would
-// store the value for good, or for another time than the caller asked.
+// else: a parameter it ignored (a ttl spelt "TTL", a second ttl, an empty
+// one) would store the value for good, or for another time than the
+// caller asked.
 func keyQuery(r *http.Request) (url.Values, error) {
 	query, err := url.ParseQuery(r.URL.RawQuery)
 	if err != nil {

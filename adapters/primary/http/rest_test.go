@@ -446,3 +446,21 @@ func TestAnEmptyOrRepeatedPreconditionHeaderIsRefusedAndChangesNothing(t *testin
 		t.Errorf("the object holds %q after refused writes", got)
 	}
 }
+
+// A key PUT's ttl given empty (?ttl=, or ?ttl alone) is a 400 naming it
+// that stores nothing, as engine kv set refuses --ttl "". Read as no ttl
+// at all, it stored the value for good where the client (one whose
+// duration came out empty) had asked for it to expire.
+func TestAKeyPutWithAnEmptyTTLIsRefused(t *testing.T) {
+	_, services := kernel(t, nil)
+	a := serveAPI(t, services, httpapi.Options{MaxBody: 1024})
+	for _, query := range []string{"ttl=", "ttl"} {
+		resp, body := a.expect(http.StatusBadRequest, "PUT", "/v1/kv/k?"+query, "v")
+		if msg := errorOf(t, resp, body); !strings.Contains(msg, "ttl") {
+			t.Errorf("PUT ?%s: %q, want it to name ttl", query, msg)
+		}
+		resp, body = a.expect(http.StatusNotFound, "GET", "/v1/kv/k", "")
+		errorOf(t, resp, body)
+	}
+	a.expect(http.StatusNoContent, "PUT", "/v1/kv/k", "v")
+}
