@@ -84,20 +84,32 @@ func objectHeaders(w http.ResponseWriter, key string, info ports.ObjectInfo) {
 // the client: neither side holds it whole. HEAD answers the headers alone.
 // A range is resolved against a Stat, and the read is checked to be of the
 // same version, so a Content-Range never mixes two versions of an object.
+// If-Match pins the GET to a version (409 when the object is another), and
+// If-Range keeps a Range to the version the client began with: once the
+// object has changed, the whole of it is sent, 200, so a resumed download
+// never appends the rest of one version to the start of another.
 func (a *api) objGet(w http.ResponseWriter, r *http.Request) {
 	key, store := r.PathValue("key"), a.services.ObjectStorage
 	ctx := r.Context()
 	rangeHeader := r.Header.Get("Range")
-	if r.Method == http.MethodHead || rangeHeader != "" || r.Header.Get("If-None-Match") != "" {
+	ifMatch, pinned := precondition(r, "If-Match")
+	if r.Method == http.MethodHead || rangeHeader != "" || r.Header.Get("If-None-Match") != "" || pinned {
 		info, err := store.Stat(ctx, key)
 		if err != nil {
 			a.fail(w, r, err)
+			return
+		}
+		if pinned && !matchesETag(ifMatch, info.ETag) {
+			a.fail(w, r, fmt.Errorf("object %q: If-Match %q: the object is now %s: %w", key, ifMatch, etag(info.ETag), ports.ErrConflict))
 			return
 		}
 		if match := r.Header.Get("If-None-Match"); match == etag(info.ETag) || match == "*" {
 			objectHeaders(w, key, info)
 			w.WriteHeader(http.StatusNotModified)
 			return
+		}
+		if ifRange := r.Header.Get("If-Range"); ifRange != "" && ifRange != etag(info.ETag) {
+			rangeHeader = "" // another version than the client's (or a date): the whole object
 		}
 		rng, ranged, err := parseRange(rangeHeader, info.Size)
 		if err != nil {
@@ -114,12 +126,29 @@ func (a *api) objGet(w http.ResponseWriter, r *http.Request) {
 			a.sendObject(w, r, key, info.ETag, &rng)
 			return
 		}
+		if pinned {
+			a.sendObject(w, r, key, info.ETag, nil)
+			return
+		}
 	}
 	a.sendObject(w, r, key, "", nil)
 }
 
-// sendObject opens the object (or rng of it, expecting version etag) and
-// copies it to the client.
+// matchesETag reports whether an If-Match list names the object's ETag
+// (quoted, as a GET answers it, or not) or is *. A weak tag never matches:
+// If-Match compares strongly.
+func matchesETag(list, tag string) bool {
+	for _, item := range strings.Split(list, ",") {
+		item = strings.TrimSpace(item)
+		if item == "*" || item == etag(tag) || item == tag {
+			return true
+		}
+	}
+	return false
+}
+
+// sendObject opens the object (or rng of it), expecting version when it
+// is not "", and copies it to the client.
 func (a *api) sendObject(w http.ResponseWriter, r *http.Request, key, version string, rng *byteRange) {
 	opts := ports.GetObjectOptions{}
 	if rng != nil {
@@ -132,7 +161,7 @@ func (a *api) sendObject(w http.ResponseWriter, r *http.Request, key, version st
 	}
 	defer body.Close()
 	if version != "" && info.ETag != version {
-		a.fail(w, r, fmt.Errorf("object %q changed while its range was read; ask again: %w", key, ports.ErrConflict))
+		a.fail(w, r, fmt.Errorf("object %q changed while it was read; ask again: %w", key, ports.ErrConflict))
 		return
 	}
 	objectHeaders(w, key, info)

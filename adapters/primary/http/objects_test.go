@@ -188,3 +188,55 @@ func TestAnObjectPutWhoseIfMatchNamesNoETagIsRefusedAndWritesNothing(t *testing.
 	}
 	a.expect(http.StatusOK, "PUT", "/v1/objects/o", "second", "If-Match", `"`+info.ETag+`"`)
 }
+
+// An object GET evaluates If-Match and If-Range against the object as it
+// is, so a client never pieces one file together from two versions. A
+// resumed download (Range with If-Range: the ETag it began with) gets the
+// whole new object, 200, once the object has changed, not the rest of the
+// new version to append to the start of the old; a download in ranges
+// pinned with If-Match gets a 409 once the object has changed, not a range
+// of the new version. Both headers were ignored, and a client that did
+// everything HTTP asks of it saved a file that never existed.
+func TestAnObjectGetHonoursIfMatchAndIfRange(t *testing.T) {
+	_, services := kernel(t, nil)
+	a := serveAPI(t, services, httpapi.Options{})
+	resp, _ := a.expect(http.StatusOK, "PUT", "/v1/objects/o", "old version")
+	old := resp.Header.Get("ETag")
+	resp, _ = a.expect(http.StatusOK, "PUT", "/v1/objects/o", "new version")
+	current := resp.Header.Get("ETag")
+	if old == current || old == "" {
+		t.Fatalf("ETags %q then %q, want two", old, current)
+	}
+
+	// Resumed with the old ETag: the whole object as it is now.
+	resp, body := a.expect(http.StatusOK, "GET", "/v1/objects/o", "", "Range", "bytes=4-", "If-Range", old)
+	if body != "new version" || resp.Header.Get("Content-Range") != "" {
+		t.Errorf("a resume from %s answered %q (Content-Range %q), want the whole object", old, body, resp.Header.Get("Content-Range"))
+	}
+	// Resumed with the current ETag: the range.
+	if _, body := a.expect(http.StatusPartialContent, "GET", "/v1/objects/o", "", "Range", "bytes=4-", "If-Range", current); body != "version" {
+		t.Errorf("a resume from %s answered %q, want %q", current, body, "version")
+	}
+
+	// Pinned to the old version: refused, for a range, the whole object
+	// and a HEAD alike.
+	for _, h := range [][]string{
+		{"If-Match", old},
+		{"If-Match", old, "Range", "bytes=0-2"},
+	} {
+		resp, body := a.expect(http.StatusConflict, "GET", "/v1/objects/o", "", h...)
+		if msg := errorOf(t, resp, body); !strings.Contains(msg, "If-Match") {
+			t.Errorf("GET with %q: %q, want it to name If-Match", h, msg)
+		}
+	}
+	a.expect(http.StatusConflict, "HEAD", "/v1/objects/o", "", "If-Match", old)
+	// Pinned to the current version, or to any: served.
+	if _, body := a.expect(http.StatusPartialContent, "GET", "/v1/objects/o", "", "If-Match", current, "Range", "bytes=0-2"); body != "new" {
+		t.Errorf("a range pinned to %s answered %q", current, body)
+	}
+	for _, match := range []string{current, "*", old + ", " + current} {
+		if _, body := a.expect(http.StatusOK, "GET", "/v1/objects/o", "", "If-Match", match); body != "new version" {
+			t.Errorf("a GET with If-Match %s answered %q", match, body)
+		}
+	}
+}
