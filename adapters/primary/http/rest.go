@@ -152,16 +152,19 @@ func (a *api) docGet(w http.ResponseWriter, r *http.Request) {
 	a.writeDocument(w, d)
 }
 
-// preconditions refuses the precondition headers a route does not
-// evaluate: If-Match unless ifMatch, If-None-Match unless ifNoneMatch and
-// it is *, and the two together. Ignored, they would turn a conditional
+// preconditions refuses the precondition headers a write route does not
+// evaluate: If-Unmodified-Since always, If-Match unless ifMatch,
+// If-None-Match unless ifNoneMatch and it is *, and the two together. Ignored, they would turn a conditional
 // write into one that overwrites whatever is stored, where HTTP has a
 // server evaluate them before the method runs. A header counts when it is
 // present, empty or not (see precondition).
 func preconditions(r *http.Request, ifMatch, ifNoneMatch bool) error {
 	m, hasM := precondition(r, "If-Match")
 	n, hasN := precondition(r, "If-None-Match")
+	since, hasSince := precondition(r, "If-Unmodified-Since")
 	switch {
+	case hasSince:
+		return fmt.Errorf("%w: If-Unmodified-Since %q: not taken here; make the write conditional with If-Match and the ETag a GET answers", ports.ErrInvalidArgument, since)
 	case hasM && !ifMatch:
 		return fmt.Errorf("%w: If-Match %q: this resource has no version to match", ports.ErrInvalidArgument, m)
 	case hasN && (!ifNoneMatch || n != "*"):

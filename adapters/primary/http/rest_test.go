@@ -464,3 +464,40 @@ func TestAKeyPutWithAnEmptyTTLIsRefused(t *testing.T) {
 	}
 	a.expect(http.StatusNoContent, "PUT", "/v1/kv/k", "v")
 }
+
+// If-Unmodified-Since is a precondition no write route evaluates, so a
+// write or delete carrying it is a 400 naming it that changes nothing, as
+// for If-Match where a route has no version. Ignored, it turned a
+// client's "only if nobody wrote since" into a write over whatever is
+// stored.
+func TestAWriteWithIfUnmodifiedSinceIsRefusedAndChangesNothing(t *testing.T) {
+	_, services := kernel(t, nil)
+	a := serveAPI(t, services, httpapi.Options{MaxBody: 4096})
+	doc := func(resp *http.Response, body string) httpapi.Document { return document(t, resp, body) }
+	a.expect(http.StatusNoContent, "PUT", "/v1/kv/k", "first")
+	d := doc(a.expect(http.StatusOK, "PUT", "/v1/documents/people/ada", `{"name":"Ada"}`))
+	a.expect(http.StatusOK, "PUT", "/v1/objects/o", "object")
+	long := time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC).Format(http.TimeFormat)
+	for _, c := range []struct{ method, path, body string }{
+		{"PUT", "/v1/kv/k", "lost"},
+		{"DELETE", "/v1/kv/k", ""},
+		{"PUT", "/v1/documents/people/ada", `{"name":"lost"}`},
+		{"DELETE", "/v1/documents/people/ada", ""},
+		{"PUT", "/v1/objects/o", "lost"},
+		{"DELETE", "/v1/objects/o", ""},
+	} {
+		resp, body := a.expect(http.StatusBadRequest, c.method, c.path, c.body, "If-Unmodified-Since", long)
+		if msg := errorOf(t, resp, body); !strings.Contains(msg, "If-Unmodified-Since") {
+			t.Errorf("%s %s: %q, want it to name If-Unmodified-Since", c.method, c.path, msg)
+		}
+	}
+	if _, got := a.expect(http.StatusOK, "GET", "/v1/kv/k", ""); got != "first" {
+		t.Errorf("the key holds %q after refused writes", got)
+	}
+	if got := doc(a.expect(http.StatusOK, "GET", "/v1/documents/people/ada", "")); got.Version != d.Version {
+		t.Errorf("the document is at version %d after refused writes, want %d", got.Version, d.Version)
+	}
+	if _, got := a.expect(http.StatusOK, "GET", "/v1/objects/o", ""); got != "object" {
+		t.Errorf("the object holds %q after refused writes", got)
+	}
+}
