@@ -545,6 +545,39 @@ func TestTheKeyValueWireFormat(t *testing.T) {
 	}
 }
 
+// delete_if_value deletes a key only if it holds the value the caller
+// names. A body that leaves value out names none: it is a 400 naming the
+// field that deletes nothing, not a condition on the empty value, which
+// would delete a key holding "". A value of null is the empty value, as
+// every Go facade sends DeleteIfValue's nil, and keeps working.
+func TestADeleteIfValueThatNamesNoValueIsABadRequestAndDeletesNothing(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	store := newMemoryKV(t)
+	newHost(t, url, natsapi.Options{}, natsapi.KeyValue(store))
+	nc := natstest.Connect(t, url)
+	if err := store.Set(t.Context(), "k", []byte{}, 0); err != nil {
+		t.Fatal(err)
+	}
+	call := func(body string) (string, string, string) {
+		reply, err := nc.Request(wire.Subject(ports.ServiceKeyValue, wire.KVDeleteIfValue), []byte(body), 5*time.Second)
+		if err != nil {
+			t.Fatalf("%s: %v", body, err)
+		}
+		return string(reply.Data), reply.Header.Get(wire.ErrorCodeHeader), reply.Header.Get(wire.ErrorHeader)
+	}
+	for _, body := range []string{`{"key":"k"}`, `{"key":"k" }`, "{\"key\":\"\\u006b\"}"} {
+		if got, code, msg := call(body); code != "400" || !strings.Contains(msg, `"value"`) {
+			t.Errorf("%s answered %q %q %q, want 400 naming value", body, got, code, msg)
+		}
+		if ok, err := store.Exists(t.Context(), "k"); err != nil || !ok {
+			t.Fatalf("after %s the key holding \"\" is gone (%v, %v): a call naming no value deleted it", body, ok, err)
+		}
+	}
+	if got, code, msg := call(`{"key":"k","value":null}`); code != "" || got != `{"deleted":true}` {
+		t.Fatalf(`value null answered %q %q %q, want {"deleted":true}: null is the empty value a Go facade sends`, got, code, msg)
+	}
+}
+
 // waitFor polls cond for up to ten seconds.
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()

@@ -3,6 +3,7 @@ package natsapi
 import (
 	"context"
 	"encoding/base64"
+	"fmt"
 	"time"
 
 	"github.com/abi-engine/engine/internal/wire"
@@ -36,8 +37,11 @@ func KeyValue(kv ports.KeyValue) Service {
 				ok, err := kv.Delete(ctx, r.Key)
 				return wire.Deleted{Deleted: ok}, err
 			})},
-			{Name: wire.KVDeleteIfValue, Handler: JSON(func(ctx context.Context, r wire.KVKeyValue) (wire.Deleted, error) {
-				ok, err := kv.DeleteIfValue(ctx, r.Key, r.Value)
+			{Name: wire.KVDeleteIfValue, Handler: JSON(func(ctx context.Context, r deleteIfValue) (wire.Deleted, error) {
+				if !r.Value.given {
+					return wire.Deleted{}, fmt.Errorf("%w: field \"value\" is missing: delete_if_value deletes only a key holding the value given", ports.ErrInvalidArgument)
+				}
+				ok, err := kv.DeleteIfValue(ctx, r.Key, r.Value.Bytes)
 				return wire.Deleted{Deleted: ok}, err
 			})},
 			{Name: wire.KVExists, Handler: JSON(func(ctx context.Context, r wire.KVKey) (wire.Exists, error) {
@@ -108,4 +112,26 @@ func valueReply(v []byte, err error) ([]byte, error) {
 // at least ports.MinTTL and at most ports.MaxTTL.
 func ttlOf(seconds float64) (time.Duration, error) {
 	return storecheck.TTLSeconds("ttl_seconds", seconds)
+}
+
+// deleteIfValue is wire.KVKeyValue as delete_if_value reads it: value must
+// be given. Left out, it would be read as the empty value, and the call
+// would delete a key holding "" although its caller named no value. null
+// is the empty value, as every Go facade has sent it for a nil value.
+type deleteIfValue struct {
+	Key   string     `json:"key"`
+	Value givenBytes `json:"value"`
+}
+
+// givenBytes is wire.Bytes that remembers whether it was given at all.
+type givenBytes struct {
+	wire.Bytes
+	given bool
+}
+
+// UnmarshalJSON reads the value as wire.Bytes does, null included, and
+// notes that it was given.
+func (g *givenBytes) UnmarshalJSON(data []byte) error {
+	g.given = true
+	return g.Bytes.UnmarshalJSON(data)
 }
