@@ -16,11 +16,13 @@ type KVKey struct {
 	Key string `json:"key"`
 }
 
-// KVWrite writes a value: set, set_if_absent. TTLSeconds 0 keeps it.
+// KVWrite writes a value: set, set_if_absent. TTLSeconds 0 or left out
+// keeps it; null is refused, as protocol.md gives it no meaning and no Go
+// facade sends it (a TTL of 0 is left out).
 type KVWrite struct {
 	Key        string  `json:"key"`
 	Value      Bytes   `json:"value"`
-	TTLSeconds Seconds `json:"ttl_seconds,omitempty"`
+	TTLSeconds Seconds `json:"ttl_seconds,omitempty" strictjson:"notnull"`
 }
 
 // KVKeyValue is a key and the value it must hold: delete_if_value.

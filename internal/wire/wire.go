@@ -184,7 +184,8 @@ func IsBytes(t reflect.Type) bool { return t == reflect.TypeFor[Bytes]() }
 // the caller meant to be tiny would keep the value forever.
 type Seconds float64
 
-// UnmarshalJSON reads a JSON number, or null, which leaves s as it is.
+// UnmarshalJSON reads a JSON number, or null, which leaves s as it is (a
+// body that may not give null tags its field strictjson:"notnull").
 func (s *Seconds) UnmarshalJSON(data []byte) error {
 	if string(data) == "null" {
 		return nil

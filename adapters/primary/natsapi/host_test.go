@@ -462,6 +462,35 @@ func TestATTLTooSmallToTellFromZeroIsABadRequestNotForever(t *testing.T) {
 	}
 }
 
+// protocol.md gives ttl_seconds 0 or left out for "no expiry", and null
+// no meaning; no Go facade has ever sent it (the field is left out for 0).
+// A set or set_if_absent with "ttl_seconds":null, on keyvalue and on
+// cache, is a 400 naming the field that stores nothing, rather than a
+// value kept for good that a caller may have meant to expire.
+func TestATTLOfNullIsABadRequestNotForever(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	kv, cache := newMemoryKV(t), newMemoryKV(t)
+	newHost(t, url, natsapi.Options{}, natsapi.KeyValue(kv), natsapi.Cache(cache))
+	nc := natstest.Connect(t, url)
+	stores := map[string]ports.KeyValue{ports.ServiceKeyValue: kv, ports.ServiceCache: cache}
+	for service, store := range stores {
+		for _, op := range []string{wire.KVSet, wire.KVSetIfAbsent} {
+			for _, body := range []string{`{"key":"k","value":"aGk=","ttl_seconds":null}`, `{"ttl_seconds": null ,"key":"k","value":"aGk="}`} {
+				reply, err := nc.Request(wire.Subject(service, op), []byte(body), 5*time.Second)
+				if err != nil {
+					t.Fatalf("%s %s %s: %v", service, op, body, err)
+				}
+				if code, msg := reply.Header.Get(wire.ErrorCodeHeader), reply.Header.Get(wire.ErrorHeader); code != "400" || !strings.Contains(msg, "ttl_seconds") {
+					t.Errorf("%s %s %s answered %q %q, want 400 naming ttl_seconds", service, op, body, code, msg)
+				}
+				if ok, err := store.Exists(t.Context(), "k"); err != nil || ok {
+					t.Fatalf("%s %s %s: the value was stored (%v, %v), to be kept forever", service, op, body, ok, err)
+				}
+			}
+		}
+	}
+}
+
 // An empty body, or one of JSON white space (space, tab, CR, LF), is read
 // as {}. Any other body must be JSON: a vertical tab, a form feed or a
 // no-break space is not white space to JSON, so such a body is a 400, not
