@@ -156,21 +156,60 @@ func (c *command) withEngine(cf *clientFlags, stderr io.Writer, f func(ctx conte
 		return fail(stderr, dig.RootCause(err))
 	}
 	// SIGHUP as SIGTERM: a command on its own serves, and a closed
-	// terminal must not kill it holding the lease.
-	ctx, stopNotify := signal.NotifyContext(context.Background(), stopSignals()...)
-	defer stopNotify()
-	// A signal during the start ends it through the engine, not through
-	// fx's context: fx would return at once, and the process exit, while
-	// the engine still released the lease its start took (see serve).
+	// terminal must not kill it holding the lease. The first signal ends
+	// the command's work, or its start, and lets the engine stop as it
+	// does after the work: release the lease, then wait for what it
+	// received. A second one, like any signal once that stop has begun,
+	// ends the process at once with exit code 1, as for serve: an operator
+	// who signals again does not want to wait out drain_seconds.
+	// signal.NotifyContext kept every signal after the first from the
+	// process, so the command could not be stopped before its drain ended.
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, stopSignals()...)
+	defer signal.Stop(signals)
+	ctx, cancelRun := context.WithCancel(context.Background())
+	defer cancelRun()
+	stopping := make(chan struct{})
+	code := make(chan int, 1)
+	go func() { code <- c.runEngine(ctx, a, eng, stopping, stderr, f) }()
+	interrupted := false
+	for {
+		select {
+		case n := <-code:
+			return n
+		case sig := <-signals:
+			select {
+			case <-stopping:
+				interrupted = true
+			default:
+			}
+			if !interrupted {
+				interrupted = true
+				cancelRun()
+				continue
+			}
+			fmt.Fprintf(stderr, "engine: another signal (%v) while stopping; exiting without waiting for the stop to finish\n", sig)
+			return exitError
+		}
+	}
+}
+
+// runEngine starts a, runs f with the engine's services until it returns
+// or ctx ends, and stops a, closing stopping as the stop begins. A ctx that
+// ends during the start ends it through the engine, not through fx's
+// context: fx would return at once, and the process exit, while the engine
+// still released the lease its start took (see serve).
+func (c *command) runEngine(ctx context.Context, a *fx.App, eng *app.Engine, stopping chan<- struct{}, stderr io.Writer, f func(ctx context.Context, svc app.Services) error) int {
 	startCtx, cancel := context.WithTimeout(context.Background(), a.StartTimeout())
 	stopInterrupt := context.AfterFunc(ctx, eng.Interrupt)
-	err = a.Start(startCtx)
+	err := a.Start(startCtx)
 	stopInterrupt()
 	cancel()
 	if err != nil {
 		return fail(stderr, dig.RootCause(err))
 	}
 	runErr := f(ctx, eng.Services())
+	close(stopping)
 	stopCtx, cancelStop := context.WithTimeout(context.Background(), a.StopTimeout()+5*time.Second)
 	defer cancelStop()
 	if err := a.Stop(stopCtx); err != nil && runErr == nil {

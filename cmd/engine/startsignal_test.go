@@ -9,8 +9,6 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/abi-engine/engine/adapters/secondary/lease/jetstream"
-	"github.com/abi-engine/engine/domain"
 	"github.com/abi-engine/engine/internal/natstest"
 )
 
@@ -84,19 +82,7 @@ services:
 	// The lease key has history, the released record of an engine before:
 	// a hold on a key without one waits out a quarantine and is, by
 	// design, left to go silent rather than released.
-	l, err := jetstream.Open(t.Context(), natstest.Connect(t, url), jetstream.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	before := domain.ThisProcess("v0", "")
-	rev, err := l.Create(t.Context(), before)
-	if err != nil {
-		t.Fatal(err)
-	}
-	before.Released = true
-	if _, err := l.Update(t.Context(), before, rev); err != nil {
-		t.Fatal(err)
-	}
+	leaseWithHistory(t, url)
 	return config
 }
 
