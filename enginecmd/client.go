@@ -20,6 +20,7 @@ import (
 	"github.com/abi-engine/engine/app/config"
 	"github.com/abi-engine/engine/domain"
 	"github.com/abi-engine/engine/internal/wire"
+	"github.com/abi-engine/engine/ports"
 )
 
 // clientFlags are the flags the commands that talk to an engine share.
@@ -129,8 +130,10 @@ func (cf *clientFlags) json() bool { return cf.output == "json" }
 // configuration says client, which it keeps): next to a
 // serving engine it is a client, on its own it serves until f returns. Its
 // logs reach stderr only from warnings up, so stdout carries the answer
-// alone. It returns the exit code.
-func (c *command) withEngine(cf *clientFlags, stderr io.Writer, f func(ctx context.Context, svc app.Services) error) int {
+// alone. service is the one f uses: a command that serves on its own
+// refuses it when its data would live in this process alone. It returns the
+// exit code.
+func (c *command) withEngine(cf *clientFlags, stderr io.Writer, service string, f func(ctx context.Context, svc app.Services) error) int {
 	cfg, err := cf.load()
 	if err != nil {
 		return fail(stderr, err)
@@ -171,7 +174,7 @@ func (c *command) withEngine(cf *clientFlags, stderr io.Writer, f func(ctx conte
 	defer cancelRun()
 	stopping := make(chan struct{})
 	code := make(chan int, 1)
-	go func() { code <- c.runEngine(ctx, a, eng, stopping, stderr, f) }()
+	go func() { code <- c.runEngine(ctx, a, eng, service, stopping, stderr, f) }()
 	interrupted := false
 	for {
 		select {
@@ -199,7 +202,7 @@ func (c *command) withEngine(cf *clientFlags, stderr io.Writer, f func(ctx conte
 // ends during the start ends it through the engine, not through fx's
 // context: fx would return at once, and the process exit, while the engine
 // still released the lease its start took (see serve).
-func (c *command) runEngine(ctx context.Context, a *fx.App, eng *app.Engine, stopping chan<- struct{}, stderr io.Writer, f func(ctx context.Context, svc app.Services) error) int {
+func (c *command) runEngine(ctx context.Context, a *fx.App, eng *app.Engine, service string, stopping chan<- struct{}, stderr io.Writer, f func(ctx context.Context, svc app.Services) error) int {
 	startCtx, cancel := context.WithTimeout(context.Background(), a.StartTimeout())
 	stopInterrupt := context.AfterFunc(ctx, eng.Interrupt)
 	err := a.Start(startCtx)
@@ -208,7 +211,10 @@ func (c *command) runEngine(ctx context.Context, a *fx.App, eng *app.Engine, sto
 	if err != nil {
 		return fail(stderr, dig.RootCause(err))
 	}
-	runErr := f(ctx, eng.Services())
+	runErr := gone(eng, service)
+	if runErr == nil {
+		runErr = f(ctx, eng.Services())
+	}
 	close(stopping)
 	stopCtx, cancelStop := context.WithTimeout(context.Background(), a.StopTimeout()+5*time.Second)
 	defer cancelStop()
@@ -219,6 +225,20 @@ func (c *command) runEngine(ctx context.Context, a *fx.App, eng *app.Engine, sto
 		return fail(stderr, runErr)
 	}
 	return exitOK
+}
+
+// gone is the error of a command that serves service itself, no engine
+// serving the account, on an adapter whose data lives in this process: a
+// value it set would be gone when it returns, though it reported success,
+// and a read finds nothing whatever was set before.
+func gone(eng *app.Engine, service string) error {
+	for _, s := range eng.Status().Services {
+		if s.Service == service && s.Local == ports.InThisProcess {
+			return fmt.Errorf("no engine serves this account, and the %s adapter %q keeps its data in this process only: "+
+				"what this command wrote would be gone when it returns, and it has nothing to read; start `engine serve` and run it again", service, s.Adapter)
+		}
+	}
+	return nil
 }
 
 // engineAnswers reports whether a serving engine answers on its info

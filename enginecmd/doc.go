@@ -98,7 +98,7 @@ func (c *command) docGet(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	collection, id := pos[0], pos[1]
-	return c.withEngine(cf, stderr, func(ctx context.Context, svc app.Services) error {
+	return c.withEngine(cf, stderr, ports.ServiceDocument, func(ctx context.Context, svc app.Services) error {
 		docs, err := documents(svc)
 		if err != nil {
 			return err
@@ -137,7 +137,7 @@ func (c *command) docPut(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "engine doc put: %v\n", err)
 		return exitUsage
 	}
-	return c.withEngine(cf, stderr, func(ctx context.Context, svc app.Services) error {
+	return c.withEngine(cf, stderr, ports.ServiceDocument, func(ctx context.Context, svc app.Services) error {
 		docs, err := documents(svc)
 		if err != nil {
 			return err
@@ -166,7 +166,7 @@ func (c *command) docDel(args []string, stderr io.Writer) int {
 		return code
 	}
 	collection, id := pos[0], pos[1]
-	return c.withEngine(cf, stderr, func(ctx context.Context, svc app.Services) error {
+	return c.withEngine(cf, stderr, ports.ServiceDocument, func(ctx context.Context, svc app.Services) error {
 		docs, err := documents(svc)
 		if err != nil {
 			return err
@@ -208,7 +208,7 @@ func (c *command) docFind(args []string, stdout, stderr io.Writer) int {
 		q.Where = m
 	}
 	collection := pos[0]
-	return c.withEngine(cf, stderr, func(ctx context.Context, svc app.Services) error {
+	return c.withEngine(cf, stderr, ports.ServiceDocument, func(ctx context.Context, svc app.Services) error {
 		docs, err := documents(svc)
 		if err != nil {
 			return err

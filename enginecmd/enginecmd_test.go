@@ -379,3 +379,34 @@ func TestKVSetRefusesATTLThatRoundsToZero(t *testing.T) {
 		}
 	}
 }
+
+// A command that finds no engine serving the account serves it itself for
+// as long as it runs. On an adapter that keeps its data in the process,
+// that meant a set reported success for a value gone when the command
+// returned, and a get reported "not found" whatever had been set before: it
+// must refuse instead, naming the service and the adapter.
+func TestACommandServingAloneRefusesAServiceKeptInThisProcess(t *testing.T) {
+	srv := natstest.StartServer(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "engine.yaml")
+	yaml := fmt.Sprintf("nats:\n  url: %s\n  engine: {lease_seconds: 1, drain_seconds: 1}\nhttp: {listen: off}\ndata_dir: %s\n"+
+		"services:\n  keyvalue: {adapter: memory}\n  document: {adapter: memory}\n  object_storage: {adapter: memory}\n  vector_store: {adapter: off}\n",
+		srv.ClientURL(), filepath.Join(dir, "data"))
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("ABI_ENGINE_ROLE", "")
+	for _, args := range [][]string{
+		{"kv", "set", "k", "v"},
+		{"kv", "get", "k"},
+		{"doc", "put", "c", "d", `{"a":1}`},
+		{"history"},
+		{"obj", "ls"},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := Run(append(args, "--config", path), &stdout, &stderr, Options{})
+		if code == 0 || !strings.Contains(stderr.String(), "keeps its data in this process only") || !strings.Contains(stderr.String(), `"memory"`) {
+			t.Errorf("engine %q with no engine serving and a memory adapter: exit %d, stdout %q, stderr %q", args, code, stdout.String(), stderr.String())
+		}
+	}
+}

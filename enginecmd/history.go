@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/abi-engine/engine/app"
+	"github.com/abi-engine/engine/ports"
 )
 
 // historyCommand: `engine history` prints the activity log, newest first:
@@ -21,7 +22,7 @@ func (c *command) historyCommand(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "engine history: --limit is %d, want 1 or more\n", *limit)
 		return exitUsage
 	}
-	return c.withEngine(cf, stderr, func(ctx context.Context, svc app.Services) error {
+	return c.withEngine(cf, stderr, ports.ServiceDocument, func(ctx context.Context, svc app.Services) error {
 		docs, err := documents(svc)
 		if err != nil {
 			return err

@@ -58,7 +58,7 @@ func (c *command) kvGet(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	key := pos[0]
-	return c.withEngine(cf, stderr, func(ctx context.Context, svc app.Services) error {
+	return c.withEngine(cf, stderr, ports.ServiceKeyValue, func(ctx context.Context, svc app.Services) error {
 		kv, err := keyValue(svc)
 		if err != nil {
 			return err
@@ -117,7 +117,7 @@ func (c *command) kvSet(args []string, stderr io.Writer) int {
 	if err != nil {
 		return fail(stderr, err)
 	}
-	return c.withEngine(cf, stderr, func(ctx context.Context, svc app.Services) error {
+	return c.withEngine(cf, stderr, ports.ServiceKeyValue, func(ctx context.Context, svc app.Services) error {
 		kv, err := keyValue(svc)
 		if err != nil {
 			return err
@@ -133,7 +133,7 @@ func (c *command) kvDel(args []string, stderr io.Writer) int {
 		return code
 	}
 	key := pos[0]
-	return c.withEngine(cf, stderr, func(ctx context.Context, svc app.Services) error {
+	return c.withEngine(cf, stderr, ports.ServiceKeyValue, func(ctx context.Context, svc app.Services) error {
 		kv, err := keyValue(svc)
 		if err != nil {
 			return err
@@ -164,7 +164,7 @@ func (c *command) kvList(args []string, stdout, stderr io.Writer) int {
 	if len(pos) == 1 {
 		prefix = pos[0]
 	}
-	return c.withEngine(cf, stderr, func(ctx context.Context, svc app.Services) error {
+	return c.withEngine(cf, stderr, ports.ServiceKeyValue, func(ctx context.Context, svc app.Services) error {
 		kv, err := keyValue(svc)
 		if err != nil {
 			return err

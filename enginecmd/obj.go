@@ -73,7 +73,7 @@ func (c *command) objPut(args []string, stdout, stderr io.Writer) int {
 	if fi, err := src.Stat(); err == nil && fi.Mode().IsRegular() {
 		size = fi.Size()
 	}
-	return c.withEngine(cf, stderr, func(ctx context.Context, svc app.Services) error {
+	return c.withEngine(cf, stderr, ports.ServiceObjectStorage, func(ctx context.Context, svc app.Services) error {
 		store, err := objects(svc)
 		if err != nil {
 			return err
@@ -100,7 +100,7 @@ func (c *command) objGet(args []string, stdout, stderr io.Writer) int {
 	if len(pos) == 2 && pos[1] != "-" {
 		path = pos[1]
 	}
-	return c.withEngine(cf, stderr, func(ctx context.Context, svc app.Services) error {
+	return c.withEngine(cf, stderr, ports.ServiceObjectStorage, func(ctx context.Context, svc app.Services) error {
 		store, err := objects(svc)
 		if err != nil {
 			return err
@@ -158,7 +158,7 @@ func (c *command) objList(args []string, stdout, stderr io.Writer) int {
 	if len(pos) == 1 {
 		prefix = pos[0]
 	}
-	return c.withEngine(cf, stderr, func(ctx context.Context, svc app.Services) error {
+	return c.withEngine(cf, stderr, ports.ServiceObjectStorage, func(ctx context.Context, svc app.Services) error {
 		store, err := objects(svc)
 		if err != nil {
 			return err
@@ -200,7 +200,7 @@ func (c *command) objRemove(args []string, stderr io.Writer) int {
 		return code
 	}
 	key := pos[0]
-	return c.withEngine(cf, stderr, func(ctx context.Context, svc app.Services) error {
+	return c.withEngine(cf, stderr, ports.ServiceObjectStorage, func(ctx context.Context, svc app.Services) error {
 		store, err := objects(svc)
 		if err != nil {
 			return err

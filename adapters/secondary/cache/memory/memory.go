@@ -19,7 +19,7 @@ type Config struct{}
 
 // LocalStorage implements ports.StorageConfig: the entries live in this
 // process only.
-func (Config) LocalStorage() string { return "this process" }
+func (Config) LocalStorage() string { return ports.InThisProcess }
 
 // Store is a cache in memory. It is safe for concurrent use.
 type Store struct {

@@ -22,7 +22,7 @@ var _ ports.DocumentStore = (*Store)(nil)
 type Config struct{}
 
 // LocalStorage implements ports.StorageConfig: the data lives in this process.
-func (Config) LocalStorage() string { return "this process" }
+func (Config) LocalStorage() string { return ports.InThisProcess }
 
 // stored is a document as canonical JSON: every read decodes a fresh copy,
 // so callers never share maps with the store or each other.

@@ -23,7 +23,7 @@ var _ ports.KeyValue = (*Store)(nil)
 type Config struct{}
 
 // LocalStorage implements ports.StorageConfig: the data lives in this process.
-func (Config) LocalStorage() string { return "this process" }
+func (Config) LocalStorage() string { return ports.InThisProcess }
 
 type entry struct {
 	value   []byte

@@ -28,7 +28,7 @@ type Config struct{}
 
 // LocalStorage implements ports.StorageConfig: the objects live in this
 // process only.
-func (Config) LocalStorage() string { return "this process" }
+func (Config) LocalStorage() string { return ports.InThisProcess }
 
 // Store keeps objects in memory. It is safe for concurrent use.
 type Store struct {

@@ -26,7 +26,7 @@ type Config struct {
 }
 
 // LocalStorage implements ports.StorageConfig: the data lives in this process.
-func (Config) LocalStorage() string { return "this process" }
+func (Config) LocalStorage() string { return ports.InThisProcess }
 
 // Store keeps collections in maps behind one lock.
 type Store struct {
