@@ -13,12 +13,20 @@
 // rest. Scripts
 // touch keys they compute, so the adapter wants one Redis server (or a
 // primary with replicas), not Redis Cluster.
+//
+// Engines share the server, so the store is fenced (ADR 0002): the key
+// Config.Prefix+"fence" holds the newest fencing token a write carried, and
+// every write script compares the write's token with it before it changes
+// anything, refusing one of an older serving term with ports.ErrFenced. The
+// check and the write are one script, which Redis runs alone, so no write
+// of a newer term can come between them.
 package rediskv
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -55,6 +63,7 @@ type Store struct {
 	rdb       *redis.Client
 	data      string // prefix of value keys
 	index     string // the sorted set of keys
+	fence     string // the newest fencing token a write carried
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -78,7 +87,7 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 		_ = rdb.Close()
 		return nil, fmt.Errorf("redis keyvalue: connect to %s: %w", c.Addr, err)
 	}
-	return &Store{rdb: rdb, data: c.Prefix + "v:", index: c.Prefix + "index"}, nil
+	return &Store{rdb: rdb, data: c.Prefix + "v:", index: c.Prefix + "index", fence: c.Prefix + "fence"}, nil
 }
 
 // Close closes the connections; closing twice is harmless.
@@ -112,15 +121,39 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, error) {
 	return v, nil
 }
 
-// setScript writes the value and lists the key. ARGV: value, TTL in ms
-// (0: none, which also clears an earlier TTL), "nx" to write only a key
-// that is absent, and the key itself for the index.
-var setScript = redis.NewScript(`
-local args = {'SET', KEYS[1], ARGV[1]}
-if ARGV[2] ~= '0' then table.insert(args, 'PX'); table.insert(args, ARGV[2]) end
-if ARGV[3] == 'nx' then table.insert(args, 'NX') end
+// fenceCheck opens every write script. KEYS[3] is the fence and ARGV[1]
+// the write's fencing token in decimal, "" for a write without one, which
+// passes. A token below the fence refuses the write (the script returns -1
+// before it changes anything); a higher one raises the fence, even when
+// the write then changes nothing, as a SetIfAbsent of a key that is set
+// does. Tokens are uint64: they are compared as decimal strings, shorter
+// first, since Lua's numbers are doubles and lose digits past 2^53.
+const fenceCheck = `
+local token = ARGV[1]
+if token ~= '' then
+	local seen = redis.call('GET', KEYS[3])
+	if seen and (#token < #seen or (#token == #seen and token < seen)) then return -1 end
+	if seen ~= token then redis.call('SET', KEYS[3], token) end
+end
+`
+
+// tokenArg is the fencing token ctx carries, as fenceCheck reads it.
+func tokenArg(ctx context.Context) string {
+	if t, ok := ports.FencingToken(ctx); ok {
+		return strconv.FormatUint(t, 10)
+	}
+	return ""
+}
+
+// setScript writes the value and lists the key. ARGV after the token:
+// value, TTL in ms (0: none, which also clears an earlier TTL), "nx" to
+// write only a key that is absent, and the key itself for the index.
+var setScript = redis.NewScript(fenceCheck + `
+local args = {'SET', KEYS[1], ARGV[2]}
+if ARGV[3] ~= '0' then table.insert(args, 'PX'); table.insert(args, ARGV[3]) end
+if ARGV[4] == 'nx' then table.insert(args, 'NX') end
 if not redis.call(unpack(args)) then return 0 end
-redis.call('ZADD', KEYS[2], 0, ARGV[4])
+redis.call('ZADD', KEYS[2], 0, ARGV[5])
 return 1
 `)
 
@@ -128,11 +161,8 @@ func (s *Store) set(ctx context.Context, call, key string, value []byte, ttl tim
 	if err := storecheck.Write("key", key, ttl); err != nil {
 		return false, err
 	}
-	n, err := setScript.Run(ctx, s.rdb, []string{s.data + key, s.index}, value, ttlMillis(ttl), nx, key).Int()
-	if err != nil {
-		return false, wrap(call, key, err)
-	}
-	return n == 1, nil
+	n, err := setScript.Run(ctx, s.rdb, []string{s.data + key, s.index, s.fence}, tokenArg(ctx), value, ttlMillis(ttl), nx, key).Int()
+	return written(call, key, n, err)
 }
 
 // Set implements ports.KeyValue.
@@ -147,12 +177,24 @@ func (s *Store) SetIfAbsent(ctx context.Context, key string, value []byte, ttl t
 	return s.set(ctx, "set if absent", key, value, ttl, "nx")
 }
 
-// deleteScript deletes the value, only if it equals ARGV[1] when ARGV[2]
-// is "if", and unlists the key.
-var deleteScript = redis.NewScript(`
-if ARGV[2] == 'if' and redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+// written is the outcome of a write script: whether it changed the key,
+// or ErrFenced when the fence refused it.
+func written(call, key string, n int, err error) (bool, error) {
+	switch {
+	case err != nil:
+		return false, wrap(call, key, err)
+	case n < 0:
+		return false, wrap(call, key, ports.ErrFenced)
+	}
+	return n == 1, nil
+}
+
+// deleteScript deletes the value, only if it equals ARGV[2] when ARGV[3]
+// is "if", and unlists the key (ARGV[4]); ARGV[1] is the token.
+var deleteScript = redis.NewScript(fenceCheck + `
+if ARGV[3] == 'if' and redis.call('GET', KEYS[1]) ~= ARGV[2] then return 0 end
 local n = redis.call('DEL', KEYS[1])
-redis.call('ZREM', KEYS[2], ARGV[3])
+redis.call('ZREM', KEYS[2], ARGV[4])
 return n
 `)
 
@@ -160,11 +202,8 @@ func (s *Store) del(ctx context.Context, call, key string, value []byte, cond st
 	if err := storecheck.Key("key", key); err != nil {
 		return false, err
 	}
-	n, err := deleteScript.Run(ctx, s.rdb, []string{s.data + key, s.index}, value, cond, key).Int()
-	if err != nil {
-		return false, wrap(call, key, err)
-	}
-	return n == 1, nil
+	n, err := deleteScript.Run(ctx, s.rdb, []string{s.data + key, s.index, s.fence}, tokenArg(ctx), value, cond, key).Int()
+	return written(call, key, n, err)
 }
 
 // Delete implements ports.KeyValue.

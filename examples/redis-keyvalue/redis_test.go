@@ -55,7 +55,7 @@ func TestKeyValueContract(t *testing.T) {
 		contracttests.RunKeyValue(t, contracttests.HarnessFunc[ports.KeyValue](func(t *testing.T) func(*testing.T) ports.KeyValue {
 			open := newStore(t)
 			return func(t *testing.T) ports.KeyValue { return open(t) }
-		}), contracttests.KeyValueCapabilities{Durable: true})
+		}), contracttests.KeyValueCapabilities{Durable: true, Fenced: true})
 	})
 }
 
