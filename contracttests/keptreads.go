@@ -1,6 +1,7 @@
 package contracttests
 
 import (
+	"context"
 	"errors"
 	"strconv"
 	"sync"
@@ -149,12 +150,22 @@ func kvAPassedTermIsNotKept(t *testing.T, open func(t *testing.T) ports.KeyValue
 // no older value than the read before it.
 func kvKeptReadsFollowWrites(t *testing.T, open func(t *testing.T) ports.KeyValue) {
 	s := open(t)
-	under := underTerm(t, termNew)
+	// Each call has its own callTimeout: one context for the whole case
+	// gave 300 writes and the reads beside them ten seconds together, which
+	// a loaded machine can run out of with no store at fault.
+	under := func() (context.Context, context.CancelFunc) {
+		return context.WithTimeout(ports.WithFencingToken(t.Context(), termNew), callTimeout)
+	}
+	set := func(key string, v int64) error {
+		c, cancel := under()
+		defer cancel()
+		return s.Set(c, key, []byte(strconv.FormatInt(v, 10)), 0)
+	}
 	const writes = 300
 	keys := []string{"a", "b"}
 	var done [2]atomic.Int64 // the newest value written and returned, per key
 	for _, k := range keys {
-		if err := s.Set(under, k, []byte("0"), 0); err != nil {
+		if err := set(k, 0); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -171,7 +182,9 @@ func kvKeptReadsFollowWrites(t *testing.T, open func(t *testing.T) ports.KeyValu
 				}
 				i := (r + n) % 2
 				floor := done[i].Load()
-				v, err := s.Get(under, keys[i])
+				c, cancel := under()
+				v, err := s.Get(c, keys[i])
+				cancel()
 				if errors.Is(err, ports.ErrNotFound) {
 					continue // between a Delete and the SetIfAbsent after it
 				}
@@ -191,14 +204,19 @@ func kvKeptReadsFollowWrites(t *testing.T, open func(t *testing.T) ports.KeyValu
 	for n := int64(1); n <= writes; n++ {
 		i := n % 2
 		if n%7 == 0 {
-			if _, err := s.Delete(under, keys[i]); err != nil {
+			c, cancel := under()
+			_, err := s.Delete(c, keys[i])
+			cancel()
+			if err != nil {
 				t.Fatal(err)
 			}
-			ok, err := s.SetIfAbsent(under, keys[i], []byte(strconv.FormatInt(n, 10)), 0)
+			c, cancel = under()
+			ok, err := s.SetIfAbsent(c, keys[i], []byte(strconv.FormatInt(n, 10)), 0)
+			cancel()
 			if err != nil || !ok {
 				t.Fatalf("SetIfAbsent after Delete = %v, %v", ok, err)
 			}
-		} else if err := s.Set(under, keys[i], []byte(strconv.FormatInt(n, 10)), 0); err != nil {
+		} else if err := set(keys[i], n); err != nil {
 			t.Fatal(err)
 		}
 		done[i].Store(n)
