@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -160,5 +163,107 @@ func TestADropSweepsTheDocumentsAnEarlierDropLeft(t *testing.T) {
 	}
 	if left := info.State.Subjects; len(left) != 0 {
 		t.Fatalf("documents of dropped collections stay in the stream: %v", left)
+	}
+}
+
+// cancelOnWrite dials connections that call cancel when they first send a
+// message holding needle, just before it leaves: the caller gives up the
+// moment its write is on its way to the server.
+type cancelOnWrite struct {
+	needle []byte
+	armed  atomic.Bool
+	once   sync.Once
+	cancel context.CancelFunc
+}
+
+func (p *cancelOnWrite) Dial(network, address string) (net.Conn, error) {
+	c, err := net.Dial(network, address)
+	if err != nil {
+		return nil, err
+	}
+	return cancellingConn{Conn: c, p: p}, nil
+}
+
+type cancellingConn struct {
+	net.Conn
+	p *cancelOnWrite
+}
+
+func (c cancellingConn) Write(b []byte) (int, error) {
+	if c.p.armed.Load() && bytes.Contains(b, c.p.needle) {
+		c.p.once.Do(c.p.cancel)
+	}
+	return c.Conn.Write(b)
+}
+
+// A drop whose caller gives up once the removal of the collection's marker
+// is on its way either finishes, its documents purged, or leaves the
+// collection whole. Before, the drop failed with the cancellation after
+// the marker was gone: the collection no longer showed, and its documents
+// stayed in the stream for good, unless the collection was dropped again.
+func TestADropCancelledOnceItsMarkerRemovalIsSentFinishes(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	c := jetstream.Config{Bucket: jstest.Bucket(t), Replicas: 1}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	dropCtx, cancelDrop := context.WithCancel(ctx)
+	defer cancelDrop()
+	p := &cancelOnWrite{needle: []byte("$KV." + c.Bucket + ".c.c "), cancel: cancelDrop}
+	nc, err := nats.Connect(url, nats.SetCustomDialer(p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	dropper, err := jetstream.Open(ctx, c, nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = dropper.Close() })
+	other := open(t, url, c)
+	if err := other.EnsureCollection(ctx, "c"); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		if _, err := other.Put(ctx, "c", fmt.Sprint(i), map[string]any{"n": i}, ports.Cond{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	p.armed.Store(true)
+	dropErr := dropper.DropCollection(dropCtx, "c")
+	if dropCtx.Err() == nil {
+		t.Fatal("the drop sent no removal of the collection's marker")
+	}
+	t.Logf("DropCollection: %v", dropErr)
+
+	names, err := other.Collections(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(names, "c") {
+		// Left whole: every document is still there.
+		n, err := other.Count(ctx, "c", nil)
+		if err != nil || n != 5 {
+			t.Fatalf("the collection the cancelled drop left holds %d documents (%v), want 5", n, err)
+		}
+		return
+	}
+	if dropErr != nil {
+		t.Errorf("the collection is gone and the drop returned %v", dropErr)
+	}
+	js, err := natsjs.New(natstest.Connect(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(ctx, "KV_"+c.Bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx, natsjs.WithSubjectFilter("$KV."+c.Bucket+".d.c.>"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left := info.State.Subjects; len(left) != 0 {
+		t.Fatalf("the collection is dropped (the drop returned %v) and %d of its documents stay in the stream: %v", dropErr, len(left), left)
 	}
 }

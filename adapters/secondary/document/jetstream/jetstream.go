@@ -20,6 +20,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -134,7 +135,8 @@ func (s *Store) EnsureCollection(ctx context.Context, name string) error {
 // engine stopped, or its purge failed, before the purge went through). A
 // collection made again has a marker, and so documents, at later
 // revisions: a purge that lands late, after the collection was made again
-// and written, leaves them alone.
+// and written, leaves them alone. Once the marker's removal is sent, the
+// drop goes on to its end (within 30 s) even if the caller gives up.
 func (s *Store) DropCollection(ctx context.Context, name string) error {
 	if err := storecheck.Collection(name); err != nil {
 		return err
@@ -147,16 +149,37 @@ func (s *Store) DropCollection(ctx context.Context, name string) error {
 		if !e.Live {
 			return fmt.Errorf("drop collection %q: %w", name, ports.ErrNotFound)
 		}
-		removed, err := s.b.Remove(ctx, marker(name), e.Revision)
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("drop collection %q: %w", name, err)
+		}
+		// Once the marker's removal is sent, the collection may be gone
+		// whatever becomes of the caller, and only this call purges its
+		// documents: the removal and the purge go on to their outcome on a
+		// context of their own.
+		err = s.drop(ctx, name, e.Revision)
 		if errors.Is(err, jsbucket.ErrConflict) {
 			continue
 		}
-		if err != nil {
-			return fmt.Errorf("drop collection %q: %w", name, err)
-		}
-		return wrap(s.b.PurgeBelow(ctx, "d."+name+".>", removed), "drop collection %q", name)
+		return wrap(err, "drop collection %q", name)
 	}
 	return fmt.Errorf("drop collection %q: it changed %d times meanwhile: %w", name, casRounds, ports.ErrConflict)
+}
+
+// dropTimeout bounds a drop's removal of the marker and purge of the
+// documents, which run on after the caller gives up.
+const dropTimeout = 30 * time.Second
+
+// drop removes the marker at rev and purges the documents written before
+// that removal, on a context that outlives the caller's. Only a removal
+// refused for another revision (jsbucket.ErrConflict) changed nothing.
+func (s *Store) drop(ctx context.Context, name string, rev uint64) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), dropTimeout)
+	defer cancel()
+	removed, err := s.b.Remove(ctx, marker(name), rev)
+	if err != nil {
+		return err
+	}
+	return s.b.PurgeBelow(ctx, "d."+name+".>", removed)
 }
 
 // Collections lists the collections whose marker is live.
