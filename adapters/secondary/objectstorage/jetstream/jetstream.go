@@ -23,6 +23,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -80,6 +81,14 @@ func (c Config) Describe() string {
 type Store struct {
 	b  *jsbucket.Bucket
 	nc *nats.Conn
+	// closing ends when Close is called: a Put stops writing chunks.
+	closing context.Context
+	close   context.CancelFunc
+	// mu guards closed; writes counts the Puts and Deletes under way,
+	// which Close waits for before it closes the connection.
+	mu     sync.Mutex
+	closed bool
+	writes sync.WaitGroup
 }
 
 // Open opens the bucket on nc, creating it when it is missing. The store
@@ -91,13 +100,50 @@ func Open(ctx context.Context, c Config, nc *nats.Conn) (*Store, error) {
 		nc.Close()
 		return nil, fmt.Errorf("object storage jetstream: %w", err)
 	}
-	return &Store{b: b, nc: nc}, nil
+	closing, cancel := context.WithCancel(context.Background())
+	return &Store{b: b, nc: nc, closing: closing, close: cancel}, nil
 }
 
-// Close closes the store's connection; closing twice is harmless.
+// closeWait bounds how long Close waits for the Puts and Deletes under
+// way: a description's write and a purge after it.
+const closeWait = describeTimeout + purgeTimeout
+
+// Close stops the Puts under way from writing chunks, waits (within
+// closeWait) for them and the Deletes under way to end, purges and all,
+// and closes the store's connection; closing twice is harmless. Closing
+// the connection under a write would fail its purge, and leave chunks
+// that no description names in the stream for good.
 func (s *Store) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	s.close()
+	ended := make(chan struct{})
+	go func() {
+		s.writes.Wait()
+		close(ended)
+	}()
+	select {
+	case <-ended:
+	case <-time.After(closeWait):
+	}
 	s.nc.Close()
 	return nil
+}
+
+// errClosed ends the Puts under way when the store closes.
+var errClosed = fmt.Errorf("the store closed: %w", nats.ErrConnectionClosed)
+
+// begin counts a write under way, which Close waits for; after Close it
+// fails.
+func (s *Store) begin(op, key string) (end func(), err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, fmt.Errorf("%s %q: %w", op, key, errClosed)
+	}
+	s.writes.Add(1)
+	return s.writes.Done, nil
 }
 
 func metaToken(key string) string { return "M." + base64.URLEncoding.EncodeToString([]byte(key)) }
@@ -153,6 +199,11 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, opts ports.Put
 	if err := objkey.CheckPut(key, opts); err != nil {
 		return ports.ObjectInfo{}, err
 	}
+	end, err := s.begin("put", key)
+	if err != nil {
+		return ports.ObjectInfo{}, err
+	}
+	defer end()
 	ct := opts.ContentType
 	if ct == "" {
 		ct = objkey.DefaultContentType
@@ -172,11 +223,15 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, opts ports.Put
 		}
 	}
 	id := nuid.Next()
-	info, err := s.writeChunks(ctx, id, r)
-	if err == nil {
-		// A caller that gave up before the description is written gets
-		// nothing stored.
-		err = ctx.Err()
+	// The chunks' writes end when the caller gives up or the store closes.
+	wctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	defer context.AfterFunc(s.closing, func() { stop(errClosed) })()
+	info, err := s.writeChunks(wctx, id, r)
+	if wctx.Err() != nil {
+		// A caller that gave up, or a store that closed, before the
+		// description is written gets nothing stored.
+		err = context.Cause(wctx)
 	}
 	if err != nil {
 		s.purge(id)
@@ -293,11 +348,14 @@ func digest(h hash.Hash) string {
 	return "SHA-256=" + base64.URLEncoding.EncodeToString(h.Sum(nil))
 }
 
+// purgeTimeout bounds the purge of an object's chunks.
+const purgeTimeout = 10 * time.Second
+
 // purge removes the chunks of id, on a context of its own: it runs after
 // the call's context may have ended. Chunks it fails to remove are
 // unreachable, never read.
 func (s *Store) purge(id string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), purgeTimeout)
 	defer cancel()
 	_ = s.b.Purge(ctx, chunkToken(id))
 }
@@ -520,6 +578,11 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	if err := objkey.Check(key); err != nil {
 		return err
 	}
+	end, err := s.begin("delete", key)
+	if err != nil {
+		return err
+	}
+	defer end()
 	for range rounds {
 		cur, err := s.current(ctx, key)
 		if err != nil {
