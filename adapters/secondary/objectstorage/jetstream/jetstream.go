@@ -191,7 +191,8 @@ func describe(key string, info jetstream.ObjectInfo) ports.ObjectInfo {
 }
 
 // Put publishes the chunks as it reads them, then the description,
-// conditioned on the one it replaces, and purges that one's chunks. A Put
+// conditioned on the one it replaces, and purges that one's chunks, a
+// deleted object's as well. A Put
 // that fails before its description is sent, or loses its condition,
 // purges its own chunks and leaves the previous object. Once sent, the
 // description's write runs to its outcome even if the caller gives up.
@@ -256,7 +257,9 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, opts ports.Put
 		}
 		return ports.ObjectInfo{}, fmt.Errorf("put %q: %w", key, err)
 	}
-	if cur.live {
+	// The chunks a deleted description names go too: its Delete purged
+	// them, unless it was cut off first, and then only this purge would.
+	if cur.info.NUID != "" {
 		s.purge(cur.info.NUID)
 	}
 	return describe(key, info), nil

@@ -3,7 +3,9 @@ package jetstream_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -127,5 +129,67 @@ func TestAPutCutShortByCloseLeavesNoChunks(t *testing.T) {
 	}
 	if left := chunkSubjects(t, url, c.Bucket); len(left) != 0 {
 		t.Fatalf("the chunks of the Put cut short stay in the stream, named by no description: %v", left)
+	}
+}
+
+// purgeCutter dials connections that close instead of sending a purge of
+// the stream: an engine cut off from its broker between a write and the
+// purge after it.
+type purgeCutter struct{ purge string }
+
+func (p purgeCutter) Dial(network, address string) (net.Conn, error) {
+	c, err := net.Dial(network, address)
+	if err != nil {
+		return nil, err
+	}
+	return purgeCuttingConn{Conn: c, purge: p.purge}, nil
+}
+
+type purgeCuttingConn struct {
+	net.Conn
+	purge string
+}
+
+func (c purgeCuttingConn) Write(b []byte) (int, error) {
+	if bytes.Contains(b, []byte(c.purge)) {
+		c.Conn.Close()
+		return 0, errors.New("cut off before the purge left")
+	}
+	return c.Conn.Write(b)
+}
+
+// A Put over an object whose Delete was cut off before it purged the
+// chunks takes those chunks with it, as it takes those of a live object it
+// replaces: the deleted description still names them, and nothing else
+// ever would. Before, the Put purged only the chunks of a live object, and
+// the deleted object's stayed in the stream for good.
+func TestAPutOverADeletedObjectPurgesTheChunksItsDeleteLeft(t *testing.T) {
+	url := natstest.StartProcess(t, server)
+	c := jetstream.Config{Bucket: "DELETEDUNPURGED"}
+	s := open(t, url, c)
+	if _, err := s.Put(t.Context(), "o", bytes.NewReader(bytes.Repeat([]byte("x"), 300<<10)), ports.PutObjectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	nc := natstest.Connect(t, url, nats.SetCustomDialer(purgeCutter{purge: "$JS.API.STREAM.PURGE.OBJ_" + c.Bucket}), nats.NoReconnect())
+	cut, err := jetstream.Open(ctx, c, nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cut.Close() })
+	t.Logf("Delete cut off before its purge: %v", cut.Delete(ctx, "o"))
+	if _, err := s.Stat(ctx, "o"); !errors.Is(err, ports.ErrNotFound) {
+		t.Fatalf("Stat after the Delete: %v, want not found", err)
+	}
+	if n := len(chunkSubjects(t, url, c.Bucket)); n != 1 {
+		t.Fatalf("the deleted object's chunks are under %d subjects before the Put, want 1 (the test's cut did not hold)", n)
+	}
+
+	if _, err := s.Put(ctx, "o", strings.NewReader("new"), ports.PutObjectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if left := chunkSubjects(t, url, c.Bucket); len(left) != 1 {
+		t.Fatalf("after a Put over the deleted object the stream holds chunks under %d subjects, want the Put's 1: %v", len(left), left)
 	}
 }
