@@ -267,3 +267,53 @@ func TestADropCancelledOnceItsMarkerRemovalIsSentFinishes(t *testing.T) {
 		t.Fatalf("the collection is dropped (the drop returned %v) and %d of its documents stay in the stream: %v", dropErr, len(left), left)
 	}
 }
+
+// A collection made again after a drop whose purge never ran (its engine
+// died between the marker's removal and the purge) takes the documents
+// that drop left: they are of a generation no read reaches any more, and
+// nothing else would remove them unless the collection were dropped again.
+// Before, they stayed in the stream, hidden, beside the new collection.
+func TestACollectionMadeAgainSweepsTheDocumentsADyingDropLeft(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	c := jetstream.Config{Bucket: jstest.Bucket(t), Replicas: 1}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	s := open(t, url, c)
+	if err := s.EnsureCollection(ctx, "c"); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if _, err := s.Put(ctx, "c", fmt.Sprint("old", i), map[string]any{"n": i}, ports.Cond{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dying := openStopped(t, url, c, &purgeStopper{cut: true})
+	if err := dying.DropCollection(ctx, "c"); err == nil {
+		t.Fatal("a drop cut off before its purge reported success")
+	}
+
+	if err := s.EnsureCollection(ctx, "c"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Put(ctx, "c", "new", map[string]any{"n": 9}, ports.Cond{}); err != nil {
+		t.Fatal(err)
+	}
+	js, err := natsjs.New(natstest.Connect(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(ctx, "KV_"+c.Bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx, natsjs.WithSubjectFilter("$KV."+c.Bucket+".d.c.>"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left := info.State.Subjects; len(left) != 1 {
+		t.Fatalf("the collection made again has 1 document; the stream holds %d under it: %v", len(left), left)
+	}
+	if got, err := s.Get(ctx, "c", "new"); err != nil || got.Data["n"] != float64(9) {
+		t.Fatalf("the new document: %+v, %v", got, err)
+	}
+}

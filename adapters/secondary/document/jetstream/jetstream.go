@@ -107,7 +107,9 @@ func (s *Store) generation(ctx context.Context, collection string) (uint64, erro
 	return e.Revision, nil
 }
 
-// EnsureCollection writes the collection's marker unless it has one.
+// EnsureCollection writes the collection's marker unless it has one, and
+// then purges the documents of the collection's earlier generations that
+// a drop which never finished left.
 func (s *Store) EnsureCollection(ctx context.Context, name string) error {
 	if err := storecheck.Collection(name); err != nil {
 		return err
@@ -121,9 +123,18 @@ func (s *Store) EnsureCollection(ctx context.Context, name string) error {
 			return nil
 		}
 		rev := e.Revision
-		_, err = s.b.Put(ctx, marker(name), []byte("{}"), 0, &rev)
-		if err == nil || !errors.Is(err, jsbucket.ErrConflict) {
-			return wrap(err, "ensure collection %q", name)
+		made, err := s.b.Put(ctx, marker(name), []byte("{}"), 0, &rev)
+		if err == nil {
+			// Documents below the new marker are of generations no read
+			// reaches: a drop whose purge never ran left them, and only
+			// another drop would take them. The purge is housekeeping, the
+			// collection is made whatever becomes of it, and a later drop
+			// takes what it leaves.
+			_ = s.b.PurgeBelow(ctx, "d."+name+".>", made)
+			return nil
+		}
+		if !errors.Is(err, jsbucket.ErrConflict) {
+			return fmt.Errorf("ensure collection %q: %w", name, err)
 		}
 	}
 	return fmt.Errorf("ensure collection %q: it changed %d times meanwhile: %w", name, casRounds, ports.ErrConflict)
