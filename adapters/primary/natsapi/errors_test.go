@@ -11,7 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/abi-engine/engine/adapters/primary/natsapi"
+	"github.com/abi-engine/engine/adapters/secondary/secret/env"
+	"github.com/abi-engine/engine/internal/callerauth"
 	"github.com/abi-engine/engine/internal/natstest"
 	"github.com/abi-engine/engine/internal/wire"
 	"github.com/abi-engine/engine/ports"
@@ -73,5 +77,39 @@ func TestA500HidesItsTextFromTheCallerAndLogsIt(t *testing.T) {
 	}
 	if got := msg.Header.Get(wire.ErrorHeader); msg.Header.Get(wire.ErrorCodeHeader) != "400" || !strings.Contains(got, `field "key"`) {
 		t.Fatalf("a 400 answered %s %q, want its text naming the field", msg.Header.Get(wire.ErrorCodeHeader), got)
+	}
+}
+
+// An error's text may quote the caller's input, and a secret's name has no
+// bound but the request's size: a get of a name of 600 KiB is a 404 whose
+// text, quoting the name twice, would pass the connection's 1 MiB max
+// payload. The caller must still get its 404, at once and with the text
+// cut short, not wait out its timeout for an answer that never left.
+func TestAnErrorQuotingAHugeNameStillReachesTheCaller(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	secret := []byte("caller-secret")
+	secrets, err := env.Open(t.Context(), env.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	newHost(t, url, natsapi.Options{CallerSecret: secret}, natsapi.Secret(secrets))
+	token, err := callerauth.Sign(secret, "module-a", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := nats.NewMsg(wire.Subject(ports.ServiceSecret, wire.SecretGet))
+	msg.Header.Set(wire.AuthHeader, token)
+	msg.Data = []byte(`{"name":"` + strings.Repeat("N", 600<<10) + `"}`)
+	reply, err := natstest.Connect(t, url).RequestMsg(msg, 30*time.Second)
+	if err != nil {
+		t.Fatalf("get of a secret with a name of 600 KiB: %v; want a 404", err)
+	}
+	err = wire.ErrorFromHeaders(reply.Header.Get(wire.ErrorCodeHeader), reply.Header.Get(wire.ErrorHeader))
+	var re *wire.RemoteError
+	if !errors.As(err, &re) || re.Code != wire.CodeNotFound {
+		t.Fatalf("get of a secret with a name of 600 KiB answered %v, want a 404", err)
+	}
+	if len(re.Message) > 32<<10 || !strings.HasPrefix(re.Message, `secret "NNN`) || !strings.Contains(re.Message, "bytes more") {
+		t.Fatalf("the 404's text is %d bytes, starting %.40q; want it cut short, saying how much was left out", len(re.Message), re.Message)
 	}
 }

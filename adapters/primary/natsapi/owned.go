@@ -13,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 
@@ -458,13 +459,38 @@ func respond(nc *nats.Conn, logger *slog.Logger, what, subject string, header na
 	if err != nil {
 		code := wire.CodeOf(err)
 		msg.Header.Set(wire.ErrorCodeHeader, fmt.Sprint(code))
-		msg.Header.Set(wire.ErrorHeader, publicMessage(logger, what, code, err))
+		msg.Header.Set(wire.ErrorHeader, errorText(publicMessage(logger, what, code, err), nc.MaxPayload()))
 	} else {
 		msg.Data = data
 	}
 	if perr := nc.PublishMsg(msg); perr != nil {
 		logger.Warn("reply lost", "subject", subject, "err", perr)
 	}
+}
+
+// maxErrorText is the most bytes of an error's text an answer carries.
+const maxErrorText = 16 << 10
+
+// errorText bounds the text of an error answer to maxErrorText, and to
+// half of maxPayload, the most a message on the replying connection may
+// hold. The text may quote the caller's own input, such as a secret's name
+// or a field's, whose only bound is the request's size: quoted whole, twice
+// perhaps, it could pass the max payload, the answer would not go out and
+// the caller would wait out its timeout for an error it was due at once.
+// A longer text is cut at a character and says how much was left out.
+func errorText(s string, maxPayload int64) string {
+	most := maxErrorText
+	if maxPayload > 0 {
+		most = min(most, int(maxPayload/2))
+	}
+	if len(s) <= most {
+		return s
+	}
+	cut := most
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s... (%d bytes more)", s[:cut], len(s)-cut)
 }
 
 // publicMessage is what a caller learns of a failed call. The text of a
