@@ -377,3 +377,21 @@ func TestAnInterruptBeforeTheStartEndsTheStart(t *testing.T) {
 		t.Fatalf("an interrupted start left the lease held by the engine: %+v", rec)
 	}
 }
+
+// With callers signing and the secret service switched off, a module that
+// needs secrets is told that the service is switched off: telling it that
+// secrets need nats.caller_secret would send the operator to set a key
+// that is set already.
+func TestAModuleNeedingSwitchedOffSecretsIsToldTheyAreOffWhenCallersSign(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	services := strings.Replace(memoryServices, "secret: {adapter: env}", "secret: {adapter: off}", 1)
+	cfg := testConfig(t, url, "serve", "", services)
+	cfg.NATS.CallerSecret = strings.Repeat("s", config.MinCallerSecret)
+	cfg.HTTP.Token = "http-token"
+	r := newRecorder("secret")
+	a := fx.New(app.Graph(options(cfg), app.AsModule(func() *recorder { return r })), fx.NopLogger)
+	err := a.Start(t.Context())
+	if err == nil || !strings.Contains(err.Error(), "needs the secret service, which is switched off") {
+		t.Fatalf("Start error %v, want one saying the secret service is switched off", err)
+	}
+}

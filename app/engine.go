@@ -455,7 +455,10 @@ func (e *Engine) startModules(ctx context.Context) error {
 			if svc.has(need) {
 				continue
 			}
-			if need == ports.ServiceSecret {
+			// Secrets are missing when no source is on, or when callers do
+			// not sign; the error names the one that holds, so the operator
+			// is not sent to set a caller secret that is set already.
+			if need == ports.ServiceSecret && secretsOn(e.p.Config) {
 				return fmt.Errorf("module %s needs the secret service, which is served only with nats.caller_secret set", m.Name())
 			}
 			return fmt.Errorf("module %s needs the %s service, which is switched off", m.Name(), need)

@@ -221,6 +221,17 @@ func facades(c *natsclient.Client, cfg *config.Config) Services {
 	return s
 }
 
+// secretsOn reports whether the configuration has a secret source that is
+// not switched off.
+func secretsOn(cfg *config.Config) bool {
+	for _, b := range cfg.Blocks() {
+		if b.Name == ports.ServiceSecret && !b.Service.Off() {
+			return true
+		}
+	}
+	return false
+}
+
 // secretChain asks each source in turn; a name found nowhere is not found.
 type secretChain []ports.Secrets
 
