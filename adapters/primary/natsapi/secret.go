@@ -30,10 +30,17 @@ func Secret(s ports.Secrets) Service {
 			})},
 			{Name: wire.SecretList, Handler: JSON(func(ctx context.Context, _ wire.Empty) (wire.SecretNames, error) {
 				names, err := s.List(ctx)
-				if names == nil {
-					names = []string{}
+				// A name that is not UTF-8 (an environment variable's may
+				// not be) would reach the caller with U+FFFD in place of its
+				// bytes, a name that is no secret's; and no get can ask for
+				// it, since requests are UTF-8. It is left out.
+				sendable := []string{}
+				for _, name := range names {
+					if utf8.ValidString(name) {
+						sendable = append(sendable, name)
+					}
 				}
-				return wire.SecretNames{Names: names}, err
+				return wire.SecretNames{Names: sendable}, err
 			})},
 		},
 	}
