@@ -250,12 +250,13 @@ func (k *KVKey) DecodeJSON(data []byte) bool {
 	return true
 }
 
-// DecodeJSON implements FastDecoder.
+// DecodeJSON implements FastDecoder. A body without value, blank ones
+// included, is left to the strict path, which refuses it.
 func (w *KVWrite) DecodeJSON(data []byte) bool {
 	var out KVWrite
+	var seen uint8
 	if !Blank(data) {
 		l := lexer{b: data}
-		var seen uint8
 		for more := l.open(); more; more = l.comma() {
 			name, ok := l.name()
 			if !ok {
@@ -283,6 +284,9 @@ func (w *KVWrite) DecodeJSON(data []byte) bool {
 		if !l.closed() {
 			return false
 		}
+	}
+	if seen&2 == 0 {
+		return false
 	}
 	*w = out
 	return true

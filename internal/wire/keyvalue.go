@@ -16,9 +16,11 @@ type KVKey struct {
 	Key string `json:"key"`
 }
 
-// KVWrite writes a value: set, set_if_absent. TTLSeconds 0 or left out
-// keeps it; null is refused, as protocol.md gives it no meaning and no Go
-// facade sends it (a TTL of 0 is left out).
+// KVWrite writes a value: set, set_if_absent. Value must be given: left
+// out, it is refused rather than read as the empty value; null is the
+// empty value, as every Go facade sends a nil one. TTLSeconds 0 or left
+// out keeps it; null is refused, as protocol.md gives it no meaning and no
+// Go facade sends it (a TTL of 0 is left out).
 type KVWrite struct {
 	Key        string  `json:"key"`
 	Value      Bytes   `json:"value"`

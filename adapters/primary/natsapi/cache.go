@@ -17,19 +17,19 @@ func Cache(c ports.Cache) Service {
 				v, err := c.Get(ctx, r.Key)
 				return wire.KVValue{Value: v}, err
 			})},
-			{Name: wire.CacheSet, Handler: JSON(func(ctx context.Context, r wire.KVWrite) (wire.Empty, error) {
-				ttl, err := ttlOf(float64(r.TTLSeconds))
+			{Name: wire.CacheSet, Handler: JSON(func(ctx context.Context, r kvWrite) (wire.Empty, error) {
+				ttl, err := r.check(wire.CacheSet)
 				if err != nil {
 					return wire.Empty{}, err
 				}
-				return wire.Empty{}, c.Set(ctx, r.Key, r.Value, ttl)
+				return wire.Empty{}, c.Set(ctx, r.Key, r.Value.Bytes, ttl)
 			})},
-			{Name: wire.CacheSetIfAbsent, Handler: JSON(func(ctx context.Context, r wire.KVWrite) (wire.Set, error) {
-				ttl, err := ttlOf(float64(r.TTLSeconds))
+			{Name: wire.CacheSetIfAbsent, Handler: JSON(func(ctx context.Context, r kvWrite) (wire.Set, error) {
+				ttl, err := r.check(wire.CacheSetIfAbsent)
 				if err != nil {
 					return wire.Set{}, err
 				}
-				ok, err := c.SetIfAbsent(ctx, r.Key, r.Value, ttl)
+				ok, err := c.SetIfAbsent(ctx, r.Key, r.Value.Bytes, ttl)
 				return wire.Set{Set: ok}, err
 			})},
 			{Name: wire.CacheDelete, Handler: JSON(func(ctx context.Context, r wire.KVKey) (wire.Deleted, error) {

@@ -113,6 +113,7 @@ func TestFastDecodersTakeThePlainForm(t *testing.T) {
 		`{"key":"k","ttl_seconds":1e999}`: new(wire.KVWrite),
 		`{"key":"k","ttl_seconds":01}`:    new(wire.KVWrite),
 		`{"key":"k","other":1}`:           new(wire.KVWrite),
+		`{"key":"k"}`:                     new(wire.KVWrite),
 		"{\"key\":\"\xff\"}":              new(wire.KVKey),
 		"\v{}":                            new(wire.KVKey),
 		`{"collection":"v","vectors":[{"id":"a","values":[1e39]}]}`:                                 new(wire.VecWrite),

@@ -345,15 +345,16 @@ func TestAMalformedBodyIsABadRequestNamingTheField(t *testing.T) {
 	newHost(t, url, natsapi.Options{}, natsapi.KeyValue(store))
 	nc := natstest.Connect(t, url)
 	cases := map[string]string{
-		`{"key": 5}`:                   `"key"`,
-		`{"kye": "k"}`:                 `unknown field "kye"`,
-		`not json`:                     "body",
-		`{"key":"k","value":"!!!"}`:    "value",
-		`{"key":"k"} {"key":"k"}`:      "more than one",
-		`{"key":"k","ttl_seconds":-1}`: "ttl_seconds",
-		`{"KEY":"k","value":"aGk="}`:   `unknown field "KEY"`,
-		`{"key":"k","Value":"aGk="}`:   `unknown field "Value"`,
-		`{"key":"a","key":"k"}`:        `field "key" given twice`,
+		`{"key": 5}`:                `"key"`,
+		`{"kye": "k"}`:              `unknown field "kye"`,
+		`not json`:                  "body",
+		`{"key":"k","value":"!!!"}`: "value",
+		`{"key":"k"} {"key":"k"}`:   "more than one",
+		`{"key":"k","value":"aGk=","ttl_seconds":-1}`: "ttl_seconds",
+		`{"key":"k"}`:                `"value" is missing`,
+		`{"KEY":"k","value":"aGk="}`: `unknown field "KEY"`,
+		`{"key":"k","Value":"aGk="}`: `unknown field "Value"`,
+		`{"key":"a","key":"k"}`:      `field "key" given twice`,
 	}
 	for body, want := range cases {
 		reply, err := nc.Request(wire.Subject(ports.ServiceKeyValue, wire.KVSet), []byte(body), 5*time.Second)
@@ -604,6 +605,55 @@ func TestADeleteIfValueThatNamesNoValueIsABadRequestAndDeletesNothing(t *testing
 	}
 	if got, code, msg := call(`{"key":"k","value":null}`); code != "" || got != `{"deleted":true}` {
 		t.Fatalf(`value null answered %q %q %q, want {"deleted":true}: null is the empty value a Go facade sends`, got, code, msg)
+	}
+}
+
+// set and set_if_absent, in keyvalue and in cache, store the value the
+// caller gives. A body that leaves value out gives none: it is a 400
+// naming the field that stores nothing, not a write of the empty value,
+// which would replace what the key held with "". No Go facade leaves it
+// out: each writes a nil value as null, which is the empty value and
+// keeps working.
+func TestASetThatGivesNoValueIsABadRequestAndStoresNothing(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	kv, cache := newMemoryKV(t), newMemoryCache(t)
+	newHost(t, url, natsapi.Options{}, natsapi.KeyValue(kv), natsapi.Cache(cache))
+	nc := natstest.Connect(t, url)
+	ctx := t.Context()
+	stores := map[string]interface {
+		Get(context.Context, string) ([]byte, error)
+		Set(context.Context, string, []byte, time.Duration) error
+	}{ports.ServiceKeyValue: kv, ports.ServiceCache: cache}
+	for service, store := range stores {
+		if err := store.Set(ctx, "held", []byte("hi"), 0); err != nil {
+			t.Fatal(err)
+		}
+		call := func(op, body string) (string, string, string) {
+			reply, err := nc.Request(wire.Subject(service, op), []byte(body), 5*time.Second)
+			if err != nil {
+				t.Fatalf("%s %s %s: %v", service, op, body, err)
+			}
+			return string(reply.Data), reply.Header.Get(wire.ErrorCodeHeader), reply.Header.Get(wire.ErrorHeader)
+		}
+		for _, op := range []string{"set", "set_if_absent"} {
+			for _, body := range []string{`{"key":"held"}`, `{"key":"fresh"}`, `{"key":"fresh","ttl_seconds":60}`, `{ "key" : "fresh" }`, `{"key":"\u0066resh"}`, ``} {
+				if got, code, msg := call(op, body); code != "400" || !strings.Contains(msg, `"value"`) {
+					t.Errorf("%s %s %q answered %q %q %q, want 400 naming value", service, op, body, got, code, msg)
+				}
+			}
+			if v, err := store.Get(ctx, "held"); err != nil || string(v) != "hi" {
+				t.Fatalf("%s: after %s without value the key holds %q (%v), want \"hi\": a call naming no value overwrote it", service, op, v, err)
+			}
+			if _, err := store.Get(ctx, "fresh"); !errors.Is(err, ports.ErrNotFound) {
+				t.Fatalf("%s: after %s without value the key fresh is there (%v): a call naming no value stored one", service, op, err)
+			}
+		}
+		if got, code, msg := call("set", `{"key":"held","value":null}`); code != "" || got != `{}` {
+			t.Fatalf("%s: set with value null answered %q %q %q, want {}: null is the empty value a Go facade sends", service, got, code, msg)
+		}
+		if v, err := store.Get(ctx, "held"); err != nil || len(v) != 0 {
+			t.Fatalf("%s: after a set with value null the key holds %q (%v), want the empty value", service, v, err)
+		}
 	}
 }
 

@@ -17,20 +17,20 @@ func KeyValue(kv ports.KeyValue) Service {
 		Name:        ports.ServiceKeyValue,
 		Description: "abi-engine key-value store",
 		Endpoints: []Endpoint{
-			{Name: wire.KVSet, Handler: JSON(func(ctx context.Context, r wire.KVWrite) (wire.Empty, error) {
-				ttl, err := ttlOf(float64(r.TTLSeconds))
+			{Name: wire.KVSet, Handler: JSON(func(ctx context.Context, r kvWrite) (wire.Empty, error) {
+				ttl, err := r.check(wire.KVSet)
 				if err != nil {
 					return wire.Empty{}, err
 				}
-				return wire.Empty{}, kv.Set(ctx, r.Key, r.Value, ttl)
+				return wire.Empty{}, kv.Set(ctx, r.Key, r.Value.Bytes, ttl)
 			})},
 			get(kv),
-			{Name: wire.KVSetIfAbsent, Handler: JSON(func(ctx context.Context, r wire.KVWrite) (wire.Set, error) {
-				ttl, err := ttlOf(float64(r.TTLSeconds))
+			{Name: wire.KVSetIfAbsent, Handler: JSON(func(ctx context.Context, r kvWrite) (wire.Set, error) {
+				ttl, err := r.check(wire.KVSetIfAbsent)
 				if err != nil {
 					return wire.Set{}, err
 				}
-				ok, err := kv.SetIfAbsent(ctx, r.Key, r.Value, ttl)
+				ok, err := kv.SetIfAbsent(ctx, r.Key, r.Value.Bytes, ttl)
 				return wire.Set{Set: ok}, err
 			})},
 			{Name: wire.KVDelete, Handler: JSON(func(ctx context.Context, r wire.KVKey) (wire.Deleted, error) {
@@ -134,4 +134,34 @@ type givenBytes struct {
 func (g *givenBytes) UnmarshalJSON(data []byte) error {
 	g.given = true
 	return g.Bytes.UnmarshalJSON(data)
+}
+
+// kvWrite is wire.KVWrite as set and set_if_absent read it, in keyvalue
+// and cache alike: value must be given. Left out, it would be read as the
+// empty value, and the call would store "" under the key although its
+// caller named no value; no Go facade leaves it out, for every one writes
+// a nil value as null, which is the empty value.
+type kvWrite struct {
+	Key        string       `json:"key"`
+	Value      givenBytes   `json:"value"`
+	TTLSeconds wire.Seconds `json:"ttl_seconds,omitempty" strictjson:"notnull"`
+}
+
+// DecodeJSON implements wire.FastDecoder with wire.KVWrite's hand reader,
+// which takes only a body that gives value.
+func (w *kvWrite) DecodeJSON(data []byte) bool {
+	var fast wire.KVWrite
+	if !fast.DecodeJSON(data) {
+		return false
+	}
+	*w = kvWrite{Key: fast.Key, Value: givenBytes{Bytes: fast.Value, given: true}, TTLSeconds: fast.TTLSeconds}
+	return true
+}
+
+// check refuses a write of op that names no value and reads its TTL.
+func (w kvWrite) check(op string) (time.Duration, error) {
+	if !w.Value.given {
+		return 0, fmt.Errorf("%w: field \"value\" is missing: %s stores the value given; give \"\" (or null) for the empty value", ports.ErrInvalidArgument, op)
+	}
+	return ttlOf(float64(w.TTLSeconds))
 }
