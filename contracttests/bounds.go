@@ -93,6 +93,42 @@ func docNULIsRefused(t *testing.T, open func(t *testing.T) ports.DocumentStore) 
 	wantInvalid(t, "Count where a string holds NUL", err)
 }
 
+// docTextIsUTF8: a string or a field name of data or where that is not
+// UTF-8, at any depth and in any Go type JSON takes (a map[string]string,
+// a []string), is refused, and the stored document stays as it was. JSON
+// cannot carry such text: encoding/json writes each byte outside UTF-8 as
+// U+FFFD, so a store taking it would keep text the caller never gave, and
+// a Find for the caller's own text would miss it. The character U+FFFD
+// itself, given as UTF-8, is text like any other and is kept.
+func docTextIsUTF8(t *testing.T, open func(t *testing.T) ports.DocumentStore) {
+	s := open(t)
+	docEnsure(t, s, "c")
+	docPut(t, s, "c", "d", map[string]any{"v": "kept"})
+	for name, data := range map[string]map[string]any{
+		"a string":              {"v": "a\xffb"},
+		"a nested string":       {"o": map[string]any{"l": []any{"x", "\xed\xa0\x80"}}},
+		"a field name":          {"a\xff": 1.0},
+		"a nested field name":   {"o": map[string]any{"\xc3(": 1.0}},
+		"a map[string]string":   {"o": map[string]string{"k": "\xfe"}},
+		"a []string":            {"l": []string{"ok", "\x80"}},
+		"a string cut short":    {"v": "caf\xc3"},
+		"a string after U+FFFD": {"v": "\ufffd\xff"},
+	} {
+		_, err := s.Put(ctx(t), "c", "d", data, ports.Cond{})
+		wantInvalid(t, "Put with text not UTF-8 in "+name, err)
+	}
+	docSameData(t, "after refused Puts", docMustGet(t, s, "c", "d").Data, map[string]any{"v": "kept"})
+	_, _, err := s.Find(ctx(t), "c", ports.Query{Where: map[string]any{"v": "kept\xff"}})
+	wantInvalid(t, "Find where a string is not UTF-8", err)
+	_, err = s.Count(ctx(t), "c", map[string]any{"v": map[string]any{"\xff": "x"}})
+	wantInvalid(t, "Count where a nested field name is not UTF-8", err)
+	docPut(t, s, "c", "e", map[string]any{"v": "\ufffd", "o": map[string]any{"\ufffd": []any{"\ufffd"}}})
+	docSameData(t, "a document holding U+FFFD", docMustGet(t, s, "c", "e").Data, map[string]any{"v": "\ufffd", "o": map[string]any{"\ufffd": []any{"\ufffd"}}})
+	if n, err := s.Count(ctx(t), "c", map[string]any{"v": "\ufffd"}); err != nil || n != 1 {
+		t.Fatalf("Count where v is U+FFFD = %d, %v; want 1", n, err)
+	}
+}
+
 // docFindLimitIsBounded: MaxPage is a page; more, up to the largest int,
 // is refused rather than overflowing into no limit at all.
 func docFindLimitIsBounded(t *testing.T, open func(t *testing.T) ports.DocumentStore) {
@@ -199,7 +235,8 @@ func objListRefusesInvalidPrefixesAndCursors(t *testing.T, open func(t *testing.
 }
 
 // vsInputIsBounded: dimension, k and payloads are held to the port's
-// bounds, and NUL in a payload is refused as in a document.
+// bounds, and NUL or text that is not UTF-8 in a payload or a filter is
+// refused as in a document.
 func vsInputIsBounded(t *testing.T, open func(t *testing.T) ports.VectorStore, _ VectorStoreCapabilities) {
 	s := open(t)
 	wantInvalid(t, "CreateCollection past MaxDimension", s.CreateCollection(ctx(t), "huge", ports.MaxDimension+1, ports.MetricDot))
@@ -207,6 +244,8 @@ func vsInputIsBounded(t *testing.T, open func(t *testing.T) ports.VectorStore, _
 	for name, payload := range map[string]map[string]any{
 		"NUL in a string":       {"k": "a\x00"},
 		"NUL in a field name":   {"\x00": 1.0},
+		"a string not UTF-8":    {"k": "a\xff"},
+		"a name not UTF-8":      {"o": map[string]any{"\xff": 1.0}},
 		"nesting past MaxDepth": nested(ports.MaxDepth + 1),
 	} {
 		err := s.Upsert(ctx(t), "v", []ports.Vector{{ID: "a", Values: []float32{1, 0}, Payload: payload}})
@@ -225,4 +264,6 @@ func vsInputIsBounded(t *testing.T, open func(t *testing.T) ports.VectorStore, _
 	}
 	_, err := s.Search(ctx(t), "v", []float32{1, 0}, 1, map[string]any{"k": "\x00"})
 	wantInvalid(t, "Search with NUL in the filter", err)
+	_, err = s.Search(ctx(t), "v", []float32{1, 0}, 1, map[string]any{"k": "x\xff"})
+	wantInvalid(t, "Search with a filter string not UTF-8", err)
 }

@@ -75,6 +75,7 @@ func RunDocument(t *testing.T, h Harness[ports.DocumentStore], caps DocumentCapa
 		{"FindInvalidField", docFindInvalidField},
 		{"DepthIsBounded", docDepthIsBounded},
 		{"NULIsRefused", docNULIsRefused},
+		{"TextThatIsNotUTF8IsRefused", docTextIsUTF8},
 		{"FindLimitIsBounded", docFindLimitIsBounded},
 		{"Count", docCountCase},
 		{"Durable", func(t *testing.T, open func(t *testing.T) ports.DocumentStore) {

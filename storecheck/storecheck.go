@@ -15,6 +15,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/abi-engine/engine/internal/strictjson"
 	"github.com/abi-engine/engine/ports"
 )
 
@@ -145,6 +146,21 @@ func JSON(what string, v any) error {
 		return fmt.Errorf("%s: %s: %w", what, f.problem, ports.ErrInvalidArgument)
 	}
 	return fmt.Errorf("%s at %q: %s: %w", what, strings.TrimPrefix(at, "."), f.problem, ports.ErrInvalidArgument)
+}
+
+// Marshaled checks raw, what json.Marshal wrote from a caller's document,
+// query value or payload, named what in the error, for text that was not
+// UTF-8: json.Marshal writes each byte outside UTF-8 as U+FFFD, so a
+// store that kept the JSON would keep text the caller never gave. Call it
+// on the JSON of the caller's value, before anything is read back from
+// it; JSON that claims the character U+FFFD by the escape \ufffd is
+// refused too, as json.Marshal writes that character unescaped. The error
+// names the path.
+func Marshaled(what string, raw []byte) error {
+	if err := strictjson.Marshaled(raw); err != nil {
+		return fmt.Errorf("%s: %v: %w", what, err, ports.ErrInvalidArgument)
+	}
+	return nil
 }
 
 // jsonFault is what walkJSON found wrong, and where: path runs from the

@@ -26,6 +26,9 @@ func Data(id string, data map[string]any) ([]byte, map[string]any, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("document %q is not JSON: %w: %w", id, ports.ErrInvalidArgument, err)
 	}
+	if err := storecheck.Marshaled(fmt.Sprintf("document %q data", id), raw); err != nil {
+		return nil, nil, err
+	}
 	var m map[string]any
 	if err := json.Unmarshal(raw, &m); err != nil {
 		return nil, nil, fmt.Errorf("document %q is not JSON: %w: %w", id, ports.ErrInvalidArgument, err)
@@ -111,6 +114,9 @@ func Conditions(where map[string]any) ([]Where, error) {
 		raw, err := json.Marshal(v)
 		if err != nil {
 			return nil, fmt.Errorf("where %q: value is not JSON: %w: %w", field, ports.ErrInvalidArgument, err)
+		}
+		if err := storecheck.Marshaled(fmt.Sprintf("where %q", field), raw); err != nil {
+			return nil, err
 		}
 		var c any
 		if err := json.Unmarshal(raw, &c); err != nil {

@@ -43,10 +43,36 @@ func ExactFields(data []byte, v any) error {
 
 var unmarshaler = reflect.TypeFor[json.Unmarshaler]()
 
+// Marshaled checks what json.Marshal wrote from a Go value for text the
+// value held that is not UTF-8, and reports it as ExactFields does, naming
+// the field. json.Marshal writes each byte of a string or map key that is
+// not UTF-8 as the escape \ufffd, and copies what a json.RawMessage or a
+// json.Marshaler wrote as it is, where a byte outside UTF-8 or an escaped
+// surrogate half without its pair may stand: read back, each of these is
+// U+FFFD, text the caller never gave. So a \ufffd escape is refused too;
+// json.Marshal writes the character itself unescaped. A body without a
+// \u escape, in UTF-8, which is nearly every one, costs one pass.
+func Marshaled(data []byte) error {
+	if utf8.Valid(data) && !bytes.Contains(data, []byte(`\u`)) {
+		return nil
+	}
+	s := &scanner{b: data, marshaled: true}
+	if err := s.value(nil); err != nil {
+		if p, ok := err.(*pathError); ok {
+			return p.done()
+		}
+		return err
+	}
+	return nil
+}
+
 // scanner walks JSON that is known to be valid.
 type scanner struct {
 	b []byte
 	i int
+	// marshaled takes the escape \ufffd for a byte json.Marshal found
+	// outside UTF-8, and leaves names given twice to the JSON's writer.
+	marshaled bool
 }
 
 // pathError is a refusal, with the path to its field built on the way out.
@@ -120,6 +146,8 @@ func (s *scanner) str() ([]byte, bool) {
 				}
 				text = false
 			case r >= 0xdc00 && r < 0xe000: // low, with no high before it
+				text = false
+			case r == 0xfffd && s.marshaled:
 				text = false
 			}
 		case c == '\\':
@@ -229,7 +257,7 @@ func (s *scanner) object(t reflect.Type) error {
 				name = []byte(plain)
 			}
 		}
-		if twice(name, &seen, &many) {
+		if !s.marshaled && twice(name, &seen, &many) {
 			return &pathError{path: []string{string(name)}, what: "given twice"}
 		}
 		next := elem

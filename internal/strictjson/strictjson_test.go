@@ -178,3 +178,52 @@ func BenchmarkExactFieldsOfALargeValue(b *testing.B) {
 		}
 	}
 }
+
+// What json.Marshal writes from text that is not UTF-8, at any depth, is
+// refused by Marshaled, naming the field; what it writes from UTF-8 text
+// is taken, U+FFFD and escaped HTML included. A json.RawMessage is copied
+// as it is, so its lone surrogate escapes are refused too.
+func TestMarshaledRefusesTextThatWasNotUTF8(t *testing.T) {
+	for _, c := range []struct {
+		v    any
+		want string
+	}{
+		{map[string]any{"a": "x", "b": []any{"<&>", "\ufffd", `\ufffd`, "\u2028"}}, ""},
+		{map[string]any{"\ufffd": map[string]any{"é": 1.0}}, ""},
+		{map[string]any{"a": "x\xff"}, `field "a" is not UTF-8`},
+		{map[string]any{"a": map[string]any{"b": []any{"ok", "\xed\xa0\x80"}}}, `field "a.b[1]" is not UTF-8`},
+		{map[string]any{"a": map[string]any{"b\xff": 1}}, `field name "a.b\\ufffd" is not UTF-8`},
+		{map[string]any{"a": []string{"caf\xc3"}}, `field "a[0]" is not UTF-8`},
+		{"\xff", "a string is not UTF-8"},
+		{map[string]any{"a": json.RawMessage(`{"b":"\ud800"}`)}, `field "a.b" is not UTF-8`},
+		{map[string]any{"a": json.RawMessage("\"\xff\"")}, `field "a" is not UTF-8`},
+	} {
+		data, err := json.Marshal(c.v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = strictjson.Marshaled(data)
+		if (c.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), c.want)) {
+			t.Errorf("Marshaled(%s): %v, want %q", data, err, c.want)
+		}
+	}
+}
+
+// FuzzMarshaled holds Marshaled to what json.Marshal makes of a string, as
+// a value and as a name at some depth: taken exactly when it is UTF-8.
+func FuzzMarshaled(f *testing.F) {
+	for _, s := range []string{"", "plain", "<a&b>", "\ufffd", "\xff", "a\xed\xa0\x80", `\ufffd`, "\\\xff", "\u2028\x00"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		for _, v := range []any{s, map[string]any{"v": s}, map[string]any{s: []any{1.0}}, map[string]any{"o": []any{map[string]string{s: s}}}} {
+			data, err := json.Marshal(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := strictjson.Marshaled(data); (err == nil) != utf8.ValidString(s) {
+				t.Fatalf("Marshaled(%s) = %v, though the text %q is UTF-8: %v", data, err, s, utf8.ValidString(s))
+			}
+		}
+	})
+}

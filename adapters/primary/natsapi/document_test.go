@@ -98,6 +98,12 @@ func TestTheDocumentWireFormat(t *testing.T) {
 		{"delete", `{"collection":"c","id":"d"}`, ``, "404"},
 		{"put", `{"collection":"c","id":"","data":{}}`, ``, "400"},
 		{"find", `{"collection":"c","limit":"5"}`, ``, "400"},
+		// Text that is not UTF-8 is a 400 at any depth of data or where.
+		{"put", `{"collection":"c","id":"f","data":{"o":{"l":["ok","\ud800"]}}}`, ``, "400"},
+		{"put", "{\"collection\":\"c\",\"id\":\"f\",\"data\":{\"o\":[{\"s\":\"x\xff\"}]}}", ``, "400"},
+		{"put", `{"collection":"c","id":"f","data":{"o":{"\udc00":1}}}`, ``, "400"},
+		{"find", `{"collection":"c","where":{"o":{"s":"\ud800"}}}`, ``, "400"},
+		{"get", `{"collection":"c","id":"f"}`, ``, "404"},
 		{"drop_collection", `{"name":"c"}`, `{}`, ""},
 		{"collections", `{}`, `{"collections":[]}`, ""},
 	})

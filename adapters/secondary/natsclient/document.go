@@ -7,6 +7,7 @@ import (
 
 	"github.com/abi-engine/engine/internal/wire"
 	"github.com/abi-engine/engine/ports"
+	"github.com/abi-engine/engine/storecheck"
 )
 
 // Document is the document service of the serving engine.
@@ -20,14 +21,18 @@ func NewDocument(c *Client) Document { return Document{c: c} }
 func docSubject(op string) string { return wire.Subject(ports.ServiceDocument, op) }
 
 // callEncoded encodes req here rather than in Call, so a value JSON cannot
-// carry (NaN, a channel) is the caller's invalid argument, as a local store
-// says, and not a failed call. It then goes the way Call goes, through
+// carry (NaN, a channel, text that is not UTF-8, which encoding/json would
+// send as U+FFFD) is the caller's invalid argument, as a local store says,
+// and not a failed call or other text stored. It then goes the way Call goes, through
 // exchange: a body past one message is uploaded and an answer past one is
 // parked and fetched (a large document or batch, a search at k = MaxK).
 func callEncoded(ctx context.Context, c *Client, subject string, req, resp any) error {
 	data, err := json.Marshal(req)
 	if err != nil {
 		return fmt.Errorf("%s: %w: the request is not JSON: %v", subject, ports.ErrInvalidArgument, err)
+	}
+	if err := storecheck.Marshaled(subject+": the request", data); err != nil {
+		return err
 	}
 	answer, err := c.exchange(ctx, subject, data)
 	if err != nil {

@@ -96,7 +96,8 @@ func CheckSearch(collection string, dimension int, query []float32, k int) error
 
 // NormalizePayload gives a payload the shape of a JSON round trip, so every
 // adapter hands back float64 numbers and plain maps and slices; an empty
-// payload is nil.
+// payload is nil. Text that is not UTF-8 is refused: the round trip would
+// turn it into U+FFFD.
 func NormalizePayload(p map[string]any) (map[string]any, error) {
 	if len(p) == 0 {
 		return nil, nil
@@ -104,6 +105,9 @@ func NormalizePayload(p map[string]any) (map[string]any, error) {
 	b, err := json.Marshal(p)
 	if err != nil {
 		return nil, fmt.Errorf("payload is not JSON: %v: %w", err, ports.ErrInvalidArgument)
+	}
+	if err := storecheck.Marshaled("payload", b); err != nil {
+		return nil, err
 	}
 	var out map[string]any
 	if err := json.Unmarshal(b, &out); err != nil {
