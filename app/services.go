@@ -63,6 +63,11 @@ func buildStorage(cfg *config.Config, conns *storageConns) ([]storage.Built, err
 		NATS: func(name string) (*nats.Conn, error) {
 			o := natsOptions(cfg, cfg.NATS.URL, name)
 			o.ClosedHandler, o.ClosedOnlyWhenLost = conns.closed, true
+			// A write sent while the connection is away fails and is
+			// tried again within its call: nats.go's reconnect buffer
+			// would send it whenever the connection came back, after a
+			// fence had given the call up and a successor had written.
+			o.NoReconnectBuffer = true
 			o.Logger = conns.log
 			return natsconn.Connect(o)
 		},

@@ -16,9 +16,14 @@ type Proxy struct {
 
 	mu      sync.Mutex
 	blocked bool
+	down    bool          // connections are closed as they come, as by a broker that is down
 	resumed chan struct{} // closed when a block ends
 	conns   map[net.Conn]struct{}
 	wg      sync.WaitGroup
+	// accepted counts the connections accepted so far, those closed at
+	// once while down included; changed tells of each new one.
+	accepted int
+	changed  chan struct{}
 }
 
 // Start listens on a free loopback port and stops when the test ends.
@@ -28,7 +33,7 @@ func Start(tb testing.TB, target string) *Proxy {
 	if err != nil {
 		tb.Fatalf("proxy listen: %v", err)
 	}
-	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}, changed: make(chan struct{})}
 	p.wg.Go(p.accept)
 	tb.Cleanup(p.Close)
 	return p
@@ -66,6 +71,49 @@ func (p *Proxy) Drop() {
 	}
 }
 
+// Accepted is how many connections the proxy has accepted so far.
+func (p *Proxy) Accepted() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.accepted
+}
+
+// AwaitAccepted waits until the proxy has accepted more than n connections
+// in all, those Down closed at once included, and reports whether it did
+// before done closed: a client cut off dials again when it reconnects.
+func (p *Proxy) AwaitAccepted(n int, done <-chan struct{}) bool {
+	for {
+		p.mu.Lock()
+		accepted, changed := p.accepted, p.changed
+		p.mu.Unlock()
+		if accepted > n {
+			return true
+		}
+		select {
+		case <-changed:
+		case <-done:
+			return false
+		}
+	}
+}
+
+// Down closes every open connection and, until Up, every new one as soon
+// as it is accepted, as a broker that is down refuses its clients: a
+// client's reconnects fail at once, and it waits between them.
+func (p *Proxy) Down() {
+	p.mu.Lock()
+	p.down = true
+	p.mu.Unlock()
+	p.Drop()
+}
+
+// Up forwards new connections again after Down.
+func (p *Proxy) Up() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.down = false
+}
+
 // Close stops listening and closes every connection.
 func (p *Proxy) Close() {
 	_ = p.ln.Close()
@@ -80,6 +128,16 @@ func (p *Proxy) accept() {
 		if err != nil {
 			return
 		}
+		p.mu.Lock()
+		down := p.down
+		if down {
+			p.count()
+		}
+		p.mu.Unlock()
+		if down {
+			_ = client.Close()
+			continue
+		}
 		server, err := net.Dial("tcp", p.target)
 		if err != nil {
 			_ = client.Close()
@@ -87,6 +145,7 @@ func (p *Proxy) accept() {
 		}
 		p.mu.Lock()
 		p.conns[client], p.conns[server] = struct{}{}, struct{}{}
+		p.count()
 		p.mu.Unlock()
 		p.wg.Go(func() { p.pipe(server, client) })
 		p.wg.Go(func() { p.pipe(client, server) })
@@ -116,6 +175,13 @@ func (p *Proxy) pipe(dst, src net.Conn) {
 			return
 		}
 	}
+}
+
+// count notes one more connection accepted; p.mu is held.
+func (p *Proxy) count() {
+	p.accepted++
+	close(p.changed)
+	p.changed = make(chan struct{})
 }
 
 func (p *Proxy) waitOpen() {

@@ -39,6 +39,13 @@ type Options struct {
 	// it, since the store closes it itself, at a failed open as at its
 	// Close.
 	ClosedOnlyWhenLost bool
+	// NoReconnectBuffer makes a publish fail at once while the connection
+	// reconnects (nats.ErrReconnectBufExceeded), where nats.go would keep
+	// it in a buffer and send it when the connection is back, however long
+	// after the call that made it gave up. A store's connection sets it:
+	// its writes are not fenced, and one held so would land after the
+	// engine fenced itself and a successor wrote the same key.
+	NoReconnectBuffer bool
 	// InboxPrefix, when set, replaces _INBOX for the answers to this
 	// connection's requests.
 	InboxPrefix string
@@ -69,6 +76,9 @@ func Connect(o Options) (*nats.Conn, error) {
 	}
 	if o.ClosedOnlyWhenLost {
 		opts = append(opts, nats.NoCallbacksAfterClientClose())
+	}
+	if o.NoReconnectBuffer {
+		opts = append(opts, nats.ReconnectBufSize(-1))
 	}
 	if o.InboxPrefix != "" {
 		opts = append(opts, nats.CustomInboxPrefix(o.InboxPrefix))

@@ -282,11 +282,13 @@ func callContext(ctx context.Context) (context.Context, context.CancelFunc) {
 
 // transient is an error that a moment later may not be: no responder while
 // a stream elects a leader, a request that timed out, a reconnecting
-// connection, a conditional write refused while another write of its key
-// is in flight (inFlight).
+// connection (also a publish it refused while away, having no reconnect
+// buffer), a conditional write refused while another write of its key is
+// in flight (inFlight).
 func transient(err error) bool {
 	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrTimeout) ||
 		errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrConnectionReconnecting) ||
+		errors.Is(err, nats.ErrReconnectBufExceeded) ||
 		errors.Is(err, context.DeadlineExceeded) ||
 		isAPICode(err, 10008) || // JetStream temporarily unavailable
 		inFlight(err) || resentInFlight(err)
