@@ -242,3 +242,114 @@ func TestADeleteCancelledWhileItsDescriptionIsWrittenLeavesNoChunks(t *testing.T
 		t.Fatalf("the object is deleted (Delete returned %v) and the chunks of %d objects are still in the stream", delErr, n)
 	}
 }
+
+// cancelOnDescribe is a client connection that, once armed, ends a
+// caller's context the moment the client sends an object's description:
+// the caller gives up with that write on its way, as a fence ends the
+// calls its engine runs.
+type cancelOnDescribe struct {
+	meta   string
+	armed  atomic.Bool
+	cancel context.CancelFunc
+	once   sync.Once
+}
+
+func (c *cancelOnDescribe) Dial(network, address string) (net.Conn, error) {
+	conn, err := net.Dial(network, address)
+	if err != nil {
+		return nil, err
+	}
+	return &cancellingConn{Conn: conn, c: c}, nil
+}
+
+type cancellingConn struct {
+	net.Conn
+	c *cancelOnDescribe
+}
+
+func (w *cancellingConn) Write(b []byte) (int, error) {
+	if w.c.armed.Load() && strings.Contains(string(b), w.c.meta) {
+		w.c.once.Do(w.c.cancel)
+	}
+	return w.Conn.Write(b)
+}
+
+// gatedReader gives its content once open closes.
+type gatedReader struct {
+	open    chan struct{}
+	content io.Reader
+}
+
+func (r *gatedReader) Read(p []byte) (int, error) {
+	<-r.open
+	return r.content.Read(p)
+}
+
+// A Put's description goes on to its outcome after the caller gives up,
+// so that the outcome is known; but once the stream has refused it,
+// another write having come first, nothing is left to learn, and a caller
+// that gave up has no write to finish. An engine that fenced itself gave
+// its calls up so that none of them would write beside its successor:
+// such a Put must store nothing, not write over the successor's object.
+// Before, a plain Put refused so read the key again and wrote over the
+// newer object, for up to 30 s after its caller had given up, and
+// reported success.
+func TestAPutWhoseCallerGaveUpDoesNotWriteOverAnObjectWrittenMeanwhile(t *testing.T) {
+	url := natstest.StartProcess(t, server)
+	const bucket = "OVERTAKEN"
+	putCtx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	dialer := &cancelOnDescribe{meta: "PUB $O." + bucket + ".M.", cancel: cancel}
+	ctx, cancelOpen := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancelOpen()
+	old, err := jetstream.Open(ctx, jetstream.Config{Bucket: bucket}, natstest.Connect(t, url, nats.SetCustomDialer(dialer)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = old.Close() })
+	successor := open(t, url, jetstream.Config{Bucket: bucket})
+	if _, err := old.Put(t.Context(), "o", strings.NewReader("first"), ports.PutObjectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The old engine's Put has read the key and waits for its content
+	// while the successor writes the object.
+	source := &gatedReader{open: make(chan struct{}), content: strings.NewReader("stale")}
+	done := make(chan error, 1)
+	go func() {
+		_, err := old.Put(putCtx, "o", source, ports.PutObjectOptions{})
+		done <- err
+	}()
+	if _, err := successor.Put(t.Context(), "o", strings.NewReader("new"), ports.PutObjectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Its caller gives up as its description leaves, and the stream
+	// refuses that description: the successor's came first.
+	dialer.armed.Store(true)
+	close(source.open)
+	var putErr error
+	select {
+	case putErr = <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the Put did not return")
+	}
+	if putCtx.Err() == nil {
+		t.Fatal("the caller's context did not end as the description left")
+	}
+
+	r, _, err := successor.Get(t.Context(), "o", ports.GetObjectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(r)
+	_ = r.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != "new" {
+		t.Fatalf("the object holds %q after a Put whose caller gave up (it returned %v), want the successor's %q", got, putErr, "new")
+	}
+	if putErr == nil {
+		t.Fatal("a Put that stored nothing returned no error")
+	}
+}

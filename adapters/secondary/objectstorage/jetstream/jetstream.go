@@ -250,7 +250,7 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, opts ports.Put
 	// them would leave an object whose content is gone, so they stay.
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), describeTimeout)
 	defer cancel()
-	cur, err = s.describeOver(dctx, key, info, cur, opts.IfAbsent || opts.IfMatch != "")
+	cur, err = s.describeOver(dctx, ctx, key, info, cur, opts.IfAbsent || opts.IfMatch != "")
 	if err != nil {
 		if !errors.Is(err, errUnknownOutcome) {
 			s.purge(id)
@@ -273,7 +273,13 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, opts ports.Put
 // the other write's chunks in the stream for good. Only its last round
 // writes blind, so that a plain Put never fails for want of a turn. A
 // conditional Put that another write overtook fails with ErrConflict.
-func (s *Store) describeOver(ctx context.Context, key string, info jetstream.ObjectInfo, cur current, conditional bool) (current, error) {
+// Only the write sent goes on after the caller gave up (caller's end):
+// once the stream has refused it, such a Put stores nothing and fails. An
+// engine that fenced itself gave its calls up so that they would not
+// write beside its successor; reading the key again and writing over it
+// did, for up to describeTimeout after the fence, over the successor's
+// newer object.
+func (s *Store) describeOver(ctx, caller context.Context, key string, info jetstream.ObjectInfo, cur current, conditional bool) (current, error) {
 	desc, err := json.Marshal(info)
 	if err != nil {
 		return current{}, err
@@ -296,6 +302,8 @@ func (s *Store) describeOver(ctx context.Context, key string, info jetstream.Obj
 			return current{}, err
 		case conditional:
 			return current{}, fmt.Errorf("another write came first: %w", ports.ErrConflict)
+		case caller.Err() != nil:
+			return current{}, fmt.Errorf("another write came first, and the caller gave up: %w", caller.Err())
 		}
 		if cur, err = s.current(ctx, key); err != nil {
 			return current{}, err
