@@ -47,7 +47,9 @@ type DB struct {
 }
 
 // Open opens the file at path, creating it and its directory if missing,
-// and runs schema, which must be idempotent. what names the adapter in
+// and runs schema, which must be idempotent. Opened under a serving
+// engine's account (ports.WithAccount), the file must belong to that
+// account, or come to (Belong). what names the adapter in
 // errors, such as "keyvalue sqlite". A path holding a "?" is refused with
 // ErrInvalidArgument, as the vector store's is.
 func Open(ctx context.Context, what, path, schema string) (*DB, error) {
@@ -68,6 +70,11 @@ func Open(ctx context.Context, what, path, schema string) (*DB, error) {
 	}
 	w.SetMaxOpenConns(1)
 	w.SetMaxIdleConns(1)
+	// A file of another account is refused before its tables are touched.
+	if err := Belong(ctx, w, what, path); err != nil {
+		_ = w.Close()
+		return nil, err
+	}
 	// The schema runs first, on the writer, so the file is in WAL before
 	// a reader opens it.
 	if _, err := w.ExecContext(ctx, schema); err != nil {

@@ -161,6 +161,11 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("vector_store sqlite: open %q: %w", c.Path, err)
 	}
+	// A file of another account is refused before its tables are touched.
+	if err := sqlitedb.Belong(ctx, db, "vector_store sqlite", c.Path); err != nil {
+		db.Close()
+		return nil, err
+	}
 	s := &Store{db: db, threshold: c.IndexThreshold, indexes: map[string]*cached{}, upserts: map[int]*sql.Stmt{}}
 	if err := s.prepare(ctx, c.Path); err != nil {
 		db.Close()

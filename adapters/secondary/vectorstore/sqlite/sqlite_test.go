@@ -1,6 +1,7 @@
 package sqlite_test
 
 import (
+	"context"
 	"database/sql"
 	"errors"
 	"os"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/abi-engine/engine/adapters/secondary/vectorstore/sqlite"
 	"github.com/abi-engine/engine/contracttests"
+	"github.com/abi-engine/engine/internal/sqlitedb"
 	"github.com/abi-engine/engine/ports"
 )
 
@@ -117,5 +119,29 @@ func TestAFileFromBeforeTheWriteCounterOpens(t *testing.T) {
 	got, err = s.Search(t.Context(), "docs", []float32{1, 0.1}, 5, nil)
 	if err != nil || len(got) != 2 || got[0].ID != "c" || got[1].ID != "b" {
 		t.Fatalf("after a delete and an upsert, Search gives %+v, %v; want c then b", got, err)
+	}
+}
+
+// A vector file, like the other SQLite files of a data_dir, belongs to the
+// NATS account whose engine opened it first: an engine of another account
+// is refused it, and one of the same account opens it again (ADR 0016).
+func TestAFileOfAnotherAccountIsRefused(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "vectors.sqlite")
+	as := func(account string) error {
+		ctx := ports.WithAccount(t.Context(), func(context.Context) (string, error) { return account, nil })
+		store, err := sqlite.Open(ctx, sqlite.Config{Path: path})
+		if err != nil {
+			return err
+		}
+		return store.Close()
+	}
+	if err := as("TEAM_A"); err != nil {
+		t.Fatalf("the first account's open: %v", err)
+	}
+	if err := as("TEAM_B"); !errors.Is(err, sqlitedb.ErrOtherAccount) {
+		t.Fatalf("another account's open: %v, want ErrOtherAccount", err)
+	}
+	if err := as("TEAM_A"); err != nil {
+		t.Fatalf("the first account's open again: %v", err)
 	}
 }
