@@ -47,12 +47,16 @@ const (
 	tempPrefix = "put-"
 	// trailerLenSize is the size of the trailer's length field.
 	trailerLenSize = 8
+	// accountFile holds the NATS account whose engine opened the
+	// directory first (ADR 0016).
+	accountFile = "account"
 )
 
 // Config is the localfs adapter's block under services.object_storage.config.
 type Config struct {
 	// Path is the directory the objects live under: the store keeps its
-	// files in objects/, tmp/ and locks/ there, and touches nothing else.
+	// files in objects/, tmp/ and locks/ there, and its account in the
+	// file account, and touches nothing else.
 	Path string `yaml:"path"`
 }
 
@@ -85,8 +89,9 @@ type trailer struct {
 
 // Open checks the config, creates the directories and removes temporary
 // files that crashed Puts left behind (put-* in tmp/, a day old), and no
-// other file.
-func Open(_ context.Context, c Config) (*Store, error) {
+// other file. Opened under a serving engine's account (ports.WithAccount),
+// the directory must belong to that account, or come to (belong).
+func Open(ctx context.Context, c Config) (*Store, error) {
 	if c.Path == "" {
 		return nil, fmt.Errorf("object_storage.config.path is empty: %w", ports.ErrInvalidArgument)
 	}
@@ -95,6 +100,9 @@ func Open(_ context.Context, c Config) (*Store, error) {
 		if err := os.MkdirAll(filepath.Join(c.Path, d), 0o755); err != nil {
 			return nil, fmt.Errorf("object_storage.config.path %q: %w", c.Path, err)
 		}
+	}
+	if err := belong(ctx, c.Path); err != nil {
+		return nil, err
 	}
 	entries, err := os.ReadDir(filepath.Join(c.Path, tmpDir))
 	if err != nil {
@@ -111,6 +119,64 @@ func Open(_ context.Context, c Config) (*Store, error) {
 		}
 	}
 	return s, nil
+}
+
+// belong makes the directory belong to the account ctx's source names, as
+// a SQLite file does (sqlitedb.Belong): the objects of one account's
+// engines are no other account's to serve. A directory that belongs to
+// none adopts it; one that belongs to another is refused, naming both
+// accounts and the directory. The account is written whole to a temporary
+// file and linked into place, which fails if a file is there already, so
+// two engines opening a new directory never both adopt it and neither
+// reads half a name. Without a source in ctx (a tool, a test) it does
+// nothing.
+func belong(ctx context.Context, root string) error {
+	source, ok := ports.Account(ctx)
+	if !ok {
+		return nil
+	}
+	account, err := source(ctx)
+	if err != nil {
+		return fmt.Errorf("object_storage localfs: %s keeps the objects of one NATS account, and this engine's is unknown: %w", root, err)
+	}
+	path := filepath.Join(root, accountFile)
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		if err := adopt(root, path, account); err != nil {
+			return err
+		}
+	}
+	owner, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("object_storage localfs: read the account of %s: %w", root, err)
+	}
+	if string(owner) != account {
+		return fmt.Errorf("object_storage localfs: %s belongs to NATS account %q, and this engine serves account %q; engines of two accounts must not share a data_dir",
+			root, owner, account)
+	}
+	return nil
+}
+
+// adopt writes account into path unless a file is there already.
+func adopt(root, path, account string) error {
+	tmp, err := os.CreateTemp(filepath.Join(root, tmpDir), tempPrefix+"account-")
+	if err != nil {
+		return fmt.Errorf("object_storage localfs: record the account of %s: %w", root, err)
+	}
+	defer os.Remove(tmp.Name())
+	_, err = tmp.WriteString(account)
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Link(tmp.Name(), path)
+	}
+	if err != nil && !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("object_storage localfs: record the account of %s: %w", root, err)
+	}
+	return nil
 }
 
 // Close releases nothing: every call opens and closes its own files.

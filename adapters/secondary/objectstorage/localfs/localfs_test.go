@@ -248,3 +248,48 @@ func TestAListingGoesPastAKeyOfAnOlderRelease(t *testing.T) {
 		t.Fatalf("listed %q, want a and c", listed)
 	}
 }
+
+// The objects directory of a data_dir belongs, like its SQLite files, to
+// the NATS account whose engine opened it first (ADR 0016): an engine of
+// another account is refused it, naming both accounts and the directory,
+// one of the same account opens it again, and a tool, which opens with no
+// account, is neither checked nor makes the directory its own.
+func TestADirectoryOfAnotherAccountIsRefused(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "objects")
+	as := func(account string) error {
+		ctx := t.Context()
+		if account != "" {
+			ctx = ports.WithAccount(ctx, func(context.Context) (string, error) { return account, nil })
+		}
+		store, err := localfs.Open(ctx, localfs.Config{Path: dir})
+		if err != nil {
+			return err
+		}
+		return store.Close()
+	}
+	if err := as(""); err != nil {
+		t.Fatalf("a tool's open: %v", err)
+	}
+	if err := as("TEAM_A"); err != nil {
+		t.Fatalf("the first account's open of a directory a tool made: %v", err)
+	}
+	err := as("TEAM_B")
+	if err == nil {
+		t.Fatal("an engine of TEAM_B opened TEAM_A's objects")
+	}
+	for _, want := range []string{`"TEAM_A"`, `"TEAM_B"`, dir} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the refusal %q does not name %s", err, want)
+		}
+	}
+	if err := as(""); err != nil {
+		t.Fatalf("a tool's open of a directory that belongs to an account: %v", err)
+	}
+	if err := as("TEAM_A"); err != nil {
+		t.Fatalf("the first account's open again: %v", err)
+	}
+	left, err := os.ReadDir(filepath.Join(dir, "tmp"))
+	if err != nil || len(left) != 0 {
+		t.Errorf("tmp/ holds %d files after the opens (%v), want none", len(left), err)
+	}
+}
