@@ -5,7 +5,10 @@
 // an object of unknown length is never held whole in memory. Conditional
 // Puts use the If-None-Match and If-Match headers on the request that
 // publishes the object (PutObject or CompleteMultipartUpload), so the
-// service decides atomically which writer wins.
+// service decides atomically which writer wins. That request is not sent
+// again once it may have reached the service: its second sending would fail
+// the condition the first one met, and report a write that happened as a
+// lost race. A lost answer is the Put's error, of unknown outcome.
 //
 // Keys with ".", ".." or empty segments ("../x", "a//b", "x/") are refused:
 // S3 servers that keep objects as files would store "d/../y" over "y".
@@ -30,6 +33,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"net/http"
 	"slices"
 	"strconv"
@@ -196,15 +200,42 @@ func etag(p *string) string { return strings.Trim(aws.ToString(p), `"`) }
 
 func quote(etag string) *string { return aws.String(`"` + etag + `"`) }
 
-// conditions returns the If-None-Match and If-Match headers of a Put.
-func conditions(opts ports.PutObjectOptions) (ifNoneMatch, ifMatch *string) {
+// conditions returns the If-None-Match and If-Match headers of a Put, and
+// the options of the request that carries them (sentOnce, when there are
+// any).
+func conditions(opts ports.PutObjectOptions) (ifNoneMatch, ifMatch *string, once []func(*s3.Options)) {
 	if opts.IfAbsent {
 		ifNoneMatch = aws.String("*")
 	}
 	if opts.IfMatch != "" {
 		ifMatch = quote(opts.IfMatch)
 	}
-	return ifNoneMatch, ifMatch
+	if ifNoneMatch != nil || ifMatch != nil {
+		once = []func(*s3.Options){sentOnce}
+	}
+	return ifNoneMatch, ifMatch, once
+}
+
+// sentOnce keeps the SDK from sending a conditional write again once it may
+// have reached the service. The SDK sends a request again when its answer
+// does not arrive (a connection reset or closed on the way back); the first
+// may have been done, and the second then fails its own condition: a put
+// if absent finds the object it stored, a put if match the ETag it wrote.
+// The caller would be told the write did not happen. Only a request that
+// never left, whose connection could not be made, is sent again; any other
+// failure is the write's error, whose outcome is unknown.
+func sentOnce(o *s3.Options) {
+	if o.Retryer != nil {
+		o.Retryer = unsent{o.Retryer}
+	}
+}
+
+// unsent is a retryer that retries only what was never sent.
+type unsent struct{ aws.Retryer }
+
+func (u unsent) IsErrorRetryable(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial" && u.Retryer.IsErrorRetryable(err)
 }
 
 func contentType(opts ports.PutObjectOptions) string {
@@ -269,7 +300,7 @@ func end(err error) bool {
 
 // putOnce stores an object that fits in one request.
 func (s *Store) putOnce(ctx context.Context, key string, data []byte, opts ports.PutObjectOptions) (ports.ObjectInfo, error) {
-	ifNoneMatch, ifMatch := conditions(opts)
+	ifNoneMatch, ifMatch, once := conditions(opts)
 	out, err := s.client.PutObject(ctx, &s3.PutObjectInput{
 		Bucket:        aws.String(s.bucket),
 		Key:           aws.String(key),
@@ -278,7 +309,7 @@ func (s *Store) putOnce(ctx context.Context, key string, data []byte, opts ports
 		ContentType:   aws.String(contentType(opts)),
 		IfNoneMatch:   ifNoneMatch,
 		IfMatch:       ifMatch,
-	})
+	}, once...)
 	if err != nil {
 		return ports.ObjectInfo{}, fmt.Errorf("put %q: %w", key, translatePut(err, opts))
 	}
@@ -326,7 +357,7 @@ func (s *Store) putParts(ctx context.Context, key string, part []byte, r io.Read
 			return ports.ObjectInfo{}, fmt.Errorf("put %q: read: %w", key, err)
 		}
 	}
-	ifNoneMatch, ifMatch := conditions(opts)
+	ifNoneMatch, ifMatch, once := conditions(opts)
 	out, err := s.client.CompleteMultipartUpload(ctx, &s3.CompleteMultipartUploadInput{
 		Bucket:          aws.String(s.bucket),
 		Key:             aws.String(key),
@@ -334,7 +365,7 @@ func (s *Store) putParts(ctx context.Context, key string, part []byte, r io.Read
 		MultipartUpload: &types.CompletedMultipartUpload{Parts: parts},
 		IfNoneMatch:     ifNoneMatch,
 		IfMatch:         ifMatch,
-	})
+	}, once...)
 	if err != nil {
 		return ports.ObjectInfo{}, fmt.Errorf("put %q: complete upload: %w", key, translatePut(err, opts))
 	}
