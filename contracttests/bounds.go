@@ -3,6 +3,7 @@ package contracttests
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -141,6 +142,37 @@ func docFindLimitIsBounded(t *testing.T, open func(t *testing.T) ports.DocumentS
 		_, _, err := s.Find(ctx(t), "c", ports.Query{Limit: limit})
 		wantInvalid(t, "Find with a limit past MaxPage", err)
 	}
+}
+
+// docWhereIsBounded: a where naming MaxWhere fields is a query like any
+// other, in Find and in Count; one more field is refused before it reaches
+// the backend. Past the bound the backends part ways: SQLite fails the
+// query at a few hundred fields, PostgreSQL runs it for ever longer (half
+// a minute at 20,000) and fails it past 32,767, so without the bound one
+// caller holds a store's connection for as long as it likes, and a query
+// one deploy answers another fails as the engine's own error.
+func docWhereIsBounded(t *testing.T, open func(t *testing.T) ports.DocumentStore) {
+	s := open(t)
+	docEnsure(t, s, "c")
+	where := func(n int) map[string]any {
+		w := map[string]any{}
+		for i := range n {
+			w[fmt.Sprintf("f%d", i)] = float64(i)
+		}
+		return w
+	}
+	docPut(t, s, "c", "wide", where(ports.MaxWhere+1))
+	docPut(t, s, "c", "other", map[string]any{"f0": 1.0})
+	if found, _, err := s.Find(ctx(t), "c", ports.Query{Where: where(ports.MaxWhere)}); err != nil || len(found) != 1 || found[0].ID != "wide" {
+		t.Fatalf("Find where %d fields = %v, %v; want the document that has them", ports.MaxWhere, docIDs(found), err)
+	}
+	if n, err := s.Count(ctx(t), "c", where(ports.MaxWhere)); err != nil || n != 1 {
+		t.Fatalf("Count where %d fields = %d, %v; want 1", ports.MaxWhere, n, err)
+	}
+	_, _, err := s.Find(ctx(t), "c", ports.Query{Where: where(ports.MaxWhere + 1)})
+	wantInvalid(t, "Find where one field past MaxWhere", err)
+	_, err = s.Count(ctx(t), "c", where(ports.MaxWhere+1))
+	wantInvalid(t, "Count where one field past MaxWhere", err)
 }
 
 // ttlStore is what keyvalue and the cache share: writes with a TTL.

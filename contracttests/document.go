@@ -77,6 +77,7 @@ func RunDocument(t *testing.T, h Harness[ports.DocumentStore], caps DocumentCapa
 		{"NULIsRefused", docNULIsRefused},
 		{"TextThatIsNotUTF8IsRefused", docTextIsUTF8},
 		{"FindLimitIsBounded", docFindLimitIsBounded},
+		{"WhereIsBounded", docWhereIsBounded},
 		{"Count", docCountCase},
 		{"Durable", func(t *testing.T, open func(t *testing.T) ports.DocumentStore) {
 			if !caps.Durable {

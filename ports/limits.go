@@ -23,6 +23,14 @@ const (
 	// its collection, so every adapter checks it before a write.
 	MaxDepth = 100
 
+	// MaxWhere is the most fields a document query's where names (Find
+	// and Count). Each is one more condition in the backend's query, and
+	// the backends stop far apart: SQLite refuses a query of about 300
+	// (its expression tree is 1000 deep at most), PostgreSQL takes 65,535
+	// parameters, two a field, and plans 20,000 fields for half a minute
+	// on an empty table, holding a pooled connection all along.
+	MaxWhere = 100
+
 	// MaxDimension is the largest dimension of a vector collection: the
 	// largest embedding models in use have a few thousand.
 	MaxDimension = 8192

@@ -105,7 +105,11 @@ func Check(q ports.Query) ([]Where, int, error) {
 }
 
 // Conditions validates where and returns it in canonical form, by field.
+// It names at most ports.MaxWhere fields.
 func Conditions(where map[string]any) ([]Where, error) {
+	if len(where) > ports.MaxWhere {
+		return nil, fmt.Errorf("where names %d fields, more than the most, %d: %w", len(where), ports.MaxWhere, ports.ErrInvalidArgument)
+	}
 	out := make([]Where, 0, len(where))
 	for field, v := range where {
 		if err := storecheck.Field(field); err != nil {
