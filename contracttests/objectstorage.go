@@ -72,6 +72,7 @@ func RunObjectStorage(t *testing.T, h Harness[ports.ObjectStorage], caps ObjectS
 		{"PutOverwrites", objPutOverwrites},
 		{"EmptyObject", objEmptyObject},
 		{"ContentTypeRoundTrip", objContentTypeRoundTrip},
+		{"ContentTypeIsBounded", objContentTypeIsBounded},
 		{"MissingObjectIsNotFound", objMissingObjectIsNotFound},
 		{"DeleteRemovesTheObject", objDeleteRemovesTheObject},
 		{"TwoHandlesShareTheStore", objTwoHandlesShareTheStore},
@@ -284,6 +285,42 @@ func objContentTypeRoundTrip(t *testing.T, open func(t *testing.T) ports.ObjectS
 	objPut(t, s, "blob", "\x00\x01", ports.PutObjectOptions{})
 	if info := objStat(t, s, "blob"); info.ContentType != "application/octet-stream" {
 		t.Fatalf("an object put without a content type has %q, want application/octet-stream", info.ContentType)
+	}
+}
+
+// objContentTypeIsBounded: a content type of MaxContentType printable
+// ASCII bytes is stored as it is; a longer one, or one holding a byte no
+// HTTP header carries (a line break, a control character, anything past
+// ASCII), is refused as bad input by every adapter, which then stored
+// nothing. So is an if_match holding such a byte, which no ETag holds. S3
+// sends both as headers: without the check, the request could not be sent
+// and the Put failed as the engine's own error, where another adapter
+// stored the object.
+func objContentTypeIsBounded(t *testing.T, open func(t *testing.T) ports.ObjectStorage, _ ObjectStorageCapabilities) {
+	s := open(t)
+	longest := "application/x-" + strings.Repeat("a", ports.MaxContentType-len("application/x-"))
+	put := objPut(t, s, "longest", "x", ports.PutObjectOptions{ContentType: longest})
+	if put.ContentType != longest {
+		t.Fatalf("Put with a content type of %d bytes returned %d bytes", len(longest), len(put.ContentType))
+	}
+	if info := objStat(t, s, "longest"); info.ContentType != longest {
+		t.Fatalf("Stat gives a content type of %d bytes, want the %d put", len(info.ContentType), len(longest))
+	}
+	for name, opts := range map[string]ports.PutObjectOptions{
+		"a content type past MaxContentType": {ContentType: longest + "a"},
+		"a line break in the content type":   {ContentType: "text/plain\r\nX-Other: 1"},
+		"a tab in the content type":          {ContentType: "text/plain;\tcharset=utf-8"},
+		"DEL in the content type":            {ContentType: "text/\x7f"},
+		"a letter past ASCII":                {ContentType: "text/caf\u00e9"},
+		"a line break in if_match":           {IfMatch: "abc\ndef"},
+	} {
+		_, err := s.Put(ctx(t), "refused", strings.NewReader("x"), opts)
+		if !errors.Is(err, ports.ErrInvalidArgument) {
+			t.Errorf("Put with %s: err %v, want ErrInvalidArgument", name, err)
+		}
+	}
+	if _, err := s.Stat(ctx(t), "refused"); !errors.Is(err, ports.ErrNotFound) {
+		t.Fatalf("after the refused Puts, Stat: %v, want ErrNotFound", err)
 	}
 }
 

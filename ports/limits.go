@@ -31,6 +31,12 @@ const (
 	// on an empty table, holding a pooled connection all along.
 	MaxWhere = 100
 
+	// MaxContentType is the longest content type an object is stored
+	// with. A content type is printable ASCII: S3 sends it as an HTTP
+	// header, which cannot carry a line break, and its servers refuse
+	// long ones (versitygw at some kilobytes).
+	MaxContentType = 1024
+
 	// MaxDimension is the largest dimension of a vector collection: the
 	// largest embedding models in use have a few thousand.
 	MaxDimension = 8192

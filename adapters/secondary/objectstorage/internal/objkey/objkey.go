@@ -58,7 +58,31 @@ func CheckPut(key string, opts ports.PutObjectOptions) error {
 	if opts.IfAbsent && opts.IfMatch != "" {
 		return fmt.Errorf("put %q: IfAbsent and IfMatch together: %w", key, ports.ErrInvalidArgument)
 	}
+	if len(opts.ContentType) > ports.MaxContentType {
+		return fmt.Errorf("put %q: content_type of %d bytes is longer than %d: %w", key, len(opts.ContentType), ports.MaxContentType, ports.ErrInvalidArgument)
+	}
+	if !printable(opts.ContentType) {
+		return fmt.Errorf("put %q: content_type %q holds a byte that is not printable ASCII: %w", key, opts.ContentType, ports.ErrInvalidArgument)
+	}
+	// No ETag holds such a byte, and S3 could not send it: the condition
+	// could only fail, and on S3 as the engine's own error.
+	if !printable(opts.IfMatch) {
+		return fmt.Errorf("put %q: if_match %q holds a byte that is not printable ASCII: %w", key, opts.IfMatch, ports.ErrInvalidArgument)
+	}
 	return nil
+}
+
+// printable reports whether s is printable ASCII, space included: what an
+// HTTP header carries as it is (S3 sends the content type and the ETag of
+// a condition as headers; a line break would end the header, a control
+// character or a byte past ASCII is refused or altered on the way).
+func printable(s string) bool {
+	for i := range len(s) {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
 }
 
 // CheckGet checks a Get's key and that its range is not negative.
