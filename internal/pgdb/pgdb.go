@@ -29,6 +29,14 @@ func Open(ctx context.Context, what, dsn, table, schema string) (*pgxpool.Pool, 
 	if err != nil {
 		return nil, fmt.Errorf("%s: dsn: %w: %w", what, ports.ErrInvalidArgument, err)
 	}
+	// The stores' statements are written for READ COMMITTED: a statement
+	// that waits for another transaction's row then reads the row that
+	// transaction committed, so racers on a key queue on its lock and the
+	// loser sees the winner's write. A database, role or dsn whose default
+	// isolation is stricter would fail the loser with a serialization
+	// error instead. A parameter of the startup message comes after the
+	// database's and role's settings and the dsn's options, so it holds.
+	cfg.ConnConfig.RuntimeParams["default_transaction_isolation"] = "read committed"
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("%s: connect: %w", what, err)
