@@ -29,17 +29,53 @@ func transferSubject(id, op string) string {
 	return wire.OwnerSubject(ports.ServiceObjectStorage, wire.OwnerOf(id), op)
 }
 
-// open opens a transfer.
+// open opens a transfer. The engine opens it whether or not its caller
+// still waits, and only its answer names it: so the open runs to its
+// deadline apart from the caller, and a transfer opened for a caller that
+// gave up first is closed. Left open, it held one of the caller's share of
+// transfers for the engine's idle time.
 func (o ObjectStorage) open(ctx context.Context, req wire.TransferOpen) (wire.SessionOpened, error) {
-	var opened wire.SessionOpened
-	if err := o.c.call(ctx, osSubject(wire.OSTransferOpen), req, &opened); err != nil {
-		return opened, err
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, o.c.timeout)
+		defer cancel()
 	}
-	if opened.ChunkSize <= 0 {
-		o.close(opened)
-		return opened, fmt.Errorf("transfer %q: chunk size %d", opened.ID, opened.ChunkSize)
+	deadline, _ := ctx.Deadline()
+	type opening struct {
+		opened wire.SessionOpened
+		err    error
 	}
-	return opened, nil
+	answer := make(chan opening, 1)
+	go func() {
+		octx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+		defer cancel()
+		var a opening
+		a.err = o.c.call(octx, osSubject(wire.OSTransferOpen), req, &a.opened)
+		answer <- a
+	}()
+	var a opening
+	select {
+	case a = <-answer:
+	case <-ctx.Done():
+		if !errors.Is(ctx.Err(), context.Canceled) {
+			a = <-answer // the deadline ends the open's own call as well
+			break
+		}
+		go func() {
+			if a := <-answer; a.err == nil {
+				o.close(a.opened)
+			}
+		}()
+		return wire.SessionOpened{}, fmt.Errorf("%s: %w", osSubject(wire.OSTransferOpen), ctx.Err())
+	}
+	if a.err != nil {
+		return a.opened, a.err
+	}
+	if a.opened.ChunkSize <= 0 {
+		o.close(a.opened)
+		return a.opened, fmt.Errorf("transfer %q: chunk size %d", a.opened.ID, a.opened.ChunkSize)
+	}
+	return a.opened, nil
 }
 
 func (o ObjectStorage) close(opened wire.SessionOpened) {
