@@ -154,7 +154,27 @@ func (a *api) routes(mux *http.ServeMux) {
 		{"POST /v1/documents/{collection}/find", ports.ServiceDocument, "find", a.docFind},
 		{"POST /v1/vectors/{collection}/search", ports.ServiceVectorStore, "search", a.vecSearch},
 	} {
-		mux.Handle(rt.pattern, a.metered(rt.service, rt.op, a.needs(rt.service, rt.h)))
+		h := rt.h
+		if rt.service != ports.ServiceObjectStorage || rt.op == "delete" {
+			h = answeredWhole(h)
+		}
+		mux.Handle(rt.pattern, a.metered(rt.service, rt.op, a.needs(rt.service, h)))
+	}
+}
+
+// answeredWhole runs h on a context that its client hanging up does not
+// end: the call to the engine runs to its answer, within the facade's time
+// for a call. The engine runs a call it has begun whatever becomes of its
+// caller, and parks a large answer until it is fetched, under the API's
+// share of parked answers, since every HTTP client reaches the engine as
+// one caller. A call ended by the hang-up never fetched its answer, which
+// held the share for the engine's idle time while the other clients' large
+// answers were refused 413. Object GETs and PUTs stream to and from their
+// client and end with it; a transfer opened for one that hung up is closed
+// by the facade.
+func answeredWhole(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		h(w, r.WithContext(context.WithoutCancel(r.Context())))
 	}
 }
 
