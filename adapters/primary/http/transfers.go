@@ -32,9 +32,14 @@ const (
 var errTooSlow = errors.New("the client is too slow")
 
 // transferSlots admits an object transfer, or answers 503 with a
-// Retry-After when every slot is taken.
+// Retry-After when every slot is taken. A HEAD, which the GET route also
+// serves, looks the object up and moves none of it: it takes no slot.
 func (a *api) transferSlots(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodHead {
+			h(w, r)
+			return
+		}
 		select {
 		case a.transfers <- struct{}{}:
 			defer func() { <-a.transfers }()

@@ -193,3 +193,25 @@ func TestAnUploadWithinTheAPIsBoundsOutlivesTheEnginesTransferIdle(t *testing.T)
 		t.Fatalf("stored %d bytes, want %d", len(got), 2*fast+5)
 	}
 }
+
+// A HEAD of an object moves no bytes and takes no transfer slot: it is
+// answered while every slot is held. It went through the GET route's
+// slots and was refused 503 while the transfers were busy, although it
+// only looks the object up.
+func TestAHeadIsAnsweredWhileEveryTransferSlotIsHeld(t *testing.T) {
+	a := serveAPI(t, memoryServices(t), httpapi.Options{MaxTransfers: 1, TransferStall: 20 * time.Second})
+	a.expect(http.StatusOK, "PUT", "/v1/objects/there", "x")
+	stalled, stall := io.Pipe()
+	t.Cleanup(func() { _ = stall.Close() })
+	a.put("slow", stalled)
+	if _, err := stall.Write([]byte("a first byte")); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, func() bool {
+		return metric(t, a.metrics, "abi_engine_sessions_open", map[string]string{"via": httpapi.ViaHTTP}) == 1
+	})
+	a.expect(http.StatusServiceUnavailable, "GET", "/v1/objects/there", "")
+	if resp, _ := a.expect(http.StatusOK, "HEAD", "/v1/objects/there", ""); resp.Header.Get("Content-Length") != "1" {
+		t.Fatalf("the HEAD answered Content-Length %q, want 1", resp.Header.Get("Content-Length"))
+	}
+}
