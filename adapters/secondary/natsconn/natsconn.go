@@ -54,10 +54,16 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// Reconnection: a lost connection is retried every second for about ten
-// seconds; then it closes for good and ClosedHandler runs. A serving
-// engine has fenced itself by then (half a lease), and a process that
-// stays up without its broker helps nobody.
+// Reconnection: a lost connection is tried again MaxReconnects times,
+// ReconnectWait apart; then it closes for good and ClosedHandler runs.
+// That takes about ten seconds when the broker refuses the connection, up
+// to about a minute when it does not answer (each try waits out the dial
+// timeout of 5 s), and a link that goes silent without being reset is
+// noticed only when the client's pings go unanswered (nats.go's default:
+// two, two minutes apart). None of this is what fences a serving engine:
+// its lease clock does, at half a lease without a renewal, however long
+// the connection takes to give up. A process that stays up without its
+// broker helps nobody, so it then stops.
 const (
 	ReconnectWait = time.Second
 	MaxReconnects = 10
