@@ -102,9 +102,6 @@ type Engine struct {
 	// interrupted is set by an Interrupt that found no start under way: one
 	// that comes before Start has begun ends that start when it begins.
 	interrupted bool
-
-	accountMu sync.Mutex
-	account   string // the NATS account the engine serves, once a store asked (accountOf)
 }
 
 // NewEngine returns an engine that has not started.
@@ -401,7 +398,12 @@ func (e *Engine) startClient(ctx context.Context) error {
 // when, and only while, the lease says the engine serves. Modules start
 // either way: they use facades.
 func (e *Engine) openAndServe(ctx context.Context) error {
-	l, err := openLocal(ports.WithAccount(ctx, e.accountOf), e.p.Storage)
+	// A store that keeps the account it belongs to (a SQLite file or the
+	// objects directory under data_dir, which an engine of another account
+	// on this host must not open) asks it as it opens; the broker is asked
+	// once, by the first of them.
+	account := sync.OnceValues(func() (string, error) { return natsconn.Account(ctx, e.session) })
+	l, err := openLocal(ports.WithAccount(ctx, func(context.Context) (string, error) { return account() }), e.p.Storage)
 	if err != nil {
 		return err
 	}
@@ -438,23 +440,6 @@ func (e *Engine) openAndServe(ctx context.Context) error {
 	e.mu.Unlock()
 	e.serving.booted(k)
 	return e.startModules(ctx)
-}
-
-// accountOf is the NATS account the engine serves, asked of the broker the
-// first time a store opens that keeps the account it belongs to: a SQLite
-// file in the data directory, which an engine of another account on this
-// host must not open (sqlitedb.Belong).
-func (e *Engine) accountOf(ctx context.Context) (string, error) {
-	e.accountMu.Lock()
-	defer e.accountMu.Unlock()
-	if e.account == "" {
-		account, err := natsconn.Account(ctx, e.session)
-		if err != nil {
-			return "", err
-		}
-		e.account = account
-	}
-	return e.account, nil
 }
 
 func (e *Engine) startModules(ctx context.Context) error {
