@@ -23,6 +23,7 @@ type cutter struct {
 	drop   func(line string) bool
 	mu     sync.Mutex
 	done   bool                  // an answer was dropped, or is about to be
+	sent   int                   // requests whose first line matched drop
 	conns  map[net.Conn]struct{} // open, both sides
 	cut    chan struct{}         // closed when the answer was dropped
 }
@@ -70,6 +71,14 @@ func (c *cutter) track(conn net.Conn) {
 	c.conns[conn] = struct{}{}
 }
 
+// requests is how many requests matched drop, the one whose answer was
+// dropped and any sent after it.
+func (c *cutter) requests() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.sent
+}
+
 // pipe forwards one connection. The client sends a request only once it
 // has read the answer to the one before, so the bytes it sends after an
 // answer begin a request, and their first line names it.
@@ -99,8 +108,11 @@ func (c *cutter) pipe(client net.Conn) {
 					line = append(line, buf[:n]...)
 					if i := bytes.Index(line, []byte("\r\n")); i >= 0 {
 						c.mu.Lock()
-						if !c.done && c.drop(string(line[:i])) {
-							c.done, drop = true, true
+						if c.drop(string(line[:i])) {
+							c.sent++
+							if !c.done {
+								c.done, drop = true, true
+							}
 						}
 						c.mu.Unlock()
 						atStart, line = false, nil
@@ -143,8 +155,12 @@ func (c *cutter) pipe(client net.Conn) {
 // put if absent finds its own object and is reported as having lost the
 // race and a put if match finds the ETag it wrote itself: a put that
 // stored its object is answered 409, which tells the caller it did not
-// happen. Here a proxy between the store and the server drops the
-// answer to the request that publishes the object.
+// happen. A multipart upload's completion, conditions or none, is the
+// same: sent again after the first published the object, it names an
+// upload that is gone, which AWS answers NoSuchUpload: a put that stored
+// its object would be answered 404.
+// Here a proxy between the store and the server drops the answer to the
+// request that publishes the object, and counts how often it is sent.
 func TestAPutWhoseAnswerIsLostIsNotSentAgain(t *testing.T) {
 	c := server(t)
 	c.Bucket = newBucket(t, c)
@@ -176,6 +192,15 @@ func TestAPutWhoseAnswerIsLostIsNotSentAgain(t *testing.T) {
 			},
 			publish: func(line string) bool { return strings.HasPrefix(line, "PUT ") && strings.Contains(line, "/match") },
 		},
+		{
+			name: "multipart put",
+			key:  "parts",
+			size: 12 << 20,
+			opts: func(*testing.T) ports.PutObjectOptions { return ports.PutObjectOptions{} },
+			publish: func(line string) bool {
+				return strings.HasPrefix(line, "POST ") && strings.Contains(line, "/parts?uploadId=")
+			},
+		},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -206,6 +231,47 @@ func TestAPutWhoseAnswerIsLostIsNotSentAgain(t *testing.T) {
 			if errors.Is(err, ports.ErrConflict) || errors.Is(err, ports.ErrNotFound) {
 				t.Fatalf("a Put that stored its object, whose answer was lost, was sent again and failed as if it had not happened: %v", err)
 			}
+			if n := cut.requests(); n != 1 {
+				t.Fatalf("the request that publishes the object was sent %d times, want once (Put: %v)", n, err)
+			}
 		})
+	}
+}
+
+// A Delete removes the object at the ETag it read (If-Match). Its request,
+// once it may have reached the service, is not sent again: after the first
+// deleted the object, a second finds no object at that ETag, which S3
+// answers 404 or 412, and the Delete would report a key it removed as never
+// there. Whatever the service makes of the second sending (versitygw
+// ignores If-Match on a delete and answers it 204), the store sends the
+// request once and, its answer lost, fails with an error of unknown
+// outcome, never ErrNotFound.
+func TestADeleteWhoseAnswerIsLostIsNotSentAgain(t *testing.T) {
+	c := server(t)
+	c.Bucket = newBucket(t, c)
+	direct := open(t, c)
+	if _, err := direct.Put(t.Context(), "gone", strings.NewReader("x"), ports.PutObjectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	endpoint, cut := startCutter(t, c.Endpoint, func(line string) bool {
+		return strings.HasPrefix(line, "DELETE ") && strings.Contains(line, "/gone")
+	})
+	via := c
+	via.Endpoint = endpoint
+	s := open(t, via)
+	err := s.Delete(t.Context(), "gone")
+	select {
+	case <-cut.cut:
+	case <-time.After(time.Minute):
+		t.Fatalf("the answer to the delete was never dropped (Delete: %v)", err)
+	}
+	if _, serr := direct.Stat(t.Context(), "gone"); !errors.Is(serr, ports.ErrNotFound) {
+		t.Fatalf("Stat after the Delete whose answer was lost: %v, want ErrNotFound; the test could not cut where it meant to", serr)
+	}
+	if n := cut.requests(); n != 1 {
+		t.Fatalf("the delete was sent %d times, want once (Delete: %v)", n, err)
+	}
+	if err == nil || errors.Is(err, ports.ErrNotFound) || errors.Is(err, ports.ErrConflict) {
+		t.Fatalf("Delete whose answer was lost: %v, want an error of unknown outcome", err)
 	}
 }

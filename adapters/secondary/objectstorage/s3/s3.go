@@ -8,7 +8,15 @@
 // service decides atomically which writer wins. That request is not sent
 // again once it may have reached the service: its second sending would fail
 // the condition the first one met, and report a write that happened as a
-// lost race. A lost answer is the Put's error, of unknown outcome.
+// lost race. Nor is a multipart upload's completion, conditions or none (a
+// second sending names an upload the first completed, which S3 answers
+// NoSuchUpload), nor a Delete's (a second finds no object at the ETag the
+// first removed). A lost answer to any of them is the call's error, of
+// unknown outcome. The other requests are sent again as the SDK sees fit:
+// reads, an unconditional PutObject and an upload's parts do the same
+// thing twice, and a CreateMultipartUpload sent twice only leaves an empty
+// upload behind (only a bucket's lifecycle rule for incomplete uploads
+// removes it), which failing the Put instead would leave as well.
 //
 // Keys with ".", ".." or empty segments ("../x", "a//b", "x/") are refused:
 // S3 servers that keep objects as files would store "d/../y" over "y".
@@ -216,14 +224,15 @@ func conditions(opts ports.PutObjectOptions) (ifNoneMatch, ifMatch *string, once
 	return ifNoneMatch, ifMatch, once
 }
 
-// sentOnce keeps the SDK from sending a conditional write again once it may
-// have reached the service. The SDK sends a request again when its answer
-// does not arrive (a connection reset or closed on the way back); the first
-// may have been done, and the second then fails its own condition: a put
-// if absent finds the object it stored, a put if match the ETag it wrote.
-// The caller would be told the write did not happen. Only a request that
-// never left, whose connection could not be made, is sent again; any other
-// failure is the write's error, whose outcome is unknown.
+// sentOnce keeps the SDK from sending a write again once it may have
+// reached the service. The SDK sends a request again when its answer does
+// not arrive (a connection reset or closed on the way back); the first may
+// have been done, and the second then finds what the first did: a put if
+// absent finds the object it stored, a put if match the ETag it wrote, a
+// completion no upload, a Delete no object at its ETag. The caller would be
+// told the write did not happen. Only a request that never left, whose
+// connection could not be made, is sent again; any other failure is the
+// write's error, whose outcome is unknown.
 func sentOnce(o *s3.Options) {
 	if o.Retryer != nil {
 		o.Retryer = unsent{o.Retryer}
@@ -357,7 +366,10 @@ func (s *Store) putParts(ctx context.Context, key string, part []byte, r io.Read
 			return ports.ObjectInfo{}, fmt.Errorf("put %q: read: %w", key, err)
 		}
 	}
-	ifNoneMatch, ifMatch, once := conditions(opts)
+	// The completion is sent once whatever its conditions: sent again
+	// after the first published the object, it names an upload that no
+	// longer exists, and S3 answers NoSuchUpload for a Put that happened.
+	ifNoneMatch, ifMatch, _ := conditions(opts)
 	out, err := s.client.CompleteMultipartUpload(ctx, &s3.CompleteMultipartUploadInput{
 		Bucket:          aws.String(s.bucket),
 		Key:             aws.String(key),
@@ -365,7 +377,7 @@ func (s *Store) putParts(ctx context.Context, key string, part []byte, r io.Read
 		MultipartUpload: &types.CompletedMultipartUpload{Parts: parts},
 		IfNoneMatch:     ifNoneMatch,
 		IfMatch:         ifMatch,
-	}, once...)
+	}, sentOnce)
 	if err != nil {
 		return ports.ObjectInfo{}, fmt.Errorf("put %q: complete upload: %w", key, translatePut(err, opts))
 	}
@@ -498,7 +510,10 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 		if err != nil {
 			return fmt.Errorf("delete: %w", err)
 		}
-		_, err = s.client.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String(s.bucket), Key: aws.String(key), IfMatch: quote(info.ETag)})
+		// Sent once: sent again after the first removed the object, it
+		// finds no object at that ETag, and the Delete would answer
+		// ErrNotFound for a key it removed.
+		_, err = s.client.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String(s.bucket), Key: aws.String(key), IfMatch: quote(info.ETag)}, sentOnce)
 		err = translate(err)
 		switch {
 		case err == nil:
