@@ -49,6 +49,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
@@ -115,6 +116,9 @@ func (c Config) Check(prefix string) error {
 type Store struct {
 	client *s3.Client
 	bucket string
+	// transport holds the store's connections, so that Close can release
+	// them: the SDK's own client offers no way to.
+	transport *http.Transport
 }
 
 var _ ports.ObjectStorage = (*Store)(nil)
@@ -147,18 +151,39 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 	} else {
 		opts.Credentials = aws.AnonymousCredentials{}
 	}
-	s := &Store{client: s3.New(opts), bucket: c.Bucket}
+	// The SDK's default transport, but the store's own to close.
+	transport := awshttp.NewBuildableClient().GetTransport()
+	opts.HTTPClient = &http.Client{Transport: transport, CheckRedirect: sameMethodRedirect}
+	s := &Store{client: s3.New(opts), bucket: c.Bucket, transport: transport}
 	if _, err := s.client.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: aws.String(c.Bucket)}); err != nil {
+		s.Close()
 		return nil, fmt.Errorf("object_storage.config.bucket %q at %q: %w", c.Bucket, c.Endpoint, translate(err))
 	}
 	return s, nil
 }
 
-// Close releases idle connections.
-func (s *Store) Close() error {
-	if c, ok := s.client.Options().HTTPClient.(interface{ CloseIdleConnections() }); ok {
-		c.CloseIdleConnections()
+// maxRedirects is how many redirects a request follows, as net/http's
+// default client does.
+const maxRedirects = 10
+
+// sameMethodRedirect follows only the redirects that keep the method and
+// the body (307 and 308), as the SDK's own client does; any other is the
+// answer, which the SDK turns into an error.
+func sameMethodRedirect(r *http.Request, via []*http.Request) error {
+	switch r.Response.StatusCode {
+	case http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
+		if len(via) >= maxRedirects {
+			return fmt.Errorf("stopped after %d redirects", maxRedirects)
+		}
+		return nil
 	}
+	return http.ErrUseLastResponse
+}
+
+// Close releases the store's idle connections; one a call still holds is
+// left to idle out once the call ends. Closing twice is harmless.
+func (s *Store) Close() error {
+	s.transport.CloseIdleConnections()
 	return nil
 }
 
