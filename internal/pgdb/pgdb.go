@@ -6,6 +6,7 @@ package pgdb
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -61,3 +62,25 @@ func Open(ctx context.Context, what, dsn, table, schema string) (*pgxpool.Pool, 
 
 // Ident quotes a table name already checked by storecheck.Table.
 func Ident(table string) string { return pgx.Identifier{table}.Sanitize() }
+
+// The document store keeps, beside its table, the collection names in the
+// table named after it with CollectionsSuffix, and the sequence of its
+// versions in the one named with VersionsSuffix.
+const (
+	CollectionsSuffix = "_collections"
+	VersionsSuffix    = "_versions"
+)
+
+// NotBesideDocuments refuses a keyvalue table named like a relation the
+// document store keeps beside its table, named yamlKey in the error. In a
+// database both use, CREATE TABLE IF NOT EXISTS would keep whichever of
+// the two came first, and every call of the other store would fail.
+func NotBesideDocuments(yamlKey, table string) error {
+	for _, suffix := range []string{CollectionsSuffix, VersionsSuffix} {
+		if strings.HasSuffix(table, suffix) {
+			return fmt.Errorf("%s %q ends in %q, as the relation a document store (postgres) keeps beside its table %q does: %w",
+				yamlKey, table, suffix, strings.TrimSuffix(table, suffix), ports.ErrInvalidArgument)
+		}
+	}
+	return nil
+}

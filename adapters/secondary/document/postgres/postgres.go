@@ -72,8 +72,8 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 	}
 	s := &Store{
 		docs:        pgdb.Ident(c.Table),
-		collections: pgdb.Ident(c.Table + "_collections"),
-		versions:    pgdb.Ident(c.Table + "_versions"),
+		collections: pgdb.Ident(c.Table + pgdb.CollectionsSuffix),
+		versions:    pgdb.Ident(c.Table + pgdb.VersionsSuffix),
 		name:        c.Table,
 	}
 	// The sequence goes with the table's version column. A table from

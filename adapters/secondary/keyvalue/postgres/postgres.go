@@ -37,6 +37,8 @@ type Config struct {
 	// DSN is a PostgreSQL connection string (URL or key=value form).
 	DSN string `yaml:"dsn"`
 	// Table holds the keys; created on Open if missing. Default engine_kv.
+	// A name ending in _collections or _versions is refused: the document
+	// store (postgres) keeps relations so named beside its table.
 	Table string `yaml:"table"`
 }
 
@@ -52,7 +54,10 @@ func (c Config) Check(prefix string) error {
 		return fmt.Errorf("%s.dsn is empty: %w", prefix, ports.ErrInvalidArgument)
 	}
 	if c.Table != "" {
-		return storecheck.Table(prefix+".table", c.Table)
+		if err := storecheck.Table(prefix+".table", c.Table); err != nil {
+			return err
+		}
+		return pgdb.NotBesideDocuments(prefix+".table", c.Table)
 	}
 	return nil
 }
@@ -84,6 +89,9 @@ type Store struct {
 func Open(ctx context.Context, c Config) (*Store, error) {
 	if c.Table == "" {
 		c.Table = DefaultTable
+	}
+	if err := pgdb.NotBesideDocuments("table", c.Table); err != nil {
+		return nil, fmt.Errorf("keyvalue postgres: %w", err)
 	}
 	schema := fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (
 		key        text COLLATE "C" PRIMARY KEY,

@@ -3,11 +3,13 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	docpostgres "github.com/abi-engine/engine/adapters/secondary/document/postgres"
 	"github.com/abi-engine/engine/adapters/secondary/keyvalue/postgres"
 	"github.com/abi-engine/engine/contracttests"
 	"github.com/abi-engine/engine/internal/pgtest"
@@ -120,5 +122,39 @@ func TestASetWhoseCallerGaveUpKeepsItsKeyOut(t *testing.T) {
 	}
 	if _, kept, _ := s.QuickGet(ports.WithFencingToken(t.Context(), 4), "k"); !kept {
 		t.Fatal("a newer term does not keep the key again")
+	}
+}
+
+// The PostgreSQL document store keeps, beside its table, the relations
+// <table>_collections and <table>_versions. A keyvalue table named like
+// one of them meets the document store's relation in a shared database:
+// CREATE TABLE IF NOT EXISTS then keeps whichever came first, and every
+// call of the store that came second fails. The name is refused by the
+// config check and by Open, before anything is created.
+func TestAKeyValueTableNamedLikeADocumentStoresOwnIsRefused(t *testing.T) {
+	for _, table := range []string{"engine_documents_collections", "engine_documents_versions"} {
+		err := postgres.Config{DSN: "postgres://127.0.0.1:1/x", Table: table}.Check("services.keyvalue.config")
+		if !errors.Is(err, ports.ErrInvalidArgument) || !strings.Contains(err.Error(), "services.keyvalue.config.table") {
+			t.Errorf("config check of table %q: %v, want ErrInvalidArgument naming services.keyvalue.config.table", table, err)
+		}
+	}
+	dsn := testenv.Lookup(t, "ENGINE_TEST_PG_DSN", "PostgreSQL", false)
+	base := pgtest.Table(t, dsn, "kvbeside", "", "_collections")
+	docs, err := docpostgres.Open(t.Context(), docpostgres.Config{DSN: dsn, Table: base})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = docs.Close() })
+	for _, suffix := range []string{"_collections", "_versions"} {
+		kv, err := postgres.Open(t.Context(), postgres.Config{DSN: dsn, Table: base + suffix})
+		if err == nil {
+			serr := kv.Set(t.Context(), "k", []byte("v"), 0)
+			kv.Close()
+			t.Errorf("Open of keyvalue table %q beside document table %q succeeded, and a Set then failed: %v", base+suffix, base, serr)
+			continue
+		}
+		if !errors.Is(err, ports.ErrInvalidArgument) {
+			t.Errorf("Open of keyvalue table %q: %v, want ErrInvalidArgument", base+suffix, err)
+		}
 	}
 }
