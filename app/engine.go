@@ -86,13 +86,18 @@ type Engine struct {
 	mu        sync.Mutex
 	broker    *server.Server
 	url       string
-	session   *nats.Conn // replies, owner subjects and the facades
+	session   *nats.Conn // replies, owner subjects and the modules' facades
 	leaseConn *nats.Conn // the lease's own, so a busy endpoint never delays a renewal
+	// apiConn is the HTTP API's, for its facades: its inbox prefix makes
+	// the API a caller apart from the modules when callers do not sign.
+	// nil with http.listen off.
+	apiConn   *nats.Conn
 	ownership *domain.Ownership
 	outcome   domain.Outcome
 	local     *local
 	kernel    *kernel
 	services  Services
+	api       Services // the HTTP API's facades (APIServices)
 	started   []Module
 	serving   *serving // decides what the engine does about the lease
 	hooks     hooks    // what the rest of the app registered before Start
@@ -143,6 +148,18 @@ func (e *Engine) Services() Services {
 	return e.services
 }
 
+// APIServices are the kernel services as the HTTP API calls them: the
+// same facades as the modules', but as a caller of their own, with their
+// own connection and, when callers sign, their own name, so the API's
+// clients take only the API's share of the engine's transfers, parked
+// answers and waiting places, never the modules'. Empty with http.listen
+// off.
+func (e *Engine) APIServices() Services {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.api
+}
+
 // Jobs is the engine's job host.
 func (e *Engine) Jobs() *Jobs { return e.jobs }
 
@@ -183,8 +200,8 @@ func (e *Engine) Ready() bool {
 }
 
 // connect opens a NATS connection. Each of the engine's connections stops
-// the engine when it closes for good while the engine runs: the session
-// and the lease, and the accepting connection too, which the kernel's host
+// the engine when it closes for good while the engine runs: the session,
+// the HTTP API's and the lease's, and the accepting connection too, which the kernel's host
 // closes itself at every fence and handover, replacing this handler first
 // (natsapi.Host), so only a close it did not make reaches the engine. An
 // engine whose accepting connection is gone for good would otherwise hold
@@ -275,6 +292,11 @@ func (e *Engine) Start(ctx context.Context) (err error) {
 	}
 	if e.session, err = e.connect("abi-engine"); err != nil {
 		return err
+	}
+	if !cfg.HTTP.Off() {
+		if e.apiConn, err = e.connect("abi-engine http"); err != nil {
+			return err
+		}
 	}
 
 	role := cfg.Role()
@@ -442,18 +464,24 @@ func (e *Engine) openAndServe(ctx context.Context) error {
 	return e.startModules(ctx)
 }
 
-func (e *Engine) startModules(ctx context.Context) error {
-	var signer *callerauth.Signer
-	if s := e.p.Config.NATS.CallerSecret; s != "" {
-		signer = callerauth.NewSigner([]byte(s), "engine "+e.p.Holder.InstanceID)
-	}
+// client is a facades' client on nc that signs, when callers sign, as
+// caller.
+func (e *Engine) client(nc *nats.Conn, caller string) *natsclient.Client {
 	var opts []natsclient.Option
-	if signer != nil {
-		opts = append(opts, natsclient.WithSigner(signer))
+	if s := e.p.Config.NATS.CallerSecret; s != "" {
+		opts = append(opts, natsclient.WithSigner(callerauth.NewSigner([]byte(s), caller)))
 	}
-	svc := facades(natsclient.New(e.session, opts...), e.p.Config)
+	return natsclient.New(nc, opts...)
+}
+
+func (e *Engine) startModules(ctx context.Context) error {
+	svc := facades(e.client(e.session, "engine "+e.p.Holder.InstanceID), e.p.Config)
+	var api Services
+	if e.apiConn != nil {
+		api = facades(e.client(e.apiConn, "engine "+e.p.Holder.InstanceID+" http"), e.p.Config)
+	}
 	e.mu.Lock()
-	e.services = svc
+	e.services, e.api = svc, api
 	e.mu.Unlock()
 	for _, m := range e.p.Modules {
 		for _, need := range m.Needs() {
@@ -647,7 +675,7 @@ func (e *Engine) closeAll() {
 	if err := l.close(); err != nil {
 		e.log.Warn("closing backends", "err", err)
 	}
-	for _, nc := range []*nats.Conn{e.session, e.leaseConn} {
+	for _, nc := range []*nats.Conn{e.apiConn, e.session, e.leaseConn} {
 		if nc != nil {
 			nc.Close()
 		}

@@ -91,8 +91,10 @@ func (h *HTTP) Unbind(ctx context.Context) error {
 }
 
 // Start serves the API, in a goroutine, on the port Bind took. The engine
-// has claimed by now: its services are known. With http.listen off it
-// does nothing.
+// has claimed by now: its services are known. The API calls them as a
+// caller of its own (APIServices), apart from the modules, so its
+// clients never take the modules' shares. With http.listen off it does
+// nothing.
 func (h *HTTP) Start(context.Context) error {
 	if h.cfg.Off() {
 		h.log.Info("HTTP API off")
@@ -105,7 +107,7 @@ func (h *HTTP) Start(context.Context) error {
 	if ln == nil {
 		return errors.New("http: Start before Bind")
 	}
-	s := h.engine.Services()
+	s := h.engine.APIServices()
 	handler := httpapi.NewHandler(httpapi.Options{
 		Engine: engineView{h.engine},
 		Services: httpapi.Services{

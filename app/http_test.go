@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,12 +17,15 @@ import (
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxtest"
 
+	httpapi "github.com/abi-engine/engine/adapters/primary/http"
 	leasejs "github.com/abi-engine/engine/adapters/secondary/lease/jetstream"
+	"github.com/abi-engine/engine/adapters/secondary/natsclient"
 	"github.com/abi-engine/engine/app"
 	"github.com/abi-engine/engine/app/config"
 	"github.com/abi-engine/engine/domain"
 	"github.com/abi-engine/engine/internal/jsonkeys"
 	"github.com/abi-engine/engine/internal/natstest"
+	"github.com/abi-engine/engine/ports"
 )
 
 // startWithHTTP runs an engine's graph and returns it with its HTTP API.
@@ -314,5 +319,108 @@ func waitFor(t *testing.T, what string, ok func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// heldUpload sends an object to the API with token as its bearer (none
+// when ""), a chunk every 250 ms, above the API's minimum rate, until
+// finish is closed, and then reports the answer's status (0 when the
+// request failed).
+func heldUpload(t *testing.T, url, token string, finish <-chan struct{}) <-chan int {
+	t.Helper()
+	pr, pw := io.Pipe()
+	go func() {
+		chunk := make([]byte, 4<<10)
+		tick := time.NewTicker(250 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-finish:
+				pw.Close()
+				return
+			case <-tick.C:
+				if _, err := pw.Write(chunk); err != nil {
+					return
+				}
+			}
+		}
+	}()
+	answer := make(chan int, 1)
+	go func() {
+		req, err := http.NewRequest("PUT", url, pr)
+		if err != nil {
+			answer <- 0
+			return
+		}
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			answer <- 0
+			return
+		}
+		resp.Body.Close()
+		answer <- resp.StatusCode
+	}()
+	return answer
+}
+
+// The HTTP API is a caller of its own: its clients holding every one of
+// its object transfers leave the engine's modules their own share, so a
+// module's object put and get through its facades are served at once,
+// with caller tokens and without. docs/protocol.md promises that HTTP
+// clients never take the transfers of NATS callers; the modules are such
+// callers.
+func TestHTTPClientsHoldingEveryTransferLeaveTheModulesTheirShare(t *testing.T) {
+	for _, signed := range []bool{false, true} {
+		t.Run(map[bool]string{false: "without caller tokens", true: "with caller tokens"}[signed], func(t *testing.T) {
+			url := natstest.StartServer(t).ClientURL()
+			cfg := testConfig(t, url, "serve", "", memoryServices)
+			token := ""
+			if signed {
+				cfg.NATS.CallerSecret = strings.Repeat("k", config.MinCallerSecret)
+				token = strings.Repeat("t", 32)
+				cfg.HTTP.Token = token
+			}
+			e, h, a := startWithHTTP(t, cfg)
+			defer a.RequireStop()
+
+			finish := make(chan struct{})
+			release := sync.OnceFunc(func() { close(finish) })
+			defer release()
+			var answers []<-chan int
+			for i := range httpapi.DefaultMaxTransfers {
+				answers = append(answers, heldUpload(t, fmt.Sprintf("http://%s/v1/objects/held-%d", h.Addr(), i), token, finish))
+			}
+			waitFor(t, "the HTTP uploads to hold every transfer of the API", func() bool {
+				return e.SessionsOpen() == httpapi.DefaultMaxTransfers
+			})
+
+			// The module's calls get a little longer than the facade's
+			// retry window: refused, they would fail within it.
+			ctx, cancel := context.WithTimeout(t.Context(), 2*natsclient.RetryWindow)
+			defer cancel()
+			objects := e.Services().ObjectStorage
+			if _, err := objects.Put(ctx, "module", strings.NewReader("the module's"), ports.PutObjectOptions{}); err != nil {
+				t.Fatalf("a module's put while HTTP clients hold every API transfer: %v", err)
+			}
+			r, _, err := objects.Get(ctx, "module", ports.GetObjectOptions{})
+			if err != nil {
+				t.Fatalf("a module's get while HTTP clients hold every API transfer: %v", err)
+			}
+			got, err := io.ReadAll(r)
+			r.Close()
+			if err != nil || string(got) != "the module's" {
+				t.Fatalf("a module's get read %q, %v", got, err)
+			}
+
+			release()
+			for i, answer := range answers {
+				if code := <-answer; code != http.StatusOK {
+					t.Errorf("HTTP upload %d was answered %d, want 200", i, code)
+				}
+			}
+		})
 	}
 }
