@@ -38,7 +38,8 @@ type OverflowOptions struct {
 	// CallerSecret, when set, binds sessions to the signed caller.
 	CallerSecret []byte
 	// Idle closes a session with no call for this long; 0 means 60 s. A
-	// parked reply is fetched within Idle and UploadIdle a chunk.
+	// parked reply is first read within UploadIdle, and fetched within
+	// Idle and UploadIdle a chunk.
 	Idle time.Duration
 	// MaxOpen bounds the sessions; 0 means 64.
 	MaxOpen int
@@ -54,7 +55,8 @@ type OverflowOptions struct {
 	MaxParkedPerCaller int64
 	// UploadIdle closes an upload that receives no write for this long,
 	// or that, after its first UploadIdle, falls behind a chunk every
-	// UploadIdle, which frees the bytes it reserved; 0 means 5 s.
+	// UploadIdle, which frees the bytes it reserved, and a parked reply
+	// not read within it of being parked; 0 means 5 s.
 	UploadIdle time.Duration
 	// ChunkSize is the most data one message carries; 0 means 1 MiB, or
 	// half the connection's max payload when that is less.
@@ -242,8 +244,16 @@ func (h *OverflowHost) start(caller string, p *held, idle time.Duration) (*sessi
 // park keeps a reply until its caller fetches it. The call has run, so a
 // refusal is not 503 (which would have the caller send it again) but 413
 // for a limit, and 500, interrupted, when the engine stopped serving.
+//
+// Its first read must come within UploadIdle, as an upload's first write
+// must: a caller that still waits reads it as the answer naming it
+// arrives, and only that answer names it, so a reply not asked for by
+// then is one its caller gave up on (its deadline passed while the call
+// ran) and nobody will fetch. Kept for the idle time, it held its
+// caller's share of parked bytes, and the engine's budget, for nobody.
+// The first read gives it the idle time (read).
 func (h *OverflowHost) park(call *Call, data []byte) (*session, error) {
-	s, err := h.start(call.Caller, &held{h: h, who: call.Who(), data: data, reserved: int64(len(data)), opened: time.Now()}, h.t.idle)
+	s, err := h.start(call.Caller, &held{h: h, who: call.Who(), data: data, reserved: int64(len(data)), opened: time.Now()}, h.uploadIdle)
 	if err != nil && h.t.isStopped() {
 		// Not a limit: the engine stopped serving (a fence, a drain's
 		// end) as the call ended, which is a call it stopped while it ran.
@@ -347,6 +357,8 @@ func (h *OverflowHost) read(s *session, call *sessionCall) (nats.Header, []byte,
 		h.t.closeLocked(s)
 		return nil, nil, fmt.Errorf("%w: overflow session %q: a reply of %d chunks is fetched within %v; closed", ports.ErrNotFound, s.id, chunks, most)
 	}
+	// Asked for, the reply has the idle time between reads (park).
+	s.idle = h.t.idle
 	start := seq * int64(h.chunk)
 	end := min(start+int64(h.chunk), size)
 	return chunkHeader(seq, seq == chunks-1), p.data[start:end], nil

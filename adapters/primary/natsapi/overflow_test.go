@@ -137,7 +137,13 @@ func TestAParkedReplyReadAgainAndAgainIsFreed(t *testing.T) {
 	for range 2 {
 		nc := natstest.Connect(t, url)
 		reply := askBig(t, nc)
-		hs = append(hs, &holder{nc: nc, ref: wire.SessionRef{ID: reply.Header.Get(wire.OverflowReplyHeader), Secret: reply.Header.Get(wire.OverflowSecretHeader)}})
+		h := &holder{nc: nc, ref: wire.SessionRef{ID: reply.Header.Get(wire.OverflowReplyHeader), Secret: reply.Header.Get(wire.OverflowSecretHeader)}}
+		// The first read comes at once, as a caller that still waits
+		// makes it: a reply not asked for within UploadIdle is freed.
+		if _, err := sessionCall(nc, read, h.ref, 0, nil, nil); err != nil {
+			t.Fatalf("the first read of a parked reply: %v", err)
+		}
+		hs = append(hs, h)
 	}
 	// Each reads its first chunk again every fifth of the idle time, well
 	// before the idle closes it, until the engine refuses a read.
@@ -556,5 +562,51 @@ func TestACallNamingAnUploadThatAlsoCarriesABodyIsABadRequest(t *testing.T) {
 	}
 	if ok, err := kv.Exists(t.Context(), "uploaded"); !ok || err != nil {
 		t.Fatalf("the call naming the upload alone did not write its body: %v", err)
+	}
+}
+
+// A parked reply whose caller gave up on the call before its answer came
+// (its deadline passed while the call ran) is freed once the upload idle
+// time passes without a first read: nobody will fetch it, since only the
+// answer the caller no longer waits for names it. Kept for the idle time
+// and the upload idle time a chunk (more than 20 minutes for a reply of
+// 256 MiB), it held its caller's share of parked bytes, so that caller's
+// next large answers were run and then refused 413, and a few such
+// callers held the engine's whole budget. A caller that reads its reply
+// at once still fetches it whole.
+func TestAParkedReplyWhoseCallerGaveUpIsFreedWithoutAFirstRead(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	b := &big{size: 2 << 20, release: make(chan struct{})}
+	// The idle time is far longer than the test: only the first read's
+	// bound frees the reply. One reply is the caller's whole share.
+	e := newEngine(t, url, newObjects(t), engineOptions{overflow: natsapi.OverflowOptions{
+		Idle: time.Hour, UploadIdle: time.Second, MaxValue: 2 << 20, MaxParked: 8 << 20, MaxParkedPerCaller: 2 << 20,
+	}}, b.service())
+	nc := natstest.Connect(t, url)
+
+	msg := nats.NewMsg(bigSubject)
+	msg.Header.Set(wire.OverflowHeader, "1")
+	if _, err := nc.RequestMsg(msg, 100*time.Millisecond); !errors.Is(err, nats.ErrTimeout) {
+		t.Fatalf("a call given up before its answer: %v, want a timeout", err)
+	}
+	// The engine runs the call on, and parks its answer for nobody.
+	close(b.release)
+	waitFor(t, func() bool { return e.overflow.Open() == 1 })
+	deadline := time.Now().Add(15 * time.Second)
+	for e.overflow.Open() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("a reply parked for a caller that gave up is still parked 15 s on, holding %d bytes (upload idle time 1 s)", e.overflow.Parked())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if parked := e.overflow.Parked(); parked != 0 {
+		t.Fatalf("the reply nobody fetched still holds %d bytes", parked)
+	}
+
+	// The caller's share is free for its next large answer, which it
+	// fetches whole.
+	got, err := fetchParked(nc, askBig(t, nc))
+	if err != nil || !bytes.Equal(got, bigValue(b.size)) {
+		t.Fatalf("the caller's next large answer: %d bytes, %v", len(got), err)
 	}
 }
