@@ -81,6 +81,7 @@ func RunObjectStorage(t *testing.T, h Harness[ports.ObjectStorage], caps ObjectS
 		{"PathLikeKeysStayInside", objPathLikeKeysStayInside},
 		{"NestedKeys", objNestedKeys},
 		{"FailedPutKeepsThePreviousObject", objFailedPutKeepsThePreviousObject},
+		{"APutWhoseCallerGivesUpAtItsEndStoresNothing", objAPutWhoseCallerGivesUpAtItsEndStoresNothing},
 		{"RangeReads", objRangeReads},
 		{"ListPagination", objListPagination},
 		{"ListDescribesObjects", objListDescribesObjects},
@@ -557,6 +558,58 @@ func objFailedPutKeepsThePreviousObject(t *testing.T, open func(t *testing.T) po
 			}
 		}
 	}
+}
+
+// A Put whose caller gives up as its reader ends, the whole content read,
+// stores nothing and fails: the caller is told it failed, and the engine's
+// fence, which cancels the calls it was running, relies on a store that
+// does not publish a write once its context has ended (ADR 0002). For
+// sizes within and past one chunk or part.
+func objAPutWhoseCallerGivesUpAtItsEndStoresNothing(t *testing.T, open func(t *testing.T) ports.ObjectStorage, _ ObjectStorageCapabilities) {
+	s := open(t)
+	before := objPut(t, s, "k", "the original", ports.PutObjectOptions{})
+	for _, n := range []int{0, 100, 12 << 20} {
+		for _, key := range []string{"k", "new"} {
+			c, cancel := context.WithTimeout(t.Context(), objLargeTimeout)
+			r := &objCancelAtEOF{r: io.LimitReader(objZeros{}, int64(n)), cancel: cancel}
+			_, err := s.Put(c, key, r, ports.PutObjectOptions{})
+			cancel()
+			if err == nil {
+				t.Fatalf("Put of %q (%d bytes) whose caller gave up as its reader ended succeeded", key, n)
+			}
+		}
+		got, info := objGet(t, s, "k", ports.GetObjectOptions{})
+		if got != "the original" {
+			t.Fatalf("after a Put of %d bytes whose caller gave up, k reads %d bytes, want the original", n, len(got))
+		}
+		objSameInfo(t, "Get after a Put whose caller gave up", info, before)
+		if _, err := s.Stat(ctx(t), "new"); !errors.Is(err, ports.ErrNotFound) {
+			t.Fatalf("a Put of %d bytes whose caller gave up left an object: Stat err %v", n, err)
+		}
+	}
+}
+
+// objCancelAtEOF reads r and, as r ends, cancels the Put's context before
+// it reports the end.
+type objCancelAtEOF struct {
+	r      io.Reader
+	cancel context.CancelFunc
+}
+
+func (c *objCancelAtEOF) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	if errors.Is(err, io.EOF) {
+		c.cancel()
+	}
+	return n, err
+}
+
+// objZeros is an endless reader of zero bytes.
+type objZeros struct{}
+
+func (objZeros) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
 }
 
 func objRangeReads(t *testing.T, open func(t *testing.T) ports.ObjectStorage, _ ObjectStorageCapabilities) {

@@ -93,6 +93,12 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, opts ports.Put
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	// A caller that gave up while the last bytes were read is told the Put
+	// failed, so it must not land: checked under the lock, just before it
+	// would, as the other stores do.
+	if err := ctx.Err(); err != nil {
+		return ports.ObjectInfo{}, fmt.Errorf("put %q: %w", key, err)
+	}
 	old, exists := s.objects[key]
 	if opts.IfAbsent && exists {
 		return ports.ObjectInfo{}, fmt.Errorf("put %q if absent: the object exists: %w", key, ports.ErrConflict)
