@@ -16,7 +16,9 @@
 // reads, an unconditional PutObject and an upload's parts do the same
 // thing twice, and a CreateMultipartUpload sent twice only leaves an empty
 // upload behind (only a bucket's lifecycle rule for incomplete uploads
-// removes it), which failing the Put instead would leave as well.
+// removes it), which failing the Put instead would leave as well. A
+// refusal the service sends back because it is busy (503 Slow Down, 429)
+// is sent again for every write, since the request was not done.
 //
 // Keys with ".", ".." or empty segments ("../x", "a//b", "x/") are refused:
 // S3 servers that keep objects as files would store "d/../y" over "y".
@@ -49,6 +51,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
@@ -256,7 +259,8 @@ func conditions(opts ports.PutObjectOptions) (ifNoneMatch, ifMatch *string, once
 // absent finds the object it stored, a put if match the ETag it wrote, a
 // completion no upload, a Delete no object at its ETag. The caller would be
 // told the write did not happen. Only a request that never left, whose
-// connection could not be made, is sent again; any other failure is the
+// connection could not be made, or one the service answered it would not
+// take for now (see refused) is sent again; any other failure is the
 // write's error, whose outcome is unknown.
 func sentOnce(o *s3.Options) {
 	if o.Retryer != nil {
@@ -264,12 +268,36 @@ func sentOnce(o *s3.Options) {
 	}
 }
 
-// unsent is a retryer that retries only what was never sent.
+// unsent is a retryer that retries only what was never done: a request
+// that was never sent, or one the service refused as too busy.
 type unsent struct{ aws.Retryer }
 
 func (u unsent) IsErrorRetryable(err error) bool {
 	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial" && u.Retryer.IsErrorRetryable(err)
+	never := errors.As(err, &op) && op.Op == "dial"
+	return (never || refused(err)) && u.Retryer.IsErrorRetryable(err)
+}
+
+// refused reports whether the service answered err to say it did not take
+// the request for now: 503 (S3's Slow Down under load), 429, or a throttle
+// code. Such a request was not done, and a busy service is no reason to
+// fail a conditional write that any other write would wait out. A 500, or
+// a 502 or 504 from a proxy on the way, may come after the write was done:
+// those are not sent again.
+func refused(err error) bool {
+	var resp *smithyhttp.ResponseError
+	if errors.As(err, &resp) {
+		switch resp.HTTPStatusCode() {
+		case http.StatusServiceUnavailable, http.StatusTooManyRequests:
+			return true
+		}
+	}
+	var apiErr smithy.APIError
+	if errors.As(err, &apiErr) {
+		_, throttle := retry.DefaultThrottleErrorCodes[apiErr.ErrorCode()]
+		return throttle
+	}
+	return false
 }
 
 func contentType(opts ports.PutObjectOptions) string {

@@ -1,0 +1,108 @@
+package s3_test
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/abi-engine/engine/ports"
+)
+
+// startThrottler stands between a store and the S3 server and forwards
+// every request, except that it answers the first one refuse matches as a
+// busy S3 service does, 503 Slow Down, without sending it on: the server
+// never sees it. It returns the endpoint to give the store instead, and
+// how many requests it refused.
+func startThrottler(t *testing.T, endpoint string, refuse func(r *http.Request) bool) (string, *atomic.Int64) {
+	t.Helper()
+	target, err := url.Parse(endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forward := httputil.NewSingleHostReverseProxy(target)
+	var refused atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if refuse(r) && refused.CompareAndSwap(0, 1) {
+			_, _ = io.Copy(io.Discard, r.Body)
+			w.Header().Set("Content-Type", "application/xml")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = io.WriteString(w, `<?xml version="1.0" encoding="UTF-8"?>`+
+				`<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message><RequestId>throttled</RequestId></Error>`)
+			return
+		}
+		forward.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL, &refused
+}
+
+// A conditional put the service refuses as too busy (503 Slow Down) was not
+// done, and is sent again after a pause, as any other write is: a busy
+// service is no reason to fail it. Only a conditional write whose answer may
+// have been lost must not be sent again (TestAPutWhoseAnswerIsLostIsNotSentAgain);
+// a refusal the service sent back is no such answer. Here a proxy between
+// the store and the server refuses the first sending of the publishing
+// request, as S3 does under load.
+func TestAConditionalPutRefusedAsTooBusyIsSentAgainAndStores(t *testing.T) {
+	c := server(t)
+	c.Bucket = newBucket(t, c)
+	direct := open(t, c)
+	cases := []struct {
+		name string
+		key  string
+		opts func(t *testing.T) ports.PutObjectOptions
+	}{
+		{
+			name: "put if absent",
+			key:  "absent",
+			opts: func(*testing.T) ports.PutObjectOptions { return ports.PutObjectOptions{IfAbsent: true} },
+		},
+		{
+			name: "put if match",
+			key:  "match",
+			opts: func(t *testing.T) ports.PutObjectOptions {
+				info, err := direct.Put(t.Context(), "match", strings.NewReader("before"), ports.PutObjectOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return ports.PutObjectOptions{IfMatch: info.ETag}
+			},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			opts := tc.opts(t)
+			endpoint, refused := startThrottler(t, c.Endpoint, func(r *http.Request) bool {
+				return r.Method == http.MethodPut && strings.HasSuffix(r.URL.Path, "/"+tc.key)
+			})
+			via := c
+			via.Endpoint = endpoint
+			s := open(t, via)
+			content := bytes.Repeat([]byte("w"), 10)
+			if _, err := s.Put(t.Context(), tc.key, bytes.NewReader(content), opts); err != nil {
+				t.Fatalf("a conditional put refused once as too busy (503 Slow Down), which the service never did, failed: %v", err)
+			}
+			if refused.Load() != 1 {
+				t.Fatalf("the proxy refused %d requests, want 1: the test did not throttle where it meant to", refused.Load())
+			}
+			r, _, err := direct.Get(t.Context(), tc.key, ports.GetObjectOptions{})
+			if err != nil {
+				t.Fatalf("Get after the put: %v", err)
+			}
+			got, err := io.ReadAll(r)
+			r.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, content) {
+				t.Fatalf("the object holds %q, want %q", got, content)
+			}
+		})
+	}
+}
