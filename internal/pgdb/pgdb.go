@@ -35,9 +35,14 @@ func Open(ctx context.Context, what, dsn, table, schema string) (*pgxpool.Pool, 
 	// transaction committed, so racers on a key queue on its lock and the
 	// loser sees the winner's write. A database, role or dsn whose default
 	// isolation is stricter would fail the loser with a serialization
-	// error instead. A parameter of the startup message comes after the
-	// database's and role's settings and the dsn's options, so it holds.
-	cfg.ConnConfig.RuntimeParams["default_transaction_isolation"] = "read committed"
+	// error instead. A SET as each connection opens comes after the
+	// database's and role's settings and the dsn's options, so it holds. It
+	// is not a parameter of the startup message, which a connection pooler
+	// such as PgBouncer refuses, by default, for any name it does not know.
+	cfg.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
+		_, err := conn.Exec(ctx, "SET default_transaction_isolation TO 'read committed'")
+		return err
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("%s: connect: %w", what, err)
