@@ -317,3 +317,109 @@ func TestACollectionMadeAgainSweepsTheDocumentsADyingDropLeft(t *testing.T) {
 		t.Fatalf("the new document: %+v, %v", got, err)
 	}
 }
+
+// cutOnWrite dials connections that, armed, lose the connection when they
+// first send a message holding needle, before it reaches the server, and
+// give its caller up at that moment, as a fence does; the connection then
+// dials again only once reconnect is closed: its broker is away meanwhile.
+type cutOnWrite struct {
+	needle    []byte
+	armed     atomic.Bool
+	once      sync.Once
+	cancel    context.CancelFunc
+	cut       chan struct{}
+	reconnect chan struct{}
+}
+
+func (p *cutOnWrite) Dial(network, address string) (net.Conn, error) {
+	select {
+	case <-p.cut:
+		<-p.reconnect
+	default:
+	}
+	c, err := net.Dial(network, address)
+	if err != nil {
+		return nil, err
+	}
+	return cuttingConn{Conn: c, p: p}, nil
+}
+
+type cuttingConn struct {
+	net.Conn
+	p *cutOnWrite
+}
+
+func (c cuttingConn) Write(b []byte) (int, error) {
+	if c.p.armed.Load() && bytes.Contains(b, c.p.needle) {
+		cut := false
+		c.p.once.Do(func() { cut = true })
+		if cut {
+			c.p.cancel()
+			close(c.p.cut)
+			c.Conn.Close()
+			return 0, errors.New("the connection was lost before the write left")
+		}
+	}
+	return c.Conn.Write(b)
+}
+
+// A drop whose caller gave up (its engine fenced itself) while the removal
+// of the collection's marker had not reached the server sends it no more:
+// sent once the connection is back, it would land while a successor
+// serves, drop the collection under it and purge the documents the
+// successor wrote to it and acknowledged. The store's connection keeps no
+// reconnect buffer for that reason; before, the drop sent the removal again
+// on a context of its own for up to 30 s, and did just that.
+func TestADropGivenUpBeforeItsRemovalLeftDoesNotDropTheCollectionLater(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	c := jetstream.Config{Bucket: jstest.Bucket(t), Replicas: 1}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	dropCtx, cancelDrop := context.WithCancel(ctx)
+	defer cancelDrop()
+	p := &cutOnWrite{needle: []byte("$KV." + c.Bucket + ".c.c "), cancel: cancelDrop,
+		cut: make(chan struct{}), reconnect: make(chan struct{})}
+	// As the engine dials its stores' connections: no reconnect buffer.
+	nc, err := nats.Connect(url, nats.SetCustomDialer(p), nats.ReconnectBufSize(-1),
+		nats.ReconnectWait(10*time.Millisecond), nats.MaxReconnects(-1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	old, err := jetstream.Open(ctx, c, nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = old.Close() })
+	successor := open(t, url, c)
+	if err := old.EnsureCollection(ctx, "c"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := old.Put(ctx, "c", "before", map[string]any{"n": 1}, ports.Cond{}); err != nil {
+		t.Fatal(err)
+	}
+
+	p.armed.Store(true)
+	dropped := make(chan error, 1)
+	go func() { dropped <- old.DropCollection(dropCtx, "c") }()
+	select {
+	case <-p.cut:
+	case <-ctx.Done():
+		t.Fatal("the drop never sent the removal of the collection's marker")
+	}
+	// The successor serves and writes to the collection, which is there.
+	if _, err := successor.Put(ctx, "c", "mine", map[string]any{"n": 2}, ports.Cond{}); err != nil {
+		t.Fatalf("the successor's write to the collection: %v", err)
+	}
+	// The old engine's connection comes back.
+	close(p.reconnect)
+	select {
+	case err := <-dropped:
+		t.Logf("DropCollection: %v", err)
+	case <-ctx.Done():
+		t.Fatal("the drop given up never returned")
+	}
+	if _, err := successor.Get(ctx, "c", "mine"); err != nil {
+		t.Fatalf("the successor's acknowledged document after the given-up drop: %v; the drop landed after its caller gave up", err)
+	}
+}

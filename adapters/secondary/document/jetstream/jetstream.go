@@ -146,8 +146,10 @@ func (s *Store) EnsureCollection(ctx context.Context, name string) error {
 // engine stopped, or its purge failed, before the purge went through). A
 // collection made again has a marker, and so documents, at later
 // revisions: a purge that lands late, after the collection was made again
-// and written, leaves them alone. Once the marker's removal is sent, the
-// drop goes on to its end (within 30 s) even if the caller gives up.
+// and written, leaves them alone. A caller that gives up while the
+// marker's removal is on its way ends its sending: the drop then watches
+// (within 5 s) whether the removal landed, and if so purges all the same
+// (within 30 s).
 func (s *Store) DropCollection(ctx context.Context, name string) error {
 	if err := storecheck.Collection(name); err != nil {
 		return err
@@ -163,10 +165,6 @@ func (s *Store) DropCollection(ctx context.Context, name string) error {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("drop collection %q: %w", name, err)
 		}
-		// Once the marker's removal is sent, the collection may be gone
-		// whatever becomes of the caller, and only this call purges its
-		// documents: the removal and the purge go on to their outcome on a
-		// context of their own.
 		err = s.drop(ctx, name, e.Revision)
 		if errors.Is(err, jsbucket.ErrConflict) {
 			continue
@@ -176,21 +174,61 @@ func (s *Store) DropCollection(ctx context.Context, name string) error {
 	return fmt.Errorf("drop collection %q: it changed %d times meanwhile: %w", name, casRounds, ports.ErrConflict)
 }
 
-// dropTimeout bounds a drop's removal of the marker and purge of the
-// documents, which run on after the caller gives up.
+// dropTimeout bounds a drop's purge of the documents, which runs on after
+// the caller gives up.
 const dropTimeout = 30 * time.Second
 
-// drop removes the marker at rev and purges the documents written before
-// that removal, on a context that outlives the caller's. Only a removal
+// landWait bounds how long a drop whose caller gave up watches for its
+// removal of the marker to land.
+const landWait = 5 * time.Second
+
+// drop removes the marker at rev, on the caller's context, and purges the
+// documents written before that removal, on a context that outlives it:
+// once the marker is gone only this call purges them. Only a removal
 // refused for another revision (jsbucket.ErrConflict) changed nothing.
+//
+// The removal is not sent again after the caller gave up. The store is
+// not fenced: the engine's fence gives its calls up so that they write
+// nothing beside a successor, and a removal sent anew once the connection
+// is back would land while the successor serves, drop the collection
+// under it and purge the documents it wrote there. The removal may still
+// have landed, so the drop watches the marker for it instead (landed).
 func (s *Store) drop(ctx context.Context, name string, rev uint64) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), dropTimeout)
-	defer cancel()
 	removed, err := s.b.Remove(ctx, marker(name), rev)
+	if err != nil && ctx.Err() != nil && !errors.Is(err, jsbucket.ErrConflict) {
+		removed, err = s.landed(ctx, name, rev, err)
+	}
 	if err != nil {
 		return err
 	}
-	return s.b.PurgeBelow(ctx, "d."+name+".>", removed)
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), dropTimeout)
+	defer cancel()
+	return s.b.PurgeBelow(pctx, "d."+name+".>", removed)
+}
+
+// landed reads the marker, within landWait, until the message after rev is
+// a removal, and returns its revision: the collection is gone, and purging
+// below it takes only documents no read reaches. Otherwise the drop failed
+// with cause: the marker is still at rev, or a write came after the
+// removal (the collection made again, whose making purges what the drop
+// left).
+func (s *Store) landed(ctx context.Context, name string, rev uint64, cause error) (uint64, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), landWait)
+	defer cancel()
+	for {
+		e, err := s.b.Last(ctx, marker(name))
+		if err == nil && e.Revision > rev {
+			if e.Live {
+				return 0, cause
+			}
+			return e.Revision, nil
+		}
+		select {
+		case <-ctx.Done():
+			return 0, cause
+		case <-time.After(25 * time.Millisecond):
+		}
+	}
 }
 
 // Collections lists the collections whose marker is live.
