@@ -25,11 +25,12 @@ import (
 // description: the broker stores the description, but its acknowledgement
 // does not reach the client until release. described is closed when the
 // description is sent; moved when the client next sends the description
-// again or a purge of the bucket's stream, which it does only once it has
-// given up waiting for that acknowledgement.
+// again, a purge of the bucket's stream or a read of a message of it,
+// which it does only once it has given up waiting for that
+// acknowledgement.
 type heldAck struct {
-	meta, purge string
-	armed       atomic.Bool
+	meta, purge, read string
+	armed             atomic.Bool
 
 	mu                sync.Mutex
 	held              bool
@@ -41,7 +42,7 @@ type heldAck struct {
 
 func newHeldAck(bucket string) *heldAck {
 	return &heldAck{
-		meta: "PUB $O." + bucket + ".M.", purge: "$JS.API.STREAM.PURGE.OBJ_" + bucket,
+		meta: "PUB $O." + bucket + ".M.", purge: "$JS.API.STREAM.PURGE.OBJ_" + bucket, read: "$JS.API.STREAM.MSG.GET.OBJ_" + bucket,
 		described: make(chan struct{}), moved: make(chan struct{}), released: make(chan struct{}),
 	}
 }
@@ -74,7 +75,7 @@ func (c *heldConn) Write(b []byte) (int, error) {
 			} else {
 				h.move.Do(func() { close(h.moved) })
 			}
-		case h.sent > 0 && strings.Contains(string(b), h.purge):
+		case h.sent > 0 && (strings.Contains(string(b), h.purge) || strings.Contains(string(b), h.read)):
 			h.move.Do(func() { close(h.moved) })
 		}
 		h.mu.Unlock()

@@ -150,8 +150,9 @@ func metaToken(key string) string { return "M." + base64.URLEncoding.EncodeToStr
 
 func chunkToken(id string) string { return "C." + id }
 
-// describeTimeout bounds the write of a Put's or a Delete's description,
-// which runs on after its caller gives up.
+// describeTimeout bounds a Put's rounds of reading its key again and
+// writing its description, and its watch for a description whose caller
+// gave up (landed).
 const describeTimeout = 30 * time.Second
 
 // rounds bounds how often a call reads an object's description again
@@ -194,8 +195,9 @@ func describe(key string, info jetstream.ObjectInfo) ports.ObjectInfo {
 // conditioned on the one it replaces, and purges that one's chunks, a
 // deleted object's as well. A Put
 // that fails before its description is sent, or loses its condition,
-// purges its own chunks and leaves the previous object. Once sent, the
-// description's write runs to its outcome even if the caller gives up.
+// purges its own chunks and leaves the previous object. A caller that
+// gives up once the description is sent ends its sending: the Put then
+// reads, within 5 s, whether it was stored.
 func (s *Store) Put(ctx context.Context, key string, r io.Reader, opts ports.PutObjectOptions) (ports.ObjectInfo, error) {
 	if err := objkey.CheckPut(key, opts); err != nil {
 		return ports.ObjectInfo{}, err
@@ -243,11 +245,12 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, opts ports.Put
 	info.Opts = &jetstream.ObjectMetaOptions{ChunkSize: chunkSize}
 	info.ModTime = time.Now().UTC()
 	// Once sent, the description may be stored whatever becomes of the
-	// caller: its write goes on to its outcome on a context of its own, so
-	// that a caller giving up cannot leave it unknown. Only a write the
-	// stream refused stored nothing and lets the chunks go; after a failure
-	// whose outcome is unknown the description may name them, and purging
-	// them would leave an object whose content is gone, so they stay.
+	// caller: a caller giving up ends its sending, and the Put then reads
+	// whether it was stored (landed) on a context of its own. Only a write
+	// the stream refused stored nothing and lets the chunks go; after a
+	// failure whose outcome is unknown the description may name them, and
+	// purging them would leave an object whose content is gone, so they
+	// stay.
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), describeTimeout)
 	defer cancel()
 	cur, err = s.describeOver(dctx, ctx, key, info, cur, opts.IfAbsent || opts.IfMatch != "")
@@ -273,12 +276,13 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, opts ports.Put
 // the other write's chunks in the stream for good. Only its last round
 // writes blind, so that a plain Put never fails for want of a turn. A
 // conditional Put that another write overtook fails with ErrConflict.
-// Only the write sent goes on after the caller gave up (caller's end):
-// once the stream has refused it, such a Put stores nothing and fails. An
-// engine that fenced itself gave its calls up so that they would not
-// write beside its successor; reading the key again and writing over it
-// did, for up to describeTimeout after the fence, over the successor's
-// newer object.
+// The description is sent on the caller's context: an engine that fenced
+// itself gave its calls up so that they would not write beside its
+// successor. Reading the key again and writing over it did, for up to
+// describeTimeout after the fence, over the successor's newer object; and
+// a description sent again once a lost connection was back landed while
+// the successor served. After the caller gave up with the outcome unknown,
+// the Put only reads whether its description landed (landed), on ctx.
 func (s *Store) describeOver(ctx, caller context.Context, key string, info jetstream.ObjectInfo, cur current, conditional bool) (current, error) {
 	desc, err := json.Marshal(info)
 	if err != nil {
@@ -292,10 +296,15 @@ func (s *Store) describeOver(ctx, caller context.Context, key string, info jetst
 		m := nats.NewMsg("")
 		m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
 		m.Data = desc
-		_, err := s.b.Publish(ctx, metaToken(key), m, expect)
+		_, err := s.b.Publish(caller, metaToken(key), m, expect)
 		switch {
 		case err == nil:
 			return cur, nil
+		case !errors.Is(err, jsbucket.ErrConflict) && !refused(err) && caller.Err() != nil:
+			if s.landed(ctx, key, cur.revision, func(d jetstream.ObjectInfo) bool { return !d.Deleted && d.NUID == info.NUID }) {
+				return cur, nil
+			}
+			return current{}, fmt.Errorf("%w: %w", errUnknownOutcome, err)
 		case !errors.Is(err, jsbucket.ErrConflict) && !refused(err):
 			return current{}, fmt.Errorf("%w: %w", errUnknownOutcome, err)
 		case !errors.Is(err, jsbucket.ErrConflict):
@@ -307,6 +316,31 @@ func (s *Store) describeOver(ctx, caller context.Context, key string, info jetst
 		}
 		if cur, err = s.current(ctx, key); err != nil {
 			return current{}, err
+		}
+	}
+}
+
+// landWait bounds how long a write whose caller gave up with its outcome
+// unknown watches for its description to land.
+const landWait = 5 * time.Second
+
+// landed reads key's description, within landWait, until one after
+// revision rev is there, and reports whether it is the one mine matches:
+// the write of a call that gave up with its outcome unknown, which is not
+// sent again. A description after rev that is not mine means mine, written
+// over rev, was not stored, or was replaced since, purges and all; none
+// after rev by the end of the wait leaves the outcome unknown.
+func (s *Store) landed(ctx context.Context, key string, rev uint64, mine func(jetstream.ObjectInfo) bool) bool {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), landWait)
+	defer cancel()
+	for {
+		if cur, err := s.current(ctx, key); err == nil && cur.revision > rev {
+			return mine(cur.info)
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(25 * time.Millisecond):
 		}
 	}
 }
@@ -583,8 +617,9 @@ func (s *Store) Stat(ctx context.Context, key string) (ports.ObjectInfo, error) 
 }
 
 // Delete marks the description deleted, conditioned on the one read, then
-// purges the chunks. Once sent, the deletion's write runs to its outcome
-// even if the caller gives up.
+// purges the chunks. A caller that gives up once the deletion is sent ends
+// its sending: the Delete then reads, within 5 s, whether it was stored,
+// and purges the chunks if it was.
 func (s *Store) Delete(ctx context.Context, key string) error {
 	if err := objkey.Check(key); err != nil {
 		return err
@@ -613,15 +648,17 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 			return fmt.Errorf("delete %q: %w", key, err)
 		}
 		// Once sent, the deletion may be stored whatever becomes of the
-		// caller, and then nothing but this call would purge the chunks:
-		// its write goes on to its outcome on a context of its own.
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), describeTimeout)
-		_, err = s.b.Publish(dctx, metaToken(key), m, &cur.revision)
-		cancel()
+		// caller, and then nothing but this call would purge the chunks. It
+		// is not sent again after the caller gave up: sent once a lost
+		// connection was back, it would delete, while a successor served,
+		// an object the successor served. The Delete reads whether it
+		// landed instead, and purges if it did.
+		_, err = s.b.Publish(ctx, metaToken(key), m, &cur.revision)
 		if errors.Is(err, jsbucket.ErrConflict) {
 			continue // replaced meanwhile: delete what is there now
 		}
-		if err != nil {
+		if err != nil && (refused(err) || ctx.Err() == nil ||
+			!s.landed(ctx, key, cur.revision, func(d jetstream.ObjectInfo) bool { return d.Deleted && d.NUID == gone.NUID })) {
 			return fmt.Errorf("delete %q: %w", key, err)
 		}
 		s.purge(cur.info.NUID)

@@ -1,0 +1,173 @@
+package jetstream_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/abi-engine/engine/adapters/secondary/objectstorage/jetstream"
+	"github.com/abi-engine/engine/internal/natstest"
+	"github.com/abi-engine/engine/ports"
+)
+
+// cutOnDescribe dials connections that, armed, lose the connection when
+// they first send an object's description, before it reaches the server,
+// and give its caller up at that moment, as a fence does; the connection
+// dials again only once reconnect is closed: its broker is away meanwhile.
+type cutOnDescribe struct {
+	meta      string
+	armed     atomic.Bool
+	once      sync.Once
+	cancel    context.CancelFunc
+	cut       chan struct{}
+	reconnect chan struct{}
+}
+
+func (p *cutOnDescribe) Dial(network, address string) (net.Conn, error) {
+	select {
+	case <-p.cut:
+		<-p.reconnect
+	default:
+	}
+	c, err := net.Dial(network, address)
+	if err != nil {
+		return nil, err
+	}
+	return cutConn{Conn: c, p: p}, nil
+}
+
+type cutConn struct {
+	net.Conn
+	p *cutOnDescribe
+}
+
+func (c cutConn) Write(b []byte) (int, error) {
+	if c.p.armed.Load() && strings.Contains(string(b), c.p.meta) {
+		cut := false
+		c.p.once.Do(func() { cut = true })
+		if cut {
+			c.p.cancel()
+			close(c.p.cut)
+			c.Conn.Close()
+			return 0, errors.New("the connection was lost before the write left")
+		}
+	}
+	return c.Conn.Write(b)
+}
+
+// A Delete whose caller gave up (its engine fenced itself) while the
+// deleted description had not reached the server sends it no more: sent
+// once the connection is back, it would delete, while a successor serves,
+// an object the successor serves. The store's connection keeps no
+// reconnect buffer for that reason (ADR 0002); the Delete sent the
+// description again on a context of its own for up to 30 s.
+func TestADeleteGivenUpBeforeItsDescriptionLeftDoesNotDeleteLater(t *testing.T) {
+	url := natstest.StartProcess(t, server)
+	const bucket = "GIVENUPDELETE"
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	delCtx, cancelDel := context.WithCancel(ctx)
+	defer cancelDel()
+	p := &cutOnDescribe{meta: "PUB $O." + bucket + ".M.", cancel: cancelDel,
+		cut: make(chan struct{}), reconnect: make(chan struct{})}
+	nc, err := nats.Connect(url, nats.SetCustomDialer(p), nats.ReconnectBufSize(-1),
+		nats.ReconnectWait(10*time.Millisecond), nats.MaxReconnects(-1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := jetstream.Open(ctx, jetstream.Config{Bucket: bucket}, nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = old.Close() })
+	if _, err := old.Put(ctx, "o", bytes.NewReader([]byte("kept")), ports.PutObjectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	successor := open(t, url, jetstream.Config{Bucket: bucket})
+
+	p.armed.Store(true)
+	done := make(chan error, 1)
+	go func() { done <- old.Delete(delCtx, "o") }()
+	select {
+	case <-p.cut:
+	case <-ctx.Done():
+		t.Fatal("the Delete never sent its description")
+	}
+	if _, err := successor.Stat(ctx, "o"); err != nil {
+		t.Fatalf("the successor's Stat: %v", err)
+	}
+	close(p.reconnect)
+	select {
+	case err := <-done:
+		t.Logf("Delete: %v", err)
+	case <-ctx.Done():
+		t.Fatal("the Delete given up never returned")
+	}
+	if _, err := successor.Stat(ctx, "o"); err != nil {
+		t.Fatalf("the object the successor serves, after the given-up Delete: %v; the deletion landed after its caller gave up", err)
+	}
+}
+
+// A Put whose caller gave up while its description had not reached the
+// server sends it no more, for the same reason: sent once the connection
+// is back, it would replace, while a successor served, the object the
+// successor served. Before, it did, and reported success.
+func TestAPutGivenUpBeforeItsDescriptionLeftDoesNotLandLater(t *testing.T) {
+	url := natstest.StartProcess(t, server)
+	const bucket = "GIVENUPPUT"
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	putCtx, cancelPut := context.WithCancel(ctx)
+	defer cancelPut()
+	p := &cutOnDescribe{meta: "PUB $O." + bucket + ".M.", cancel: cancelPut,
+		cut: make(chan struct{}), reconnect: make(chan struct{})}
+	nc, err := nats.Connect(url, nats.SetCustomDialer(p), nats.ReconnectBufSize(-1),
+		nats.ReconnectWait(10*time.Millisecond), nats.MaxReconnects(-1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := jetstream.Open(ctx, jetstream.Config{Bucket: bucket}, nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = old.Close() })
+	if _, err := old.Put(ctx, "o", bytes.NewReader([]byte("served")), ports.PutObjectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	successor := open(t, url, jetstream.Config{Bucket: bucket})
+
+	p.armed.Store(true)
+	done := make(chan error, 1)
+	go func() {
+		_, err := old.Put(putCtx, "o", bytes.NewReader([]byte("given up")), ports.PutObjectOptions{})
+		done <- err
+	}()
+	select {
+	case <-p.cut:
+	case <-ctx.Done():
+		t.Fatal("the Put never sent its description")
+	}
+	served, err := successor.Stat(ctx, "o")
+	if err != nil {
+		t.Fatalf("the successor's Stat: %v", err)
+	}
+	close(p.reconnect)
+	select {
+	case err := <-done:
+		t.Logf("Put: %v", err)
+	case <-ctx.Done():
+		t.Fatal("the Put given up never returned")
+	}
+	now, err := successor.Stat(ctx, "o")
+	if err != nil || now.ETag != served.ETag {
+		t.Fatalf("the object the successor serves, after the given-up Put: %+v, %v; want ETag %s: the description landed after its caller gave up", now, err, served.ETag)
+	}
+}
