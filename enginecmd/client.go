@@ -147,6 +147,14 @@ func (c *command) withEngine(cf *clientFlags, stderr io.Writer, service string, 
 			cfg.NATS.Engine.Role = domain.RoleClient.String()
 		}
 	}
+	// Decided before the start, which would claim the lease and serve:
+	// callers of the account would be answered, for the command's length,
+	// by a store gone when it returns.
+	if cfg.Role() != domain.RoleClient {
+		if err := gone(cfg, service); err != nil {
+			return fail(stderr, err)
+		}
+	}
 	// The configured HTTP address belongs to the engines that run for good,
 	// and a command has no use for an API of its own: one would call the
 	// services, signed with the caller secret, for whoever on this host
@@ -174,7 +182,7 @@ func (c *command) withEngine(cf *clientFlags, stderr io.Writer, service string, 
 	defer cancelRun()
 	stopping := make(chan struct{})
 	code := make(chan int, 1)
-	go func() { code <- c.runEngine(ctx, a, eng, service, stopping, stderr, f) }()
+	go func() { code <- c.runEngine(ctx, a, eng, stopping, stderr, f) }()
 	interrupted := false
 	for {
 		select {
@@ -202,7 +210,7 @@ func (c *command) withEngine(cf *clientFlags, stderr io.Writer, service string, 
 // ends during the start ends it through the engine, not through fx's
 // context: fx would return at once, and the process exit, while the engine
 // still released the lease its start took (see serve).
-func (c *command) runEngine(ctx context.Context, a *fx.App, eng *app.Engine, service string, stopping chan<- struct{}, stderr io.Writer, f func(ctx context.Context, svc app.Services) error) int {
+func (c *command) runEngine(ctx context.Context, a *fx.App, eng *app.Engine, stopping chan<- struct{}, stderr io.Writer, f func(ctx context.Context, svc app.Services) error) int {
 	startCtx, cancel := context.WithTimeout(context.Background(), a.StartTimeout())
 	stopInterrupt := context.AfterFunc(ctx, eng.Interrupt)
 	err := a.Start(startCtx)
@@ -211,10 +219,7 @@ func (c *command) runEngine(ctx context.Context, a *fx.App, eng *app.Engine, ser
 	if err != nil {
 		return fail(stderr, dig.RootCause(err))
 	}
-	runErr := gone(eng, service)
-	if runErr == nil {
-		runErr = f(ctx, eng.Services())
-	}
+	runErr := f(ctx, eng.Services())
 	close(stopping)
 	stopCtx, cancelStop := context.WithTimeout(context.Background(), a.StopTimeout()+5*time.Second)
 	defer cancelStop()
@@ -227,15 +232,20 @@ func (c *command) runEngine(ctx context.Context, a *fx.App, eng *app.Engine, ser
 	return exitOK
 }
 
-// gone is the error of a command that serves service itself, no engine
-// serving the account, on an adapter whose data lives in this process: a
-// value it set would be gone when it returns, though it reported success,
-// and a read finds nothing whatever was set before.
-func gone(eng *app.Engine, service string) error {
-	for _, s := range eng.Status().Services {
-		if s.Service == service && s.Local == ports.InThisProcess {
+// gone is the error of a command that would serve service itself, no
+// engine answering for the account, on an adapter whose data lives in this
+// process: a value it set would be gone when it returns, though it
+// reported success, and a read finds nothing whatever was set before.
+func gone(cfg *config.Config, service string) error {
+	built, err := app.BuildStorage(cfg)
+	if err != nil {
+		return err
+	}
+	for _, b := range built {
+		d := b.Declaration
+		if d.Service == service && !d.Off && d.Storage != nil && d.Storage.LocalStorage() == ports.InThisProcess {
 			return fmt.Errorf("no engine serves this account, and the %s adapter %q keeps its data in this process only: "+
-				"what this command wrote would be gone when it returns, and it has nothing to read; start `engine serve` and run it again", service, s.Adapter)
+				"what this command wrote would be gone when it returns, and it has nothing to read; start `engine serve` and run it again", service, d.Adapter)
 		}
 	}
 	return nil

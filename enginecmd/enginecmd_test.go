@@ -3,6 +3,7 @@ package enginecmd
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/fx"
 
 	kvmemory "github.com/abi-engine/engine/adapters/secondary/keyvalue/memory"
@@ -384,7 +386,9 @@ func TestKVSetRefusesATTLThatRoundsToZero(t *testing.T) {
 // as long as it runs. On an adapter that keeps its data in the process,
 // that meant a set reported success for a value gone when the command
 // returned, and a get reported "not found" whatever had been set before: it
-// must refuse instead, naming the service and the adapter.
+// must refuse instead, naming the service and the adapter, and before it
+// claims the lease, so no caller of the account is answered meanwhile by
+// a store about to vanish.
 func TestACommandServingAloneRefusesAServiceKeptInThisProcess(t *testing.T) {
 	srv := natstest.StartServer(t)
 	dir := t.TempDir()
@@ -408,5 +412,12 @@ func TestACommandServingAloneRefusesAServiceKeptInThisProcess(t *testing.T) {
 		if code == 0 || !strings.Contains(stderr.String(), "keeps its data in this process only") || !strings.Contains(stderr.String(), `"memory"`) {
 			t.Errorf("engine %q with no engine serving and a memory adapter: exit %d, stdout %q, stderr %q", args, code, stdout.String(), stderr.String())
 		}
+	}
+	js, err := jetstream.New(natstest.Connect(t, srv.ClientURL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.KeyValue(t.Context(), "ABI_ENGINE"); !errors.Is(err, jetstream.ErrBucketNotFound) {
+		t.Fatalf("after the refused commands the lease bucket: %v, want none made: a command claimed the lease before it refused", err)
 	}
 }
