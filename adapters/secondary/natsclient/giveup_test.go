@@ -12,6 +12,7 @@ import (
 	"github.com/abi-engine/engine/adapters/secondary/natsclient"
 	"github.com/abi-engine/engine/adapters/secondary/objectstorage/memory"
 	"github.com/abi-engine/engine/internal/natstest"
+	"github.com/abi-engine/engine/internal/wire"
 	"github.com/abi-engine/engine/ports"
 )
 
@@ -90,5 +91,88 @@ func TestAGetGivenUpWhileItsTransferOpensLeavesNoTransferOpen(t *testing.T) {
 	defer r.Close()
 	if b, err := io.ReadAll(r); err != nil || string(b) != "the object" {
 		t.Fatalf("the next Get read %q, %v", b, err)
+	}
+}
+
+// A caller whose deadline passes while the engine opens its transfer
+// leaves no transfer open either: the engine answers after the deadline,
+// and that answer names a transfer nobody reads. The open waited for an
+// answer only until the caller's deadline, so the answer found nobody and
+// the transfer held one of the caller's share for the engine's whole idle
+// time: an HTTP client whose GETs timed out on a slow store spent the HTTP
+// API's share, and every later object GET and PUT was refused 503.
+func TestAGetWhoseDeadlinePassesWhileItsTransferOpensLeavesNoTransferOpen(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	inner, err := memory.Open(t.Context(), memory.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := inner.Put(t.Context(), "k", bytes.NewReader([]byte("the object")), ports.PutObjectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	store := slowOpenStore{ObjectStorage: inner, opening: make(chan struct{}, 1), gate: make(chan struct{})}
+	// One transfer is the caller's whole share, and the idle time is far
+	// longer than the test, so only a close frees it.
+	e := serveEngineWith(t, url, natsapi.TransferOptions{MaxOpen: 4, MaxOpenPerCaller: 1, Idle: time.Hour},
+		func(tr *natsapi.TransferHost) []natsapi.Service {
+			return []natsapi.Service{natsapi.ObjectStorage(store, tr)}
+		})
+	objects := natsclient.NewObjectStorage(natsclient.New(natstest.Connect(t, url)))
+
+	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+	defer cancel()
+	got := make(chan error, 1)
+	go func() {
+		_, _, err := objects.Get(ctx, "k", ports.GetObjectOptions{})
+		got <- err
+	}()
+	<-store.opening
+	select {
+	case err := <-got:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("a Get whose deadline passed while its transfer opened returned %v, want context.DeadlineExceeded", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a Get whose deadline passed while its transfer opened did not return")
+	}
+	// The engine finishes the open after its caller's deadline.
+	close(store.gate)
+
+	deadline := time.Now().Add(20 * time.Second)
+	for e.transfers.Open() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d transfers still open 20s after the deadline of their Get passed", e.transfers.Open())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	r, _, err := objects.Get(t.Context(), "k", ports.GetObjectOptions{})
+	if err != nil {
+		t.Fatalf("the caller's next Get, its share spent on the one whose deadline passed: %v", err)
+	}
+	defer r.Close()
+	if b, err := io.ReadAll(r); err != nil || string(b) != "the object" {
+		t.Fatalf("the next Get read %q, %v", b, err)
+	}
+}
+
+// A caller whose deadline passes while no engine serves is told no engine
+// answered, as before its open waited for late answers: the HTTP API says
+// 503, the handover took too long, not 504.
+func TestAGetWithNoEngineServingIsUnavailableAtItsDeadline(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	objects := natsclient.NewObjectStorage(natsclient.New(natstest.Connect(t, url)))
+	for _, d := range []time.Duration{300 * time.Millisecond, time.Second} {
+		ctx, cancel := context.WithTimeout(t.Context(), d)
+		_, _, err := objects.Get(ctx, "k", ports.GetObjectOptions{})
+		cancel()
+		if !errors.Is(err, wire.ErrUnavailable) {
+			t.Fatalf("a Get with a %v deadline and no engine serving returned %v, want wire.ErrUnavailable", d, err)
+		}
+		ctx, cancel = context.WithTimeout(t.Context(), d)
+		_, err = objects.Put(ctx, "k", bytes.NewReader([]byte("v")), ports.PutObjectOptions{})
+		cancel()
+		if !errors.Is(err, wire.ErrUnavailable) {
+			t.Fatalf("a Put with a %v deadline and no engine serving returned %v, want wire.ErrUnavailable", d, err)
+		}
 	}
 }

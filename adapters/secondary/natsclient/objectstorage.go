@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/abi-engine/engine/internal/wire"
 	"github.com/abi-engine/engine/ports"
 )
@@ -29,53 +31,92 @@ func transferSubject(id, op string) string {
 	return wire.OwnerSubject(ports.ServiceObjectStorage, wire.OwnerOf(id), op)
 }
 
+// lateOpen is how long past its caller's deadline an open still waits
+// for the engine's answer, to close the transfer it names: the engine's
+// transfer idle time, after which the engine has closed it itself.
+const lateOpen = time.Minute
+
 // open opens a transfer. The engine opens it whether or not its caller
-// still waits, and only its answer names it: so the open runs to its
-// deadline apart from the caller, and a transfer opened for a caller that
-// gave up first is closed. Left open, it held one of the caller's share of
-// transfers for the engine's idle time.
+// still waits, and only its answer names it: so the open waits for that
+// answer apart from the caller, until lateOpen past the caller's
+// deadline, and a transfer opened for a caller that gave up, or whose
+// deadline passed, is closed. Left open, it held one of the caller's share
+// of transfers for the engine's idle time. The open is sent again while
+// nobody serves only within the caller's own time, and a caller whose
+// deadline passes after such refusals is told the last of them: no engine
+// served, not that it waited too long.
 func (o ObjectStorage) open(ctx context.Context, req wire.TransferOpen) (wire.SessionOpened, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, o.c.timeout)
 		defer cancel()
 	}
+	subject := osSubject(wire.OSTransferOpen)
+	data, err := json.Marshal(req)
+	if err != nil {
+		return wire.SessionOpened{}, fmt.Errorf("%s: encode: %w", subject, err)
+	}
 	deadline, _ := ctx.Deadline()
 	type opening struct {
-		opened wire.SessionOpened
-		err    error
+		msg *nats.Msg
+		err error
 	}
 	answer := make(chan opening, 1)
+	var mu sync.Mutex
+	var refused error // the last refusal of an attempt sent again
 	go func() {
-		octx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
-		defer cancel()
-		var a opening
-		a.err = o.c.call(octx, osSubject(wire.OSTransferOpen), req, &a.opened)
-		answer <- a
+		var pace backoff
+		for {
+			actx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline.Add(lateOpen))
+			msg, err := o.c.request(actx, subject, data, nil, false)
+			cancel()
+			// Only a refusal that did nothing is sent again, and only
+			// while the caller waits.
+			if err == nil || !errors.Is(err, wire.ErrUnavailable) || !pace.again(ctx) {
+				answer <- opening{msg, err}
+				return
+			}
+			mu.Lock()
+			refused = err
+			mu.Unlock()
+		}
 	}()
 	var a opening
 	select {
 	case a = <-answer:
 	case <-ctx.Done():
-		if !errors.Is(ctx.Err(), context.Canceled) {
-			a = <-answer // the deadline ends the open's own call as well
-			break
-		}
-		go func() {
-			if a := <-answer; a.err == nil {
-				o.close(a.opened)
+		select {
+		case a = <-answer: // answered as the caller's time ran out
+		default:
+			go func() {
+				if a := <-answer; a.err == nil {
+					var opened wire.SessionOpened
+					if json.Unmarshal(a.msg.Data, &opened) == nil && opened.ID != "" {
+						o.close(opened)
+					}
+				}
+			}()
+			mu.Lock()
+			last := refused
+			mu.Unlock()
+			if last != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return wire.SessionOpened{}, last
 			}
-		}()
-		return wire.SessionOpened{}, fmt.Errorf("%s: %w", osSubject(wire.OSTransferOpen), ctx.Err())
+			return wire.SessionOpened{}, fmt.Errorf("%s: %w", subject, ctx.Err())
+		}
 	}
 	if a.err != nil {
-		return a.opened, a.err
+		return wire.SessionOpened{}, a.err
 	}
-	if a.opened.ChunkSize <= 0 {
-		o.close(a.opened)
-		return a.opened, fmt.Errorf("transfer %q: chunk size %d", a.opened.ID, a.opened.ChunkSize)
+	var opened wire.SessionOpened
+	if err := json.Unmarshal(a.msg.Data, &opened); err != nil {
+		return wire.SessionOpened{}, fmt.Errorf("%s: decode the answer: %w", subject, err)
 	}
-	return a.opened, nil
+	if opened.ChunkSize <= 0 {
+		o.close(opened)
+		return opened, fmt.Errorf("transfer %q: chunk size %d", opened.ID, opened.ChunkSize)
+	}
+	return opened, nil
 }
 
 func (o ObjectStorage) close(opened wire.SessionOpened) {
