@@ -149,19 +149,7 @@ func TestADropSweepsTheDocumentsAnEarlierDropLeft(t *testing.T) {
 	if err := s.DropCollection(ctx, "c"); err != nil {
 		t.Fatal(err)
 	}
-	js, err := natsjs.New(natstest.Connect(t, url))
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := js.Stream(ctx, "KV_"+c.Bucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := st.Info(ctx, natsjs.WithSubjectFilter("$KV."+c.Bucket+".d.c.>"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if left := info.State.Subjects; len(left) != 0 {
+	if left := documentSubjects(t, url, c.Bucket, "c"); len(left) != 0 {
 		t.Fatalf("documents of dropped collections stay in the stream: %v", left)
 	}
 }
@@ -251,19 +239,7 @@ func TestADropCancelledOnceItsMarkerRemovalIsSentFinishes(t *testing.T) {
 	if dropErr != nil {
 		t.Errorf("the collection is gone and the drop returned %v", dropErr)
 	}
-	js, err := natsjs.New(natstest.Connect(t, url))
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := js.Stream(ctx, "KV_"+c.Bucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := st.Info(ctx, natsjs.WithSubjectFilter("$KV."+c.Bucket+".d.c.>"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if left := info.State.Subjects; len(left) != 0 {
+	if left := documentSubjects(t, url, c.Bucket, "c"); len(left) != 0 {
 		t.Fatalf("the collection is dropped (the drop returned %v) and %d of its documents stay in the stream: %v", dropErr, len(left), left)
 	}
 }
@@ -298,19 +274,7 @@ func TestACollectionMadeAgainSweepsTheDocumentsADyingDropLeft(t *testing.T) {
 	if _, err := s.Put(ctx, "c", "new", map[string]any{"n": 9}, ports.Cond{}); err != nil {
 		t.Fatal(err)
 	}
-	js, err := natsjs.New(natstest.Connect(t, url))
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := js.Stream(ctx, "KV_"+c.Bucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := st.Info(ctx, natsjs.WithSubjectFilter("$KV."+c.Bucket+".d.c.>"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if left := info.State.Subjects; len(left) != 1 {
+	if left := documentSubjects(t, url, c.Bucket, "c"); len(left) != 1 {
 		t.Fatalf("the collection made again has 1 document; the stream holds %d under it: %v", len(left), left)
 	}
 	if got, err := s.Get(ctx, "c", "new"); err != nil || got.Data["n"] != float64(9) {
@@ -422,4 +386,23 @@ func TestADropGivenUpBeforeItsRemovalLeftDoesNotDropTheCollectionLater(t *testin
 	if _, err := successor.Get(ctx, "c", "mine"); err != nil {
 		t.Fatalf("the successor's acknowledged document after the given-up drop: %v; the drop landed after its caller gave up", err)
 	}
+}
+
+// documentSubjects is what the stream of bucket holds under collection's
+// documents, of every generation, live or not: subject to message count.
+func documentSubjects(t *testing.T, url, bucket, collection string) map[string]uint64 {
+	t.Helper()
+	js, err := natsjs.New(natstest.Connect(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(t.Context(), "KV_"+bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(t.Context(), natsjs.WithSubjectFilter("$KV."+bucket+".d."+collection+".>"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Subjects
 }
