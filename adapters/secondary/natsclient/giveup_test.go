@@ -33,125 +33,84 @@ func (s slowOpenStore) Get(ctx context.Context, key string, opts ports.GetObject
 	return s.ObjectStorage.Get(ctx, key, opts)
 }
 
-// A caller that gives up on a Get while the engine opens its transfer
-// leaves no transfer open: the engine opens it all the same, and its
-// answer, which names the transfer, comes after the caller has left. Left
-// open, it held one of the caller's share of transfers for the engine's
-// whole idle time, so an HTTP client that hung up during opens spent the
-// HTTP API's share (every HTTP client is one caller) and the others'
+// A caller that gives up on a Get while the engine opens its transfer,
+// by cancelling or because its deadline passes, leaves no transfer open:
+// the engine opens it all the same, and its answer, which names the
+// transfer, comes after the caller has left. Left open, it held one of the
+// caller's share of transfers for the engine's whole idle time, so an HTTP
+// client that hung up, or timed out on a slow store, during opens spent
+// the HTTP API's share (every HTTP client is one caller) and the others'
 // object GETs and PUTs were refused 503 for a minute.
 func TestAGetGivenUpWhileItsTransferOpensLeavesNoTransferOpen(t *testing.T) {
-	url := natstest.StartServer(t).ClientURL()
-	inner, err := memory.Open(t.Context(), memory.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := inner.Put(t.Context(), "k", bytes.NewReader([]byte("the object")), ports.PutObjectOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	store := slowOpenStore{ObjectStorage: inner, opening: make(chan struct{}, 1), gate: make(chan struct{})}
-	// One transfer is the caller's whole share, and the idle time is far
-	// longer than the test, so only a close frees it.
-	e := serveEngineWith(t, url, natsapi.TransferOptions{MaxOpen: 4, MaxOpenPerCaller: 1, Idle: time.Hour},
-		func(tr *natsapi.TransferHost) []natsapi.Service {
-			return []natsapi.Service{natsapi.ObjectStorage(store, tr)}
+	for _, c := range []struct {
+		name   string
+		giveUp func(ctx context.Context) (context.Context, context.CancelFunc)
+		// now gives up as soon as the open has begun; otherwise the
+		// deadline does.
+		now  bool
+		want error
+	}{
+		{"cancelled", func(ctx context.Context) (context.Context, context.CancelFunc) { return context.WithCancel(ctx) }, true, context.Canceled},
+		{"deadline passed", func(ctx context.Context) (context.Context, context.CancelFunc) {
+			return context.WithTimeout(ctx, time.Second)
+		}, false, context.DeadlineExceeded},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			url := natstest.StartServer(t).ClientURL()
+			inner, err := memory.Open(t.Context(), memory.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := inner.Put(t.Context(), "k", bytes.NewReader([]byte("the object")), ports.PutObjectOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			store := slowOpenStore{ObjectStorage: inner, opening: make(chan struct{}, 1), gate: make(chan struct{})}
+			// One transfer is the caller's whole share, and the idle time
+			// is far longer than the test, so only a close frees it.
+			e := serveEngineWith(t, url, natsapi.TransferOptions{MaxOpen: 4, MaxOpenPerCaller: 1, Idle: time.Hour},
+				func(tr *natsapi.TransferHost) []natsapi.Service {
+					return []natsapi.Service{natsapi.ObjectStorage(store, tr)}
+				})
+			objects := natsclient.NewObjectStorage(natsclient.New(natstest.Connect(t, url)))
+
+			ctx, giveUp := c.giveUp(t.Context())
+			defer giveUp()
+			got := make(chan error, 1)
+			go func() {
+				_, _, err := objects.Get(ctx, "k", ports.GetObjectOptions{})
+				got <- err
+			}()
+			<-store.opening
+			if c.now {
+				giveUp()
+			}
+			select {
+			case err := <-got:
+				if !errors.Is(err, c.want) {
+					t.Fatalf("a Get given up while its transfer opened returned %v, want %v", err, c.want)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("a Get given up while its transfer opened did not return")
+			}
+			// The engine finishes the open after its caller has left.
+			close(store.gate)
+
+			deadline := time.Now().Add(20 * time.Second)
+			for e.transfers.Open() != 0 {
+				if time.Now().After(deadline) {
+					t.Fatalf("%d transfers still open 20s after their caller gave up on the Get", e.transfers.Open())
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			r, _, err := objects.Get(t.Context(), "k", ports.GetObjectOptions{})
+			if err != nil {
+				t.Fatalf("the caller's next Get, its share spent on the one it gave up: %v", err)
+			}
+			defer r.Close()
+			if b, err := io.ReadAll(r); err != nil || string(b) != "the object" {
+				t.Fatalf("the next Get read %q, %v", b, err)
+			}
 		})
-	objects := natsclient.NewObjectStorage(natsclient.New(natstest.Connect(t, url)))
-
-	ctx, hangUp := context.WithCancel(t.Context())
-	got := make(chan error, 1)
-	go func() {
-		_, _, err := objects.Get(ctx, "k", ports.GetObjectOptions{})
-		got <- err
-	}()
-	<-store.opening
-	hangUp()
-	select {
-	case err := <-got:
-		if !errors.Is(err, context.Canceled) {
-			t.Fatalf("a Get given up while its transfer opened returned %v, want context.Canceled", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("a Get given up while its transfer opened did not return")
-	}
-	// The engine finishes the open after its caller has left.
-	close(store.gate)
-
-	deadline := time.Now().Add(20 * time.Second)
-	for e.transfers.Open() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d transfers still open 20s after their caller gave up on the Get", e.transfers.Open())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	r, _, err := objects.Get(t.Context(), "k", ports.GetObjectOptions{})
-	if err != nil {
-		t.Fatalf("the caller's next Get, its share spent on the one it gave up: %v", err)
-	}
-	defer r.Close()
-	if b, err := io.ReadAll(r); err != nil || string(b) != "the object" {
-		t.Fatalf("the next Get read %q, %v", b, err)
-	}
-}
-
-// A caller whose deadline passes while the engine opens its transfer
-// leaves no transfer open either: the engine answers after the deadline,
-// and that answer names a transfer nobody reads. The open waited for an
-// answer only until the caller's deadline, so the answer found nobody and
-// the transfer held one of the caller's share for the engine's whole idle
-// time: an HTTP client whose GETs timed out on a slow store spent the HTTP
-// API's share, and every later object GET and PUT was refused 503.
-func TestAGetWhoseDeadlinePassesWhileItsTransferOpensLeavesNoTransferOpen(t *testing.T) {
-	url := natstest.StartServer(t).ClientURL()
-	inner, err := memory.Open(t.Context(), memory.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := inner.Put(t.Context(), "k", bytes.NewReader([]byte("the object")), ports.PutObjectOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	store := slowOpenStore{ObjectStorage: inner, opening: make(chan struct{}, 1), gate: make(chan struct{})}
-	// One transfer is the caller's whole share, and the idle time is far
-	// longer than the test, so only a close frees it.
-	e := serveEngineWith(t, url, natsapi.TransferOptions{MaxOpen: 4, MaxOpenPerCaller: 1, Idle: time.Hour},
-		func(tr *natsapi.TransferHost) []natsapi.Service {
-			return []natsapi.Service{natsapi.ObjectStorage(store, tr)}
-		})
-	objects := natsclient.NewObjectStorage(natsclient.New(natstest.Connect(t, url)))
-
-	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
-	defer cancel()
-	got := make(chan error, 1)
-	go func() {
-		_, _, err := objects.Get(ctx, "k", ports.GetObjectOptions{})
-		got <- err
-	}()
-	<-store.opening
-	select {
-	case err := <-got:
-		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("a Get whose deadline passed while its transfer opened returned %v, want context.DeadlineExceeded", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("a Get whose deadline passed while its transfer opened did not return")
-	}
-	// The engine finishes the open after its caller's deadline.
-	close(store.gate)
-
-	deadline := time.Now().Add(20 * time.Second)
-	for e.transfers.Open() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d transfers still open 20s after the deadline of their Get passed", e.transfers.Open())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	r, _, err := objects.Get(t.Context(), "k", ports.GetObjectOptions{})
-	if err != nil {
-		t.Fatalf("the caller's next Get, its share spent on the one whose deadline passed: %v", err)
-	}
-	defer r.Close()
-	if b, err := io.ReadAll(r); err != nil || string(b) != "the object" {
-		t.Fatalf("the next Get read %q, %v", b, err)
 	}
 }
 
