@@ -79,6 +79,7 @@ func RunVectorStore(t *testing.T, h Harness[ports.VectorStore], caps VectorStore
 		{"SearchWithKLargerThanTheCollection", vsSearchWithKLargerThanTheCollection},
 		{"SearchAnEmptyCollection", vsSearchAnEmptyCollection},
 		{"SearchIsExactForLargeValues", vsSearchIsExactForLargeValues},
+		{"SearchIsExactForTinyValues", vsSearchIsExactForTinyValues},
 		{"TwoHandlesShareTheStore", vsTwoHandlesShareTheStore},
 		{"ConcurrentUpsertsLoseNothing", vsConcurrentUpsertsLoseNothing},
 		{"SearchSeesTheOtherHandlesWrites", vsSearchSeesTheOtherHandlesWrites},
@@ -802,6 +803,40 @@ func vsSearchIsExactForLargeValues(t *testing.T, open func(t *testing.T) ports.V
 	want = vsBruteForce(ports.MetricDot, points, q, nil)
 	if len(got) != 1 || got[0].ID != want[0].ID {
 		t.Errorf("dot with one float32 score NaN: top 1 is %+v, want %s (score %g)", got, want[0].ID, want[0].Score)
+	}
+}
+
+// vsSearchIsExactForTinyValues holds an exact search to its promise where
+// the distances are too small for float32: products and squares below
+// about 1e-45 round to zero there, so a ranking by the float32 sums alone
+// sees every vector tie and keeps the lowest ids, however far they are
+// from the query.
+func vsSearchIsExactForTinyValues(t *testing.T, open func(t *testing.T) ports.VectorStore, caps VectorStoreCapabilities) {
+	if caps.Approximate {
+		t.Skipf("%s: approximate", adapterName(t))
+	}
+	s := open(t)
+	// Every squared distance is near 1e-60; p39 is the closest.
+	vsCreate(t, s, "euclid", 2, ports.MetricEuclid)
+	var points []ports.Vector
+	for i := range 40 {
+		points = append(points, ports.Vector{ID: fmt.Sprintf("p%02d", i), Values: []float32{float32(40-i) * 1e-30, 0}})
+	}
+	vsUpsert(t, s, "euclid", points...)
+	q := []float32{0, 0}
+	got := vsSearch(t, s, "euclid", q, 1, nil)
+	want := vsBruteForce(ports.MetricEuclid, points, q, nil)
+	if len(got) != 1 || got[0].ID != want[0].ID {
+		t.Errorf("euclid over values near 1e-30: top 1 is %+v, want %s (distance %g)", got, want[0].ID, want[0].Score)
+	}
+	// Every product with the query is near -1e-60; p39's is the highest.
+	vsCreate(t, s, "dot", 2, ports.MetricDot)
+	vsUpsert(t, s, "dot", points...)
+	q = []float32{-1e-30, 0}
+	got = vsSearch(t, s, "dot", q, 1, nil)
+	want = vsBruteForce(ports.MetricDot, points, q, nil)
+	if len(got) != 1 || got[0].ID != want[0].ID {
+		t.Errorf("dot over values near 1e-30: top 1 is %+v, want %s (score %g)", got, want[0].ID, want[0].Score)
 	}
 }
 

@@ -288,13 +288,21 @@ func (x *Index) distance(q []float32, s int32) float32 {
 	return -dot(q, x.vec(s))
 }
 
-// finite is d, the float32 distance from q to slot s, when it is finite,
-// and otherwise the distance summed again in float64: values near
-// float32's range overflow a float32 sum (to an infinity, or NaN when
-// two products of opposite signs overflow), which would leave the
-// candidates unordered.
+// tiny is the magnitude below which a float32 distance is summed again in
+// float64: products and squares under about 1e-45 round to zero in
+// float32, so a sum that small may be all rounding, and every vector that
+// near the query would tie. Above it what underflow loses (at most about
+// 2^-149 a term, 2^-135 over MaxDimension terms) is far inside the
+// rounding error docs/protocol.md allows.
+const tiny = 0x1p-100
+
+// finite is d, the float32 distance from q to slot s, when it is finite
+// and not tiny, and otherwise the distance summed again in float64:
+// values near float32's range overflow a float32 sum (to an infinity, or
+// NaN when two products of opposite signs overflow), and values near zero
+// underflow it, either of which would leave the candidates unordered.
 func (x *Index) finite(q []float32, s int32, d float32) float64 {
-	if !math.IsInf(float64(d), 0) && !math.IsNaN(float64(d)) {
+	if a := math.Abs(float64(d)); a >= tiny && a <= math.MaxFloat32 {
 		return float64(d)
 	}
 	v := x.vec(s)
