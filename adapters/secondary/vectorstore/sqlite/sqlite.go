@@ -84,7 +84,11 @@ type Store struct {
 // history it reflects: the collection's creation and last write, as values
 // of the file's write counter.
 type cached struct {
-	mu      sync.Mutex // held while the index catches up with the file
+	// mu is held to write while the index catches up with the file or
+	// takes a write of the handle, and to read while a search walks it,
+	// so the index a search walks stands where that search's snapshot
+	// of the file does.
+	mu      sync.RWMutex
 	created int64
 	version int64
 	index   *vecindex.Index
@@ -234,7 +238,7 @@ func (s *Store) loadAll(ctx context.Context) {
 		}
 		_ = s.readTx(ctx, func(tx *sql.Tx) error {
 			_, err := s.sync(ctx, tx, c.Name)
-			return err
+			return err // errAhead too: the index is already loaded
 		})
 	}
 }
@@ -300,10 +304,16 @@ func (s *Store) entry(name string) *cached {
 	return c
 }
 
+// errAhead is sync's answer when the handle's index already holds writes
+// newer than the snapshot of tx: a snapshot taken now sees them.
+var errAhead = errors.New("the index is ahead of the snapshot")
+
 // sync brings the handle's index of collection name up to the snapshot of
 // tx and returns it: a collection made anew, or an index further behind
 // than the deleted ids are kept, is loaded whole; otherwise only what was
-// written since is read.
+// written since is read. An index that holds writes newer than the
+// snapshot (the handle's own, applied once committed, or read by a search
+// with a newer snapshot) is errAhead.
 func (s *Store) sync(ctx context.Context, tx *sql.Tx, name string) (view, error) {
 	var dim int
 	var metric string
@@ -337,15 +347,42 @@ func (s *Store) sync(ctx context.Context, tx *sql.Tx, name string) (view, error)
 			return view{}, err
 		}
 	}
-	c.version = max(c.version, version)
-	return view{index: c.index, dim: dim, metric: ports.Metric(metric)}, nil
+	if c.version > version {
+		return view{}, errAhead
+	}
+	c.version = version
+	return view{c: c, index: c.index, version: version, dim: dim, metric: ports.Metric(metric)}, nil
 }
 
-// view is a collection's settings and its index at one moment.
+// view is a collection's settings and its index at one moment: the
+// snapshot's version of the collection, which the index stood at.
 type view struct {
-	index  *vecindex.Index
-	dim    int
-	metric ports.Metric
+	c       *cached
+	index   *vecindex.Index
+	version int64
+	dim     int
+	metric  ports.Metric
+}
+
+// hold brings the index up to the snapshot of tx as sync does and returns
+// it read-locked, still at the snapshot: a write applied between sync and
+// the lock is met by syncing again, and one the snapshot cannot see by
+// errAhead. The caller calls release once it has searched the index.
+func (s *Store) hold(ctx context.Context, tx *sql.Tx, name string) (v view, release func(), err error) {
+	for {
+		if v, err = s.sync(ctx, tx, name); err != nil {
+			return view{}, nil, err
+		}
+		v.c.mu.RLock()
+		switch {
+		case v.c.index == v.index && v.c.version == v.version:
+			return v, v.c.mu.RUnlock, nil
+		case v.c.index == v.index && v.c.version > v.version:
+			v.c.mu.RUnlock()
+			return view{}, nil, errAhead
+		}
+		v.c.mu.RUnlock()
+	}
 }
 
 // catchUp reads the rows written and the ids deleted after version since
@@ -420,8 +457,8 @@ func (s *Store) indexed(name string) int {
 	if !ok {
 		return 0
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.mu.RLock()
+	defer c.mu.RUnlock()
 	if c.index == nil {
 		return 0
 	}
@@ -686,24 +723,41 @@ func (s *Store) upsertStmt(ctx context.Context, tx *sql.Tx, n int) (*sql.Stmt, e
 	return tx.StmtContext(ctx, stmt), nil
 }
 
-// Search finds candidates in the handle's index, brought up to the file's
-// snapshot first, and reads them from the same snapshot: results carry the
-// stored values and payloads, and are scored exactly from them.
+// Search finds candidates in the handle's index, standing at the file's
+// snapshot, and reads them from the same snapshot: results carry the
+// stored values and payloads, and are scored exactly from them. An index
+// already past the snapshot is searched with a newer one: its candidates
+// read from the older rows would miss vectors of both.
 func (s *Store) Search(ctx context.Context, name string, query []float32, k int, filter map[string]any) ([]ports.ScoredVector, error) {
 	f, err := vecutil.NewFilter(filter)
 	if err != nil {
 		return nil, fmt.Errorf("search %q: %w", name, err)
 	}
+	for {
+		out, err := s.search(ctx, name, query, k, f)
+		if !errors.Is(err, errAhead) {
+			return out, err
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("search %q: %w", name, err)
+		}
+	}
+}
+
+// search is one try of Search, in one snapshot.
+func (s *Store) search(ctx context.Context, name string, query []float32, k int, f vecutil.Filter) ([]ports.ScoredVector, error) {
 	var out []ports.ScoredVector
-	err = s.readTx(ctx, func(tx *sql.Tx) error {
-		v, err := s.sync(ctx, tx, name)
+	err := s.readTx(ctx, func(tx *sql.Tx) error {
+		v, release, err := s.hold(ctx, tx, name)
 		if err != nil {
 			return err
 		}
 		if err := vecutil.CheckSearch(name, v.dim, query, k); err != nil {
+			release()
 			return err
 		}
 		cands := v.index.Search(query, k, f)
+		release()
 		stmt := tx.StmtContext(ctx, s.fetch)
 		defer stmt.Close()
 		var fetchErr error
