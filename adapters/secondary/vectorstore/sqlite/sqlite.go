@@ -338,12 +338,12 @@ func (s *Store) sync(ctx context.Context, tx *sql.Tx, name string) (view, error)
 		c.index = vecindex.New(dim, ports.Metric(metric), vecindex.Options{Threshold: s.threshold})
 		c.created, c.version = created, 0
 		if err := s.catchUp(ctx, tx, name, dim, c, -1); err != nil {
-			c.index = nil
+			c.discard()
 			return view{}, err
 		}
 	case c.version < version:
 		if err := s.catchUp(ctx, tx, name, dim, c, c.version); err != nil {
-			c.index = nil
+			c.discard()
 			return view{}, err
 		}
 	}
@@ -352,6 +352,15 @@ func (s *Store) sync(ctx context.Context, tx *sql.Tx, name string) (view, error)
 	}
 	c.version = version
 	return view{c: c, index: c.index, version: version, dim: dim, metric: ports.Metric(metric)}, nil
+}
+
+// discard drops the index when it failed to catch up, for the next search to
+// load anew; the caller holds c.mu. The index is closed first: once past
+// the threshold it has a graph builder, which would otherwise go on
+// building a graph nobody holds, after the handle's Close too.
+func (c *cached) discard() {
+	c.index.Close()
+	c.index = nil
 }
 
 // view is a collection's settings and its index at one moment: the
