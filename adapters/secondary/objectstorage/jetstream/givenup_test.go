@@ -171,3 +171,94 @@ func TestAPutGivenUpBeforeItsDescriptionLeftDoesNotLandLater(t *testing.T) {
 		t.Fatalf("the object the successor serves, after the given-up Put: %+v, %v; want ETag %s: the description landed after its caller gave up", now, err, served.ETag)
 	}
 }
+
+// cancelOnReread is a client connection that, once armed, ends a caller's
+// context the moment the client reads a message of the bucket's stream
+// after it has sent an object's description: a plain Put whose
+// description the stream refused, another write having come first, reads
+// the key again, and its caller gives up during that read.
+type cancelOnReread struct {
+	meta, read string
+	armed      atomic.Bool
+	described  atomic.Bool
+	cancel     context.CancelFunc
+	once       sync.Once
+}
+
+func (c *cancelOnReread) Dial(network, address string) (net.Conn, error) {
+	conn, err := net.Dial(network, address)
+	if err != nil {
+		return nil, err
+	}
+	return rereadConn{Conn: conn, c: c}, nil
+}
+
+type rereadConn struct {
+	net.Conn
+	c *cancelOnReread
+}
+
+func (w rereadConn) Write(b []byte) (int, error) {
+	if w.c.armed.Load() {
+		switch {
+		case strings.Contains(string(b), w.c.meta):
+			w.c.described.Store(true)
+		case w.c.described.Load() && strings.Contains(string(b), w.c.read):
+			w.c.once.Do(w.c.cancel)
+		}
+	}
+	return w.Conn.Write(b)
+}
+
+// A Put whose caller gave up before its description was sent again knows
+// that nothing of it was stored: it purges its chunks and fails at once.
+// Here its first description was refused, another write having come
+// first, and its caller gave up while it read the key again, so the
+// second was never sent. Before, it watched for 5 s for a description
+// that could not come, then failed with the outcome unknown and kept its
+// chunks, which no description names, in the stream for good.
+func TestAPutGivenUpBeforeItsDescriptionWasSentLeavesNoChunks(t *testing.T) {
+	url := natstest.StartProcess(t, server)
+	const bucket = "GIVENUPUNSENT"
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	putCtx, cancelPut := context.WithCancel(ctx)
+	defer cancelPut()
+	dialer := &cancelOnReread{meta: "PUB $O." + bucket + ".M.", read: "$JS.API.STREAM.MSG.GET.OBJ_" + bucket, cancel: cancelPut}
+	old, err := jetstream.Open(ctx, jetstream.Config{Bucket: bucket}, natstest.Connect(t, url, nats.SetCustomDialer(dialer)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = old.Close() })
+	successor := open(t, url, jetstream.Config{Bucket: bucket})
+
+	// The old engine's Put has read the key and waits for its content
+	// while the successor writes the object.
+	source := &gatedReader{open: make(chan struct{}), content: strings.NewReader("given up")}
+	done := make(chan error, 1)
+	go func() {
+		_, err := old.Put(putCtx, "o", source, ports.PutObjectOptions{})
+		done <- err
+	}()
+	if _, err := successor.Put(ctx, "o", strings.NewReader("served"), ports.PutObjectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	dialer.armed.Store(true)
+	close(source.open)
+	var putErr error
+	select {
+	case putErr = <-done:
+	case <-ctx.Done():
+		t.Fatal("the Put did not return")
+	}
+	if putCtx.Err() == nil {
+		t.Fatal("the caller's context did not end as the Put read the key again")
+	}
+	if putErr == nil {
+		t.Fatal("a Put whose caller gave up before its description was sent returned no error")
+	}
+	// Only the successor's object's chunks are left.
+	if subjects := chunkSubjects(t, url, bucket); len(subjects) != 1 {
+		t.Fatalf("the chunks of %d objects are in the stream after a Put that sent no description failed (%v), want only the served object's", len(subjects), putErr)
+	}
+}

@@ -293,6 +293,13 @@ func (s *Store) describeOver(ctx, caller context.Context, key string, info jetst
 		if !conditional && round == rounds {
 			expect = nil
 		}
+		// A caller that gave up before this sending has nothing stored:
+		// the rounds before were refused, and a request on an ended
+		// context is never sent. Left to landed, the Put watched for a
+		// description that could not come and kept its chunks for good.
+		if err := caller.Err(); err != nil {
+			return current{}, fmt.Errorf("the caller gave up before the description was sent: %w", err)
+		}
 		m := nats.NewMsg("")
 		m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
 		m.Data = desc
