@@ -26,6 +26,9 @@ func Open(ctx context.Context, what, dsn, table, schema string) (*pgxpool.Pool, 
 	if err := storecheck.Table("table", table); err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
+	if err := NotTheFence("table", table); err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("%s: dsn: %w: %w", what, ports.ErrInvalidArgument, err)
@@ -86,6 +89,22 @@ func NotBesideDocuments(yamlKey, table string) error {
 			return fmt.Errorf("%s %q ends in %q, as the relation a document store (postgres) keeps beside its table %q does: %w",
 				yamlKey, table, suffix, strings.TrimSuffix(table, suffix), ports.ErrInvalidArgument)
 		}
+	}
+	return nil
+}
+
+// FenceTable is the table every store in a database checks its writes
+// against (fenceSchema).
+const FenceTable = "abi_engine_fence"
+
+// NotTheFence refuses a store's table named like the fence table, named
+// yamlKey in the error. CREATE TABLE IF NOT EXISTS would keep whichever
+// of the two came first: the store's table in the fence's place, or the
+// store on the fence's, and every fenced write of every store in the
+// database would then fail.
+func NotTheFence(yamlKey, table string) error {
+	if table == FenceTable {
+		return fmt.Errorf("%s %q is the table every store in the database keeps its fence in: %w", yamlKey, table, ports.ErrInvalidArgument)
 	}
 	return nil
 }

@@ -30,6 +30,8 @@ type Config struct {
 	DSN string `yaml:"dsn"`
 	// Table holds the documents, and Table_collections the collection
 	// names; both created on Open if missing. Default engine_documents.
+	// abi_engine_fence, the table every store's writes are fenced by, is
+	// refused.
 	Table string `yaml:"table"`
 }
 
@@ -45,7 +47,10 @@ func (c Config) Check(prefix string) error {
 		return fmt.Errorf("%s.dsn is empty: %w", prefix, ports.ErrInvalidArgument)
 	}
 	if c.Table != "" {
-		return storecheck.Table(prefix+".table", c.Table)
+		if err := storecheck.Table(prefix+".table", c.Table); err != nil {
+			return err
+		}
+		return pgdb.NotTheFence(prefix+".table", c.Table)
 	}
 	return nil
 }

@@ -38,7 +38,8 @@ type Config struct {
 	DSN string `yaml:"dsn"`
 	// Table holds the keys; created on Open if missing. Default engine_kv.
 	// A name ending in _collections or _versions is refused: the document
-	// store (postgres) keeps relations so named beside its table.
+	// store (postgres) keeps relations so named beside its table; so is
+	// abi_engine_fence, the table every store's writes are fenced by.
 	Table string `yaml:"table"`
 }
 
@@ -55,6 +56,9 @@ func (c Config) Check(prefix string) error {
 	}
 	if c.Table != "" {
 		if err := storecheck.Table(prefix+".table", c.Table); err != nil {
+			return err
+		}
+		if err := pgdb.NotTheFence(prefix+".table", c.Table); err != nil {
 			return err
 		}
 		return pgdb.NotBesideDocuments(prefix+".table", c.Table)

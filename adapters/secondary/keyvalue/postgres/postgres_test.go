@@ -158,3 +158,61 @@ func TestAKeyValueTableNamedLikeADocumentStoresOwnIsRefused(t *testing.T) {
 		}
 	}
 }
+
+// Every store in a database checks its writes against the one fence table,
+// abi_engine_fence, which the stores make as they open. A store's table of
+// that name takes its place, or the store opens on it: CREATE TABLE IF NOT
+// EXISTS keeps whichever came first, and every fenced write of every store
+// in the database then fails. The name is refused for both PostgreSQL
+// stores, by the config check and by Open, before anything is created. The
+// stores open here in a schema of the test's own, so that the fence the
+// other tests share is never touched.
+func TestAStoreTableNamedLikeTheFenceTableIsRefused(t *testing.T) {
+	const fence = "abi_engine_fence"
+	if err := (postgres.Config{DSN: "postgres://127.0.0.1:1/x", Table: fence}).Check("services.keyvalue.config"); !errors.Is(err, ports.ErrInvalidArgument) || !strings.Contains(err.Error(), "services.keyvalue.config.table") {
+		t.Errorf("keyvalue config check of table %q: %v, want ErrInvalidArgument naming services.keyvalue.config.table", fence, err)
+	}
+	if err := (docpostgres.Config{DSN: "postgres://127.0.0.1:1/x", Table: fence}).Check("services.document.config"); !errors.Is(err, ports.ErrInvalidArgument) || !strings.Contains(err.Error(), "services.document.config.table") {
+		t.Errorf("document config check of table %q: %v, want ErrInvalidArgument naming services.document.config.table", fence, err)
+	}
+
+	dsn := testenv.Lookup(t, "ENGINE_TEST_PG_DSN", "PostgreSQL", false)
+	schema := pgtest.Table(t, dsn, "fencename")
+	conn, err := pgx.Connect(t.Context(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(t.Context(), "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if c, err := pgx.Connect(ctx, dsn); err == nil {
+			_, _ = c.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
+			_ = c.Close(ctx)
+		}
+	})
+	sep := "?"
+	if strings.Contains(dsn, "?") {
+		sep = "&"
+	}
+	own := dsn + sep + "search_path=" + schema
+
+	term := ports.WithFencingToken(t.Context(), 1)
+	if kv, err := postgres.Open(t.Context(), postgres.Config{DSN: own, Table: fence}); err == nil {
+		serr := kv.Set(term, "k", []byte("v"), 0)
+		_ = kv.Close()
+		t.Errorf("Open of keyvalue table %q succeeded, and a fenced Set then returned %v", fence, serr)
+	} else if !errors.Is(err, ports.ErrInvalidArgument) {
+		t.Errorf("Open of keyvalue table %q: %v, want ErrInvalidArgument", fence, err)
+	}
+	if docs, err := docpostgres.Open(t.Context(), docpostgres.Config{DSN: own, Table: fence}); err == nil {
+		derr := docs.EnsureCollection(term, "c")
+		_ = docs.Close()
+		t.Errorf("Open of document table %q succeeded, and a fenced write then returned %v", fence, derr)
+	} else if !errors.Is(err, ports.ErrInvalidArgument) {
+		t.Errorf("Open of document table %q: %v, want ErrInvalidArgument", fence, err)
+	}
+}
