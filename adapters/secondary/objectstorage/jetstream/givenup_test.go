@@ -262,3 +262,136 @@ func TestAPutGivenUpBeforeItsDescriptionWasSentLeavesNoChunks(t *testing.T) {
 		t.Fatalf("the chunks of %d objects are in the stream after a Put that sent no description failed (%v), want only the served object's", len(subjects), putErr)
 	}
 }
+
+// landedThenOvertaken is a client connection that, once armed, lets an
+// object's description reach the broker, then holds back everything the
+// broker sends and ends the caller's context, as a fence does with the
+// write on its way; the client's next read of a message of the bucket's
+// stream is held before it leaves until release, so another write can
+// come first. reread is closed when that read is held.
+type landedThenOvertaken struct {
+	meta, read string
+	cancel     context.CancelFunc
+	armed      atomic.Bool
+
+	mu       sync.Mutex
+	held     bool
+	once     sync.Once
+	reread   chan struct{}
+	released chan struct{}
+	release  func()
+}
+
+func newLandedThenOvertaken(bucket string, cancel context.CancelFunc) *landedThenOvertaken {
+	p := &landedThenOvertaken{
+		meta: "PUB $O." + bucket + ".M.", read: "$JS.API.STREAM.MSG.GET.OBJ_" + bucket, cancel: cancel,
+		reread: make(chan struct{}), released: make(chan struct{}),
+	}
+	var once sync.Once
+	p.release = func() { once.Do(func() { close(p.released) }) }
+	return p
+}
+
+func (p *landedThenOvertaken) isHeld() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.held
+}
+
+func (p *landedThenOvertaken) Dial(network, address string) (net.Conn, error) {
+	c, err := net.Dial(network, address)
+	if err != nil {
+		return nil, err
+	}
+	return overtakenConn{Conn: c, p: p}, nil
+}
+
+type overtakenConn struct {
+	net.Conn
+	p *landedThenOvertaken
+}
+
+func (c overtakenConn) Write(b []byte) (int, error) {
+	p := c.p
+	if p.armed.Load() {
+		switch {
+		case strings.Contains(string(b), p.meta) && !p.isHeld():
+			p.mu.Lock()
+			p.held = true // before the broker can answer
+			p.mu.Unlock()
+			n, err := c.Conn.Write(b)
+			p.cancel()
+			return n, err
+		case p.isHeld() && strings.Contains(string(b), p.read):
+			p.once.Do(func() { close(p.reread) })
+			<-p.released
+		}
+	}
+	return c.Conn.Write(b)
+}
+
+func (c overtakenConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if c.p.isHeld() {
+		<-c.p.released
+	}
+	return n, err
+}
+
+// A Put whose caller gave up while its description was on its way, the
+// description stored and then replaced by another write before the Put
+// read whether it landed, leaves no chunks that no description names: the
+// object its description replaced is gone whichever write replaced it, so
+// the Put purges that object's chunks, as it does when it is answered.
+// Before, it took the other write's description for a sign that its own
+// was never stored, failed with the outcome unknown and purged nothing;
+// the other write purged only the chunks of the description it replaced,
+// the Put's own, and the chunks of the object before stayed in the stream
+// for good.
+func TestAPutGivenUpWhoseDescriptionLandedAndWasReplacedLeavesNoStrayChunks(t *testing.T) {
+	url := natstest.StartProcess(t, server)
+	const bucket = "LANDEDOVERTAKEN"
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	putCtx, cancelPut := context.WithCancel(ctx)
+	defer cancelPut()
+	p := newLandedThenOvertaken(bucket, cancelPut)
+	t.Cleanup(p.release)
+	old, err := jetstream.Open(ctx, jetstream.Config{Bucket: bucket}, natstest.Connect(t, url, nats.SetCustomDialer(p)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = old.Close() })
+	if _, err := old.Put(ctx, "o", strings.NewReader("first"), ports.PutObjectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	successor := open(t, url, jetstream.Config{Bucket: bucket})
+
+	p.armed.Store(true)
+	done := make(chan error, 1)
+	go func() {
+		_, err := old.Put(putCtx, "o", strings.NewReader("given up"), ports.PutObjectOptions{})
+		done <- err
+	}()
+	select {
+	case <-p.reread:
+	case <-ctx.Done():
+		t.Fatal("the Put given up never read whether its description landed")
+	}
+	// The Put's description is stored; the successor replaces it before
+	// the Put learns so.
+	if _, err := successor.Put(ctx, "o", strings.NewReader("served"), ports.PutObjectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p.release()
+	var putErr error
+	select {
+	case putErr = <-done:
+	case <-ctx.Done():
+		t.Fatal("the Put given up never returned")
+	}
+	t.Logf("Put: %v", putErr)
+	if subjects := chunkSubjects(t, url, bucket); len(subjects) != 1 {
+		t.Fatalf("the chunks of %d objects are in the stream, want only the served object's: %v", len(subjects), subjects)
+	}
+}

@@ -308,8 +308,24 @@ func (s *Store) describeOver(ctx, caller context.Context, key string, info jetst
 		case err == nil:
 			return cur, nil
 		case !errors.Is(err, jsbucket.ErrConflict) && !refused(err) && caller.Err() != nil:
-			if s.landed(ctx, key, cur.revision, func(d jetstream.ObjectInfo) bool { return !d.Deleted && d.NUID == info.NUID }) {
+			switch s.landed(ctx, key, cur.revision, func(d jetstream.ObjectInfo) bool { return !d.Deleted && d.NUID == info.NUID }) {
+			case landedMine:
 				return cur, nil
+			case landedOther:
+				// The description read is replaced, by this one or by the
+				// other write: the rollup of the other took this one, stored
+				// or not, from the stream, and which it was is not known.
+				// Either way the object read is gone, and only this Put
+				// purges its chunks when this description replaced it (the
+				// other write purged this one's); none would otherwise.
+				if cur.info.NUID != "" {
+					s.purge(cur.info.NUID)
+				}
+				if expect != nil {
+					// Conditioned on the description read, this one can no
+					// longer be stored: its chunks go too.
+					return current{}, fmt.Errorf("another write came after it, and the caller gave up: %w", err)
+				}
 			}
 			return current{}, fmt.Errorf("%w: %w", errUnknownOutcome, err)
 		case !errors.Is(err, jsbucket.ErrConflict) && !refused(err):
@@ -331,22 +347,38 @@ func (s *Store) describeOver(ctx, caller context.Context, key string, info jetst
 // unknown watches for its description to land.
 const landWait = 5 * time.Second
 
+// landing is what landed learned of a description whose call gave up.
+type landing int
+
+const (
+	// landedUnknown: no description came after the one it was written over.
+	landedUnknown landing = iota
+	// landedMine: it was stored, and is the key's description.
+	landedMine
+	// landedOther: another description came after the one it was written
+	// over; it was not stored, or was replaced since, its chunks purged by
+	// the write that replaced it.
+	landedOther
+)
+
 // landed reads key's description, within landWait, until one after
 // revision rev is there, and reports whether it is the one mine matches:
 // the write of a call that gave up with its outcome unknown, which is not
-// sent again. A description after rev that is not mine means mine, written
-// over rev, was not stored, or was replaced since, purges and all; none
-// after rev by the end of the wait leaves the outcome unknown.
-func (s *Store) landed(ctx context.Context, key string, rev uint64, mine func(jetstream.ObjectInfo) bool) bool {
+// sent again. None after rev by the end of the wait leaves the outcome
+// unknown.
+func (s *Store) landed(ctx context.Context, key string, rev uint64, mine func(jetstream.ObjectInfo) bool) landing {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), landWait)
 	defer cancel()
 	for {
 		if cur, err := s.current(ctx, key); err == nil && cur.revision > rev {
-			return mine(cur.info)
+			if mine(cur.info) {
+				return landedMine
+			}
+			return landedOther
 		}
 		select {
 		case <-ctx.Done():
-			return false
+			return landedUnknown
 		case <-time.After(25 * time.Millisecond):
 		}
 	}
@@ -665,7 +697,7 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 			continue // replaced meanwhile: delete what is there now
 		}
 		if err != nil && (refused(err) || ctx.Err() == nil ||
-			!s.landed(ctx, key, cur.revision, func(d jetstream.ObjectInfo) bool { return d.Deleted && d.NUID == gone.NUID })) {
+			s.landed(ctx, key, cur.revision, func(d jetstream.ObjectInfo) bool { return d.Deleted && d.NUID == gone.NUID }) != landedMine) {
 			return fmt.Errorf("delete %q: %w", key, err)
 		}
 		s.purge(cur.info.NUID)
