@@ -6,6 +6,7 @@ package pgdb
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -105,6 +106,27 @@ const FenceTable = "abi_engine_fence"
 func NotTheFence(yamlKey, table string) error {
 	if table == FenceTable {
 		return fmt.Errorf("%s %q is the table every store in the database keeps its fence in: %w", yamlKey, table, ports.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// HasColumns refuses a table, named yamlKey in the error, that lacks one of
+// columns: a relation of that name made before the store's schema, by
+// another store (a document store's table of the same name) or by hand,
+// which CREATE TABLE IF NOT EXISTS kept. The store would open on it and
+// every call would then fail.
+func HasColumns(ctx context.Context, pool *pgxpool.Pool, yamlKey, table string, columns ...string) error {
+	var have []string
+	err := pool.QueryRow(ctx, `SELECT coalesce(array_agg(attname::text), '{}') FROM pg_attribute
+		WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped`, Ident(table)).Scan(&have)
+	if err != nil {
+		return fmt.Errorf("read the columns of table %s: %w", table, err)
+	}
+	for _, c := range columns {
+		if !slices.Contains(have, c) {
+			return fmt.Errorf("%s %q names a relation of another shape (no column %q), made by another store, such as a document store's table of that name, or by hand: %w",
+				yamlKey, table, c, ports.ErrInvalidArgument)
+		}
 	}
 	return nil
 }

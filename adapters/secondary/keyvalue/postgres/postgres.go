@@ -39,7 +39,9 @@ type Config struct {
 	// Table holds the keys; created on Open if missing. Default engine_kv.
 	// A name ending in _collections or _versions is refused: the document
 	// store (postgres) keeps relations so named beside its table; so is
-	// abi_engine_fence, the table every store's writes are fenced by.
+	// abi_engine_fence, the table every store's writes are fenced by. A
+	// relation of that name already there of another shape, such as a
+	// document store's table, is refused at Open.
 	Table string `yaml:"table"`
 }
 
@@ -105,6 +107,10 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 	pool, err := pgdb.Open(ctx, "keyvalue postgres", c.DSN, c.Table, schema)
 	if err != nil {
 		return nil, err
+	}
+	if err := pgdb.HasColumns(ctx, pool, "table", c.Table, "key", "value", "expires_at"); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("keyvalue postgres: %w", err)
 	}
 	table := pgdb.Ident(c.Table)
 	s := &Store{

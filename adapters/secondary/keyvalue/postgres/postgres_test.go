@@ -216,3 +216,27 @@ func TestAStoreTableNamedLikeTheFenceTableIsRefused(t *testing.T) {
 		t.Errorf("Open of document table %q: %v, want ErrInvalidArgument", fence, err)
 	}
 }
+
+// A keyvalue table of the same name as a document store's table, in a
+// database both use, is the document store's: CREATE TABLE IF NOT EXISTS
+// keeps it, and every call of the keyvalue store would then fail on its
+// columns. Open refuses a table it finds of another shape, naming it, so
+// the clash shows at the start rather than at every call.
+func TestAKeyValueTableNamedLikeADocumentTableIsRefusedAtOpen(t *testing.T) {
+	dsn := testenv.Lookup(t, "ENGINE_TEST_PG_DSN", "PostgreSQL", false)
+	table := pgtest.Table(t, dsn, "kvsamedoc", "", "_collections")
+	docs, err := docpostgres.Open(t.Context(), docpostgres.Config{DSN: dsn, Table: table})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = docs.Close() })
+	kv, err := postgres.Open(t.Context(), postgres.Config{DSN: dsn, Table: table})
+	if err == nil {
+		serr := kv.Set(t.Context(), "k", []byte("v"), 0)
+		_ = kv.Close()
+		t.Fatalf("Open of keyvalue table %q, the document store's table, succeeded, and a Set then returned %v", table, serr)
+	}
+	if !errors.Is(err, ports.ErrInvalidArgument) || !strings.Contains(err.Error(), table) {
+		t.Fatalf("Open of keyvalue table %q, the document store's table: %v, want ErrInvalidArgument naming the table", table, err)
+	}
+}
