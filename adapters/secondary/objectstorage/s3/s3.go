@@ -18,7 +18,9 @@
 // upload behind (only a bucket's lifecycle rule for incomplete uploads
 // removes it), which failing the Put instead would leave as well. A
 // refusal the service sends back because it is busy (503 Slow Down, 429)
-// is sent again for every write, since the request was not done.
+// is sent again for every write, since the request was not done; a 503
+// without the service's request id, which a proxy may send after the
+// service did the request, is not.
 //
 // Keys with ".", ".." or empty segments ("../x", "a//b", "x/") are refused:
 // S3 servers that keep objects as files would store "d/../y" over "y".
@@ -279,23 +281,30 @@ func (u unsent) IsErrorRetryable(err error) bool {
 }
 
 // refused reports whether the service answered err to say it did not take
-// the request for now: 503 (S3's Slow Down under load), 429, or a throttle
-// code. Such a request was not done, and a busy service is no reason to
-// fail a conditional write that any other write would wait out. A 500, or
-// a 502 or 504 from a proxy on the way, may come after the write was done:
+// the request for now: 429, a throttle code (S3's Slow Down), or a 503 the
+// service itself sent, which carries its request id. Such a request was
+// not done, and a busy service is no reason to fail a conditional write
+// that any other write would wait out. A 500, or a 502, 503 or 504 from a
+// proxy on the way (Envoy answers 503 when the server's connection is
+// reset before its answer's headers), may come after the write was done:
 // those are not sent again.
 func refused(err error) bool {
 	var resp *smithyhttp.ResponseError
-	if errors.As(err, &resp) {
-		switch resp.HTTPStatusCode() {
-		case http.StatusServiceUnavailable, http.StatusTooManyRequests:
-			return true
-		}
+	if !errors.As(err, &resp) {
+		return false
 	}
 	var apiErr smithy.APIError
 	if errors.As(err, &apiErr) {
-		_, throttle := retry.DefaultThrottleErrorCodes[apiErr.ErrorCode()]
-		return throttle
+		if _, throttle := retry.DefaultThrottleErrorCodes[apiErr.ErrorCode()]; throttle {
+			return true
+		}
+	}
+	var service interface{ ServiceRequestID() string }
+	switch resp.HTTPStatusCode() {
+	case http.StatusTooManyRequests:
+		return true
+	case http.StatusServiceUnavailable:
+		return errors.As(err, &service) && service.ServiceRequestID() != ""
 	}
 	return false
 }

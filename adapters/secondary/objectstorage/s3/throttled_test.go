@@ -2,6 +2,7 @@ package s3_test
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -104,5 +105,72 @@ func TestAConditionalPutRefusedAsTooBusyIsSentAgainAndStores(t *testing.T) {
 				t.Fatalf("the object holds %q, want %q", got, content)
 			}
 		})
+	}
+}
+
+// startResetter stands between a store and the S3 server and forwards
+// every request; but the first one reset matches it forwards, the server
+// doing it, and answers the store 503 with a body of its own, as a proxy
+// on the way (Envoy, for one) answers when the server's connection is
+// reset before the answer's headers came back. It returns the endpoint to
+// give the store instead, and how many answers it replaced.
+func startResetter(t *testing.T, endpoint string, reset func(r *http.Request) bool) (string, *atomic.Int64) {
+	t.Helper()
+	target, err := url.Parse(endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forward := httputil.NewSingleHostReverseProxy(target)
+	var replaced atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if reset(r) && replaced.CompareAndSwap(0, 1) {
+			rec := httptest.NewRecorder()
+			forward.ServeHTTP(rec, r) // the server does the request; its answer is lost
+			w.Header().Set("Content-Type", "text/plain")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = io.WriteString(w, "upstream connect error or disconnect/reset before headers. reset reason: connection termination")
+			return
+		}
+		forward.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL, &replaced
+}
+
+// A 503 that is not the service's own refusal (no S3 error code, no
+// request id of the service) may come from a proxy after the service did
+// the request, its answer lost on the way back: a conditional put so
+// answered is not sent again, since its second sending would fail the
+// condition the first one met. It fails with an outcome unknown, never
+// with a conflict for a write that happened. Before, every 503 was taken
+// for the service's Slow Down and the put sent again: a put if absent that
+// had stored its object answered that the object existed.
+func TestAConditionalPutAnsweredWithAProxys503IsNotSentAgain(t *testing.T) {
+	c := server(t)
+	c.Bucket = newBucket(t, c)
+	direct := open(t, c)
+	const key = "proxied"
+	endpoint, replaced := startResetter(t, c.Endpoint, func(r *http.Request) bool {
+		return r.Method == http.MethodPut && strings.HasSuffix(r.URL.Path, "/"+key)
+	})
+	via := c
+	via.Endpoint = endpoint
+	s := open(t, via)
+	content := bytes.Repeat([]byte("p"), 10)
+	_, err := s.Put(t.Context(), key, bytes.NewReader(content), ports.PutObjectOptions{IfAbsent: true})
+	if replaced.Load() != 1 {
+		t.Fatalf("the proxy replaced %d answers, want 1: the test did not reset where it meant to", replaced.Load())
+	}
+	if errors.Is(err, ports.ErrConflict) {
+		t.Fatalf("a put if absent that stored its object, its answer lost behind a proxy's 503, answered a conflict: %v", err)
+	}
+	r, _, gerr := direct.Get(t.Context(), key, ports.GetObjectOptions{})
+	if gerr != nil {
+		t.Fatalf("Get after the put (which returned %v): %v", err, gerr)
+	}
+	got, rerr := io.ReadAll(r)
+	r.Close()
+	if rerr != nil || !bytes.Equal(got, content) {
+		t.Fatalf("the object holds %q (%v), want %q", got, rerr, content)
 	}
 }
