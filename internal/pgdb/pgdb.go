@@ -40,9 +40,13 @@ func Open(ctx context.Context, what, dsn, table, schema string) (*pgxpool.Pool, 
 	// loser sees the winner's write. A database, role or dsn whose default
 	// isolation is stricter would fail the loser with a serialization
 	// error instead. A SET as each connection opens comes after the
-	// database's and role's settings and the dsn's options, so it holds. It
-	// is not a parameter of the startup message, which a connection pooler
-	// such as PgBouncer refuses, by default, for any name it does not know.
+	// database's and role's settings and the dsn's options, so it holds on
+	// a connection of its own, as behind a pooler in session mode; behind
+	// one in transaction mode it reaches one server connection only, and
+	// the database's default must then be read committed, as it is unless
+	// changed. It is not a parameter of the startup message, which a
+	// pooler such as PgBouncer refuses, by default, for a name it does not
+	// know, so that the engine could not connect at all.
 	cfg.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
 		_, err := conn.Exec(ctx, "SET default_transaction_isolation TO 'read committed'")
 		return err
