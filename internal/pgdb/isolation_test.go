@@ -32,10 +32,10 @@ func strictDSN(t *testing.T, dsn string) string {
 	return u.String()
 }
 
-// holdInsert inserts, from a session of its own, what sql inserts into
-// table, and returns commit, which commits it once a statement of another
-// session on table waits for it.
-func holdInsert(t *testing.T, dsn, table, sql string, args ...any) (commit func()) {
+// holdInsert inserts, from a session of its own, what sql inserts, and
+// returns commit, which commits it once a statement of another session
+// waits for it.
+func holdInsert(t *testing.T, dsn, sql string, args ...any) (commit func()) {
 	t.Helper()
 	conn, err := pgx.Connect(t.Context(), dsn)
 	if err != nil {
@@ -54,8 +54,11 @@ func holdInsert(t *testing.T, dsn, table, sql string, args ...any) (commit func(
 		deadline := time.Now().Add(time.Minute)
 		for {
 			var waiting bool
+			// Whatever session waits for this one's locks: the store's
+			// statement, whatever its text (pg_stat_activity cuts a long
+			// one short, so matching the table's name in it may miss it).
 			err := conn.QueryRow(t.Context(), `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
-				WHERE wait_event_type = 'Lock' AND strpos(query, $1) > 0 AND pid <> pg_backend_pid())`, table).Scan(&waiting)
+				WHERE pg_backend_pid() = ANY (pg_blocking_pids(pid)))`).Scan(&waiting)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -93,8 +96,12 @@ func TestAConditionalWriteThatWaitedForAnotherWriterLosesCleanlyUnderAStricterDe
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer kv.Close()
-		commit := holdInsert(t, dsn, table, "INSERT INTO "+pgx.Identifier{table}.Sanitize()+" (key, value) VALUES ('k', 'other')")
+		// Closed after the other session, whose cleanup holdInsert
+		// registers later and so runs first: a test that fails while the
+		// store's statement waits for that session's row then ends, rather
+		// than closing a pool that waits for the statement.
+		t.Cleanup(func() { kv.Close() })
+		commit := holdInsert(t, dsn, "INSERT INTO "+pgx.Identifier{table}.Sanitize()+" (key, value) VALUES ('k', 'other')")
 		type result struct {
 			won bool
 			err error
@@ -120,11 +127,11 @@ func TestAConditionalWriteThatWaitedForAnotherWriterLosesCleanlyUnderAStricterDe
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer docs.Close()
+		t.Cleanup(func() { docs.Close() }) // after the other session, as above
 		if err := docs.EnsureCollection(ctx, "c"); err != nil {
 			t.Fatal(err)
 		}
-		commit := holdInsert(t, dsn, table, "INSERT INTO "+pgx.Identifier{table}.Sanitize()+
+		commit := holdInsert(t, dsn, "INSERT INTO "+pgx.Identifier{table}.Sanitize()+
 			` (collection, id, version, data) VALUES ('c', 'd', 1, '{"by":"other"}')`)
 		done := make(chan error, 1)
 		go func() {
