@@ -63,20 +63,27 @@ func (c cutConn) Write(b []byte) (int, error) {
 	return c.Conn.Write(b)
 }
 
-// A Delete whose caller gave up (its engine fenced itself) while the
-// deleted description had not reached the server sends it no more: sent
-// once the connection is back, it would delete, while a successor serves,
-// an object the successor serves. The store's connection keeps no
-// reconnect buffer for that reason (ADR 0002); the Delete sent the
-// description again on a context of its own for up to 30 s.
-func TestADeleteGivenUpBeforeItsDescriptionLeftDoesNotDeleteLater(t *testing.T) {
+// givenUp is an old engine's store and its successor's on one bucket
+// whose object "o" holds content. The old store's connection, once
+// armed, is lost as its next description leaves, and call, the context of
+// the old store's next call, is cancelled at that moment; the connection
+// comes back only once reconnect is closed. It keeps no reconnect buffer,
+// as the engine's store connections do not.
+type givenUp struct {
+	ctx            context.Context // the test's own, bounded
+	call           context.Context
+	old, successor *jetstream.Store
+	p              *cutOnDescribe
+}
+
+func newGivenUp(t *testing.T, bucket, content string) givenUp {
+	t.Helper()
 	url := natstest.StartProcess(t, server)
-	const bucket = "GIVENUPDELETE"
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	delCtx, cancelDel := context.WithCancel(ctx)
-	defer cancelDel()
-	p := &cutOnDescribe{meta: "PUB $O." + bucket + ".M.", cancel: cancelDel,
+	t.Cleanup(cancel)
+	call, cancelCall := context.WithCancel(ctx)
+	t.Cleanup(cancelCall)
+	p := &cutOnDescribe{meta: "PUB $O." + bucket + ".M.", cancel: cancelCall,
 		cut: make(chan struct{}), reconnect: make(chan struct{})}
 	nc, err := nats.Connect(url, nats.SetCustomDialer(p), nats.ReconnectBufSize(-1),
 		nats.ReconnectWait(10*time.Millisecond), nats.MaxReconnects(-1))
@@ -88,30 +95,49 @@ func TestADeleteGivenUpBeforeItsDescriptionLeftDoesNotDeleteLater(t *testing.T) 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = old.Close() })
-	if _, err := old.Put(ctx, "o", bytes.NewReader([]byte("kept")), ports.PutObjectOptions{}); err != nil {
+	if _, err := old.Put(ctx, "o", bytes.NewReader([]byte(content)), ports.PutObjectOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	successor := open(t, url, jetstream.Config{Bucket: bucket})
+	return givenUp{ctx: ctx, call: call, old: old, successor: open(t, url, jetstream.Config{Bucket: bucket}), p: p}
+}
 
-	p.armed.Store(true)
+// run arms the cut, runs f (the old store's call) and waits until its
+// description was cut off, then runs meanwhile (the successor at work),
+// lets the connection come back and waits for f to return.
+func (g givenUp) run(t *testing.T, what string, f func() error, meanwhile func()) {
+	t.Helper()
+	g.p.armed.Store(true)
 	done := make(chan error, 1)
-	go func() { done <- old.Delete(delCtx, "o") }()
+	go func() { done <- f() }()
 	select {
-	case <-p.cut:
-	case <-ctx.Done():
-		t.Fatal("the Delete never sent its description")
+	case <-g.p.cut:
+	case <-g.ctx.Done():
+		t.Fatalf("the %s never sent its description", what)
 	}
-	if _, err := successor.Stat(ctx, "o"); err != nil {
-		t.Fatalf("the successor's Stat: %v", err)
-	}
-	close(p.reconnect)
+	meanwhile()
+	close(g.p.reconnect)
 	select {
 	case err := <-done:
-		t.Logf("Delete: %v", err)
-	case <-ctx.Done():
-		t.Fatal("the Delete given up never returned")
+		t.Logf("%s: %v", what, err)
+	case <-g.ctx.Done():
+		t.Fatalf("the %s given up never returned", what)
 	}
-	if _, err := successor.Stat(ctx, "o"); err != nil {
+}
+
+// A Delete whose caller gave up (its engine fenced itself) while the
+// deleted description had not reached the server sends it no more: sent
+// once the connection is back, it would delete, while a successor serves,
+// an object the successor serves. The store's connection keeps no
+// reconnect buffer for that reason (ADR 0002); the Delete sent the
+// description again on a context of its own for up to 30 s.
+func TestADeleteGivenUpBeforeItsDescriptionLeftDoesNotDeleteLater(t *testing.T) {
+	g := newGivenUp(t, "GIVENUPDELETE", "kept")
+	g.run(t, "Delete", func() error { return g.old.Delete(g.call, "o") }, func() {
+		if _, err := g.successor.Stat(g.ctx, "o"); err != nil {
+			t.Fatalf("the successor's Stat: %v", err)
+		}
+	})
+	if _, err := g.successor.Stat(g.ctx, "o"); err != nil {
 		t.Fatalf("the object the successor serves, after the given-up Delete: %v; the deletion landed after its caller gave up", err)
 	}
 }
@@ -121,52 +147,18 @@ func TestADeleteGivenUpBeforeItsDescriptionLeftDoesNotDeleteLater(t *testing.T) 
 // is back, it would replace, while a successor served, the object the
 // successor served. Before, it did, and reported success.
 func TestAPutGivenUpBeforeItsDescriptionLeftDoesNotLandLater(t *testing.T) {
-	url := natstest.StartProcess(t, server)
-	const bucket = "GIVENUPPUT"
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	putCtx, cancelPut := context.WithCancel(ctx)
-	defer cancelPut()
-	p := &cutOnDescribe{meta: "PUB $O." + bucket + ".M.", cancel: cancelPut,
-		cut: make(chan struct{}), reconnect: make(chan struct{})}
-	nc, err := nats.Connect(url, nats.SetCustomDialer(p), nats.ReconnectBufSize(-1),
-		nats.ReconnectWait(10*time.Millisecond), nats.MaxReconnects(-1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	old, err := jetstream.Open(ctx, jetstream.Config{Bucket: bucket}, nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = old.Close() })
-	if _, err := old.Put(ctx, "o", bytes.NewReader([]byte("served")), ports.PutObjectOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	successor := open(t, url, jetstream.Config{Bucket: bucket})
-
-	p.armed.Store(true)
-	done := make(chan error, 1)
-	go func() {
-		_, err := old.Put(putCtx, "o", bytes.NewReader([]byte("given up")), ports.PutObjectOptions{})
-		done <- err
-	}()
-	select {
-	case <-p.cut:
-	case <-ctx.Done():
-		t.Fatal("the Put never sent its description")
-	}
-	served, err := successor.Stat(ctx, "o")
-	if err != nil {
-		t.Fatalf("the successor's Stat: %v", err)
-	}
-	close(p.reconnect)
-	select {
-	case err := <-done:
-		t.Logf("Put: %v", err)
-	case <-ctx.Done():
-		t.Fatal("the Put given up never returned")
-	}
-	now, err := successor.Stat(ctx, "o")
+	g := newGivenUp(t, "GIVENUPPUT", "served")
+	var served ports.ObjectInfo
+	g.run(t, "Put", func() error {
+		_, err := g.old.Put(g.call, "o", bytes.NewReader([]byte("given up")), ports.PutObjectOptions{})
+		return err
+	}, func() {
+		var err error
+		if served, err = g.successor.Stat(g.ctx, "o"); err != nil {
+			t.Fatalf("the successor's Stat: %v", err)
+		}
+	})
+	now, err := g.successor.Stat(g.ctx, "o")
 	if err != nil || now.ETag != served.ETag {
 		t.Fatalf("the object the successor serves, after the given-up Put: %+v, %v; want ETag %s: the description landed after its caller gave up", now, err, served.ETag)
 	}
