@@ -15,32 +15,41 @@ import (
 	"github.com/abi-engine/engine/ports"
 )
 
-// startThrottler stands between a store and the S3 server and forwards
-// every request, except that it answers the first one refuse matches as a
-// busy S3 service does, 503 Slow Down, without sending it on: the server
-// never sees it. It returns the endpoint to give the store instead, and
-// how many requests it refused.
-func startThrottler(t *testing.T, endpoint string, refuse func(r *http.Request) bool) (string, *atomic.Int64) {
+// startInterceptor stands between a store and the S3 server and forwards
+// every request, but hands the first one match matches to intercept, with
+// the handler that forwards. It returns the endpoint to give the store
+// instead, and how many requests it intercepted.
+func startInterceptor(t *testing.T, endpoint string, match func(*http.Request) bool,
+	intercept func(w http.ResponseWriter, r *http.Request, forward http.Handler)) (string, *atomic.Int64) {
 	t.Helper()
 	target, err := url.Parse(endpoint)
 	if err != nil {
 		t.Fatal(err)
 	}
 	forward := httputil.NewSingleHostReverseProxy(target)
-	var refused atomic.Int64
+	var n atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if refuse(r) && refused.CompareAndSwap(0, 1) {
-			_, _ = io.Copy(io.Discard, r.Body)
-			w.Header().Set("Content-Type", "application/xml")
-			w.WriteHeader(http.StatusServiceUnavailable)
-			_, _ = io.WriteString(w, `<?xml version="1.0" encoding="UTF-8"?>`+
-				`<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message><RequestId>throttled</RequestId></Error>`)
+		if match(r) && n.CompareAndSwap(0, 1) {
+			intercept(w, r, forward)
 			return
 		}
 		forward.ServeHTTP(w, r)
 	}))
 	t.Cleanup(srv.Close)
-	return srv.URL, &refused
+	return srv.URL, &n
+}
+
+// startThrottler answers the first request refuse matches as a busy S3
+// service does, 503 Slow Down, without sending it on: the server never
+// sees it.
+func startThrottler(t *testing.T, endpoint string, refuse func(r *http.Request) bool) (string, *atomic.Int64) {
+	return startInterceptor(t, endpoint, refuse, func(w http.ResponseWriter, r *http.Request, _ http.Handler) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/xml")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = io.WriteString(w, `<?xml version="1.0" encoding="UTF-8"?>`+
+			`<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message><RequestId>throttled</RequestId></Error>`)
+	})
 }
 
 // A conditional put the service refuses as too busy (503 Slow Down) was not
@@ -92,49 +101,24 @@ func TestAConditionalPutRefusedAsTooBusyIsSentAgainAndStores(t *testing.T) {
 			if refused.Load() != 1 {
 				t.Fatalf("the proxy refused %d requests, want 1: the test did not throttle where it meant to", refused.Load())
 			}
-			r, _, err := direct.Get(t.Context(), tc.key, ports.GetObjectOptions{})
-			if err != nil {
-				t.Fatalf("Get after the put: %v", err)
-			}
-			got, err := io.ReadAll(r)
-			r.Close()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !bytes.Equal(got, content) {
+			if got := stored(t, direct, tc.key); !bytes.Equal(got, content) {
 				t.Fatalf("the object holds %q, want %q", got, content)
 			}
 		})
 	}
 }
 
-// startResetter stands between a store and the S3 server and forwards
-// every request; but the first one reset matches it forwards, the server
+// startResetter forwards the first request reset matches, the server
 // doing it, and answers the store 503 with a body of its own, as a proxy
 // on the way (Envoy, for one) answers when the server's connection is
-// reset before the answer's headers came back. It returns the endpoint to
-// give the store instead, and how many answers it replaced.
+// reset before the answer's headers came back.
 func startResetter(t *testing.T, endpoint string, reset func(r *http.Request) bool) (string, *atomic.Int64) {
-	t.Helper()
-	target, err := url.Parse(endpoint)
-	if err != nil {
-		t.Fatal(err)
-	}
-	forward := httputil.NewSingleHostReverseProxy(target)
-	var replaced atomic.Int64
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if reset(r) && replaced.CompareAndSwap(0, 1) {
-			rec := httptest.NewRecorder()
-			forward.ServeHTTP(rec, r) // the server does the request; its answer is lost
-			w.Header().Set("Content-Type", "text/plain")
-			w.WriteHeader(http.StatusServiceUnavailable)
-			_, _ = io.WriteString(w, "upstream connect error or disconnect/reset before headers. reset reason: connection termination")
-			return
-		}
-		forward.ServeHTTP(w, r)
-	}))
-	t.Cleanup(srv.Close)
-	return srv.URL, &replaced
+	return startInterceptor(t, endpoint, reset, func(w http.ResponseWriter, r *http.Request, forward http.Handler) {
+		forward.ServeHTTP(httptest.NewRecorder(), r) // the server does the request; its answer is lost
+		w.Header().Set("Content-Type", "text/plain")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = io.WriteString(w, "upstream connect error or disconnect/reset before headers. reset reason: connection termination")
+	})
 }
 
 // A 503 that is not the service's own refusal (no S3 error code, no
@@ -164,13 +148,7 @@ func TestAConditionalPutAnsweredWithAProxys503IsNotSentAgain(t *testing.T) {
 	if errors.Is(err, ports.ErrConflict) {
 		t.Fatalf("a put if absent that stored its object, its answer lost behind a proxy's 503, answered a conflict: %v", err)
 	}
-	r, _, gerr := direct.Get(t.Context(), key, ports.GetObjectOptions{})
-	if gerr != nil {
-		t.Fatalf("Get after the put (which returned %v): %v", err, gerr)
-	}
-	got, rerr := io.ReadAll(r)
-	r.Close()
-	if rerr != nil || !bytes.Equal(got, content) {
-		t.Fatalf("the object holds %q (%v), want %q", got, rerr, content)
+	if got := stored(t, direct, key); !bytes.Equal(got, content) {
+		t.Fatalf("the object holds %q, want %q (the put returned %v)", got, content, err)
 	}
 }
