@@ -142,9 +142,16 @@ func encode(value []byte, ttl time.Duration) io.Reader {
 	return io.MultiReader(bytes.NewReader(h[:]), bytes.NewReader(bytes.Clone(value)))
 }
 
-// read returns the entry stored under an object key and the object's ETag.
-func (s *Store) read(ctx context.Context, okey string) (entry, string, error) {
-	r, info, err := s.objects.Get(ctx, okey, ports.GetObjectOptions{})
+// read returns the entry stored under an object key and the object's
+// ETag. Without value it reads the entry's expiry alone, the object's
+// first bytes, which is all that Exists, Delete and SetIfAbsent decide on:
+// the value after it may be as large as MaxValue.
+func (s *Store) read(ctx context.Context, okey string, value bool) (entry, string, error) {
+	opts := ports.GetObjectOptions{}
+	if !value {
+		opts.Length = headerSize
+	}
+	r, info, err := s.objects.Get(ctx, okey, opts)
 	if err != nil {
 		return entry{}, "", err
 	}
@@ -152,7 +159,11 @@ func (s *Store) read(ctx context.Context, okey string) (entry, string, error) {
 	if info.Size > int64(headerSize+s.most) {
 		return entry{}, "", fmt.Errorf("cache object %q is %d bytes, more than any entry: not read", okey, info.Size)
 	}
-	b, err := io.ReadAll(io.LimitReader(r, int64(headerSize+s.most)+1))
+	limit := int64(headerSize)
+	if value {
+		limit += int64(s.most) + 1 // a byte more shows an object longer than it said
+	}
+	b, err := io.ReadAll(io.LimitReader(r, limit))
 	if err != nil {
 		return entry{}, "", fmt.Errorf("read %q: %w", okey, err)
 	}
@@ -169,13 +180,14 @@ func (s *Store) read(ctx context.Context, okey string) (entry, string, error) {
 	return e, info.ETag, nil
 }
 
-// lookup returns key's live entry, or ErrNotFound.
-func (s *Store) lookup(ctx context.Context, key string) (entry, string, error) {
+// lookup returns key's live entry, or ErrNotFound, with its value when
+// value is set.
+func (s *Store) lookup(ctx context.Context, key string, value bool) (entry, string, error) {
 	okey, err := s.objectKey(key)
 	if err != nil {
 		return entry{}, "", err
 	}
-	e, _, err := s.read(ctx, okey)
+	e, _, err := s.read(ctx, okey, value)
 	if err != nil {
 		return entry{}, "", fmt.Errorf("cache %q: %w", key, err)
 	}
@@ -187,7 +199,7 @@ func (s *Store) lookup(ctx context.Context, key string) (entry, string, error) {
 
 // Get implements ports.Cache.
 func (s *Store) Get(ctx context.Context, key string) ([]byte, error) {
-	e, _, err := s.lookup(ctx, key)
+	e, _, err := s.lookup(ctx, key, true)
 	if err != nil {
 		return nil, err
 	}
@@ -234,7 +246,7 @@ func (s *Store) SetIfAbsent(ctx context.Context, key string, value []byte, ttl t
 		if !errors.Is(err, ports.ErrConflict) {
 			return false, fmt.Errorf("cache set %q if absent: %w", key, err)
 		}
-		cur, etag, err := s.read(ctx, okey)
+		cur, etag, err := s.read(ctx, okey, false)
 		if errors.Is(err, ports.ErrNotFound) {
 			continue // deleted since: try to create it again
 		}
@@ -260,7 +272,7 @@ func (s *Store) SetIfAbsent(ctx context.Context, key string, value []byte, ttl t
 // Delete implements ports.Cache. An expired entry counts as missing and is
 // left in place, since deleting it could remove a new entry written since.
 func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
-	_, okey, err := s.lookup(ctx, key)
+	_, okey, err := s.lookup(ctx, key, false)
 	if errors.Is(err, ports.ErrNotFound) {
 		return false, nil
 	}
@@ -279,7 +291,7 @@ func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 
 // Exists implements ports.Cache.
 func (s *Store) Exists(ctx context.Context, key string) (bool, error) {
-	_, _, err := s.lookup(ctx, key)
+	_, _, err := s.lookup(ctx, key, false)
 	if errors.Is(err, ports.ErrNotFound) {
 		return false, nil
 	}
