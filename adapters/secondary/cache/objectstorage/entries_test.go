@@ -2,6 +2,9 @@ package objectstorage_test
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -42,6 +45,73 @@ func TestExistsDeleteAndSetIfAbsentReadNoValue(t *testing.T) {
 			}
 			if n := reads.read.Load(); n > 8 {
 				t.Errorf("%s read %d bytes of an object of %d; want the entry's expiry only, 8 bytes", c.call, n, len(big)+8)
+			}
+		}
+	})
+}
+
+// An object at an entry's name that is no entry of the tier's, shorter
+// than an expiry or larger than any entry (any caller of the object
+// storage service can write there), is absent to the cache: Get and Exists
+// do not find it, Delete finds nothing to delete, and SetIfAbsent stores
+// over it as over an expired entry, for exactly one of many racers on two
+// engines' tiers.
+func TestAnObjectThatIsNoEntryIsAbsent(t *testing.T) {
+	everyStore(t, func(t *testing.T, objects ports.ObjectStorage) {
+		const most = 1 << 10
+		tiers := [2]*objectstorage.Store{openTier(t, objectstorage.Config{}, objects), openTier(t, objectstorage.Config{}, objects)}
+		for _, tier := range tiers {
+			objectstorage.SetMaxValue(tier, most)
+		}
+		tier := tiers[0]
+		for key, planted := range map[string][]byte{
+			"empty":    {},
+			"short":    []byte("abc"),
+			"oversize": make([]byte, 8+most+1), // a header of zeros: it would never expire
+		} {
+			if _, err := objects.Put(t.Context(), objectOf(key), bytes.NewReader(planted), ports.PutObjectOptions{}); err != nil {
+				t.Fatalf("plant %s: %v", key, err)
+			}
+			if v, err := tier.Get(t.Context(), key); !errors.Is(err, ports.ErrNotFound) {
+				t.Errorf("Get of %s = %d bytes, %v; want ErrNotFound", key, len(v), err)
+			}
+			if ok, err := tier.Exists(t.Context(), key); ok || err != nil {
+				t.Errorf("Exists of %s = %v, %v; want false", key, ok, err)
+			}
+			if ok, err := tier.Delete(t.Context(), key); ok || err != nil {
+				t.Errorf("Delete of %s = %v, %v; want false", key, ok, err)
+			}
+			var (
+				wg  sync.WaitGroup
+				won = make([]bool, 8)
+			)
+			start := make(chan struct{})
+			for i := range won {
+				wg.Go(func() {
+					<-start
+					ok, err := tiers[i%2].SetIfAbsent(t.Context(), key, fmt.Appendf(nil, "racer %d", i), 0)
+					if err != nil {
+						t.Errorf("SetIfAbsent over %s, racer %d: %v", key, i, err)
+					}
+					won[i] = ok
+				})
+			}
+			close(start)
+			wg.Wait()
+			winner := -1
+			for i, ok := range won {
+				if ok && winner >= 0 {
+					t.Fatalf("SetIfAbsent over %s: racers %d and %d both won", key, winner, i)
+				}
+				if ok {
+					winner = i
+				}
+			}
+			if winner < 0 {
+				t.Fatalf("SetIfAbsent over %s: no racer won", key)
+			}
+			if v, err := tier.Get(t.Context(), key); err != nil || string(v) != fmt.Sprintf("racer %d", winner) {
+				t.Fatalf("Get of %s after SetIfAbsent = %q, %v; want the winner's %q", key, v, err, fmt.Sprintf("racer %d", winner))
 			}
 		}
 	})

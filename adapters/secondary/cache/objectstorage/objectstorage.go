@@ -7,6 +7,12 @@
 // hosts whose clocks differ see entries expire that much apart. Expired
 // objects stay until their key is written again; a conditional delete
 // would be needed to remove them without racing a new entry.
+//
+// Any caller of the object storage service can write under the prefix. An
+// object there that is no entry of the tier's, shorter than an expiry or
+// larger than any entry, is absent to the cache as an expired entry is:
+// Get and Exists do not find it, Delete leaves it and reports nothing
+// deleted, and Set and SetIfAbsent store over it.
 package objectstorage
 
 import (
@@ -34,7 +40,7 @@ const headerSize = 8
 // MaxValue is the largest value the tier keeps: no call to the engine
 // carries more (its largest uploaded request). An object under the prefix
 // may be larger, since any caller of the object storage service can write
-// there; it is no entry of the tier's, and is refused before it is read.
+// there; it is no entry of the tier's, and is known by its size, unread.
 const MaxValue = 256 << 20
 
 // Config is the object storage tier's block under services.cache.config.
@@ -122,9 +128,14 @@ func (s *Store) objectKey(key string) (string, error) {
 type entry struct {
 	value   []byte
 	expires time.Time
+	// not says why the object read is no entry ("" for an entry): such an
+	// object is never live.
+	not string
 }
 
-func (e entry) live() bool { return e.expires.IsZero() || time.Now().Before(e.expires) }
+func (e entry) live() bool {
+	return e.not == "" && (e.expires.IsZero() || time.Now().Before(e.expires))
+}
 
 // checkValue refuses a value larger than the tier reads back.
 func (s *Store) checkValue(value []byte) error {
@@ -145,19 +156,27 @@ func encode(value []byte, ttl time.Duration) io.Reader {
 // read returns the entry stored under an object key and the object's
 // ETag. Without value it reads the entry's expiry alone, the object's
 // first bytes, which is all that Exists, Delete and SetIfAbsent decide on:
-// the value after it may be as large as MaxValue.
+// the value after it may be as large as MaxValue. An object that is no
+// entry is returned as one that says why, with its ETag, so that
+// SetIfAbsent can store over it.
 func (s *Store) read(ctx context.Context, okey string, value bool) (entry, string, error) {
 	opts := ports.GetObjectOptions{}
 	if !value {
 		opts.Length = headerSize
 	}
 	r, info, err := s.objects.Get(ctx, okey, opts)
+	// The S3 store answers S3's refusal of a range of an empty object by a
+	// Stat, and refuses the range when that finds the object replaced
+	// meanwhile. A range from 0 is never at fault: it is read again.
+	for try := 1; !value && try < 3 && errors.Is(err, ports.ErrInvalidArgument); try++ {
+		r, info, err = s.objects.Get(ctx, okey, opts)
+	}
 	if err != nil {
 		return entry{}, "", err
 	}
 	defer r.Close()
 	if info.Size > int64(headerSize+s.most) {
-		return entry{}, "", fmt.Errorf("cache object %q is %d bytes, more than any entry: not read", okey, info.Size)
+		return entry{not: fmt.Sprintf("%d bytes, more than any entry", info.Size)}, info.ETag, nil
 	}
 	limit := int64(headerSize)
 	if value {
@@ -168,10 +187,10 @@ func (s *Store) read(ctx context.Context, okey string, value bool) (entry, strin
 		return entry{}, "", fmt.Errorf("read %q: %w", okey, err)
 	}
 	if len(b) > headerSize+s.most {
-		return entry{}, "", fmt.Errorf("cache object %q is longer than it said, and than any entry: not read", okey)
+		return entry{not: "longer than its size said, and than any entry"}, info.ETag, nil
 	}
 	if len(b) < headerSize {
-		return entry{}, "", fmt.Errorf("cache object %q of %d bytes has no expiry header", okey, len(b))
+		return entry{not: fmt.Sprintf("%d bytes, no expiry", len(b))}, info.ETag, nil
 	}
 	e := entry{value: b[headerSize:]}
 	if ns := binary.BigEndian.Uint64(b[:headerSize]); ns != 0 {
@@ -190,6 +209,9 @@ func (s *Store) lookup(ctx context.Context, key string, value bool) (entry, stri
 	e, _, err := s.read(ctx, okey, value)
 	if err != nil {
 		return entry{}, "", fmt.Errorf("cache %q: %w", key, err)
+	}
+	if e.not != "" {
+		return entry{}, okey, fmt.Errorf("cache %q: object %q is no entry (%s): %w", key, okey, e.not, ports.ErrNotFound)
 	}
 	if !e.live() {
 		return entry{}, okey, fmt.Errorf("cache %q expired at %v: %w", key, e.expires, ports.ErrNotFound)
@@ -225,7 +247,8 @@ func (s *Store) Set(ctx context.Context, key string, value []byte, ttl time.Dura
 }
 
 // SetIfAbsent implements ports.Cache. A missing object is created only if
-// still absent; an expired one is replaced only if its ETag is unchanged.
+// still absent; an expired one, or one that is no entry, is replaced only
+// if its ETag is unchanged.
 // A racer that loses either write reads again and decides anew.
 func (s *Store) SetIfAbsent(ctx context.Context, key string, value []byte, ttl time.Duration) (bool, error) {
 	okey, err := s.objectKey(key)
@@ -269,8 +292,9 @@ func (s *Store) SetIfAbsent(ctx context.Context, key string, value []byte, ttl t
 	}
 }
 
-// Delete implements ports.Cache. An expired entry counts as missing and is
-// left in place, since deleting it could remove a new entry written since.
+// Delete implements ports.Cache. An expired entry, or an object that is no
+// entry, counts as missing and is left in place, since deleting it could
+// remove a new entry written since.
 func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 	_, okey, err := s.lookup(ctx, key, false)
 	if errors.Is(err, ports.ErrNotFound) {

@@ -14,9 +14,9 @@ import (
 )
 
 // Any caller of the object storage service can write under the tier's
-// prefix, of any size. A cache get of such an object refuses it by its
-// size rather than read it whole into the engine; a value larger than the
-// tier reads back is refused when it is set. The bound is made small here
+// prefix, of any size. A cache get of such an object finds no entry there
+// by its size rather than read it whole into the engine; a value larger
+// than the tier reads back is refused when it is set. The bound is made small here
 // so that the test stays small; the engine's is MaxValue.
 func TestAnObjectLargerThanAnyEntryIsNotRead(t *testing.T) {
 	objects, err := objmemory.Open(t.Context(), objmemory.Config{})
@@ -36,8 +36,8 @@ func TestAnObjectLargerThanAnyEntryIsNotRead(t *testing.T) {
 	}
 	reads := &countingStore{ObjectStorage: objects}
 	s.objects = reads
-	if v, err := s.Get(t.Context(), "k"); err == nil || reads.read > 0 {
-		t.Fatalf("Get of an object of %d bytes = %d bytes, %v, after reading %d bytes; want an error and nothing read", len(planted), len(v), err, reads.read)
+	if v, err := s.Get(t.Context(), "k"); !errors.Is(err, ports.ErrNotFound) || reads.read > 0 {
+		t.Fatalf("Get of an object of %d bytes = %d bytes, %v, after reading %d bytes; want ErrNotFound and nothing read", len(planted), len(v), err, reads.read)
 	}
 	if err := s.Set(t.Context(), "big", make([]byte, s.most+1), 0); !errors.Is(err, ports.ErrInvalidArgument) {
 		t.Fatalf("Set of a value of %d bytes: err %v, want ErrInvalidArgument", s.most+1, err)
