@@ -165,12 +165,6 @@ func (s *Store) read(ctx context.Context, okey string, value bool) (entry, strin
 		opts.Length = headerSize
 	}
 	r, info, err := s.objects.Get(ctx, okey, opts)
-	// The S3 store answers S3's refusal of a range of an empty object by a
-	// Stat, and refuses the range when that finds the object replaced
-	// meanwhile. A range from 0 is never at fault: it is read again.
-	for try := 1; !value && try < 3 && errors.Is(err, ports.ErrInvalidArgument); try++ {
-		r, info, err = s.objects.Get(ctx, okey, opts)
-	}
 	if err != nil {
 		return entry{}, "", err
 	}

@@ -489,13 +489,22 @@ func (s *Store) Get(ctx context.Context, key string, opts ports.GetObjectOptions
 		}
 		in.Range = aws.String(rng)
 	}
-	out, err := s.client.GetObject(ctx, in)
-	if err != nil {
-		err = translate(err)
-		if errors.Is(err, ports.ErrInvalidArgument) {
-			return s.emptyRange(ctx, key, opts, err)
+	var out *s3.GetObjectOutput
+	for try := 1; ; try++ {
+		var err error
+		out, err = s.client.GetObject(ctx, in)
+		if err == nil {
+			break
 		}
-		return nil, ports.ObjectInfo{}, fmt.Errorf("get %q: %w", key, err)
+		err = translate(err)
+		if !errors.Is(err, ports.ErrInvalidArgument) {
+			return nil, ports.ObjectInfo{}, fmt.Errorf("get %q: %w", key, err)
+		}
+		body, info, grown, err := s.emptyRange(ctx, key, opts)
+		if grown && try < rangeTries {
+			continue
+		}
+		return body, info, err
 	}
 	info := ports.ObjectInfo{
 		Key:         key,
@@ -515,20 +524,27 @@ func (s *Store) Get(ctx context.Context, key string, opts ports.GetObjectOptions
 	return out.Body, info, nil
 }
 
+// rangeTries is how many times Get asks for a range that S3 refused as
+// past the object's end, when the object it then finds is longer: it was
+// replaced between the two requests.
+const rangeTries = 5
+
 // emptyRange answers a range S3 refused: S3 refuses a range that starts at
-// the end of the object, which the port reads as empty.
-func (s *Store) emptyRange(ctx context.Context, key string, opts ports.GetObjectOptions, refused error) (io.ReadCloser, ports.ObjectInfo, error) {
+// the end of the object, which the port reads as empty. grown reports that
+// the object found now holds the range after all: it was replaced since
+// the refusal, and the range is to be asked for again.
+func (s *Store) emptyRange(ctx context.Context, key string, opts ports.GetObjectOptions) (io.ReadCloser, ports.ObjectInfo, bool, error) {
 	info, err := s.Stat(ctx, key)
 	if err != nil {
-		return nil, ports.ObjectInfo{}, err
+		return nil, ports.ObjectInfo{}, false, err
 	}
 	if _, _, err := objkey.Span(key, opts, info.Size); err != nil {
-		return nil, ports.ObjectInfo{}, err
+		return nil, ports.ObjectInfo{}, false, err
 	}
 	if opts.Offset < info.Size {
-		return nil, ports.ObjectInfo{}, fmt.Errorf("get %q range %+v of %d bytes: %w", key, opts, info.Size, refused)
+		return nil, ports.ObjectInfo{}, true, fmt.Errorf("get %q range %+v: the object changed under each of %d reads", key, opts, rangeTries)
 	}
-	return io.NopCloser(strings.NewReader("")), info, nil
+	return io.NopCloser(strings.NewReader("")), info, false, nil
 }
 
 // rangeTotal reads the object's size from a Content-Range header such as
