@@ -65,11 +65,13 @@ type Vector struct {
 // A batch of 200 vectors of dimension 384 is 77,000 numbers, and
 // formatting and reading them as text costs most of an upsert's time;
 // packed, they cost next to nothing and take half the bytes. The facade
-// sends the packed form.
+// sends the packed form. Neither may be null: null is neither numbers nor
+// bytes, and read as the field left out, a vector giving both forms, one
+// of them null, would pass for one that gives only the other.
 type UpsertVector struct {
 	ID      string         `json:"id"`
-	Values  []float32      `json:"values,omitempty"`
-	Packed  Bytes          `json:"values_f32,omitempty"`
+	Values  []float32      `json:"values,omitempty" strictjson:"notnull"`
+	Packed  Bytes          `json:"values_f32,omitempty" strictjson:"notnull"`
 	Payload map[string]any `json:"payload,omitempty"`
 }
 
