@@ -74,10 +74,21 @@ type Store struct {
 	mu      sync.Mutex
 	indexes map[string]*cached
 	upserts map[int]*sql.Stmt // by rows per statement
+	// drops counts the indexes the handle let go of as their collections
+	// went. A snapshot taken before one of them may still hold the
+	// collection, and would load its index anew after the drop; sync
+	// takes or makes an index only while the count stands where it was
+	// before its snapshot (errDropped otherwise).
+	drops uint64
 
 	stopLoad    context.CancelFunc // ends the load of the indexes at open
 	loaded      chan struct{}      // closed when that load has ended
 	checkpoints *sqlitedb.Checkpointer
+
+	// hooks are points of sync where tests stop it; nil outside tests.
+	hooks struct {
+		read func(name string) // sync has read the collection from its snapshot
+	}
 }
 
 // cached is a handle's index of one collection and the point of the file's
@@ -236,9 +247,10 @@ func (s *Store) loadAll(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
+		drops := s.dropCount()
 		_ = s.readTx(ctx, func(tx *sql.Tx) error {
-			_, err := s.sync(ctx, tx, c.Name)
-			return err // errAhead too: the index is already loaded
+			_, err := s.sync(ctx, tx, c.Name, drops)
+			return err // errAhead too: the index is already loaded; errDropped: the collection is gone
 		})
 	}
 }
@@ -296,6 +308,10 @@ func tick(ctx context.Context, tx *sql.Tx, name string) (seq, prev int64, err er
 func (s *Store) entry(name string) *cached {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.entryLocked(name)
+}
+
+func (s *Store) entryLocked(name string) *cached {
 	c, ok := s.indexes[name]
 	if !ok {
 		c = &cached{}
@@ -304,30 +320,62 @@ func (s *Store) entry(name string) *cached {
 	return c
 }
 
+// dropCount is the number of indexes the handle has let go of so far; read
+// it before a snapshot is taken, for sync.
+func (s *Store) dropCount() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.drops
+}
+
+// entrySince is entry for a sync whose snapshot was taken once the handle
+// had let go of drops indexes; nil when it has let go of more since.
+func (s *Store) entrySince(name string, drops uint64) *cached {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.drops != drops {
+		return nil
+	}
+	return s.entryLocked(name)
+}
+
 // errAhead is sync's answer when the handle's index already holds writes
 // newer than the snapshot of tx: a snapshot taken now sees them.
 var errAhead = errors.New("the index is ahead of the snapshot")
+
+// errDropped is sync's answer when the handle has let go of an index since
+// the snapshot of tx was taken: the snapshot may hold a collection that is
+// gone, whose index a load from it would bring back. A snapshot taken now
+// does not.
+var errDropped = errors.New("a collection went since the snapshot")
 
 // sync brings the handle's index of collection name up to the snapshot of
 // tx and returns it: a collection made anew, or an index further behind
 // than the deleted ids are kept, is loaded whole; otherwise only what was
 // written since is read. An index that holds writes newer than the
 // snapshot (the handle's own, applied once committed, or read by a search
-// with a newer snapshot) is errAhead.
-func (s *Store) sync(ctx context.Context, tx *sql.Tx, name string) (view, error) {
+// with a newer snapshot) is errAhead. drops is dropCount as it stood
+// before the snapshot of tx was taken.
+func (s *Store) sync(ctx context.Context, tx *sql.Tx, name string, drops uint64) (view, error) {
 	var dim int
 	var metric string
 	var created, version, pruned int64
 	err := tx.QueryRowContext(ctx, `SELECT dimension, metric, created, version, pruned FROM vector_collections WHERE name = ?`, name).
 		Scan(&dim, &metric, &created, &version, &pruned)
 	if errors.Is(err, sql.ErrNoRows) {
-		s.forget(name)
+		s.forget(name, false)
 		return view{}, fmt.Errorf("collection %q: %w", name, ports.ErrNotFound)
 	}
 	if err != nil {
 		return view{}, fmt.Errorf("read collection %q: %w", name, err)
 	}
-	c := s.entry(name)
+	if s.hooks.read != nil {
+		s.hooks.read(name)
+	}
+	c := s.entrySince(name, drops)
+	if c == nil {
+		return view{}, errDropped
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch {
@@ -377,9 +425,9 @@ type view struct {
 // it read-locked, still at the snapshot: a write applied between sync and
 // the lock is met by syncing again, and one the snapshot cannot see by
 // errAhead. The caller calls release once it has searched the index.
-func (s *Store) hold(ctx context.Context, tx *sql.Tx, name string) (v view, release func(), err error) {
+func (s *Store) hold(ctx context.Context, tx *sql.Tx, name string, drops uint64) (v view, release func(), err error) {
 	for {
-		if v, err = s.sync(ctx, tx, name); err != nil {
+		if v, err = s.sync(ctx, tx, name, drops); err != nil {
 			return view{}, nil, err
 		}
 		v.c.mu.RLock()
@@ -474,11 +522,17 @@ func (s *Store) indexed(name string) int {
 	return c.index.Indexed()
 }
 
-// forget drops the index of a collection that is gone.
-func (s *Store) forget(name string) {
+// forget drops the index of a collection that is gone. dropped says the
+// handle dropped the collection itself, which counts as letting go of an
+// index even when it held none: a search whose snapshot is older may be
+// about to load one.
+func (s *Store) forget(name string, dropped bool) {
 	s.mu.Lock()
 	c, ok := s.indexes[name]
 	delete(s.indexes, name)
+	if ok || dropped {
+		s.drops++
+	}
 	s.mu.Unlock()
 	if ok {
 		c.mu.Lock()
@@ -615,7 +669,7 @@ func (s *Store) DeleteCollection(ctx context.Context, name string) error {
 		return nil
 	})
 	if err == nil {
-		s.forget(name)
+		s.forget(name, true)
 	}
 	return err
 }
@@ -736,7 +790,8 @@ func (s *Store) upsertStmt(ctx context.Context, tx *sql.Tx, n int) (*sql.Stmt, e
 // snapshot, and reads them from the same snapshot: results carry the
 // stored values and payloads, and are scored exactly from them. An index
 // already past the snapshot is searched with a newer one: its candidates
-// read from the older rows would miss vectors of both.
+// read from the older rows would miss vectors of both. So is a snapshot
+// taken before the handle dropped a collection, which may still hold it.
 func (s *Store) Search(ctx context.Context, name string, query []float32, k int, filter map[string]any) ([]ports.ScoredVector, error) {
 	f, err := vecutil.NewFilter(filter)
 	if err != nil {
@@ -744,7 +799,7 @@ func (s *Store) Search(ctx context.Context, name string, query []float32, k int,
 	}
 	for {
 		out, err := s.search(ctx, name, query, k, f)
-		if !errors.Is(err, errAhead) {
+		if !errors.Is(err, errAhead) && !errors.Is(err, errDropped) {
 			return out, err
 		}
 		if err := ctx.Err(); err != nil {
@@ -756,8 +811,9 @@ func (s *Store) Search(ctx context.Context, name string, query []float32, k int,
 // search is one try of Search, in one snapshot.
 func (s *Store) search(ctx context.Context, name string, query []float32, k int, f vecutil.Filter) ([]ports.ScoredVector, error) {
 	var out []ports.ScoredVector
+	drops := s.dropCount()
 	err := s.readTx(ctx, func(tx *sql.Tx) error {
-		v, release, err := s.hold(ctx, tx, name)
+		v, release, err := s.hold(ctx, tx, name, drops)
 		if err != nil {
 			return err
 		}
