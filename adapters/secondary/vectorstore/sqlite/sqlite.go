@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/abi-engine/engine/adapters/secondary/vectorstore/internal/vecindex"
 	"github.com/abi-engine/engine/adapters/secondary/vectorstore/internal/vecutil"
@@ -87,7 +88,8 @@ type Store struct {
 
 	// hooks are points of sync where tests stop it; nil outside tests.
 	hooks struct {
-		read func(name string) // sync has read the collection from its snapshot
+		read    func(name string) // sync has read the collection from its snapshot
+		catchUp func(name string) // sync holds the index and reads the collection into it
 	}
 }
 
@@ -103,6 +105,16 @@ type cached struct {
 	created int64
 	version int64
 	index   *vecindex.Index
+	// shown is index, for what reads it without mu: a load holds mu for
+	// as long as it reads the collection, and collections, which only
+	// tells how much of the index is built, must not wait for that.
+	shown atomic.Pointer[vecindex.Index]
+}
+
+// set makes x the index; the caller holds mu to write.
+func (c *cached) set(x *vecindex.Index) {
+	c.index = x
+	c.shown.Store(x)
 }
 
 var _ ports.VectorStore = (*Store)(nil)
@@ -383,7 +395,7 @@ func (s *Store) sync(ctx context.Context, tx *sql.Tx, name string, drops uint64)
 		if c.index != nil {
 			c.index.Close()
 		}
-		c.index = vecindex.New(dim, ports.Metric(metric), vecindex.Options{Threshold: s.threshold})
+		c.set(vecindex.New(dim, ports.Metric(metric), vecindex.Options{Threshold: s.threshold}))
 		c.created, c.version = created, 0
 		if err := s.catchUp(ctx, tx, name, dim, c, -1); err != nil {
 			c.discard()
@@ -408,7 +420,7 @@ func (s *Store) sync(ctx context.Context, tx *sql.Tx, name string, drops uint64)
 // building a graph nobody holds, after the handle's Close too.
 func (c *cached) discard() {
 	c.index.Close()
-	c.index = nil
+	c.set(nil)
 }
 
 // view is a collection's settings and its index at one moment: the
@@ -445,6 +457,9 @@ func (s *Store) hold(ctx context.Context, tx *sql.Tx, name string, drops uint64)
 // catchUp reads the rows written and the ids deleted after version since
 // (all rows when since is negative) into c's index.
 func (s *Store) catchUp(ctx context.Context, tx *sql.Tx, name string, dim int, c *cached, since int64) error {
+	if s.hooks.catchUp != nil {
+		s.hooks.catchUp(name)
+	}
 	if since >= 0 {
 		rows, err := tx.QueryContext(ctx, `SELECT id FROM vector_deleted WHERE collection = ? AND version > ?`, name, since)
 		if err != nil {
@@ -506,7 +521,7 @@ func (s *Store) catchUp(ctx context.Context, tx *sql.Tx, name string, dim int, c
 }
 
 // indexed is how many vectors of collection name this handle's graph
-// holds.
+// holds, without waiting for a load of the collection under way.
 func (s *Store) indexed(name string) int {
 	s.mu.Lock()
 	c, ok := s.indexes[name]
@@ -514,12 +529,11 @@ func (s *Store) indexed(name string) int {
 	if !ok {
 		return 0
 	}
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	if c.index == nil {
+	x := c.shown.Load()
+	if x == nil {
 		return 0
 	}
-	return c.index.Indexed()
+	return x.Indexed()
 }
 
 // forget drops the index of a collection that is gone. dropped says the
@@ -647,7 +661,7 @@ func (s *Store) CreateCollection(ctx context.Context, name string, dimension int
 	if c.index != nil {
 		c.index.Close()
 	}
-	c.index = vecindex.New(dimension, metric, vecindex.Options{Threshold: s.threshold})
+	c.set(vecindex.New(dimension, metric, vecindex.Options{Threshold: s.threshold}))
 	c.created, c.version = seq, seq
 	return nil
 }
