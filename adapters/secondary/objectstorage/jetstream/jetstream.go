@@ -84,11 +84,18 @@ type Store struct {
 	// closing ends when Close is called: a Put stops writing chunks.
 	closing context.Context
 	close   context.CancelFunc
-	// mu guards closed; writes counts the Puts and Deletes under way,
-	// which Close waits for before it closes the connection.
+	// mu guards closed, readers, owed and purging; writes counts the
+	// Puts and Deletes under way, which Close waits for before it closes
+	// the connection.
 	mu     sync.Mutex
 	closed bool
 	writes sync.WaitGroup
+	// readers counts the open readers of each object's chunks (by the
+	// object's NUID); a purge of chunks still read is owed until the last
+	// of them ends, and purging holds those whose purge is under way.
+	readers map[string]int
+	owed    map[string]bool
+	purging map[string]bool
 }
 
 // Open opens the bucket on nc, creating it when it is missing. The store
@@ -101,7 +108,10 @@ func Open(ctx context.Context, c Config, nc *nats.Conn) (*Store, error) {
 		return nil, fmt.Errorf("object storage jetstream: %w", err)
 	}
 	closing, cancel := context.WithCancel(context.Background())
-	return &Store{b: b, nc: nc, closing: closing, close: cancel}, nil
+	return &Store{
+		b: b, nc: nc, closing: closing, close: cancel,
+		readers: map[string]int{}, owed: map[string]bool{}, purging: map[string]bool{},
+	}, nil
 }
 
 // closeWait bounds how long Close waits for the Puts and Deletes under
@@ -110,9 +120,10 @@ const closeWait = describeTimeout + purgeTimeout
 
 // Close stops the Puts under way from writing chunks, waits (within
 // closeWait) for them and the Deletes under way to end, purges and all,
-// and closes the store's connection; closing twice is harmless. Closing
-// the connection under a write would fail its purge, and leave chunks
-// that no description names in the stream for good.
+// purges the chunks still owed to readers, whose reads end with the
+// connection, and closes the store's connection; closing twice is
+// harmless. Closing the connection under a write would fail its purge, and
+// leave chunks that no description names in the stream for good.
 func (s *Store) Close() error {
 	s.mu.Lock()
 	s.closed = true
@@ -126,6 +137,13 @@ func (s *Store) Close() error {
 	select {
 	case <-ended:
 	case <-time.After(closeWait):
+	}
+	s.mu.Lock()
+	owed := s.owed
+	s.owed = map[string]bool{}
+	s.mu.Unlock()
+	for id := range owed {
+		s.purgeNow(id)
 	}
 	s.nc.Close()
 	return nil
@@ -436,12 +454,64 @@ func digest(h hash.Hash) string {
 const purgeTimeout = 10 * time.Second
 
 // purge removes the chunks of id, on a context of its own: it runs after
-// the call's context may have ended. Chunks it fails to remove are
-// unreachable, never read.
+// the call's context may have ended. Chunks that a Get of this store is
+// still reading stay until its reader ends (read): a Get answered with an
+// object reads the whole of it, as a Get of a file or of S3 does, even
+// when a Put replaces the object or a Delete removes it meanwhile.
 func (s *Store) purge(id string) {
+	s.mu.Lock()
+	if s.readers[id] > 0 {
+		s.owed[id] = true
+		s.mu.Unlock()
+		return
+	}
+	s.purging[id] = true
+	s.mu.Unlock()
+	s.purgeNow(id)
+	s.mu.Lock()
+	delete(s.purging, id)
+	s.mu.Unlock()
+}
+
+// purgeNow removes the chunks of id. Chunks it fails to remove are
+// unreachable, never read.
+func (s *Store) purgeNow(id string) {
 	ctx, cancel := context.WithTimeout(context.Background(), purgeTimeout)
 	defer cancel()
 	_ = s.b.Purge(ctx, chunkToken(id))
+}
+
+// read counts a reader of the chunks of id, which puts their purge off
+// until done is called; done is safe to call more than once. It fails
+// when their purge is under way: the reader might find some chunks and
+// not the rest, and the object it read is gone.
+func (s *Store) read(id string) (done func(), ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.purging[id] {
+		return nil, false
+	}
+	s.readers[id]++
+	var once sync.Once
+	return func() { once.Do(func() { s.unread(id) }) }, true
+}
+
+// unread ends a reader of the chunks of id, and purges them when they are
+// owed and it was their last reader.
+func (s *Store) unread(id string) {
+	s.mu.Lock()
+	s.readers[id]--
+	if s.readers[id] > 0 {
+		s.mu.Unlock()
+		return
+	}
+	delete(s.readers, id)
+	owed := s.owed[id]
+	delete(s.owed, id)
+	s.mu.Unlock()
+	if owed {
+		s.purge(id)
+	}
 }
 
 // Get opens a reader of the object's chunks in the range.
@@ -468,15 +538,30 @@ func (s *Store) Get(ctx context.Context, key string, opts ports.GetObjectOptions
 		if length == 0 {
 			return r, describe(key, cur.info), nil
 		}
+		// The chunks are counted as read before the first is: a Put or
+		// Delete that replaces the object from then on leaves them until
+		// the reader ends, which it does at its end, at an error, at
+		// Close, or when the Get's context ends.
+		done, ok := s.read(cur.info.NUID)
+		if !ok {
+			continue // replaced, and its chunks on their way out
+		}
+		stop := context.AfterFunc(ctx, done)
+		r.done = func() {
+			stop()
+			done()
+		}
 		// The first chunk is read before Get answers. A Put that replaced
 		// the object after its description was read has purged the
 		// chunks, and the answer would be "not found" for an object that
 		// never went; the description read again is the object now.
 		err = r.next()
 		if errors.Is(err, ports.ErrNotFound) {
+			r.done()
 			continue
 		}
 		if err != nil {
+			r.done()
 			return nil, ports.ObjectInfo{}, err
 		}
 		return r, describe(key, cur.info), nil
@@ -498,6 +583,17 @@ type reader struct {
 	whole bool   // the range is the object: check its digest at the end
 	h     hash.Hash
 	err   error
+	// done ends the store's count of this reader of the chunks; nil for
+	// a reader of no chunks.
+	done func()
+}
+
+// end ends the reader with err, and its hold on the chunks.
+func (r *reader) end(err error) {
+	r.err, r.chunk = err, nil
+	if r.done != nil {
+		r.done()
+	}
 }
 
 func (r *reader) Read(p []byte) (int, error) {
@@ -506,10 +602,12 @@ func (r *reader) Read(p []byte) (int, error) {
 			return 0, r.err
 		}
 		if r.left == 0 {
-			r.err = r.finish()
+			r.end(r.finish())
 			continue
 		}
-		r.err = r.next()
+		if err := r.next(); err != nil {
+			r.end(err)
+		}
 	}
 	n := copy(p, r.chunk[:min(int64(len(r.chunk)), r.left)])
 	r.chunk, r.left = r.chunk[n:], r.left-int64(n)
@@ -636,7 +734,7 @@ func (r *reader) finish() error {
 
 // Close ends the read; the reader holds no resource on the broker.
 func (r *reader) Close() error {
-	r.err, r.chunk = io.ErrClosedPipe, nil
+	r.end(io.ErrClosedPipe)
 	return nil
 }
 
