@@ -66,7 +66,7 @@ func TestAGetStreamingWhileItsObjectIsReplacedReadsTheWholeObjectItDescribed(t *
 			}
 			if tc.abandon {
 				cancelGet()
-				waitChunkSubjects(t, url, bucket, tc.left)
+				waitChunkSubjects(t, url, bucket, tc.left, 30*time.Second)
 				return
 			}
 			rest, err := io.ReadAll(r)
@@ -77,16 +77,16 @@ func TestAGetStreamingWhileItsObjectIsReplacedReadsTheWholeObjectItDescribed(t *
 				t.Fatalf("the Get read %d bytes, not the %d of the object it described", len(got), len(old))
 			}
 			_ = r.Close()
-			waitChunkSubjects(t, url, bucket, tc.left)
+			waitChunkSubjects(t, url, bucket, tc.left, 30*time.Second)
 		})
 	}
 }
 
-// waitChunkSubjects waits, within 30 s, until the bucket's stream holds
+// waitChunkSubjects waits, within within, until the bucket's stream holds
 // the chunks of want objects.
-func waitChunkSubjects(t *testing.T, url, bucket string, want int) {
+func waitChunkSubjects(t *testing.T, url, bucket string, want int, within time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(within)
 	for {
 		got := chunkSubjects(t, url, bucket)
 		if len(got) == want {

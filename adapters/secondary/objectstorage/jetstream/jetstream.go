@@ -96,11 +96,45 @@ type Store struct {
 	readers map[string]int
 	owed    map[string]bool
 	purging map[string]bool
+	// sweeping times the sweeps of chunks that no description names;
+	// swept closes when the sweeps have ended, after Close.
+	sweeping sweeping
+	swept    chan struct{}
 }
+
+// sweeping says when chunks that no live description names are swept,
+// and how far apart a Put may write its chunks.
+type sweeping struct {
+	// age is how long ago, on the server's clock, the newest of such
+	// chunks was stored before they are swept.
+	age time.Duration
+	// every is the time between sweeps; the first runs at Open.
+	every time.Duration
+	// stall bounds, on the local clock now, the time between two chunks
+	// of a Put and between its last chunk and its description.
+	stall time.Duration
+	now   func() time.Time
+}
+
+// defaultSweeping sweeps the chunks of a Put cut short by a crash an hour
+// after its last chunk. A Put still under way, on this engine or on one
+// that fenced itself, has its newest chunk at most stall old, or its
+// description on its way within describeTimeout of it; a sweep reads the
+// descriptions first and lasts at most sweepTimeout, so no description
+// that names chunks it judged old can be stored after it read them:
+// age > stall + describeTimeout + sweepTimeout.
+var defaultSweeping = sweeping{age: time.Hour, every: time.Hour, stall: 15 * time.Minute, now: time.Now}
+
+// sweepTimeout bounds one sweep.
+const sweepTimeout = 10 * time.Minute
 
 // Open opens the bucket on nc, creating it when it is missing. The store
 // owns nc: Close closes it.
 func Open(ctx context.Context, c Config, nc *nats.Conn) (*Store, error) {
+	return open(ctx, c, nc, defaultSweeping)
+}
+
+func open(ctx context.Context, c Config, nc *nats.Conn, sw sweeping) (*Store, error) {
 	c.Default("")
 	b, err := jsbucket.OpenObjects(ctx, nc, jsbucket.Config(c), "abi-engine objects")
 	if err != nil {
@@ -108,18 +142,22 @@ func Open(ctx context.Context, c Config, nc *nats.Conn) (*Store, error) {
 		return nil, fmt.Errorf("object storage jetstream: %w", err)
 	}
 	closing, cancel := context.WithCancel(context.Background())
-	return &Store{
+	s := &Store{
 		b: b, nc: nc, closing: closing, close: cancel,
 		readers: map[string]int{}, owed: map[string]bool{}, purging: map[string]bool{},
-	}, nil
+		sweeping: sw, swept: make(chan struct{}),
+	}
+	go s.sweeps()
+	return s, nil
 }
 
 // closeWait bounds how long Close waits for the Puts and Deletes under
 // way: a description's write and a purge after it.
 const closeWait = describeTimeout + purgeTimeout
 
-// Close stops the Puts under way from writing chunks, waits (within
-// closeWait) for them and the Deletes under way to end, purges and all,
+// Close stops the Puts under way from writing chunks and the sweeps,
+// waits (within closeWait) for them and the Deletes under way to end,
+// purges and all,
 // purges the chunks still owed to readers, whose reads end with the
 // connection, and closes the store's connection; closing twice is
 // harmless. Closing the connection under a write would fail its purge, and
@@ -132,6 +170,7 @@ func (s *Store) Close() error {
 	ended := make(chan struct{})
 	go func() {
 		s.writes.Wait()
+		<-s.swept
 		close(ended)
 	}()
 	select {
@@ -215,7 +254,8 @@ func describe(key string, info jetstream.ObjectInfo) ports.ObjectInfo {
 // that fails before its description is sent, or loses its condition,
 // purges its own chunks and leaves the previous object. A caller that
 // gives up once the description is sent ends its sending: the Put then
-// reads, within 5 s, whether it was stored.
+// reads, within 5 s, whether it was stored. A Put whose chunks come more
+// than 15 minutes apart fails: the sweeps may have taken them (sweep).
 func (s *Store) Put(ctx context.Context, key string, r io.Reader, opts ports.PutObjectOptions) (ports.ObjectInfo, error) {
 	if err := objkey.CheckPut(key, opts); err != nil {
 		return ports.ObjectInfo{}, err
@@ -248,7 +288,10 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, opts ports.Put
 	wctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 	defer context.AfterFunc(s.closing, func() { stop(errClosed) })()
-	info, err := s.writeChunks(wctx, id, r)
+	info, last, err := s.writeChunks(wctx, id, r)
+	if err == nil && info.Chunks > 0 {
+		err = s.stalled(last, "its description")
+	}
 	if wctx.Err() != nil {
 		// A caller that gave up, or a store that closed, before the
 		// description is written gets nothing stored.
@@ -416,9 +459,13 @@ func refused(err error) bool {
 }
 
 // writeChunks publishes r in chunks under id and returns the size, count
-// and digest.
-func (s *Store) writeChunks(ctx context.Context, id string, r io.Reader) (jetstream.ObjectInfo, error) {
-	var info jetstream.ObjectInfo
+// and digest, and when the last chunk was stored. Chunks further apart
+// than the sweeps allow fail the Put: a sweep may have taken those before.
+func (s *Store) writeChunks(ctx context.Context, id string, r io.Reader) (jetstream.ObjectInfo, time.Time, error) {
+	var (
+		info jetstream.ObjectInfo
+		last time.Time
+	)
 	h := sha256.New()
 	buf := make([]byte, chunkSize)
 	for {
@@ -429,8 +476,14 @@ func (s *Store) writeChunks(ctx context.Context, id string, r io.Reader) (jetstr
 			m.Data = buf[:n]
 			m.Header.Set(headerChunk, strconv.FormatUint(uint64(info.Chunks), 10))
 			if _, perr := s.b.Publish(ctx, chunkToken(id), m, nil); perr != nil {
-				return info, perr
+				return info, last, perr
 			}
+			if info.Chunks > 0 {
+				if serr := s.stalled(last, fmt.Sprintf("chunk %d", info.Chunks+1)); serr != nil {
+					return info, last, serr
+				}
+			}
+			last = s.sweeping.now()
 			info.Size += uint64(n)
 			info.Chunks++
 		}
@@ -438,12 +491,110 @@ func (s *Store) writeChunks(ctx context.Context, id string, r io.Reader) (jetstr
 		// io.ErrUnexpectedEOF was cut short.
 		if errors.Is(err, io.EOF) {
 			info.Digest = digest(h)
-			return info, nil
+			return info, last, nil
 		}
 		if err != nil {
-			return info, fmt.Errorf("read the content after %d bytes: %w", info.Size, err)
+			return info, last, fmt.Errorf("read the content after %d bytes: %w", info.Size, err)
 		}
 	}
+}
+
+// stalled fails a Put whose next write, what, comes more than the sweeps'
+// stall after its last chunk was stored at last: a sweep judges chunks
+// by their newest, and may have taken the Put's as left by a crash.
+func (s *Store) stalled(last time.Time, what string) error {
+	if d := s.sweeping.now().Sub(last); d > s.sweeping.stall {
+		return fmt.Errorf("%s came %v after the chunk before it, more than %v, and the chunks may have been swept as left by a crash: %w",
+			what, d.Round(time.Millisecond), s.sweeping.stall, context.DeadlineExceeded)
+	}
+	return nil
+}
+
+// sweeps sweeps at Open and then every sweeping.every until Close. A
+// sweep that fails leaves its chunks to the next.
+func (s *Store) sweeps() {
+	defer close(s.swept)
+	for {
+		ctx, cancel := context.WithTimeout(s.closing, sweepTimeout)
+		_ = s.sweep(ctx)
+		cancel()
+		t := time.NewTimer(s.sweeping.every)
+		select {
+		case <-s.closing.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// sweep purges the chunks that no live description names and whose
+// newest chunk the server stored at least sweeping.age ago, by its own
+// clock: those of a Put cut short by a crash, or of an object whose Put or
+// Delete died before its purge. It reads the descriptions before it lists
+// the chunks, so that chunks a Put wrote meanwhile are young, and a Put
+// still under way keeps its newest chunk younger than the age (stalled).
+// Chunks a Get of this store still reads are purged once it ends.
+func (s *Store) sweep(ctx context.Context) error {
+	named, err := s.named(ctx)
+	if err != nil {
+		return err
+	}
+	tokens, now, err := s.b.TokensAt(ctx, "C.>")
+	if err != nil {
+		return err
+	}
+	if now.IsZero() {
+		return errors.New("sweep: the server did not tell its time")
+	}
+	for _, t := range tokens {
+		id := strings.TrimPrefix(t, "C.")
+		if named[id] {
+			continue
+		}
+		m, err := s.b.LastMsg(ctx, t)
+		if err != nil {
+			return err
+		}
+		if m.Seq == 0 || now.Sub(m.Time) < s.sweeping.age {
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		s.purge(id)
+	}
+	return nil
+}
+
+// named is the set of the chunks' ids that live descriptions name. A
+// description it cannot read fails the sweep: it may name chunks.
+func (s *Store) named(ctx context.Context) (map[string]bool, error) {
+	tokens, err := s.b.Tokens(ctx, "M.>")
+	if err != nil {
+		return nil, err
+	}
+	named := make(map[string]bool, len(tokens))
+	for _, t := range tokens {
+		e, err := s.b.Last(ctx, t)
+		if err != nil {
+			return nil, err
+		}
+		if !e.Live {
+			continue
+		}
+		var d struct {
+			NUID    string `json:"nuid"`
+			Deleted bool   `json:"deleted"`
+		}
+		if err := json.Unmarshal(e.Value, &d); err != nil {
+			return nil, fmt.Errorf("sweep: unreadable description %s at revision %d: %w", t, e.Revision, err)
+		}
+		if !d.Deleted {
+			named[d.NUID] = true
+		}
+	}
+	return named, nil
 }
 
 func digest(h hash.Hash) string {
