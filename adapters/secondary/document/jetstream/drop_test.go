@@ -406,3 +406,55 @@ func documentSubjects(t *testing.T, url, bucket, collection string) map[string]u
 	}
 	return info.State.Subjects
 }
+
+// A drop whose purge never ran (its engine died between the marker's
+// removal and the purge) leaves its documents in the stream, hidden; the
+// store's sweeps purge them though the collection is never made or
+// dropped again, and leave the documents of every live collection. Before,
+// only a making or a drop of the collection took them: they stayed in the
+// stream for good.
+func TestTheDocumentsOfADyingDropAreSweptThoughTheCollectionIsNeverMadeAgain(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	c := jetstream.Config{Bucket: jstest.Bucket(t), Replicas: 1}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	s := open(t, url, c)
+	for _, name := range []string{"gone", "kept"} {
+		if err := s.EnsureCollection(ctx, name); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 3 {
+			if _, err := s.Put(ctx, name, fmt.Sprint(i), map[string]any{"n": i}, ports.Cond{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	dying := openStopped(t, url, c, &purgeStopper{cut: true})
+	if err := dying.DropCollection(ctx, "gone"); err == nil {
+		t.Fatal("a drop cut off before its purge reported success")
+	}
+	if left := documentSubjects(t, url, c.Bucket, "gone"); len(left) != 3 {
+		t.Fatalf("the stream holds %d documents under the dropped collection before the sweep, want its 3 (the test's cut did not hold): %v", len(left), left)
+	}
+
+	nc := natstest.Connect(t, url)
+	successor, err := jetstream.OpenSweeping(ctx, c, nc, 50*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = successor.Close() })
+	for left := documentSubjects(t, url, c.Bucket, "gone"); len(left) != 0; left = documentSubjects(t, url, c.Bucket, "gone") {
+		if ctx.Err() != nil {
+			t.Fatalf("the documents of the dropped collection stay in the stream: %v", left)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// Close waits for the sweep under way: every sweep has ended.
+	_ = successor.Close()
+	if left := documentSubjects(t, url, c.Bucket, "kept"); len(left) != 3 {
+		t.Fatalf("the stream holds %d documents under the live collection after the sweeps, want its 3: %v", len(left), left)
+	}
+	if n, err := s.Count(ctx, "kept", nil); err != nil || n != 3 {
+		t.Fatalf("the live collection holds %d documents after the sweeps (%v), want 3", n, err)
+	}
+}

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -65,23 +66,108 @@ func (c Config) Describe() string { return jsbucket.Config(c).Describe() }
 type Store struct {
 	b  *jsbucket.Bucket
 	nc *nats.Conn
+	// closing ends at Close, and with it the sweeps, which close swept
+	// when they have ended.
+	closing context.Context
+	close   context.CancelFunc
+	swept   chan struct{}
 }
+
+// sweepEvery is the time between two sweeps of the documents of dropped
+// generations; the first runs at Open.
+const sweepEvery = time.Hour
 
 // Open opens the bucket on nc, creating it when it is missing. The store
 // owns nc: Close closes it.
 func Open(ctx context.Context, c Config, nc *nats.Conn) (*Store, error) {
+	return open(ctx, c, nc, sweepEvery)
+}
+
+func open(ctx context.Context, c Config, nc *nats.Conn, every time.Duration) (*Store, error) {
 	c.Default("")
 	b, err := jsbucket.Open(ctx, nc, jsbucket.Config(c), "abi-engine documents")
 	if err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("document jetstream: %w", err)
 	}
-	return &Store{b: b, nc: nc}, nil
+	closing, cancel := context.WithCancel(context.Background())
+	s := &Store{b: b, nc: nc, closing: closing, close: cancel, swept: make(chan struct{})}
+	go s.sweeps(every)
+	return s, nil
 }
 
-// Close closes the store's connection; closing twice is harmless.
+// Close stops the sweeps, waits (within dropTimeout) for the one under way
+// to end, and closes the store's connection; closing twice is harmless.
 func (s *Store) Close() error {
+	s.close()
+	select {
+	case <-s.swept:
+	case <-time.After(dropTimeout):
+	}
 	s.nc.Close()
+	return nil
+}
+
+// sweeps sweeps at Open and then every every until Close. A sweep that
+// fails leaves what it did not purge to the next.
+func (s *Store) sweeps(every time.Duration) {
+	defer close(s.swept)
+	for {
+		ctx, cancel := context.WithTimeout(s.closing, dropTimeout)
+		_ = s.sweep(ctx)
+		cancel()
+		t := time.NewTimer(every)
+		select {
+		case <-s.closing.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// sweep purges the documents of generations no read reaches: those of a
+// collection whose marker is at another revision, or gone. A drop whose
+// engine died before its purge, or whose purge failed, left them, and
+// only a drop or a making of the collection would take them otherwise.
+// A generation is a revision of the marker, and revisions only grow: one
+// that the marker has left, read after the documents were listed, never
+// comes back, and a collection made after the listing has none of its
+// documents in it.
+func (s *Store) sweep(ctx context.Context) error {
+	tokens, err := s.b.Tokens(ctx, "d.>")
+	if err != nil {
+		return err
+	}
+	generations := map[string]map[uint64]bool{}
+	for _, t := range tokens {
+		parts := strings.SplitN(t, ".", 4)
+		if len(parts) != 4 {
+			continue
+		}
+		gen, err := strconv.ParseUint(parts[2], 10, 64)
+		if err != nil {
+			continue // not a key of this adapter's
+		}
+		if generations[parts[1]] == nil {
+			generations[parts[1]] = map[uint64]bool{}
+		}
+		generations[parts[1]][gen] = true
+	}
+	for name, gens := range generations {
+		e, err := s.b.Last(ctx, marker(name))
+		if err != nil {
+			return err
+		}
+		for gen := range gens {
+			if e.Live && gen == e.Revision {
+				continue
+			}
+			if err := s.b.Purge(ctx, fmt.Sprintf("d.%s.%d.>", name, gen)); err != nil {
+				return err
+			}
+		}
+	}
 	return nil
 }
 
@@ -126,10 +212,9 @@ func (s *Store) EnsureCollection(ctx context.Context, name string) error {
 		made, err := s.b.Put(ctx, marker(name), []byte("{}"), 0, &rev)
 		if err == nil {
 			// Documents below the new marker are of generations no read
-			// reaches: a drop whose purge never ran left them, and only
-			// another drop would take them. The purge is housekeeping, the
-			// collection is made whatever becomes of it, and a later drop
-			// takes what it leaves.
+			// reaches: a drop whose purge never ran left them. The purge
+			// is housekeeping, the collection is made whatever becomes of
+			// it, and a later drop or sweep takes what it leaves.
 			_ = s.b.PurgeBelow(ctx, "d."+name+".>", made)
 			return nil
 		}
