@@ -100,7 +100,7 @@ func New(o Options, extra ...fx.Option) *fx.App {
 		// stops what it started and releases the lease: fx waits for that,
 		// since a process that exited on fx's timeout left the lease held.
 		// A stop may drain for the drain period and then release.
-		fx.StartTimeout(startLimit(timing)+failedStartCleanUp(timing)),
+		fx.StartTimeout(startLimit(domain.MaxLease)+failedStartCleanUp(timing)),
 		fx.StopTimeout(timing.Drain+timing.Lease+30*time.Second),
 		fx.WithLogger(func(log *slog.Logger) fxevent.Logger {
 			// fx's own account of the graph is for debugging; failures reach

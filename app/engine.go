@@ -254,7 +254,10 @@ func (e *Engine) askStop(code int) {
 // Start reaches the broker, claims the lease and starts what the claim
 // decided. Nothing opens before the claim.
 func (e *Engine) Start(ctx context.Context) (err error) {
-	ctx, interrupt := context.WithTimeout(ctx, startLimit(e.p.Config.Timing()))
+	base, interrupt := context.WithCancel(ctx)
+	begun := time.Now()
+	ctx, endLimit := context.WithDeadline(base, begun.Add(startLimit(e.p.Config.Timing().Lease)))
+	defer endLimit()
 	e.mu.Lock()
 	e.interrupt = interrupt
 	if e.interrupted {
@@ -315,6 +318,15 @@ func (e *Engine) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	// The claim watches a holder for the longer of this engine's lease and
+	// the one the holder's record says it renews by: the start is given
+	// the longer, or it would end before a takeover from a holder that
+	// died on it, every time the engine started again.
+	if rec, rerr := lease.Read(ctx); rerr == nil && !rec.Free() && rec.Holder.Lease > cfg.Timing().Lease {
+		longer, endLonger := context.WithDeadline(base, begun.Add(startLimit(min(rec.Holder.Lease, domain.MaxLease))))
+		defer endLonger()
+		ctx = longer
+	}
 	sv := newServing(e.log, e.jobs, func() {
 		e.log.Error("another engine took the lease; stopping")
 		e.askStop(ExitLeaseLost)
@@ -373,11 +385,12 @@ func (e *Engine) Start(ctx context.Context) (err error) {
 }
 
 // startLimit bounds an engine's start: a claim may watch the holder for a
-// whole lease, then the backends open and the modules start. The engine
-// keeps to it itself, so that a start that runs out of time still stops
-// what it started and releases the lease before it returns; fx's own start
-// timeout (New) leaves room for that.
-func startLimit(t domain.Timing) time.Duration { return t.Lease + 30*time.Second }
+// whole lease (this engine's, or the longer one the holder renews by),
+// then the backends open and the modules start. The engine keeps to it
+// itself, so that a start that runs out of time still stops what it
+// started and releases the lease before it returns; fx's own start
+// timeout (New) leaves room for that, for the longest lease.
+func startLimit(lease time.Duration) time.Duration { return lease + 30*time.Second }
 
 // failedStartCleanUp bounds what a start that failed does before it
 // returns: stop the modules within a drain period, then release the lease,

@@ -621,3 +621,70 @@ func wantHandedOver(t *testing.T, e *testEngine) {
 		t.Fatalf("the move says handed over, the ownership does not (%s)", e.path())
 	}
 }
+
+// Engines of one account need not share lease_seconds: a deploy may change
+// it, and a command run with the default configuration contends with an
+// engine configured otherwise. A holder on a lease of 8 renews every 2 and
+// serves until 4 without a renewal; a contender on a lease of 1 that
+// judged silence by its own lease took the lease between two renewals,
+// beside a holder that still served, which then lost it.
+func TestAContenderWaitsForTheLeaseItsHolderRenewsBy(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := usedStore(t)
+		a := newEngine(t, store, "a", "", domain.Timing{Lease: 8 * L, StandbyTimeout: 10 * L})
+		a.mustServe(t)
+		defer a.release(t)
+		time.Sleep(2*L + L/2) // just after a's renewal at 2
+		for _, role := range []domain.Role{domain.RoleServe, domain.RoleAuto} {
+			b := newEngine(t, store, "b-"+role.String(), "", testTiming())
+			defer b.release(t)
+			stop := watchOverlap(a, b)
+			out, err := b.claim(t, role)
+			if overlaps := stop(); overlaps > 0 {
+				t.Fatalf("%s: a and b served at once %d times (%s; %s)", role, overlaps, a.path(), b.path())
+			}
+			var held *domain.HeldError
+			switch {
+			case role == domain.RoleServe && (!errors.As(err, &held) || held.Holder.InstanceID != a.o.Me().InstanceID):
+				t.Fatalf("serve: Claim = %v, %v; want refused, naming a", out, err)
+			case role == domain.RoleAuto && (err != nil || out != domain.OutcomeClient):
+				t.Fatalf("auto: Claim = %v, %v; want client", out, err)
+			}
+		}
+		wantState(t, a, domain.StateServing)
+	})
+}
+
+// A key deleted under a holder on a longer lease than the contender's is
+// held that longer lease before the contender serves: the holder serves on
+// until its next renewal finds the contender's record, up to a quarter of
+// its lease later, which the contender's own lease did not cover.
+func TestAKeyDeletedUnderAHolderOfALongerLeaseIsHeldThatLease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := usedStore(t)
+		a := newEngine(t, store, "a", "v1", domain.Timing{Lease: 8 * L, StandbyTimeout: 10 * L})
+		a.mustServe(t)
+		defer a.release(t)
+		b := newEngine(t, store, "b", "v2", domain.Timing{Lease: L, StandbyTimeout: 100 * L})
+		defer b.release(t)
+		if out, err := b.claim(t, domain.RoleServe); out != domain.OutcomeStandby {
+			t.Fatalf("Claim = %v, %v; want standby", out, err)
+		}
+		stop := watchOverlap(a, b)
+		done, cancel := b.awaitInBackground()
+		defer cancel()
+		time.Sleep(2*L + L/10) // just after a's renewal at 2
+		deleteKey(t, store)
+		if err := <-done; err != nil {
+			t.Fatalf("AwaitLease: %v", err)
+		}
+		if overlaps := stop(); overlaps > 0 {
+			t.Fatalf("a and b served at once %d times (%s; %s)", overlaps, a.path(), b.path())
+		}
+		served, _ := b.when(domain.StateServing)
+		lost, ok := a.when(domain.StateLost)
+		if !ok || lost > served {
+			t.Fatalf("a lost the lease at %v (%v), not before b served at %v (%s)", lost, ok, served, a.path())
+		}
+	})
+}

@@ -24,6 +24,22 @@ type Holder struct {
 	// Released marks the record a holder writes on a clean release. Whoever
 	// reads it may take the lease at once, without waiting for silence.
 	Released bool
+	// Lease is the lease the holder renews by (its Timing.Lease), which an
+	// Ownership writes into its own record: a contender judges the holder
+	// silent only after the longer of this and its own lease, since the
+	// holder renews every quarter of it and serves until half of it has
+	// passed without a renewal. Zero in a record of an engine that did not
+	// write it.
+	Lease time.Duration
+}
+
+// advertised is the lease h says it renews by, within the bounds a Timing
+// allows; zero when it says none.
+func (h Holder) advertised() time.Duration {
+	if h.Lease <= 0 {
+		return 0
+	}
+	return min(h.Lease, MaxLease)
 }
 
 // String names the holder the way errors and logs show it.

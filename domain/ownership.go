@@ -99,6 +99,9 @@ type Ownership struct {
 	held       bool      // a write of ours made us the holder and no one else's followed
 	handedOver bool      // Release wrote the released record: set with the move to released
 	previous   Holder    // whom the lease was taken from, if it was not free
+	// longest is the longest lease a live holder's record was seen to
+	// advertise (quarantine).
+	longest    time.Duration
 	keepCancel context.CancelFunc
 	keepDone   chan struct{}
 	serving    chan struct{} // closed the first time the keeper serves
@@ -116,6 +119,9 @@ func NewOwnership(lease Lease, me Holder, timing Timing, opts ...Option) (*Owner
 	if err := ValidateRolloutID(me.RolloutID); err != nil {
 		return nil, err
 	}
+	// The record says which lease the holder renews by, so a contender
+	// configured for a shorter one waits for this one's.
+	me.Lease = timing.Lease
 	o := &Ownership{lease: lease, me: me, timing: timing, lost: make(chan struct{})}
 	for _, opt := range opts {
 		opt(o)
@@ -219,7 +225,8 @@ func (o *Ownership) Claim(ctx context.Context, role Role) (Outcome, error) {
 	}
 	observed := time.Now()
 	for {
-		if rec.Free() || o.ours(rec) || time.Since(observed) >= o.timing.Lease {
+		o.seen(rec)
+		if rec.Free() || o.ours(rec) || time.Since(observed) >= o.silence(rec) {
 			ok, err := o.acquire(ctx, rec)
 			if err != nil {
 				return 0, err
@@ -249,7 +256,7 @@ func (o *Ownership) Claim(ctx context.Context, role Role) (Outcome, error) {
 			o.transition(StateStandby, rec)
 			return OutcomeStandby, nil
 		}
-		next, err := o.lease.WaitForChange(ctx, rec.Revision, o.timing.Lease-time.Since(observed))
+		next, err := o.lease.WaitForChange(ctx, rec.Revision, o.silence(rec)-time.Since(observed))
 		if err != nil {
 			return 0, fmt.Errorf("watch the lease: %w", err)
 		}
@@ -281,7 +288,8 @@ func (o *Ownership) AwaitLease(ctx context.Context) error {
 	o.mu.Unlock()
 	deadline := observed.Add(o.timing.StandbyTimeout)
 	for {
-		if rec.Free() || o.ours(rec) || time.Since(observed) >= o.timing.Lease {
+		o.seen(rec)
+		if rec.Free() || o.ours(rec) || time.Since(observed) >= o.silence(rec) {
 			ok, err := o.acquire(ctx, rec)
 			switch {
 			case ok:
@@ -321,14 +329,14 @@ func (o *Ownership) AwaitLease(ctx context.Context) error {
 		}
 		now := time.Now()
 		if o.hot {
-			deadline = now.Add(o.timing.Lease) // a hot standby waits as long as the holder lives
+			deadline = now.Add(o.silence(rec)) // a hot standby waits as long as the holder lives
 		}
 		if !now.Before(deadline) {
 			err := fmt.Errorf("%w after %v; the lease is still held by %s", ErrStandbyTimedOut, o.timing.StandbyTimeout, rec.Holder)
 			o.transitionWhy(StateIdle, rec, err.Error())
 			return err
 		}
-		wait := min(o.timing.Lease-now.Sub(observed), deadline.Sub(now))
+		wait := min(o.silence(rec)-now.Sub(observed), deadline.Sub(now))
 		next, err := o.lease.WaitForChange(ctx, rec.Revision, wait)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -347,6 +355,41 @@ func (o *Ownership) AwaitLease(ctx context.Context) error {
 			o.mu.Unlock()
 		}
 	}
+}
+
+// silence is how long a contender waits without seeing a new revision of
+// rec before it takes the holder for dead: a lease, its own or, when the
+// holder's record says it renews by a longer one, that. Judged by its own
+// lease alone, a contender configured for a shorter lease than the
+// holder's (a deploy that shortens lease_seconds, a command run with the
+// default configuration) took the lease between two renewals of a holder
+// that still served.
+func (o *Ownership) silence(rec Record) time.Duration {
+	if !rec.Present {
+		return o.timing.Lease
+	}
+	return max(o.timing.Lease, rec.Holder.advertised())
+}
+
+// seen notes the lease a live holder's record advertises: a key found
+// with no value later is held at least that long (quarantine).
+func (o *Ownership) seen(rec Record) {
+	if !rec.Present || rec.Holder.Released {
+		return
+	}
+	o.mu.Lock()
+	o.longest = max(o.longest, rec.Holder.advertised())
+	o.mu.Unlock()
+}
+
+// quarantine is how long a write over a key with no value is held before
+// it serves: Timing.Quarantine, or the longest lease a holder was seen to
+// renew by, which outlasts that holder's fence as a lease of our own
+// outlasts one like ours.
+func (o *Ownership) quarantine() time.Duration {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return max(o.timing.Quarantine(), o.longest)
 }
 
 // pause waits a renewal period before a standby retries a failed store call.
@@ -407,16 +450,16 @@ func (o *Ownership) acquire(ctx context.Context, rec Record) (bool, error) {
 		// Counted from before the write, a write that landed late (a
 		// stalled link, a paused process, a compaction of the stream that
 		// emptied the key again) would find its quarantine already over.
-		serveFrom = o.clock.Now().Add(o.timing.Quarantine())
+		serveFrom = o.clock.Now().Add(o.quarantine())
 	}
 	switch {
 	case rec.Deleted():
 		o.log.Warn("the lease key was deleted by someone else; holding it a lease before serving",
-			"revision", rec.Revision, "serve_in", o.timing.Quarantine())
+			"revision", rec.Revision, "serve_in", serveFrom.Sub(o.clock.Now()))
 	case !rec.Present:
 		// A new account, as a rule; a purged stream or a bucket made anew
 		// look the same, hence the wait.
-		o.log.Info("the lease key has no history; holding it a lease before serving", "serve_in", o.timing.Quarantine())
+		o.log.Info("the lease key has no history; holding it a lease before serving", "serve_in", serveFrom.Sub(o.clock.Now()))
 	case !rec.Free():
 		o.log.Info("took over the lease from a silent holder", "from", rec.Holder.String())
 	}
@@ -552,7 +595,7 @@ func (o *Ownership) take(r renewal, renewedAt, serveFrom *time.Time) bool {
 		// last renewal, which started before our create landed, so this
 		// engine holds the key Timing.Quarantine from when it knew that
 		// create landed, and serves under a new term.
-		*serveFrom = r.recreatedAt.Add(o.timing.Quarantine())
+		*serveFrom = r.recreatedAt.Add(o.quarantine())
 		o.mu.Lock()
 		o.term = r.rev
 		o.serveFrom = *serveFrom

@@ -19,6 +19,12 @@ type Timing struct {
 	Drain time.Duration
 }
 
+// The bounds of Timing.Lease.
+const (
+	MinLease = time.Second
+	MaxLease = 300 * time.Second
+)
+
 // DefaultTiming is the timing of a production deploy.
 func DefaultTiming() Timing {
 	return Timing{Lease: 20 * time.Second, StandbyTimeout: 900 * time.Second, Drain: 60 * time.Second}
@@ -27,8 +33,8 @@ func DefaultTiming() Timing {
 // Validate names the first setting out of range by its configuration key.
 func (t Timing) Validate() error {
 	switch {
-	case t.Lease < time.Second || t.Lease > 300*time.Second:
-		return fmt.Errorf("%w: nats.engine.lease_seconds is %v, want 1 to 300", ErrInvalidConfig, t.Lease.Seconds())
+	case t.Lease < MinLease || t.Lease > MaxLease:
+		return fmt.Errorf("%w: nats.engine.lease_seconds is %v, want %v to %v", ErrInvalidConfig, t.Lease.Seconds(), MinLease.Seconds(), MaxLease.Seconds())
 	case t.StandbyTimeout <= 0:
 		return fmt.Errorf("%w: nats.engine.standby_timeout_seconds is %v, want more than 0", ErrInvalidConfig, t.StandbyTimeout.Seconds())
 	case t.Drain < 0:

@@ -306,23 +306,36 @@ type value struct {
 	RolloutID  string    `json:"rollout_id"`
 	StartedAt  time.Time `json:"started_at"`
 	Released   bool      `json:"released,omitempty"`
+	// LeaseMS is the lease the holder renews by, in milliseconds.
+	LeaseMS int64 `json:"lease_ms,omitempty"`
 }
 
 // EncodeHolder is the value written for h.
 func EncodeHolder(h domain.Holder) []byte {
-	b, _ := json.Marshal(value(h)) // a struct of plain fields always encodes
+	b, _ := json.Marshal(value{ // a struct of plain fields always encodes
+		InstanceID: h.InstanceID, Host: h.Host, PID: h.PID, Version: h.Version, RolloutID: h.RolloutID,
+		StartedAt: h.StartedAt, Released: h.Released, LeaseMS: h.Lease.Milliseconds(),
+	})
 	return b
 }
 
 // DecodeHolder reads a stored value. A value it cannot read, written by
 // something other than an engine, is an unknown holder: the lease is held,
-// by nobody it can name.
+// by nobody it can name. A lease outside the bounds an engine keeps to is
+// read as none.
 func DecodeHolder(b []byte) domain.Holder {
 	var v value
 	if err := json.Unmarshal(b, &v); err != nil || !domain.ValidInstanceID(v.InstanceID) {
 		return domain.Holder{}
 	}
-	return domain.Holder(v)
+	h := domain.Holder{
+		InstanceID: v.InstanceID, Host: v.Host, PID: v.PID, Version: v.Version, RolloutID: v.RolloutID,
+		StartedAt: v.StartedAt, Released: v.Released,
+	}
+	if v.LeaseMS > 0 && v.LeaseMS <= domain.MaxLease.Milliseconds() {
+		h.Lease = time.Duration(v.LeaseMS) * time.Millisecond
+	}
+	return h
 }
 
 // Read returns the last message of the key: a value, or the marker of a

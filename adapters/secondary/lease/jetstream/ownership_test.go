@@ -25,24 +25,39 @@ const (
 )
 
 type realEngine struct {
-	name   string
-	o      *domain.Ownership
-	nc     *nats.Conn
-	events chan domain.Transition
+	name    string
+	o       *domain.Ownership
+	nc      *nats.Conn
+	events  chan domain.Transition
+	renewed chan struct{} // a renewal succeeded
 }
 
 func startEngine(t *testing.T, url, bucket, name, rollout string) *realEngine {
+	t.Helper()
+	return startEngineOnLease(t, url, bucket, name, rollout, realLease)
+}
+
+// startEngineOnLease is startEngine with a lease of its own.
+func startEngineOnLease(t *testing.T, url, bucket, name, rollout string, lease time.Duration) *realEngine {
 	t.Helper()
 	nc := natstest.Connect(t, url, nats.Name("engine-"+name))
 	l, err := jetstream.Open(t.Context(), nc, jetstream.Options{Bucket: bucket})
 	if err != nil {
 		t.Fatalf("%s: open lease: %v", name, err)
 	}
-	e := &realEngine{name: name, nc: nc, events: make(chan domain.Transition, 256)}
+	e := &realEngine{name: name, nc: nc, events: make(chan domain.Transition, 256), renewed: make(chan struct{}, 1)}
 	me := domain.ThisProcess("test", rollout)
 	me.Host = name
-	e.o, err = domain.NewOwnership(l, me, domain.Timing{Lease: realLease, StandbyTimeout: time.Minute},
+	e.o, err = domain.NewOwnership(l, me, domain.Timing{Lease: lease, StandbyTimeout: time.Minute},
 		domain.WithObserver(func(tr domain.Transition) { e.events <- tr }),
+		domain.WithRenewalObserver(func(ok bool, _ time.Duration) {
+			if ok {
+				select {
+				case e.renewed <- struct{}{}:
+				default:
+				}
+			}
+		}),
 		domain.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		t.Fatal(err)
@@ -193,5 +208,34 @@ func TestRealBrokerFencedHolderThatFindsAnotherHolderIsLost(t *testing.T) {
 	}
 	if !b.o.MayServe() {
 		t.Fatalf("the new holder stopped serving")
+	}
+}
+
+// A holder on a lease of 12 s renews every 3 s and serves until 6 s
+// without a renewal. A contender on a lease of 1 s, started just after a
+// renewal, used to see a second of silence, take the lease and serve
+// beside it; the holder's record says which lease it renews by, and the
+// contender waits that long.
+func TestRealBrokerAContenderWaitsForTheLeaseItsHolderRenewsBy(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	first := startEngine(t, url, "LONGER", "first", "")
+	first.mustClaim(t, domain.OutcomeServe) // a lease on the new key, then a released record
+	if err := first.o.Release(t.Context()); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	a := startEngineOnLease(t, url, "LONGER", "a", "", 12*realLease)
+	a.mustClaim(t, domain.OutcomeServe)
+	select {
+	case <-a.renewed:
+	case <-time.After(eventWait):
+		t.Fatalf("a did not renew within %v", eventWait)
+	}
+	b := startEngine(t, url, "LONGER", "b", "")
+	out, err := b.claim(t)
+	if !errors.Is(err, domain.ErrAlreadyServing) {
+		t.Fatalf("b: Claim = %v, %v; want ErrAlreadyServing, naming a", out, err)
+	}
+	if !a.o.MayServe() {
+		t.Fatalf("a stopped serving: %s", a.o.State())
 	}
 }

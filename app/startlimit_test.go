@@ -1,0 +1,52 @@
+package app_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"go.uber.org/fx"
+
+	"github.com/abi-engine/engine/adapters/secondary/lease/jetstream"
+	"github.com/abi-engine/engine/app"
+	"github.com/abi-engine/engine/domain"
+	"github.com/abi-engine/engine/internal/natstest"
+)
+
+// An engine on a lease of 1 s finds the record of a holder that renews by
+// a lease of 34 s and died: it waits out the holder's lease, as a
+// contender must, and takes over. Its start, bounded by its own lease and
+// 30 s more, ended before that, and so did every start after it: the
+// engine never served.
+func TestAnEngineOnAShortLeaseTakesOverADeadHolderOfALongerOne(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out a lease of 34 s")
+	}
+	url := natstest.StartServer(t).ClientURL()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	lease, err := jetstream.Open(ctx, natstest.Connect(t, url), jetstream.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const holders = 34 * time.Second
+	if _, err := lease.Create(ctx, domain.Holder{InstanceID: domain.NewInstanceID(), Host: "dead", PID: 1, Lease: holders}); err != nil {
+		t.Fatal(err)
+	}
+	var e *app.Engine
+	a := fx.New(app.Graph(options(testConfig(t, url, "serve", "", memoryServices))), fx.Populate(&e), fx.NopLogger)
+	if err := a.Err(); err != nil {
+		t.Fatal(err)
+	}
+	begun := time.Now()
+	if err := a.Start(ctx); err != nil {
+		t.Fatalf("start after %v: %v", time.Since(begun).Round(time.Second), err)
+	}
+	defer func() { _ = a.Stop(context.Background()) }()
+	if took := time.Since(begun); took < holders {
+		t.Fatalf("took over after %v, before the holder's lease of %v had passed", took, holders)
+	}
+	if !e.Ownership().MayServe() {
+		t.Fatalf("the engine started but does not serve: %s", e.Ownership().State())
+	}
+}
