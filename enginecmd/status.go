@@ -52,8 +52,6 @@ func (c *command) statusCommand(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	ctx, cancel := context.WithTimeout(ctx, statusTimeout+cfg.Timing().Lease)
-	defer cancel()
 	st, err := readStatus(ctx, cfg, cf.embedded())
 	if err != nil {
 		return fail(stderr, err)
@@ -69,7 +67,11 @@ func (c *command) statusCommand(args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-func readStatus(ctx context.Context, cfg *config.Config, embedded bool) (leaseStatus, error) {
+// readStatus reads the lease within statusTimeout, and waits for a
+// renewal for a lease besides.
+func readStatus(parent context.Context, cfg *config.Config, embedded bool) (leaseStatus, error) {
+	ctx, cancel := context.WithTimeout(parent, statusTimeout)
+	defer cancel()
 	// On embedded defaults a missing broker is the normal state of an
 	// account where nothing runs; anywhere else it is an error.
 	if embedded && !natsserver.Answers(cfg.NATS.URL, time.Second) {
@@ -108,17 +110,27 @@ func readStatus(ctx context.Context, cfg *config.Config, embedded bool) (leaseSt
 	// quarter of its lease: the record is believed once a later write is
 	// seen, and a whole lease without one, judged on this host's clock
 	// alone as a contender judges it, means the holder is dead, or cut
-	// off from NATS and fenced, and any engine would take over.
-	period := cfg.Timing().Lease
-	next, err := nextWrite(ctx, kv, e.Revision(), period)
+	// off from NATS and fenced, and any engine would take over. The lease
+	// is the longer of this configuration's and the one the holder's
+	// record says it renews by, as a contender's is: judged by a shorter
+	// one, a holder that renews now and then looked dead between two
+	// renewals.
+	holder := lease.DecodeHolder(e.Value())
+	period, whose := cfg.Timing().Lease, "as lease_seconds here sets it"
+	if holder.Lease > period {
+		period, whose = holder.Lease, "the one its holder renews by"
+	}
+	watch, endWatch := context.WithTimeout(parent, statusTimeout+period)
+	defer endWatch()
+	next, err := nextWrite(watch, kv, e.Revision(), period)
 	if err != nil {
 		return leaseStatus{}, err
 	}
 	if next == nil {
 		st := describe(e)
 		st.Serving = false
-		st.Reason = fmt.Sprintf("no renewal in %s (a lease, as lease_seconds here sets it): %s stopped without releasing the lease, or cannot reach NATS and no longer serves",
-			period, lease.DecodeHolder(e.Value()))
+		st.Reason = fmt.Sprintf("no renewal in %s (a lease, %s): %s stopped without releasing the lease, or cannot reach NATS and no longer serves",
+			period, whose, holder)
 		return st, nil
 	}
 	if next.Operation() != jetstream.KeyValuePut {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/abi-engine/engine/adapters/secondary/lease/jetstream"
 	"github.com/abi-engine/engine/adapters/secondary/natsclient"
+	"github.com/abi-engine/engine/domain"
 	"github.com/abi-engine/engine/internal/jsonkeys"
 	"github.com/abi-engine/engine/internal/natstest"
 )
@@ -570,4 +571,32 @@ func TestCommandUsage(t *testing.T) {
 		t.Fatalf("kv get -h = %d, %q", r.code, r.stderr)
 	}
 	failsWith(t, 1, "connect to NATS", "kv", "get", "k", "--config", config)
+}
+
+// A holder renews every quarter of its own lease, which may be longer than
+// the one status runs with (a command on the default configuration next
+// to an engine on a long lease). Status waits for the longer, the one the
+// holder's record names, before it says no engine serves: judged by its
+// own shorter lease, it called a holder that still renewed dead between
+// two renewals. Here the record is written by hand and never renewed, so
+// status must wait the holder's lease, not its own, to say so.
+func TestStatusWaitsTheLeaseItsHolderRenewsBy(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	config := writeConfig(t, url) // lease_seconds: 1
+	l, err := jetstream.Open(t.Context(), natstest.Connect(t, url), jetstream.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder := domain.Holder{InstanceID: domain.NewInstanceID(), Host: "elsewhere", PID: 7, Version: "dev", StartedAt: time.Now(), Lease: 3 * time.Second}
+	if _, err := l.Create(t.Context(), holder); err != nil {
+		t.Fatal(err)
+	}
+	var st struct {
+		Serving bool
+		Reason  string
+	}
+	decodeOne(t, ok(t, nil, "status", "--config", config, "--output", "json"), &st)
+	if st.Serving || !strings.Contains(st.Reason, "no renewal in 3s (a lease, the one its holder renews by)") {
+		t.Fatalf("status of a holder renewing by a 3s lease, never renewed, run with a 1s lease = %+v; want no renewal in 3s", st)
+	}
 }
