@@ -199,7 +199,9 @@ func (c *command) serve(args []string, stderr io.Writer) int {
 	// instead of killing the process: the engine stops what it started and
 	// releases a lease it took before its start returns, and fx waits for
 	// that, since its own context is not cancelled (with it cancelled, fx
-	// returned at once and the process exited holding the lease). One that
+	// returned at once and the process exited holding the lease). A second
+	// one while that clean-up runs, which may wait drain_seconds on a
+	// module's stop, ends the process at once, as during a stop. One that
 	// arrives once the engine has started stops it as usual.
 	// SIGHUP too: a closed terminal or a lost ssh session would otherwise
 	// kill the engine holding the lease, neither released nor drained.
@@ -208,36 +210,42 @@ func (c *command) serve(args []string, stderr io.Writer) int {
 	defer signal.Stop(signals)
 	startCtx, cancel := context.WithTimeout(context.Background(), a.StartTimeout())
 	defer cancel()
-	stopAsked, started := make(chan struct{}), make(chan struct{})
-	go func() {
+	startDone := make(chan error, 1)
+	go func() { startDone <- a.Start(startCtx) }()
+	stopAsked := false
+	for waiting := true; waiting; {
 		select {
-		case <-signals:
-			close(stopAsked)
-			eng.Interrupt()
-		case <-started:
+		case err = <-startDone:
+			waiting = false
+		case sig := <-signals:
+			if !stopAsked {
+				stopAsked = true
+				eng.Interrupt()
+				continue
+			}
+			log.Warn("another signal while the start stops; exiting without waiting for it to finish", "signal", sig.String())
+			return exitError
 		}
-	}()
-	err = a.Start(startCtx)
-	close(started)
+	}
 	if err != nil {
-		select {
-		case <-stopAsked:
+		if stopAsked {
 			log.Info("stopped by a signal while starting")
 			return exitOK
-		default:
 		}
 		fmt.Fprintf(stderr, "engine: %v\n", dig.RootCause(err))
 		return exitError
 	}
 	code := exitOK
-	select {
-	case <-stopAsked:
+	if stopAsked {
 		log.Info("stopping on a signal")
-	case <-signals:
-		log.Info("stopping on a signal")
-	case sig := <-a.Wait():
-		code = sig.ExitCode
-		log.Info("stopping", "exit_code", code)
+	} else {
+		select {
+		case <-signals:
+			log.Info("stopping on a signal")
+		case sig := <-a.Wait():
+			code = sig.ExitCode
+			log.Info("stopping", "exit_code", code)
+		}
 	}
 	stopCtx, cancelStop := context.WithTimeout(context.Background(), a.StopTimeout()+5*time.Second)
 	defer cancelStop()
