@@ -501,3 +501,49 @@ func TestAWriteWithIfUnmodifiedSinceIsRefusedAndChangesNothing(t *testing.T) {
 		t.Errorf("the object holds %q after refused writes", got)
 	}
 }
+
+// A path with an empty, "." or ".." segment is refused with a 400 that
+// says how to write such a key, and changes nothing. Before, the mux
+// answered 307 to the path cleaned, which names another key, object or
+// document, and a client that follows redirects (Go's does, body and
+// method kept) wrote or deleted that one: a PUT to a//b set a/b, and a
+// DELETE of x/. deleted x. Percent-encoded, such a key is taken as it is.
+func TestAPathWithAnEmptyOrDotSegmentIsRefusedNotRedirectedToAnother(t *testing.T) {
+	services := memoryServices(t)
+	ctx := t.Context()
+	a := serveAPI(t, services, httpapi.Options{})
+	for _, key := range []string{"a/b", "b", "x"} {
+		if err := services.KeyValue.Set(ctx, key, []byte("kept"), 0); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := services.ObjectStorage.Put(ctx, key, strings.NewReader("kept"), ports.PutObjectOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, path := range []string{"/v1/kv/a//b", "/v1/kv/a/../b", "/v1/kv/x/.", "/v1/kv/./b", "/v1/objects/a//b", "/v1/objects/x/."} {
+		for _, method := range []string{"PUT", "DELETE"} {
+			resp, body := a.expect(http.StatusBadRequest, method, path, "replaced")
+			if msg := errorOf(t, resp, body); !strings.Contains(msg, "%2F") {
+				t.Fatalf("%s %s: %q does not say how to write such a key", method, path, msg)
+			}
+		}
+	}
+	for _, key := range []string{"a/b", "b", "x"} {
+		if v, err := services.KeyValue.Get(ctx, key); err != nil || string(v) != "kept" {
+			t.Fatalf("key %q holds %q, %v after refused writes to other keys", key, v, err)
+		}
+		body, _, err := services.ObjectStorage.Get(ctx, key, ports.GetObjectOptions{})
+		if err != nil {
+			t.Fatalf("object %q: %v after refused writes to other objects", key, err)
+		}
+		got, _ := io.ReadAll(body)
+		_ = body.Close()
+		if string(got) != "kept" {
+			t.Fatalf("object %q holds %q after refused writes to other objects", key, got)
+		}
+	}
+	a.expect(http.StatusNoContent, "PUT", "/v1/kv/a%2F%2Fb", "exact")
+	if v, err := services.KeyValue.Get(ctx, "a//b"); err != nil || string(v) != "exact" {
+		t.Fatalf("key a//b, percent-encoded, holds %q, %v", v, err)
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"path"
 	"strings"
 	"sync"
 	"time"
@@ -133,7 +134,38 @@ func NewHandler(o Options) http.Handler {
 		rest = hostCheck(o.Listen, o.Hosts, rest)
 	}
 	open.Handle("/", rest)
-	return nosniff(open)
+	return nosniff(canonical(open))
+}
+
+// canonical refuses a path that holds an empty, "." or ".." segment. The
+// mux would answer it with a redirect to the path cleaned, which names
+// another key, object or document, and a client that follows redirects
+// would send its PUT or DELETE there: a PUT to /v1/kv/a//b set a/b. A key
+// with such a segment is written with its slashes or dots percent-encoded.
+func canonical(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p := r.URL.EscapedPath()
+		if r.Method != http.MethodConnect && p != "" && p != cleanPath(p) {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf(
+				"path %q holds an empty, \".\" or \"..\" segment, which would name another resource; "+
+					"percent-encode such a key's slashes as %%2F and its dots as %%2E", p))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// cleanPath is p as the mux cleans it before it routes: path.Clean, with
+// a trailing slash kept.
+func cleanPath(p string) string {
+	if p[0] != '/' {
+		p = "/" + p
+	}
+	np := path.Clean(p)
+	if strings.HasSuffix(p, "/") && np != "/" {
+		np += "/"
+	}
+	return np
 }
 
 // routes registers the REST surface.
