@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/abi-engine/engine/app"
@@ -113,34 +115,108 @@ func (c *command) objGet(args []string, stdout, stderr io.Writer) int {
 			return err
 		}
 		defer body.Close()
-		dst := stdout
-		if path != "" {
-			f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o666)
-			if err != nil {
-				return err
-			}
-			dst = f
+		if path == "" {
+			return copyObject(stdout, body, key, info.Size, stderr)
 		}
-		bar := newProgress(stderr, "get "+key, info.Size)
-		n, err := io.Copy(dst, bar.reader(body))
-		bar.finish()
-		if err == nil && n != info.Size {
-			err = fmt.Errorf("read %d of its %d bytes", n, info.Size)
-		}
-		if f, ok := dst.(*os.File); ok && path != "" {
-			// A file left half written would pass for the object.
-			if cerr := f.Close(); err == nil {
-				err = cerr
-			}
-			if err != nil {
-				_ = os.Remove(path)
-			}
-		}
+		out, err := createTarget(path)
 		if err != nil {
 			return fmt.Errorf("get %q: %w", key, err)
 		}
-		return nil
+		err = copyObject(out.f, body, key, info.Size, stderr)
+		return out.finish(err)
 	})
+}
+
+// copyObject copies an object of size bytes to dst, with a progress bar.
+func copyObject(dst io.Writer, body io.Reader, key string, size int64, stderr io.Writer) error {
+	bar := newProgress(stderr, "get "+key, size)
+	n, err := io.Copy(dst, bar.reader(body))
+	bar.finish()
+	if err == nil && n != size {
+		err = fmt.Errorf("read %d of its %d bytes", n, size)
+	}
+	if err != nil {
+		return fmt.Errorf("get %q: %w", key, err)
+	}
+	return nil
+}
+
+// target is the file a download writes. A download that fails must leave
+// what was there: a file half written would pass for the object, and one
+// the download replaced would be gone. So a new file is removed, an
+// existing regular file is replaced only once the object is whole (it is
+// written beside it and renamed over it), and anything else, such as
+// /dev/null or a pipe, is written as it is and never removed.
+type target struct {
+	f *os.File
+	// final is the path renamed over on success, "" when f is the path
+	// itself; remove is the file to remove on failure, "" for none.
+	final, remove string
+}
+
+func createTarget(path string) (*target, error) {
+	// A link to a regular file is replaced where it points, so the link
+	// stays one.
+	resolved := path
+	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSymlink != 0 {
+		if r, err := filepath.EvalSymlinks(path); err == nil {
+			resolved = r
+		}
+	}
+	fi, err := os.Stat(resolved)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o666)
+		if err != nil {
+			return nil, err
+		}
+		return &target{f: f, remove: path}, nil
+	case err != nil:
+		return nil, err
+	case fi.Mode().IsRegular():
+		// A file the download may not write is refused as before, not
+		// replaced.
+		w, err := os.OpenFile(resolved, os.O_WRONLY, 0)
+		if err != nil {
+			return nil, err
+		}
+		_ = w.Close()
+		f, err := os.CreateTemp(filepath.Dir(resolved), "."+filepath.Base(resolved)+".*.part")
+		if err != nil {
+			return nil, err
+		}
+		if err := f.Chmod(fi.Mode().Perm()); err != nil {
+			_ = f.Close()
+			_ = os.Remove(f.Name())
+			return nil, err
+		}
+		return &target{f: f, final: resolved, remove: f.Name()}, nil
+	case fi.IsDir():
+		return nil, fmt.Errorf("%s is a directory", path)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return nil, err
+	}
+	return &target{f: f}, nil
+}
+
+// finish closes the file after a download that ended with err, and puts
+// it in place, or removes what the download made.
+func (t *target) finish(err error) error {
+	if err == nil && t.final != "" {
+		err = t.f.Sync()
+	}
+	if cerr := t.f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil && t.final != "" {
+		err = os.Rename(t.f.Name(), t.final)
+	}
+	if err != nil && t.remove != "" {
+		_ = os.Remove(t.remove)
+	}
+	return err
 }
 
 func (c *command) objList(args []string, stdout, stderr io.Writer) int {
