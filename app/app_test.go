@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	"go.uber.org/fx/fxtest"
 
 	"github.com/abi-engine/engine/adapters/secondary/lease/jetstream"
+	"github.com/abi-engine/engine/adapters/secondary/natsserver"
 	"github.com/abi-engine/engine/app"
 	"github.com/abi-engine/engine/app/config"
 	"github.com/abi-engine/engine/domain"
@@ -393,5 +395,39 @@ func TestAModuleNeedingSwitchedOffSecretsIsToldTheyAreOffWhenCallersSign(t *test
 	err := a.Start(t.Context())
 	if err == nil || !strings.Contains(err.Error(), "needs the secret service, which is switched off") {
 		t.Fatalf("Start error %v, want one saying the secret service is switched off", err)
+	}
+}
+
+// An engine of role client on embedded defaults (no configuration, and
+// ABI_ENGINE_ROLE=client) runs no broker of its own when none answers: it
+// fails, naming the address. Before, it started one: a serving engine
+// started next on this host took that broker for the account's, and lost
+// it, and stopped, when the client exited.
+func TestAClientEngineRunsNoBrokerOfItsOwn(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "nats://" + ln.Addr().String()
+	if err := ln.Close(); err != nil {
+		t.Fatal(err)
+	}
+	o := options(testConfig(t, url, "client", "", memoryServices))
+	o.Embed = true
+	a := app.New(o)
+	if err := a.Err(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	err = a.Start(ctx)
+	if err == nil {
+		defer func() { _ = a.Stop(context.Background()) }()
+	}
+	if natsserver.Answers(url, time.Second) {
+		t.Fatalf("a client engine on embedded defaults runs a broker at %s (start: %v)", url, err)
+	}
+	if err == nil || !strings.Contains(err.Error(), "no NATS server answers at "+url) {
+		t.Fatalf("a client engine with no broker to reach started: %v, want an error naming %s", err, url)
 	}
 }

@@ -286,6 +286,13 @@ func (e *Engine) Start(ctx context.Context) (err error) {
 	cfg := e.p.Config
 	e.url = cfg.NATS.URL
 	if e.p.Embed && !natsserver.Answers(e.url, 500*time.Millisecond) {
+		// A client runs no broker: the engines of the account would
+		// connect to one that lives only as long as a process that never
+		// serves, and lose it when that process exits.
+		if cfg.Role() == domain.RoleClient {
+			return fmt.Errorf("no NATS server answers at %s, and an engine of role client runs none in its process; start a serving engine first, or set nats.url",
+				redact.URLs(e.url))
+		}
 		s, err := natsserver.Start(strings.TrimPrefix(e.url, "nats://"), cfg.DataDir)
 		if err != nil {
 			return err
