@@ -95,6 +95,16 @@ func Run(args []string, stdout, stderr io.Writer, o Options) int {
 	if o.Version == "" {
 		o.Version = "dev"
 	}
+	// A write to a stdout or stderr whose reader has gone (engine kv ls |
+	// head -1, or an engine whose log pipe closed) fails with EPIPE rather
+	// than kill the process with SIGPIPE: killed, an engine, or a command
+	// serving for its length, held the lease until it ran out, and no
+	// engine served the account meanwhile. A command reports the failed
+	// write and stops as after any error; an engine serves on, its lost
+	// log lines dropped.
+	pipes := make(chan os.Signal, 1)
+	signal.Notify(pipes, syscall.SIGPIPE)
+	defer signal.Stop(pipes)
 	return (&command{o: o}).run(args, stdout, stderr)
 }
 
