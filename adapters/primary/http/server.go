@@ -265,11 +265,13 @@ func (a *api) needs(service string, h http.HandlerFunc) http.HandlerFunc {
 }
 
 // bearer refuses a request without the token. Both sides are hashed first
-// so the comparison takes the same time whatever the lengths.
+// so the comparison takes the same time whatever the lengths. The scheme
+// is matched in any case, as HTTP has it.
 func bearer(token string, next http.Handler) http.Handler {
 	want := sha256.Sum256([]byte(token))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		scheme, got, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+		ok = ok && strings.EqualFold(scheme, "Bearer")
 		sum := sha256.Sum256([]byte(got))
 		if !ok || subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="abi-engine"`)

@@ -202,3 +202,19 @@ func TestA500BodyHidesTheBackendsText(t *testing.T) {
 		t.Fatalf("the 500 body %s names neither the call nor a log reference", body)
 	}
 }
+
+// The authentication scheme is a case-insensitive token (RFC 9110): the
+// token sent as "bearer", "BEARER" or "Bearer" is the same token, and
+// answers. Before, only "Bearer " passed, and a client whose library
+// writes the scheme in lower case was told its valid token was not one.
+func TestTheBearerSchemeIsTakenInAnyCase(t *testing.T) {
+	a := serveAPI(t, memoryServices(t), httpapi.Options{Token: "s3cret"})
+	anonymous := *a
+	anonymous.token = ""
+	for _, scheme := range []string{"Bearer", "bearer", "BEARER"} {
+		anonymous.expect(http.StatusOK, "GET", "/status", "", "Authorization", scheme+" s3cret")
+	}
+	for _, header := range []string{"Bearer s3creT", "Basic s3cret", "Bearers3cret", "s3cret"} {
+		anonymous.expect(http.StatusUnauthorized, "GET", "/status", "", "Authorization", header)
+	}
+}
