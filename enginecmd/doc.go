@@ -142,12 +142,20 @@ func (c *command) docPut(args []string, stdout, stderr io.Writer) int {
 		if err != nil {
 			return err
 		}
-		if err := docs.EnsureCollection(ctx, collection); err != nil {
-			return err
+		// A write conditioned on a version makes no collection: no
+		// document of a missing one has that version, and the collection
+		// would outlive the refusal.
+		v, conditioned := cond.Version()
+		if !conditioned || v == 0 {
+			if err := docs.EnsureCollection(ctx, collection); err != nil {
+				return err
+			}
 		}
 		d, err := docs.Put(ctx, collection, id, data, *cond)
+		if errors.Is(err, ports.ErrNotFound) && conditioned && v > 0 {
+			return fmt.Errorf("document %q in collection %q is not at version %d: the collection does not exist", id, collection, v)
+		}
 		if errors.Is(err, ports.ErrConflict) {
-			v, _ := cond.Version()
 			return fmt.Errorf("document %q in collection %q is not at version %d: %w", id, collection, v, err)
 		}
 		if err != nil {

@@ -209,7 +209,8 @@ func cond(r *http.Request) (ports.Cond, error) {
 
 // docPut writes the body, a JSON object, as the document's data. A missing
 // collection is made on the first write, as a client expects of a REST
-// resource.
+// resource; not by a write conditioned on a version, which no document of
+// a missing collection has: the collection would outlive the refusal.
 func (a *api) docPut(w http.ResponseWriter, r *http.Request) {
 	collection, id := r.PathValue("collection"), r.PathValue("id")
 	c, err := cond(r)
@@ -229,7 +230,9 @@ func (a *api) docPut(w http.ResponseWriter, r *http.Request) {
 	docs := a.services.Document
 	d, err := docs.Put(r.Context(), collection, id, data, c)
 	if errors.Is(err, ports.ErrNotFound) {
-		if err = docs.EnsureCollection(r.Context(), collection); err == nil {
+		if v, set := c.Version(); set && v > 0 {
+			err = fmt.Errorf("put %q in %q at version %d: the collection does not exist: %w", id, collection, v, ports.ErrConflict)
+		} else if err = docs.EnsureCollection(r.Context(), collection); err == nil {
 			d, err = docs.Put(r.Context(), collection, id, data, c)
 		}
 	}

@@ -547,3 +547,25 @@ func TestAPathWithAnEmptyOrDotSegmentIsRefusedNotRedirectedToAnother(t *testing.
 		t.Fatalf("key a//b, percent-encoded, holds %q, %v", v, err)
 	}
 }
+
+// A document PUT conditioned on a version, to a collection that does not
+// exist, is a conflict and makes no collection: no document there is at
+// that version. Before, the API made the collection, then found the
+// condition failed, so a PUT with a misspelt collection's name left that
+// collection behind for good.
+func TestAConditionalDocumentPutToAMissingCollectionMakesNone(t *testing.T) {
+	_, services := kernel(t, nil)
+	a := serveAPI(t, services, httpapi.Options{})
+	resp, body := a.expect(http.StatusConflict, "PUT", "/v1/documents/peopel/ada", `{"name":"Ada"}`, "If-Match", `"3"`)
+	errorOf(t, resp, body)
+	names, err := services.Document.Collections(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(names) != 0 {
+		t.Fatalf("after a refused conditional PUT the collections are %q, want none", names)
+	}
+	// Unconditioned, or conditioned on absence, the first write still
+	// makes the collection.
+	a.expect(http.StatusOK, "PUT", "/v1/documents/people/ada", `{"name":"Ada"}`, "If-None-Match", "*")
+}
