@@ -50,6 +50,16 @@ type lexer struct {
 	b    []byte
 	i    int
 	done bool // the closing brace of the object was read
+	// left is how many more values a body that can hold many (an
+	// upsert) may hold, counted down from MaxValues; the other hand readers take
+	// a few fields only, and leave it alone.
+	left int
+}
+
+// take counts n values against l.left, and reports whether they fit.
+func (l *lexer) take(n int) bool {
+	l.left -= n
+	return l.left >= 0
 }
 
 // space skips JSON white space.

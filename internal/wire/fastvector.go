@@ -13,16 +13,19 @@ import (
 // The same rules hold as for the other hand readers (fastjson.go): the
 // plain form only, anything else is left to encoding/json. A payload is
 // any JSON object, so its text is found by hand and read by encoding/json.
+// The values of a body are counted as they are read, as strictjson.Values
+// counts them, and a body of more than MaxValues is left to the strict
+// path, which refuses it: the hand reader never builds more.
 
 // DecodeJSON implements FastDecoder.
 func (w *VecWrite) DecodeJSON(data []byte) bool {
 	var out VecWrite
 	if !Blank(data) {
-		l := lexer{b: data}
+		l := lexer{b: data, left: MaxValues - 1} // the body is one
 		var seen uint8
 		for more := l.open(); more; more = l.comma() {
 			name, ok := l.name()
-			if !ok {
+			if !ok || !l.take(1) {
 				return false
 			}
 			switch string(name) {
@@ -78,7 +81,7 @@ func (l *lexer) vectors() ([]UpsertVector, bool) {
 func (l *lexer) vector() (UpsertVector, bool) {
 	var v UpsertVector
 	var seen uint8
-	if !l.next('{') {
+	if !l.next('{') || !l.take(1) {
 		return v, false
 	}
 	if l.next('}') {
@@ -86,7 +89,7 @@ func (l *lexer) vector() (UpsertVector, bool) {
 	}
 	for {
 		name, ok := l.name()
-		if !ok {
+		if !ok || !l.take(1) {
 			return v, false
 		}
 		switch string(name) {
@@ -173,7 +176,9 @@ func (l *lexer) object() (map[string]any, bool) {
 				// refuses it: encoding/json alone keeps the last.
 				raw := l.b[start:l.i]
 				var m map[string]any
-				if json.Unmarshal(raw, &m) != nil || strictjson.ExactFields(raw, &m) != nil {
+				// The object itself was counted as the field's value.
+				n, within := strictjson.Count(raw, &m, l.left+1)
+				if !within || !l.take(n-1) || json.Unmarshal(raw, &m) != nil || strictjson.ExactFields(raw, &m) != nil {
 					return nil, false
 				}
 				return m, true

@@ -66,6 +66,17 @@ func IsInbox(subject string) bool {
 // engine joins it, so each call reaches one of them.
 func QueueGroup(service string) string { return "abi.svc." + service }
 
+// MaxValues is the most JSON values one request body holds, counted as
+// strictjson.Values counts them: every object, array, string, number,
+// true, false and null, but the numbers of a vector's values. Decoded
+// into Go, a value costs far more than its text, up to a few hundred bytes
+// for an object of two, so a body's bytes bound its memory only with its
+// count of values: a body at this bound allocates some tens of MiB while
+// it is decoded, whatever its shape, where a 16 MiB body of empty objects
+// took 357 MiB. It is about what a 1 MiB message, the broker's default
+// max_payload, holds of ordinary JSON (ADR 0017).
+const MaxValues = 100_000
+
 // Headers.
 const (
 	// AuthHeader carries the caller's signed token when callers must sign.

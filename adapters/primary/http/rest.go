@@ -338,7 +338,7 @@ func (a *api) vecSearch(w http.ResponseWriter, r *http.Request) {
 
 // decode reads one JSON value from the body, refusing unknown fields (a
 // known one spelt in another case included), a field given twice, and
-// bodies over the limit.
+// bodies over the limit or of more than wire.MaxValues values.
 func (a *api) decode(w http.ResponseWriter, r *http.Request, v any) error {
 	return a.decodeBody(w, r, v, false)
 }
@@ -363,6 +363,11 @@ func (a *api) decodeBody(w http.ResponseWriter, r *http.Request, v any, emptyIsO
 		data = []byte("{}")
 	}
 	if err := strictjson.Object(data); err != nil {
+		return fmt.Errorf("%w: body: %v", ports.ErrInvalidArgument, err)
+	}
+	// Counted before anything is decoded, as on NATS: decoding is what
+	// costs, and the engine would refuse the call once sent.
+	if err := strictjson.Values(data, v, wire.MaxValues); err != nil {
 		return fmt.Errorf("%w: body: %v", ports.ErrInvalidArgument, err)
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))

@@ -6,11 +6,14 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	httpapi "github.com/abi-engine/engine/adapters/primary/http"
+	"github.com/abi-engine/engine/internal/wire"
 	"github.com/abi-engine/engine/ports"
 )
 
@@ -568,4 +571,28 @@ func TestAConditionalDocumentPutToAMissingCollectionMakesNone(t *testing.T) {
 	// Unconditioned, or conditioned on absence, the first write still
 	// makes the collection.
 	a.expect(http.StatusOK, "PUT", "/v1/documents/people/ada", `{"name":"Ada"}`, "If-None-Match", "*")
+}
+
+// A document of more JSON values than a body holds is refused 400, naming
+// the bound, before the API decodes it: a 4 MiB body of empty objects
+// decoded into Go allocated some 700 MiB before the engine refused it.
+func TestADocumentOfTooManyValuesIsRefusedBeforeItIsDecoded(t *testing.T) {
+	_, services := kernel(t, nil)
+	a := serveAPI(t, services, httpapi.Options{})
+	n := (4 << 20) / 3
+	body := `{"a":[{}` + strings.Repeat(`,{}`, n-1) + `]}`
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	resp, got := a.expect(http.StatusBadRequest, "PUT", "/v1/documents/people/many", body)
+	runtime.ReadMemStats(&after)
+	if msg := errorOf(t, resp, got); !strings.Contains(msg, "more than "+strconv.Itoa(wire.MaxValues)+" JSON values") {
+		t.Errorf("PUT of %d values: %q, want it to name the bound of %d values", n+2, msg, wire.MaxValues)
+	}
+	// The body is read whole, and sent and received by the test's own
+	// client and server: some times its size, not a hundred.
+	if spent, most := after.TotalAlloc-before.TotalAlloc, uint64(16*len(body)); spent > most {
+		t.Errorf("refusing a body of %d bytes allocated %d bytes, want at most %d", len(body), spent, most)
+	}
+	resp, got = a.expect(http.StatusNotFound, "GET", "/v1/documents/people/many", "")
+	errorOf(t, resp, got)
 }

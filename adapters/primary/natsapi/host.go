@@ -106,13 +106,17 @@ func JSON[Req, Resp any](f func(ctx context.Context, req Req) (Resp, error)) Han
 }
 
 // Decode reads a JSON body strictly: no field it does not know, spelt
-// exactly, once. An empty body, or one of JSON white space only, is an
-// empty object.
+// exactly, once, and no more than wire.MaxValues values. An empty body, or
+// one of JSON white space only, is an empty object.
 func Decode(data []byte, v any) error {
 	if wire.Blank(data) {
 		data = []byte("{}")
 	}
 	if err := strictjson.Object(data); err != nil {
+		return fmt.Errorf("%w: body: %v", ports.ErrInvalidArgument, err)
+	}
+	// Counted before anything is decoded: decoding is what costs.
+	if err := strictjson.Values(data, v, wire.MaxValues); err != nil {
 		return fmt.Errorf("%w: body: %v", ports.ErrInvalidArgument, err)
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))

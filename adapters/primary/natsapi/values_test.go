@@ -1,0 +1,166 @@
+package natsapi_test
+
+import (
+	"bytes"
+	"errors"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/abi-engine/engine/adapters/primary/natsapi"
+	"github.com/abi-engine/engine/internal/wire"
+	"github.com/abi-engine/engine/ports"
+)
+
+// repeated is prefix, then elem n times apart by commas, then suffix.
+func repeated(prefix, elem string, n int, suffix string) []byte {
+	var b bytes.Buffer
+	b.Grow(len(prefix) + n*(len(elem)+1) + len(suffix))
+	b.WriteString(prefix)
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(elem)
+	}
+	b.WriteString(suffix)
+	return b.Bytes()
+}
+
+// allocated is how many bytes of heap f allocates, garbage included, as
+// the process counts them: other goroutines of the test binary add a
+// little, which the bounds below leave room for.
+func allocated(f func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	f()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
+}
+
+// A 4 MiB document of empty objects, 1.4 million values, decoded into Go
+// allocated 180 times its bytes (about 720 MiB; 357 MiB live for 16 MiB),
+// and every byte of an uploaded body was all that counted against its
+// caller's share. It is refused before it is decoded, naming the bound,
+// having cost a pass over its first values.
+func TestABodyOfMoreValuesThanTheBoundIsRefusedBeforeItIsDecoded(t *testing.T) {
+	body := repeated(`{"collection":"c","id":"d","data":{"a":[`, `{}`, (4<<20)/3, `]}}`)
+	var err error
+	var req wire.DocWrite
+	got := allocated(func() { err = natsapi.Decode(body, &req) })
+	if most := uint64(1 << 20); got > most {
+		t.Errorf("reading a body of %d bytes allocated %d bytes, want at most %d", len(body), got, most)
+	}
+	if !errors.Is(err, ports.ErrInvalidArgument) || !strings.Contains(err.Error(), "more than "+strconv.Itoa(wire.MaxValues)+" JSON values") {
+		t.Fatalf("Decode of %d bytes, %d values = %v, want 400 naming the bound of %d values", len(body), (4<<20)/3, err, wire.MaxValues)
+	}
+}
+
+// At the bound, a body of the costliest shape found, objects of one field
+// holding an empty object, decodes, and its decoding allocates some tens
+// of MiB: what one call can make the engine spend decoding, whatever the
+// bytes of its body.
+func TestABodyAtTheBoundDecodesWithinABoundedHeap(t *testing.T) {
+	for _, c := range []struct {
+		name, elem string
+		values     int // each element's
+	}{
+		{"EmptyObjects", `{}`, 1},
+		{"ObjectsOfAnObject", `{"a":{}}`, 2},
+		{"Numbers", `1`, 1},
+		{"Strings", `"s"`, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			// The body, its data, the array and the collection and id.
+			n := (wire.MaxValues - 5) / c.values
+			body := repeated(`{"collection":"c","id":"d","data":{"a":[`, c.elem, n, `]}}`)
+			var err error
+			var req wire.DocWrite
+			got := allocated(func() { err = natsapi.Decode(body, &req) })
+			if err != nil {
+				t.Fatalf("Decode of %d values at the bound: %v", n*c.values+5, err)
+			}
+			if most := uint64(128 << 20); got > most {
+				t.Fatalf("decoding %d values in %d bytes allocated %d bytes, want at most %d", n*c.values+5, len(body), got, most)
+			}
+			t.Logf("%d values in %d bytes: %d bytes allocated", n*c.values+5, len(body), got)
+			if _, err := wire.Marshal(req); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// One value more than the bound is refused, whether the values are the
+// body's own fields, a document's data or a vector's payload; the numbers
+// of a vector's values do not count, so a batch of many vectors given as
+// numbers is taken.
+func TestTheBoundCountsEveryValueButTheNumbersOfAVector(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		body []byte
+		v    any
+		ok   bool
+	}{
+		{"DataAtTheBound", repeated(`{"collection":"c","id":"d","data":{"a":[`, `null`, wire.MaxValues-5, `]}}`), &wire.DocWrite{}, true},
+		{"DataPastTheBound", repeated(`{"collection":"c","id":"d","data":{"a":[`, `null`, wire.MaxValues-4, `]}}`), &wire.DocWrite{}, false},
+		{"WherePastTheBound", repeated(`{"collection":"c","where":{"a":[`, `0`, wire.MaxValues, `]}}`), &wire.DocQuery{}, false},
+		{"IDsPastTheBound", repeated(`{"collection":"c","ids":[`, `"x"`, wire.MaxValues, `]}`), &wire.VecIDs{}, false},
+		{"VectorsPastTheBound", repeated(`{"collection":"c","vectors":[`, `{}`, wire.MaxValues, `]}`), &wire.VecWrite{}, false},
+		{"PayloadsPastTheBound", repeated(`{"collection":"c","vectors":[{"id":"a","values":[1],"payload":{"a":[`, `true`, wire.MaxValues, `]}}]}`), &wire.VecWrite{}, false},
+		{"NumbersOfAVector", repeated(`{"collection":"c","vectors":[{"id":"a","values":[`, `0.5`, 3*wire.MaxValues, `]}]}`), &wire.VecWrite{}, true},
+		{"NumbersOfASearch", repeated(`{"collection":"c","k":1,"vector":[`, `-1e-3`, 3*wire.MaxValues, `]}`), &wire.VecQuery{}, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			err := natsapi.Decode(c.body, c.v)
+			if c.ok && err != nil {
+				t.Fatalf("Decode: %v, want it taken", err)
+			}
+			if !c.ok && (!errors.Is(err, ports.ErrInvalidArgument) || !strings.Contains(err.Error(), "JSON values")) {
+				t.Fatalf("Decode = %v, want 400 naming the bound", err)
+			}
+		})
+	}
+}
+
+// The hand reader of an upsert counts as the strict path does: it takes a
+// body at the bound, and leaves one value more to the strict path, which
+// refuses it, so that it never builds more than the bound either.
+func TestTheHandReaderOfAnUpsertKeepsTheBound(t *testing.T) {
+	// The body, collection, vectors, the vector, its id and values, its
+	// payload and the array in it: 8, and the nulls.
+	at := repeated(`{"collection":"c","vectors":[{"id":"a","values":[1,2],"payload":{"a":[`, `null`, wire.MaxValues-8, `]}}]}`)
+	past := repeated(`{"collection":"c","vectors":[{"id":"a","values":[1,2],"payload":{"a":[`, `null`, wire.MaxValues-7, `]}}]}`)
+	many := repeated(`{"collection":"c","vectors":[`, `{}`, 4*wire.MaxValues, `]}`)
+	var w wire.VecWrite
+	if !w.DecodeJSON(at) {
+		t.Fatal("the hand reader declined an upsert at the bound")
+	}
+	if err := natsapi.Decode(at, &wire.VecWrite{}); err != nil {
+		t.Fatalf("the strict path refused an upsert at the bound: %v", err)
+	}
+	for _, body := range [][]byte{past, many} {
+		var w wire.VecWrite
+		var took bool
+		got := allocated(func() { took = w.DecodeJSON(body) })
+		if took {
+			t.Fatalf("the hand reader took an upsert of %d bytes past the bound", len(body))
+		}
+		if most := uint64(64 << 20); got > most {
+			t.Fatalf("the hand reader allocated %d bytes on an upsert of %d bytes past the bound, want at most %d", got, len(body), most)
+		}
+		if err := natsapi.Decode(body, &wire.VecWrite{}); !errors.Is(err, ports.ErrInvalidArgument) || !strings.Contains(err.Error(), "JSON values") {
+			t.Fatalf("the strict path = %v, want 400 naming the bound", err)
+		}
+	}
+	vectors := natsapi.VectorStore(newMemoryVectors(t))
+	for _, ep := range vectors.Endpoints {
+		if ep.Name != wire.VecUpsert {
+			continue
+		}
+		if _, err := ep.Handler(t.Context(), &natsapi.Call{Data: many}); !errors.Is(err, ports.ErrInvalidArgument) || !strings.Contains(err.Error(), "JSON values") {
+			t.Fatalf("upsert of %d empty vectors = %v, want 400 naming the bound", 4*wire.MaxValues, err)
+		}
+	}
+}

@@ -1,0 +1,67 @@
+package strictjson_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/abi-engine/engine/internal/strictjson"
+)
+
+type vector struct {
+	ID      string         `json:"id"`
+	Values  []float32      `json:"values"`
+	Payload map[string]any `json:"payload"`
+}
+
+type batch struct {
+	Vectors []vector `json:"vectors"`
+}
+
+func TestCountCountsEveryValueButTheNumbersOfANumberArray(t *testing.T) {
+	for _, c := range []struct {
+		data string
+		v    any
+		want int
+	}{
+		{`{}`, &body{}, 1},
+		{`{"key":"k"}`, &body{}, 2},
+		{`{"data":{"a":[1,"x",true,null,{},[]],"b":{"c":0}}}`, &body{}, 11},
+		{`{"vectors":[{"id":"a","values":[1,2,3.5,-4e-2],"payload":{"k":[1,2]}}]}`, &batch{}, 9},
+		// A name it does not take reads as any: its numbers count.
+		{`{"vectors":[{"id":"a","VALUES":[1,2,3]}]}`, &batch{}, 8},
+		// A name escaped is the name it spells.
+		{`{"vectors":[{"v\u0061lues":[1,2,3]}]}`, &batch{}, 4},
+		// What is not a number in a number array counts.
+		{`{"vectors":[{"values":[1,{},"x"]}]}`, &batch{}, 6},
+		{`[1,2,3]`, new([]float64), 1},
+		{`[1,2,3]`, new([]any), 4},
+		{`"s"`, new(any), 1},
+		{`  `, new(any), 0},
+	} {
+		if got, within := strictjson.Count([]byte(c.data), c.v, 1000); got != c.want || !within {
+			t.Errorf("Count(%s) = %d, %v, want %d", c.data, got, within, c.want)
+		}
+		if c.want > 0 {
+			if _, within := strictjson.Count([]byte(c.data), c.v, c.want-1); within {
+				t.Errorf("Count(%s) with a bound of %d is within it, holding %d", c.data, c.want-1, c.want)
+			}
+			if err := strictjson.Values([]byte(c.data), c.v, c.want-1); err == nil || !strings.Contains(err.Error(), "JSON values") {
+				t.Errorf("Values(%s) with a bound of %d = %v, want the bound named", c.data, c.want-1, err)
+			}
+		}
+	}
+}
+
+// Text that is not JSON is walked to its end, whatever it holds, and left
+// to the decoder to refuse; nesting past encoding/json's own limit is not
+// looked into.
+func TestCountEndsOnAnyText(t *testing.T) {
+	for _, data := range []string{
+		`[}`, `{]`, `{"a":}`, `{"a"`, `[1,`, `"unterminated`, `"\`, `{:::}`, `]]]]`, `}}}}`, `{"a":1 "b":2}`,
+		`[` + strings.Repeat(`{"a":[`, 20000), strings.Repeat(`[`, 30000) + strings.Repeat(`]`, 30000),
+	} {
+		for _, v := range []any{new(any), &body{}, &batch{}} {
+			strictjson.Count([]byte(data), v, 1<<20)
+		}
+	}
+}
