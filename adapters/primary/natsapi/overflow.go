@@ -316,6 +316,12 @@ func (h *OverflowHost) write(s *session, call *sessionCall) (nats.Header, []byte
 		h.t.closeLocked(s)
 		return nil, nil, err
 	}
+	if p.data == nil {
+		// The whole body, once: grown a chunk at a time, its buffers came
+		// to some five times its size, the last up to a quarter more than
+		// the bytes reserved for it.
+		p.data = make([]byte, 0, p.reserved)
+	}
 	p.data = append(p.data, call.Data...)
 	p.next++
 	return ack(seq)
