@@ -400,6 +400,30 @@ func Object(data []byte) error {
 	return fmt.Errorf("want a JSON object, not %q", data)
 }
 
+// Unmarshal is json.Unmarshal, which reads data in place, where a
+// json.Decoder first copies it into a buffer of its own that doubles as it
+// fills: a body of one large string cost five times its size to decode,
+// and two times without the copy. What follows the value, which
+// json.Unmarshal refuses as a syntax error, is named as Rest names it.
+func Unmarshal(data []byte, v any) error {
+	err := json.Unmarshal(data, v)
+	var syntax *json.SyntaxError
+	if errors.As(err, &syntax) && strings.HasSuffix(syntax.Error(), "after top-level value") && syntax.Offset > 0 && syntax.Offset <= int64(len(data)) {
+		return trailing(data[syntax.Offset-1:])
+	}
+	return err
+}
+
+// trailing names what follows a JSON value, rest, which is not only white
+// space.
+func trailing(rest []byte) error {
+	rest = bytes.TrimLeft(rest, " \t\r\n")
+	if len(rest) > 0 && rest[0] != ']' && rest[0] != '}' {
+		return errors.New("more than one JSON value")
+	}
+	return fmt.Errorf("%q after the JSON value", rest[:min(len(rest), 16)])
+}
+
 // Rest checks that nothing but white space follows the value dec has just
 // decoded from data. dec.More, the usual check, looks only for the start
 // of another value: it reports nothing more before a stray ']' or '}', so
@@ -409,8 +433,8 @@ func Rest(dec *json.Decoder, data []byte) error {
 		return errors.New("more than one JSON value")
 	}
 	rest := data[min(max(dec.InputOffset(), 0), int64(len(data))):]
-	if rest = bytes.TrimLeft(rest, " \t\r\n"); len(rest) > 0 {
-		return fmt.Errorf("%q after the JSON value", rest[:min(len(rest), 16)])
+	if len(bytes.TrimLeft(rest, " \t\r\n")) > 0 {
+		return trailing(rest)
 	}
 	return nil
 }

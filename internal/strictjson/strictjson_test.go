@@ -227,3 +227,24 @@ func FuzzMarshaled(f *testing.F) {
 		}
 	})
 }
+
+// What follows a value is named as Rest names it, though json.Unmarshal
+// refuses it as a syntax error.
+func TestUnmarshalNamesWhatFollowsTheValue(t *testing.T) {
+	for data, want := range map[string]string{
+		`{"key":"k"}]`:       `"]" after the JSON value`,
+		`{"key":"k"}  }}`:    `"}}" after the JSON value`,
+		`{"key":"k"} {}`:     `more than one JSON value`,
+		`{"key":"k"}` + "x":  `more than one JSON value`,
+		`{"key":"k"}` + "\n": ``,
+	} {
+		var b body
+		err := strictjson.Unmarshal([]byte(data), &b)
+		if (want == "" && err != nil) || (want != "" && (err == nil || err.Error() != want)) {
+			t.Errorf("Unmarshal(%q) = %v, want %q", data, err, want)
+		}
+		if want == "" && b.Key != "k" {
+			t.Errorf("Unmarshal(%q) read key %q", data, b.Key)
+		}
+	}
+}

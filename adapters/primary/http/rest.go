@@ -1,8 +1,6 @@
 package httpapi
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -370,12 +368,8 @@ func (a *api) decodeBody(w http.ResponseWriter, r *http.Request, v any, emptyIsO
 	if err := strictjson.Values(data, v, wire.MaxValues); err != nil {
 		return fmt.Errorf("%w: body: %v", ports.ErrInvalidArgument, err)
 	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("%w: body: %v", ports.ErrInvalidArgument, err)
-	}
-	if err := strictjson.Rest(dec, data); err != nil {
+	// A field it does not know is refused by ExactFields, below.
+	if err := strictjson.Unmarshal(data, v); err != nil {
 		return fmt.Errorf("%w: body: %v", ports.ErrInvalidArgument, err)
 	}
 	if err := strictjson.ExactFields(data, v); err != nil {

@@ -14,7 +14,6 @@
 package natsapi
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -119,9 +118,8 @@ func Decode(data []byte, v any) error {
 	if err := strictjson.Values(data, v, wire.MaxValues); err != nil {
 		return fmt.Errorf("%w: body: %v", ports.ErrInvalidArgument, err)
 	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
+	// A field it does not know is refused by ExactFields, below.
+	if err := strictjson.Unmarshal(data, v); err != nil {
 		var typeErr *json.UnmarshalTypeError
 		if errors.As(err, &typeErr) && typeErr.Field != "" {
 			want := typeErr.Type.String()
@@ -134,9 +132,6 @@ func Decode(data []byte, v any) error {
 			}
 			return fmt.Errorf("%w: field %q: want %s", ports.ErrInvalidArgument, typeErr.Field, want)
 		}
-		return fmt.Errorf("%w: body: %v", ports.ErrInvalidArgument, err)
-	}
-	if err := strictjson.Rest(dec, data); err != nil {
 		return fmt.Errorf("%w: body: %v", ports.ErrInvalidArgument, err)
 	}
 	if err := strictjson.ExactFields(data, v); err != nil {

@@ -164,3 +164,19 @@ func TestTheHandReaderOfAnUpsertKeepsTheBound(t *testing.T) {
 		}
 	}
 }
+
+// A body is read in place. A json.Decoder copied it first into a buffer of
+// its own, doubling as it filled, so a document of one 16 MiB string cost
+// five times its bytes to decode, where the string itself is one.
+func TestABodyOfOneLargeStringCostsAboutItsSizeToDecode(t *testing.T) {
+	body := []byte(`{"collection":"c","id":"d","data":{"s":"` + strings.Repeat("x", 16<<20) + `"}}`)
+	var err error
+	var req wire.DocWrite
+	got := allocated(func() { err = natsapi.Decode(body, &req) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if most := uint64(2 * len(body)); got > most {
+		t.Fatalf("decoding a body of %d bytes allocated %d bytes, want at most %d", len(body), got, most)
+	}
+}
