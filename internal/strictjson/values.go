@@ -9,9 +9,9 @@ import (
 
 // Values checks, before data is decoded into v's type, that it holds at
 // most most JSON values: every object, array, string, number, true, false
-// and null counts, the body itself included, but for the numbers of an
-// array read into a Go slice or array of numbers, which decode into a few
-// bytes each, no more than their text. A value read into any costs far
+// and null counts, the body itself included, but the numbers of an array
+// read into a Go slice or array of numbers, which decode into a few bytes
+// each, about what their text takes, count one for every eight. A value read into any costs far
 // more than its text (an empty object, two bytes, is a map of a hundred
 // and more; a number is boxed, and its slot in the array grows twice as
 // large as it fills), so a body's bytes alone bound neither the memory its
@@ -23,7 +23,7 @@ import (
 // stepped over, and left to the decoder to refuse.
 func Values(data []byte, v any, most int) error {
 	if _, ok := Count(data, v, most); !ok {
-		return fmt.Errorf("more than %d JSON values, the most one body holds (every object, array, string, number, true, false and null counts, but the numbers of a vector): send fewer in one call", most)
+		return fmt.Errorf("more than %d JSON values, the most one body holds (every object, array, string, number, true, false and null counts, and every eighth number of a vector): send fewer in one call", most)
 	}
 	return nil
 }
@@ -42,9 +42,10 @@ const deepest = 10001
 
 // counter walks a body, counting down the values it may still hold.
 type counter struct {
-	b    []byte
-	i    int
-	left int
+	b       []byte
+	i       int
+	left    int
+	numbers int // read into Go numbers, of which every eighth counts
 }
 
 func (c *counter) space() {
@@ -197,7 +198,12 @@ func (c *counter) array(t reflect.Type, depth int) bool {
 		case b == ',':
 			c.i++
 		case numbers && (b == '-' || b >= '0' && b <= '9'):
-			c.scalar() // a few bytes, decoded: not counted
+			c.scalar()
+			if c.numbers++; c.numbers%8 == 0 {
+				if c.left--; c.left < 0 {
+					return false
+				}
+			}
 		default:
 			if !c.value(elem, depth) {
 				return false

@@ -17,7 +17,7 @@ type batch struct {
 	Vectors []vector `json:"vectors"`
 }
 
-func TestCountCountsEveryValueButTheNumbersOfANumberArray(t *testing.T) {
+func TestCountCountsEveryValueAndEveryEighthNumberOfANumberArray(t *testing.T) {
 	for _, c := range []struct {
 		data string
 		v    any
@@ -34,6 +34,8 @@ func TestCountCountsEveryValueButTheNumbersOfANumberArray(t *testing.T) {
 		// What is not a number in a number array counts.
 		{`{"vectors":[{"values":[1,{},"x"]}]}`, &batch{}, 6},
 		{`[1,2,3]`, new([]float64), 1},
+		{`[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17]`, new([]float64), 3},
+		{`[[1,2,3,4,5,6,7],[8,9]]`, new([][]float32), 4},
 		{`[1,2,3]`, new([]any), 4},
 		{`"s"`, new(any), 1},
 		{`  `, new(any), 0},

@@ -51,9 +51,11 @@ type lexer struct {
 	i    int
 	done bool // the closing brace of the object was read
 	// left is how many more values a body that can hold many (an
-	// upsert) may hold, counted down from MaxValues; the other hand readers take
-	// a few fields only, and leave it alone.
-	left int
+	// upsert) may hold, counted down from MaxValues, and numbers how many
+	// numbers of its vectors it has read, of which every eighth counts;
+	// the other hand readers take a few fields only, and leave them alone.
+	left    int
+	numbers int
 }
 
 // take counts n values against l.left, and reports whether they fit.

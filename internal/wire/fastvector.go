@@ -141,6 +141,9 @@ func (l *lexer) floats() ([]float32, bool) {
 		if err != nil {
 			return nil, false
 		}
+		if l.numbers++; l.numbers%8 == 0 && !l.take(1) {
+			return nil, false
+		}
 		out = append(out, float32(f))
 		if l.next(']') {
 			return out, true

@@ -68,7 +68,8 @@ func QueueGroup(service string) string { return "abi.svc." + service }
 
 // MaxValues is the most JSON values one request body holds, counted as
 // strictjson.Values counts them: every object, array, string, number,
-// true, false and null, but the numbers of a vector's values. Decoded
+// true, false and null, but the numbers of a vector, four bytes each once
+// read, of which every eighth counts. Decoded
 // into Go, a value costs far more than its text, up to a few hundred bytes
 // for an object of two, so a body's bytes bound its memory only with its
 // count of values: a body at this bound allocates some tens of MiB while

@@ -94,9 +94,9 @@ func TestABodyAtTheBoundDecodesWithinABoundedHeap(t *testing.T) {
 
 // One value more than the bound is refused, whether the values are the
 // body's own fields, a document's data or a vector's payload; the numbers
-// of a vector's values do not count, so a batch of many vectors given as
-// numbers is taken.
-func TestTheBoundCountsEveryValueButTheNumbersOfAVector(t *testing.T) {
+// of a vector's values count one for every eight, so a batch of many
+// vectors given as numbers is taken.
+func TestTheBoundCountsTheValuesOfEveryPartOfABody(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		body []byte
@@ -178,5 +178,42 @@ func TestABodyOfOneLargeStringCostsAboutItsSizeToDecode(t *testing.T) {
 	}
 	if most := uint64(2 * len(body)); got > most {
 		t.Fatalf("decoding a body of %d bytes allocated %d bytes, want at most %d", len(body), got, most)
+	}
+}
+
+// The numbers of a vector count one value for every eight, as they decode
+// into four bytes each, not nothing: a search of 16 million numbers, a 32
+// MiB upload, decoded them all into a vector of 64 MiB, with the buffers
+// it grew through, before its dimension was refused.
+func TestTheNumbersOfAVectorCountOneForEveryEight(t *testing.T) {
+	huge := repeated(`{"collection":"c","k":1,"vector":[`, `0`, 16<<20, `]}`)
+	var err error
+	got := allocated(func() { err = natsapi.Decode(huge, &wire.VecQuery{}) })
+	if limit := uint64(1 << 20); got > limit {
+		t.Errorf("reading a search of %d numbers allocated %d bytes, want at most %d", 16<<20, got, limit)
+	}
+	if !errors.Is(err, ports.ErrInvalidArgument) || !strings.Contains(err.Error(), "JSON values") {
+		t.Fatalf("a search of %d numbers = %v, want 400 naming the bound", 16<<20, err)
+	}
+
+	most := 8 * (wire.MaxValues - 4) // the body, collection, k and vector
+	at := repeated(`{"collection":"c","k":1,"vector":[`, `0`, most, `]}`)
+	if err := natsapi.Decode(at, &wire.VecQuery{}); err != nil {
+		t.Fatalf("a search of %d numbers: %v, want it taken", most, err)
+	}
+	past := repeated(`{"collection":"c","k":1,"vector":[`, `0`, most+8, `]}`)
+	if err := natsapi.Decode(past, &wire.VecQuery{}); !errors.Is(err, ports.ErrInvalidArgument) || !strings.Contains(err.Error(), "JSON values") {
+		t.Fatalf("a search of %d numbers = %v, want 400 naming the bound", most+8, err)
+	}
+	// The body, collection, vectors, the vector, its id and values.
+	most = 8 * (wire.MaxValues - 6)
+	upsert := repeated(`{"collection":"c","vectors":[{"id":"a","values":[`, `0`, most, `]}]}`)
+	var w wire.VecWrite
+	if !w.DecodeJSON(upsert) || len(w.Vectors) != 1 || len(w.Vectors[0].Values) != most {
+		t.Fatalf("the hand reader declined an upsert of %d numbers, at the bound", most)
+	}
+	upsert = repeated(`{"collection":"c","vectors":[{"id":"a","values":[`, `0`, most+8, `]}]}`)
+	if (&wire.VecWrite{}).DecodeJSON(upsert) {
+		t.Fatalf("the hand reader took an upsert of %d numbers, past the bound", most+8)
 	}
 }
