@@ -81,9 +81,16 @@ func (s VectorStore) Upsert(ctx context.Context, collection string, vectors []po
 
 // olderEngineRefusedPacked reports whether err is an engine's refusal of
 // the field values_f32 as unknown: an engine older than it, met while a
-// deploy replaces engines and callers in any order.
+// deploy replaces engines and callers in any order. Such an engine names
+// the field alone (`unknown field "values_f32"`); one that decodes a body
+// in place names its path (`unknown field "vectors[0].values_f32"`).
 func olderEngineRefusedPacked(err error) bool {
-	return errors.Is(err, ports.ErrInvalidArgument) && strings.Contains(err.Error(), `unknown field "values_f32"`)
+	if !errors.Is(err, ports.ErrInvalidArgument) {
+		return false
+	}
+	msg := err.Error()
+	return strings.Contains(msg, `unknown field "values_f32"`) ||
+		strings.Contains(msg, `unknown field "vectors[`) && strings.Contains(msg, `].values_f32"`)
 }
 
 // Search implements ports.VectorStore.
