@@ -57,7 +57,8 @@ func (k *kernel) stop() {
 	k.overflow.Stop()
 }
 
-// mayServe is admit without the token, for the session hosts.
+// mayServe is admit without the token, for the overflow host, whose
+// sessions call no store.
 func mayServe(admit func() (uint64, bool)) func() bool {
 	return func() bool {
 		_, ok := admit()
@@ -68,7 +69,7 @@ func mayServe(admit func() (uint64, bool)) func() bool {
 // newKernel builds the session hosts and the endpoint host around them.
 func newKernel(opts natsapi.Options, services func(*natsapi.TransferHost) []natsapi.Service) (*kernel, error) {
 	transfers, err := natsapi.NewTransferHost(natsapi.TransferOptions{
-		Owner: opts.Owner, Conn: opts.Replies, CallerSecret: opts.CallerSecret, Logger: opts.Logger, MayServe: mayServe(opts.Admit),
+		Owner: opts.Owner, Conn: opts.Replies, CallerSecret: opts.CallerSecret, Logger: opts.Logger, Admit: opts.Admit,
 	})
 	if err != nil {
 		return nil, err

@@ -35,11 +35,11 @@ func ObjectStorage(store ports.ObjectStorage, transfers *TransferHost) Service {
 			{
 				Name: wire.OSTransferOpen,
 				Handler: func(ctx context.Context, call *Call) ([]byte, error) {
-					return JSON(func(_ context.Context, r wire.TransferOpen) (wire.SessionOpened, error) {
+					return JSON(func(ctx context.Context, r wire.TransferOpen) (wire.SessionOpened, error) {
 						if err := otherModeFields(r.Mode, call.Data); err != nil {
 							return wire.SessionOpened{}, err
 						}
-						return transfers.open(store, call.Caller, call.Who(), r)
+						return transfers.open(ctx, store, call.Caller, call.Who(), r)
 					})(ctx, call)
 				},
 			},

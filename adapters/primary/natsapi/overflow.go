@@ -138,8 +138,8 @@ func NewOverflowHost(opts OverflowOptions) (*OverflowHost, error) {
 		uploadIdle: opts.UploadIdle,
 		parkedBy:   map[string]int64{},
 	}
-	if opts.MayServe != nil {
-		h.t.mayServe = opts.MayServe
+	if may := opts.MayServe; may != nil {
+		h.t.admit = func() (uint64, bool) { return 0, may() }
 	}
 	h.t.ops[wire.SessionWrite] = h.write
 	h.t.ops[wire.SessionRead] = h.read
@@ -226,7 +226,8 @@ func (h *OverflowHost) start(caller string, p *held, idle time.Duration) (*sessi
 	if err := h.reserve(p.who, p.reserved); err != nil {
 		return nil, err
 	}
-	s, err := h.t.add(caller, p.who, idle)
+	// It holds bytes and calls no store: it runs under no term.
+	s, err := h.t.add(0, caller, p.who, idle)
 	if err != nil {
 		h.unreserve(p.who, p.reserved)
 		return nil, err

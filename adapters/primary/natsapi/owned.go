@@ -42,9 +42,13 @@ type sessionTable struct {
 	// aside: a caller that sends more to its own session than it may have
 	// answered pending is refused, not given more of sem.
 	inHand int32
-	// mayServe is asked before every session call, as the Host asks before
+	// admit is asked before every session call, as the Host asks before
 	// every call: a session outlives the moment its engine may serve.
-	mayServe func() bool
+	admit func() (token uint64, ok bool)
+	// terms: a session runs under the term of the lease it was opened
+	// under, whose fencing token its context carries to the stores; a call
+	// that finds the engine under another term closes it.
+	terms bool
 
 	mu       sync.Mutex
 	sub      *nats.Subscription
@@ -69,7 +73,9 @@ type session struct {
 	id, secret, caller string
 	who                string        // whose share the session takes
 	idle               time.Duration // closes it after this long without a call
-	// ctx ends when the session closes: whatever works for it stops.
+	token              uint64        // the fencing token of the term it was opened under; 0: none
+	// ctx ends when the session closes: whatever works for it stops. It
+	// carries token to the stores (ports.WithFencingToken).
 	ctx    context.Context
 	cancel context.CancelFunc
 
@@ -105,6 +111,11 @@ func (c *sessionCall) seq() (int64, error) {
 // session's lock, after the session's context has ended.
 type sessionState interface{ release() }
 
+// committing is a session state whose work may have taken effect by the
+// time its session closes (an upload whose commit has begun), so a call
+// that closes it cannot say that nothing was done.
+type committing interface{ committing() bool }
+
 func newSessionTable(kind, prefix, owner string, nc *nats.Conn, secret []byte, idle time.Duration, maxOpen, maxPerCaller int, logger *slog.Logger) *sessionTable {
 	return &sessionTable{
 		kind:     kind,
@@ -121,7 +132,7 @@ func newSessionTable(kind, prefix, owner string, nc *nats.Conn, secret []byte, i
 		inHand:   4,
 		sessions: map[string]*session{},
 		byWho:    map[string]int{},
-		mayServe: func() bool { return true },
+		admit:    func() (uint64, bool) { return 0, true },
 	}
 }
 
@@ -204,7 +215,8 @@ func (t *sessionTable) handle(msg *nats.Msg) (nats.Header, []byte, error) {
 	if op == wire.SessionClose {
 		return t.closeCall(ref, caller)
 	}
-	if !t.mayServe() {
+	token, ok := t.admit()
+	if !ok {
 		return nil, nil, fmt.Errorf("%w: the engine does not hold the lease", wire.ErrUnavailable)
 	}
 	call := &sessionCall{Seq: -1, Data: msg.Data}
@@ -219,6 +231,9 @@ func (t *sessionTable) handle(msg *nats.Msg) (nats.Header, []byte, error) {
 	}
 	var header nats.Header
 	data, err := t.use(ref, caller, func(s *session) ([]byte, error) {
+		if t.terms && s.token != token {
+			return nil, t.termEnded(s, token)
+		}
 		var (
 			data []byte
 			err  error
@@ -229,12 +244,35 @@ func (t *sessionTable) handle(msg *nats.Msg) (nats.Header, []byte, error) {
 	return header, data, err
 }
 
+// termEnded closes a session opened under another term of the lease than
+// the one the engine serves under now, whose lock the caller holds, and
+// is the answer of the call that found it so. Its work carries the old
+// term's token, which a store that fences refuses once the new term has
+// written, so it is not let go on beside the new term's.
+func (t *sessionTable) termEnded(s *session, now uint64) error {
+	what := wire.ErrUnavailable
+	if c, ok := s.state.(committing); ok && c.committing() {
+		what = wire.ErrInterrupted
+	}
+	t.closeLocked(s)
+	return fmt.Errorf("%w: %s %q was opened under the lease's term %d, and the engine serves under term %d now; it is closed",
+		what, t.kind, s.id, s.token, now)
+}
+
 // add opens a session for caller, counted against who, that closes after
-// idle without a call; or refuses when the engine stops or holds as many
-// as it may, in all or for who. The caller of add sets the state.
-func (t *sessionTable) add(caller, who string, idle time.Duration) (*session, error) {
-	s := &session{id: t.owner + ":" + randomHex(), secret: randomHex(), caller: caller, who: who, idle: idle, last: time.Now()}
-	s.ctx, s.cancel = context.WithCancel(context.Background())
+// idle without a call, under the term whose fencing token is token (0:
+// none); or refuses when the engine stops or holds as many as it may, in
+// all or for who. The caller of add sets the state.
+func (t *sessionTable) add(token uint64, caller, who string, idle time.Duration) (*session, error) {
+	s := &session{id: t.owner + ":" + randomHex(), secret: randomHex(), caller: caller, who: who, idle: idle, token: token, last: time.Now()}
+	// The session's work runs after the call that opened it has been
+	// answered, on a context of its own, which carries the term's token
+	// as that call's did.
+	base := context.Background()
+	if token != 0 {
+		base = ports.WithFencingToken(base, token)
+	}
+	s.ctx, s.cancel = context.WithCancel(base)
 	// The timer is set under the session's lock, which its expiry takes.
 	s.mu.Lock()
 	defer s.mu.Unlock()

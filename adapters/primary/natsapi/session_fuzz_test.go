@@ -98,11 +98,11 @@ func FuzzTransferRequests(f *testing.F) {
 				}
 			})
 		}
-		put, err := h.open(store, "", "", wire.TransferOpen{Mode: wire.TransferPut, Key: "k"})
+		put, err := h.open(context.Background(), store, "", "", wire.TransferOpen{Mode: wire.TransferPut, Key: "k"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		get, err := h.open(store, "", "", wire.TransferOpen{Mode: wire.TransferGet, Key: "obj"})
+		get, err := h.open(context.Background(), store, "", "", wire.TransferOpen{Mode: wire.TransferGet, Key: "obj"})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -68,9 +68,13 @@ type TransferOptions struct {
 	// read.
 	Window int
 	Logger *slog.Logger
-	// MayServe is asked before every session call; false answers 503.
-	// nil: always.
-	MayServe func() bool
+	// Admit is asked before every session call, as the Host's is before
+	// every call: whether the engine may serve now (not: 503), and the
+	// fencing token of the term it serves under. A transfer's store calls
+	// carry the token of the term the call that opened it ran under, and
+	// a session call that finds the engine under another term closes the
+	// transfer. nil: always, and a transfer is never closed for its term.
+	Admit func() (token uint64, ok bool)
 }
 
 // TransferHost holds the object transfers of one engine instance. Opens
@@ -126,8 +130,8 @@ func NewTransferHost(opts TransferOptions) (*TransferHost, error) {
 		chunk:  opts.ChunkSize,
 		window: opts.Window,
 	}
-	if opts.MayServe != nil {
-		h.t.mayServe = opts.MayServe
+	if opts.Admit != nil {
+		h.t.admit, h.t.terms = opts.Admit, true
 	}
 	// A transfer may have its window of writes in hand, all waiting on its
 	// store, and a write sent again and the commit besides; more is
@@ -162,12 +166,21 @@ func (h *TransferHost) Stop() { h.t.stop() }
 // on nothing; confirm waits, bounded, for the broker.
 func (h *TransferHost) Fence() (confirm func()) { return h.t.fence() }
 
-// open starts a transfer on store for the caller, counted against who.
-func (h *TransferHost) open(store ports.ObjectStorage, caller, who string, req wire.TransferOpen) (wire.SessionOpened, error) {
+// open starts a transfer on store for the caller, counted against who,
+// under the term of ctx, the context of the call that opens it: every
+// store call of the transfer carries its fencing token, as that call's
+// own would, though they run after it has been answered.
+func (h *TransferHost) open(ctx context.Context, store ports.ObjectStorage, caller, who string, req wire.TransferOpen) (wire.SessionOpened, error) {
 	if req.Mode != wire.TransferPut && req.Mode != wire.TransferGet {
 		return wire.SessionOpened{}, fmt.Errorf("%w: field \"mode\": %q, want \"put\" or \"get\"", ports.ErrInvalidArgument, req.Mode)
 	}
-	s, err := h.t.add(caller, who, h.t.idle)
+	if ctx.Err() != nil {
+		// The engine stopped serving (the period of the call ended) and
+		// may serve again under another term: nothing is opened.
+		return wire.SessionOpened{}, fmt.Errorf("%w: the engine stopped before the transfer opened", wire.ErrUnavailable)
+	}
+	token, _ := ports.FencingToken(ctx)
+	s, err := h.t.add(token, caller, who, h.t.idle)
 	if err != nil {
 		return wire.SessionOpened{}, err
 	}
@@ -243,6 +256,10 @@ func startUpload(ctx context.Context, store ports.ObjectStorage, req wire.Transf
 // release aborts a Put still reading: it sees an error, never a short
 // object.
 func (u *upload) release() { u.pw.CloseWithError(errSessionClosed) }
+
+// committing: once committed, the Put may store the object whatever ends
+// the transfer.
+func (u *upload) committing() bool { return u.committed }
 
 // result waits for Put, unless the session closes first. A Put cut off
 // by the close may or may not have stored the object: that is 500, never

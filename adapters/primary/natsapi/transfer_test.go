@@ -713,7 +713,7 @@ func TestACloseGoesThroughWhileTheEngineMayNotServe(t *testing.T) {
 	url := natstest.StartServer(t).ClientURL()
 	var may atomic.Bool
 	may.Store(true)
-	e := newEngine(t, url, newObjects(t), engineOptions{transfers: natsapi.TransferOptions{MayServe: may.Load}})
+	e := newEngine(t, url, newObjects(t), engineOptions{transfers: natsapi.TransferOptions{Admit: func() (uint64, bool) { return 0, may.Load() }}})
 	nc := natstest.Connect(t, url)
 	opened, err := openTransfer(t, nc, wire.TransferOpen{Mode: wire.TransferPut, Key: "k"}, nil)
 	if err != nil {
