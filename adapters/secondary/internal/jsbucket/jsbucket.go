@@ -485,8 +485,6 @@ type Msg struct {
 	Seq    uint64
 	Header nats.Header
 	Data   []byte
-	// Time is when the broker stored the message, on its clock.
-	Time time.Time
 }
 
 // Next reads, from the stream's leader, the first message of the key at or
@@ -512,7 +510,7 @@ func (b *Bucket) msg(ctx context.Context, token string, req map[string]any) (Msg
 	if err != nil {
 		return Msg{}, fmt.Errorf("read %s (%v) from bucket %s: %w", token, req["seq"], b.name, err)
 	}
-	return Msg{Seq: m.Sequence, Header: h, Data: m.Data, Time: m.Time}, nil
+	return Msg{Seq: m.Sequence, Header: h, Data: m.Data}, nil
 }
 
 // entry reads a stored message.
@@ -726,33 +724,23 @@ func inFlight(err error) bool {
 // values not yet removed and deletion markers alike. The stream's leader
 // answers, so the list holds every acknowledged write.
 func (b *Bucket) Tokens(ctx context.Context, filter string) ([]string, error) {
-	tokens, _, err := b.TokensAt(ctx, filter)
-	return tokens, err
-}
-
-// TokensAt is Tokens, and the time on the clock of the server that
-// listed them; zero when the server does not say.
-func (b *Bucket) TokensAt(ctx context.Context, filter string) ([]string, time.Time, error) {
-	var (
-		subjects map[string]uint64
-		at       time.Time
-	)
+	var subjects map[string]uint64
 	err := b.retry(ctx, func(ctx context.Context) error {
 		info, err := b.stream.Info(ctx, jetstream.WithSubjectFilter(b.prefix+filter))
 		if err != nil {
 			return err
 		}
-		subjects, at = info.State.Subjects, info.TimeStamp
+		subjects = info.State.Subjects
 		return nil
 	})
 	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("list keys of bucket %s: %w", b.name, err)
+		return nil, fmt.Errorf("list keys of bucket %s: %w", b.name, err)
 	}
 	out := make([]string, 0, len(subjects))
 	for s := range subjects {
 		out = append(out, strings.TrimPrefix(s, b.prefix))
 	}
-	return out, at, nil
+	return out, nil
 }
 
 // scanBatch is how many messages a scan asks for at a time, and

@@ -97,16 +97,26 @@ type Store struct {
 	owed    map[string]bool
 	purging map[string]bool
 	// sweeping times the sweeps of chunks that no description names;
-	// swept closes when the sweeps have ended, after Close.
+	// swept closes when the sweeps have ended, after Close. sighted is
+	// what the last sweep found of such chunks; only the sweeps use it.
 	sweeping sweeping
 	swept    chan struct{}
+	sighted  map[string]sighting
+}
+
+// sighting is a sweep's finding of an object's chunks that no live
+// description named: the sequence of the newest, and when, on this
+// engine's clock, the sweep had read it, after the server stored it.
+type sighting struct {
+	seq uint64
+	at  time.Time
 }
 
 // sweeping says when chunks that no live description names are swept,
 // and how far apart a Put may write its chunks.
 type sweeping struct {
-	// age is how long ago, on the server's clock, the newest of such
-	// chunks was stored before they are swept.
+	// age is how long, on this engine's clock, the sweeps must have found
+	// such chunks unchanged, their newest the same, before they are swept.
 	age time.Duration
 	// every is the time between sweeps; the first runs at Open.
 	every time.Duration
@@ -116,13 +126,16 @@ type sweeping struct {
 	now   func() time.Time
 }
 
-// defaultSweeping sweeps the chunks of a Put cut short by a crash an hour
-// after its last chunk. A Put still under way, on this engine or on one
-// that fenced itself, has its newest chunk at most stall old, or its
-// description on its way within describeTimeout of it; a sweep reads the
-// descriptions first and lasts at most sweepTimeout, so no description
-// that names chunks it judged old can be stored after it read them:
-// age > stall + describeTimeout + sweepTimeout.
+// defaultSweeping sweeps the chunks of a Put cut short by a crash once
+// the sweeps have found them unchanged for an hour. A Put still under way,
+// on this engine or on one that fenced itself, writes its next chunk
+// within stall of the one before, or its description within
+// describeTimeout of that; a sweep reads the descriptions after the age
+// has passed since it first found the newest chunk, so a description
+// naming chunks it judged old was stored before it read them:
+// age > stall + describeTimeout. Only lengths of time on one clock are
+// compared: the time a message carries is its leader's at the time, and
+// the leader of a replicated stream moves to servers whose clocks differ.
 var defaultSweeping = sweeping{age: time.Hour, every: time.Hour, stall: 15 * time.Minute, now: time.Now}
 
 // sweepTimeout bounds one sweep.
@@ -145,7 +158,7 @@ func open(ctx context.Context, c Config, nc *nats.Conn, sw sweeping) (*Store, er
 	s := &Store{
 		b: b, nc: nc, closing: closing, close: cancel,
 		readers: map[string]int{}, owed: map[string]bool{}, purging: map[string]bool{},
-		sweeping: sw, swept: make(chan struct{}),
+		sweeping: sw, swept: make(chan struct{}), sighted: map[string]sighting{},
 	}
 	go s.sweeps()
 	return s, nil
@@ -528,25 +541,30 @@ func (s *Store) sweeps() {
 	}
 }
 
-// sweep purges the chunks that no live description names and whose
-// newest chunk the server stored at least sweeping.age ago, by its own
-// clock: those of a Put cut short by a crash, or of an object whose Put or
-// Delete died before its purge. It reads the descriptions before it lists
-// the chunks, so that chunks a Put wrote meanwhile are young, and a Put
-// still under way keeps its newest chunk younger than the age (stalled).
-// Chunks a Get of this store still reads are purged once it ends.
+// sweep purges the chunks that no live description names and that the
+// sweeps found unchanged, their newest chunk the same, for at least
+// sweeping.age on this engine's clock: those of a Put cut short by a
+// crash, or of an object whose Put or Delete died before its purge. The
+// first sweep to find such chunks only notes them, with the time it had
+// read their newest; a later sweep purges them when it starts that age
+// after, before it reads the descriptions, and they still have the same
+// newest chunk and no description. A Put still under way writes a chunk
+// or its description meanwhile (stalled). The time a message carries is
+// never compared: its leader stamped it, on its clock, and the leader
+// that lists the chunks later may be another server, whose clock is not
+// the same. Chunks a Get of this store still reads are purged once it
+// ends.
 func (s *Store) sweep(ctx context.Context) error {
+	start := s.sweeping.now()
 	named, err := s.named(ctx)
 	if err != nil {
 		return err
 	}
-	tokens, now, err := s.b.TokensAt(ctx, "C.>")
+	tokens, err := s.b.Tokens(ctx, "C.>")
 	if err != nil {
 		return err
 	}
-	if now.IsZero() {
-		return errors.New("sweep: the server did not tell its time")
-	}
+	sighted := make(map[string]sighting, len(s.sighted))
 	for _, t := range tokens {
 		id := strings.TrimPrefix(t, "C.")
 		if named[id] {
@@ -556,7 +574,16 @@ func (s *Store) sweep(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if m.Seq == 0 || now.Sub(m.Time) < s.sweeping.age {
+		if m.Seq == 0 {
+			continue
+		}
+		was, ok := s.sighted[id]
+		if !ok || was.seq != m.Seq {
+			sighted[id] = sighting{seq: m.Seq, at: s.sweeping.now()}
+			continue
+		}
+		if start.Sub(was.at) < s.sweeping.age {
+			sighted[id] = was
 			continue
 		}
 		if err := ctx.Err(); err != nil {
@@ -564,6 +591,7 @@ func (s *Store) sweep(ctx context.Context) error {
 		}
 		s.purge(id)
 	}
+	s.sighted = sighted
 	return nil
 }
 

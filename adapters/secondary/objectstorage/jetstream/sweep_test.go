@@ -15,8 +15,8 @@ import (
 	"github.com/abi-engine/engine/ports"
 )
 
-// openSweeping opens a store whose sweeps take chunks no description names
-// once their newest is age old, every 50 ms.
+// openSweeping opens a store whose sweeps, every 50 ms, take chunks no
+// description names once they have found them unchanged for age.
 func openSweeping(t *testing.T, url string, c jetstream.Config, age, stall time.Duration, now func() time.Time) *jetstream.Store {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
@@ -44,9 +44,9 @@ func readWhole(t *testing.T, s *jetstream.Store, key string, want []byte) {
 }
 
 // The chunks of a Put whose engine died before its description was sent
-// are named by no description; the store's sweeps purge them once their
-// newest is old on the server's clock, and leave the chunks of the objects
-// stored, however old. Before, nothing ever purged them: they stayed in
+// are named by no description; the store's sweeps purge them once they
+// have found them unchanged for long enough, and leave the chunks of the
+// objects stored, however old. Before, nothing ever purged them: they stayed in
 // the stream for good.
 func TestTheChunksOfAPutCutShortByACrashAreSweptOnceOld(t *testing.T) {
 	url := natstest.StartProcess(t, server)
