@@ -171,9 +171,9 @@ const closeWait = describeTimeout + purgeTimeout
 // Close stops the Puts under way from writing chunks and the sweeps,
 // waits (within closeWait) for them and the Deletes under way to end,
 // purges and all,
-// purges the chunks still owed to readers, whose reads end with the
-// connection, and closes the store's connection; closing twice is
-// harmless. Closing the connection under a write would fail its purge, and
+// purges (within purgeTimeout, all of them) the chunks still owed to
+// readers, whose reads end with the connection, and closes the store's
+// connection; closing twice is harmless. Closing the connection under a write would fail its purge, and
 // leave chunks that no description names in the stream for good.
 func (s *Store) Close() error {
 	s.mu.Lock()
@@ -194,8 +194,13 @@ func (s *Store) Close() error {
 	owed := s.owed
 	s.owed = map[string]bool{}
 	s.mu.Unlock()
+	// The owed purges share one purge's time: with the broker gone, each
+	// on its own would hold Close for purgeTimeout. What they leave, the
+	// sweeps take.
+	ctx, cancel := context.WithTimeout(context.Background(), purgeTimeout)
+	defer cancel()
 	for id := range owed {
-		s.purgeNow(id)
+		s.purgeNow(ctx, id)
 	}
 	s.nc.Close()
 	return nil
@@ -646,17 +651,17 @@ func (s *Store) purge(id string) {
 	}
 	s.purging[id] = true
 	s.mu.Unlock()
-	s.purgeNow(id)
+	ctx, cancel := context.WithTimeout(context.Background(), purgeTimeout)
+	defer cancel()
+	s.purgeNow(ctx, id)
 	s.mu.Lock()
 	delete(s.purging, id)
 	s.mu.Unlock()
 }
 
-// purgeNow removes the chunks of id. Chunks it fails to remove are
-// unreachable, never read.
-func (s *Store) purgeNow(id string) {
-	ctx, cancel := context.WithTimeout(context.Background(), purgeTimeout)
-	defer cancel()
+// purgeNow removes the chunks of id within ctx. Chunks it fails to
+// remove are unreachable, never read, and left to the sweeps.
+func (s *Store) purgeNow(ctx context.Context, id string) {
 	_ = s.b.Purge(ctx, chunkToken(id))
 }
 
