@@ -92,9 +92,10 @@ type Store struct {
 	writes sync.WaitGroup
 	// readers counts the open readers of each object's chunks (by the
 	// object's NUID); a purge of chunks still read is owed until the last
-	// of them ends, and purging holds those whose purge is under way.
+	// of them ends, and purging holds those whose purge is under way. An
+	// owed purge keeps the values of the call that owed it (owed).
 	readers map[string]int
-	owed    map[string]bool
+	owed    map[string]context.Context
 	purging map[string]bool
 	// sweeping times the sweeps of chunks that no description names;
 	// swept closes when the sweeps have ended, after Close. sighted is
@@ -157,7 +158,7 @@ func open(ctx context.Context, c Config, nc *nats.Conn, sw sweeping) (*Store, er
 	closing, cancel := context.WithCancel(context.Background())
 	s := &Store{
 		b: b, nc: nc, closing: closing, close: cancel,
-		readers: map[string]int{}, owed: map[string]bool{}, purging: map[string]bool{},
+		readers: map[string]int{}, owed: map[string]context.Context{}, purging: map[string]bool{},
 		sweeping: sw, swept: make(chan struct{}), sighted: map[string]sighting{},
 	}
 	go s.sweeps()
@@ -192,15 +193,16 @@ func (s *Store) Close() error {
 	}
 	s.mu.Lock()
 	owed := s.owed
-	s.owed = map[string]bool{}
+	s.owed = map[string]context.Context{}
 	s.mu.Unlock()
 	// The owed purges share one purge's time: with the broker gone, each
 	// on its own would hold Close for purgeTimeout. What they leave, the
 	// sweeps take.
-	ctx, cancel := context.WithTimeout(context.Background(), purgeTimeout)
-	defer cancel()
-	for id := range owed {
+	deadline := time.Now().Add(purgeTimeout)
+	for id, call := range owed {
+		ctx, cancel := context.WithDeadline(call, deadline)
 		s.purgeNow(ctx, id)
+		cancel()
 	}
 	s.nc.Close()
 	return nil
@@ -316,7 +318,7 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, opts ports.Put
 		err = context.Cause(wctx)
 	}
 	if err != nil {
-		s.purge(id)
+		s.purge(ctx, id)
 		return ports.ObjectInfo{}, fmt.Errorf("put %q: %w", key, err)
 	}
 	info.Name, info.Bucket, info.NUID = key, s.b.Name(), id
@@ -335,14 +337,14 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, opts ports.Put
 	cur, err = s.describeOver(dctx, ctx, key, info, cur, opts.IfAbsent || opts.IfMatch != "")
 	if err != nil {
 		if !errors.Is(err, errUnknownOutcome) {
-			s.purge(id)
+			s.purge(ctx, id)
 		}
 		return ports.ObjectInfo{}, fmt.Errorf("put %q: %w", key, err)
 	}
 	// The chunks a deleted description names go too: its Delete purged
 	// them, unless it was cut off first, and then only this purge would.
 	if cur.info.NUID != "" {
-		s.purge(cur.info.NUID)
+		s.purge(ctx, cur.info.NUID)
 	}
 	return describe(key, info), nil
 }
@@ -398,7 +400,7 @@ func (s *Store) describeOver(ctx, caller context.Context, key string, info jetst
 				// purges its chunks when this description replaced it (the
 				// other write purged this one's); none would otherwise.
 				if cur.info.NUID != "" {
-					s.purge(cur.info.NUID)
+					s.purge(ctx, cur.info.NUID)
 				}
 				if expect != nil {
 					// Conditioned on the description read, this one can no
@@ -594,7 +596,7 @@ func (s *Store) sweep(ctx context.Context) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		s.purge(id)
+		s.purge(ctx, id)
 	}
 	s.sighted = sighted
 	return nil
@@ -637,23 +639,28 @@ func digest(h hash.Hash) string {
 // purgeTimeout bounds the purge of an object's chunks.
 const purgeTimeout = 10 * time.Second
 
-// purge removes the chunks of id, on a context of its own: it runs after
-// the call's context may have ended. Chunks that a Get of this store is
-// still reading stay until its reader ends (read): a Get answered with an
-// object reads the whole of it, as a Get of a file or of S3 does, even
-// when a Put replaces the object or a Delete removes it meanwhile.
-func (s *Store) purge(id string) {
+// purge removes the chunks of id for the call of ctx, on a context of its
+// own that keeps ctx's values (its term's fencing token, say) but not its
+// end: it runs after the call's context may have ended. Chunks that a Get
+// of this store is still reading stay until its reader ends (read): a Get
+// answered with an object reads the whole of it, as a Get of a file or of
+// S3 does, even when a Put replaces the object or a Delete removes it
+// meanwhile.
+func (s *Store) purge(ctx context.Context, id string) {
+	call := context.WithoutCancel(ctx)
 	s.mu.Lock()
 	if s.readers[id] > 0 {
-		s.owed[id] = true
+		if _, ok := s.owed[id]; !ok {
+			s.owed[id] = call
+		}
 		s.mu.Unlock()
 		return
 	}
 	s.purging[id] = true
 	s.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), purgeTimeout)
+	pctx, cancel := context.WithTimeout(call, purgeTimeout)
 	defer cancel()
-	s.purgeNow(ctx, id)
+	s.purgeNow(pctx, id)
 	s.mu.Lock()
 	delete(s.purging, id)
 	s.mu.Unlock()
@@ -690,11 +697,11 @@ func (s *Store) unread(id string) {
 		return
 	}
 	delete(s.readers, id)
-	owed := s.owed[id]
+	call, owed := s.owed[id]
 	delete(s.owed, id)
 	s.mu.Unlock()
 	if owed {
-		s.purge(id)
+		s.purge(call, id)
 	}
 }
 
@@ -982,7 +989,7 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 			s.landed(ctx, key, cur.revision, func(d jetstream.ObjectInfo) bool { return d.Deleted && d.NUID == gone.NUID }) != landedMine) {
 			return fmt.Errorf("delete %q: %w", key, err)
 		}
-		s.purge(cur.info.NUID)
+		s.purge(ctx, cur.info.NUID)
 		return nil
 	}
 	return fmt.Errorf("delete %q: it changed %d times meanwhile: %w", key, rounds, ports.ErrConflict)
