@@ -234,13 +234,22 @@ func (h *OverflowHost) start(caller string, p *held, idle time.Duration) (*sessi
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed { // the engine stopped between add and here
+	if s.closed { // the engine stopped, or its idle time ran out, between add and here
 		h.unreserve(p.who, p.reserved)
-		return nil, fmt.Errorf("%w: this engine takes no new %ss", wire.ErrUnavailable, h.t.kind)
+		if h.t.isStopped() {
+			return nil, fmt.Errorf("%w: this engine takes no new %ss", wire.ErrUnavailable, h.t.kind)
+		}
+		return s, fmt.Errorf("%w: %w", wire.ErrUnavailable, errExpiredAtOnce)
 	}
 	s.state = p
 	return s, nil
 }
+
+// errExpiredAtOnce is start's error, with the closed session, for a
+// session whose idle time ran out before start handed it out: an idle time
+// shorter than the moments between, as a test sets it, or a process that
+// stalled there.
+var errExpiredAtOnce = errors.New("the session's idle time ran out before it was handed out")
 
 // park keeps a reply until its caller fetches it. The call has run, so a
 // refusal is not 503 (which would have the caller send it again) but 413
@@ -255,6 +264,12 @@ func (h *OverflowHost) start(caller string, p *held, idle time.Duration) (*sessi
 // The first read gives it the idle time (read).
 func (h *OverflowHost) park(call *Call, data []byte) (*session, error) {
 	s, err := h.start(call.Caller, &held{h: h, who: call.Who(), data: data, reserved: int64(len(data)), opened: time.Now()}, h.uploadIdle)
+	if errors.Is(err, errExpiredAtOnce) {
+		// Handed out closed, as if its first read had not come within the
+		// idle time: the caller's fetch finds it gone and reads the call
+		// as interrupted, as for any reply not read in time.
+		return s, nil
+	}
 	if err != nil && h.t.isStopped() {
 		// Not a limit: the engine stopped serving (a fence, a drain's
 		// end) as the call ended, which is a call it stopped while it ran.
