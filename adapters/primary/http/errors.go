@@ -38,7 +38,7 @@ func StatusOf(err error) int {
 		return http.StatusConflict
 	case errors.Is(err, ports.ErrTooLarge), errors.As(err, &tooBig):
 		return http.StatusRequestEntityTooLarge
-	case errors.Is(err, wire.ErrUnavailable):
+	case errors.Is(err, wire.ErrUnavailable), errors.Is(err, errBusy):
 		return http.StatusServiceUnavailable
 	case errors.Is(err, wire.ErrUnauthorized):
 		// The serving engine refused this engine's caller token: the
@@ -57,6 +57,12 @@ func StatusOf(err error) int {
 // the body says what failed and where in the log the rest is.
 func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 	code := StatusOf(err)
+	if errors.Is(err, errBusy) {
+		// A refusal of work not begun, to be retried: nothing failed.
+		w.Header().Set("Retry-After", "1")
+		writeError(w, code, err.Error())
+		return
+	}
 	if code < 500 {
 		writeError(w, code, err.Error())
 		return

@@ -67,16 +67,23 @@ func kernelWith(t *testing.T, secret []byte, transfer natsapi.TransferOptions, o
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Calls and answers larger than a message go by overflow sessions, as
+	// on the engine.
+	overflow, err := natsapi.NewOverflowHost(natsapi.OverflowOptions{Owner: owner, Conn: session, CallerSecret: secret})
+	if err != nil {
+		t.Fatal(err)
+	}
 	host, err := natsapi.NewHost(natsapi.Options{
 		Owner:        owner,
 		Connect:      func() (*nats.Conn, error) { return nats.Connect(url) },
 		Replies:      session,
 		CallerSecret: secret,
+		Overflow:     overflow,
 	}, natsapi.KeyValue(kv), natsapi.Document(docs), natsapi.VectorStore(vectors), natsapi.ObjectStorage(objects, transfers))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, serve := range []func() error{transfers.Serve, host.Serve} {
+	for _, serve := range []func() error{overflow.Serve, transfers.Serve, host.Serve} {
 		if err := serve(); err != nil {
 			t.Fatal(err)
 		}
@@ -84,6 +91,7 @@ func kernelWith(t *testing.T, secret []byte, transfer natsapi.TransferOptions, o
 	t.Cleanup(func() {
 		host.Stop()
 		transfers.Stop()
+		overflow.Stop()
 	})
 	return url, facades(natsclient.New(natstest.Connect(t, url), opts...))
 }

@@ -3,7 +3,6 @@ package httpapi
 import (
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"net/http"
 	"net/url"
@@ -66,11 +65,12 @@ func (a *api) kvSet(w http.ResponseWriter, r *http.Request) {
 		}
 		ttl = d
 	}
-	value, err := io.ReadAll(http.MaxBytesReader(w, r.Body, a.maxBody))
+	value, release, err := a.readBody(r)
 	if err != nil {
 		a.fail(w, r, fmt.Errorf("read the value of %q: %w", key, err))
 		return
 	}
+	defer release()
 	if _, ok := precondition(r, "If-None-Match"); ok { // preconditions let only * through
 		ok, err := a.services.KeyValue.SetIfAbsent(r.Context(), key, value, ttl)
 		if err == nil && !ok {
@@ -217,10 +217,12 @@ func (a *api) docPut(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var data map[string]any
-	if err := a.decode(w, r, &data); err != nil {
+	release, err := a.decode(r, &data)
+	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
+	defer release()
 	if data == nil {
 		a.fail(w, r, fmt.Errorf("%w: body: want a JSON object", ports.ErrInvalidArgument))
 		return
@@ -271,10 +273,12 @@ type FindResponse struct {
 
 func (a *api) docFind(w http.ResponseWriter, r *http.Request) {
 	var q FindRequest
-	if err := a.decodeQuery(w, r, &q); err != nil {
+	release, err := a.decodeQuery(r, &q)
+	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
+	defer release()
 	docs, next, err := a.services.Document.Find(r.Context(), r.PathValue("collection"), ports.Query{
 		Where: q.Where, OrderBy: q.OrderBy, Desc: q.Desc, Limit: q.Limit, Cursor: q.Cursor,
 	})
@@ -315,10 +319,12 @@ type SearchResponse struct {
 
 func (a *api) vecSearch(w http.ResponseWriter, r *http.Request) {
 	var q SearchRequest
-	if err := a.decodeQuery(w, r, &q); err != nil {
+	release, err := a.decodeQuery(r, &q)
+	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
+	defer release()
 	if q.K == 0 {
 		q.K = DefaultK
 	}
@@ -336,27 +342,33 @@ func (a *api) vecSearch(w http.ResponseWriter, r *http.Request) {
 
 // decode reads one JSON value from the body, refusing unknown fields (a
 // known one spelt in another case included), a field given twice, and
-// bodies over the limit or of more than wire.MaxValues values.
-func (a *api) decode(w http.ResponseWriter, r *http.Request, v any) error {
-	return a.decodeBody(w, r, v, false)
+// bodies over the limit or of more than wire.MaxValues values. The body
+// counts against the API's budget until release, which the handler calls
+// once its call has answered.
+func (a *api) decode(r *http.Request, v any) (release func(), err error) {
+	return a.decodeBody(r, v, false)
 }
 
 // decodeQuery is decode for the body of a find or a search, where a body
 // of nothing, or of JSON white space only, is {}: the protocol reads an
 // empty body so on NATS, and a query answers the same over either.
-func (a *api) decodeQuery(w http.ResponseWriter, r *http.Request, v any) error {
-	return a.decodeBody(w, r, v, true)
+func (a *api) decodeQuery(r *http.Request, v any) (release func(), err error) {
+	return a.decodeBody(r, v, true)
 }
 
-func (a *api) decodeBody(w http.ResponseWriter, r *http.Request, v any, emptyIsObject bool) error {
-	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, a.maxBody))
+func (a *api) decodeBody(r *http.Request, v any, emptyIsObject bool) (func(), error) {
+	data, release, err := a.readBody(r)
 	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return fmt.Errorf("%w: body over %d bytes", ports.ErrTooLarge, tooBig.Limit)
-		}
-		return fmt.Errorf("%w: body: %v", ports.ErrInvalidArgument, err)
+		return nil, err
 	}
+	if err := decodeJSON(data, v, emptyIsObject); err != nil {
+		release()
+		return nil, err
+	}
+	return release, nil
+}
+
+func decodeJSON(data []byte, v any, emptyIsObject bool) error {
 	if emptyIsObject && wire.Blank(data) {
 		data = []byte("{}")
 	}

@@ -41,8 +41,9 @@ type Services struct {
 	VectorStore   ports.VectorStore
 }
 
-// DefaultMaxBody bounds the bodies the API reads whole: key-value values
-// and JSON requests. Objects are streamed and have no bound.
+// DefaultMaxBody bounds each body the API reads whole: key-value values
+// and JSON requests. Objects are streamed and have no bound. All such
+// bodies in flight are bounded together too (DefaultBodyBudget).
 const DefaultMaxBody = 8 << 20
 
 // Options configure the API.
@@ -63,6 +64,14 @@ type Options struct {
 	Logger *slog.Logger
 	// MaxBody is DefaultMaxBody when <= 0.
 	MaxBody int64
+	// BodyBudget bounds the bytes of the bodies read whole that requests
+	// in flight hold, in all, and BodyShare those of one client (see
+	// clientOf); they are DefaultBodyBudget and a DefaultBodyShareDivisor
+	// part of the budget when <= 0. A share is at least MaxBody, and the
+	// budget at least a share, so that every body within MaxBody can be
+	// admitted.
+	BodyBudget int64
+	BodyShare  int64
 	// MaxTransfers, TransferStall and MinTransferRate bound object
 	// transfers; each is its Default when <= 0.
 	MaxTransfers    int
@@ -77,6 +86,7 @@ type api struct {
 	metrics  *Metrics
 	log      *slog.Logger
 	maxBody  int64
+	bodies   *bodyBudget
 
 	transfers chan struct{} // a slot per object transfer running
 	stall     time.Duration
@@ -94,6 +104,14 @@ func NewHandler(o Options) http.Handler {
 	if o.MaxBody <= 0 {
 		o.MaxBody = DefaultMaxBody
 	}
+	if o.BodyBudget <= 0 {
+		o.BodyBudget = DefaultBodyBudget
+	}
+	if o.BodyShare <= 0 {
+		o.BodyShare = o.BodyBudget / DefaultBodyShareDivisor
+	}
+	o.BodyShare = max(o.BodyShare, o.MaxBody)
+	o.BodyBudget = max(o.BodyBudget, o.BodyShare)
 	if o.MaxTransfers <= 0 {
 		o.MaxTransfers = DefaultMaxTransfers
 	}
@@ -105,6 +123,7 @@ func NewHandler(o Options) http.Handler {
 	}
 	a := &api{
 		engine: o.Engine, services: o.Services, metrics: o.Metrics, log: o.Logger, maxBody: o.MaxBody,
+		bodies:    newBodyBudget(o.BodyBudget, o.BodyShare),
 		transfers: make(chan struct{}, o.MaxTransfers), stall: o.TransferStall, minRate: o.MinTransferRate,
 	}
 	open := http.NewServeMux()

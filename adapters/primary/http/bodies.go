@@ -1,0 +1,171 @@
+package httpapi
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+
+	"github.com/abi-engine/engine/ports"
+)
+
+// Bounds of the request bodies the API reads whole (key-value values and
+// JSON requests), across every request in flight. Each body is at most
+// MaxBody; without these, every connection could hold that much at once,
+// and a few thousand slow or concurrent clients held gigabytes of the
+// process the engine's NATS callers share.
+const (
+	// DefaultBodyBudget is how many bytes of such bodies the API holds at
+	// once; a request whose body would pass it is answered 503 with a
+	// Retry-After before its body is read.
+	DefaultBodyBudget = 64 << 20
+	// DefaultBodyShareDivisor gives one client's share of the budget: a
+	// quarter, as a NATS caller's share of the engine's overflow bytes.
+	DefaultBodyShareDivisor = 4
+)
+
+// errBusy is a request the API refuses for now, since the bodies in
+// flight hold its budget or the client's share of it: 503, Retry-After.
+var errBusy = errors.New("the API is busy")
+
+// bodyBudget counts the bytes of request bodies held, in all and by
+// client.
+type bodyBudget struct {
+	total, share int64
+
+	mu      sync.Mutex
+	used    int64
+	clients map[string]int64
+}
+
+func newBodyBudget(total, share int64) *bodyBudget {
+	return &bodyBudget{total: total, share: share, clients: map[string]int64{}}
+}
+
+// take reserves n bytes for client, or says which bound it would pass.
+func (b *bodyBudget) take(client string, n int64) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if held := b.clients[client]; held+n > b.share {
+		return fmt.Errorf("%w: the bodies of this client's requests in flight hold %d bytes, and %d more would pass its share of %d; try again later",
+			errBusy, held, n, b.share)
+	}
+	if b.used+n > b.total {
+		return fmt.Errorf("%w: the bodies of requests in flight hold %d bytes, and %d more would pass the API's %d; try again later",
+			errBusy, b.used, n, b.total)
+	}
+	b.used += n
+	b.clients[client] += n
+	return nil
+}
+
+// give returns n bytes that client reserved.
+func (b *bodyBudget) give(client string, n int64) {
+	if n == 0 {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.used -= n
+	if b.clients[client] -= n; b.clients[client] <= 0 {
+		delete(b.clients, client)
+	}
+}
+
+// clientOf is who a request's body counts against: the address it came
+// from, an IPv6 one by its /64, which a single host is commonly given
+// whole. A token does not tell clients apart, since they all present the
+// same one, and a forwarded-for header is whatever the client writes.
+func clientOf(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	ip := net.ParseIP(host)
+	if ip == nil {
+		return host
+	}
+	if ip.To4() != nil {
+		return ip.To4().String()
+	}
+	return ip.Mask(net.CIDRMask(64, 128)).String()
+}
+
+// readBody reads r's body whole, of at most maxBody bytes, under the
+// budget: a body of a declared length is read into a buffer of that
+// length, reserved before a byte is read, and one of no declared length
+// (chunked) reserves each buffer it grows into. release gives the bytes
+// back; the handler calls it once the call has answered, since the value
+// is held until then.
+func (a *api) readBody(r *http.Request) (data []byte, release func(), err error) {
+	client := clientOf(r)
+	var held int64
+	giveBack := func() { a.bodies.give(client, held) }
+	defer func() {
+		if err != nil {
+			giveBack()
+		}
+	}()
+	switch n := r.ContentLength; {
+	case n == 0:
+		return []byte{}, func() {}, nil
+	case n > a.maxBody:
+		return nil, nil, fmt.Errorf("%w: body of %d bytes, over %d bytes", ports.ErrTooLarge, n, a.maxBody)
+	case n > 0:
+		if err := a.bodies.take(client, n); err != nil {
+			return nil, nil, err
+		}
+		held = n
+		data = make([]byte, n)
+		if _, err := io.ReadFull(r.Body, data); err != nil {
+			return nil, nil, bodyReadError(err)
+		}
+		return data, giveBack, nil
+	}
+	for {
+		if len(data) == cap(data) {
+			if int64(len(data)) == a.maxBody {
+				// Full at the most: the body must end here.
+				var probe [1]byte
+				n, err := io.ReadFull(r.Body, probe[:])
+				if n > 0 {
+					return nil, nil, fmt.Errorf("%w: body over %d bytes", ports.ErrTooLarge, a.maxBody)
+				}
+				if !errors.Is(err, io.EOF) {
+					return nil, nil, bodyReadError(err)
+				}
+				return data, giveBack, nil
+			}
+			// The buffer it grows out of is garbage once copied: only the
+			// bytes it grows by are reserved.
+			grown := min(max(2*int64(cap(data)), 4<<10), a.maxBody)
+			if err := a.bodies.take(client, grown-int64(cap(data))); err != nil {
+				return nil, nil, err
+			}
+			held = grown
+			next := make([]byte, len(data), grown)
+			copy(next, data)
+			data = next
+		}
+		n, err := r.Body.Read(data[len(data):cap(data)])
+		data = data[:len(data)+n]
+		if errors.Is(err, io.EOF) {
+			return data, giveBack, nil
+		}
+		if err != nil {
+			return nil, nil, bodyReadError(err)
+		}
+	}
+}
+
+// bodyReadError is a body the client did not send whole: 408 when it took
+// longer than the server's time for a request, else 400.
+func bodyReadError(err error) error {
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return fmt.Errorf("%w: the body did not arrive within the time for a request: %v", errTooSlow, err)
+	}
+	return fmt.Errorf("%w: body: %v", ports.ErrInvalidArgument, err)
+}

@@ -1,0 +1,344 @@
+package httpapi_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	httpapi "github.com/abi-engine/engine/adapters/primary/http"
+)
+
+// serveReal serves the API as the engine does, with its server's timeouts,
+// on a port of its own on 127.0.0.1.
+func serveReal(t *testing.T, services httpapi.Services, o httpapi.Options) string {
+	t.Helper()
+	e := &engine{}
+	e.ready.Store(true)
+	o.Engine, o.Services = e, services
+	o.Logger = slog.New(slog.DiscardHandler)
+	ln, err := httpapi.Bind("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := httpapi.Serve(ln, httpapi.NewHandler(o), o.Logger)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = s.Shutdown(ctx)
+	})
+	return "http://" + s.Addr()
+}
+
+// clientFrom is an HTTP client whose connections come from ip, a loopback
+// address, so that one test can be many clients. It sends a body only once
+// the API asks for it (Expect: 100-continue, see send), as a client should
+// that wants a refusal of its body told reliably.
+func clientFrom(ip string) *http.Client {
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
+	return &http.Client{Transport: &http.Transport{
+		DialContext: d.DialContext, DisableKeepAlives: true, ExpectContinueTimeout: time.Minute,
+	}}
+}
+
+// heldBody sends all of data but its last byte, and the last once
+// released: the server holds what it has read of it until then.
+type heldBody struct {
+	data    []byte
+	off     int
+	release <-chan struct{}
+}
+
+func (b *heldBody) Read(p []byte) (int, error) {
+	end := len(b.data) - 1
+	if b.off == end {
+		<-b.release
+		end = len(b.data)
+	}
+	if b.off == len(b.data) {
+		return 0, io.EOF
+	}
+	n := copy(p, b.data[b.off:end])
+	b.off += n
+	return n, nil
+}
+
+// answer is what a request got: its status (0 when it failed), its
+// Retry-After and its body.
+type answer struct {
+	code       int
+	retryAfter string
+	body       string
+}
+
+// send PUTs body to url as client, declaring length (-1: none, so it is
+// sent chunked), and answers on the channel returned.
+func send(client *http.Client, url string, body io.Reader, length int64) <-chan answer {
+	done := make(chan answer, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		defer cancel()
+		req, err := http.NewRequestWithContext(ctx, "PUT", url, body)
+		if err != nil {
+			done <- answer{}
+			return
+		}
+		req.ContentLength = length
+		req.Header.Set("Expect", "100-continue")
+		resp, err := client.Do(req)
+		if err != nil {
+			done <- answer{body: err.Error()}
+			return
+		}
+		b, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		done <- answer{code: resp.StatusCode, retryAfter: resp.Header.Get("Retry-After"), body: string(b)}
+	}()
+	return done
+}
+
+// heapInUse is the bytes the heap holds live, after a collection.
+func heapInUse() int64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapAlloc)
+}
+
+// Many clients sending bodies at once hold no more of the engine's memory
+// than the API's budget of bodies: past it, a request is refused 503 with
+// a Retry-After before its body is read, and the bodies admitted are
+// stored once whole. Each body here stops a byte short until the end, so
+// every one of them is in flight at once: the API used to read them all,
+// and held every one.
+func TestBodiesInFlightHoldNoMoreThanTheAPIsBudget(t *testing.T) {
+	const (
+		size    = 1 << 20
+		budget  = 8 << 20
+		clients = 24
+		fit     = budget / size
+	)
+	_, services := kernel(t, nil)
+	url := serveReal(t, services, httpapi.Options{MaxBody: size, BodyBudget: budget})
+	data := bytes.Repeat([]byte("b"), size)
+	release := make(chan struct{})
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
+
+	base := heapInUse()
+	answers := make(chan answer, clients)
+	for i := range clients {
+		client := clientFrom(fmt.Sprintf("127.0.1.%d", i+1))
+		got := send(client, fmt.Sprintf("%s/v1/kv/held-%d", url, i), &heldBody{data: data, release: release}, size)
+		go func() { answers <- <-got }()
+	}
+
+	// Wait for the refusals, measuring what the bodies in flight hold.
+	var refused, peak int64
+	var admitted []answer
+	deadline := time.After(45 * time.Second)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for refused < clients-fit {
+		select {
+		case a := <-answers:
+			if a.code != http.StatusServiceUnavailable {
+				admitted = append(admitted, a)
+				continue
+			}
+			refused++
+			if a.retryAfter == "" || !strings.Contains(a.body, "try again later") {
+				t.Fatalf("a request past the budget answered 503 without a Retry-After (%q) or a reason: %s", a.retryAfter, a.body)
+			}
+		case <-tick.C:
+		case <-deadline:
+			t.Fatalf("after 45s %d of %d requests were refused, %d answered otherwise (%v), and bodies held up to %d MiB at once: want %d refused and at most %d MiB held",
+				refused, clients, len(admitted), admitted, peak>>20, clients-fit, budget>>20)
+		}
+		peak = max(peak, heapInUse()-base)
+		// The slack is the rest of the process: the broker, the host, the
+		// clients, and answers under way.
+		if peak > budget+8<<20 {
+			t.Fatalf("%d requests in flight held %d MiB at once, past the API's budget of %d MiB (%d refused)",
+				clients, peak>>20, budget>>20, refused)
+		}
+	}
+	if len(admitted) > 0 {
+		t.Fatalf("a request within the budget answered before its body was whole: %+v", admitted)
+	}
+
+	close(release)
+	for range fit {
+		select {
+		case a := <-answers:
+			if a.code != http.StatusNoContent {
+				t.Fatalf("a request within the budget answered %d: %s", a.code, a.body)
+			}
+		case <-time.After(45 * time.Second):
+			t.Fatalf("the requests within the budget did not answer within 45s")
+		}
+	}
+	got := send(clientFrom("127.0.1.1"), url+"/v1/kv/after", bytes.NewReader(data), size)
+	if a := <-got; a.code != http.StatusNoContent {
+		t.Fatalf("a request once the bodies were stored answered %d: %s", a.code, a.body)
+	}
+}
+
+// One client's bodies in flight hold at most its share of the budget; its
+// requests past it are refused 503, naming the share, while another
+// client's body is read and stored.
+func TestOneClientHoldsOnlyItsShareOfTheBodyBudget(t *testing.T) {
+	const (
+		size  = 1 << 20
+		share = 2 << 20
+		sent  = 6
+	)
+	_, services := kernel(t, nil)
+	url := serveReal(t, services, httpapi.Options{MaxBody: size, BodyBudget: 8 << 20, BodyShare: share})
+	data := bytes.Repeat([]byte("s"), size)
+	release := make(chan struct{})
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
+
+	greedy := clientFrom("127.0.2.1")
+	answers := make(chan answer, sent)
+	for i := range sent {
+		got := send(greedy, fmt.Sprintf("%s/v1/kv/greedy-%d", url, i), &heldBody{data: data, release: release}, size)
+		go func() { answers <- <-got }()
+	}
+	for range sent - share/size {
+		select {
+		case a := <-answers:
+			if a.code != http.StatusServiceUnavailable || a.retryAfter == "" || !strings.Contains(a.body, "share") {
+				t.Fatalf("a client past its share got %d (Retry-After %q): %s", a.code, a.retryAfter, a.body)
+			}
+		case <-time.After(45 * time.Second):
+			t.Fatalf("a client sending %d bodies of %d MiB at once had none refused within 45s; its share is %d MiB",
+				sent, size>>20, share>>20)
+		}
+	}
+
+	bystander := clientFrom("127.0.2.2")
+	if a := <-send(bystander, url+"/v1/kv/bystander", bytes.NewReader(data), size); a.code != http.StatusNoContent {
+		t.Fatalf("a bystander's PUT, while another client held its share, answered %d: %s", a.code, a.body)
+	}
+	close(release)
+	for range share / size {
+		if a := <-answers; a.code != http.StatusNoContent {
+			t.Fatalf("a request within the client's share answered %d: %s", a.code, a.body)
+		}
+	}
+}
+
+// A body declared larger than the API reads whole is refused 413 at once,
+// before a byte of it is read: it used to be read up to the most first,
+// and a client that declared it and sent nothing held its request until
+// the server's time for a request ran out.
+func TestABodyDeclaredOverTheMostIsRefusedBeforeItIsRead(t *testing.T) {
+	_, services := kernel(t, nil)
+	url := serveReal(t, services, httpapi.Options{MaxBody: 1 << 20})
+	conn, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	_ = conn.SetDeadline(time.Now().Add(20 * time.Second))
+	if _, err := fmt.Fprintf(conn, "PUT /v1/kv/big HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: %d\r\n\r\n", 2<<20); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer to a body declared over the most, sent not at all, within 20s: %v", err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(string(b), "over 1048576 bytes") {
+		t.Fatalf("a body declared over the most answered %d: %s", resp.StatusCode, b)
+	}
+}
+
+// A body of no declared length (sent chunked) is read within the most and
+// under the client's share as it grows: one of the most is stored, one a
+// byte over is 413, and one that grows past what the client's share has
+// left is 503.
+func TestAChunkedBodyIsBoundedByTheMostAndTheShare(t *testing.T) {
+	const size = 1 << 20
+	_, services := kernel(t, nil)
+	url := serveReal(t, services, httpapi.Options{MaxBody: size, BodyBudget: 8 << 20, BodyShare: size})
+	data := bytes.Repeat([]byte("c"), size+1)
+	client := clientFrom("127.0.3.1")
+	chunked := func(b []byte) io.Reader { return io.MultiReader(bytes.NewReader(b)) }
+
+	if a := <-send(client, url+"/v1/kv/chunked", chunked(data[:size]), -1); a.code != http.StatusNoContent {
+		t.Fatalf("a chunked body of the most answered %d: %s", a.code, a.body)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", url+"/v1/kv/chunked", nil)
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if !bytes.Equal(got, data[:size]) {
+		t.Fatalf("a chunked body was stored as %d bytes, want %d", len(got), size)
+	}
+	if a := <-send(client, url+"/v1/kv/chunked", chunked(data), -1); a.code != http.StatusRequestEntityTooLarge {
+		t.Fatalf("a chunked body a byte over the most answered %d: %s", a.code, a.body)
+	}
+
+	release := make(chan struct{})
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
+	half := data[:size/2]
+	held := send(client, url+"/v1/kv/held", &heldBody{data: half, release: release}, int64(len(half)))
+	// The held body's share is taken once it is admitted; a chunked body
+	// is then refused as soon as it grows past what is left.
+	var a answer
+	for {
+		// Refused at 512 KiB, it has less left than the server reads
+		// past a refusal, so the connection is not reset under it.
+		a = <-send(client, url+"/v1/kv/grows", chunked(data[:600<<10]), -1)
+		if a.code != http.StatusNoContent {
+			break
+		}
+		select {
+		case h := <-held:
+			t.Fatalf("the held body answered %d before its end: %s", h.code, h.body)
+		case <-ctx.Done():
+			t.Fatalf("a chunked body beside a held one was never refused")
+		default:
+		}
+	}
+	if a.code != http.StatusServiceUnavailable || a.retryAfter == "" {
+		t.Fatalf("a chunked body past the client's share answered %d (Retry-After %q): %s", a.code, a.retryAfter, a.body)
+	}
+	close(release)
+	if h := <-held; h.code != http.StatusNoContent {
+		t.Fatalf("the held body answered %d: %s", h.code, h.body)
+	}
+}
