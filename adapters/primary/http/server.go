@@ -305,6 +305,12 @@ func bearer(token string, next http.Handler) http.Handler {
 // object transfers; an 8 MiB body (DefaultMaxBody) fits at 140 KiB/s.
 const requestTimeout = time.Minute
 
+// MaxHeaderBytes bounds a request's line and headers. A key of the most
+// bytes, percent-encoded whole, a content type and a token take a few
+// KiB; net/http's default, 1 MiB, let every connection hold a megabyte
+// of headers for the time they may take, however many connections came.
+const MaxHeaderBytes = 64 << 10
+
 // Server serves the API on a listener of its own.
 type Server struct {
 	srv  *http.Server
@@ -340,6 +346,7 @@ func Serve(ln net.Listener, h http.Handler, logger *slog.Logger) *Server {
 			ReadTimeout:       requestTimeout,
 			WriteTimeout:      requestTimeout,
 			IdleTimeout:       2 * requestTimeout,
+			MaxHeaderBytes:    MaxHeaderBytes,
 			ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 		},
 		ln:   ln,

@@ -1,9 +1,11 @@
 package httpapi_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -216,5 +218,61 @@ func TestTheBearerSchemeIsTakenInAnyCase(t *testing.T) {
 	}
 	for _, header := range []string{"Bearer s3creT", "Basic s3cret", "Bearers3cret", "s3cret"} {
 		anonymous.expect(http.StatusUnauthorized, "GET", "/status", "", "Authorization", header)
+	}
+}
+
+// Many connections sending large headers hold little of the engine's
+// memory: a request whose line and headers pass MaxHeaderBytes is answered
+// 431 and its connection closed. Each connection could hold a megabyte of
+// headers for the 10 s they may take, however many came.
+func TestLargeHeadersAreRefusedNotHeld(t *testing.T) {
+	const (
+		conns = 16
+		sent  = 512 << 10
+	)
+	url := serveReal(t, memoryServices(t), httpapi.Options{})
+	line := "X-Pad: " + strings.Repeat("h", 4<<10-len("X-Pad: \r\n")) + "\r\n"
+	pad := []byte(strings.Repeat(line, sent/len(line)))
+
+	base := heapInUse()
+	answers := make(chan string, conns)
+	for range conns {
+		conn, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = conn.Close() })
+		_ = conn.SetDeadline(time.Now().Add(45 * time.Second))
+		go func() {
+			if _, err := io.WriteString(conn, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n"); err == nil {
+				_, _ = conn.Write(pad) // the headers never end
+			}
+		}()
+		go func() {
+			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			if err != nil {
+				answers <- err.Error()
+				return
+			}
+			_ = resp.Body.Close()
+			answers <- resp.Status
+		}()
+	}
+	var peak int64
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for answered := 0; answered < conns; {
+		select {
+		case a := <-answers:
+			answered++
+			if !strings.HasPrefix(a, "431") {
+				t.Fatalf("a request of %d KiB of headers got %q, want 431", sent>>10, a)
+			}
+		case <-tick.C:
+		}
+		peak = max(peak, heapInUse()-base)
+		if peak > 4<<20 {
+			t.Fatalf("%d connections sending headers held %d MiB at once", conns, peak>>20)
+		}
 	}
 }
