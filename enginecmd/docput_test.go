@@ -23,7 +23,7 @@ type sharedDocs struct{ *docmemory.Store }
 
 func (sharedDocs) Close() error { return nil }
 
-var sharedDocuments = docmemory.New()
+var sharedDocuments *docmemory.Store
 
 type sharedDocsConfig struct{}
 
@@ -40,6 +40,7 @@ func init() {
 // at that version. Before, the command made the collection first, so a
 // misspelt collection's name stayed behind the refused write for good.
 func TestAConditionalDocPutToAMissingCollectionMakesNone(t *testing.T) {
+	sharedDocuments = docmemory.New() // each run its own, -count=3 too
 	srv := natstest.StartServer(t)
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "engine.yaml")
