@@ -92,7 +92,8 @@ func open(ctx context.Context, c Config, nc *nats.Conn, every time.Duration) (*S
 	}
 	closing, cancel := context.WithCancel(context.Background())
 	s := &Store{b: b, nc: nc, closing: closing, close: cancel, swept: make(chan struct{})}
-	go s.sweeps(every)
+	// It sweeps at Open and then every every until Close.
+	go jsbucket.Sweeps(s.closing, every, dropTimeout, s.sweep, s.swept)
 	return s, nil
 }
 
@@ -106,24 +107,6 @@ func (s *Store) Close() error {
 	}
 	s.nc.Close()
 	return nil
-}
-
-// sweeps sweeps at Open and then every every until Close. A sweep that
-// fails leaves what it did not purge to the next.
-func (s *Store) sweeps(every time.Duration) {
-	defer close(s.swept)
-	for {
-		ctx, cancel := context.WithTimeout(s.closing, dropTimeout)
-		_ = s.sweep(ctx)
-		cancel()
-		t := time.NewTimer(every)
-		select {
-		case <-s.closing.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-	}
 }
 
 // sweep purges the documents of generations no read reaches: those of a

@@ -161,7 +161,8 @@ func open(ctx context.Context, c Config, nc *nats.Conn, sw sweeping) (*Store, er
 		readers: map[string]int{}, owed: map[string]context.Context{}, purging: map[string]bool{},
 		sweeping: sw, swept: make(chan struct{}), sighted: map[string]sighting{},
 	}
-	go s.sweeps()
+	// It sweeps at Open and then every sweeping.every until Close.
+	go jsbucket.Sweeps(s.closing, sw.every, sweepTimeout, s.sweep, s.swept)
 	return s, nil
 }
 
@@ -528,24 +529,6 @@ func (s *Store) stalled(last time.Time, what string) error {
 			what, d.Round(time.Millisecond), s.sweeping.stall, context.DeadlineExceeded)
 	}
 	return nil
-}
-
-// sweeps sweeps at Open and then every sweeping.every until Close. A
-// sweep that fails leaves its chunks to the next.
-func (s *Store) sweeps() {
-	defer close(s.swept)
-	for {
-		ctx, cancel := context.WithTimeout(s.closing, sweepTimeout)
-		_ = s.sweep(ctx)
-		cancel()
-		t := time.NewTimer(s.sweeping.every)
-		select {
-		case <-s.closing.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-	}
 }
 
 // sweep purges the chunks that no live description names and that the
