@@ -56,7 +56,7 @@ func TestAnObjectPutThroughTheEngineCarriesItsTermsToken(t *testing.T) {
 	putTokens = nil
 	putTokensMu.Unlock()
 	url := natstest.StartServer(t).ClientURL()
-	eng, _ := start(t, testConfig(t, url, "serve", "", `
+	eng, a := start(t, testConfig(t, url, "serve", "", `
 services:
   keyvalue: {adapter: memory}
   document: {adapter: memory}
@@ -65,6 +65,9 @@ services:
   cache: {adapter: memory}
   secret: {adapter: env}
 `))
+	// Stopped before the broker: an engine whose broker goes away first
+	// ends the process 20 s later, the next test's run with it.
+	defer a.RequireStop()
 	token, serving := eng.Ownership().Term()
 	if !serving || token == 0 {
 		t.Fatalf("the engine does not serve: term %d, %v", token, serving)
