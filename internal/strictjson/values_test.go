@@ -67,3 +67,30 @@ func TestCountEndsOnAnyText(t *testing.T) {
 		}
 	}
 }
+
+// Values leaves a body of no more than twice its bound in bytes uncounted:
+// no JSON text that short holds more values than the bound. The densest
+// shapes, at the bound and one byte past it, show the edge is exact.
+func TestValuesCountsOnlyABodyLongerThanTwiceItsBound(t *testing.T) {
+	const most = 50
+	dense := map[string]func(n int) string{
+		"numbers":       func(n int) string { return "[" + strings.Repeat("0,", n-2) + "0]" },
+		"empty arrays":  func(n int) string { return "[" + strings.Repeat("[],", n-2) + "[]]" },
+		"nested arrays": func(n int) string { return strings.Repeat("[", n) + strings.Repeat("]", n) },
+		"empty strings": func(n int) string { return "[" + strings.Repeat(`"",`, n-2) + `""]` },
+	}
+	for name, body := range dense {
+		for n := 2; len(body(n)) <= 2*most; n++ {
+			if got, within := strictjson.Count([]byte(body(n)), new(any), most); !within {
+				t.Fatalf("%s: %d bytes held %d values, more than %d, within twice the bound in bytes", name, len(body(n)), got, most)
+			}
+		}
+	}
+	past := "[" + strings.Repeat("0,", most-1) + "0]" // most+1 values in 2*most+1 bytes
+	if len(past) != 2*most+1 {
+		t.Fatalf("the body past the edge is %d bytes, want %d", len(past), 2*most+1)
+	}
+	if err := strictjson.Values([]byte(past), new(any), most); err == nil {
+		t.Fatalf("%d values in %d bytes passed a bound of %d", most+1, len(past), most)
+	}
+}
