@@ -108,15 +108,19 @@ func (p *pathError) done() error {
 	return fmt.Errorf("%s %q", p.what, b.String())
 }
 
-func (s *scanner) space() {
-	for s.i < len(s.b) {
-		switch s.b[s.i] {
+func (s *scanner) space() { s.i = space(s.b, s.i) }
+
+// space is where the JSON whitespace in b from i ends.
+func space(b []byte, i int) int {
+	for i < len(b) {
+		switch b[i] {
 		case ' ', '\t', '\n', '\r':
-			s.i++
+			i++
 		default:
-			return
+			return i
 		}
 	}
+	return i
 }
 
 // str steps over the string at s.i and returns what lies between its

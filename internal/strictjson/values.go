@@ -56,16 +56,7 @@ type counter struct {
 	numbers int // read into Go numbers, of which every eighth counts
 }
 
-func (c *counter) space() {
-	for c.i < len(c.b) {
-		switch c.b[c.i] {
-		case ' ', '\t', '\n', '\r':
-			c.i++
-		default:
-			return
-		}
-	}
-}
+func (c *counter) space() { c.i = space(c.b, c.i) }
 
 // value counts the value at c.i and what it holds, read as type t (nil:
 // any); false once more values than allowed are found. Every call steps

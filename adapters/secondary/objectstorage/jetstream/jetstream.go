@@ -172,11 +172,11 @@ const closeWait = describeTimeout + purgeTimeout
 
 // Close stops the Puts under way from writing chunks and the sweeps,
 // waits (within closeWait) for them and the Deletes under way to end,
-// purges and all,
-// purges (within purgeTimeout, all of them) the chunks still owed to
-// readers, whose reads end with the connection, and closes the store's
-// connection; closing twice is harmless. Closing the connection under a write would fail its purge, and
-// leave chunks that no description names in the stream for good.
+// purges and all, purges (within purgeTimeout, all of them) the chunks
+// still owed to readers, whose reads end with the connection, and closes
+// the store's connection; closing twice is harmless. Closing the
+// connection under a write would fail its purge, and leave chunks that no
+// description names in the stream until a sweep took them.
 func (s *Store) Close() error {
 	s.mu.Lock()
 	s.closed = true
