@@ -7,8 +7,8 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"sync"
 
+	"github.com/abi-engine/engine/internal/quota"
 	"github.com/abi-engine/engine/ports"
 )
 
@@ -31,48 +31,19 @@ const (
 // flight hold its budget or the client's share of it: 503, Retry-After.
 var errBusy = errors.New("the API is busy")
 
-// bodyBudget counts the bytes of request bodies held, in all and by
-// client.
-type bodyBudget struct {
-	total, share int64
-
-	mu      sync.Mutex
-	used    int64
-	clients map[string]int64
-}
-
-func newBodyBudget(total, share int64) *bodyBudget {
-	return &bodyBudget{total: total, share: share, clients: map[string]int64{}}
-}
-
-// take reserves n bytes for client, or says which bound it would pass.
-func (b *bodyBudget) take(client string, n int64) error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if held := b.clients[client]; held+n > b.share {
+// busy is a take of the body budget refused: 503, with what it would
+// have passed.
+func busy(err error) error {
+	var over *quota.Over
+	if !errors.As(err, &over) {
+		return err
+	}
+	if over.Share {
 		return fmt.Errorf("%w: the bodies of this client's requests in flight hold %d bytes, and %d more would pass its share of %d; try again later",
-			errBusy, held, n, b.share)
+			errBusy, over.Held, over.Asked, over.Bound)
 	}
-	if b.used+n > b.total {
-		return fmt.Errorf("%w: the bodies of requests in flight hold %d bytes, and %d more would pass the API's %d; try again later",
-			errBusy, b.used, n, b.total)
-	}
-	b.used += n
-	b.clients[client] += n
-	return nil
-}
-
-// give returns n bytes that client reserved.
-func (b *bodyBudget) give(client string, n int64) {
-	if n == 0 {
-		return
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.used -= n
-	if b.clients[client] -= n; b.clients[client] <= 0 {
-		delete(b.clients, client)
-	}
+	return fmt.Errorf("%w: the bodies of requests in flight hold %d bytes, and %d more would pass the API's %d; try again later",
+		errBusy, over.Held, over.Asked, over.Bound)
 }
 
 // clientOf is who a request's body counts against: the address it came
@@ -103,7 +74,7 @@ func clientOf(r *http.Request) string {
 func (a *api) readBody(r *http.Request) (data []byte, release func(), err error) {
 	client := clientOf(r)
 	var held int64
-	giveBack := func() { a.bodies.give(client, held) }
+	giveBack := func() { a.bodies.Give(client, held) }
 	defer func() {
 		if err != nil {
 			giveBack()
@@ -115,8 +86,8 @@ func (a *api) readBody(r *http.Request) (data []byte, release func(), err error)
 	case n > a.maxBody:
 		return nil, nil, fmt.Errorf("%w: body of %d bytes, over %d bytes", ports.ErrTooLarge, n, a.maxBody)
 	case n > 0:
-		if err := a.bodies.take(client, n); err != nil {
-			return nil, nil, err
+		if err := a.bodies.Take(client, n); err != nil {
+			return nil, nil, busy(err)
 		}
 		held = n
 		data = make([]byte, n)
@@ -142,8 +113,8 @@ func (a *api) readBody(r *http.Request) (data []byte, release func(), err error)
 			// The buffer it grows out of is garbage once copied: only the
 			// bytes it grows by are reserved.
 			grown := min(max(2*int64(cap(data)), 4<<10), a.maxBody)
-			if err := a.bodies.take(client, grown-int64(cap(data))); err != nil {
-				return nil, nil, err
+			if err := a.bodies.Take(client, grown-int64(cap(data))); err != nil {
+				return nil, nil, busy(err)
 			}
 			held = grown
 			next := make([]byte, len(data), grown)

@@ -20,6 +20,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/abi-engine/engine/internal/quota"
 	"github.com/abi-engine/engine/ports"
 )
 
@@ -86,7 +87,7 @@ type api struct {
 	metrics  *Metrics
 	log      *slog.Logger
 	maxBody  int64
-	bodies   *bodyBudget
+	bodies   *quota.Quota
 
 	transfers chan struct{} // a slot per object transfer running
 	stall     time.Duration
@@ -123,7 +124,7 @@ func NewHandler(o Options) http.Handler {
 	}
 	a := &api{
 		engine: o.Engine, services: o.Services, metrics: o.Metrics, log: o.Logger, maxBody: o.MaxBody,
-		bodies:    newBodyBudget(o.BodyBudget, o.BodyShare),
+		bodies:    quota.New(o.BodyBudget, o.BodyShare),
 		transfers: make(chan struct{}, o.MaxTransfers), stall: o.TransferStall, minRate: o.MinTransferRate,
 	}
 	open := http.NewServeMux()

@@ -7,11 +7,11 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/abi-engine/engine/internal/quota"
 	"github.com/abi-engine/engine/internal/wire"
 	"github.com/abi-engine/engine/ports"
 )
@@ -76,13 +76,8 @@ type OverflowHost struct {
 	t          *sessionTable
 	chunk      int
 	maxValue   int64
-	maxParked  int64
-	maxPerWho  int64
 	uploadIdle time.Duration
-
-	mu       sync.Mutex
-	parked   int64
-	parkedBy map[string]int64 // by Call.Who
+	parked     *quota.Quota // by Call.Who
 }
 
 var _ SessionHost = (*OverflowHost)(nil)
@@ -133,10 +128,8 @@ func NewOverflowHost(opts OverflowOptions) (*OverflowHost, error) {
 			opts.Idle, opts.MaxOpen, opts.MaxOpenPerCaller, opts.Logger),
 		chunk:      opts.ChunkSize,
 		maxValue:   opts.MaxValue,
-		maxParked:  opts.MaxParked,
-		maxPerWho:  opts.MaxParkedPerCaller,
+		parked:     quota.New(opts.MaxParked, opts.MaxParkedPerCaller),
 		uploadIdle: opts.UploadIdle,
-		parkedBy:   map[string]int64{},
 	}
 	if may := opts.MayServe; may != nil {
 		h.t.admit = func() (uint64, bool) { return 0, may() }
@@ -189,35 +182,23 @@ func (h *OverflowHost) reserve(who string, n int64) error {
 	if n > h.maxValue {
 		return fmt.Errorf("%w: %d bytes, more than the %d an overflow session holds", ports.ErrTooLarge, n, h.maxValue)
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.parkedBy[who]+n > h.maxPerWho {
+	err := h.parked.Take(who, n)
+	var over *quota.Over
+	switch {
+	case !errors.As(err, &over):
+		return err
+	case over.Share:
 		return fmt.Errorf("%w: %d more bytes would pass the %d one caller holds (%s holds %d)",
-			wire.ErrUnavailable, n, h.maxPerWho, who, h.parkedBy[who])
+			wire.ErrUnavailable, n, over.Bound, who, over.Held)
+	default:
+		return fmt.Errorf("%w: %d more bytes would pass the %d this engine parks", wire.ErrUnavailable, n, over.Bound)
 	}
-	if h.parked+n > h.maxParked {
-		return fmt.Errorf("%w: %d more bytes would pass the %d this engine parks", wire.ErrUnavailable, n, h.maxParked)
-	}
-	h.parked += n
-	h.parkedBy[who] += n
-	return nil
 }
 
-func (h *OverflowHost) unreserve(who string, n int64) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.parked -= n
-	if h.parkedBy[who] -= n; h.parkedBy[who] <= 0 {
-		delete(h.parkedBy, who)
-	}
-}
+func (h *OverflowHost) unreserve(who string, n int64) { h.parked.Give(who, n) }
 
 // Parked is how many bytes sessions and running calls hold.
-func (h *OverflowHost) Parked() int64 {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.parked
-}
+func (h *OverflowHost) Parked() int64 { return h.parked.Held() }
 
 // start opens a session holding p, its bytes reserved, for caller (who
 // may use it) and p.who (whose share it takes); it closes after idle
