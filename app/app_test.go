@@ -20,6 +20,7 @@ import (
 	"go.uber.org/fx/fxtest"
 
 	"github.com/abi-engine/engine/adapters/secondary/lease/jetstream"
+	"github.com/abi-engine/engine/adapters/secondary/natsclient"
 	"github.com/abi-engine/engine/adapters/secondary/natsserver"
 	"github.com/abi-engine/engine/app"
 	"github.com/abi-engine/engine/app/config"
@@ -430,4 +431,66 @@ func TestAClientEngineRunsNoBrokerOfItsOwn(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "no NATS server answers at "+url) {
 		t.Fatalf("a client engine with no broker to reach started: %v, want an error naming %s", err, url)
 	}
+}
+
+// A serving engine on embedded defaults runs the broker in its process and
+// answers callers that reach it over TCP; its own connections reach that
+// broker through memory, so a call and its answer cross no socket on the
+// engine's side. The broker's TCP clients are counted from the kernel's
+// table of sockets: the test's caller is the only one.
+func TestAServingEngineReachesItsEmbeddedBrokerThroughMemory(t *testing.T) {
+	if _, err := os.Stat("/proc/net/tcp"); err != nil {
+		t.Skipf("this test counts the broker's TCP clients in /proc/net/tcp, which this system lacks: %v", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "nats://" + ln.Addr().String()
+	port := ln.Addr().(*net.TCPAddr).Port
+	if err := ln.Close(); err != nil {
+		t.Fatal(err)
+	}
+	o := options(testConfig(t, url, "serve", "", memoryServices))
+	o.Embed = true
+	a := app.New(o)
+	if err := a.Err(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	if err := a.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = a.Stop(context.Background()) }()
+
+	kv := natsclient.NewKeyValue(natsclient.New(natstest.Connect(t, url)))
+	if err := kv.Set(ctx, "k", []byte("v"), 0); err != nil {
+		t.Fatalf("a set through the embedded broker: %v", err)
+	}
+	if got, err := kv.Get(ctx, "k"); err != nil || string(got) != "v" {
+		t.Fatalf("a get through the embedded broker answered %q, %v", got, err)
+	}
+	if n := tcpClients(t, port); n != 1 {
+		t.Fatalf("the embedded broker has %d TCP clients, want 1 (the test's caller): the engine reaches its own broker through sockets", n)
+	}
+}
+
+// tcpClients counts the established IPv4 connections whose local port is
+// port: on a listener's host, its accepted clients.
+func tcpClients(t *testing.T, port int) int {
+	t.Helper()
+	table, err := os.ReadFile("/proc/net/tcp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	local := fmt.Sprintf(":%04X", port)
+	n := 0
+	for _, line := range strings.Split(string(table), "\n")[1:] {
+		f := strings.Fields(line)
+		if len(f) > 3 && strings.HasSuffix(f[1], local) && f[3] == "01" {
+			n++
+		}
+	}
+	return n
 }

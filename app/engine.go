@@ -214,6 +214,11 @@ func (e *Engine) connect(name string) (*nats.Conn, error) {
 	o := natsOptions(e.p.Config, e.url, name+" "+e.p.Holder.InstanceID)
 	o.Logger = e.log
 	o.ClosedHandler = e.connectionClosed
+	if e.broker != nil {
+		// The broker is this process's own: its calls and answers need
+		// not go through the kernel's sockets.
+		o.InProcess = e.broker
+	}
 	return natsconn.Connect(o)
 }
 

@@ -52,6 +52,9 @@ type Options struct {
 	// Logger, when set, logs what the broker refuses without failing a
 	// call, such as a publish its permissions deny: otherwise silent.
 	Logger *slog.Logger
+	// InProcess, when set, is a broker in this process, reached through
+	// memory instead of a socket; URL then names it in messages only.
+	InProcess nats.InProcessConnProvider
 }
 
 // Reconnection: a lost connection is tried again MaxReconnects times,
@@ -88,6 +91,9 @@ func Connect(o Options) (*nats.Conn, error) {
 	}
 	if o.InboxPrefix != "" {
 		opts = append(opts, nats.CustomInboxPrefix(o.InboxPrefix))
+	}
+	if o.InProcess != nil {
+		opts = append(opts, nats.InProcessServer(o.InProcess))
 	}
 	if o.Logger != nil {
 		opts = append(opts, nats.ErrorHandler(func(nc *nats.Conn, sub *nats.Subscription, err error) {
