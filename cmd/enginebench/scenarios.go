@@ -451,6 +451,13 @@ func (b *bench) failover(ctx context.Context) error {
 	return fmt.Errorf("failover: no engine answered within %v of the kill; the standby's output:\n%s", 10*failoverLease, standby.output())
 }
 
+// Where an engine started with no configuration runs its broker and its
+// HTTP API.
+const (
+	defaultNATS = "127.0.0.1:4222"
+	defaultHTTP = "127.0.0.1:8080"
+)
+
 // boot starts an engine on embedded defaults (no flags, in an empty
 // directory) and times it to /readyz 200, or to its start line when no
 // HTTP API answers; then reads its resident memory once idle.
@@ -460,8 +467,8 @@ func (b *bench) boot(ctx context.Context) error {
 		return err
 	}
 	var args []string
-	readyz := "127.0.0.1:8080"
-	if listening("127.0.0.1:4222") || listening(readyz) {
+	readyz := defaultHTTP
+	if listening(defaultNATS) || listening(readyz) {
 		// Something else holds the default ports: an engine on embedded
 		// defaults would join that broker. Use a broker of the bench's own.
 		s, err := b.lab.broker()

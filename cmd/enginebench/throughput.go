@@ -198,6 +198,9 @@ func (b *bench) throughput(ctx context.Context) error {
 	r.RatioSQLiteToRaw = ratio(deref(r.KVGetRPSSQLite), raw.rps)
 	r.RatioSQLiteToNATSKV = ratio(deref(r.KVGetRPSSQLite), deref(r.NATSKVGetRPS))
 	r.RatioSQLiteSetToNATSKVPut = ratio(deref(r.KVSetRPSSQLite), deref(r.NATSKVPutRPS))
+	if err := b.embedded(ctx); err != nil {
+		return fmt.Errorf("engine on embedded defaults: %w", err)
+	}
 
 	dsn := os.Getenv("ENGINE_TEST_PG_DSN")
 	if dsn == "" {
@@ -329,11 +332,26 @@ func (b *bench) natsPeers(ctx context.Context, nc *nats.Conn) (natsKV, error) {
 	if err != nil {
 		return natsKV{}, err
 	}
-	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "ENGINEBENCH_KV", Storage: jetstream.FileStorage, Replicas: 1})
+	kv, peers, err := natsBucket(ctx, js)
 	if err != nil {
 		return natsKV{}, err
 	}
-	peers := natsKV{
+	if err := b.measureNATSPeers(ctx, js, kv, peers); err != nil {
+		peers.close()
+		return natsKV{}, err
+	}
+	return peers, nil
+}
+
+// natsBucket makes the file-backed R1 key-value bucket a user would pick
+// instead of the engine's keyvalue, and its get and put of the 16-byte
+// value; close deletes it.
+func natsBucket(ctx context.Context, js jetstream.JetStream) (jetstream.KeyValue, natsKV, error) {
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "ENGINEBENCH_KV", Storage: jetstream.FileStorage, Replicas: 1})
+	if err != nil {
+		return nil, natsKV{}, err
+	}
+	return kv, natsKV{
 		get: func(ctx context.Context, _ int) error {
 			entry, err := kv.Get(ctx, "bench")
 			if err != nil {
@@ -346,12 +364,7 @@ func (b *bench) natsPeers(ctx context.Context, nc *nats.Conn) (natsKV, error) {
 			return err
 		},
 		close: func() { _ = js.DeleteKeyValue(context.Background(), "ENGINEBENCH_KV") },
-	}
-	if err := b.measureNATSPeers(ctx, js, kv, peers); err != nil {
-		peers.close()
-		return natsKV{}, err
-	}
-	return peers, nil
+	}, nil
 }
 
 // natsKV is the NATS key-value bucket of the throughput scenario, up until
@@ -510,6 +523,58 @@ func (b *bench) sqliteEngine(ctx context.Context, url string, nc *nats.Conn, pee
 		return err
 	}
 	r.KVGetRPSSQLite = ptr(get.rps)
+	return nil
+}
+
+// embedded measures the path a new user runs first: an engine started
+// with no configuration, in an empty directory, runs the broker in its own
+// process and keeps its keyvalue on SQLite. NATS's bucket is made on that
+// broker, and the two are driven in turns, get against get and set
+// against put. Both then are answered in the process that runs the broker.
+func (b *bench) embedded(ctx context.Context) error {
+	if listening(defaultNATS) || listening(defaultHTTP) {
+		b.note("embedded figures absent: %s or %s was in use, where an engine with no configuration runs its broker and its HTTP API", defaultNATS, defaultHTTP)
+		return nil
+	}
+	dir, err := b.lab.mkdir("embedded")
+	if err != nil {
+		return err
+	}
+	p, err := b.lab.start(dir, nil, b.lab.engine)
+	if err != nil {
+		return err
+	}
+	defer p.stop(startTimeout)
+	if _, _, err := waitReady(ctx, p, defaultHTTP); err != nil {
+		return p.explain(err)
+	}
+	nc, err := nats.Connect("nats://" + defaultNATS)
+	if err != nil {
+		return p.explain(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	kv, peers, err := natsBucket(ctx, js)
+	if err != nil {
+		return p.explain(err)
+	}
+	defer peers.close()
+	if _, err := kv.Put(ctx, "bench", value); err != nil {
+		return err
+	}
+	if err := natsclient.NewKeyValue(natsclient.New(nc)).Set(ctx, "bench", value, 0); err != nil {
+		return p.explain(err)
+	}
+	r := &b.result
+	if r.PairedEmbeddedSQLiteToNATSKV, err = b.paired(ctx, engineGet(nc), peers.get); err != nil {
+		return p.explain(err)
+	}
+	if r.PairedEmbeddedSQLiteSetToNATSKVPut, err = b.paired(ctx, engineSet(nc), peers.put); err != nil {
+		return p.explain(err)
+	}
 	return nil
 }
 
