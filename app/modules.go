@@ -43,7 +43,9 @@ type ModuleEnv struct {
 	Services Services
 	// Jobs registers periodic work, run only while this engine serves. It
 	// refuses a job without a period above 0 or a Run; a module's Start
-	// returns that error, and the engine does not start.
+	// returns that error, and the engine does not start. A run's context
+	// carries the engine's serving term: calls made on it through Services
+	// are refused (503, unrun) by an engine that serves under a newer term.
 	Jobs   *Jobs
 	Logger *slog.Logger
 }

@@ -82,6 +82,11 @@ const MaxValues = 100_000
 const (
 	// AuthHeader carries the caller's signed token when callers must sign.
 	AuthHeader = "Nats-Auth-Token"
+	// TermHeader carries, in decimal, the fencing token of the serving
+	// term a call was made under (ports.FencingToken), when it was made
+	// under one: a job of an engine's module calls through the facades.
+	// An engine serving under a newer term refuses the call unrun.
+	TermHeader = "Abi-Term"
 	// ErrorHeader and ErrorCodeHeader are the NATS micro error headers.
 	ErrorHeader     = "Nats-Service-Error"
 	ErrorCodeHeader = "Nats-Service-Error-Code"

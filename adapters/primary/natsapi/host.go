@@ -535,6 +535,9 @@ func (h *Host) handle(period context.Context, handle HandlerFunc, call *Call) ([
 	if err != nil {
 		return nil, err
 	}
+	if err := ofTerm(call, t.token); err != nil {
+		return nil, err
+	}
 	most := h.replyLimit(call)
 	ctx, made := t.limitedTo(most)
 	if !made {
@@ -551,6 +554,27 @@ func (h *Host) handle(period context.Context, handle HandlerFunc, call *Call) ([
 	return data, err
 }
 
+// ofTerm refuses a call made under a serving term older than token, the
+// one this engine serves under (wire.TermHeader): a module's job whose
+// engine was fenced while it ran, sent late, would otherwise run here as
+// a call of the newer term, and no store could tell it from this term's
+// own. A call of no term, or of this term or a newer one, runs.
+func ofTerm(call *Call, token uint64) error {
+	v := call.Header.Get(wire.TermHeader)
+	if v == "" {
+		return nil
+	}
+	term, err := strconv.ParseUint(v, 10, 64)
+	if err != nil || term == 0 {
+		return fmt.Errorf("%w: header %s %.40q is not a term (a decimal number above 0)", ports.ErrInvalidArgument, wire.TermHeader, v)
+	}
+	if term < token {
+		return fmt.Errorf("%w: the call was made under the lease's term %d, which has ended; this engine serves under term %d and did not run it",
+			wire.ErrUnavailable, term, token)
+	}
+	return nil
+}
+
 // quick tries the endpoint's quick answer, under the same admission as
 // handle. Anything that needs more (an uploaded request, a call the lease
 // does not admit, a reply too large for one message) goes the usual way.
@@ -559,7 +583,7 @@ func (h *Host) quick(period context.Context, quick QuickFunc, call *Call) ([]byt
 		return nil, false, nil
 	}
 	t, err := h.admit(period)
-	if err != nil {
+	if err != nil || ofTerm(call, t.token) != nil {
 		return nil, false, nil
 	}
 	data, ok, err := quick(t.fenced, call)

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -116,16 +117,26 @@ func (c *Client) request(ctx context.Context, subject string, data []byte, heade
 		defer cancel()
 	}
 	// header is only read, here and by nats.go, so a caller may share one
-	// between calls; the token goes into a copy.
+	// between calls; the caller's token and term go into a copy.
 	msg := &nats.Msg{Subject: subject, Data: data, Header: header}
+	term, termed := ports.FencingToken(ctx)
+	if c.signer != nil || termed {
+		msg.Header = make(nats.Header, len(header)+2)
+		maps.Copy(msg.Header, header)
+	}
 	if c.signer != nil {
 		tok, err := c.signer.Token()
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", subject, err)
 		}
-		msg.Header = make(nats.Header, len(header)+1)
-		maps.Copy(msg.Header, header)
 		msg.Header.Set(wire.AuthHeader, tok)
+	}
+	if termed {
+		// A call made under a serving term, as a module's job makes
+		// them, is refused by an engine serving under a newer one: sent
+		// late (its engine paused, or its connection held it while cut
+		// off), it would otherwise run there as a call of that term.
+		msg.Header.Set(wire.TermHeader, strconv.FormatUint(term, 10))
 	}
 	var pace backoff
 	for {

@@ -1,0 +1,104 @@
+package natsclient_test
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/abi-engine/engine/adapters/primary/natsapi"
+	"github.com/abi-engine/engine/adapters/secondary/keyvalue/sqlite"
+	"github.com/abi-engine/engine/adapters/secondary/natsclient"
+	"github.com/abi-engine/engine/domain"
+	"github.com/abi-engine/engine/internal/natstest"
+	"github.com/abi-engine/engine/internal/wire"
+	"github.com/abi-engine/engine/ports"
+)
+
+// A module's job runs under its engine's serving term (ports.FencingToken
+// in the job's context), but its calls go through the facades to
+// whichever engine serves the account. A job that ran on past its
+// engine's fence (a process paused in the middle of a run, or a request
+// nats.go held in its reconnect buffer and sent once the broker was back)
+// reached the successor, which ran the call under its own, newer term: no
+// store could tell it from the successor's own writes, and it landed over
+// them. The call now carries its term, and an engine serving a newer one
+// refuses it, 503 fenced, without running it.
+func TestACallMadeUnderAnEndedTermIsNotRunByTheEngineOfANewerOne(t *testing.T) {
+	const oldTerm, newTerm = 5, 7
+	url := natstest.StartServer(t).ClientURL()
+	store, err := sqlite.Open(t.Context(), sqlite.Config{Path: filepath.Join(t.TempDir(), "kv.sqlite")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = store.Close() })
+	var serving atomic.Uint64
+	serving.Store(newTerm)
+	host, err := natsapi.NewHost(natsapi.Options{
+		Owner:   domain.NewInstanceID(),
+		Connect: func() (*nats.Conn, error) { return nats.Connect(url) },
+		Replies: natstest.Connect(t, url),
+		Admit:   func() (uint64, bool) { return serving.Load(), true },
+	}, natsapi.KeyValue(store))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := host.Serve(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(host.Stop)
+	kv := natsclient.NewKeyValue(natsclient.New(natstest.Connect(t, url)))
+	under := func(term uint64) context.Context {
+		ctx, cancel := context.WithTimeout(ports.WithFencingToken(t.Context(), term), 30*time.Second)
+		t.Cleanup(cancel)
+		return ctx
+	}
+
+	// The successor's own job writes the key under the term it serves.
+	if err := kv.Set(under(newTerm), "k", []byte("new"), 0); err != nil {
+		t.Fatalf("Set under the serving term: %v", err)
+	}
+	// The old engine's job, resumed, writes under the term that ended.
+	err = kv.Set(under(oldTerm), "k", []byte("old"), 0)
+	if !errors.Is(err, wire.ErrUnavailable) {
+		t.Fatalf("Set under an ended term: %v, want 503", err)
+	}
+	_, err = kv.Delete(under(oldTerm), "k")
+	if !errors.Is(err, wire.ErrUnavailable) {
+		t.Fatalf("Delete under an ended term: %v, want 503", err)
+	}
+	if v, err := store.Get(t.Context(), "k"); err != nil || string(v) != "new" {
+		t.Fatalf("after the ended term's calls, k = %q, %v; want the serving term's %q", v, err, "new")
+	}
+
+	// A call of no term (a client, the HTTP API) runs as before, and so
+	// does one of a term newer than the engine's: the stores fence it.
+	if err := kv.Set(t.Context(), "k", []byte("no term"), 0); err != nil {
+		t.Fatalf("Set without a term: %v", err)
+	}
+	if err := kv.Set(under(newTerm+1), "k", []byte("later"), 0); err != nil {
+		t.Fatalf("Set under a term newer than the engine's: %v", err)
+	}
+	if v, err := kv.Get(under(newTerm), "k"); err != nil || string(v) != "later" {
+		t.Fatalf("k = %q, %v; want %q", v, err, "later")
+	}
+
+	// A term that is not a decimal number above 0 is refused, naming the
+	// header.
+	raw := natsclient.New(natstest.Connect(t, url))
+	for _, term := range []string{"-5", "0", "5x", "18446744073709551616"} {
+		bad := nats.Header{wire.TermHeader: []string{term}}
+		_, err = raw.Request(t.Context(), wire.Subject(ports.ServiceKeyValue, wire.KVSet), []byte(`{"key":"k","value":"YmFk"}`), bad)
+		if !errors.Is(err, ports.ErrInvalidArgument) || !strings.Contains(err.Error(), wire.TermHeader) {
+			t.Fatalf("Set with %s %q: %v, want 400 naming the header", wire.TermHeader, term, err)
+		}
+	}
+	if v, err := store.Get(t.Context(), "k"); err != nil || string(v) != "later" {
+		t.Fatalf("after the refused set, k = %q, %v; want %q", v, err, "later")
+	}
+}
