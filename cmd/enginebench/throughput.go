@@ -394,15 +394,12 @@ func (b *bench) measureNATSPeers(ctx context.Context, js jetstream.JetStream, kv
 	}
 	defer func() { _ = js.DeleteObjectStore(context.Background(), "ENGINEBENCH_OBJ") }()
 	data := objectData()
-	putMiB, getMiB, err := b.transfers(ctx,
+	putMiB, getMiB, err := b.transfers(ctx, data,
 		func(ctx context.Context) error {
 			_, err := objects.PutBytes(ctx, "bench", data)
 			return err
 		},
-		func(ctx context.Context) (int, error) {
-			got, err := objects.GetBytes(ctx, "bench")
-			return len(got), err
-		})
+		func(ctx context.Context) (io.ReadCloser, error) { return objects.Get(ctx, "bench") })
 	if err != nil {
 		return fmt.Errorf("object store: %w", err)
 	}
@@ -420,34 +417,73 @@ func objectData() []byte {
 	return data
 }
 
-// transfers puts the object again and again for the load's duration (at
-// least once), then reads it back the same way, one caller at a time, and
-// returns the MiB/s of each.
-func (b *bench) transfers(ctx context.Context, put func(context.Context) error, get func(context.Context) (int, error)) (putMiB, getMiB float64, err error) {
-	rate := func(f func(context.Context) (int, error)) (float64, error) {
+// transfers puts data again and again for the load's duration (at least
+// once), then reads it back the same way, one caller at a time, and
+// returns the MiB/s of each. Every side's get is read here, in the same
+// way, into a sink that holds it to data byte for byte: a get that
+// answers other bytes, or too few or too many, fails the load, and no
+// side pays for a way of reading that the other does not.
+func (b *bench) transfers(ctx context.Context, data []byte, put func(context.Context) error, get func(context.Context) (io.ReadCloser, error)) (putMiB, getMiB float64, err error) {
+	rate := func(f func(context.Context) error) (float64, error) {
 		var moved int
 		start := time.Now()
 		for moved == 0 || time.Since(start) < b.duration {
 			tctx, cancel := context.WithTimeout(ctx, time.Minute)
-			n, err := f(tctx)
+			err := f(tctx)
 			cancel()
 			if err != nil {
 				return 0, err
 			}
-			if n != objectSize {
-				return 0, fmt.Errorf("moved %d bytes, want %d", n, objectSize)
-			}
-			moved += n
+			moved += len(data)
 		}
 		return round(float64(moved) / (1 << 20) / time.Since(start).Seconds()), nil
 	}
-	if putMiB, err = rate(func(ctx context.Context) (int, error) { return objectSize, put(ctx) }); err != nil {
+	if putMiB, err = rate(put); err != nil {
 		return 0, 0, fmt.Errorf("put: %w", err)
 	}
-	if getMiB, err = rate(get); err != nil {
+	getMiB, err = rate(func(ctx context.Context) error {
+		rc, err := get(ctx)
+		if err != nil {
+			return err
+		}
+		sink := &sameBytes{want: data}
+		_, err = io.Copy(sink, rc)
+		if err = errors.Join(err, rc.Close()); err != nil {
+			return err
+		}
+		if sink.n != len(data) {
+			return fmt.Errorf("read %d bytes, want %d", sink.n, len(data))
+		}
+		return nil
+	})
+	if err != nil {
 		return 0, 0, fmt.Errorf("get: %w", err)
 	}
 	return putMiB, getMiB, nil
+}
+
+// sameBytes takes what a get reads and fails at the first byte that is not
+// the object's, or past its end.
+type sameBytes struct {
+	want []byte
+	n    int
+}
+
+func (s *sameBytes) Write(p []byte) (int, error) {
+	rest := s.want[s.n:]
+	n := min(len(p), len(rest))
+	if !bytes.Equal(p[:n], rest[:n]) {
+		i := 0
+		for p[i] == rest[i] {
+			i++
+		}
+		return i, fmt.Errorf("read byte %d as %#x, put as %#x", s.n+i, p[i], rest[i])
+	}
+	s.n += n
+	if n < len(p) {
+		return n, fmt.Errorf("read more than the %d bytes put", len(s.want))
+	}
+	return n, nil
 }
 
 // engineGets starts an engine on c, writes the value and drives gets of
@@ -621,18 +657,14 @@ func (b *bench) objects(nc *nats.Conn) func(context.Context) error {
 	return func(ctx context.Context) error {
 		objs := natsclient.NewObjectStorage(natsclient.New(nc))
 		data := objectData()
-		put, get, err := b.transfers(ctx,
+		put, get, err := b.transfers(ctx, data,
 			func(ctx context.Context) error {
 				_, err := objs.Put(ctx, "bench", bytes.NewReader(data), ports.PutObjectOptions{})
 				return err
 			},
-			func(ctx context.Context) (int, error) {
+			func(ctx context.Context) (io.ReadCloser, error) {
 				rc, _, err := objs.Get(ctx, "bench", ports.GetObjectOptions{})
-				if err != nil {
-					return 0, err
-				}
-				n, err := io.Copy(io.Discard, rc)
-				return int(n), errors.Join(err, rc.Close())
+				return rc, err
 			})
 		if err != nil {
 			return fmt.Errorf("objects: %w", err)

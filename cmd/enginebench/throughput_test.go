@@ -1,13 +1,20 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"io"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/abi-engine/engine/adapters/primary/natsapi"
+	objmemory "github.com/abi-engine/engine/adapters/secondary/objectstorage/memory"
+	"github.com/abi-engine/engine/domain"
 	"github.com/abi-engine/engine/internal/natstest"
 	"github.com/abi-engine/engine/internal/wire"
 	"github.com/abi-engine/engine/ports"
@@ -40,6 +47,107 @@ func TestALoadWhoseAnswersAreWrongFailsInsteadOfCountingThem(t *testing.T) {
 		st, err := drive(t.Context(), 1, 100*time.Millisecond, call(nc))
 		if err == nil {
 			t.Errorf("%s: a load of wrong answers measured %.1f calls/s, want an error", name, st.rps)
+		}
+	}
+}
+
+// otherBytes is an object store whose gets answer the object with one
+// byte changed in its middle: the length and the description are right,
+// the bytes are not. No real store can be made to do this on purpose.
+type otherBytes struct{ ports.ObjectStorage }
+
+func (s otherBytes) Get(ctx context.Context, key string, opts ports.GetObjectOptions) (io.ReadCloser, ports.ObjectInfo, error) {
+	rc, info, err := s.ObjectStorage.Get(ctx, key, opts)
+	if err != nil {
+		return nil, info, err
+	}
+	data, err := io.ReadAll(rc)
+	if err = errors.Join(err, rc.Close()); err != nil {
+		return nil, info, err
+	}
+	data[len(data)/2] ^= 0xff
+	return io.NopCloser(bytes.NewReader(data)), info, nil
+}
+
+// serveObjects serves store's objects from this process on the broker at
+// url, as an engine does, until the test ends.
+func serveObjects(t *testing.T, url string, store ports.ObjectStorage) {
+	t.Helper()
+	owner := domain.NewInstanceID()
+	session := natstest.Connect(t, url)
+	transfers, err := natsapi.NewTransferHost(natsapi.TransferOptions{Owner: owner, Conn: session})
+	if err != nil {
+		t.Fatal(err)
+	}
+	overflow, err := natsapi.NewOverflowHost(natsapi.OverflowOptions{Owner: owner, Conn: session})
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, err := natsapi.NewHost(natsapi.Options{
+		Owner:    owner,
+		Connect:  func() (*nats.Conn, error) { return nats.Connect(url) },
+		Replies:  session,
+		Overflow: overflow,
+	}, natsapi.ObjectStorage(store, transfers))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, serve := range []func() error{transfers.Serve, overflow.Serve, host.Serve} {
+		if err := serve(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		host.Stop()
+		transfers.Stop()
+		overflow.Stop()
+	})
+}
+
+// An object get is counted only when it reads back the bytes put, every
+// one of them: a get of the right length with other bytes fails the
+// object load instead of giving obj_get_mib_s a figure.
+func TestAnObjectGetOfOtherBytesFailsTheLoad(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	store, err := objmemory.Open(t.Context(), objmemory.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	serveObjects(t, url, otherBytes{store})
+	b := &bench{duration: time.Millisecond}
+	err = b.objects(natstest.Connect(t, url))(t.Context())
+	if err == nil {
+		t.Fatalf("a get answering other bytes measured put %v and get %v MiB/s, want an error",
+			deref(b.result.ObjPutMiBS), deref(b.result.ObjGetMiBS))
+	}
+	if b.result.ObjGetMiBS != nil || b.result.ObjPutMiBS != nil {
+		t.Errorf("a failed object load left figures: put %v, get %v", b.result.ObjPutMiBS, b.result.ObjGetMiBS)
+	}
+	t.Logf("the load failed: %v", err)
+}
+
+// A get that reads fewer bytes than were put, or more, fails the load as
+// one that reads other bytes does; one that reads them all is measured.
+func TestAnObjectGetMustReadExactlyTheBytesPut(t *testing.T) {
+	data := []byte("the object of the transfers")
+	b := &bench{duration: time.Millisecond}
+	put := func(context.Context) error { return nil }
+	for name, c := range map[string]struct {
+		read []byte
+		ok   bool
+	}{
+		"All":      {data, true},
+		"TooFew":   {data[:len(data)-1], false},
+		"TooMany":  {append(slices.Clone(data), '!'), false},
+		"OtherEnd": {append(slices.Clone(data[:len(data)-1]), '?'), false},
+	} {
+		get := func(context.Context) (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(c.read)), nil }
+		_, rate, err := b.transfers(t.Context(), data, put, get)
+		switch {
+		case c.ok && err != nil:
+			t.Errorf("%s: %v", name, err)
+		case !c.ok && err == nil:
+			t.Errorf("%s: a get of %q measured %v MiB/s, want an error", name, c.read, rate)
 		}
 	}
 }
