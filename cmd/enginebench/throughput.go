@@ -540,8 +540,11 @@ func (b *bench) sqliteEngine(ctx context.Context, url string, nc *nats.Conn, pee
 	get, err := b.engineGets(ctx, engineConfig{url: url, lease: 20, sqlite: true}, nc, pathSQLite,
 		func(ctx context.Context) error {
 			set, err := b.kvSets(ctx, nc)
+			if err != nil {
+				return err
+			}
 			r.KVSetRPSSQLite = ptr(set.rps)
-			return err
+			return nil
 		},
 		func(ctx context.Context) (err error) {
 			if r.PairedSQLiteToRaw, err = b.paired(ctx, engineGet(nc), rawCall(nc)); err != nil {
@@ -691,8 +694,11 @@ func (b *bench) postgres(ctx context.Context, url string, nc *nats.Conn, dsn str
 	get, err := b.engineGets(ctx, engineConfig{url: url, lease: 20, dsn: dsn, table: table}, nc, pathPostgres,
 		func(ctx context.Context) error {
 			set, err := b.kvSets(ctx, nc)
+			if err != nil {
+				return err
+			}
 			r.KVSetRPSPostgres = ptr(set.rps)
-			return err
+			return nil
 		},
 		func(ctx context.Context) (err error) {
 			if r.PairedPGToPGX, err = b.paired(ctx, engineGet(nc), peer.get); err != nil {

@@ -6,7 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -149,5 +152,80 @@ func TestAnObjectGetMustReadExactlyTheBytesPut(t *testing.T) {
 		case !c.ok && err == nil:
 			t.Errorf("%s: a get of %q measured %v MiB/s, want an error", name, c.read, rate)
 		}
+	}
+}
+
+// fakeEngine stands for the engine process: a script that says it serves
+// and waits for its signal, while the test answers the engine's calls
+// from its own process.
+func fakeEngine(t *testing.T) *lab {
+	t.Helper()
+	l, err := newLab()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.stop)
+	l.engine = filepath.Join(l.dir, "engine")
+	if err := os.WriteFile(l.engine, []byte("#!/bin/sh\necho state=serving\nexec sleep 600\n"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// answerKeyValue answers keyvalue gets with the bench's value, and sets
+// of the key every scenario writes first; every other set fails, as on a
+// store that has run out of room.
+func answerKeyValue(t *testing.T, nc *nats.Conn) {
+	t.Helper()
+	got, err := json.Marshal(wire.KVValue{Value: wire.Bytes(value)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nc.Subscribe(wire.Subject(ports.ServiceKeyValue, wire.KVGet), func(m *nats.Msg) { _ = m.Respond(got) }); err != nil {
+		t.Fatal(err)
+	}
+	_, err = nc.Subscribe(wire.Subject(ports.ServiceKeyValue, wire.KVSet), func(m *nats.Msg) {
+		var set struct{ Key string }
+		if json.Unmarshal(m.Data, &set) == nil && set.Key == "bench" {
+			_ = m.Respond([]byte("{}"))
+			return
+		}
+		reply := nats.NewMsg(m.Reply)
+		reply.Header.Set(wire.ErrorCodeHeader, "500")
+		reply.Header.Set(wire.ErrorHeader, "the store is full")
+		_ = m.RespondMsg(reply)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A set load that fails measured nothing: its field stays null in the
+// JSON (and "-" in the table), never 0 calls/s.
+func TestASetLoadThatFailsLeavesItsFigureNull(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	answerKeyValue(t, natstest.Connect(t, url))
+	nc := natstest.Connect(t, url)
+	b := &bench{lab: fakeEngine(t), duration: 20 * time.Millisecond}
+	failedSets := func(what string, err error) {
+		t.Helper()
+		if err == nil || !strings.Contains(err.Error(), "the store is full") {
+			t.Fatalf("the engine on %s: %v, want its sets to fail", what, err)
+		}
+	}
+	failedSets("SQLite", b.sqliteEngine(t.Context(), url, nc, natsKV{}))
+	if b.result.KVSetRPSSQLite != nil {
+		t.Errorf("kv_set_rps_sqlite is %v after its load failed, want null", *b.result.KVSetRPSSQLite)
+	}
+	dsn := os.Getenv("ENGINE_TEST_PG_DSN")
+	if dsn == "" {
+		t.Skip("ENGINE_TEST_PG_DSN is not set: the set on PostgreSQL is not tried")
+	}
+	failedSets("PostgreSQL", b.postgres(t.Context(), url, nc, dsn))
+	if b.result.KVSetRPSPostgres != nil {
+		t.Errorf("kv_set_rps_postgres is %v after its load failed, want null", *b.result.KVSetRPSPostgres)
 	}
 }
