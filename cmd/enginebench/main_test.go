@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -238,5 +239,32 @@ func TestListenAddrIsReadFromTheLog(t *testing.T) {
 	log.Info("HTTP API listening", "addr", "127.0.0.1:40123", "token", false)
 	if got := listenAddr(buf.String()); got != "127.0.0.1:40123" {
 		t.Fatalf("listenAddr = %q, want 127.0.0.1:40123; log:\n%s", got, buf.String())
+	}
+}
+
+// The table says PostgreSQL's figures are absent for want of
+// ENGINE_TEST_PG_DSN only when that is why: a run whose PostgreSQL loads
+// failed, or that stopped before them, had its server named or never got
+// that far, and shows "-".
+func TestTheTableBlamesNoMissingDSNForFiguresThatFailed(t *testing.T) {
+	var out bytes.Buffer
+	if err := (Result{KVGetRPSMemory: ptr(25000.0)}).table(&out); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out.String(), "ENGINE_TEST_PG_DSN") {
+		t.Errorf("a run that was not told of a missing ENGINE_TEST_PG_DSN blames one:\n%s", out.String())
+	}
+}
+
+// Without ENGINE_TEST_PG_DSN, every PostgreSQL row of the table says so.
+func TestTheTableSaysPostgreSQLIsAbsentWithoutADSN(t *testing.T) {
+	var out bytes.Buffer
+	if err := (Result{KVGetRPSMemory: ptr(25000.0), noPostgres: true}).table(&out); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range postgresFields {
+		if !regexp.MustCompile(`(?m)^` + f + ` +absent \(no ENGINE_TEST_PG_DSN\)`).MatchString(out.String()) {
+			t.Errorf("the row of %s does not say ENGINE_TEST_PG_DSN is missing:\n%s", f, out.String())
+		}
 	}
 }

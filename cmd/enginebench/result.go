@@ -75,6 +75,10 @@ type Result struct {
 	RatioFencedSet      *float64 `json:"ratio_fenced_set"`
 	// Scaling is the curve: every path at 1, 8, 64 and 256 callers.
 	Scaling []Point `json:"scaling"`
+	// noPostgres is set when the throughput scenario left PostgreSQL out
+	// for want of ENGINE_TEST_PG_DSN; a run whose PostgreSQL loads failed,
+	// or that stopped before them, leaves it unset.
+	noPostgres bool
 
 	VectorResult
 	JetStreamResult
@@ -125,9 +129,10 @@ func (r Result) rows() []row {
 		}
 		return fmt.Sprint(*v)
 	}
-	// PostgreSQL's figures say why they are missing.
+	// PostgreSQL's figures say why they are missing, when it is for want
+	// of a server.
 	pg := func(v *float64, format func(*float64) string) string {
-		if v == nil && r.KVGetRPSMemory != nil {
+		if v == nil && r.noPostgres {
 			return "absent (no ENGINE_TEST_PG_DSN)"
 		}
 		return format(v)

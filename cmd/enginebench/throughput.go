@@ -205,6 +205,7 @@ func (b *bench) throughput(ctx context.Context) error {
 	dsn := os.Getenv("ENGINE_TEST_PG_DSN")
 	if dsn == "" {
 		b.note("PostgreSQL figures absent: ENGINE_TEST_PG_DSN is not set")
+		r.noPostgres = true
 		return nil
 	}
 	if err := b.postgres(ctx, url, nc, dsn); err != nil {
