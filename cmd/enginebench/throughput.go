@@ -761,15 +761,27 @@ func dropFence(dsn, table string) {
 }
 
 // pgxPeer is the peer of the engine on PostgreSQL: a pool with pgx's
-// defaults (as the adapter's) and the adapter's own statements, on a table
-// of the same shape.
+// defaults (as the adapter's), at the adapter's isolation, and the
+// adapter's get, on a table of the same shape; a set is one statement of
+// its own, as a plain client writes it.
 type pgxPeer struct {
 	pool     *pgxpool.Pool
 	get, set func(ctx context.Context, caller int) error
 }
 
 func newPGXPeer(ctx context.Context, dsn, table string) (pgxPeer, error) {
-	pool, err := pgxpool.New(ctx, dsn)
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return pgxPeer{}, err
+	}
+	// The engine's stores run every connection at READ COMMITTED, whatever
+	// the server's, role's or dsn's default (internal/pgdb); at a stricter
+	// default the peer would pay for checks the engine does not.
+	cfg.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
+		_, err := conn.Exec(ctx, "SET default_transaction_isolation TO 'read committed'")
+		return err
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return pgxPeer{}, err
 	}

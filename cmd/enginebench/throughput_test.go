@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 
 	"github.com/abi-engine/engine/adapters/primary/natsapi"
@@ -227,5 +230,53 @@ func TestASetLoadThatFailsLeavesItsFigureNull(t *testing.T) {
 	failedSets("PostgreSQL", b.postgres(t.Context(), url, nc, dsn))
 	if b.result.KVSetRPSPostgres != nil {
 		t.Errorf("kv_set_rps_postgres is %v after its load failed, want null", *b.result.KVSetRPSPostgres)
+	}
+}
+
+// The pgx peer reads and writes at the isolation the engine's PostgreSQL
+// store does, READ COMMITTED, whatever the server, role or dsn would make
+// a connection's default: at a stricter one it would pay for checks the
+// engine's statements do not, and the ratios would flatter the engine.
+func TestThePGXPeerRunsAtTheEnginesIsolation(t *testing.T) {
+	dsn := os.Getenv("ENGINE_TEST_PG_DSN")
+	if dsn == "" {
+		t.Skip("ENGINE_TEST_PG_DSN is not set")
+	}
+	const serializable = "-c default_transaction_isolation=serializable"
+	if u, err := url.Parse(dsn); err == nil && u.Scheme != "" {
+		q := u.Query()
+		q.Set("options", serializable)
+		u.RawQuery = strings.ReplaceAll(q.Encode(), "+", "%20")
+		dsn = u.String()
+	} else {
+		dsn += " options='" + serializable + "'"
+	}
+	table := fmt.Sprintf("enginebench_pgx_isolation_%d", time.Now().UnixNano())
+	t.Cleanup(func() { dropTable(dsn, table) })
+	peer, err := newPGXPeer(t.Context(), dsn, table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(peer.pool.Close)
+	// Every connection of the pool, not only the one that made the table.
+	conns := make([]*pgxpool.Conn, 0, peer.pool.Config().MaxConns)
+	t.Cleanup(func() {
+		for _, c := range conns {
+			c.Release()
+		}
+	})
+	for range cap(conns) {
+		c, err := peer.pool.Acquire(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+		var level string
+		if err := c.QueryRow(t.Context(), "SHOW transaction_isolation").Scan(&level); err != nil {
+			t.Fatal(err)
+		}
+		if level != "read committed" {
+			t.Fatalf("a connection of the pgx peer runs at %q, want read committed, as the engine's store does", level)
+		}
 	}
 }
