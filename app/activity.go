@@ -13,12 +13,14 @@ import (
 	"go.uber.org/fx"
 
 	"github.com/abi-engine/engine/domain"
+	"github.com/abi-engine/engine/internal/wire"
 	"github.com/abi-engine/engine/ports"
 )
 
 // ActivityCollection is the document collection of the activity log. On
-// shared backends it is the history of every deploy.
-const ActivityCollection = "activity_log"
+// shared backends it is the history of every deploy. The document service
+// refuses callers' writes to it: engines write it into their own store.
+const ActivityCollection = wire.ActivityCollection
 
 // Activity events: what happened to an engine's ownership.
 const (
@@ -114,8 +116,9 @@ const activityWrite = 10 * time.Second
 // the release is logged too. Entries go straight to the engine's own opened
 // document store, which a serving engine or a standby has: at a start or a
 // shutdown no engine may be answering on NATS, and on shared backends it is
-// the same store every engine writes. Only an engine without backends uses
-// the document facade.
+// the same store every engine writes. The document service refuses callers'
+// writes to the log, the facade's included: an engine without a store of
+// its own (a client) has no lease transitions to log.
 type Activity struct {
 	me  domain.Holder
 	log *slog.Logger

@@ -14,6 +14,13 @@ const (
 	DocCount            = "count"
 )
 
+// ActivityCollection is the engines' activity log (engine history): who
+// acquired, handed over and lost the lease. Engines write it into the
+// document store they opened themselves, never through the service, so the
+// service refuses every caller's put, delete and drop in it: a caller may
+// read the log, and cannot forge or erase an engine's entry.
+const ActivityCollection = "activity_log"
+
 // DocCollection names a collection: ensure_collection, drop_collection.
 type DocCollection struct {
 	Name string `json:"name"`

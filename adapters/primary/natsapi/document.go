@@ -3,12 +3,14 @@ package natsapi
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 
 	"github.com/abi-engine/engine/internal/wire"
 	"github.com/abi-engine/engine/ports"
 )
 
-// Document serves a ports.DocumentStore as the document service.
+// Document serves a ports.DocumentStore as the document service. The
+// engines' activity log (wire.ActivityCollection) is read-only to callers.
 func Document(docs ports.DocumentStore) Service {
 	return Service{
 		Name:        ports.ServiceDocument,
@@ -18,6 +20,9 @@ func Document(docs ports.DocumentStore) Service {
 				return wire.Empty{}, docs.EnsureCollection(ctx, r.Name)
 			})},
 			{Name: wire.DocDropCollection, Handler: JSON(func(ctx context.Context, r wire.DocCollection) (wire.Empty, error) {
+				if err := writable(r.Name); err != nil {
+					return wire.Empty{}, err
+				}
 				return wire.Empty{}, docs.DropCollection(ctx, r.Name)
 			})},
 			{Name: wire.DocCollections, Handler: JSON(func(ctx context.Context, _ wire.Empty) (wire.DocCollectionNames, error) {
@@ -28,6 +33,9 @@ func Document(docs ports.DocumentStore) Service {
 				return wire.DocCollectionNames{Collections: names}, err
 			})},
 			{Name: wire.DocPut, Handler: JSON(func(ctx context.Context, r wire.DocWrite) (wire.Document, error) {
+				if err := writable(r.Collection); err != nil {
+					return wire.Document{}, err
+				}
 				d, err := docs.Put(ctx, r.Collection, r.ID, r.Data, condOf(r.IfVersion))
 				return documentOf(d), err
 			})},
@@ -36,6 +44,9 @@ func Document(docs ports.DocumentStore) Service {
 				return documentOf(d), err
 			})},
 			{Name: wire.DocDelete, Handler: JSON(func(ctx context.Context, r wire.DocRemove) (wire.Empty, error) {
+				if err := writable(r.Collection); err != nil {
+					return wire.Empty{}, err
+				}
 				return wire.Empty{}, docs.Delete(ctx, r.Collection, r.ID, condOf(r.IfVersion))
 			})},
 			{Name: wire.DocFind, Handler: listJSON("documents", func(ctx context.Context, r wire.DocQuery) ([]wire.Document, []byte, error) {
@@ -55,6 +66,17 @@ func Document(docs ports.DocumentStore) Service {
 			})},
 		},
 	}
+}
+
+// writable refuses a caller's write to a collection only engines write:
+// the activity log, which would otherwise let any member of the account
+// forge the record of who held the lease, or erase it.
+func writable(collection string) error {
+	if collection == wire.ActivityCollection {
+		return fmt.Errorf("%w: collection %q is the engines' activity log: callers may read it, not write, delete or drop it",
+			ports.ErrInvalidArgument, collection)
+	}
+	return nil
 }
 
 // condOf reads if_version: absent is no condition, present (0 included)

@@ -165,3 +165,50 @@ func TestAPageIsNeverEncodedPastWhatTheCallTakes(t *testing.T) {
 		t.Fatalf("the parked page: %d documents, cursor %q, %v", len(page.Documents), page.Cursor, err)
 	}
 }
+
+// The activity log is the engines' record of who held the lease; they
+// write it into the store they opened themselves. Any member of the
+// account may call the document service, so a caller that could write the
+// log could forge an engine's entry, or erase the entries of a takeover.
+// Callers read it; a put, delete or drop is refused 400, naming the log,
+// and leaves it as the engine wrote it.
+func TestACallerCannotWriteDeleteOrDropTheActivityLog(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	store := docmemory.New()
+	ctx := context.Background()
+	if err := store.EnsureCollection(ctx, wire.ActivityCollection); err != nil {
+		t.Fatal(err)
+	}
+	entry := map[string]any{"event": "acquired", "instance_id": "e1"}
+	if _, err := store.Put(ctx, wire.ActivityCollection, "t1_e1", entry, ports.IfVersion(0)); err != nil {
+		t.Fatal(err)
+	}
+	newHost(t, url, natsapi.Options{}, natsapi.Document(store))
+	nc := natstest.Connect(t, url)
+	for _, c := range []struct{ op, body string }{
+		{wire.DocPut, `{"collection":"activity_log","id":"t2_forged","data":{"event":"took_over","instance_id":"forged"}}`},
+		{wire.DocPut, `{"collection":"activity_log","id":"t1_e1","data":{"event":"released"}}`},
+		{wire.DocDelete, `{"collection":"activity_log","id":"t1_e1"}`},
+		{wire.DocDropCollection, `{"name":"activity_log"}`},
+	} {
+		reply, err := nc.Request(wire.Subject(ports.ServiceDocument, c.op), []byte(c.body), 5*time.Second)
+		if err != nil {
+			t.Fatalf("%s %s: %v", c.op, c.body, err)
+		}
+		code, text := reply.Header.Get(wire.ErrorCodeHeader), reply.Header.Get(wire.ErrorHeader)
+		if code != "400" || !strings.Contains(text, "activity log") {
+			t.Errorf("%s %s answered %q %q (code %q), want 400 naming the activity log", c.op, c.body, reply.Data, text, code)
+		}
+	}
+	found, _, err := store.Find(ctx, wire.ActivityCollection, ports.Query{})
+	if err != nil || len(found) != 1 || found[0].ID != "t1_e1" || found[0].Data["event"] != "acquired" {
+		t.Fatalf("the activity log holds %+v (%v), want the engine's one entry as it wrote it", found, err)
+	}
+	// Reading it stays open to callers, and other collections are theirs.
+	checkWire(t, nc, ports.ServiceDocument, nil, []wireStep{
+		{"get", `{"collection":"activity_log","id":"t1_e1"}`, `{"id":"t1_e1","version":1,"data":{"event":"acquired","instance_id":"e1"}}`, ""},
+		{"ensure_collection", `{"name":"activity"}`, `{}`, ""},
+		{"put", `{"collection":"activity","id":"d","data":{}}`, `{"id":"d","version":2,"data":{}}`, ""},
+		{"drop_collection", `{"name":"activity"}`, `{}`, ""},
+	})
+}
