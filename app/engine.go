@@ -447,8 +447,9 @@ func (e *Engine) startClient(ctx context.Context) error {
 func (e *Engine) openAndServe(ctx context.Context) error {
 	// A store that keeps the account it belongs to (a SQLite file or the
 	// objects directory under data_dir, which an engine of another account
-	// on this host must not open) asks it as it opens; the broker is asked
-	// once, by the first of them.
+	// on this host must not open, or a PostgreSQL table, which one of
+	// another account configured with it must not) asks it as it opens;
+	// the broker is asked once, by the first of them.
 	account := sync.OnceValues(func() (string, error) { return natsconn.Account(ctx, e.session) })
 	l, err := openLocal(ports.WithAccount(ctx, func(context.Context) (string, error) { return account() }), e.p.Storage)
 	if err != nil {

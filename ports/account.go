@@ -10,9 +10,10 @@ type AccountSource func(ctx context.Context) (string, error)
 type accountKey struct{}
 
 // WithAccount returns ctx carrying the source of the serving engine's
-// account, for the stores it opens under ctx. A store that keeps its data
-// on this host, where engines of two accounts could open the same files,
-// records the account on first open and refuses every other one.
+// account, for the stores it opens under ctx. A store that engines of two
+// accounts could open alike (files on this host, a table on a shared
+// PostgreSQL server) records the account on first open and refuses every
+// other one.
 func WithAccount(ctx context.Context, source AccountSource) context.Context {
 	return context.WithValue(ctx, accountKey{}, source)
 }

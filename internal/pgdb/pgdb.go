@@ -70,6 +70,10 @@ func Open(ctx context.Context, what, dsn, table, schema string) (*pgxpool.Pool, 
 		pool.Close()
 		return nil, fmt.Errorf("%s: create the fence table: %w", what, err)
 	}
+	if err := belong(ctx, pool, what, table); err != nil {
+		pool.Close()
+		return nil, err
+	}
 	return pool, nil
 }
 
@@ -102,14 +106,17 @@ func NotBesideDocuments(yamlKey, table string) error {
 // against (fenceSchema).
 const FenceTable = "abi_engine_fence"
 
-// NotTheFence refuses a store's table named like the fence table, named
-// yamlKey in the error. CREATE TABLE IF NOT EXISTS would keep whichever
-// of the two came first: the store's table in the fence's place, or the
-// store on the fence's, and every fenced write of every store in the
-// database would then fail.
+// NotTheFence refuses a store's table named like the fence table, or the
+// account table, named yamlKey in the error. CREATE TABLE IF NOT EXISTS
+// would keep whichever of the two came first: the store's table in the
+// fence's place, or the store on the fence's, and every fenced write (or
+// every open) of every store in the database would then fail.
 func NotTheFence(yamlKey, table string) error {
-	if table == FenceTable {
+	switch table {
+	case FenceTable:
 		return fmt.Errorf("%s %q is the table every store in the database keeps its fence in: %w", yamlKey, table, ports.ErrInvalidArgument)
+	case AccountTable:
+		return fmt.Errorf("%s %q is the table every store in the database keeps its NATS account in: %w", yamlKey, table, ports.ErrInvalidArgument)
 	}
 	return nil
 }

@@ -35,10 +35,13 @@ func Table(t testing.TB, dsn, prefix string, suffixes ...string) string {
 		if _, err = conn.Exec(ctx, "DROP TABLE IF EXISTS "+strings.Join(names, ", ")); err != nil {
 			return err
 		}
-		// The stores' fence rows are named after their tables.
+		// The stores' fence and account rows are named after their tables.
 		_, err = conn.Exec(ctx, `DO $$ BEGIN
 			IF to_regclass('abi_engine_fence') IS NOT NULL THEN
 				DELETE FROM abi_engine_fence WHERE starts_with(scope, '`+base+`');
+			END IF;
+			IF to_regclass('abi_engine_account') IS NOT NULL THEN
+				DELETE FROM abi_engine_account WHERE starts_with(scope, '`+base+`');
 			END IF;
 		END $$`)
 		return err

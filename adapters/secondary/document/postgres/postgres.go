@@ -30,8 +30,9 @@ type Config struct {
 	DSN string `yaml:"dsn"`
 	// Table holds the documents, and Table_collections the collection
 	// names; both created on Open if missing. Default engine_documents.
-	// abi_engine_fence, the table every store's writes are fenced by, is
-	// refused.
+	// abi_engine_fence, the table every store's writes are fenced by, and
+	// abi_engine_account, the one every store keeps its NATS account in,
+	// are refused.
 	Table string `yaml:"table"`
 }
 

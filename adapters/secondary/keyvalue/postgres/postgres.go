@@ -39,7 +39,8 @@ type Config struct {
 	// Table holds the keys; created on Open if missing. Default engine_kv.
 	// A name ending in _collections or _versions is refused: the document
 	// store (postgres) keeps relations so named beside its table; so is
-	// abi_engine_fence, the table every store's writes are fenced by. A
+	// abi_engine_fence, the table every store's writes are fenced by, and
+	// abi_engine_account, the one every store keeps its NATS account in. A
 	// relation of that name already there of another shape, such as a
 	// document store's table, is refused at Open.
 	Table string `yaml:"table"`
