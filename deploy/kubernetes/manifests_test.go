@@ -4,6 +4,7 @@
 package kubernetes
 
 import (
+	"crypto/tls"
 	"fmt"
 	"net"
 	"os"
@@ -14,8 +15,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"gopkg.in/yaml.v3"
 
+	"github.com/abi-engine/engine/adapters/secondary/vectorstore/qdrant"
 	"github.com/abi-engine/engine/app"
 	"github.com/abi-engine/engine/app/config"
 	"github.com/abi-engine/engine/internal/natstest"
@@ -475,4 +478,44 @@ func TestTheNATSOnlyOverlayKeepsEveryServiceInJetStream(t *testing.T) {
 			t.Errorf("the overlay's engine.yaml uses ${%s}, which the Secret lacks", v[1])
 		}
 	}
+}
+
+// The deploy reaches PostgreSQL and Qdrant over TLS that checks whom it
+// reaches. sslmode=require encrypts without verifying the server, so anyone
+// on the pod network could stand in for the database and take the engine's
+// data, and an api_key sent over plain gRPC crosses the network readable.
+// The Secret's example DSN verifies the server's certificate and name
+// (verify-full), and the ConfigMap's Qdrant block, which sends a key, uses
+// TLS.
+func TestTheSharedBackendsAreReachedOverTLSThatVerifiesTheServer(t *testing.T) {
+	m := loadAll(t)
+	example := m.secret.StringData["ABI_PG_DSN"]
+	dsn := regexp.MustCompile(`<[^>]*>`).ReplaceAllString(example, "placeholder")
+	pg, err := pgconn.ParseConfig(dsn)
+	if err != nil {
+		t.Fatalf("the example ABI_PG_DSN %q: %v", example, err)
+	}
+	for i, tc := range append([]*tls.Config{pg.TLSConfig}, fallbackTLS(pg.Fallbacks)...) {
+		if tc == nil {
+			t.Errorf("the example ABI_PG_DSN %q connects (try %d) without TLS", example, i)
+		} else if tc.InsecureSkipVerify || tc.ServerName != "placeholder" {
+			t.Errorf("the example ABI_PG_DSN %q connects (try %d) without verifying the server's certificate (skip %v) and name (%q)",
+				example, i, tc.InsecureSkipVerify, tc.ServerName)
+		}
+	}
+	var q qdrant.Config
+	if err := engineConfig(t, m, "1.4.0").Services.VectorStore.Config.Decode(&q); err != nil {
+		t.Fatalf("the ConfigMap's qdrant block: %v", err)
+	}
+	if q.APIKey != "" && !q.TLS {
+		t.Errorf("the ConfigMap's qdrant block sends its api_key without TLS: %+v", q)
+	}
+}
+
+func fallbackTLS(fs []*pgconn.FallbackConfig) []*tls.Config {
+	out := make([]*tls.Config, len(fs))
+	for i, f := range fs {
+		out[i] = f.TLSConfig
+	}
+	return out
 }
