@@ -140,6 +140,25 @@ func TestABadNATSURLIsQuotedWithoutItsPassword(t *testing.T) {
 	}
 }
 
+// A password typed into nats.url as it is, with a character a URL does not
+// take there (a space, a quote, an angle bracket, a backtick), makes the
+// URL malformed; the error quotes the URL without it, as it does any
+// other password, and a token the same.
+func TestANATSURLWhosePasswordAURLDoesNotTakeIsQuotedWithoutIt(t *testing.T) {
+	for _, secret := range []string{"hunter 2", `hunter"2`, "hunter<2>", "hunter`2", `hunter\2`} {
+		for _, url := range []string{"nats://engine:" + secret + "@nats-1:4222", "nats://" + secret + "@nats-1:4222", "nats://nats-0:4222,nats://engine:" + secret + "@nats-1:4222"} {
+			_, err := config.Parse("engine.yaml", []byte("nats: {url: \"${NATS_URL_IN_FILE}\"}\n"), env("NATS_URL_IN_FILE", url))
+			if err == nil {
+				t.Errorf("%q accepted", url)
+			} else if strings.Contains(err.Error(), "hunter") {
+				t.Errorf("%q: the error shows the password: %v", url, err)
+			} else if !strings.Contains(err.Error(), "***@nats-1:4222") {
+				t.Errorf("%q: the error does not name the server: %v", url, err)
+			}
+		}
+	}
+}
+
 // The NATS credentials come from the environment, as the README shows
 // (password: "${NATS_PASSWORD}"). A variable that is unset or empty there
 // would make the engine present an empty password, or, for a token, a

@@ -75,15 +75,26 @@ func end(s, set string) int {
 // URL hides the credentials of one URL that may be malformed, as a
 // configuration's value is before it is checked: one with no "://" (a
 // slash or a colon forgotten) still hides whatever comes before its last
-// "@".
+// "@", and one with it everything between "://" and its last "@" but the
+// user, whatever characters the password holds. URLs, which reads URLs out
+// of any text, ends one at a blank, a quote or an angle bracket, so it
+// would show the rest of a password typed with one as it is.
 func URL(raw string) string {
-	if strings.Contains(raw, "://") {
-		return URLs(raw)
+	scheme, rest, ok := strings.Cut(raw, "://")
+	if !ok {
+		if at := strings.LastIndex(raw, "@"); at >= 0 {
+			return Mask + raw[at:]
+		}
+		return raw
 	}
-	if at := strings.LastIndex(raw, "@"); at >= 0 {
-		return Mask + raw[at:]
+	at := strings.LastIndex(rest, "@")
+	if at < 0 {
+		return raw
 	}
-	return raw
+	if user, _, ok := strings.Cut(rest[:at], ":"); ok {
+		return scheme + "://" + user + ":" + Mask + rest[at:]
+	}
+	return scheme + "://" + Mask + rest[at:]
 }
 
 // Error is err with the credentials of the URLs its text quotes hidden

@@ -75,6 +75,10 @@ func TestURLOfAMalformedValue(t *testing.T) {
 		"nats:/engine:hunter2@nats-1": "***@nats-1",
 		"nats//engine:hunter2@nats-1": "***@nats-1",
 		"nats://engine:hunter2@n:1":   "nats://engine:***@n:1",
+		"nats://engine:hun ter2@n:1":  "nats://engine:***@n:1",
+		`nats://engine:hun"ter2@n:1`:  "nats://engine:***@n:1",
+		"nats://engine:hun<ter>@n:1":  "nats://engine:***@n:1",
+		"nats://hun ter2@n:1":         "nats://***@n:1",
 		"nats-1:4222":                 "nats-1:4222",
 	} {
 		if got := redact.URL(in); got != want {
