@@ -1,6 +1,7 @@
 package natsapi_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"runtime"
@@ -304,5 +305,167 @@ func TestAFloodingCallerLeavesOthersAPlaceInTheQueue(t *testing.T) {
 	}
 	if codes := <-flooded; count(codes, "") != 4 || count(codes, "503") != 16 {
 		t.Fatalf("the flood was answered %q, want 4 successes and 16 refusals", codes)
+	}
+}
+
+// A caller that floods a busy engine from one connection, as one caller or
+// posing as several by the reply subjects it gives, cannot keep another
+// caller's call out nor at the back of the line: when the queue is full
+// the bystander's call takes a place from the caller holding the most,
+// which is refused 503, and it runs before the flood has started more than
+// one call for each caller the flood poses as. Before, waiting calls ran
+// in the order they came, so a caller's whole share of the queue ran
+// before a bystander's call, and a flood posing as four callers filled
+// the queue and had the bystander refused 503 for as long as it lasted.
+func TestAFloodPosingAsManyCallersNeitherRefusesNorQueuesABystanderBehindIt(t *testing.T) {
+	for _, posed := range []int{1, 4} {
+		t.Run(strconv.Itoa(posed), func(t *testing.T) { floodAndBystand(t, posed) })
+	}
+}
+
+func floodAndBystand(t *testing.T, posed int) {
+	url := natstest.StartServer(t).ClientURL()
+	e := &echo{name: "a", release: make(chan struct{}), started: make(chan struct{}, 64)}
+	ran := make(chan struct{}, 1)
+	polite := natsapi.Service{Name: "polite", Endpoints: []natsapi.Endpoint{{Name: "say",
+		Handler: func(context.Context, *natsapi.Call) ([]byte, error) {
+			ran <- struct{}{}
+			return []byte("b"), nil
+		}}}}
+	var refused atomic.Int64
+	h := newHost(t, url, natsapi.Options{
+		MaxConcurrent: 2, MaxQueued: 32, // a caller waits in at most 8 places
+		OnCall: func(_, _ string, code int, _ time.Duration) {
+			if code == 503 {
+				refused.Add(1)
+			}
+		},
+	}, e.service(), polite)
+
+	// One connection poses as callers of 10 calls each: each takes 8
+	// places, the first its 2 slots too, and the rest are past its share.
+	hostile := natstest.Connect(t, url)
+	const each = 10
+	answers := make(chan *nats.Msg, posed*each+1)
+	for i := range posed {
+		prefix := "_INBOX.posed" + strconv.Itoa(i)
+		if _, err := hostile.ChanSubscribe(prefix+".*", answers); err != nil {
+			t.Fatal(err)
+		}
+		for n := range each {
+			msg := nats.NewMsg(sayer)
+			msg.Reply = prefix + "." + strconv.Itoa(n)
+			if err := hostile.PublishMsg(msg); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for range 2 {
+		<-e.started
+	}
+	held := int64(2 + 8*posed)
+	waitFor(t, func() bool { return int64(h.InFlight()) == held && refused.Load() == int64(posed*each)-held })
+	full := held == 2+32
+
+	bystander := natstest.Connect(t, url)
+	answered := make(chan error, 1)
+	go func() {
+		reply, err := bystander.Request(wire.Subject("polite", "say"), nil, 60*time.Second)
+		if err == nil {
+			err = wire.ErrorFromHeaders(reply.Header.Get(wire.ErrorCodeHeader), reply.Header.Get(wire.ErrorHeader))
+		}
+		answered <- err
+	}()
+	// The bystander's call is refused at once, or waits for a slot.
+	if full {
+		waitFor(t, func() bool { return int64(h.InFlight()) == held && refused.Load() == int64(posed*each)-held+1 })
+	} else {
+		waitFor(t, func() bool { return int64(h.InFlight()) == held+1 || refused.Load() > int64(posed*each)-held })
+	}
+	select {
+	case err := <-answered:
+		t.Fatalf("the bystander's call while one connection flooded the engine as %d callers: %v, want it run", posed, err)
+	default:
+	}
+
+	// Free a slot at a time, and count the flood's calls that take one
+	// before the bystander's runs.
+	started := 0
+	for done := false; !done; {
+		select {
+		case <-ran:
+			done = true
+			continue
+		default:
+		}
+		if started > posed {
+			t.Fatalf("%d of the flood's calls ran while the bystander's waited, want at most %d, one for each caller it posed as",
+				started, posed)
+		}
+		e.release <- struct{}{}
+		select {
+		case <-ran:
+			done = true
+		case <-e.started:
+			started++
+		case <-time.After(30 * time.Second):
+			t.Fatal("a freed slot was taken by no call in 30s")
+		}
+	}
+	close(e.release)
+	if err := <-answered; err != nil {
+		t.Fatalf("the bystander's call: %v", err)
+	}
+	waitFor(t, func() bool { return h.InFlight() == 0 })
+	pushed := 0
+	for range posed * each {
+		msg := <-answers
+		if text := msg.Header.Get(wire.ErrorHeader); strings.Contains(text, "the most of any caller") {
+			pushed++
+		}
+	}
+	want := 0
+	if full {
+		want = 1
+	}
+	if pushed != want {
+		t.Fatalf("%d of the flood's waiting calls were refused to make a place for the bystander's, want %d", pushed, want)
+	}
+}
+
+// A call waiting for a slot when the engine stops is answered 503 at once,
+// so its caller sends it again, though the call in the slot it waited for
+// does not heed its context and runs on.
+func TestACallWaitingForASlotIsAnswered503AsTheEngineStops(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	hold, started := make(chan struct{}), make(chan struct{}, 1)
+	deaf := natsapi.Service{Name: "echo", Endpoints: []natsapi.Endpoint{{Name: "say",
+		Handler: func(context.Context, *natsapi.Call) ([]byte, error) {
+			started <- struct{}{}
+			<-hold
+			return []byte("a"), nil
+		}}}}
+	h := newHost(t, url, natsapi.Options{MaxConcurrent: 1}, deaf)
+	defer close(hold)
+	nc := natstest.Connect(t, url)
+	go func() { _, _ = nc.Request(sayer, nil, time.Minute) }()
+	<-started
+	waiting, other := make(chan error, 1), natstest.Connect(t, url)
+	go func() {
+		reply, err := other.Request(sayer, nil, time.Minute)
+		if err == nil {
+			err = wire.ErrorFromHeaders(reply.Header.Get(wire.ErrorCodeHeader), reply.Header.Get(wire.ErrorHeader))
+		}
+		waiting <- err
+	}()
+	waitFor(t, func() bool { return h.InFlight() == 2 })
+	h.Fence()
+	select {
+	case err := <-waiting:
+		if !errors.Is(err, wire.ErrUnavailable) {
+			t.Fatalf("the waiting call as the engine stopped: %v, want 503", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the waiting call was not answered in 30s after the engine stopped")
 	}
 }

@@ -156,9 +156,11 @@ type Options struct {
 	// beyond it is answered 503 at once. 0 means 256.
 	MaxQueued int
 	// MaxQueuedPerCaller bounds the places in that queue one caller (the
-	// token's subject, or the connection) may hold, so a caller that floods
-	// the engine cannot keep the others' calls out: theirs wait their turn
-	// among its own. 0 means a quarter of MaxQueued.
+	// token's subject, or the connection) may hold. 0 means a quarter of
+	// MaxQueued. A freed slot goes to the callers with calls waiting in
+	// turn, and a caller with fewer places than another takes one of its
+	// when the queue is full, so a caller that floods the engine neither
+	// keeps the others' calls out nor runs its whole share before them.
 	MaxQueuedPerCaller int
 	// Admit is asked before each call: whether the engine may serve now,
 	// and the fencing token of the term it serves under, which the call's
@@ -182,13 +184,9 @@ type Options struct {
 type Host struct {
 	opts     Options
 	services []Service
-	sem      chan struct{} // a slot per call running
-	workers  *workers      // the goroutines admitted calls run on
-	queue    chan struct{} // a place per call waiting for a slot
+	slots    admission // the running slots and the calls waiting for one
+	workers  *workers  // the goroutines admitted calls run on
 	calls    counter
-
-	waitMu  sync.Mutex
-	waiting map[string]int // places in the queue, by caller
 
 	mu     sync.Mutex
 	accept *nats.Conn
@@ -235,11 +233,12 @@ func NewHost(opts Options, services ...Service) (*Host, error) {
 	h := &Host{
 		opts:     opts,
 		services: services,
-		sem:      make(chan struct{}, opts.MaxConcurrent),
-		queue:    make(chan struct{}, opts.MaxQueued),
-		waiting:  map[string]int{},
+		slots: admission{
+			most: opts.MaxConcurrent, mostWaiting: opts.MaxQueued, mostPerCaller: opts.MaxQueuedPerCaller,
+			lines: map[string]*line{},
+		},
 	}
-	h.workers = newWorkers(func() { <-h.sem })
+	h.workers = newWorkers(h.freed)
 	return h, nil
 }
 
@@ -256,6 +255,14 @@ func (h *Host) Serve() error {
 		return fmt.Errorf("serve kernel services: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	// The calls of this period still waiting when it ends are answered at
+	// once: a slot may not free soon, as a running call need not heed its
+	// context.
+	context.AfterFunc(ctx, func() {
+		for _, r := range h.slots.leave(ctx) {
+			r.finish(nil, fmt.Errorf("%w: the engine stopped before the call ran", wire.ErrUnavailable))
+		}
+	})
 	var micros []micro.Service
 	fail := func(err error) error {
 		cancel()
@@ -310,13 +317,13 @@ func (h *Host) InFlight() int { return h.calls.value() }
 // admits it, all on the subscription's goroutine, so a flood of unsigned
 // or surplus calls costs no goroutine each. An admitted call runs off the
 // subscription's goroutine, so a slow call never holds up the others: at
-// once on a kept worker when a slot is free, else on a goroutine that
-// waits in a bounded queue; beyond the queue it is answered 503 at once.
-// At most MaxConcurrent + MaxQueued goroutines run or wait for calls,
-// whatever arrives. A call the endpoint can answer at once (Quick) is
-// answered on the subscription's goroutine, as a plain NATS responder
-// would: no worker, and its reply leaves with the others of the batch the
-// subscription is reading.
+// once on a kept worker when a slot is free, else later, in its caller's
+// turn (admission), once it has waited in a bounded queue, which holds no
+// goroutine; beyond the queue it is answered 503 at once. At most
+// MaxConcurrent goroutines run calls, whatever arrives. A call the
+// endpoint can answer at once (Quick) is answered on the subscription's
+// goroutine, as a plain NATS responder would: no worker, and its reply
+// leaves with the others of the batch the subscription is reading.
 func (h *Host) dispatch(ctx context.Context, service string, ep Endpoint) micro.HandlerFunc {
 	return func(req micro.Request) {
 		if misdirected(h.opts.Logger, req.Subject(), req.Reply()) {
@@ -351,39 +358,25 @@ func (h *Host) dispatch(ctx context.Context, service string, ep Endpoint) micro.
 				return
 			}
 		}
-		select {
-		case h.sem <- struct{}{}:
+		run, out, outErr, err := h.slots.admit(r)
+		if out != nil {
+			out.finish(nil, outErr)
+		}
+		switch {
+		case err != nil:
+			r.finish(nil, err)
+		case run:
 			// The worker gives the slot back once the call has ended.
 			h.workers.run(r)
-			return
-		default:
 		}
-		who := call.Who()
-		if !h.wait(who) {
-			r.finish(nil, fmt.Errorf("%w: this caller has %d calls waiting, its share of this engine's queue; try again later",
-				wire.ErrUnavailable, h.opts.MaxQueuedPerCaller))
-			return
-		}
-		select {
-		case h.queue <- struct{}{}:
-			go func() {
-				select {
-				case h.sem <- struct{}{}:
-					<-h.queue
-					h.unwait(who)
-					defer func() { <-h.sem }()
-					r.run()
-				case <-ctx.Done():
-					<-h.queue
-					h.unwait(who)
-					r.finish(nil, fmt.Errorf("%w: the engine stopped before the call ran", wire.ErrUnavailable))
-				}
-			}()
-		default:
-			h.unwait(who)
-			r.finish(nil, fmt.Errorf("%w: %d calls run and %d wait, the most this engine takes; try again later",
-				wire.ErrUnavailable, h.opts.MaxConcurrent, h.opts.MaxQueued))
-		}
+	}
+}
+
+// freed takes the slot of a call that has ended: the next waiting call
+// runs in it, on the worker that gives it back, or it is free.
+func (h *Host) freed() {
+	if next := h.slots.next(); next != nil {
+		h.workers.run(next)
 	}
 }
 
@@ -420,26 +413,6 @@ func (r *received) finish(data []byte, err error) {
 			code = wire.CodeOf(err)
 		}
 		r.h.opts.OnCall(r.service, r.ep.Name, code, time.Since(r.start))
-	}
-}
-
-// wait takes a place in the queue for who, unless who holds its share.
-func (h *Host) wait(who string) bool {
-	h.waitMu.Lock()
-	defer h.waitMu.Unlock()
-	if h.waiting[who] >= h.opts.MaxQueuedPerCaller {
-		return false
-	}
-	h.waiting[who]++
-	return true
-}
-
-// unwait gives who's place back.
-func (h *Host) unwait(who string) {
-	h.waitMu.Lock()
-	defer h.waitMu.Unlock()
-	if h.waiting[who]--; h.waiting[who] <= 0 {
-		delete(h.waiting, who)
 	}
 }
 
