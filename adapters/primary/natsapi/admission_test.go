@@ -54,6 +54,40 @@ func flood(t *testing.T, nc *nats.Conn, subject string, header nats.Header, n in
 	return codes
 }
 
+// floodFrom is flood from the connection whose inbox prefix is prefix:
+// every reply subject is prefix.<token>, so the engine counts the calls of
+// every floodFrom with one prefix as one caller's.
+func floodFrom(t *testing.T, nc *nats.Conn, prefix, subject string, header nats.Header, n int) []string {
+	t.Helper()
+	replies := make(chan *nats.Msg, n)
+	for range n {
+		msg := nats.NewMsg(subject)
+		msg.Reply = prefix + "." + strings.TrimPrefix(nats.NewInbox(), "_INBOX.")
+		sub, err := nc.ChanSubscribe(msg.Reply, replies)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = sub.Unsubscribe() }()
+		for k, v := range header {
+			msg.Header[k] = v
+		}
+		if err := nc.PublishMsg(msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	codes := make([]string, 0, n)
+	timeout := time.After(30 * time.Second)
+	for len(codes) < n {
+		select {
+		case msg := <-replies:
+			codes = append(codes, msg.Header.Get(wire.ErrorCodeHeader))
+		case <-timeout:
+			t.Fatalf("%d of %d answers in 30s", len(codes), n)
+		}
+	}
+	return codes
+}
+
 func count(codes []string, code string) int {
 	n := 0
 	for _, c := range codes {
@@ -79,8 +113,9 @@ func TestACallIsAdmittedBeforeItCostsAGoroutine(t *testing.T) {
 	}
 	signed := nats.Header{wire.AuthHeader: {token}}
 
+	inbox := nats.NewInbox()
 	admitted := make(chan []string, 1)
-	go func() { admitted <- flood(t, nc, sayer, signed, 5) }()
+	go func() { admitted <- floodFrom(t, nc, inbox, sayer, signed, 5) }()
 	for range 2 {
 		<-e.started
 	}
@@ -91,7 +126,7 @@ func TestACallIsAdmittedBeforeItCostsAGoroutine(t *testing.T) {
 	if codes := flood(t, nc, sayer, nil, hostile); count(codes, "401") != hostile {
 		t.Fatalf("unsigned calls while the engine is busy: %d of %d refused 401", count(codes, "401"), hostile)
 	}
-	codes := flood(t, nc, sayer, signed, hostile)
+	codes := floodFrom(t, nc, inbox, sayer, signed, hostile)
 	if count(codes, "503") != hostile {
 		t.Fatalf("signed calls past the queue: %d of %d refused 503", count(codes, "503"), hostile)
 	}
@@ -467,5 +502,45 @@ func TestACallWaitingForASlotIsAnswered503AsTheEngineStops(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the waiting call was not answered in 30s after the engine stopped")
+	}
+}
+
+// Every caller holds the caller secret and may sign as any name, its
+// neighbours' included (the HTTP API signs as "engine <instance id> http",
+// and every session id names the instance). A caller that signs as
+// another's name on a connection of its own takes its own share, not the
+// other's: the other's calls are not refused for it.
+func TestACallerSigningAsAnothersNameDoesNotUseUpTheOthersShare(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	secret := []byte("a caller secret of enough bytes..")
+	e := &echo{name: "a", release: make(chan struct{}), started: make(chan struct{}, 64)}
+	var refused atomic.Int64
+	h := newHost(t, url, natsapi.Options{
+		CallerSecret: secret, MaxConcurrent: 2, MaxQueued: 32, // a caller waits in at most 8 places
+		OnCall: func(_, _ string, code int, _ time.Duration) {
+			if code == 503 {
+				refused.Add(1)
+			}
+		},
+	}, e.service())
+	token, err := callerauth.Sign(secret, "engine 1234 http", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	as := nats.Header{wire.AuthHeader: {token}}
+
+	forger := natstest.Connect(t, url)
+	forged := make(chan []string, 1)
+	go func() { forged <- flood(t, forger, sayer, as, 12) }()
+	waitFor(t, func() bool { return h.InFlight() == 10 && refused.Load() == 2 })
+	owner, own := make(chan []string, 1), natstest.Connect(t, url)
+	go func() { owner <- flood(t, own, sayer, as, 1) }()
+	waitFor(t, func() bool { return h.InFlight() == 11 || refused.Load() > 2 })
+	close(e.release)
+	if codes := <-owner; codes[0] != "" {
+		t.Fatalf("the name's own call while another connection signed as it and held a caller's share: %q, want success", codes[0])
+	}
+	if codes := <-forged; count(codes, "") != 10 || count(codes, "503") != 2 {
+		t.Fatalf("the forger's calls: %q, want 10 successes and 2 refusals", codes)
 	}
 }

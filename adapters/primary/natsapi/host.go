@@ -46,12 +46,17 @@ type Call struct {
 	reply string
 }
 
-// Who is whom the call's sessions and bytes count against: Caller, or,
-// when callers do not sign, the connection the call came from. It is
+// Who is whom the call's places in the queue, sessions and bytes count
+// against: the connection the call came from, and Caller on it when
+// callers sign. Not Caller alone: every caller holds the secret and may
+// sign as another's name (the HTTP API's is "engine <instance id> http",
+// and every session id names the instance), and would then use up that
+// caller's share; a connection's inbox prefix is random, and a caller
+// that may not subscribe to the calls never learns another's. It is
 // worked out when asked rather than on every call: most calls never ask.
 func (c *Call) Who() string {
 	if c.Caller != "" {
-		return c.Caller
+		return c.Caller + " on " + connectionOf(c.reply)
 	}
 	return connectionOf(c.reply)
 }
@@ -155,8 +160,8 @@ type Options struct {
 	// MaxQueued bounds the calls that wait for one of those slots; a call
 	// beyond it is answered 503 at once. 0 means 256.
 	MaxQueued int
-	// MaxQueuedPerCaller bounds the places in that queue one caller (the
-	// token's subject, or the connection) may hold. 0 means a quarter of
+	// MaxQueuedPerCaller bounds the places in that queue one caller (see
+	// Call.Who) may hold. 0 means a quarter of
 	// MaxQueued. A freed slot goes to the callers with calls waiting in
 	// turn, and a caller with fewer places than another takes one of its
 	// when the queue is full, so a caller that floods the engine neither
@@ -433,10 +438,10 @@ func (h *Host) identify(call *Call) error {
 // connectionOf names the connection a reply subject leads to: a NATS
 // client's inboxes share a prefix per connection (_INBOX.<random>.<n>).
 // A reply with no such prefix (_INBOX.<id>, the old request style) names
-// no connection: all such callers are "connection _INBOX", one share.
-// Without tokens the account is the only boundary, and a caller who wants
-// to may pose as many connections (with tokens, sign as many names); the
-// share then bounds the careless.
+// no connection: all such callers are "connection _INBOX", one share (one
+// per name when callers sign). The account is the only boundary, and a
+// caller who wants to may pose as many connections and sign as many
+// names; the share then bounds the careless.
 func connectionOf(reply string) string {
 	if i := strings.LastIndexByte(reply, '.'); i > 0 {
 		return "connection " + reply[:i]
