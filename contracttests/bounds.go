@@ -201,6 +201,51 @@ func ttlIsBounded(t *testing.T, s ttlStore) {
 	}
 }
 
+// ttlBelowASecondExpires: a TTL is kept to the millisecond, so a value
+// written with one below a second expires, through Set and SetIfAbsent
+// alike. A store that keeps TTLs in whole seconds (Redis's EX, an integer
+// column of seconds) rounds such a TTL down to 0, which means "never
+// expires": a lock taken with SetIfAbsent for 500 ms would be held for
+// ever. other reads, so a handle that remembers its own writes cannot
+// hide it.
+func ttlBelowASecondExpires(t *testing.T, s, other ttlStore) {
+	const ttl = 500 * time.Millisecond
+	if err := s.Set(ctx(t), "set", []byte("v"), ttl); err != nil {
+		t.Fatalf("Set with TTL %v: %v", ttl, err)
+	}
+	if ok, err := s.SetIfAbsent(ctx(t), "setifabsent", []byte("v"), ports.MinTTL); err != nil || !ok {
+		t.Fatalf("SetIfAbsent with TTL %v = %v, %v; want true", ports.MinTTL, ok, err)
+	}
+	for _, w := range []struct {
+		key, writer string
+		ttl         time.Duration
+	}{{"set", "Set", ttl}, {"setifabsent", "SetIfAbsent", ports.MinTTL}} {
+		deadline := time.Now().Add(callTimeout)
+		for {
+			_, err := other.Get(ctx(t), w.key)
+			if errors.Is(err, ports.ErrNotFound) {
+				break
+			}
+			if err != nil {
+				t.Fatalf("Get %q: %v", w.key, err)
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s %q with a TTL of %v: Get still returns it after %v; %s dropped a TTL below a second (kept in whole seconds, it rounds to 0, never expires)",
+					w.writer, w.key, w.ttl, callTimeout, w.writer)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}
+
+func kvTTLBelowASecondExpires(t *testing.T, open func(t *testing.T) ports.KeyValue) {
+	ttlBelowASecondExpires(t, open(t), open(t))
+}
+
+func cacheTTLBelowASecondExpires(t *testing.T, open func(t *testing.T) ports.Cache) {
+	ttlBelowASecondExpires(t, open(t), open(t))
+}
+
 func kvTTLIsBounded(t *testing.T, open func(t *testing.T) ports.KeyValue) {
 	ttlIsBounded(t, open(t))
 }

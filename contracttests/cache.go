@@ -41,6 +41,7 @@ func RunCache(t *testing.T, h Harness[ports.Cache]) {
 		{"NegativeTTLIsInvalid", cacheNegativeTTLIsInvalid},
 		{"TTLIsBounded", cacheTTLIsBounded},
 		{"TTLExpiry", cacheTTLExpiry},
+		{"TTLBelowASecondExpires", cacheTTLBelowASecondExpires},
 		{"DeleteExpired", cacheDeleteExpired},
 		{"SetWithoutTTLClearsTheTTL", cacheSetWithoutTTLClearsTheTTL},
 		{"HandlesShareTheStore", cacheHandlesShareTheStore},

@@ -27,7 +27,20 @@ func (f faulty) Set(ctx context.Context, key string, value []byte, ttl time.Dura
 	if f.fault == "SetKeepsTheTTLTooLong" && ttl > 0 {
 		ttl *= 1000
 	}
-	return f.Store.Set(ctx, key, value, ttl)
+	return f.Store.Set(ctx, key, value, f.seconds(ttl))
+}
+
+func (f faulty) SetIfAbsent(ctx context.Context, key string, value []byte, ttl time.Duration) (bool, error) {
+	return f.Store.SetIfAbsent(ctx, key, value, f.seconds(ttl))
+}
+
+// seconds keeps a valid TTL in whole seconds, as a store with a column of
+// seconds would, when that is the fault.
+func (f faulty) seconds(ttl time.Duration) time.Duration {
+	if f.fault == "TTLsAreKeptInWholeSeconds" && ttl >= ports.MinTTL && ttl <= ports.MaxTTL {
+		return ttl.Truncate(time.Second)
+	}
+	return ttl
 }
 
 func (f faulty) ListKeys(ctx context.Context, prefix string, limit int, cursor string) ([]string, string, error) {
@@ -72,6 +85,15 @@ func TestSuitesReportFaults(t *testing.T) {
 				`Set "ttl/list" with a TTL of 1s: ListKeys shows it and Get still returns "old" after the TTL passed; Set kept the TTL too long`,
 			},
 			never: []string{"ListKeys ignores expiry"},
+		},
+		{
+			fault: "TTLsAreKeptInWholeSeconds",
+			cases: "TTLBelowASecondExpires|TTLExpiry",
+			want: []string{
+				"--- FAIL: TestSuitesReportFaults/faulty/TTLBelowASecondExpires",
+				`Set "set" with a TTL of 500ms: Get still returns it after 10s; Set dropped a TTL below a second`,
+				"--- PASS: TestSuitesReportFaults/faulty/TTLExpiry",
+			},
 		},
 	} {
 		t.Run(c.fault, func(t *testing.T) {

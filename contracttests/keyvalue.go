@@ -57,6 +57,7 @@ func RunKeyValue(t *testing.T, h Harness[ports.KeyValue], caps KeyValueCapabilit
 		{"ListKeysLimitIsBounded", kvListKeysLimitIsBounded},
 		{"ListKeysRefusesInvalidPrefixesAndCursors", kvListKeysRefusesInvalidPrefixesAndCursors},
 		{"TTLExpiry", kvTTLExpiry},
+		{"TTLBelowASecondExpires", kvTTLBelowASecondExpires},
 		{"SetWithoutTTLClearsTheTTL", kvSetWithoutTTLClearsTheTTL},
 		{"HandlesShareTheStore", kvHandlesShareTheStore},
 		{"SetIfAbsentRace", kvSetIfAbsentRace},
