@@ -14,7 +14,8 @@ import (
 // older term with ports.ErrFenced, changing nothing. That is what stops an
 // engine paused across a takeover from writing over its successor when it
 // resumes with calls in hand. Two handles on one store stand for the two
-// engines here.
+// engines here. A write without a token (a tool's, a test's) passes the
+// fence and leaves it where it was.
 
 // underTerm is the context of a call admitted under the serving term token.
 func underTerm(t *testing.T, token uint64) context.Context {
@@ -99,6 +100,9 @@ func docFencing(t *testing.T, open func(t *testing.T) ports.DocumentStore) {
 	if _, err := paused.Put(ctx(t), "c", "w", map[string]any{"by": "a tool"}, ports.Cond{}); err != nil {
 		t.Fatalf("Put without a token: %v", err)
 	}
+	// A write without a token passed and left the fence at the later term.
+	_, err = paused.Put(cur, "c", "x", map[string]any{"by": "new"}, ports.Cond{})
+	wantFenced(t, "Put of an older term after a write without a token", err)
 }
 
 func vsFencing(t *testing.T, open func(t *testing.T) ports.VectorStore) {
@@ -151,6 +155,8 @@ func vsFencing(t *testing.T, open func(t *testing.T) ports.VectorStore) {
 	if err := paused.Upsert(ctx(t), "c", []ports.Vector{{ID: "w", Values: []float32{1, 0}}}); err != nil {
 		t.Fatalf("Upsert without a token: %v", err)
 	}
+	// A write without a token passed and left the fence at the later term.
+	wantFenced(t, "Upsert of an older term after a write without a token", paused.Upsert(cur, "c", []ports.Vector{{ID: "x", Values: []float32{1, 0}}}))
 }
 
 func kvFencing(t *testing.T, open func(t *testing.T) ports.KeyValue) {
@@ -198,4 +204,6 @@ func kvFencing(t *testing.T, open func(t *testing.T) ports.KeyValue) {
 	if err := paused.Set(ctx(t), "w", []byte("a tool"), 0); err != nil {
 		t.Fatalf("Set without a token: %v", err)
 	}
+	// A write without a token passed and left the fence at the later term.
+	wantFenced(t, "Set of an older term after a write without a token", paused.Set(cur, "x", []byte("new"), 0))
 }

@@ -22,7 +22,7 @@ func WithFencingToken(ctx context.Context, token uint64) context.Context {
 }
 
 // FencingToken is the token ctx carries, if any. A write without one, from
-// a tool or a test, is not fenced.
+// a tool or a test, is not fenced, and leaves the fence where it was.
 func FencingToken(ctx context.Context) (uint64, bool) {
 	t, ok := ctx.Value(fencingTokenKey{}).(uint64)
 	return t, ok && t > 0
