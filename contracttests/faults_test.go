@@ -2,6 +2,7 @@ package contracttests_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"strings"
@@ -9,9 +10,11 @@ import (
 	"time"
 
 	"github.com/abi-engine/engine/adapters/secondary/keyvalue/memory"
+	objmemory "github.com/abi-engine/engine/adapters/secondary/objectstorage/memory"
 	vecmemory "github.com/abi-engine/engine/adapters/secondary/vectorstore/memory"
 	"github.com/abi-engine/engine/contracttests"
 	"github.com/abi-engine/engine/ports"
+	"github.com/abi-engine/engine/storecheck"
 )
 
 // faultEnv names the fault a child run of TestSuitesReportFaults plants.
@@ -46,6 +49,11 @@ func (f faulty) seconds(ttl time.Duration) time.Duration {
 func (f faulty) ListKeys(ctx context.Context, prefix string, limit int, cursor string) ([]string, string, error) {
 	if f.fault == "ListKeysGivesNothing" {
 		return nil, "", nil
+	}
+	if f.fault == "ListKeysLooksTheCursorUp" && storecheck.Prefix("cursor", cursor) == nil && cursor != "" {
+		if ok, err := f.Exists(ctx, cursor); err == nil && !ok {
+			cursor = ""
+		}
 	}
 	return f.Store.ListKeys(ctx, prefix, limit, cursor)
 }
@@ -85,6 +93,15 @@ func TestSuitesReportFaults(t *testing.T) {
 				`Set "ttl/list" with a TTL of 1s: ListKeys shows it and Get still returns "old" after the TTL passed; Set kept the TTL too long`,
 			},
 			never: []string{"ListKeys ignores expiry"},
+		},
+		{
+			fault: "ListKeysLooksTheCursorUp",
+			cases: "ListKeysAfterACursorNoLongerStored|ListKeysPagination",
+			want: []string{
+				"--- FAIL: TestSuitesReportFaults/faulty/ListKeysAfterACursorNoLongerStored",
+				`ListKeys by 2 after cursor "b", whose key is not stored = ["a" "c"]`,
+				"--- PASS: TestSuitesReportFaults/faulty/ListKeysPagination",
+			},
 		},
 		{
 			fault: "TTLsAreKeptInWholeSeconds",
@@ -157,5 +174,52 @@ func TestTheVectorSuiteFailsASearchThatLeavesOutTheValues(t *testing.T) {
 	}
 	if want := "Search leaves out the values"; !strings.Contains(string(out), want) {
 		t.Fatalf("the suite's output lacks %q:\n%s", want, out)
+	}
+}
+
+// cursorLookup is a correct object store whose List looks its cursor up
+// and, not finding the object, lists from the start.
+type cursorLookup struct{ *objmemory.Store }
+
+func (c cursorLookup) List(ctx context.Context, prefix string, limit int, cursor string) ([]ports.ObjectInfo, string, error) {
+	if cursor != "" && storecheck.Prefix("cursor", cursor) == nil {
+		if _, err := c.Stat(ctx, cursor); errors.Is(err, ports.ErrNotFound) {
+			cursor = ""
+		}
+	}
+	return c.Store.List(ctx, prefix, limit, cursor)
+}
+
+// A page of objects continues after its cursor when the object the page
+// before ended with has been deleted since; a store that looks the
+// cursor up and lists from the start when it is gone would send a caller
+// paging through round and round, so the suite must fail it.
+func TestTheObjectSuiteFailsAListThatLooksItsCursorUp(t *testing.T) {
+	if os.Getenv(faultEnv) == "ListLooksTheCursorUp" {
+		t.Run("faulty", func(t *testing.T) {
+			contracttests.RunObjectStorage(t, contracttests.HarnessFunc[ports.ObjectStorage](func(t *testing.T) func(*testing.T) ports.ObjectStorage {
+				store, err := objmemory.Open(t.Context(), objmemory.Config{})
+				if err != nil {
+					t.Fatalf("Open: %v", err)
+				}
+				return func(*testing.T) ports.ObjectStorage { return cursorLookup{store} }
+			}), contracttests.ObjectStorageCapabilities{ConditionalPut: true, PathLikeKeys: true, NestedKeys: true, Linearizable: true})
+		})
+		return
+	}
+	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run", "^TestTheObjectSuiteFailsAListThatLooksItsCursorUp$/^faulty$/^(ListAfterACursorNoLongerStored|ListPagination)$", "-test.v")
+	cmd.Env = append(os.Environ(), faultEnv+"=ListLooksTheCursorUp")
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("the suite passed a store whose List looks its cursor up:\n%s", out)
+	}
+	for _, want := range []string{
+		"--- FAIL: TestTheObjectSuiteFailsAListThatLooksItsCursorUp/faulty/ListAfterACursorNoLongerStored",
+		`whose object was deleted = ["a" "c"]`,
+		"--- PASS: TestTheObjectSuiteFailsAListThatLooksItsCursorUp/faulty/ListPagination",
+	} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("the suite's output lacks %q:\n%s", want, out)
+		}
 	}
 }

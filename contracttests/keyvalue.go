@@ -67,6 +67,7 @@ func RunKeyValue(t *testing.T, h Harness[ports.KeyValue], caps KeyValueCapabilit
 		{"ListKeysDefaultPageSize", kvListKeysDefaultPageSize},
 		{"ListKeysPrefixIsLiteral", kvListKeysPrefixIsLiteral},
 		{"ListKeysLastPageHasNoCursor", kvListKeysLastPageHasNoCursor},
+		{"ListKeysAfterACursorNoLongerStored", kvListKeysAfterACursorNoLongerStored},
 		{"DeleteExpired", kvDeleteExpired},
 		{"Durable", func(t *testing.T, open func(t *testing.T) ports.KeyValue) {
 			if !caps.Durable {
@@ -689,6 +690,31 @@ func kvListKeysLastPageHasNoCursor(t *testing.T, open func(t *testing.T) ports.K
 	}
 	if !slices.Equal(keys, []string{"a", "b"}) || next != "" {
 		t.Fatalf("ListKeys by 2 = %q, cursor %q; want [a b] and no cursor, since no live key follows", keys, next)
+	}
+}
+
+// A cursor is a place in the order of keys, not a key that must still be
+// there: a page continues after it when another caller has deleted the
+// key it names since the page before, or when no key ever had its name.
+// A store that looked the cursor's key up would list from the start again
+// (a caller paging through would never end) or stop early.
+func kvListKeysAfterACursorNoLongerStored(t *testing.T, open func(t *testing.T) ports.KeyValue) {
+	kv := open(t)
+	for _, k := range []string{"a", "b", "c", "d", "e"} {
+		kvSet(t, kv, k, []byte("v"), 0)
+	}
+	keys, next, err := kv.ListKeys(ctx(t), "", 2, "")
+	if err != nil || !slices.Equal(keys, []string{"a", "b"}) || next == "" {
+		t.Fatalf("ListKeys by 2 = %q, cursor %q, %v; want [a b] and a cursor", keys, next, err)
+	}
+	if ok, err := kv.Delete(ctx(t), "b"); err != nil || !ok {
+		t.Fatalf("Delete %q = %v, %v; want true", "b", ok, err)
+	}
+	for _, cursor := range []string{next, "b", "bb"} {
+		keys, next, err := kv.ListKeys(ctx(t), "", 2, cursor)
+		if err != nil || !slices.Equal(keys, []string{"c", "d"}) || next == "" {
+			t.Errorf("ListKeys by 2 after cursor %q, whose key is not stored = %q, cursor %q, %v; want [c d] and a cursor", cursor, keys, next, err)
+		}
 	}
 }
 

@@ -25,6 +25,8 @@ type KeyValue interface {
 	Exists(ctx context.Context, key string) (bool, error)
 	// ListKeys returns up to limit keys with the prefix, in byte order, after
 	// the cursor, and the cursor for the next page ("" on the last page).
+	// The cursor is a place in that order: a key deleted since it was
+	// handed out still marks where the next page starts.
 	// limit <= 0 means DefaultPage; above MaxPage it is ErrInvalidArgument,
 	// as is a prefix or cursor that is neither empty nor a valid key.
 	ListKeys(ctx context.Context, prefix string, limit int, cursor string) ([]string, string, error)

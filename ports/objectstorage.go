@@ -47,6 +47,8 @@ type ObjectStorage interface {
 	// List returns up to limit objects with the prefix, in key order, after
 	// the cursor, and the next page's cursor ("" on the last page). limit <= 0
 	// means DefaultPage; above MaxPage it is ErrInvalidArgument, as is a
-	// prefix or cursor that is neither empty nor a valid key.
+	// prefix or cursor that is neither empty nor a valid key. The cursor is
+	// a place in key order: an object deleted since the cursor was handed
+	// out still marks where the next page starts.
 	List(ctx context.Context, prefix string, limit int, cursor string) ([]ObjectInfo, string, error)
 }
