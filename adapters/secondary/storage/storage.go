@@ -129,7 +129,8 @@ var portTypes = map[string]reflect.Type{
 // Checker, C.LocalStorage answers the shared-backend check, and fields
 // tagged secret:"true" are masked wherever the configuration is shown.
 // open opens the store; what it returns must implement the service's port
-// and is closed when the engine stops.
+// and is closed when the engine stops. An open that returns no store (nil)
+// and no error fails the engine's start, naming the adapter.
 //
 // Register is meant for init functions and main, before the configuration
 // is loaded. Like sql.Register, it panics when the service is unknown, the
@@ -158,10 +159,26 @@ func Register[C ports.StorageConfig, S io.Closer](service, name string, open fun
 				if err != nil {
 					return nil, nil, err
 				}
+				if isNil(s) {
+					return nil, nil, errors.New("the adapter's Open returned no store and no error")
+				}
 				return s, s.Close, nil
 			},
 		}, nil
 	})
+}
+
+// isNil reports whether v, what an adapter's Open returned, is no store: a
+// nil interface or a nil pointer, whose first call, or Close, would panic.
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	switch r := reflect.ValueOf(v); r.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan, reflect.Interface:
+		return r.IsNil()
+	}
+	return false
 }
 
 // register adds an adapter's factory; Register and the cache tiers use it.

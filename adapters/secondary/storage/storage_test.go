@@ -754,3 +754,48 @@ func TestTheKeysOfAnInlinedSecretAreMasked(t *testing.T) {
 		t.Errorf("masked settings lost addr:\n%s", out)
 	}
 }
+
+// kvCloser is a store's type as an adapter may declare it: an interface.
+type kvCloser interface {
+	ports.KeyValue
+	Close() error
+}
+
+func init() {
+	storage.Register(ports.ServiceKeyValue, "no-store", func(context.Context, farStorage) (*kvmemory.Store, error) { return nil, nil })
+	storage.Register(ports.ServiceKeyValue, "no-store-interface", func(context.Context, farStorage) (kvCloser, error) { return nil, nil })
+}
+
+// An adapter's Open that returns neither a store nor an error is a bug in
+// the adapter: opening fails, naming the service and the adapter, before
+// an engine serves a store that would panic at its first call, and what
+// opened before it is closed.
+func TestAnAdapterWhoseOpenReturnsNoStoreFailsToOpen(t *testing.T) {
+	for _, adapter := range []string{"no-store", "no-store-interface"} {
+		t.Run(adapter, func(t *testing.T) {
+			built, err := storage.Build([]storage.Block{
+				block(ports.ServiceVectorStore, "far"),
+				block(ports.ServiceKeyValue, adapter),
+			}, ".engine")
+			if err != nil {
+				t.Fatalf("Build: %v", err)
+			}
+			var opened []storage.Opened
+			func() {
+				defer func() {
+					if p := recover(); p != nil {
+						t.Fatalf("Open panicked: %v", p)
+					}
+				}()
+				opened, err = storage.Open(t.Context(), built)
+			}()
+			if err == nil {
+				_ = storage.Close(opened)
+				t.Fatalf("Open of an adapter whose Open returned no store and no error succeeded, with %T", opened[len(opened)-1].Port)
+			}
+			if want := fmt.Sprintf("open keyvalue (%s): the adapter's Open returned no store and no error", adapter); !strings.Contains(err.Error(), want) {
+				t.Fatalf("Open: %v; want it to say %q", err, want)
+			}
+		})
+	}
+}
