@@ -48,6 +48,7 @@ func RunDocument(t *testing.T, h Harness[ports.DocumentStore], caps DocumentCapa
 		{"InvalidCollectionName", docInvalidCollectionName},
 		{"CollectionsAreSeparate", docCollectionsAreSeparate},
 		{"PutThenGet", docPutThenGet},
+		{"DataIsCopied", docDataIsCopied},
 		{"VersionGrowsOnEveryPut", docVersionGrowsOnEveryPut},
 		{"VersionsAreNeverGivenAgain", docVersionsAreNeverGivenAgain},
 		{"GetMissingIsNotFound", docGetMissingIsNotFound},
@@ -271,6 +272,49 @@ func docCollectionsAreSeparate(t *testing.T, open func(t *testing.T) ports.Docum
 	if n, err := s.Count(ctx(t), "b", nil); err != nil || n != 1 {
 		t.Fatalf("Count b = %d, %v; want 1", n, err)
 	}
+}
+
+// docChange changes a document's data as a caller might after a call: a
+// field, a nested object's field and a list's element, and adds a field.
+// It changes only what has the shape it knows, whatever a store returned.
+func docChange(data map[string]any) {
+	if data == nil {
+		return
+	}
+	data["s"] = "changed"
+	data["added"] = true
+	if obj, ok := data["obj"].(map[string]any); ok {
+		obj["n"] = "changed"
+	}
+	if list, ok := data["list"].([]any); ok && len(list) > 0 {
+		list[0] = "changed"
+	}
+}
+
+// A store keeps a copy of a document of its own: the map a caller put,
+// changed after Put, and the maps a Put, Get or Find returned, changed by
+// their reader, leave the stored document as it was. A store that kept
+// the caller's map, or handed out its own, would let a caller change a
+// document without a write (no version, no fence), and race with every
+// other caller that holds the map.
+func docDataIsCopied(t *testing.T, open func(t *testing.T) ports.DocumentStore) {
+	s := open(t)
+	docEnsure(t, s, "c")
+	data := func() map[string]any {
+		return map[string]any{"s": "kept", "obj": map[string]any{"n": "kept"}, "list": []any{"kept"}}
+	}
+	given := data()
+	put := docPut(t, s, "c", "d", given)
+	docChange(given)
+	docSameData(t, "Get after the caller changed the map it put", docMustGet(t, s, "c", "d").Data, data())
+	docChange(put.Data)
+	docSameData(t, "Get after the caller changed the data Put returned", docMustGet(t, s, "c", "d").Data, data())
+	docChange(docMustGet(t, s, "c", "d").Data)
+	docSameData(t, "Get after the caller changed the data a Get returned", docMustGet(t, s, "c", "d").Data, data())
+	for _, d := range docFindAll(t, s, "c", ports.Query{}) {
+		docChange(d.Data)
+	}
+	docSameData(t, "Get after the caller changed the data Find returned", docMustGet(t, s, "c", "d").Data, data())
 }
 
 func docPutThenGet(t *testing.T, open func(t *testing.T) ports.DocumentStore) {

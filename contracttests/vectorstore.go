@@ -63,6 +63,7 @@ func RunVectorStore(t *testing.T, h Harness[ports.VectorStore], caps VectorStore
 		{"DeleteCollectionRemovesItsVectors", vsDeleteCollectionRemovesItsVectors},
 		{"MissingCollectionIsNotFound", vsMissingCollectionIsNotFound},
 		{"UpsertThenGet", vsUpsertThenGet},
+		{"VectorsAreCopied", vsVectorsAreCopied},
 		{"CosineKeepsTheDirection", vsCosineKeepsTheDirection},
 		{"UpsertReplacesTheVector", vsUpsertReplacesTheVector},
 		{"GetMissingVectorIsNotFound", vsGetMissingVectorIsNotFound},
@@ -358,6 +359,63 @@ func vsUpsertThenGet(t *testing.T, open func(t *testing.T) ports.VectorStore, _ 
 	if n := vsCount(t, s, "docs"); n != len(want) {
 		t.Fatalf("Count %d, want %d", n, len(want))
 	}
+}
+
+// vsChange changes a vector as a caller might after a call: its first
+// value, a payload field and a nested one, and adds a field. It changes
+// only what has the shape it knows, whatever a store returned.
+func vsChange(v ports.Vector) {
+	if len(v.Values) > 0 {
+		v.Values[0] = 99
+	}
+	if v.Payload == nil {
+		return
+	}
+	v.Payload["s"] = "changed"
+	v.Payload["added"] = true
+	if obj, ok := v.Payload["obj"].(map[string]any); ok {
+		obj["n"] = "changed"
+	}
+}
+
+// A store keeps a copy of a vector of its own: the values and payload a
+// caller upserted, changed after Upsert, and those a Get or Search
+// returned, changed by their reader, leave the stored vector as it was. A
+// store that kept the caller's slice or map, or handed out its own, would
+// let a caller change a vector without a write, and race with every other
+// caller that holds them.
+func vsVectorsAreCopied(t *testing.T, open func(t *testing.T) ports.VectorStore, _ VectorStoreCapabilities) {
+	s := open(t)
+	vsCreate(t, s, "c", 2, ports.MetricEuclid)
+	vector := func() ports.Vector {
+		return ports.Vector{ID: "v", Values: []float32{1, 2}, Payload: map[string]any{"s": "kept", "obj": map[string]any{"n": "kept"}}}
+	}
+	same := func(what string) {
+		t.Helper()
+		want := vector()
+		got, err := s.Get(ctx(t), "c", "v")
+		if err != nil {
+			t.Fatalf("Get %q: %v", "v", err)
+		}
+		if !slices.Equal(got.Values, want.Values) {
+			t.Fatalf("%s: values %v, want %v", what, got.Values, want.Values)
+		}
+		vsSamePayload(t, what, got.Payload, want.Payload)
+	}
+	given := vector()
+	vsUpsert(t, s, "c", given)
+	vsChange(given)
+	same("Get after the caller changed the vector it upserted")
+	got, err := s.Get(ctx(t), "c", "v")
+	if err != nil {
+		t.Fatalf("Get %q: %v", "v", err)
+	}
+	vsChange(got)
+	same("Get after the caller changed the vector a Get returned")
+	for _, found := range vsSearch(t, s, "c", []float32{1, 2}, 1, nil) {
+		vsChange(found.Vector)
+	}
+	same("Get after the caller changed the vector Search returned")
 }
 
 // A cosine collection may keep its vectors normalised (Qdrant does), so
