@@ -44,8 +44,10 @@ var namespacePrefix = regexp.MustCompile(`^[a-z][a-z0-9]{0,15}$`)
 
 // Namespace returns a name unique to this test and this run: prefix (1 to
 // 16 of [a-z0-9], starting with a letter), a hash of the test's name, and
-// random digits, as in "kv_3f2a9c01b2d4e5f6_a1b2c3". It is usable as a
-// table, bucket, key prefix or collection name on every backend we know.
+// random digits, as in "kv3f2a9c01b2d4e5f6a1b2c3". It is usable as a
+// table, bucket, key prefix or collection name on every backend we know:
+// it holds only lowercase letters and digits, since an S3 bucket takes no
+// "_" and a SQL table no "-".
 // When the test ends, drop is called with the name to remove what the test
 // made under it; an error there fails the test.
 func Namespace(tb testing.TB, prefix string, drop func(ctx context.Context, ns string) error) string {
@@ -59,7 +61,7 @@ func Namespace(tb testing.TB, prefix string, drop func(ctx context.Context, ns s
 	if _, err := rand.Read(r[:]); err != nil {
 		tb.Fatalf("backendtest.Namespace: random suffix: %v", err)
 	}
-	ns := fmt.Sprintf("%s_%016x_%s", prefix, h.Sum64(), hex.EncodeToString(r[:]))
+	ns := fmt.Sprintf("%s%016x%s", prefix, h.Sum64(), hex.EncodeToString(r[:]))
 	if drop != nil {
 		tb.Cleanup(func() {
 			// The test's own context has ended by now.
