@@ -61,6 +61,7 @@ func RunKeyValue(t *testing.T, h Harness[ports.KeyValue], caps KeyValueCapabilit
 		{"SetWithoutTTLClearsTheTTL", kvSetWithoutTTLClearsTheTTL},
 		{"HandlesShareTheStore", kvHandlesShareTheStore},
 		{"SetIfAbsentRace", kvSetIfAbsentRace},
+		{"SetIfAbsentRaceOverAnExpiredKey", kvSetIfAbsentRaceOverAnExpiredKey},
 		{"DeleteIfValueRace", kvDeleteIfValueRace},
 		{"WritesAreLinearizable", kvWritesAreLinearizable},
 		{"ListKeysPagination", kvListKeysPagination},
@@ -586,6 +587,31 @@ func kvSetIfAbsentRace(t *testing.T, open func(t *testing.T) ports.KeyValue) {
 			t.Fatalf("round %d: racers %v won SetIfAbsent, want exactly one", round, winners)
 		}
 		kvMustGet(t, a, key, []byte(fmt.Sprint(winners[0])))
+	}
+}
+
+// SetIfAbsent over a key whose TTL has passed takes a path of its own in
+// many stores (the expired value, or its marker, is still there): of the
+// callers racing there, exactly one wins, as over a key never written. The
+// raced keys are not read before the race, so a store that drops an
+// expired key as it reads it meets the race on the expired value: a probe,
+// written last, tells when they have all expired.
+func kvSetIfAbsentRaceOverAnExpiredKey(t *testing.T, open func(t *testing.T) ports.KeyValue) {
+	a, b := open(t), open(t)
+	for round := range kvRaceRounds {
+		kvSet(t, a, fmt.Sprintf("expired/%d", round), []byte("stale"), kvShortTTL)
+	}
+	kvSet(t, a, "probe", []byte("v"), kvShortTTL)
+	kvAwaitExpiry(t, b, "probe", "Set")
+	for round := range kvRaceRounds {
+		key := fmt.Sprintf("expired/%d", round)
+		winners := kvRace(t, a, b, func(kv ports.KeyValue, racer int) (bool, error) {
+			return kv.SetIfAbsent(ctx(t), key, []byte(fmt.Sprint(racer)), 0)
+		})
+		if len(winners) != 1 {
+			t.Fatalf("round %d: racers %v won SetIfAbsent over an expired key, want exactly one", round, winners)
+		}
+		kvMustGet(t, b, key, []byte(fmt.Sprint(winners[0])))
 	}
 }
 
