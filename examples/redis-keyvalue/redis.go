@@ -82,7 +82,13 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 	if c.Prefix == "" {
 		c.Prefix = DefaultPrefix
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: c.Addr, Username: c.Username, Password: c.Password, DB: c.DB})
+	// MaxRetries -1: the client sends nothing again. go-redis otherwise
+	// sends a command again when its connection breaks before the reply,
+	// and a write that had run then runs twice: a SetIfAbsent that took
+	// the key answers that it was taken, a DeleteIfValue that deleted
+	// answers that the value was not there. Without the retry, such a call
+	// fails, which is all its caller can be told.
+	rdb := redis.NewClient(&redis.Options{Addr: c.Addr, Username: c.Username, Password: c.Password, DB: c.DB, MaxRetries: -1})
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		_ = rdb.Close()
 		return nil, fmt.Errorf("redis keyvalue: connect to %s: %w", c.Addr, err)

@@ -1,8 +1,11 @@
 package rediskv_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -135,5 +138,131 @@ func TestTheSweepUnlistsExpiredKeys(t *testing.T) {
 	defer rdb.Close()
 	if members, err := rdb.ZRange(t.Context(), prefix+"index", 0, -1).Result(); err != nil || len(members) != 1 || members[0] != "session/kept" {
 		t.Fatalf("the index after the sweep holds %d members (%.3q), %v; want the live key only", len(members), members, err)
+	}
+}
+
+// lossyProxy forwards connections to a Redis server. Armed, it passes the
+// next command holding EVALSHA (a write script) to the server, drops the
+// server's reply and closes the client's connection: the network failing
+// after the server ran a write and before its reply came back.
+type lossyProxy struct {
+	ln      net.Listener
+	target  string
+	armed   atomic.Bool
+	dropped chan struct{}
+}
+
+func newLossyProxy(t *testing.T, target string) *lossyProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("listen: %v", err)
+	}
+	p := &lossyProxy{ln: ln, target: target, dropped: make(chan struct{}, 1)}
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			client, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go p.serve(client)
+		}
+	}()
+	return p
+}
+
+func (p *lossyProxy) serve(client net.Conn) {
+	server, err := net.Dial("tcp", p.target)
+	if err != nil {
+		_ = client.Close()
+		return
+	}
+	var swallow atomic.Bool
+	closeBoth := func() { _ = client.Close(); _ = server.Close() }
+	go func() {
+		defer closeBoth()
+		buf := make([]byte, 64<<10)
+		for {
+			n, err := client.Read(buf)
+			if err != nil {
+				return
+			}
+			if bytes.Contains(bytes.ToLower(buf[:n]), []byte("evalsha")) && p.armed.CompareAndSwap(true, false) {
+				swallow.Store(true)
+			}
+			if _, err := server.Write(buf[:n]); err != nil {
+				return
+			}
+		}
+	}()
+	defer closeBoth()
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := server.Read(buf)
+		if err != nil {
+			return
+		}
+		if swallow.Load() {
+			p.dropped <- struct{}{}
+			return
+		}
+		if _, err := client.Write(buf[:n]); err != nil {
+			return
+		}
+	}
+}
+
+// A conditional write whose reply is lost has landed or not, and its
+// caller cannot tell which: it must get an error, not the answer of the
+// same write sent again, which would find its own value and answer that
+// the key was taken (a lock its caller holds, and thinks it does not), or
+// that there was nothing to delete.
+func TestAWriteWhoseReplyIsLostFailsRatherThanRunTwice(t *testing.T) {
+	addr := backendtest.Lookup(t, addrVar, "Redis", false)
+	prefix := backendtest.Namespace(t, "lost", func(ctx context.Context, ns string) error {
+		return deleteUnder(ctx, addr, ns)
+	}) + ":"
+	proxy := newLossyProxy(t, addr)
+	s, err := rediskv.Open(t.Context(), rediskv.Config{Addr: proxy.ln.Addr().String(), Prefix: prefix})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer s.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	// The first run of each script loads it (EVALSHA, then EVAL), so the
+	// armed proxy meets a write that runs.
+	if _, err := s.Delete(t.Context(), "warm"); err != nil {
+		t.Fatalf("Delete: %v", err)
+	}
+	if err := s.Set(t.Context(), "held", []byte("v"), 0); err != nil {
+		t.Fatalf("Set: %v", err)
+	}
+	lose := func(write string, do func() (bool, error)) (bool, error) {
+		t.Helper()
+		proxy.armed.Store(true)
+		ok, err := do()
+		select {
+		case <-proxy.dropped:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: the proxy never dropped its reply", write)
+		}
+		return ok, err
+	}
+
+	won, err := lose("SetIfAbsent", func() (bool, error) { return s.SetIfAbsent(t.Context(), "lock", []byte("mine"), 0) })
+	if v, gerr := rdb.Get(t.Context(), prefix+"v:lock").Result(); gerr != nil || v != "mine" {
+		t.Fatalf("the lost SetIfAbsent did not land: %q, %v", v, gerr)
+	}
+	if err == nil && !won {
+		t.Errorf("SetIfAbsent whose reply was lost = false, nil: it ran again and found its own value; the caller holds the key and is told it does not")
+	}
+
+	deleted, err := lose("DeleteIfValue", func() (bool, error) { return s.DeleteIfValue(t.Context(), "held", []byte("v")) })
+	if n, gerr := rdb.Exists(t.Context(), prefix+"v:held").Result(); gerr != nil || n != 0 {
+		t.Fatalf("the lost DeleteIfValue did not land: %d, %v", n, gerr)
+	}
+	if err == nil && !deleted {
+		t.Errorf("DeleteIfValue whose reply was lost = false, nil: it ran again and found nothing; the caller is told the key did not hold its value")
 	}
 }
