@@ -18,6 +18,9 @@ import (
 // ahead of it in turn has had one. No slot stays free while a call waits,
 // so a caller alone uses every slot.
 //
+// A call of a serving period that has ended takes no place: it is refused
+// at once, as leave answers the calls that waited when it ended.
+//
 // Waiting places are bounded in all and per caller; when all are taken, a
 // call of a caller that holds fewer than the caller holding the most takes
 // one of that caller's, whose newest waiting call is refused: a flood,
@@ -53,6 +56,13 @@ func (a *admission) admit(r *received) (run bool, out *received, outErr, err err
 		// waiting call before it is free.
 		a.running++
 		return true, nil, nil, nil
+	}
+	if r.ctx.Err() != nil {
+		// Its serving period has ended, and leave has taken out, or
+		// will, the calls that waited then: this one, delivered late,
+		// would wait for a slot alone, and a running call need not
+		// heed its context to give one back.
+		return false, nil, nil, fmt.Errorf("%w: the engine stopped before the call ran", wire.ErrUnavailable)
 	}
 	who := r.Who()
 	l := a.lines[who]

@@ -544,3 +544,54 @@ func TestACallerSigningAsAnothersNameDoesNotUseUpTheOthersShare(t *testing.T) {
 		t.Fatalf("the forger's calls: %q, want 10 successes and 2 refusals", codes)
 	}
 }
+
+// A call the accepting connection hands on after the engine has stopped
+// (one it had read from the broker before the fence, which its drain
+// still delivers) is answered 503 at once when every slot is busy: it does
+// not take a waiting place the stop has already cleared, there to wait for
+// a slot whose call does not heed its context.
+func TestACallDeliveredAfterTheEngineStoppedIsAnswered503AtOnceThoughEverySlotIsBusy(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	hold, started := make(chan struct{}), make(chan struct{}, 1)
+	inQuick, gate := make(chan struct{}, 1), make(chan struct{})
+	deaf := natsapi.Service{Name: "echo", Endpoints: []natsapi.Endpoint{{Name: "say",
+		Handler: func(context.Context, *natsapi.Call) ([]byte, error) {
+			started <- struct{}{}
+			<-hold
+			return []byte("a"), nil
+		},
+		// The late call stops on its way in, on the subscription's
+		// goroutine, until the engine has stopped, as a call the
+		// connection still holds when the fence comes.
+		Quick: func(_ context.Context, call *natsapi.Call) ([]byte, bool, error) {
+			if string(call.Data) == "late" {
+				inQuick <- struct{}{}
+				<-gate
+			}
+			return nil, false, nil
+		}}}}
+	h := newHost(t, url, natsapi.Options{MaxConcurrent: 1}, deaf)
+	defer close(hold)
+	nc := natstest.Connect(t, url)
+	go func() { _, _ = nc.Request(sayer, nil, time.Minute) }()
+	<-started
+	late, other := make(chan error, 1), natstest.Connect(t, url)
+	go func() {
+		reply, err := other.Request(sayer, []byte("late"), time.Minute)
+		if err == nil {
+			err = wire.ErrorFromHeaders(reply.Header.Get(wire.ErrorCodeHeader), reply.Header.Get(wire.ErrorHeader))
+		}
+		late <- err
+	}()
+	<-inQuick
+	h.Fence()
+	close(gate)
+	select {
+	case err := <-late:
+		if !errors.Is(err, wire.ErrUnavailable) {
+			t.Fatalf("the call delivered after the engine stopped: %v, want 503", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the call delivered after the engine stopped was not answered in 20s while the slot stayed busy")
+	}
+}
