@@ -159,6 +159,25 @@ func TestANATSURLWhosePasswordAURLDoesNotTakeIsQuotedWithoutIt(t *testing.T) {
 	}
 }
 
+// nats.url is a list split at its commas, as nats.go splits it, so a
+// password typed with a comma is cut in two: the piece before the comma
+// ends in the password's start and has no "@", and it is malformed (its
+// port is no number). The error quotes it without that start.
+func TestANATSURLWhosePasswordHoldsACommaIsQuotedWithoutIt(t *testing.T) {
+	for _, url := range []string{
+		"nats://engine:hunter,2@nats-1:4222",
+		"nats://engine:hunter,two,three@nats-1:4222",
+		"nats://nats-0:4222,nats://engine:hunter,2@nats-1:4222",
+	} {
+		_, err := config.Parse("engine.yaml", []byte("nats: {url: \"${NATS_URL_IN_FILE}\"}\n"), env("NATS_URL_IN_FILE", url))
+		if err == nil {
+			t.Errorf("%q accepted", url)
+		} else if strings.Contains(err.Error(), "hunter") {
+			t.Errorf("%q: the error shows the password: %v", url, err)
+		}
+	}
+}
+
 // The NATS credentials come from the environment, as the README shows
 // (password: "${NATS_PASSWORD}"). A variable that is unset or empty there
 // would make the engine present an empty password, or, for a token, a

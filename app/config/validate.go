@@ -37,19 +37,20 @@ func (c *Config) validateNATS() error {
 	if c.NATS.URL == "" {
 		return c.errAt("nats.url", errors.New("is empty"))
 	}
-	for _, raw := range strings.Split(c.NATS.URL, ",") {
+	urls := strings.Split(c.NATS.URL, ",")
+	for i, raw := range urls {
 		raw = strings.TrimSpace(raw)
 		u, err := url.Parse(raw)
 		if err != nil {
-			return c.errAt("nats.url", fmt.Errorf("%q is not a URL", redact.URL(raw)))
+			return c.errAt("nats.url", fmt.Errorf("%q is not a URL", quotedURL(urls, i)))
 		}
 		switch u.Scheme {
 		case "nats", "tls", "ws", "wss":
 		default:
-			return c.errAt("nats.url", fmt.Errorf("%q: want a nats://, tls://, ws:// or wss:// URL", redact.URL(raw)))
+			return c.errAt("nats.url", fmt.Errorf("%q: want a nats://, tls://, ws:// or wss:// URL", quotedURL(urls, i)))
 		}
 		if u.Host == "" {
-			return c.errAt("nats.url", fmt.Errorf("%q has no host", redact.URL(raw)))
+			return c.errAt("nats.url", fmt.Errorf("%q has no host", quotedURL(urls, i)))
 		}
 	}
 	if p := c.NATS.InboxPrefix; p != "" && !wire.IsInbox(p+".x") {
@@ -250,4 +251,21 @@ func (c *Config) emptyVar(key string) string {
 // errFromVar is an error about a key whose value came from variables.
 func (c *Config) errFromVar(key, vars string, err error) error {
 	return &Error{Source: c.source, Line: c.lines[key], Key: key, Env: vars, Err: err}
+}
+
+// quotedURL is the i-th of the URLs nats.url is split into at its commas,
+// as an error quotes it: its credentials hidden, and those of a password
+// that holds a comma too. nats.go splits the list the same way, so such a
+// password leaves its start in this URL, which then has no "@", and its
+// end in the ones after it up to the one with the "@", none of them with
+// a "://" of its own; they are quoted as one, the whole password hidden.
+func quotedURL(urls []string, i int) string {
+	if !strings.Contains(urls[i], "@") {
+		for j := i + 1; j < len(urls) && !strings.Contains(urls[j], "://"); j++ {
+			if strings.Contains(urls[j], "@") {
+				return redact.URL(strings.TrimSpace(strings.Join(urls[i:j+1], ",")))
+			}
+		}
+	}
+	return redact.URL(strings.TrimSpace(urls[i]))
 }
