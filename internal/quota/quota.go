@@ -45,6 +45,11 @@ func (o *Over) Error() string {
 // the bound it would pass. The holder's share is checked first, so a
 // holder past it is told so even when the whole is short too.
 func (q *Quota) Take(holder string, n int64) error {
+	if n == 0 {
+		// Nothing is taken, so nothing is kept for holder: Give of
+		// nothing does nothing, and a holder recorded here would stay.
+		return nil
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if held := q.by[holder]; held+n > q.share {
