@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -525,12 +526,30 @@ func (h *Host) handle(period context.Context, handle HandlerFunc, call *Call) ([
 		h.terms.Store(t)
 		ctx, _ = t.limitedTo(most)
 	}
-	data, err := handle(ctx, call)
+	data, err := unpanicked(h.opts.Logger, call.Subject, func() ([]byte, error) { return handle(ctx, call) })
 	if err != nil && ctx.Err() != nil {
 		return nil, fmt.Errorf("%w: the engine stopped the call while it ran: %w", wire.ErrInterrupted, err)
 	}
 	return data, err
 }
+
+// unpanicked runs f, the work of the call what names, and turns a panic in it
+// into the call's failure (500), logged with its stack. Left to unwind, a
+// panic in an adapter or an endpoint ends the process at once, holding the
+// lease: no release, no drain of the calls received, and no engine serves
+// until the lease runs out. Other calls go on as before.
+func unpanicked(log *slog.Logger, what string, f func() ([]byte, error)) (data []byte, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			log.Error("a call panicked", "call", what, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			data, err = nil, errPanicked
+		}
+	}()
+	return f()
+}
+
+// errPanicked is a call whose work panicked; its caller is told no more.
+var errPanicked = errors.New("the engine failed the call; its log has the cause")
 
 // ofTerm refuses a call made under a serving term older than token, the
 // one this engine serves under (wire.TermHeader): a module's job whose
@@ -564,7 +583,14 @@ func (h *Host) quick(period context.Context, quick QuickFunc, call *Call) ([]byt
 	if err != nil || ofTerm(call, t.token) != nil {
 		return nil, false, nil
 	}
-	data, ok, err := quick(t.fenced, call)
+	var ok bool
+	data, err := unpanicked(h.opts.Logger, call.Subject, func() (data []byte, err error) {
+		data, ok, err = quick(t.fenced, call)
+		return data, err
+	})
+	if err == errPanicked {
+		return nil, true, err
+	}
 	if !ok || len(data) > h.messageMost() {
 		return nil, false, nil
 	}

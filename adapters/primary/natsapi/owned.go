@@ -171,7 +171,11 @@ func (t *sessionTable) deliver(msg *nats.Msg) {
 	t.sem <- struct{}{}
 	go func() {
 		defer func() { <-t.sem }()
-		header, data, err := t.handle(msg)
+		var header nats.Header
+		data, err := unpanicked(t.logger, msg.Subject, func() (data []byte, err error) {
+			header, data, err = t.handle(msg)
+			return data, err
+		})
 		if s != nil {
 			s.inHand.Add(-1)
 		}

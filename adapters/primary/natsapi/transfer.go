@@ -191,7 +191,7 @@ func (h *TransferHost) open(ctx context.Context, store ports.ObjectStorage, call
 	}
 	opened := wire.SessionOpened{ID: s.id, Secret: s.secret, ChunkSize: h.chunk, Window: h.window}
 	if req.Mode == wire.TransferPut {
-		s.state = startUpload(s.ctx, store, req)
+		s.state = startUpload(s.ctx, h.t.logger, store, req)
 		return opened, nil
 	}
 	r, info, err := store.Get(s.ctx, req.Key, ports.GetObjectOptions{Offset: req.Offset, Length: req.Length})
@@ -221,7 +221,7 @@ type upload struct {
 	err       error
 }
 
-func startUpload(ctx context.Context, store ports.ObjectStorage, req wire.TransferOpen) *upload {
+func startUpload(ctx context.Context, log *slog.Logger, store ports.ObjectStorage, req wire.TransferOpen) *upload {
 	pr, pw := io.Pipe()
 	u := &upload{chunks: make(chan []byte, transferQueue), pw: pw, done: make(chan struct{})}
 	go func() {
@@ -241,7 +241,11 @@ func startUpload(ctx context.Context, store ports.ObjectStorage, req wire.Transf
 		}
 	}()
 	go func() {
-		info, err := store.Put(ctx, req.Key, pr, ports.PutObjectOptions{ContentType: req.ContentType, IfAbsent: req.IfAbsent, IfMatch: req.IfMatch})
+		var info ports.ObjectInfo
+		_, err := unpanicked(log, "the upload of "+req.Key, func() (_ []byte, err error) {
+			info, err = store.Put(ctx, req.Key, pr, ports.PutObjectOptions{ContentType: req.ContentType, IfAbsent: req.IfAbsent, IfMatch: req.IfMatch})
+			return nil, err
+		})
 		if err == nil {
 			_ = pr.Close()
 		} else {

@@ -1,0 +1,140 @@
+package natsapi_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/abi-engine/engine/adapters/primary/natsapi"
+	"github.com/abi-engine/engine/adapters/secondary/natsclient"
+	"github.com/abi-engine/engine/internal/natstest"
+	"github.com/abi-engine/engine/internal/wire"
+	"github.com/abi-engine/engine/ports"
+)
+
+// askFor sends data to the echo subject and returns the answer or the
+// error it carries.
+func askFor(nc *nats.Conn, data string) (string, error) {
+	reply, err := nc.Request(sayer, []byte(data), 10*time.Second)
+	if err != nil {
+		return "", err
+	}
+	if err := wire.ErrorFromHeaders(reply.Header.Get(wire.ErrorCodeHeader), reply.Header.Get(wire.ErrorHeader)); err != nil {
+		return "", err
+	}
+	return string(reply.Data), nil
+}
+
+// A call whose work panics, in an adapter or an endpoint, ordinary or
+// quick, is answered 500 and the engine serves on: left to unwind, the
+// panic ended the process at once while it held the lease, with no release
+// and no drain, and no engine served until the lease ran out.
+func TestACallWhoseWorkPanicsIsAnswered500AndTheEngineServesOn(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	fragile := natsapi.Service{Name: "echo", Endpoints: []natsapi.Endpoint{{Name: "say",
+		Handler: func(_ context.Context, call *natsapi.Call) ([]byte, error) {
+			if string(call.Data) == "boom" {
+				var m map[string]int
+				m["boom"]++ // a nil map: the kind of panic an adapter makes
+			}
+			return call.Data, nil
+		},
+		Quick: func(_ context.Context, call *natsapi.Call) ([]byte, bool, error) {
+			if string(call.Data) == "quick boom" {
+				panic("quick boom")
+			}
+			return nil, false, nil
+		}}}}
+	newHost(t, url, natsapi.Options{}, fragile)
+	nc := natstest.Connect(t, url)
+	for _, data := range []string{"boom", "quick boom"} {
+		_, err := askFor(nc, data)
+		var re *wire.RemoteError
+		if !errors.As(err, &re) || re.Code != wire.CodeInternal {
+			t.Fatalf("a call whose work panicked (%s) answered %v, want a 500", data, err)
+		}
+		if strings.Contains(re.Message, "boom") {
+			t.Errorf("the 500 tells the caller the panic's text: %q", re.Message)
+		}
+		if got, err := askFor(nc, "after "+data); err != nil || got != "after "+data {
+			t.Fatalf("a call after the panic (%s) answered %q, %v", data, got, err)
+		}
+	}
+}
+
+// panickyPut is an object store whose Put panics once it has read a byte.
+type panickyPut struct{ ports.ObjectStorage }
+
+func (p panickyPut) Put(_ context.Context, _ string, r io.Reader, _ ports.PutObjectOptions) (ports.ObjectInfo, error) {
+	var b [1]byte
+	_, _ = r.Read(b[:])
+	panic("the store lost its way")
+}
+
+// An upload whose store panics, on the transfer's own goroutine, fails
+// with a 500, and the engine serves the next call.
+func TestAnUploadWhoseStorePanicsFailsAndTheEngineServesOn(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	e := &echo{name: "still here"}
+	newEngine(t, url, panickyPut{newObjects(t)}, engineOptions{}, e.service())
+	nc := natstest.Connect(t, url)
+	objects := natsclient.NewObjectStorage(natsclient.New(nc))
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	_, err := objects.Put(ctx, "k", strings.NewReader(strings.Repeat("x", 1<<20)), ports.PutObjectOptions{})
+	var re *wire.RemoteError
+	if !errors.As(err, &re) || re.Code != wire.CodeInternal {
+		t.Fatalf("an upload whose store panicked answered %v, want a 500", err)
+	}
+	if got, err := askFor(nc, ""); err != nil || got != "still here" {
+		t.Fatalf("a call after the upload's panic answered %q, %v", got, err)
+	}
+}
+
+// panickyGet is an object store whose objects' bytes panic as they are read.
+type panickyGet struct{ ports.ObjectStorage }
+
+func (p panickyGet) Get(ctx context.Context, key string, opts ports.GetObjectOptions) (io.ReadCloser, ports.ObjectInfo, error) {
+	r, info, err := p.ObjectStorage.Get(ctx, key, opts)
+	if err != nil {
+		return nil, info, err
+	}
+	return panickyReader{r}, info, nil
+}
+
+type panickyReader struct{ io.ReadCloser }
+
+func (panickyReader) Read([]byte) (int, error) { panic("the bytes went missing") }
+
+// A download whose store panics as it reads, in a call of the transfer's
+// session, fails with a 500, and the engine serves the next call.
+func TestADownloadWhoseStorePanicsFailsAndTheEngineServesOn(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	store := newObjects(t)
+	if _, err := store.Put(t.Context(), "k", strings.NewReader("some bytes"), ports.PutObjectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e := &echo{name: "still here"}
+	newEngine(t, url, panickyGet{store}, engineOptions{}, e.service())
+	nc := natstest.Connect(t, url)
+	objects := natsclient.NewObjectStorage(natsclient.New(nc))
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	r, _, err := objects.Get(ctx, "k", ports.GetObjectOptions{})
+	if err == nil {
+		_, err = io.ReadAll(r)
+		_ = r.Close()
+	}
+	var re *wire.RemoteError
+	if !errors.As(err, &re) || re.Code != wire.CodeInternal {
+		t.Fatalf("a download whose store panicked answered %v, want a 500", err)
+	}
+	if got, err := askFor(nc, ""); err != nil || got != "still here" {
+		t.Fatalf("a call after the download's panic answered %q, %v", got, err)
+	}
+}
