@@ -41,17 +41,24 @@ func flood(t *testing.T, nc *nats.Conn, subject string, header nats.Header, n in
 			t.Fatal(err)
 		}
 	}
-	codes := make([]string, 0, n)
+	return codes(t, replies, n)
+}
+
+// codes waits up to 30 s for n answers on replies and returns the error
+// code of each ("" for success), in the order they came.
+func codes(t *testing.T, replies <-chan *nats.Msg, n int) []string {
+	t.Helper()
+	got := make([]string, 0, n)
 	timeout := time.After(30 * time.Second)
-	for len(codes) < n {
+	for len(got) < n {
 		select {
 		case msg := <-replies:
-			codes = append(codes, msg.Header.Get(wire.ErrorCodeHeader))
+			got = append(got, msg.Header.Get(wire.ErrorCodeHeader))
 		case <-timeout:
-			t.Fatalf("%d of %d answers in 30s", len(codes), n)
+			t.Fatalf("%d of %d answers in 30s", len(got), n)
 		}
 	}
-	return codes
+	return got
 }
 
 // floodFrom is flood from the connection whose inbox prefix is prefix:
@@ -75,17 +82,7 @@ func floodFrom(t *testing.T, nc *nats.Conn, prefix, subject string, header nats.
 			t.Fatal(err)
 		}
 	}
-	codes := make([]string, 0, n)
-	timeout := time.After(30 * time.Second)
-	for len(codes) < n {
-		select {
-		case msg := <-replies:
-			codes = append(codes, msg.Header.Get(wire.ErrorCodeHeader))
-		case <-timeout:
-			t.Fatalf("%d of %d answers in 30s", len(codes), n)
-		}
-	}
-	return codes
+	return codes(t, replies, n)
 }
 
 func count(codes []string, code string) int {
