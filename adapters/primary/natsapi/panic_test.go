@@ -138,3 +138,96 @@ func TestADownloadWhoseStorePanicsFailsAndTheEngineServesOn(t *testing.T) {
 		t.Fatalf("a call after the download's panic answered %q, %v", got, err)
 	}
 }
+
+// panickyOpen is an object store whose Get panics before it answers.
+type panickyOpen struct{ ports.ObjectStorage }
+
+func (panickyOpen) Get(context.Context, string, ports.GetObjectOptions) (io.ReadCloser, ports.ObjectInfo, error) {
+	panic("the store lost its way")
+}
+
+// A download whose store panics as it opens fails with a 500 and holds no
+// transfer: its caller never learned of it, and it held one of the
+// caller's transfers and the engine's, and the drain waited on it, until
+// its idle time ran out.
+func TestADownloadWhoseOpenPanicsHoldsNoTransfer(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	store := newObjects(t)
+	e := newEngine(t, url, panickyOpen{store}, engineOptions{transfers: natsapi.TransferOptions{Idle: time.Hour, MaxOpenPerCaller: 1}})
+	nc := natstest.Connect(t, url)
+	_, err := openTransfer(t, nc, wire.TransferOpen{Mode: wire.TransferGet, Key: "k"}, nil)
+	var re *wire.RemoteError
+	if !errors.As(err, &re) || re.Code != wire.CodeInternal {
+		t.Fatalf("a download whose store panicked as it opened answered %v, want a 500", err)
+	}
+	if n := e.transfers.Open(); n != 0 {
+		t.Fatalf("%d transfers open after the open panicked, want none", n)
+	}
+	opened, err := openTransfer(t, nc, wire.TransferOpen{Mode: wire.TransferPut, Key: "k"}, nil)
+	if err != nil {
+		t.Fatalf("the caller's next open, its share one transfer: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if _, err := sessionCall(nc, transferSubject(opened.ID, wire.SessionClose), opened.Ref(), -1, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.transfers.Wait(ctx); err != nil {
+		t.Fatalf("the drain's wait for the transfers: %v", err)
+	}
+}
+
+// panicsPartWay is an object store whose objects' bytes panic once, after
+// some of them have been read.
+type panicsPartWay struct{ ports.ObjectStorage }
+
+func (p panicsPartWay) Get(ctx context.Context, key string, opts ports.GetObjectOptions) (io.ReadCloser, ports.ObjectInfo, error) {
+	r, info, err := p.ObjectStorage.Get(ctx, key, opts)
+	if err != nil {
+		return nil, info, err
+	}
+	return &panickingAfter{ReadCloser: r, left: 2}, info, nil
+}
+
+type panickingAfter struct {
+	io.ReadCloser
+	left     int
+	panicked bool
+}
+
+func (p *panickingAfter) Read(b []byte) (int, error) {
+	if p.left == 0 && !p.panicked {
+		p.panicked = true
+		panic("the bytes went missing")
+	}
+	if p.left > 0 {
+		b = b[:min(len(b), p.left)]
+	}
+	n, err := p.ReadCloser.Read(b)
+	p.left -= min(n, max(p.left, 0))
+	return n, err
+}
+
+// A store that panics part way through a chunk has moved past what it gave
+// of it: as for a store's failure, every later read of the download fails,
+// and none answers the bytes that follow as if they were the chunk.
+func TestADownloadWhoseStorePanicsPartWayFailsEveryLaterRead(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	objs := newObjects(t)
+	if _, err := objs.Put(t.Context(), "k", strings.NewReader("aaaabbbbccccdddd"), ports.PutObjectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	newEngine(t, url, panicsPartWay{objs}, engineOptions{transfers: natsapi.TransferOptions{ChunkSize: 4}})
+	nc := natstest.Connect(t, url)
+	opened, err := openTransfer(t, nc, wire.TransferOpen{Mode: wire.TransferGet, Key: "k"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, seq := range []int64{0, 0, 1, 2} {
+		got, _, err := read(t, nc, opened, seq)
+		var re *wire.RemoteError
+		if !errors.As(err, &re) || re.Code != wire.CodeInternal {
+			t.Fatalf("read %d after the store panicked: %q, %v; want a 500", seq, got, err)
+		}
+	}
+}

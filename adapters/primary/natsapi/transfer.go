@@ -194,7 +194,17 @@ func (h *TransferHost) open(ctx context.Context, store ports.ObjectStorage, call
 		s.state = startUpload(s.ctx, h.t.logger, store, req)
 		return opened, nil
 	}
+	// A Get that panics fails the open (500) and its caller never learns
+	// of the transfer: it is closed, or it held a transfer of the caller's
+	// and the engine's, and the drain waited on it, for its idle time.
+	got := false
+	defer func() {
+		if !got {
+			h.t.closeLocked(s)
+		}
+	}()
 	r, info, err := store.Get(s.ctx, req.Key, ports.GetObjectOptions{Offset: req.Offset, Length: req.Length})
+	got = true
 	if err != nil {
 		h.t.closeLocked(s)
 		return wire.SessionOpened{}, err
@@ -425,7 +435,16 @@ func (h *TransferHost) readNext(s *session, d *download) error {
 	// is let go. A last chunk gets a buffer of its size, and one byte more
 	// to find the end in the same read.
 	buf := make([]byte, min(int64(h.chunk), max(d.left, 0)+1))
+	read := false
+	defer func() {
+		if !read {
+			// The store panicked (the call answers 500) part way through
+			// chunk next, as a failure would: every later read fails too.
+			d.err = fmt.Errorf("transfer %q: read the object at chunk %d: %w", s.id, d.next, errPanicked)
+		}
+	}()
 	n, err := io.ReadFull(d.r, buf)
+	read = true
 	d.left -= int64(n)
 	switch {
 	case (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)) && d.left > 0:
