@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -384,7 +385,7 @@ func (t *sessionTable) closeLocked(s *session) {
 	s.cancel()
 	s.timer.Stop()
 	if s.state != nil {
-		s.state.release()
+		t.release(s)
 	}
 	t.mu.Lock()
 	delete(t.sessions, s.id)
@@ -393,6 +394,23 @@ func (t *sessionTable) closeLocked(s *session) {
 	}
 	t.mu.Unlock()
 	t.open.done()
+}
+
+// release frees what s holds, which may call its store: a download
+// closes the store's reader. A panic there is logged and the session
+// closes all the same. Left to unwind, it ended the process when the
+// session's idle time ran out, or when a fence or a stop closed it, on
+// goroutines no call's recovery covers; and on a close call it left the
+// session closed but counted, which held one of its caller's sessions for
+// good, and made every drain wait out its deadline.
+func (t *sessionTable) release(s *session) {
+	defer func() {
+		if p := recover(); p != nil {
+			t.logger.Error("a session's release panicked", "kind", t.kind, "id", s.id,
+				"panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+		}
+	}()
+	s.state.release()
 }
 
 // count is how many sessions are open.

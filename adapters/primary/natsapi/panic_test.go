@@ -231,3 +231,61 @@ func TestADownloadWhoseStorePanicsPartWayFailsEveryLaterRead(t *testing.T) {
 		}
 	}
 }
+
+// panickyClose is an object store whose objects' readers panic as they
+// close.
+type panickyClose struct{ ports.ObjectStorage }
+
+func (p panickyClose) Get(ctx context.Context, key string, opts ports.GetObjectOptions) (io.ReadCloser, ports.ObjectInfo, error) {
+	r, info, err := p.ObjectStorage.Get(ctx, key, opts)
+	if err != nil {
+		return nil, info, err
+	}
+	return panickyCloser{r}, info, nil
+}
+
+type panickyCloser struct{ io.ReadCloser }
+
+func (panickyCloser) Close() error { panic("the handle was gone") }
+
+// A download whose store's reader panics as it closes is closed all the
+// same, whether its caller closes it or its idle time runs out, and the
+// engine serves on. Before, the idle time's close ended the process,
+// lease held; and a caller's close left the transfer counted for good,
+// holding one of the caller's transfers, and every drain waited out its
+// deadline.
+func TestADownloadWhoseReaderPanicsAsItClosesIsClosedAllTheSame(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	store := newObjects(t)
+	if _, err := store.Put(t.Context(), "k", strings.NewReader("some bytes"), ports.PutObjectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e := newEngine(t, url, panickyClose{store}, engineOptions{transfers: natsapi.TransferOptions{Idle: time.Hour, MaxOpenPerCaller: 1}})
+	nc := natstest.Connect(t, url)
+	opened, err := openTransfer(t, nc, wire.TransferOpen{Mode: wire.TransferGet, Key: "k"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sessionCall(nc, transferSubject(opened.ID, wire.SessionClose), opened.Ref(), -1, nil, nil); err != nil {
+		t.Fatalf("close of a download whose reader panicked as it closed: %v", err)
+	}
+	if n := e.transfers.Open(); n != 0 {
+		t.Fatalf("%d transfers open after the caller closed its one, want none", n)
+	}
+	if _, err := openTransfer(t, nc, wire.TransferOpen{Mode: wire.TransferGet, Key: "k"}, nil); err != nil {
+		t.Fatalf("the caller's next open, its share one transfer: %v", err)
+	}
+
+	// Its idle time runs out, on an engine of its own.
+	url = natstest.StartServer(t).ClientURL()
+	e = newEngine(t, url, panickyClose{store}, engineOptions{transfers: natsapi.TransferOptions{Idle: 100 * time.Millisecond}})
+	nc = natstest.Connect(t, url)
+	if _, err := openTransfer(t, nc, wire.TransferOpen{Mode: wire.TransferGet, Key: "k"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if err := e.transfers.Wait(ctx); err != nil {
+		t.Fatalf("the transfers of an engine whose download went idle: %v", err)
+	}
+}
