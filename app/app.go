@@ -1,7 +1,10 @@
 package app
 
 import (
+	"fmt"
 	"log/slog"
+	"reflect"
+	"runtime"
 	"time"
 
 	"go.uber.org/fx"
@@ -26,9 +29,75 @@ type Options struct {
 }
 
 // AsModule provides a module constructor to the engine: f returns a type
-// that implements Module.
+// that implements Module, and may return an error after it. An f that is
+// no function, or that returns a nil module, fails the engine's graph with
+// an error naming f: taken, a nil module panicked the engine's start.
 func AsModule(f any) fx.Option {
-	return fx.Provide(fx.Annotate(f, fx.As(new(Module)), fx.ResultTags(`group:"modules"`)))
+	v := reflect.ValueOf(f)
+	if f == nil || v.Kind() != reflect.Func || v.IsNil() {
+		return fx.Error(fmt.Errorf("app.AsModule: a module constructor must be a function, got %T", f))
+	}
+	return fx.Provide(fx.Annotate(refuseNil(v), fx.As(new(Module)), fx.ResultTags(`group:"modules"`)))
+}
+
+var errorType = reflect.TypeFor[error]()
+
+// refuseNil returns constructor f, of one result or of a result and an
+// error, as one that returns an error naming f in place of a nil result.
+// Any other f is returned as it is, for fx to judge.
+func refuseNil(f reflect.Value) any {
+	t := f.Type()
+	withErr := t.NumOut() == 2 && t.Out(1) == errorType
+	if t.NumOut() != 1 && !withErr {
+		return f.Interface()
+	}
+	in := make([]reflect.Type, t.NumIn())
+	for i := range in {
+		in[i] = t.In(i)
+	}
+	name := "?"
+	if fn := runtime.FuncForPC(f.Pointer()); fn != nil {
+		name = fn.Name()
+	}
+	checked := reflect.FuncOf(in, []reflect.Type{t.Out(0), errorType}, t.IsVariadic())
+	return reflect.MakeFunc(checked, func(args []reflect.Value) []reflect.Value {
+		var out []reflect.Value
+		if t.IsVariadic() {
+			out = f.CallSlice(args)
+		} else {
+			out = f.Call(args)
+		}
+		err := reflect.Zero(errorType)
+		if withErr {
+			err = out[1]
+		}
+		if err.IsNil() && isNil(out[0]) {
+			err = reflect.ValueOf(fmt.Errorf("module constructor %s returned a nil module (%s)", name, t.Out(0))).Convert(errorType)
+		}
+		return []reflect.Value{out[0], err}
+	}).Interface()
+}
+
+// isNil reports whether v is nil: a nil interface, or a nil pointer, map,
+// slice, channel or function.
+func isNil(v reflect.Value) bool {
+	switch v.Kind() {
+	case reflect.Interface, reflect.Pointer, reflect.Map, reflect.Slice, reflect.Chan, reflect.Func:
+		return v.IsNil()
+	}
+	return false
+}
+
+// nilModule says which module of modules is nil, if one is: a program
+// that provides its modules to the group without AsModule, or builds an
+// engine with NewEngine, is told so at the start rather than panic in it.
+func nilModule(modules []Module) error {
+	for i, m := range modules {
+		if m == nil || isNil(reflect.ValueOf(m)) {
+			return fmt.Errorf("module %d of %d is nil (%T): its constructor returned no module", i+1, len(modules), m)
+		}
+	}
+	return nil
 }
 
 // engineIn is what the engine's constructor takes from the graph.
@@ -87,8 +156,20 @@ func Graph(o Options, extra ...fx.Option) fx.Option {
 		callerCheckWarning(),
 		httpAPI(),
 		activityLog(),
-		fx.Options(extra...),
+		extraOptions(extra),
 	)
+}
+
+// extraOptions are extra as one option; a nil one among them, such as a
+// nil entry in enginecmd.Options.Modules, is an error naming its place,
+// where fx would panic on it.
+func extraOptions(extra []fx.Option) fx.Option {
+	for i, o := range extra {
+		if o == nil {
+			return fx.Error(fmt.Errorf("option %d of the %d added to the engine (modules and the like) is nil", i+1, len(extra)))
+		}
+	}
+	return fx.Options(extra...)
 }
 
 // New builds the engine's fx application.

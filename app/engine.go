@@ -259,6 +259,9 @@ func (e *Engine) askStop(code int) {
 // Start reaches the broker, claims the lease and starts what the claim
 // decided. Nothing opens before the claim.
 func (e *Engine) Start(ctx context.Context) (err error) {
+	if err := nilModule(e.p.Modules); err != nil {
+		return err
+	}
 	base, interrupt := context.WithCancel(ctx)
 	begun := time.Now()
 	ctx, endLimit := context.WithDeadline(base, begun.Add(startLimit(e.p.Config.Timing().Lease)))
