@@ -13,6 +13,7 @@ import (
 	"math"
 	"os"
 	"regexp"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -513,7 +514,11 @@ func (e *Engine) startModules(ctx context.Context) error {
 	e.services, e.api = svc, api
 	e.mu.Unlock()
 	for _, m := range e.p.Modules {
-		for _, need := range m.Needs() {
+		var needs []string
+		if err := e.guard(m, "needs", func() error { needs = m.Needs(); return nil }); err != nil {
+			return err
+		}
+		for _, need := range needs {
 			if svc.has(need) {
 				continue
 			}
@@ -521,15 +526,15 @@ func (e *Engine) startModules(ctx context.Context) error {
 			// not sign; the error names the one that holds, so the operator
 			// is not sent to set a caller secret that is set already.
 			if need == ports.ServiceSecret && secretsOn(e.p.Config) {
-				return fmt.Errorf("module %s needs the secret service, which is served only with nats.caller_secret set", m.Name())
+				return fmt.Errorf("module %s needs the secret service, which is served only with nats.caller_secret set", moduleName(m))
 			}
-			return fmt.Errorf("module %s needs the %s service, which is switched off", m.Name(), need)
+			return fmt.Errorf("module %s needs the %s service, which is switched off", moduleName(m), need)
 		}
 	}
 	env := ModuleEnv{Services: svc, Jobs: e.jobs, Logger: e.log}
 	for _, m := range e.p.Modules {
-		if err := m.Start(ctx, env); err != nil {
-			return fmt.Errorf("start module %s: %w", m.Name(), err)
+		if err := e.guard(m, "start", func() error { return m.Start(ctx, env) }); err != nil {
+			return fmt.Errorf("start module %s: %w", moduleName(m), err)
 		}
 		e.mu.Lock()
 		e.started = append(e.started, m)
@@ -546,11 +551,36 @@ func (e *Engine) stopModules(ctx context.Context) error {
 	e.mu.Unlock()
 	var errs []error
 	for _, m := range slices.Backward(started) {
-		if err := m.Stop(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("stop module %s: %w", m.Name(), err))
+		if err := e.guard(m, "stop", func() error { return m.Stop(ctx) }); err != nil {
+			errs = append(errs, fmt.Errorf("stop module %s: %w", moduleName(m), err))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// guard runs f, a call into module m, and makes a panic in it that call's
+// error, logged with its stack. A module's start and stop run in the
+// engine's start and stop: a panic there ended the process at once,
+// holding the lease, with no release, no drain and no stop of the other
+// modules, and no engine served until the lease ran out.
+func (e *Engine) guard(m Module, what string, f func() error) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			e.log.Error("module panicked", "module", moduleName(m), "in", what, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			err = fmt.Errorf("%s panicked: %v", what, p)
+		}
+	}()
+	return f()
+}
+
+// moduleName is m's name, or its type when its Name panics.
+func moduleName(m Module) (name string) {
+	defer func() {
+		if recover() != nil {
+			name = fmt.Sprintf("%T", m)
+		}
+	}()
+	return m.Name()
 }
 
 // announce tells the broker and the engine's observers of a transition,

@@ -51,7 +51,9 @@ type ModuleEnv struct {
 }
 
 // Module is Go code that runs inside an engine next to the kernel services.
-// Provide one to the app with AsModule.
+// Provide one to the app with AsModule. A panic in Needs, Start or Stop is
+// that call's error, naming the module: a start it fails stops the modules
+// started before and releases the lease, as any failed start does.
 type Module interface {
 	Name() string
 	// Needs names the services the module uses (ports.ServiceKeyValue...);
