@@ -543,17 +543,49 @@ func (e *Engine) startModules(ctx context.Context) error {
 	return nil
 }
 
-// stopModules stops the modules started, the last first, once each.
+// stopModules stops the modules started, the last first, once each, and
+// returns when they have stopped or when ctx ends, whichever comes first.
+// A module whose Stop does not heed its context is left to return on its
+// own, and those started before it are stopped after it, still the last
+// first: the engine's stop goes on and closes what is left. Waiting for it
+// held up a stop for good, and the clean-up of a failed start before its
+// release, so the process ended on fx's timeout holding the lease.
 func (e *Engine) stopModules(ctx context.Context) error {
 	e.mu.Lock()
 	started := e.started
 	e.started = nil
 	e.mu.Unlock()
-	var errs []error
-	for _, m := range slices.Backward(started) {
-		if err := e.guard(m, "stop", func() error { return m.Stop(ctx) }); err != nil {
-			errs = append(errs, fmt.Errorf("stop module %s: %w", moduleName(m), err))
+	var (
+		mu       sync.Mutex
+		stopping string // the module whose Stop runs
+		errs     []error
+	)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for _, m := range slices.Backward(started) {
+			mu.Lock()
+			stopping = moduleName(m)
+			mu.Unlock()
+			if err := e.guard(m, "stop", func() error { return m.Stop(ctx) }); err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("stop module %s: %w", moduleName(m), err))
+				mu.Unlock()
+			}
 		}
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		mu.Lock()
+		defer mu.Unlock()
+		select {
+		case <-done:
+		default:
+			e.log.Error("a module's stop did not return in time; the engine stops without it", "module", stopping)
+			errs = append(errs, fmt.Errorf("stop module %s: it did not return within the stop's time: %w", stopping, ctx.Err()))
+		}
+		return errors.Join(slices.Clone(errs)...)
 	}
 	return errors.Join(errs...)
 }

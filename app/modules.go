@@ -60,5 +60,9 @@ type Module interface {
 	// the engine refuses to start when one is switched off.
 	Needs() []string
 	Start(ctx context.Context, env ModuleEnv) error
+	// Stop must return soon after ctx ends: the engine waits no longer
+	// for it. It names the module in its stop's error and goes on while
+	// that Stop runs: it releases a lease it still holds and closes its
+	// connections and backends.
 	Stop(ctx context.Context) error
 }
