@@ -122,6 +122,11 @@ func NewEngine(p EngineParams) *Engine {
 		}
 		return 0, false
 	})
+	// The stop waits for the jobs' runs before it releases the lease: a
+	// run that does not heed its cancellation delays the handover by a
+	// lease at most, what a crash costs, rather than hold the lease, and
+	// the stop, for good.
+	e.jobs.stopLimit = p.Config.Timing().Lease
 	return e
 }
 

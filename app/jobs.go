@@ -31,6 +31,10 @@ type Jobs struct {
 	// A run carries the term's fencing token to the stores.
 	admit func() (token uint64, ok bool)
 
+	// stopLimit bounds Stop's wait for the runs in progress; 0 waits for
+	// them however long they take.
+	stopLimit time.Duration
+
 	mu   sync.Mutex
 	jobs []Job
 	// runs holds, for each job, a place taken while one of its runs is
@@ -40,6 +44,12 @@ type Jobs struct {
 	ctx    context.Context // of the running jobs; nil while stopped
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	// With a stop limit: stopped is closed when every run has returned
+	// after the first Stop, which is to wait no later than stopBy; the
+	// runs still going then are logged once (toldStuck).
+	stopped   chan struct{}
+	stopBy    time.Time
+	toldStuck bool
 }
 
 // NewJobs returns a job host with no job, whose jobs run when admit says
@@ -81,11 +91,12 @@ func (j *Jobs) Names() []string {
 	return names
 }
 
-// Start runs every job on its period; it does nothing if they run.
+// Start runs every job on its period; it does nothing if they run, or if
+// they stopped for good (Stop).
 func (j *Jobs) Start() {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if j.cancel != nil {
+	if j.cancel != nil || j.stopped != nil {
 		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -158,8 +169,52 @@ func (j *Jobs) Cancel() {
 }
 
 // Stop cancels the jobs and waits for every run in progress to return,
-// those Cancel left too.
+// those Cancel left too. With a stop limit, the jobs stop for good: the
+// first Stop waits that long at most, and a later one no longer than the
+// first; a run still going then is logged by its job's name and left to
+// return on its own, and Start does nothing any more.
 func (j *Jobs) Stop() {
 	j.Cancel()
-	j.wg.Wait()
+	if j.stopLimit <= 0 {
+		j.wg.Wait()
+		return
+	}
+	j.mu.Lock()
+	if j.stopped == nil {
+		done := make(chan struct{})
+		go func() {
+			j.wg.Wait()
+			close(done)
+		}()
+		j.stopped, j.stopBy = done, time.Now().Add(j.stopLimit)
+	}
+	done, by := j.stopped, j.stopBy
+	j.mu.Unlock()
+	limit := time.NewTimer(time.Until(by))
+	defer limit.Stop()
+	select {
+	case <-done:
+	case <-limit.C:
+		j.mu.Lock()
+		told := j.toldStuck
+		j.toldStuck = true
+		j.mu.Unlock()
+		if !told {
+			j.log.Error("job runs did not return within their time after they were cancelled; stopping without them",
+				"jobs", j.inProgress(), "waited", j.stopLimit)
+		}
+	}
+}
+
+// inProgress names the jobs with a run in progress.
+func (j *Jobs) inProgress() []string {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	var names []string
+	for i, run := range j.runs {
+		if len(run) > 0 {
+			names = append(names, j.jobs[i].Name)
+		}
+	}
+	return names
 }
