@@ -62,14 +62,25 @@ func NewJobs(log *slog.Logger, admit func() (token uint64, ok bool)) *Jobs {
 }
 
 // Register adds a job; it starts at once if the jobs run. A job without a
-// positive period or a Run is refused here, where its module registers
-// it, rather than when the engine begins to serve.
+// name, a positive period or a Run, or with the name of a job registered
+// already, is refused here, where its module registers it, rather than
+// when the engine begins to serve: a name registered twice ran its work
+// twice a period, two runs at once, and its log lines could not be told
+// apart.
 func (j *Jobs) Register(job Job) error {
+	if job.Name == "" {
+		return fmt.Errorf("a job needs a name (one with a period of %v)", job.Every)
+	}
 	if job.Every <= 0 || job.Run == nil {
 		return fmt.Errorf("job %q: a job needs a period above 0 (it has %v) and a Run", job.Name, job.Every)
 	}
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	for _, other := range j.jobs {
+		if other.Name == job.Name {
+			return fmt.Errorf("job %q: a job of that name is registered already", job.Name)
+		}
+	}
 	run := make(chan struct{}, 1)
 	j.jobs = append(j.jobs, job)
 	j.runs = append(j.runs, run)

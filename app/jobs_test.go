@@ -169,3 +169,35 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 	defer l.mu.Unlock()
 	return l.w.Write(p)
 }
+
+// A job without a name, or named as a job registered already, is refused
+// where it is registered, naming it, and the job registered first runs
+// alone. Before, both were taken: the work ran twice a period, two runs at
+// once, and the log could not tell them apart.
+func TestAJobWithoutANameOrWithANameTakenIsRefused(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		jobs := NewJobs(slog.New(slog.DiscardHandler), nil)
+		var runs atomic.Int32
+		count := func(context.Context) error { runs.Add(1); return nil }
+		if err := jobs.Register(Job{Name: "sweep", Every: time.Second, Run: count}); err != nil {
+			t.Fatal(err)
+		}
+		jobs.Start()
+		defer jobs.Stop()
+		if err := jobs.Register(Job{Name: "sweep", Every: time.Second, Run: count}); err == nil ||
+			!strings.Contains(err.Error(), `job "sweep": a job of that name is registered already`) {
+			t.Fatalf("a second job named sweep: %v, want it refused", err)
+		}
+		if err := jobs.Register(Job{Every: time.Second, Run: count}); err == nil || !strings.Contains(err.Error(), "a job needs a name") {
+			t.Fatalf("a job without a name: %v, want it refused", err)
+		}
+		time.Sleep(3 * time.Second)
+		synctest.Wait()
+		if n := runs.Load(); n != 3 {
+			t.Fatalf("%d runs in three periods, want 3", n)
+		}
+		if names := jobs.Names(); !slices.Equal(names, []string{"sweep"}) {
+			t.Fatalf("jobs registered: %q", names)
+		}
+	})
+}

@@ -42,8 +42,10 @@ func (s Services) has(name string) bool {
 type ModuleEnv struct {
 	Services Services
 	// Jobs registers periodic work, run only while this engine serves. It
-	// refuses a job without a period above 0 or a Run; a module's Start
-	// returns that error, and the engine does not start. A run's context
+	// refuses a job without a name, a period above 0 or a Run, and one
+	// named as a job registered already (the engine's own are named
+	// sweep-expired-<service>); a module's Start returns that error, and
+	// the engine does not start. A run's context
 	// carries the engine's serving term: calls made on it through Services
 	// are refused (503, unrun) by an engine that serves under a newer term.
 	Jobs   *Jobs
