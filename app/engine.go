@@ -538,7 +538,7 @@ func (e *Engine) startModules(ctx context.Context) error {
 	}
 	env := ModuleEnv{Services: svc, Jobs: e.jobs, Logger: e.log}
 	for _, m := range e.p.Modules {
-		if err := e.guard(m, "start", func() error { return m.Start(ctx, env) }); err != nil {
+		if err := e.startModule(ctx, m, env); err != nil {
 			return fmt.Errorf("start module %s: %w", moduleName(m), err)
 		}
 		e.mu.Lock()
@@ -546,6 +546,37 @@ func (e *Engine) startModules(ctx context.Context) error {
 		e.mu.Unlock()
 	}
 	return nil
+}
+
+// startModule starts m, and returns when it has started or when ctx ends,
+// whichever comes first: a Start that does not heed its context would hold
+// the engine's start past its limit and past an interrupt, holding the
+// lease, until the process ended on fx's timeout. A Start the engine gave
+// up on that returns without an error later is stopped then.
+func (e *Engine) startModule(ctx context.Context, m Module, env ModuleEnv) error {
+	done := make(chan error, 1)
+	go func() { done <- e.guard(m, "start", func() error { return m.Start(ctx, env) }) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+	}
+	select {
+	case err := <-done:
+		return err
+	default:
+	}
+	e.log.Error("a module's start did not return in time; the engine's start fails without it", "module", moduleName(m))
+	go func() {
+		if err := <-done; err == nil {
+			sctx, cancel := context.WithTimeout(context.Background(), e.p.Config.Timing().Drain)
+			defer cancel()
+			if err := e.guard(m, "stop", func() error { return m.Stop(sctx) }); err != nil {
+				e.log.Warn("stopping a module that started late", "module", moduleName(m), "err", err)
+			}
+		}
+	}()
+	return fmt.Errorf("it did not return within the start's time: %w", ctx.Err())
 }
 
 // stopModules stops the modules started, the last first, once each, and

@@ -61,6 +61,10 @@ type Module interface {
 	// Needs names the services the module uses (ports.ServiceKeyValue...);
 	// the engine refuses to start when one is switched off.
 	Needs() []string
+	// Start must return soon after ctx ends: ctx ends with the engine's
+	// start, at its limit or an interrupt. The engine waits no longer: it
+	// fails its start, naming the module, releases the lease, and stops
+	// the module if its Start returns without an error later.
 	Start(ctx context.Context, env ModuleEnv) error
 	// Stop must return soon after ctx ends: the engine waits no longer
 	// for it. It names the module in its stop's error and goes on while
