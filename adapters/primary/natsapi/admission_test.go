@@ -592,3 +592,27 @@ func TestACallDeliveredAfterTheEngineStoppedIsAnswered503AtOnceThoughEverySlotIs
 		t.Fatal("the call delivered after the engine stopped was not answered in 20s while the slot stayed busy")
 	}
 }
+
+// A call of an ended term is refused at once, though every slot is busy:
+// it takes no place in the queue, where it waited for a slot only to be
+// refused then. So is one whose term is no number.
+func TestACallOfAnEndedTermIsRefusedWithoutWaitingForASlot(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	e := &echo{name: "busy", release: make(chan struct{}), started: make(chan struct{}, 1)}
+	newHost(t, url, natsapi.Options{MaxConcurrent: 1, Admit: func() (uint64, bool) { return 7, true }}, e.service())
+	defer close(e.release)
+	nc := natstest.Connect(t, url)
+	go func() { _, _ = nc.Request(sayer, nil, time.Minute) }()
+	<-e.started
+	for term, want := range map[string]error{"5": wire.ErrUnavailable, "x": ports.ErrInvalidArgument} {
+		msg := nats.NewMsg(sayer)
+		msg.Header.Set(wire.TermHeader, term)
+		reply, err := nc.RequestMsg(msg, 20*time.Second)
+		if err == nil {
+			err = wire.ErrorFromHeaders(reply.Header.Get(wire.ErrorCodeHeader), reply.Header.Get(wire.ErrorHeader))
+		}
+		if !errors.Is(err, want) {
+			t.Fatalf("a call of term %q while the one slot was busy: %v, want %v at once", term, err, want)
+		}
+	}
+}

@@ -358,6 +358,17 @@ func (h *Host) dispatch(ctx context.Context, service string, ep Endpoint) micro.
 			return
 		}
 		r.release = release
+		if call.Header.Get(wire.TermHeader) != "" {
+			// A call of an ended term, or of no term at all, is refused
+			// before it takes a place in the queue, where it would wait
+			// for a slot only to be refused then.
+			if t, err := h.admit(ctx); err == nil {
+				if err := ofTerm(call, t.token); err != nil {
+					r.finish(nil, err)
+					return
+				}
+			}
+		}
 		if ep.Quick != nil {
 			if data, ok, err := h.quick(ctx, ep.Quick, call); ok {
 				r.finish(data, err)
