@@ -147,9 +147,14 @@ func (c *Client) request(ctx context.Context, subject string, data []byte, heade
 				return reply, nil
 			}
 		}
+		// A request its connection refused while reconnecting, with no
+		// reconnect buffer to keep it in, was never sent: unavailable, and
+		// not sent again here, since a connection without that buffer is
+		// one whose calls must not land after their caller's moment.
+		away := errors.Is(err, nats.ErrReconnectBufExceeded)
 		nobody := errors.Is(err, nats.ErrNoResponders) || errors.Is(err, wire.ErrUnavailable)
-		if !retry || !nobody || !pace.again(ctx) {
-			if errors.Is(err, nats.ErrNoResponders) {
+		if away || !retry || !nobody || !pace.again(ctx) {
+			if errors.Is(err, nats.ErrNoResponders) || away {
 				return nil, fmt.Errorf("%s: %w: %w", subject, wire.ErrUnavailable, err)
 			}
 			return nil, fmt.Errorf("%s: %w", subject, err)
