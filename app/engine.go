@@ -216,8 +216,11 @@ func (e *Engine) Ready() bool {
 // that keep their data on NATS dial connections of their own, which
 // report to connectionClosed too (storageConns): one gone for good would otherwise fail
 // every call of its service while the engine went on holding the lease.
-func (e *Engine) connect(name string) (*nats.Conn, error) {
+func (e *Engine) connect(name string, opts ...func(*natsconn.Options)) (*nats.Conn, error) {
 	o := natsOptions(e.p.Config, e.url, name+" "+e.p.Holder.InstanceID)
+	for _, opt := range opts {
+		opt(&o)
+	}
 	o.Logger = e.log
 	o.ClosedHandler = e.connectionClosed
 	if e.broker != nil {
@@ -318,7 +321,10 @@ func (e *Engine) Start(ctx context.Context) (err error) {
 		return err
 	}
 	if !cfg.HTTP.Off() {
-		if e.apiConn, err = e.connect("abi-engine http"); err != nil {
+		// A call of the HTTP API sent while its connection reconnects
+		// fails at once: nats.go's reconnect buffer would send it when the
+		// connection came back, after its client had given up on it.
+		if e.apiConn, err = e.connect("abi-engine http", func(o *natsconn.Options) { o.NoReconnectBuffer = true }); err != nil {
 			return err
 		}
 	}

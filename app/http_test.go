@@ -25,6 +25,7 @@ import (
 	"github.com/abi-engine/engine/domain"
 	"github.com/abi-engine/engine/internal/jsonkeys"
 	"github.com/abi-engine/engine/internal/natstest"
+	"github.com/abi-engine/engine/internal/tcpproxy"
 	"github.com/abi-engine/engine/ports"
 )
 
@@ -422,5 +423,92 @@ func TestHTTPClientsHoldingEveryTransferLeaveTheModulesTheirShare(t *testing.T) 
 				}
 			}
 		})
+	}
+}
+
+// putKey sets key to value through the HTTP API at base and returns the
+// answer's status.
+func putKey(ctx context.Context, base, key, value string) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, "PUT", base+"/v1/kv/"+key, strings.NewReader(value))
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode, nil
+}
+
+// An HTTP request whose call the API sends while its NATS connection is
+// reconnecting fails, and never lands later: nats.go's reconnect buffer
+// would send it once the connection came back, after its client had given
+// up and after the key was written again. Before, the API's connection
+// kept that buffer, and a write its client saw fail overwrote a later one.
+func TestAnHTTPWriteGivenUpWhileItsConnectionReconnectsNeverLandsLater(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	url := natstest.StartServer(t).ClientURL()
+	served, _, a := startWithHTTP(t, testConfig(t, url, "serve", "", memoryServices))
+	defer a.RequireStop()
+	// The engine whose API is used reaches the broker through a proxy; a
+	// client engine, so that the engine that runs the calls stays
+	// connected throughout.
+	proxy := tcpproxy.Start(t, strings.TrimPrefix(url, "nats://"))
+	_, ch, b := startWithHTTP(t, testConfig(t, "nats://"+proxy.Addr(), "client", "", memoryServices))
+	defer b.RequireStop()
+	base := "http://" + ch.Addr()
+	if code, err := putKey(ctx, base, "k", "before"); err != nil || code != http.StatusNoContent {
+		t.Fatalf("a PUT before: %d, %v", code, err)
+	}
+
+	proxy.Down()
+	// The API's connection notices the broker is gone when it next reads;
+	// a call sent before that is on its way already, as on any
+	// connection. Once a call of another key is refused as unavailable,
+	// the connection is known to be away.
+	away := time.Now().Add(30 * time.Second)
+	for {
+		pctx, pcancel := context.WithTimeout(ctx, 10*time.Second)
+		code, err := putKey(pctx, base, "while-away", "x")
+		pcancel()
+		if err == nil && code == http.StatusServiceUnavailable {
+			break
+		}
+		if time.Now().After(away) {
+			t.Fatalf("no PUT was refused 503 in 30 s while the API could not reach the broker (last: %d, %v)", code, err)
+		}
+	}
+	pctx, pcancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	code, err := putKey(pctx, base, "k", "stale")
+	pcancel()
+	if err == nil && code == http.StatusNoContent {
+		t.Fatal("a PUT answered 204 while the API could not reach the broker")
+	}
+	if err := served.Services().KeyValue.Set(ctx, "k", []byte("new"), 0); err != nil {
+		t.Fatal(err)
+	}
+
+	// The connection comes back. A PUT after the reconnect is answered
+	// once whatever the connection sent before it has been: one
+	// connection's messages keep their order.
+	proxy.Up()
+	for {
+		code, err := putKey(ctx, base, "probe", "after")
+		if err == nil && code == http.StatusNoContent {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("no PUT went through after the reconnect: %d, %v", code, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	got, err := served.Services().KeyValue.Get(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != "new" {
+		t.Fatalf("the key holds %q after the API's connection came back, want %q: the PUT given up while it reconnected landed later", got, "new")
 	}
 }

@@ -44,7 +44,8 @@ type Options struct {
 	// it in a buffer and send it when the connection is back, however long
 	// after the call that made it gave up. A store's connection sets it:
 	// its writes are not fenced, and one held so would land after the
-	// engine fenced itself and a successor wrote the same key.
+	// engine fenced itself and a successor wrote the same key. So does
+	// the HTTP API's: a write its client saw fail would land later.
 	NoReconnectBuffer bool
 	// InboxPrefix, when set, replaces _INBOX for the answers to this
 	// connection's requests.
