@@ -2,11 +2,9 @@ package app
 
 import (
 	"context"
-	"log/slog"
 	"testing"
 	"time"
 
-	"github.com/abi-engine/engine/domain"
 	"github.com/abi-engine/engine/internal/natstest"
 )
 
@@ -39,13 +37,9 @@ func (m stuckJob) Start(_ context.Context, env ModuleEnv) error {
 // no standby took over, and the process ended on fx's timeout.
 func TestAJobRunThatDoesNotReturnHoldsUpTheReleaseForALeaseAtMost(t *testing.T) {
 	s := natstest.StartServer(t)
-	cfg, built := memoryEngine(t, s.ClientURL())
 	m := stuckJob{let: make(chan struct{}), running: make(chan struct{})}
 	t.Cleanup(func() { close(m.let) })
-	e := NewEngine(EngineParams{
-		Config: cfg, Holder: domain.ThisProcess("test", ""), Logger: slog.New(slog.DiscardHandler), Storage: built,
-		Modules: []Module{m}, Shutdown: func(int) {}, Exit: func(int) {},
-	})
+	e := moduleEngine(t, s.ClientURL(), m)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	if err := e.Start(ctx); err != nil {

@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"log/slog"
 	"slices"
 	"strings"
 	"testing"
@@ -11,7 +10,6 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/abi-engine/engine/adapters/secondary/lease/jetstream"
-	"github.com/abi-engine/engine/domain"
 	"github.com/abi-engine/engine/internal/natstest"
 )
 
@@ -71,13 +69,8 @@ func leaseIsFree(t *testing.T, url string) bool {
 func TestAModuleThatPanicsFailsTheStartOrTheStopAndTheLeaseIsReleased(t *testing.T) {
 	t.Run("start", func(t *testing.T) {
 		s := natstest.StartServer(t)
-		cfg, built := memoryEngine(t, s.ClientURL())
 		o := &order{}
-		e := NewEngine(EngineParams{
-			Config: cfg, Holder: domain.ThisProcess("test", ""), Logger: slog.New(slog.DiscardHandler), Storage: built,
-			Modules:  []Module{panicky{name: "a", o: o}, panicky{name: "b", start: true, o: o}},
-			Shutdown: func(int) {}, Exit: func(int) {},
-		})
+		e := moduleEngine(t, s.ClientURL(), panicky{name: "a", o: o}, panicky{name: "b", start: true, o: o})
 		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 		defer cancel()
 		err := e.Start(ctx)
@@ -93,13 +86,8 @@ func TestAModuleThatPanicsFailsTheStartOrTheStopAndTheLeaseIsReleased(t *testing
 	})
 	t.Run("stop", func(t *testing.T) {
 		s := natstest.StartServer(t)
-		cfg, built := memoryEngine(t, s.ClientURL())
 		o := &order{}
-		e := NewEngine(EngineParams{
-			Config: cfg, Holder: domain.ThisProcess("test", ""), Logger: slog.New(slog.DiscardHandler), Storage: built,
-			Modules:  []Module{panicky{name: "a", o: o}, panicky{name: "b", stop: true, o: o}},
-			Shutdown: func(int) {}, Exit: func(int) {},
-		})
+		e := moduleEngine(t, s.ClientURL(), panicky{name: "a", o: o}, panicky{name: "b", stop: true, o: o})
 		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 		defer cancel()
 		if err := e.Start(ctx); err != nil {

@@ -115,3 +115,14 @@ func TestAStartThatFailsAtAModuleStopsTheOnesItStarted(t *testing.T) {
 		t.Fatalf("after a stop, modules: %q, want %q", got, want)
 	}
 }
+
+// moduleEngine is an engine on memoryEngine's configuration at url with
+// modules, whose stop and exit do nothing.
+func moduleEngine(t *testing.T, url string, modules ...Module) *Engine {
+	t.Helper()
+	cfg, built := memoryEngine(t, url)
+	return NewEngine(EngineParams{
+		Config: cfg, Holder: domain.ThisProcess("test", ""), Logger: slog.New(slog.DiscardHandler), Storage: built,
+		Modules: modules, Shutdown: func(int) {}, Exit: func(int) {},
+	})
+}

@@ -2,12 +2,10 @@ package app
 
 import (
 	"context"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/abi-engine/engine/domain"
 	"github.com/abi-engine/engine/internal/natstest"
 )
 
@@ -33,13 +31,9 @@ func (m deafStart) Start(context.Context, ModuleEnv) error {
 // until the process ended on fx's timeout, with the lease still held.
 func TestAModuleThatDoesNotStartHoldsUpNeitherTheStartNorTheRelease(t *testing.T) {
 	s := natstest.StartServer(t)
-	cfg, built := memoryEngine(t, s.ClientURL())
 	m := deafStart{let: make(chan struct{}), starting: make(chan struct{})}
 	t.Cleanup(func() { close(m.let) })
-	e := NewEngine(EngineParams{
-		Config: cfg, Holder: domain.ThisProcess("test", ""), Logger: slog.New(slog.DiscardHandler), Storage: built,
-		Modules: []Module{m}, Shutdown: func(int) {}, Exit: func(int) {},
-	})
+	e := moduleEngine(t, s.ClientURL(), m)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	returned := make(chan error, 1)

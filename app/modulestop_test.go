@@ -3,12 +3,10 @@ package app
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/abi-engine/engine/domain"
 	"github.com/abi-engine/engine/internal/natstest"
 )
 
@@ -49,17 +47,13 @@ func TestAModuleThatDoesNotStopHoldsUpNeitherTheStopNorTheRelease(t *testing.T) 
 		}
 		t.Run(name, func(t *testing.T) {
 			s := natstest.StartServer(t)
-			cfg, built := memoryEngine(t, s.ClientURL())
 			m := deaf{let: make(chan struct{}), stopping: make(chan struct{})}
 			t.Cleanup(func() { close(m.let) })
 			modules := []Module{m}
 			if failedStart {
 				modules = append(modules, refusing{})
 			}
-			e := NewEngine(EngineParams{
-				Config: cfg, Holder: domain.ThisProcess("test", ""), Logger: slog.New(slog.DiscardHandler), Storage: built,
-				Modules: modules, Shutdown: func(int) {}, Exit: func(int) {},
-			})
+			e := moduleEngine(t, s.ClientURL(), modules...)
 			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 			defer cancel()
 			returned := make(chan error, 1)
