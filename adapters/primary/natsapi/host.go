@@ -562,11 +562,16 @@ func unpanicked(log *slog.Logger, what string, f func() ([]byte, error)) (data [
 // errPanicked is a call whose work panicked; its caller is told no more.
 var errPanicked = errors.New("the engine failed the call; its log has the cause")
 
-// ofTerm refuses a call made under a serving term older than token, the
-// one this engine serves under (wire.TermHeader): a module's job whose
+// ofTerm refuses a call made under a serving term other than token, the
+// one this engine serves under (wire.TermHeader). A module's job whose
 // engine was fenced while it ran, sent late, would otherwise run here as
 // a call of the newer term, and no store could tell it from this term's
-// own. A call of no term, or of this term or a newer one, runs.
+// own. A call of a newer term than this engine's was made by the engine
+// that took the lease over: this one still admits calls only because it
+// has not yet seen its own fence, and a call it ran would be a write of
+// the old term beside the new engine's (an unfenced store, such as S3,
+// would take it). Refused, 503, the call goes again to the engine of its
+// term. A call of no term, or of this term, runs.
 func ofTerm(call *Call, token uint64) error {
 	v := call.Header.Get(wire.TermHeader)
 	if v == "" {
@@ -576,8 +581,12 @@ func ofTerm(call *Call, token uint64) error {
 	if err != nil || term == 0 {
 		return fmt.Errorf("%w: header %s %.40q is not a term (a decimal number above 0)", ports.ErrInvalidArgument, wire.TermHeader, v)
 	}
-	if term < token {
+	switch {
+	case term < token:
 		return fmt.Errorf("%w: the call was made under the lease's term %d, which has ended; this engine serves under term %d and did not run it",
+			wire.ErrUnavailable, term, token)
+	case term > token && token != 0:
+		return fmt.Errorf("%w: the call was made under the lease's term %d, newer than this engine's term %d, which has ended; it did not run it",
 			wire.ErrUnavailable, term, token)
 	}
 	return nil
