@@ -5,7 +5,6 @@ import (
 	"errors"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -32,26 +31,7 @@ import (
 func TestACallMadeUnderAnEndedTermIsNotRunByTheEngineOfANewerOne(t *testing.T) {
 	const oldTerm, newTerm = 5, 7
 	url := natstest.StartServer(t).ClientURL()
-	store, err := sqlite.Open(t.Context(), sqlite.Config{Path: filepath.Join(t.TempDir(), "kv.sqlite")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = store.Close() })
-	var serving atomic.Uint64
-	serving.Store(newTerm)
-	host, err := natsapi.NewHost(natsapi.Options{
-		Owner:   domain.NewInstanceID(),
-		Connect: func() (*nats.Conn, error) { return nats.Connect(url) },
-		Replies: natstest.Connect(t, url),
-		Admit:   func() (uint64, bool) { return serving.Load(), true },
-	}, natsapi.KeyValue(store))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := host.Serve(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(host.Stop)
+	store := termHost(t, url, newTerm)
 	kv := natsclient.NewKeyValue(natsclient.New(natstest.Connect(t, url)))
 	under := func(term uint64) context.Context {
 		ctx, cancel := context.WithTimeout(ports.WithFencingToken(t.Context(), term), 30*time.Second)
@@ -64,7 +44,7 @@ func TestACallMadeUnderAnEndedTermIsNotRunByTheEngineOfANewerOne(t *testing.T) {
 		t.Fatalf("Set under the serving term: %v", err)
 	}
 	// The old engine's job, resumed, writes under the term that ended.
-	err = kv.Set(under(oldTerm), "k", []byte("old"), 0)
+	err := kv.Set(under(oldTerm), "k", []byte("old"), 0)
 	if !errors.Is(err, wire.ErrUnavailable) {
 		t.Fatalf("Set under an ended term: %v, want 503", err)
 	}
@@ -109,24 +89,7 @@ func TestACallMadeUnderAnEndedTermIsNotRunByTheEngineOfANewerOne(t *testing.T) {
 func TestACallMadeUnderANewerTermIsNotRunByTheEngineOfAnOlderOne(t *testing.T) {
 	const oldTerm, newTerm = 5, 7
 	url := natstest.StartServer(t).ClientURL()
-	store, err := sqlite.Open(t.Context(), sqlite.Config{Path: filepath.Join(t.TempDir(), "kv.sqlite")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = store.Close() })
-	host, err := natsapi.NewHost(natsapi.Options{
-		Owner:   domain.NewInstanceID(),
-		Connect: func() (*nats.Conn, error) { return nats.Connect(url) },
-		Replies: natstest.Connect(t, url),
-		Admit:   func() (uint64, bool) { return oldTerm, true },
-	}, natsapi.KeyValue(store))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := host.Serve(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(host.Stop)
+	store := termHost(t, url, oldTerm)
 	kv := natsclient.NewKeyValue(natsclient.New(natstest.Connect(t, url)))
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
@@ -153,4 +116,29 @@ func TestACallMadeUnderANewerTermIsNotRunByTheEngineOfAnOlderOne(t *testing.T) {
 	if v, err := store.Get(t.Context(), "k"); err != nil || string(v) != "old" {
 		t.Fatalf("after the newer term's call, k = %q, %v; want %q, unrun", v, err, "old")
 	}
+}
+
+// termHost serves keyvalue on a SQLite store at url, as an engine serving
+// under term, and returns the store.
+func termHost(t *testing.T, url string, term uint64) *sqlite.Store {
+	t.Helper()
+	store, err := sqlite.Open(t.Context(), sqlite.Config{Path: filepath.Join(t.TempDir(), "kv.sqlite")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = store.Close() })
+	host, err := natsapi.NewHost(natsapi.Options{
+		Owner:   domain.NewInstanceID(),
+		Connect: func() (*nats.Conn, error) { return nats.Connect(url) },
+		Replies: natstest.Connect(t, url),
+		Admit:   func() (uint64, bool) { return term, true },
+	}, natsapi.KeyValue(store))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := host.Serve(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(host.Stop)
+	return store
 }
