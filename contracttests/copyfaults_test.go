@@ -4,7 +4,6 @@ import (
 	"context"
 	"maps"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -112,9 +111,7 @@ func TestTheSuitesFailAStoreThatSharesDataWithItsCallers(t *testing.T) {
 		})
 		return
 	}
-	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run", "^TestTheSuitesFailAStoreThatSharesDataWithItsCallers$/^(document|vector_store)$/^(DataIsCopied|VectorsAreCopied|PutThenGet|UpsertThenGet)$", "-test.v")
-	cmd.Env = append(os.Environ(), faultEnv+"=SharesDataWithItsCallers")
-	out, err := cmd.CombinedOutput()
+	out, err := runFault(t, "^TestTheSuitesFailAStoreThatSharesDataWithItsCallers$/^(document|vector_store)$/^(DataIsCopied|VectorsAreCopied|PutThenGet|UpsertThenGet)$", "SharesDataWithItsCallers")
 	if err == nil {
 		t.Fatalf("the suites passed a store that shares data with its callers:\n%s", out)
 	}

@@ -21,6 +21,17 @@ import (
 // faultEnv names the fault a child run of TestSuitesReportFaults plants.
 const faultEnv = "CONTRACTTESTS_FAULT"
 
+// runFault runs the tests that match run in a child process of this test
+// binary, with fault planted, and returns the child's output. The child
+// has a time limit of its own: a suite that hangs on a faulty store fails
+// its run, and does not outlive the test that started it.
+func runFault(t *testing.T, run, fault string) ([]byte, error) {
+	t.Helper()
+	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run", run, "-test.v", "-test.timeout", "3m")
+	cmd.Env = append(os.Environ(), faultEnv+"="+fault)
+	return cmd.CombinedOutput()
+}
+
 // faulty is a correct store with one planted fault.
 type faulty struct {
 	*memory.Store
@@ -140,9 +151,7 @@ func TestSuitesReportFaults(t *testing.T) {
 	} {
 		t.Run(c.fault, func(t *testing.T) {
 			t.Parallel()
-			cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run", "^TestSuitesReportFaults$/^faulty$/^("+c.cases+")$", "-test.v")
-			cmd.Env = append(os.Environ(), faultEnv+"="+c.fault)
-			out, err := cmd.CombinedOutput()
+			out, err := runFault(t, "^TestSuitesReportFaults$/^faulty$/^("+c.cases+")$", c.fault)
 			if err == nil {
 				t.Fatalf("the suite passed a store whose %s:\n%s", c.fault, out)
 			}
@@ -191,9 +200,7 @@ func TestTheVectorSuiteFailsASearchThatLeavesOutTheValues(t *testing.T) {
 		})
 		return
 	}
-	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run", "^TestTheVectorSuiteFailsASearchThatLeavesOutTheValues$/^faulty$/^SearchDotMatchesBruteForce$", "-test.v")
-	cmd.Env = append(os.Environ(), faultEnv+"=SearchLeavesOutTheValues")
-	out, err := cmd.CombinedOutput()
+	out, err := runFault(t, "^TestTheVectorSuiteFailsASearchThatLeavesOutTheValues$/^faulty$/^SearchDotMatchesBruteForce$", "SearchLeavesOutTheValues")
 	if err == nil {
 		t.Fatalf("the suite passed a store whose Search leaves out the values:\n%s", out)
 	}
@@ -232,9 +239,7 @@ func TestTheObjectSuiteFailsAListThatLooksItsCursorUp(t *testing.T) {
 		})
 		return
 	}
-	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run", "^TestTheObjectSuiteFailsAListThatLooksItsCursorUp$/^faulty$/^(ListAfterACursorNoLongerStored|ListPagination)$", "-test.v")
-	cmd.Env = append(os.Environ(), faultEnv+"=ListLooksTheCursorUp")
-	out, err := cmd.CombinedOutput()
+	out, err := runFault(t, "^TestTheObjectSuiteFailsAListThatLooksItsCursorUp$/^faulty$/^(ListAfterACursorNoLongerStored|ListPagination)$", "ListLooksTheCursorUp")
 	if err == nil {
 		t.Fatalf("the suite passed a store whose List looks its cursor up:\n%s", out)
 	}

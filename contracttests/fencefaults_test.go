@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -146,9 +145,7 @@ func TestTheFencedSuitesFailAWriteWithoutATokenThatLowersTheFence(t *testing.T) 
 	}
 	run := func(t *testing.T, fault string) string {
 		t.Helper()
-		cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run", "^TestTheFencedSuitesFailAWriteWithoutATokenThatLowersTheFence$/^(keyvalue|document|vector_store)$/^AnOlderTermIsFenced$", "-test.v")
-		cmd.Env = append(os.Environ(), faultEnv+"="+fault)
-		out, err := cmd.CombinedOutput()
+		out, err := runFault(t, "^TestTheFencedSuitesFailAWriteWithoutATokenThatLowersTheFence$/^(keyvalue|document|vector_store)$/^AnOlderTermIsFenced$", fault)
 		if fault == "fence:" && err != nil {
 			t.Fatalf("the fenced suites failed a store with a correct fence:\n%s", out)
 		}
