@@ -60,6 +60,7 @@ const usage = `usage: engine [command] [flags]
   doc get|put|del|find         the document service
   history                      the activity log, newest first
   config check                 validate a configuration and show where data lives
+  version                      the release this engine is
   help                         this list
 
 Run "engine COMMAND -h" for a command's flags.
@@ -119,6 +120,16 @@ func (c *command) newApp(o app.Options, extra ...fx.Option) *fx.App {
 
 // run dispatches to the command named by the first argument.
 func (c *command) run(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		// Help and version asked as flags, the way most tools take them,
+		// answer for the whole command rather than for serve alone.
+		switch args[0] {
+		case "-h", "-help", "--help":
+			args = append([]string{"help"}, args[1:]...)
+		case "-version", "--version":
+			args = append([]string{"version"}, args[1:]...)
+		}
+	}
 	if len(args) > 0 && args[0] != "" && args[0][0] != '-' {
 		switch args[0] {
 		case "serve":
@@ -137,6 +148,9 @@ func (c *command) run(args []string, stdout, stderr io.Writer) int {
 			return c.historyCommand(args[1:], stdout, stderr)
 		case "help":
 			fmt.Fprint(stdout, usage)
+			return exitOK
+		case "version":
+			fmt.Fprintf(stdout, "engine %s\n", c.o.Version)
 			return exitOK
 		}
 		fmt.Fprintf(stderr, "engine: unknown command %q\n%s", args[0], usage)

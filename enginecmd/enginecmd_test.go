@@ -45,6 +45,28 @@ func TestUsage(t *testing.T) {
 	}
 }
 
+// An operator's first try, engine --help, showed the flags of serve alone,
+// with no word of the other commands; --version was a usage error.
+func TestHelpAndVersionAnswerForTheWholeCommand(t *testing.T) {
+	for _, args := range [][]string{{"help"}, {"-h"}, {"-help"}, {"--help"}} {
+		var stdout, stderr bytes.Buffer
+		if code := Run(args, &stdout, &stderr, Options{}); code != 0 || !strings.Contains(stdout.String(), "kv get|set|del|ls") {
+			t.Errorf("Run(%q) = %d, stdout %q, stderr %q; want 0 and the command list", args, code, stdout.String(), stderr.String())
+		}
+	}
+	for _, args := range [][]string{{"version"}, {"-version"}, {"--version"}} {
+		var stdout, stderr bytes.Buffer
+		if code := Run(args, &stdout, &stderr, Options{Version: "1.2.3"}); code != 0 || stdout.String() != "engine 1.2.3\n" {
+			t.Errorf("Run(%q) = %d, stdout %q, stderr %q; want 0 and %q", args, code, stdout.String(), stderr.String(), "engine 1.2.3\n")
+		}
+	}
+	// A command's own -h still shows that command's flags.
+	var stderr bytes.Buffer
+	if code := Run([]string{"serve", "-h"}, io.Discard, &stderr, Options{}); code != 0 || !strings.Contains(stderr.String(), "-data-dir") {
+		t.Errorf("Run(serve -h) = %d, %q; want 0 and serve's flags", code, stderr.String())
+	}
+}
+
 func TestConfigCheck(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good.yaml")
