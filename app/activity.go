@@ -106,8 +106,7 @@ func eventOf(tr domain.Transition, waitedFor domain.Holder) (event, detail strin
 // drops beyond it rather than hold up the lease's transitions.
 const activityQueue = 64
 
-// activityWrite bounds one entry's write; the facade retries within it
-// while no engine serves.
+// activityWrite bounds one entry's write.
 const activityWrite = 10 * time.Second
 
 // Activity writes the engine's ownership events into the activity log. It
@@ -118,7 +117,8 @@ const activityWrite = 10 * time.Second
 // shutdown no engine may be answering on NATS, and on shared backends it is
 // the same store every engine writes. The document service refuses callers'
 // writes to the log, the facade's included: an engine without a store of
-// its own (a client) has no lease transitions to log.
+// its own (a client, or one stopped before it opened its backends) keeps
+// no entry.
 type Activity struct {
 	me  domain.Holder
 	log *slog.Logger
@@ -135,7 +135,6 @@ type Activity struct {
 	// waitedFor is the holder this engine stood by for.
 	waitedFor domain.Holder
 	changed   chan struct{}
-	docs      ports.DocumentStore
 	cancel    context.CancelFunc
 	done      chan struct{}
 }
@@ -190,7 +189,7 @@ func (a *Activity) Start(_ context.Context, env ModuleEnv) error {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	a.mu.Lock()
-	a.docs, a.cancel, a.done = env.Services.Document, cancel, make(chan struct{})
+	a.cancel, a.done = cancel, make(chan struct{})
 	a.mu.Unlock()
 	go a.run(ctx)
 	return nil
@@ -207,13 +206,18 @@ func (a *Activity) run(ctx context.Context) {
 
 // write stores one entry under an id that sorts by time.
 func (a *Activity) write(ctx context.Context, entry ActivityEntry) error {
-	a.mu.Lock()
-	docs := a.docs
-	a.mu.Unlock()
+	var docs ports.DocumentStore
 	if a.own != nil {
-		if own := a.own(); own != nil {
-			docs = own
-		}
+		docs = a.own()
+	}
+	if docs == nil {
+		// No store of its own: a client, or an engine stopped before it
+		// opened its backends (one of role auto that became a client
+		// still moves its lease state to released). Callers may not
+		// write the log, this engine's facades included, and a write
+		// there only held up its stop while no engine answered.
+		a.log.Debug("activity log entry not kept: this engine opened no document store", "event", entry.Event)
+		return nil
 	}
 	data, err := entryData(entry)
 	if err != nil {

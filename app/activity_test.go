@@ -125,3 +125,33 @@ func TestAHandoverIsLogged(t *testing.T) {
 	find(t, h, old.Me().InstanceID, app.EventReleased)
 	find(t, h, old.Me().InstanceID, app.EventAcquired)
 }
+
+// An engine of role auto that finds another holding the lease is a client
+// (as every CLI command is next to a serving engine), yet its stop moved
+// its ownership to released, which the log took for a standby that
+// stopped before it served. With no store of its own it wrote that entry
+// through the document service, which refuses callers' writes to the log:
+// every such client that stopped logged a warning, and one that found no
+// engine answering (the holder still waiting out its first lease) held up
+// its stop for seconds.
+func TestAClientEngineWritesNothingToTheActivityLog(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	services := sharedDocuments(t)
+	first, a := start(t, testConfig(t, url, "serve", "", services))
+	defer a.RequireStop()
+	awaitHistory(t, first, 1)
+
+	client, _, logs, b := startLogged(t, testConfig(t, url, "auto", "", services))
+	if client.Outcome() != domain.OutcomeClient {
+		t.Fatalf("the second engine is %v, want a client", client.Outcome())
+	}
+	b.RequireStop()
+	if text := logs.String(); strings.Contains(text, "activity log entry not written") {
+		t.Fatalf("a client's stop tried to write the activity log:\n%s", text)
+	}
+	for _, e := range awaitHistory(t, first, 1) {
+		if e.InstanceID == client.Me().InstanceID {
+			t.Fatalf("the activity log has an entry of a client: %+v", e)
+		}
+	}
+}
