@@ -11,8 +11,9 @@
 //	export NAME=value     "export " is allowed and ignored
 //
 // Names are letters, digits and underscores, not starting with a digit,
-// and may appear once. Errors name the file, the line and the secret, never
-// the text of the line: it may hold the secret's value.
+// and may appear once. Values are UTF-8 text. Errors name the file, the
+// line and the secret, never the text of the line: it may hold the
+// secret's value.
 package dotenv
 
 import (
@@ -23,6 +24,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/abi-engine/engine/ports"
 )
@@ -128,6 +130,12 @@ func parse(path string, lines *bufio.Scanner) (map[string]string, error) {
 		value, err := parseValue(rest)
 		if err != nil {
 			return nil, fail("%s: %v", name, err)
+		}
+		// Secrets are served as JSON text, which would carry U+FFFD in
+		// place of these bytes: a file in another encoding is refused
+		// here, not found out by a caller's get.
+		if !utf8.ValidString(value) {
+			return nil, fail("%s: the value is not UTF-8 text, as a secret must be", name)
 		}
 		secrets[name] = value
 		setOn[name] = n

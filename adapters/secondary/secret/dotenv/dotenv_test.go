@@ -170,3 +170,24 @@ func FuzzOpen(f *testing.F) {
 		}
 	})
 }
+
+// Secrets are served as UTF-8 text, and JSON would carry U+FFFD in place
+// of bytes that are not: a file written in another encoding (Latin-1, say)
+// is refused as it opens, naming its file, line and secret, never the
+// value, as every other line the store could not serve as written is.
+func TestAValueThatIsNotUTF8IsRefusedAsTheFileOpens(t *testing.T) {
+	for _, content := range []string{
+		"API_KEY=k\nDB_PASSWORD=p\xe4ss-Zq9\n",
+		"API_KEY=k\nDB_PASSWORD='p\xe4ss-Zq9'\n",
+		"API_KEY=k\nDB_PASSWORD=\"p\xe4ss-Zq9\"\n",
+	} {
+		path := writeFile(t, content)
+		_, err := dotenv.Open(t.Context(), dotenv.Config{Path: path})
+		if !errors.Is(err, ports.ErrInvalidArgument) || !strings.Contains(err.Error(), path+":2:") ||
+			!strings.Contains(err.Error(), "DB_PASSWORD") || !strings.Contains(err.Error(), "UTF-8") {
+			t.Errorf("Open of %q: err %v, want ErrInvalidArgument naming %s:2:, DB_PASSWORD and UTF-8", content, err, path)
+		} else if strings.Contains(err.Error(), "Zq9") {
+			t.Errorf("Open of %q: the error shows the value: %v", content, err)
+		}
+	}
+}
