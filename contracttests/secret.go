@@ -51,6 +51,7 @@ func RunSecret(t *testing.T, h SecretHarness) {
 		{"EmptyStore", map[string]string{}, secretEmptyStore},
 		{"GetReturnsEachValue", secretSample, secretGetReturnsEachValue},
 		{"MissingIsNotFound", secretSample, secretMissingIsNotFound},
+		{"EmptyNameIsInvalid", secretSample, secretEmptyNameIsInvalid},
 		{"ListIsSorted", secretSample, secretListIsSorted},
 	}
 	for _, c := range cases {
@@ -92,10 +93,19 @@ func secretGetReturnsEachValue(t *testing.T, open func(t *testing.T) ports.Secre
 
 func secretMissingIsNotFound(t *testing.T, open func(t *testing.T) ports.Secrets, _ map[string]string) {
 	s := open(t)
-	for _, name := range []string{"NOT_THERE", "db_password", "DB_PASSWORD_", "DB", ""} {
+	for _, name := range []string{"NOT_THERE", "db_password", "DB_PASSWORD_", "DB"} {
 		if v, err := s.Get(ctx(t), name); !errors.Is(err, ports.ErrNotFound) {
 			t.Fatalf("Get %q = %q, %v; want ErrNotFound", name, v, err)
 		}
+	}
+}
+
+// An empty name is a malformed call, as an empty key is, not a secret
+// missing from the deployment.
+func secretEmptyNameIsInvalid(t *testing.T, open func(t *testing.T) ports.Secrets, _ map[string]string) {
+	s := open(t)
+	if v, err := s.Get(ctx(t), ""); !errors.Is(err, ports.ErrInvalidArgument) || v != "" {
+		t.Fatalf("Get of no name = %q, %v; want ErrInvalidArgument", v, err)
 	}
 }
 

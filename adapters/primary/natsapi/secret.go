@@ -18,6 +18,11 @@ func Secret(s ports.Secrets) Service {
 		Description: "abi-engine secrets, for signed callers",
 		Endpoints: []Endpoint{
 			{Name: wire.SecretGet, Handler: JSON(func(ctx context.Context, r wire.SecretName) (wire.SecretValue, error) {
+				// Refused here, whatever the store: "not found" would
+				// read as a secret missing from the deployment.
+				if r.Name == "" {
+					return wire.SecretValue{}, fmt.Errorf("%w: field \"name\" is empty: name the secret to get", ports.ErrInvalidArgument)
+				}
 				v, err := s.Get(ctx, r.Name)
 				if err != nil {
 					return wire.SecretValue{}, err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -87,4 +88,38 @@ func TestASecretListLeavesOutNamesNoGetCanAskFor(t *testing.T) {
 		{"get", `{"name":"API_KEY"}`, `{"value":"k"}`, ""},
 		{"get", `{"name":"BAD_\ufffd"}`, ``, "404"},
 	})
+}
+
+// A get that names no secret is a malformed call, as an empty key is to
+// the keyvalue service: it is refused as bad input naming the field, not
+// answered "not found", which reads as a secret missing from the
+// deployment. A store that holds a variable named by its prefix alone
+// does not change that.
+func TestASecretGetThatNamesNoSecretIsRefusedAsBadInput(t *testing.T) {
+	t.Setenv("ABI_TEST_EMPTY_NAME_", "the prefix alone")
+	secrets, err := env.Open(t.Context(), env.Config{Prefix: "ABI_TEST_EMPTY_NAME_"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := natstest.StartServer(t).ClientURL()
+	secret := []byte("caller-secret")
+	newHost(t, url, natsapi.Options{CallerSecret: secret}, natsapi.Secret(secrets))
+	token, err := callerauth.Sign(secret, "module-a", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc := natstest.Connect(t, url)
+	for _, body := range []string{``, `{}`, `{"name":""}`} {
+		msg := nats.NewMsg(wire.Subject(ports.ServiceSecret, wire.SecretGet))
+		msg.Header.Set(wire.AuthHeader, token)
+		msg.Data = []byte(body)
+		reply, err := nc.RequestMsg(msg, 10*time.Second)
+		if err != nil {
+			t.Fatalf("get %s: %v", body, err)
+		}
+		code, text := reply.Header.Get(wire.ErrorCodeHeader), reply.Header.Get(wire.ErrorHeader)
+		if code != "400" || !strings.Contains(text, `"name"`) || !strings.Contains(text, "empty") {
+			t.Errorf("get %s = %q, code %q %q; want 400 saying field \"name\" is empty", body, reply.Data, code, text)
+		}
+	}
 }

@@ -83,6 +83,9 @@ func (s *Store) Close() error { return nil }
 
 // Get implements ports.Secrets.
 func (s *Store) Get(_ context.Context, name string) (string, error) {
+	if name == "" {
+		return "", fmt.Errorf("%w: a secret's name is empty", ports.ErrInvalidArgument)
+	}
 	v, ok := s.secrets[name]
 	if !ok {
 		// The file's path stays out: the error reaches callers.

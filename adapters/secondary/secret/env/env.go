@@ -56,10 +56,12 @@ func (s *Store) Close() error { return nil }
 
 // Get implements ports.Secrets.
 func (s *Store) Get(_ context.Context, name string) (string, error) {
-	if name != "" {
-		if v, ok := os.LookupEnv(s.prefix + name); ok {
-			return v, nil
-		}
+	// The variable named by the prefix alone is no secret.
+	if name == "" {
+		return "", fmt.Errorf("%w: a secret's name is empty", ports.ErrInvalidArgument)
+	}
+	if v, ok := os.LookupEnv(s.prefix + name); ok {
+		return v, nil
 	}
 	return "", fmt.Errorf("secret %q (variable %s%s): %w", name, s.prefix, name, ports.ErrNotFound)
 }
