@@ -517,6 +517,17 @@ func (e *Engine) client(nc *nats.Conn, caller string) *natsclient.Client {
 
 func (e *Engine) startModules(ctx context.Context) error {
 	svc := facades(e.client(e.session, "engine "+e.p.Holder.InstanceID), e.p.Config)
+	e.mu.Lock()
+	l := e.local
+	e.mu.Unlock()
+	// Secrets are this deployment's configuration: read through the
+	// serving engine, a standby's modules would get the old release's
+	// values, a rotated secret's old one, and keep it past the handover.
+	if l != nil && svc.Secrets != nil {
+		if own := l.secrets(); own != nil {
+			svc.Secrets = own
+		}
+	}
 	var api Services
 	if e.apiConn != nil {
 		api = facades(e.client(e.apiConn, "engine "+e.p.Holder.InstanceID+" http"), e.p.Config)

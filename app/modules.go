@@ -7,9 +7,12 @@ import (
 	"github.com/abi-engine/engine/ports"
 )
 
-// Services are the kernel services as a module sees them: always clients
-// of the serving engine, so a standby's modules reach the old engine until
-// the handover. A service switched off is nil.
+// Services are the kernel services as a module sees them: clients of the
+// serving engine, so a standby's modules reach the old engine until the
+// handover. Secrets are the exception on an engine that serves or stands
+// by: they are read from its own sources, this deployment's configuration,
+// so a standby's modules see a secret as its release has it. A service
+// switched off is nil.
 type Services struct {
 	KeyValue      ports.KeyValue
 	Document      ports.DocumentStore
