@@ -11,7 +11,8 @@
 //	export NAME=value     "export " is allowed and ignored
 //
 // Names are letters, digits and underscores, not starting with a digit,
-// and may appear once. Values are UTF-8 text. Errors name the file, the
+// and may appear once. Values are UTF-8 text. Lines end in LF or CR LF; a
+// carriage return inside a line is an error. Errors name the file, the
 // line and the secret, never the text of the line: it may hold the
 // secret's value.
 package dotenv
@@ -113,6 +114,12 @@ func parse(path string, lines *bufio.Scanner) (map[string]string, error) {
 			return fmt.Errorf("%s:%d: %s: %w", path, n, fmt.Sprintf(format, args...), ports.ErrInvalidArgument)
 		}
 		line := strings.TrimSpace(lines.Text())
+		// Lines end in LF or CR LF. A CR inside one is most likely a file
+		// whose lines end in CR alone, which reads as one line: its first
+		// secret would take the rest as its value, or a comment the rest.
+		if strings.ContainsRune(line, '\r') {
+			return nil, fail("a carriage return inside the line: lines end in LF or CR LF, and a value holds one as \\r in double quotes")
+		}
 		if line == "" || line[0] == '#' {
 			continue
 		}

@@ -191,3 +191,30 @@ func TestAValueThatIsNotUTF8IsRefusedAsTheFileOpens(t *testing.T) {
 		}
 	}
 }
+
+// A file whose lines end in a carriage return alone reads as one line: the
+// first secret took the rest of the file as its value and every later one
+// was lost, or, behind a comment, every one was. A carriage return inside a
+// line is refused, naming the line; one at its end (CR LF) is not.
+func TestALineWithACarriageReturnInsideIsRefused(t *testing.T) {
+	for _, content := range []string{
+		"API_KEY=k\rDB_PASSWORD=Zq9\r",
+		"# written on an old Mac\rAPI_KEY=k\rDB_PASSWORD=Zq9\r",
+		"API_KEY='k\rZq9'\n",
+		"API_KEY=\"k\rZq9\"\n",
+	} {
+		path := writeFile(t, content)
+		_, err := dotenv.Open(t.Context(), dotenv.Config{Path: path})
+		if !errors.Is(err, ports.ErrInvalidArgument) || !strings.Contains(err.Error(), path+":1:") || !strings.Contains(err.Error(), "carriage return") {
+			t.Errorf("Open of %q: err %v, want ErrInvalidArgument naming %s:1: and the carriage return", content, err, path)
+		} else if strings.Contains(err.Error(), "Zq9") {
+			t.Errorf("Open of %q: the error shows the value: %v", content, err)
+		}
+	}
+	s := open(t, writeFile(t, "API_KEY=k\r\nDB_PASSWORD=\"a\\rb\"\r\n"))
+	for name, want := range map[string]string{"API_KEY": "k", "DB_PASSWORD": "a\rb"} {
+		if got, err := s.Get(t.Context(), name); err != nil || got != want {
+			t.Errorf("%s = %q, %v; want %q", name, got, err, want)
+		}
+	}
+}
