@@ -636,7 +636,9 @@ func (b *Bucket) publish(ctx context.Context, token string, m *nats.Msg, expect 
 	if err == nil {
 		return rev, nil
 	}
-	if errors.Is(err, nats.ErrMaxPayload) {
+	// The connection refuses a message over the broker's max_payload; the
+	// stream one over its own largest message (a bucket's max value size).
+	if errors.Is(err, nats.ErrMaxPayload) || isAPICode(err, jetstream.JSErrCodeStreamMessageExceedsMaximum) {
 		return 0, fmt.Errorf("%d bytes: %w: %w", len(m.Data), ports.ErrTooLarge, err)
 	}
 	if !isConflict(err) {
