@@ -84,8 +84,10 @@ const (
 	// deleted key's revision for watchers; after this they go, so deleted
 	// keys do not pile up.
 	markerTTL = time.Hour
-	// limitMarkerTTL enables per-message TTLs on the bucket's stream.
-	limitMarkerTTL = time.Minute
+	// duplicates is the stream's window of message ids, nats.go's for a
+	// key-value bucket: a write resent within it under its id is stored
+	// once.
+	duplicates = 2 * time.Minute
 
 	headerOperation = "KV-Operation"
 	headerTTL       = "Nats-TTL"
@@ -124,16 +126,13 @@ func Open(ctx context.Context, nc *nats.Conn, c Config, description string) (*Bu
 	return open(ctx, nc, c, kind{
 		stream: "KV_" + c.Bucket, prefix: "$KV." + c.Bucket + ".",
 		create: func(ctx context.Context, js jetstream.JetStream) error {
-			_, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
-				Bucket: c.Bucket, Description: description, History: 1,
-				Replicas: c.replicas(), LimitMarkerTTL: limitMarkerTTL,
-			})
-			if errors.Is(err, jetstream.ErrBucketExists) {
+			_, err := js.CreateStream(ctx, keyValueStream(c, description))
+			if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 				return nil
 			}
 			return err
 		},
-		check: checkKeyValue,
+		check: checkKeyValue, adjust: dropMarkers,
 	})
 }
 
@@ -155,11 +154,86 @@ func OpenObjects(ctx context.Context, nc *nats.Conn, c Config, description strin
 	})
 }
 
+// keyValueStream is the stream of a key-value bucket as nats.go makes it,
+// with per-message TTLs and without the broker's markers of expiry
+// (subject_delete_marker_ttl), which nats.go's CreateKeyValue turns on with
+// them. The broker decides to leave such a marker when it removes an
+// expired message that is its key's last, and on a replicated stream
+// proposes it after a write of the key proposed meanwhile: the marker, a
+// rollup of its key, then lands over that write and deletes it, though
+// the write was acknowledged. Without markers the broker removes an
+// expired message by its sequence, which takes no later write with it.
+func keyValueStream(c Config, description string) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name: "KV_" + c.Bucket, Description: description,
+		Subjects:          []string{"$KV." + c.Bucket + ".>"},
+		MaxMsgsPerSubject: 1, MaxBytes: -1, MaxMsgs: -1, MaxMsgSize: -1, MaxConsumers: -1,
+		Storage: jetstream.FileStorage, Replicas: c.replicas(),
+		AllowRollup: true, DenyDelete: true, AllowDirect: true, Discard: jetstream.DiscardNew,
+		Duplicates: duplicates, AllowMsgTTL: true,
+	}
+}
+
 // kind is what differs between key-value and object store buckets.
 type kind struct {
 	stream, prefix string
 	create         func(ctx context.Context, js jetstream.JetStream) error
 	check          func(c Config, sc jetstream.StreamConfig) error
+	// adjust, if set, changes what the bucket may have and the adapters
+	// must not, once check has passed it.
+	adjust func(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, sc jetstream.StreamConfig)
+}
+
+// dropMarkers turns off the broker's markers of expiry on a bucket made
+// with them (by an earlier engine, or by nats.go), since they can delete
+// acknowledged writes (keyValueStream). It needs the engine's user to be
+// allowed to update the stream ($JS.API.STREAM.UPDATE.KV_<bucket>);
+// refused (which the server tells the connection, not the request), or
+// failing within one request's time, it leaves the bucket as it was, which
+// the adapters work with as before.
+func dropMarkers(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, sc jetstream.StreamConfig) {
+	if sc.SubjectDeleteMarkerTTL == 0 {
+		return
+	}
+	sc.SubjectDeleteMarkerTTL = 0
+	ctx, cancel := context.WithTimeout(ctx, attemptTimeout)
+	defer cancel()
+	before := nc.LastError()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for attempt := 0; ; attempt++ {
+			_, err := js.UpdateStream(ctx, sc)
+			if err == nil || !transient(err) || pause(ctx, attempt) != nil {
+				return
+			}
+		}
+	}()
+	poll := time.NewTicker(10 * time.Millisecond)
+	defer poll.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-poll.C:
+			if refusedTo(nc, before, "$JS.API.STREAM.UPDATE."+sc.Name) {
+				cancel()
+				<-done
+				return
+			}
+		}
+	}
+}
+
+// refusedTo reports a publish to subject that the server refused to the
+// connection's user since before was the connection's last error.
+func refusedTo(nc *nats.Conn, before error, subject string) bool {
+	last := nc.LastError()
+	if last == nil || last == before || !errors.Is(last, nats.ErrPermissionViolation) {
+		return false
+	}
+	m := violatedSubject.FindStringSubmatch(last.Error())
+	return m != nil && m[1] == subject
 }
 
 func open(ctx context.Context, nc *nats.Conn, c Config, k kind) (*Bucket, error) {
@@ -179,6 +253,9 @@ func open(ctx context.Context, nc *nats.Conn, c Config, k kind) (*Bucket, error)
 	}
 	if err := k.check(c, stream.CachedInfo().Config); err != nil {
 		return nil, err
+	}
+	if k.adjust != nil {
+		k.adjust(ctx, nc, js, stream.CachedInfo().Config)
 	}
 	return &Bucket{
 		nc: nc, js: js, stream: stream, name: c.Bucket, prefix: k.prefix,

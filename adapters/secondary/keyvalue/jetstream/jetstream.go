@@ -161,10 +161,12 @@ const (
 
 // awaitRemoval waits until the broker has removed the expired value e (it
 // leaves a marker, or nothing) or written something else over it, and
-// returns the key's last entry then. Writing over the value before that
-// races the broker's removal: on a replicated stream the removal's marker
-// can land after the write that won, hiding it, and a second caller then
-// wins too. After lingerWait it gives up waiting and returns what it read.
+// returns the key's last entry then. On a bucket that keeps the broker's
+// markers of expiry (one whose markers Open could not turn off), writing
+// over the value before that races the broker's removal: on a replicated
+// stream the removal's marker can land after the write that won, hiding
+// it, and a second caller then wins too. After lingerWait it gives up
+// waiting and returns what it read.
 func (s *Store) awaitRemoval(ctx context.Context, token string, e jsbucket.Entry) (jsbucket.Entry, error) {
 	deadline := e.ExpiresAt.Add(time.Second + lingerWait) // a lingering value has an expiry
 	t := time.NewTicker(lingerPoll)
