@@ -38,8 +38,9 @@ type servingJobs interface {
 //     for the broker to confirm the fence;
 //  2. if it may serve, is booted and not shutting down: subscribe the
 //     kernel, then start jobs;
-//  3. while shutting down, jobs stay stopped, and their runs, those a
-//     fence cancelled too, are waited for; the kernel keeps answering
+//  3. while shutting down, jobs stay stopped, and shutdownJobs waits for
+//     their runs, those a fence cancelled too, outside the loop, which
+//     goes on acting on the lease meanwhile; the kernel keeps answering
 //     until the release (and after it, if the release was written, for the
 //     drain), and Stop drains it.
 //
@@ -106,8 +107,14 @@ func (s *serving) booted(k servingKernel) { s.await(servingEvent{booted: k}) }
 
 // shutdownJobs tells the loop the engine stops, and returns once jobs have
 // stopped and nothing will subscribe the kernel again. The kernel keeps
-// answering until the release.
-func (s *serving) shutdownJobs() { s.await(servingEvent{shutdown: true}) }
+// answering until the release. The runs are waited for here, not in the
+// loop: a run that does not heed its cancellation holds the stop for up to
+// a lease, and a fence or a loss in that time must still stop the kernel
+// at once.
+func (s *serving) shutdownJobs() {
+	s.await(servingEvent{shutdown: true})
+	s.jobs.Stop()
+}
 
 // await sends ev and waits until the loop has acted on it.
 func (s *serving) await(ev servingEvent) {
@@ -209,16 +216,13 @@ func (s *serving) reconcile() {
 		// is ready. The job started again waits for that run to end.
 		s.jobs.Cancel()
 		wait()
-		if s.shutdown {
-			// The stop closes the stores and stops the modules next: the
-			// runs the fence cancelled end first, as at the shutdown of a
-			// serving engine.
-			s.jobs.Stop()
-		}
 		return
 	}
 	if s.shutdown || s.lease != domain.StateServing {
-		s.jobs.Stop()
+		// Cancelled, not waited for, as at a fence: shutdownJobs waits for
+		// the runs, this one's and those a fence cancelled, before the stop
+		// closes the stores and stops the modules.
+		s.jobs.Cancel()
 		return
 	}
 	if s.kernel == nil {

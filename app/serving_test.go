@@ -417,3 +417,52 @@ func TestTheShutdownOfALostEngineWaitsForTheRunsItsFenceCancelled(t *testing.T) 
 		}
 	})
 }
+
+// A fence that comes while the shutdown waits for a job run that does not
+// heed its cancellation is acted on at once: the kernel stops taking and
+// running calls, as at any other fence. Before, the serving loop itself
+// waited for the run, up to a lease, and heard of the fence only then, so
+// the calls it ran went on past the fence, and past a successor's
+// takeover.
+func TestAFenceDuringAShutdownThatWaitsForAStuckJobRunIsActedOnAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newLoop(t)
+		jobs := NewJobs(slog.New(slog.DiscardHandler), nil)
+		jobs.stopLimit = 20 * time.Second
+		h.serving.jobs = jobs
+		unstick := make(chan struct{})
+		var running atomic.Bool
+		if err := jobs.Register(Job{Name: "stuck", Every: time.Second, Run: func(context.Context) error {
+			running.Store(true)
+			<-unstick // heeds no context
+			return nil
+		}}); err != nil {
+			t.Fatal(err)
+		}
+		h.boot()
+		h.move(domain.StateServing)
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if !running.Load() {
+			t.Fatal("the job's run has not begun")
+		}
+		stopped := make(chan struct{})
+		go func() {
+			h.shutdownJobs()
+			close(stopped)
+		}()
+		synctest.Wait()
+		h.move(domain.StateFenced)
+		subscribed := h.kernel.subscribed
+		select {
+		case <-stopped:
+			t.Fatal("the shutdown did not wait for the stuck run")
+		default:
+		}
+		close(unstick)
+		<-stopped
+		if subscribed {
+			t.Fatalf("the kernel still served after a fence that came while the shutdown waited for a stuck job run (steps: %s)", h.steps)
+		}
+	})
+}
