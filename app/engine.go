@@ -290,8 +290,18 @@ func (e *Engine) Start(ctx context.Context) (err error) {
 	defer func() {
 		if err != nil {
 			e.stopping.Store(true)
-			// fx runs no stop for a start that failed: the modules that
+			// fx runs no stop for a start that failed: the jobs stop
+			// first, as at a stop, so that none runs on while, or after,
+			// the module that registered it stops; then the modules that
 			// did start are stopped here, within a drain period.
+			e.mu.Lock()
+			sv := e.serving
+			e.mu.Unlock()
+			if sv != nil {
+				sv.shutdownJobs()
+			} else {
+				e.jobs.Stop()
+			}
 			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.p.Config.Timing().Drain)
 			if serr := e.stopModules(sctx); serr != nil {
 				e.log.Warn("stopping the modules of a start that failed", "err", serr)
