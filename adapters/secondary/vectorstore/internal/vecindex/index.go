@@ -8,8 +8,11 @@ package vecindex
 
 import (
 	"cmp"
+	"fmt"
+	"log/slog"
 	"math"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"time"
@@ -39,6 +42,9 @@ type Options struct {
 	// collection shrinks below half of it. Zero means DefaultThreshold, a
 	// negative value never builds one.
 	Threshold int
+	// Logger hears of a graph build that panicked; nil means
+	// slog.Default().
+	Logger *slog.Logger
 }
 
 // Candidate is a vector the index found: Distance is lower when closer (the
@@ -70,6 +76,13 @@ type Index struct {
 	building bool
 	closed   bool
 	wg       sync.WaitGroup
+	log      *slog.Logger
+
+	// hooks are points of the builder where tests stop it; nil outside
+	// tests.
+	hooks struct {
+		insert func(s int32) // the builder is about to put slot s into the graph
+	}
 }
 
 // New makes an empty index for vectors of dimension dim under metric m.
@@ -78,7 +91,11 @@ func New(dim int, m ports.Metric, o Options) *Index {
 	if t == 0 {
 		t = DefaultThreshold
 	}
-	return &Index{dim: dim, metric: m, threshold: t, slots: map[string]int32{}, dict: newTerms()}
+	log := o.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Index{dim: dim, metric: m, threshold: t, slots: map[string]int32{}, dict: newTerms(), log: log}
 }
 
 // Close stops the graph builder and waits for it.
@@ -242,24 +259,50 @@ func (x *Index) resetGraph() {
 // time.
 func (x *Index) build() {
 	defer x.wg.Done()
-	for {
-		x.mu.Lock()
-		if x.closed || x.g == nil || len(x.pending) == 0 {
-			x.building = false
-			x.mu.Unlock()
-			return
-		}
-		end := time.Now().Add(buildSlice)
-		for len(x.pending) > 0 && time.Now().Before(end) {
-			s := x.pending[0]
-			x.pending = x.pending[1:]
-			if x.ids[s] != "" && !x.g.has(s) {
-				x.g.insert(s)
-			}
-		}
-		x.mu.Unlock()
+	for x.buildSlice() {
 		runtime.Gosched()
 	}
+}
+
+// buildSlice puts pending vectors into the graph for one slice of time,
+// under the write lock, and reports whether the builder goes on.
+//
+// It runs on the builder's own goroutine, where a panic (a bug, or values
+// that break the graph's code) would end the process, and with it an
+// engine that holds the lease, with no release and no drain. So a panic
+// gives the graph up instead: the graph it left half built is dropped,
+// never searched as if whole, and the collection is searched exactly from
+// then on, which is slower but answers the same.
+func (x *Index) buildSlice() (more bool) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	defer func() {
+		if p := recover(); p != nil {
+			x.log.Error("the build of a vector search graph panicked; the collection is searched exactly from now on",
+				"dimension", x.dim, "metric", x.metric, "vectors", x.live,
+				"panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			x.dropGraph()
+			x.threshold = -1
+			x.building = false
+			more = false
+		}
+	}()
+	if x.closed || x.g == nil || len(x.pending) == 0 {
+		x.building = false
+		return false
+	}
+	end := time.Now().Add(buildSlice)
+	for len(x.pending) > 0 && time.Now().Before(end) {
+		s := x.pending[0]
+		x.pending = x.pending[1:]
+		if x.ids[s] != "" && !x.g.has(s) {
+			if x.hooks.insert != nil {
+				x.hooks.insert(s)
+			}
+			x.g.insert(s)
+		}
+	}
+	return true
 }
 
 // Built reports whether every vector is in the graph (or there is no
