@@ -14,9 +14,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -86,11 +88,13 @@ type Store struct {
 	loaded      chan struct{}      // closed when that load has ended
 	checkpoints *sqlitedb.Checkpointer
 
-	// hooks are points of sync where tests stop it; nil outside tests.
-	hooks struct {
-		read    func(name string) // sync has read the collection from its snapshot
-		catchUp func(name string) // sync holds the index and reads the collection into it
-	}
+	hooks syncHooks
+}
+
+// syncHooks are points of sync where tests stop it; nil outside tests.
+type syncHooks struct {
+	read    func(name string) // sync has read the collection from its snapshot
+	catchUp func(name string) // sync holds the index and reads the collection into it
 }
 
 // cached is a handle's index of one collection and the point of the file's
@@ -165,7 +169,10 @@ const indexes = `CREATE INDEX IF NOT EXISTS vectors_by_version ON vectors (colle
 const keepDeleted = 10_000
 
 // Open opens or creates the file and its tables.
-func Open(ctx context.Context, c Config) (*Store, error) {
+func Open(ctx context.Context, c Config) (*Store, error) { return open(ctx, c, syncHooks{}) }
+
+// open is Open with the hooks in place before the indexes start to load.
+func open(ctx context.Context, c Config, hooks syncHooks) (*Store, error) {
 	if c.Path == "" {
 		return nil, fmt.Errorf("vector_store sqlite: path is empty: %w", ports.ErrInvalidArgument)
 	}
@@ -193,7 +200,7 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 		db.Close()
 		return nil, err
 	}
-	s := &Store{db: db, threshold: c.IndexThreshold, indexes: map[string]*cached{}, upserts: map[int]*sql.Stmt{}}
+	s := &Store{db: db, threshold: c.IndexThreshold, indexes: map[string]*cached{}, upserts: map[int]*sql.Stmt{}, hooks: hooks}
 	if err := s.prepare(ctx, c.Path); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("vector_store sqlite: %q: %w", c.Path, err)
@@ -205,10 +212,19 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 	// The indexes load in the background, so a large file does not hold
 	// up the engine's start (or a handover); a search of a collection
 	// still loading waits for it, and one whose load failed tries again.
+	// The load runs on a goroutine of its own, where a panic would end the
+	// process, which may hold the lease: it is logged, and what it left
+	// is for the searches to load, as after a failure.
 	loadCtx, stop := context.WithCancel(context.Background())
 	s.stopLoad, s.loaded = stop, make(chan struct{})
 	go func() {
 		defer close(s.loaded)
+		defer func() {
+			if p := recover(); p != nil {
+				slog.Default().Error("the load of the vector indexes panicked; searches load the collections it left",
+					"path", c.Path, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			}
+		}()
 		s.loadAll(loadCtx)
 	}()
 	return s, nil
@@ -361,6 +377,11 @@ var errAhead = errors.New("the index is ahead of the snapshot")
 // does not.
 var errDropped = errors.New("a collection went since the snapshot")
 
+// errLoadPanicked is sync's answer when reading the collection into its
+// index panicked; the search that met it fails, and the next one loads the
+// index anew.
+var errLoadPanicked = errors.New("the index panicked as it took the rows")
+
 // sync brings the handle's index of collection name up to the snapshot of
 // tx and returns it: a collection made anew, or an index further behind
 // than the deleted ids are kept, is loaded whole; otherwise only what was
@@ -368,11 +389,11 @@ var errDropped = errors.New("a collection went since the snapshot")
 // snapshot (the handle's own, applied once committed, or read by a search
 // with a newer snapshot) is errAhead. drops is dropCount as it stood
 // before the snapshot of tx was taken.
-func (s *Store) sync(ctx context.Context, tx *sql.Tx, name string, drops uint64) (view, error) {
+func (s *Store) sync(ctx context.Context, tx *sql.Tx, name string, drops uint64) (v view, err error) {
 	var dim int
 	var metric string
 	var created, version, pruned int64
-	err := tx.QueryRowContext(ctx, `SELECT dimension, metric, created, version, pruned FROM vector_collections WHERE name = ?`, name).
+	err = tx.QueryRowContext(ctx, `SELECT dimension, metric, created, version, pruned FROM vector_collections WHERE name = ?`, name).
 		Scan(&dim, &metric, &created, &version, &pruned)
 	if errors.Is(err, sql.ErrNoRows) {
 		s.forget(name, false)
@@ -390,6 +411,21 @@ func (s *Store) sync(ctx context.Context, tx *sql.Tx, name string, drops uint64)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	defer func() {
+		// A panic while the index takes the rows (a bug, or values that
+		// break the index's code) leaves it part loaded: it goes, as after
+		// a failure, and the next search loads it anew. On the load at
+		// open, which runs on a goroutine of its own, the panic would end
+		// the process, which may hold the lease.
+		if p := recover(); p != nil {
+			slog.Default().Error("reading a collection into its vector index panicked; the index is dropped",
+				"collection", name, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			if c.index != nil {
+				c.discard()
+			}
+			v, err = view{}, fmt.Errorf("read collection %q into its index: %v: %w", name, p, errLoadPanicked)
+		}
+	}()
 	switch {
 	case c.index == nil || c.created != created || c.version < pruned:
 		if c.index != nil {
