@@ -428,8 +428,12 @@ func (t *sessionTable) stop() { t.fence()() }
 // every session at once: every session's context ends before any close
 // takes a session's lock, so a call that holds one in a store that does
 // not heed its context holds up no other session's cancellation. It waits
-// on nothing: the confirm it returns waits for the broker, which a fenced
-// engine may not reach.
+// on nothing: a session whose lock a call still holds closes on a
+// goroutine of its own once the call lets go, and the confirm it returns
+// waits, within fenceDrain, for those closes and for the broker, which a
+// fenced engine may not reach. The engine fences on its serving loop, and
+// stops the sessions before it releases the lease: a close that waited
+// for a store that never returns held up both for good.
 func (t *sessionTable) fence() (confirm func()) {
 	t.mu.Lock()
 	t.stopped = true
@@ -450,13 +454,31 @@ func (t *sessionTable) fence() (confirm func()) {
 	for _, s := range open {
 		s.cancel()
 	}
+	var late sync.WaitGroup
 	for _, s := range open {
-		t.close(s)
+		if s.mu.TryLock() {
+			t.closeLocked(s)
+			s.mu.Unlock()
+			continue
+		}
+		late.Go(func() { t.close(s) })
 	}
-	if sub == nil {
-		return func() {}
+	closed := make(chan struct{})
+	go func() {
+		late.Wait()
+		close(closed)
+	}()
+	return func() {
+		bound := time.NewTimer(fenceDrain)
+		defer bound.Stop()
+		if sub != nil {
+			_ = t.nc.FlushTimeout(fenceDrain)
+		}
+		select {
+		case <-closed:
+		case <-bound.C:
+		}
 	}
-	return func() { _ = t.nc.FlushTimeout(fenceDrain) }
 }
 
 // isStopped reports whether the table takes no new session: the engine
