@@ -83,6 +83,9 @@ type Store struct {
 	// takes or makes an index only while the count stands where it was
 	// before its snapshot (errDropped otherwise).
 	drops uint64
+	// closed is set by Close: from then on no index is made or loaded, so
+	// none outlives the handle with a graph builder nobody stops.
+	closed bool
 
 	stopLoad    context.CancelFunc // ends the load of the indexes at open
 	loaded      chan struct{}      // closed when that load has ended
@@ -289,17 +292,23 @@ func (s *Store) Close() error {
 	s.stopLoad()
 	<-s.loaded
 	s.mu.Lock()
-	for _, c := range s.indexes {
-		if c.index != nil {
-			c.index.Close()
-		}
-	}
+	s.closed = true
+	held := s.indexes
 	s.indexes = map[string]*cached{}
 	for _, stmt := range s.upserts {
 		stmt.Close()
 	}
 	s.upserts = map[int]*sql.Stmt{}
 	s.mu.Unlock()
+	// Under each entry's lock: a search that loads an index holds it, and
+	// one that takes it after this meets closed.
+	for _, c := range held {
+		c.mu.Lock()
+		if c.index != nil {
+			c.index.Close()
+		}
+		c.mu.Unlock()
+	}
 	if s.fetch != nil {
 		s.fetch.Close()
 	}
@@ -332,11 +341,22 @@ func tick(ctx context.Context, tx *sql.Tx, name string) (seq, prev int64, err er
 	return seq, prev, nil
 }
 
-// entry gets or makes the cache entry of a collection.
+// entry gets or makes the cache entry of a collection; nil once the
+// handle is closed.
 func (s *Store) entry(name string) *cached {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
 	return s.entryLocked(name)
+}
+
+// isClosed reports whether Close has begun.
+func (s *Store) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
 }
 
 func (s *Store) entryLocked(name string) *cached {
@@ -357,15 +377,22 @@ func (s *Store) dropCount() uint64 {
 }
 
 // entrySince is entry for a sync whose snapshot was taken once the handle
-// had let go of drops indexes; nil when it has let go of more since.
-func (s *Store) entrySince(name string, drops uint64) *cached {
+// had let go of drops indexes: errDropped when it has let go of more
+// since, errClosed once it is closed.
+func (s *Store) entrySince(name string, drops uint64) (*cached, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.drops != drops {
-		return nil
+	switch {
+	case s.closed:
+		return nil, errClosed
+	case s.drops != drops:
+		return nil, errDropped
 	}
-	return s.entryLocked(name)
+	return s.entryLocked(name), nil
 }
+
+// errClosed is the answer of a call that meets the handle closed.
+var errClosed = errors.New("vector_store sqlite: the handle is closed")
 
 // errAhead is sync's answer when the handle's index already holds writes
 // newer than the snapshot of tx: a snapshot taken now sees them.
@@ -405,12 +432,17 @@ func (s *Store) sync(ctx context.Context, tx *sql.Tx, name string, drops uint64)
 	if s.hooks.read != nil {
 		s.hooks.read(name)
 	}
-	c := s.entrySince(name, drops)
-	if c == nil {
-		return view{}, errDropped
+	c, err := s.entrySince(name, drops)
+	if err != nil {
+		return view{}, err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if s.isClosed() {
+		// Close has closed this entry's index, or passes it once this
+		// sync lets go: an index made now would outlive the handle.
+		return view{}, errClosed
+	}
 	defer func() {
 		// A panic while the index takes the rows (a bug, or values that
 		// break the index's code) leaves it part loaded: it goes, as after
@@ -692,8 +724,14 @@ func (s *Store) CreateCollection(ctx context.Context, name string, dimension int
 	// The handle indexes the new collection from the start, so its own
 	// upserts go into the index as they are written.
 	c := s.entry(name)
+	if c == nil {
+		return nil // closed: the collection is in the file, and no index outlives the handle
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if s.isClosed() {
+		return nil
+	}
 	if c.index != nil {
 		c.index.Close()
 	}
