@@ -88,7 +88,7 @@ func TestABrokerGoneForGoodStopsTheEngineOnceAndAStopInTimeDisarmsTheExit(t *tes
 
 // The kernel's subscriptions all live on the accepting connection. When it
 // alone closes for good (here its reconnects are refused: the broker takes
-// three connections, and another client took its place while it was away)
+// four connections, and another client took its place while it was away)
 // the engine must stop, with the exit code for a lost connection, and stop
 // cleanly: an engine that went on holding and renewing the lease with
 // nothing subscribed would have every call find no responders, and no
@@ -96,7 +96,7 @@ func TestABrokerGoneForGoodStopsTheEngineOnceAndAStopInTimeDisarmsTheExit(t *tes
 func TestAnAcceptingConnectionClosedForGoodStopsTheEngine(t *testing.T) {
 	s := natstest.StartWith(t, &server.Options{
 		Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: t.TempDir(),
-		NoLog: true, NoSigs: true, MaxConn: 3, // the engine's three
+		NoLog: true, NoSigs: true, MaxConn: 4, // the engine's four
 	})
 	cfg, built := memoryEngine(t, s.ClientURL())
 	shutdowns := make(chan int, 8)
@@ -173,9 +173,9 @@ func TestAnAcceptingConnectionClosedForGoodStopsTheEngine(t *testing.T) {
 // would ever replace it. The engine is made by its fx graph, which is
 // what hands the engine's handler to the stores' connections.
 func TestAStoreConnectionClosedForGoodStopsTheEngineAndTheStandbyTakesOver(t *testing.T) {
-	// The serving engine's session, lease, accepting and keyvalue
-	// connections, and the standby's, which accepts nothing yet.
-	const maxConn = 4 + 3
+	// The serving engine's session, modules', lease, accepting and
+	// keyvalue connections, and the standby's, which accepts nothing yet.
+	const maxConn = 5 + 4
 	s := natstest.StartWith(t, &server.Options{
 		Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: t.TempDir(),
 		NoLog: true, NoSigs: true, MaxConn: maxConn,

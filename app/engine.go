@@ -87,8 +87,12 @@ type Engine struct {
 	mu        sync.Mutex
 	broker    *server.Server
 	url       string
-	session   *nats.Conn // replies, owner subjects and the modules' facades
+	session   *nats.Conn // replies and owner subjects
 	leaseConn *nats.Conn // the lease's own, so a busy endpoint never delays a renewal
+	// modConn is the modules' facades', with no reconnect buffer: a
+	// module's call sent while it reconnects fails then, and never lands
+	// after its module saw it fail.
+	modConn *nats.Conn
 	// apiConn is the HTTP API's, for its facades: its inbox prefix makes
 	// the API a caller apart from the modules when callers do not sign.
 	// nil with http.listen off.
@@ -207,7 +211,7 @@ func (e *Engine) Ready() bool {
 
 // connect opens a NATS connection. Each of the engine's connections stops
 // the engine when it closes for good while the engine runs: the session,
-// the HTTP API's and the lease's, and the accepting connection too, which the kernel's host
+// the modules', the HTTP API's and the lease's, and the accepting connection too, which the kernel's host
 // closes itself at every fence and handover, replacing this handler first
 // (natsapi.Host), so only a close it did not make reaches the engine. An
 // engine whose accepting connection is gone for good would otherwise hold
@@ -330,11 +334,17 @@ func (e *Engine) Start(ctx context.Context) (err error) {
 	if e.session, err = e.connect("abi-engine"); err != nil {
 		return err
 	}
+	// A call of a module, or of the HTTP API, sent while its connection
+	// reconnects fails at once: nats.go's reconnect buffer would send it
+	// when the connection came back, after its caller had seen it fail,
+	// and over what was written since. The session keeps the buffer for
+	// the kernel's answers, which a caller still waiting takes late.
+	noBuffer := func(o *natsconn.Options) { o.NoReconnectBuffer = true }
+	if e.modConn, err = e.connect("abi-engine modules", noBuffer); err != nil {
+		return err
+	}
 	if !cfg.HTTP.Off() {
-		// A call of the HTTP API sent while its connection reconnects
-		// fails at once: nats.go's reconnect buffer would send it when the
-		// connection came back, after its client had given up on it.
-		if e.apiConn, err = e.connect("abi-engine http", func(o *natsconn.Options) { o.NoReconnectBuffer = true }); err != nil {
+		if e.apiConn, err = e.connect("abi-engine http", noBuffer); err != nil {
 			return err
 		}
 	}
@@ -526,7 +536,7 @@ func (e *Engine) client(nc *nats.Conn, caller string) *natsclient.Client {
 }
 
 func (e *Engine) startModules(ctx context.Context) error {
-	svc := facades(e.client(e.session, "engine "+e.p.Holder.InstanceID), e.p.Config)
+	svc := facades(e.client(e.modConn, "engine "+e.p.Holder.InstanceID), e.p.Config)
 	e.mu.Lock()
 	l := e.local
 	e.mu.Unlock()
@@ -829,7 +839,7 @@ func (e *Engine) closeAll() {
 	if err := l.close(); err != nil {
 		e.log.Warn("closing backends", "err", err)
 	}
-	for _, nc := range []*nats.Conn{e.apiConn, e.session, e.leaseConn} {
+	for _, nc := range []*nats.Conn{e.apiConn, e.modConn, e.session, e.leaseConn} {
 		if nc != nil {
 			nc.Close()
 		}
