@@ -141,7 +141,10 @@ func Conditions(where map[string]any) ([]Where, error) {
 
 // Ranks of JSON values in Find's order: a missing field or null first, then
 // booleans (false before true), numbers, strings by bytes, and last arrays
-// and objects, in an order each adapter picks but keeps.
+// before objects. Composites are not compared by what they hold: no two
+// backends render one as the same text (key order, blanks, escapes, number
+// forms), so arrays tie with arrays and objects with objects, and the id
+// breaks the tie, as for every other rank.
 const (
 	RankNull = iota
 	RankBool
@@ -150,7 +153,9 @@ const (
 	RankComposite
 )
 
-// Key is a document's position in Find's order: (Rank, Num, Str, ID).
+// Key is a document's position in Find's order: (Rank, Num, Str, ID). Num
+// is a number's value, 1 for true and 1 for an object (0 for false and an
+// array); Str is a string's value, and "" for every other rank.
 type Key struct {
 	Rank int     `json:"r"`
 	Num  float64 `json:"n"`
@@ -174,10 +179,10 @@ func KeyOf(id string, v any, present bool) Key {
 		k.Rank, k.Num = RankNumber, v
 	case string:
 		k.Rank, k.Str = RankString, v
-	case nil:
-	default:
-		raw, _ := json.Marshal(v) // canonical values always marshal
-		k.Rank, k.Str = RankComposite, string(raw)
+	case []any:
+		k.Rank = RankComposite
+	case map[string]any:
+		k.Rank, k.Num = RankComposite, 1
 	}
 	return k
 }
@@ -218,8 +223,10 @@ func EncodeCursor(q ports.Query, k Key) string {
 }
 
 // DecodeCursor reads q.Cursor; ok is false when q has none. A cursor no
-// key could have made (a rank out of range, a NUL in the string) is
-// refused here, before a backend meets a value it cannot hold.
+// key could have made (a rank out of range, a NUL in the string, the text
+// of an array or object, as releases that ordered composites by their text
+// made) is refused here, before a backend meets a value it cannot hold or
+// a page skips the composites a cursor of another order passed over.
 func DecodeCursor(q ports.Query) (k Key, ok bool, err error) {
 	if q.Cursor == "" {
 		return Key{}, false, nil
@@ -232,7 +239,8 @@ func DecodeCursor(q ports.Query) (k Key, ok bool, err error) {
 	var c cursor
 	if err := json.Unmarshal(raw, &c); err != nil || c.OrderBy != q.OrderBy || c.Desc != q.Desc ||
 		math.IsNaN(c.Num) || storecheck.Key("id", c.ID) != nil ||
-		c.Rank < RankNull || c.Rank > RankComposite || strings.IndexByte(c.Str, 0) >= 0 {
+		c.Rank < RankNull || c.Rank > RankComposite || strings.IndexByte(c.Str, 0) >= 0 ||
+		c.Rank == RankComposite && c.Str != "" {
 		return Key{}, false, bad
 	}
 	return c.Key, true, nil

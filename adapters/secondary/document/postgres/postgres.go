@@ -349,8 +349,8 @@ func (s *Store) Find(ctx context.Context, collection string, q ports.Query) ([]p
 		rank = fmt.Sprintf(`CASE %s WHEN 'boolean' THEN 1 WHEN 'number' THEN 2 WHEN 'string' THEN 3
 			WHEN 'array' THEN 4 WHEN 'object' THEN 4 ELSE 0 END`, typ)
 		num = fmt.Sprintf(`CASE %[1]s WHEN 'boolean' THEN CASE WHEN %[2]s = 'true'::jsonb THEN 1 ELSE 0 END
-			WHEN 'number' THEN (data ->> %[3]s)::float8 ELSE 0 END::float8`, typ, v, f)
-		str = fmt.Sprintf(`CASE WHEN %s IN ('string', 'array', 'object') THEN data ->> %s ELSE '' END`, typ, f)
+			WHEN 'object' THEN 1 WHEN 'number' THEN (data ->> %[3]s)::float8 ELSE 0 END::float8`, typ, v, f)
+		str = fmt.Sprintf(`CASE WHEN %s = 'string' THEN data ->> %s ELSE '' END`, typ, f)
 	}
 	dir, cmp := "ASC", ">"
 	if q.Desc {

@@ -376,9 +376,9 @@ const (
 	rankSQL = `CASE json_type(data, :order) WHEN 'true' THEN 1 WHEN 'false' THEN 1
 		WHEN 'integer' THEN 2 WHEN 'real' THEN 2 WHEN 'text' THEN 3
 		WHEN 'array' THEN 4 WHEN 'object' THEN 4 ELSE 0 END`
-	numSQL = `CASE json_type(data, :order) WHEN 'true' THEN 1.0
+	numSQL = `CASE json_type(data, :order) WHEN 'true' THEN 1.0 WHEN 'object' THEN 1.0
 		WHEN 'integer' THEN json_extract(data, :order) WHEN 'real' THEN json_extract(data, :order) ELSE 0.0 END`
-	strSQL = `CASE WHEN json_type(data, :order) IN ('text', 'array', 'object') THEN json_extract(data, :order) ELSE '' END`
+	strSQL = `CASE WHEN json_type(data, :order) = 'text' THEN json_extract(data, :order) ELSE '' END`
 )
 
 // Find pages by the order key: the cursor holds the last document's key,
