@@ -3,6 +3,7 @@ package contracttests
 import (
 	"cmp"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -64,6 +65,7 @@ func RunDocument(t *testing.T, h Harness[ports.DocumentStore], caps DocumentCapa
 		{"ConditionalWritesAreLinearizable", docConditionalWritesAreLinearizable},
 		{"FindWhere", docFindWhere},
 		{"FindWhereNegativeZero", docFindWhereNegativeZero},
+		{"ANegativeZeroComesBackAsZero", docANegativeZeroComesBackAsZero},
 		{"FindOrderBy", docFindOrderBy},
 		{"FindOrderAcrossTypes", docFindOrderAcrossTypes},
 		{"FindOrderLargeNumbers", docFindOrderLargeNumbers},
@@ -786,6 +788,35 @@ func docFindWhereNegativeZero(t *testing.T, open func(t *testing.T) ports.Docume
 			}
 		}
 	}
+}
+
+// A -0 is stored as 0 at every depth, so Put, Get and Find give the same
+// data on every adapter: PostgreSQL's jsonb has no -0 and gives back 0,
+// where a store that kept a field's own -0 gave back -0.
+func docANegativeZeroComesBackAsZero(t *testing.T, open func(t *testing.T) ports.DocumentStore) {
+	s := open(t)
+	docEnsure(t, s, "c")
+	negZero := math.Copysign(0, -1)
+	const want = `{"a":[0],"n":0,"o":{"x":0}}`
+	text := func(what string, data map[string]any) {
+		t.Helper()
+		raw, err := json.Marshal(data)
+		if err != nil || string(raw) != want {
+			t.Errorf("%s: data %s (%v), want %s", what, raw, err, want)
+		}
+	}
+	d := docPut(t, s, "c", "neg", map[string]any{"n": negZero, "a": []any{negZero}, "o": map[string]any{"x": negZero}})
+	text("Put's answer", d.Data)
+	got, err := s.Get(ctx(t), "c", "neg")
+	if err != nil {
+		t.Fatalf("Get: %v", err)
+	}
+	text("Get", got.Data)
+	docs := docFindAll(t, s, "c", ports.Query{Where: map[string]any{"n": negZero}})
+	if len(docs) != 1 {
+		t.Fatalf("Find where n = -0 = %q, want [neg]", docIDs(docs))
+	}
+	text("Find", docs[0].Data)
 }
 
 func docFindOrderBy(t *testing.T, open func(t *testing.T) ports.DocumentStore) {

@@ -36,9 +36,7 @@ func Data(id string, data map[string]any) ([]byte, map[string]any, error) {
 	if err := storecheck.JSON(fmt.Sprintf("document %q data", id), m); err != nil {
 		return nil, nil, err
 	}
-	for _, v := range m {
-		zeroInComposite(v)
-	}
+	zeroIn(m)
 	raw, err = json.Marshal(m)
 	if err != nil {
 		return nil, nil, fmt.Errorf("document %q is not JSON: %w: %w", id, ports.ErrInvalidArgument, err)
@@ -46,25 +44,25 @@ func Data(id string, data map[string]any) ([]byte, map[string]any, error) {
 	return raw, m, nil
 }
 
-// zeroInComposite turns every -0 inside an array or object into 0, so
-// that equal composites have one text: SQLite compares them as text, and
-// -0 and 0 are equal numbers. A field's own value is left as it is, since
-// scalars are compared as numbers everywhere.
-func zeroInComposite(v any) {
+// zeroIn turns every -0 inside an array or object into 0, a document's
+// own fields included: equal composites then have one text (SQLite
+// compares them as text, and -0 and 0 are equal numbers), and every
+// adapter gives back what PostgreSQL does, whose jsonb has no -0.
+func zeroIn(v any) {
 	switch v := v.(type) {
 	case map[string]any:
 		for k, e := range v {
 			if f, ok := e.(float64); ok && f == 0 {
 				v[k] = 0.0
 			}
-			zeroInComposite(e)
+			zeroIn(e)
 		}
 	case []any:
 		for i, e := range v {
 			if f, ok := e.(float64); ok && f == 0 {
 				v[i] = 0.0
 			}
-			zeroInComposite(e)
+			zeroIn(e)
 		}
 	}
 }
@@ -129,7 +127,7 @@ func Conditions(where map[string]any) ([]Where, error) {
 		if err := storecheck.JSON(fmt.Sprintf("where %q", field), c); err != nil {
 			return nil, err
 		}
-		zeroInComposite(c)
+		zeroIn(c)
 		if raw, err = json.Marshal(c); err != nil {
 			return nil, fmt.Errorf("where %q: value is not JSON: %w: %w", field, ports.ErrInvalidArgument, err)
 		}
