@@ -69,6 +69,7 @@ func RunDocument(t *testing.T, h Harness[ports.DocumentStore], caps DocumentCapa
 		{"FindOrderBy", docFindOrderBy},
 		{"FindOrderAcrossTypes", docFindOrderAcrossTypes},
 		{"FindOrderLargeNumbers", docFindOrderLargeNumbers},
+		{"IntegersPastTwoToThe53AreTheNumbersStored", docIntegersPastTwoToThe53AreTheNumbersStored},
 		{"FindOrderStrings", docFindOrderStrings},
 		{"FindOrdersArraysThenObjectsByID", docFindOrdersArraysThenObjectsByID},
 		{"FindWhereComposite", docFindWhereComposite},
@@ -898,6 +899,50 @@ func docFindOrderLargeNumbers(t *testing.T, open func(t *testing.T) ports.Docume
 	for id, v := range vals {
 		if n, err := s.Count(ctx(t), "c", map[string]any{"v": v}); err != nil || n != 1 {
 			t.Errorf("Count where v = %v (%s) = %d, %v; want 1", v, id, n, err)
+		}
+	}
+}
+
+// A number between 2^53 and 2^63 is written in JSON as an integer whose
+// shortest digits end in zeros (2116178168839186432 as
+// 2116178168839186400), which a store reading it as a 64-bit integer holds
+// as another number than the float stored. Each still equals itself in
+// where, and pages by it list each document once, in order, both ways.
+func docIntegersPastTwoToThe53AreTheNumbersStored(t *testing.T, open func(t *testing.T) ports.DocumentStore) {
+	s := open(t)
+	docEnsure(t, s, "c")
+	var vals []float64
+	for _, v := range []float64{2116178168839186432, 1.998297821575163e17, 8.928265225234293e18} {
+		vals = append(vals, v, math.Nextafter(v, 0), math.Nextafter(v, math.Inf(1)), -v)
+	}
+	ids := make([]string, 0, 2*len(vals))
+	for i, v := range vals {
+		for _, suffix := range []string{"a", "b"} { // two documents per value, so the id breaks a tie
+			id := fmt.Sprintf("%02d%s", i, suffix)
+			docPut(t, s, "c", id, map[string]any{"v": v})
+			ids = append(ids, id)
+		}
+	}
+	for i, v := range vals {
+		if n, err := s.Count(ctx(t), "c", map[string]any{"v": v}); err != nil || n != 2 {
+			t.Errorf("Count where v = %v (document %02d) = %d, %v; want 2", v, i, n, err)
+		}
+	}
+	valueOf := func(id string) float64 {
+		i, _ := strconv.Atoi(id[:2])
+		return vals[i]
+	}
+	slices.SortFunc(ids, func(a, b string) int { return cmp.Or(cmp.Compare(valueOf(a), valueOf(b)), strings.Compare(a, b)) })
+	for _, limit := range []int{0, 1, 3} {
+		if got := docIDs(docFindAll(t, s, "c", ports.Query{OrderBy: "v", Limit: limit})); !slices.Equal(got, ids) {
+			t.Errorf("Find by v, limit %d = %q, want %q", limit, got, ids)
+		}
+	}
+	desc := slices.Clone(ids)
+	slices.Reverse(desc)
+	for _, limit := range []int{1, 3} {
+		if got := docIDs(docFindAll(t, s, "c", ports.Query{OrderBy: "v", Desc: true, Limit: limit})); !slices.Equal(got, desc) {
+			t.Errorf("Find by v desc, limit %d = %q, want %q", limit, got, desc)
 		}
 	}
 }

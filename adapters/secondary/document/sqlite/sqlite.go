@@ -340,7 +340,10 @@ func (s *Store) Delete(ctx context.Context, collection, id string, cond ports.Co
 func path(field string) string { return `$."` + field + `"` }
 
 // whereSQL turns conditions into SQL on canonical JSON: json_type keeps
-// true from matching 1 and "1" from matching 1, as in every adapter.
+// true from matching 1 and "1" from matching 1, as in every adapter. A
+// number is compared as a REAL: SQLite reads an integer of JSON as a 64-bit
+// integer, and one past 2^53 (2116178168839186400, as JSON writes the
+// float 2116178168839186432) is then another number than the float stored.
 func whereSQL(where []docjson.Where) (string, []any) {
 	var (
 		b    strings.Builder
@@ -355,7 +358,7 @@ func whereSQL(where []docjson.Where) (string, []any) {
 		case bool:
 			fmt.Fprintf(&b, " AND json_type(data, %s) = '%t'", p, x)
 		case float64:
-			fmt.Fprintf(&b, " AND json_type(data, %s) IN ('integer', 'real') AND json_extract(data, %s) = %s", p, p, v)
+			fmt.Fprintf(&b, " AND json_type(data, %s) IN ('integer', 'real') AND CAST(json_extract(data, %s) AS REAL) = %s", p, p, v)
 			args = append(args, sql.Named(v[1:], x))
 		case string:
 			fmt.Fprintf(&b, " AND json_type(data, %s) = 'text' AND json_extract(data, %s) = %s", p, p, v)
@@ -371,13 +374,15 @@ func whereSQL(where []docjson.Where) (string, []any) {
 	return b.String(), args
 }
 
-// The order key of docjson in SQL, for the field at :order.
+// The order key of docjson in SQL, for the field at :order. A number is
+// taken as a REAL, as in whereSQL, so a page's cursor holds the number its
+// last document holds.
 const (
 	rankSQL = `CASE json_type(data, :order) WHEN 'true' THEN 1 WHEN 'false' THEN 1
 		WHEN 'integer' THEN 2 WHEN 'real' THEN 2 WHEN 'text' THEN 3
 		WHEN 'array' THEN 4 WHEN 'object' THEN 4 ELSE 0 END`
 	numSQL = `CASE json_type(data, :order) WHEN 'true' THEN 1.0 WHEN 'object' THEN 1.0
-		WHEN 'integer' THEN json_extract(data, :order) WHEN 'real' THEN json_extract(data, :order) ELSE 0.0 END`
+		WHEN 'integer' THEN CAST(json_extract(data, :order) AS REAL) WHEN 'real' THEN json_extract(data, :order) ELSE 0.0 END`
 	strSQL = `CASE WHEN json_type(data, :order) = 'text' THEN json_extract(data, :order) ELSE '' END`
 )
 
