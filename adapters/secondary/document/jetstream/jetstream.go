@@ -430,7 +430,11 @@ type match struct {
 	doc ports.Document
 }
 
-// scan reads every live document of the collection that passes where.
+// scan reads every live document of the collection that passes where. A
+// collection dropped while the scan ran is ErrNotFound: the drop removes
+// the marker before it purges the documents, so a scan that finds the
+// marker as it was at the start read its generation whole, and one that
+// does not may have read it partly purged, or not at all.
 func (s *Store) scan(ctx context.Context, collection string, where []docjson.Where, orderBy string) ([]match, error) {
 	gen, err := s.generation(ctx, collection)
 	if err != nil {
@@ -461,7 +465,17 @@ func (s *Store) scan(ctx context.Context, collection string, where []docjson.Whe
 		out = append(out, match{key: k, doc: d})
 		return nil
 	})
-	return out, err
+	if err != nil {
+		return nil, err
+	}
+	now, err := s.generation(ctx, collection)
+	if err != nil {
+		return nil, err
+	}
+	if now != gen {
+		return nil, fmt.Errorf("collection %q, dropped while it was read: %w", collection, ports.ErrNotFound)
+	}
+	return out, nil
 }
 
 // matches compares canonical values, so 1 and 1.0 are equal and a missing
