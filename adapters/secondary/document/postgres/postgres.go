@@ -324,6 +324,11 @@ func whereSQL(where []docjson.Where, a *args) string {
 
 // Find pages by the order key of docjson, computed in SQL: the cursor holds
 // the last document's key, and the next page starts strictly after it.
+// Whether the collection exists is asked after the query, and only when it
+// found nothing: a document found shows the collection was there when the
+// query read it (a drop deletes both in one statement), where a check made
+// before could pass, and a drop then leave the query an empty page of a
+// collection that never was there and empty. Count does the same.
 func (s *Store) Find(ctx context.Context, collection string, q ports.Query) ([]ports.Document, string, error) {
 	if err := storecheck.Collection(collection); err != nil {
 		return nil, "", err
@@ -335,9 +340,6 @@ func (s *Store) Find(ctx context.Context, collection string, q ports.Query) ([]p
 	after, hasCursor, err := docjson.DecodeCursor(q)
 	if err != nil {
 		return nil, "", err
-	}
-	if err := s.requireCollection(ctx, collection); err != nil {
-		return nil, "", fmt.Errorf("find: %w", err)
 	}
 	var a args
 	coll := a.add(collection)
@@ -394,6 +396,11 @@ func (s *Store) Find(ctx context.Context, collection string, q ports.Query) ([]p
 	if err := rows.Err(); err != nil {
 		return nil, "", fmt.Errorf("find in %q of table %s: %w", collection, s.name, err)
 	}
+	if len(docs) == 0 {
+		if err := s.requireCollection(ctx, collection); err != nil {
+			return nil, "", fmt.Errorf("find: %w", err)
+		}
+	}
 	if len(docs) <= limit {
 		return docs, "", nil
 	}
@@ -409,15 +416,17 @@ func (s *Store) Count(ctx context.Context, collection string, where map[string]a
 	if err != nil {
 		return 0, err
 	}
-	if err := s.requireCollection(ctx, collection); err != nil {
-		return 0, fmt.Errorf("count: %w", err)
-	}
 	var a args
 	coll := a.add(collection)
 	cond := whereSQL(conds, &a)
 	var n int
 	if err := s.pool.QueryRow(ctx, "SELECT count(*) FROM "+s.docs+" WHERE collection = "+coll+cond, a...).Scan(&n); err != nil {
 		return 0, fmt.Errorf("count in %q of table %s: %w", collection, s.name, err)
+	}
+	if n == 0 {
+		if err := s.requireCollection(ctx, collection); err != nil {
+			return 0, fmt.Errorf("count: %w", err)
+		}
 	}
 	return n, nil
 }

@@ -1,7 +1,9 @@
 package postgres_test
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -302,5 +304,88 @@ func TestAPutThatWaitedForTheRowTakesAVersionAfterIt(t *testing.T) {
 	}
 	if again.Version <= r.d.Version {
 		t.Fatalf("x written at version %d, deleted, and made again at version %d: a writer holding %d overwrites it", r.d.Version, again.Version, r.d.Version)
+	}
+}
+
+// A find or count whose collection is dropped while it runs answers that
+// the collection is not found, never an empty page or a count of 0: the
+// collection never was there and empty. The test holds the documents'
+// table locked until the call waits on it, and drops the collection then.
+func TestAFindOrCountDuringADropOfItsCollectionIsNotFound(t *testing.T) {
+	dsn := testenv.Lookup(t, "ENGINE_TEST_PG_DSN", "PostgreSQL", false)
+	cfg := postgres.Config{DSN: dsn, Table: pgtest.Table(t, dsn, "docdrop", "", "_collections")}
+	ctx := t.Context()
+	store, err := postgres.Open(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = store.Close() })
+	docs, collections := pgx.Identifier{cfg.Table}.Sanitize(), pgx.Identifier{cfg.Table + "_collections"}.Sanitize()
+	watch, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = watch.Close(context.Background()) })
+	for name, call := range map[string]func() error{
+		"find": func() error {
+			found, next, err := store.Find(ctx, "c", ports.Query{})
+			if err == nil {
+				return fmt.Errorf("%d documents, cursor %q", len(found), next)
+			}
+			return err
+		},
+		"count": func() error {
+			n, err := store.Count(ctx, "c", nil)
+			if err == nil {
+				return fmt.Errorf("count %d", n)
+			}
+			return err
+		},
+	} {
+		if err := store.EnsureCollection(ctx, "c"); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 5 {
+			if _, err := store.Put(ctx, "c", fmt.Sprint(i), map[string]any{"n": i}, ports.Cond{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		dropper, err := pgx.Connect(ctx, dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tx, err := dropper.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, "LOCK TABLE "+docs+" IN ACCESS EXCLUSIVE MODE"); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- call() }()
+		deadline := time.Now().Add(30 * time.Second)
+		for waiting := false; !waiting; {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: no call waited on the documents' table within 30 s", name)
+			}
+			if err := watch.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE relation = $1::regclass AND NOT granted)", docs).Scan(&waiting); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := tx.Exec(ctx, "DELETE FROM "+collections+" WHERE name = 'c'"); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		_ = dropper.Close(ctx)
+		select {
+		case err := <-done:
+			if !errors.Is(err, ports.ErrNotFound) {
+				t.Errorf("%s during a drop of its collection: %v; want ErrNotFound", name, err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s during a drop of its collection had not answered 30 s after it", name)
+		}
 	}
 }
