@@ -84,6 +84,7 @@ func RunDocument(t *testing.T, h Harness[ports.DocumentStore], caps DocumentCapa
 		{"FindLimitIsBounded", docFindLimitIsBounded},
 		{"WhereIsBounded", docWhereIsBounded},
 		{"Count", docCountCase},
+		{"AFindOrCountDuringADropIsWholeOrNotFound", docAFindOrCountDuringADropIsWholeOrNotFound},
 		{"Durable", func(t *testing.T, open func(t *testing.T) ports.DocumentStore) {
 			if !caps.Durable {
 				t.Skipf("%s: no durability", adapterName(t))
@@ -1205,4 +1206,42 @@ func docDurable(t *testing.T, open func(t *testing.T) ports.DocumentStore) {
 		t.Fatalf("version %d after reopening, want %d", got.Version, d.Version)
 	}
 	docSameData(t, "after reopening", got.Data, map[string]any{"k": "kept"})
+}
+
+// dropRounds is how many times the drop race is run: the window it looks
+// for is narrow, and a store that has it meets it within a few hundred.
+const dropRounds = 100
+
+// A find or count that runs while another handle drops its collection
+// answers with the whole collection, as it was before the drop, or that
+// the collection is not found: never an empty or partial page, or a count
+// short of the whole, of a collection that never was there so.
+func docAFindOrCountDuringADropIsWholeOrNotFound(t *testing.T, open func(t *testing.T) ports.DocumentStore) {
+	s, other := open(t), open(t)
+	const docs = 3
+	for round := range dropRounds {
+		docEnsure(t, s, "c")
+		for i := range docs {
+			docPut(t, s, "c", fmt.Sprint(i), map[string]any{"n": i})
+		}
+		var (
+			wg    sync.WaitGroup
+			found []ports.Document
+			n     int
+			ferr  error
+			cerr  error
+		)
+		wg.Go(func() { found, _, ferr = other.Find(ctx(t), "c", ports.Query{}) })
+		wg.Go(func() { n, cerr = other.Count(ctx(t), "c", nil) })
+		if err := s.DropCollection(ctx(t), "c"); err != nil {
+			t.Fatalf("round %d: DropCollection: %v", round, err)
+		}
+		wg.Wait()
+		if !errors.Is(ferr, ports.ErrNotFound) && (ferr != nil || len(found) != docs) {
+			t.Fatalf("round %d: Find during a drop = %d documents, %v; want %d or ErrNotFound", round, len(found), ferr, docs)
+		}
+		if !errors.Is(cerr, ports.ErrNotFound) && (cerr != nil || n != docs) {
+			t.Fatalf("round %d: Count during a drop = %d, %v; want %d or ErrNotFound", round, n, cerr, docs)
+		}
+	}
 }

@@ -387,7 +387,12 @@ const (
 )
 
 // Find pages by the order key: the cursor holds the last document's key,
-// and the next page starts strictly after it.
+// and the next page starts strictly after it. Whether the collection
+// exists is asked after the query, and only when it found nothing: a
+// document found shows the collection was there when the query read it (a
+// drop deletes both in one transaction), where a check made before could
+// pass, and a drop then leave the query an empty page of a collection that
+// never was there and empty. Count does the same.
 func (s *Store) Find(ctx context.Context, collection string, q ports.Query) ([]ports.Document, string, error) {
 	if err := storecheck.Collection(collection); err != nil {
 		return nil, "", err
@@ -399,9 +404,6 @@ func (s *Store) Find(ctx context.Context, collection string, q ports.Query) ([]p
 	after, hasCursor, err := docjson.DecodeCursor(q)
 	if err != nil {
 		return nil, "", err
-	}
-	if err := s.requireCollection(ctx, s.hasReading, collection); err != nil {
-		return nil, "", fmt.Errorf("find: %w", err)
 	}
 	cond, args := whereSQL(where)
 	args = append(args, sql.Named("collection", collection), sql.Named("limit", limit+1))
@@ -451,6 +453,11 @@ func (s *Store) Find(ctx context.Context, collection string, q ports.Query) ([]p
 	if err := rows.Err(); err != nil {
 		return nil, "", fmt.Errorf("find in %q of %s: %w", collection, s.path, err)
 	}
+	if len(docs) == 0 {
+		if err := s.requireCollection(ctx, s.hasReading, collection); err != nil {
+			return nil, "", fmt.Errorf("find: %w", err)
+		}
+	}
 	if len(docs) <= limit {
 		return docs, "", nil
 	}
@@ -466,14 +473,16 @@ func (s *Store) Count(ctx context.Context, collection string, where map[string]a
 	if err != nil {
 		return 0, err
 	}
-	if err := s.requireCollection(ctx, s.hasReading, collection); err != nil {
-		return 0, fmt.Errorf("count: %w", err)
-	}
 	cond, args := whereSQL(conds)
 	args = append(args, sql.Named("collection", collection))
 	var n int
 	if err := s.db.Read.QueryRowContext(ctx, "SELECT count(*) FROM documents WHERE collection = :collection"+cond, args...).Scan(&n); err != nil {
 		return 0, fmt.Errorf("count in %q of %s: %w", collection, s.path, err)
+	}
+	if n == 0 {
+		if err := s.requireCollection(ctx, s.hasReading, collection); err != nil {
+			return 0, fmt.Errorf("count: %w", err)
+		}
 	}
 	return n, nil
 }
