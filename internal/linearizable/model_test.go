@@ -166,6 +166,16 @@ var docModel = porcupine.Model{
 		// the document had, so it differs from each of them.
 		known := s.version != 0
 		differs := known && s.version != in.ifVersion || !known && in.ifVersion <= s.highest
+		if in.op != docGet && in.ifVersion != 0 && s.present && !known && !differs {
+			// The unread version may be ifVersion. A conflict says it
+			// is not; a write that takes effect says it is: the document
+			// had that version, and what follows is held to it.
+			if out.conflict {
+				return true, s
+			}
+			s.version, s.highest = in.ifVersion, in.ifVersion
+			known = true
+		}
 		switch in.op {
 		case docGet:
 			if !s.present {
@@ -180,9 +190,6 @@ var docModel = porcupine.Model{
 			if in.ifVersion == 0 && s.present || in.ifVersion != 0 && (!s.present || differs) {
 				return out.unknown || out.conflict, s
 			}
-			if in.ifVersion != 0 && !known && out.conflict {
-				return true, s
-			}
 			return out.unknown || out.found && out.version > s.highest, s.written(in.value, out)
 		case docDelete:
 			switch {
@@ -190,8 +197,6 @@ var docModel = porcupine.Model{
 				return out.unknown || out.notFound, s
 			case differs:
 				return out.unknown || out.conflict, s
-			case !known && out.conflict:
-				return true, s
 			}
 			return out.unknown || !out.conflict && !out.notFound, docState{highest: s.highest}
 		}
@@ -484,5 +489,81 @@ func TestAnUnknownVersionIsAboveEveryEarlierOne(t *testing.T) {
 	)
 	if !porcupine.CheckOperations(docModel, allowed) {
 		t.Errorf("the allowed history with ifVersion above all was rejected")
+	}
+}
+
+// A put or delete conditional on a version above every one the document
+// had, that wins while the version of a write of unknown outcome is
+// unread, shows that version: the document had it. The version a put
+// gives then is above it, and after a delete no later put may give it
+// again. Were the version left unknown, the model would pass a store that
+// gives a version twice, or one below a version the document had.
+func TestAWriteThatWinsAtAnUnreadVersionShowsThatVersion(t *testing.T) {
+	const never = math.MaxInt64
+	prefix := func() []porcupine.Operation {
+		return []porcupine.Operation{
+			op(0, 0, 10, docInput{op: docPut, id: "d", value: "a"}, docOutput{found: true, version: 1}),
+			op(1, 20, 30, docInput{op: docDelete, id: "d", ifVersion: 1}, docOutput{}),
+			op(2, 40, never, docInput{op: docPut, id: "d", value: "b"}, docOutput{unknown: true}),
+		}
+	}
+	cases := []struct {
+		name         string
+		bad, allowed []porcupine.Operation
+	}{
+		{
+			name: "a put if v6 that wins is given v5",
+			bad: []porcupine.Operation{
+				op(0, 60, 70, docInput{op: docPut, id: "d", ifVersion: 6, value: "c"}, docOutput{found: true, version: 5}),
+			},
+			allowed: []porcupine.Operation{
+				op(0, 60, 70, docInput{op: docPut, id: "d", ifVersion: 6, value: "c"}, docOutput{found: true, version: 7}),
+			},
+		},
+		{
+			name: "a put if v6 that wins is given v6",
+			bad: []porcupine.Operation{
+				op(0, 60, 70, docInput{op: docPut, id: "d", ifVersion: 6, value: "c"}, docOutput{found: true, version: 6}),
+			},
+		},
+		{
+			name: "a delete if v6 that wins, then v6 given again",
+			bad: []porcupine.Operation{
+				op(0, 60, 70, docInput{op: docDelete, id: "d", ifVersion: 6}, docOutput{}),
+				op(1, 80, 90, docInput{op: docPut, id: "d", value: "c"}, docOutput{found: true, version: 6}),
+			},
+			allowed: []porcupine.Operation{
+				op(0, 60, 70, docInput{op: docDelete, id: "d", ifVersion: 6}, docOutput{}),
+				op(1, 80, 90, docInput{op: docPut, id: "d", value: "c"}, docOutput{found: true, version: 7}),
+			},
+		},
+		{
+			name: "a delete if v6 that wins, then a version below it given",
+			bad: []porcupine.Operation{
+				op(0, 60, 70, docInput{op: docDelete, id: "d", ifVersion: 6}, docOutput{}),
+				op(1, 80, 90, docInput{op: docPut, id: "d", value: "c"}, docOutput{found: true, version: 3}),
+			},
+		},
+		{
+			name: "a put if v6 of unknown outcome, a delete if v7 that wins, then v6 given",
+			bad: []porcupine.Operation{
+				op(3, 60, never, docInput{op: docPut, id: "d", ifVersion: 6, value: "c"}, docOutput{unknown: true}),
+				op(0, 80, 90, docInput{op: docDelete, id: "d", ifVersion: 7}, docOutput{}),
+				op(1, 100, 110, docInput{op: docPut, id: "d", value: "e"}, docOutput{found: true, version: 6}),
+			},
+			allowed: []porcupine.Operation{
+				op(3, 60, never, docInput{op: docPut, id: "d", ifVersion: 6, value: "c"}, docOutput{unknown: true}),
+				op(0, 80, 90, docInput{op: docDelete, id: "d", ifVersion: 7}, docOutput{}),
+				op(1, 100, 110, docInput{op: docPut, id: "d", value: "e"}, docOutput{found: true, version: 8}),
+			},
+		},
+	}
+	for _, c := range cases {
+		if porcupine.CheckOperations(docModel, append(prefix(), c.bad...)) {
+			t.Errorf("%s: accepted", c.name)
+		}
+		if c.allowed != nil && !porcupine.CheckOperations(docModel, append(prefix(), c.allowed...)) {
+			t.Errorf("%s: its allowed variant was rejected", c.name)
+		}
 	}
 }
