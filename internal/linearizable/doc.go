@@ -5,8 +5,9 @@
 // client facades, to real engine processes on shared PostgreSQL; meanwhile
 // the engines go through two deploys (SIGTERM of the holder, a standby of
 // the next release takes over), a pause of the holder past its lease
-// (SIGSTOP until a standby serves, then SIGCONT) and a crash (SIGKILL; a
-// standby takes over after a lease of silence), in rounds. The standby
+// (SIGSTOP until a standby serves and calls sent after the takeover wait
+// at the paused holder, then SIGCONT) and a crash (SIGKILL; a standby
+// takes over after a lease of silence), in rounds. The standby
 // that takes over from a paused or killed holder is a hot standby of its
 // release in the first round, a standby of the next release in the
 // second, and so on. Every call is recorded with when it was sent and when it was answered, and the history
@@ -26,6 +27,13 @@
 //     return (porcupine's math.MaxInt64). A read without an answer tells
 //     nothing and is left out.
 //   - Every other answer, a value, "not found", "conflict", is definite.
+//
+// Through a pause every client waits on a call the paused holder took
+// before the takeover, so the calls sent after it come from late clients
+// that run through the pause only: each sets a key the holder read before
+// it was stopped, and reads it back, until one of its calls waits at the
+// paused holder. The holder, resumed, must refuse those; one that answered
+// a read from what it kept of its old term fails the check.
 //
 // The facade sends a call refused with 503 again, so most refusals never
 // reach the history; the test counts every answer the engines sent, 503s

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"github.com/abi-engine/engine/adapters/secondary/natsclient"
@@ -67,6 +68,15 @@ var (
 	kvKeys     = []string{"k0", "k1", "k2"}
 	docIDs     = []string{"d0", "d1"}
 	collection = "linearizable"
+)
+
+// probeKey is the key a pause's late clients set and read back (pause);
+// lateClientsPerPause is how many run. More would make the check of a
+// history that is not linearizable take minutes: their calls at the
+// paused holder all overlap.
+const (
+	probeKey            = "probe"
+	lateClientsPerPause = 10
 )
 
 var engineBin string
@@ -121,12 +131,13 @@ func TestLinearizable(t *testing.T) {
 
 // world is the broker, the engines, the event watch and the clients.
 type world struct {
-	t     *testing.T
-	set   setting
-	url   string
-	plain string // configuration of an engine that stands by for another release only
-	hot   string // the same with hot_standby, for a standby of the holder's release
-	ev    *events
+	t      *testing.T
+	set    setting
+	broker *server.Server
+	url    string
+	plain  string // configuration of an engine that stands by for another release only
+	hot    string // the same with hot_standby, for a standby of the holder's release
+	ev     *events
 	// answers counts every answer an engine sent a client, by status, the
 	// 503s the facade sent again included.
 	answers *answers
@@ -140,6 +151,9 @@ type world struct {
 	stop     chan struct{}
 	stopOnce sync.Once
 	clients  sync.WaitGroup
+	// ids hands out porcupine's client ids: one per client, and a new one
+	// each time a client's call ends with an unknown outcome.
+	ids atomic.Int64
 }
 
 func newWorld(t *testing.T, set setting) *world {
@@ -147,7 +161,8 @@ func newWorld(t *testing.T, set setting) *world {
 	table := pgtest.Table(t, dsn, "linearizable", "_kv", "_doc", "_doc_collections")
 	w := &world{t: t, set: set, stop: make(chan struct{}), rec: newRecorder()}
 	// The broker outlives every engine: it is the test's, not theirs.
-	w.url = natstest.StartServer(t).ClientURL()
+	w.broker = natstest.StartServer(t)
+	w.url = w.broker.ClientURL()
 	w.ev = watchEvents(t, natstest.Connect(t, w.url))
 	w.answers = watchAnswers(t, natstest.Connect(t, w.url))
 	dir := t.TempDir()
@@ -236,19 +251,75 @@ func (w *world) deploy(holder *engine, release string) *engine {
 }
 
 // pause stops the holder past its lease: SIGSTOP until next, standing by,
-// serves, then SIGCONT, and waits until the old engine has stopped serving
-// by its own account (an event) or exited.
+// serves and a call of each late client (below) waits at the paused
+// holder; then SIGCONT, and waits until the old engine has stopped
+// serving by its own account (an event) or exited.
+//
+// Every client is waiting by then on a call the holder took before it was
+// stopped, sent before next served, which the holder may still answer
+// when it resumes (ADR 0012). The calls sent after the takeover come from
+// late clients, which run through the pause only: each sets probeKey and
+// reads it back, again and again, and the broker hands each call to
+// either engine. Next answers some, and each late client comes to wait on
+// one at the paused holder, which, resumed, must refuse it. Among them are
+// reads sent after next answered a set; the holder read probeKey before it
+// was stopped, so, were it to answer them, it could answer with what it
+// kept of its old term.
 func (w *world) pause(holder, next *engine) *engine {
 	w.t.Helper()
+	w.readProbeKey()
 	w.signal(holder, syscall.SIGSTOP)
 	stopped := time.Now()
 	w.waitState(next, domain.StateServing)
 	w.t.Logf("%s serves %v after the holder was stopped", next, time.Since(stopped).Round(time.Millisecond))
+	parked, n := w.delivered(holder), lateClientsPerPause
+	late := w.startLateClients(n)
+	w.t.Cleanup(late.stop)
+	w.waitFor(fmt.Sprintf("a call of each of %d late clients to reach the paused %s", n, holder), func() bool {
+		return w.delivered(holder) >= parked+int64(n)
+	})
 	w.signal(holder, syscall.SIGCONT)
 	w.waitFor(holder.String()+" to stop serving after it was resumed", func() bool {
 		return holder.exited() || w.ev.state(holder.instanceID()) != domain.StateServing.String()
 	})
+	late.stop()
 	return next
+}
+
+// readProbeKey sets probeKey and reads it back a few times, through the
+// engine that serves: what a keyvalue store keeps of the reads of its
+// term, it keeps of this key. A call not answered ends it; the calls are
+// recorded as any other.
+func (w *world) readProbeKey() {
+	w.t.Helper()
+	c := w.newClient(w.stop)
+	c.seq++
+	for _, in := range []kvInput{{op: kvSet, key: probeKey, value: c.value()}, {op: kvGet, key: probeKey}, {op: kvGet, key: probeKey}, {op: kvGet, key: probeKey}} {
+		ctx, cancel := context.WithTimeout(w.t.Context(), w.set.callTimeout)
+		answered := c.kvDo(ctx, in)
+		cancel()
+		if !answered {
+			w.t.Logf("%v through the serving engine was not answered; the pause goes on", in)
+			return
+		}
+	}
+}
+
+// delivered is how many messages the broker has sent e's connection that
+// accepts calls: every call routed to it, answered or not.
+func (w *world) delivered(e *engine) int64 {
+	w.t.Helper()
+	connz, err := w.broker.Connz(&server.ConnzOptions{})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	for _, c := range connz.Conns {
+		if c.Name == "abi-engine accept "+e.instanceID() {
+			return c.OutMsgs
+		}
+	}
+	w.t.Fatalf("%s has no connection that accepts calls", e)
+	return 0
 }
 
 // crash kills the holder; next, standing by, takes over after a lease of
@@ -384,18 +455,50 @@ func (w *world) check(name string, model porcupine.Model, history []porcupine.Op
 
 // startClients runs set.clients clients until stopClients.
 func (w *world) startClients() {
-	for i := range w.set.clients {
-		nc := natstest.Connect(w.t, w.url, nats.CustomInboxPrefix(clientInbox))
-		c := natsclient.New(nc, natsclient.WithTimeout(w.set.callTimeout))
-		cl := &client{
-			w: w, i: i, id: i, versions: map[string]uint64{}, stale: map[string]bool{},
-			kv: natsclient.NewKeyValue(c), docs: natsclient.NewDocument(c),
-			rng: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(i))),
-		}
-		w.clients.Go(cl.run)
+	for range w.set.clients {
+		w.clients.Go(w.newClient(w.stop).run)
 	}
 	// Before their connections close, which were registered earlier.
 	w.t.Cleanup(w.stopClients)
+}
+
+// newClient makes a client, with a connection of its own, that calls
+// until stop closes.
+func (w *world) newClient(stop <-chan struct{}) *client {
+	id := w.newID()
+	nc := natstest.Connect(w.t, w.url, nats.CustomInboxPrefix(clientInbox))
+	c := natsclient.New(nc, natsclient.WithTimeout(w.set.callTimeout))
+	return &client{
+		w: w, i: id, id: id, stop: stop, versions: map[string]uint64{}, stale: map[string]bool{},
+		kv: natsclient.NewKeyValue(c), docs: natsclient.NewDocument(c),
+		rng: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(id))),
+	}
+}
+
+func (w *world) newID() int { return int(w.ids.Add(1) - 1) }
+
+// lateClients are probing clients started during a fault, and stopped
+// with it.
+type lateClients struct {
+	done chan struct{}
+	once sync.Once
+	wg   sync.WaitGroup
+}
+
+// startLateClients runs n probing clients until the returned clients' stop.
+func (w *world) startLateClients(n int) *lateClients {
+	late := &lateClients{done: make(chan struct{})}
+	for range n {
+		c := w.newClient(late.done)
+		c.probe = true
+		late.wg.Go(c.run)
+	}
+	return late
+}
+
+func (l *lateClients) stop() {
+	l.once.Do(func() { close(l.done) })
+	l.wg.Wait()
 }
 
 func (w *world) stopClients() {
@@ -408,10 +511,13 @@ type client struct {
 	w    *world
 	i    int
 	id   int // porcupine's client id: a new one after an unknown outcome
-	kv   natsclient.KeyValue
-	docs natsclient.Document
-	rng  *rand.Rand
-	seq  int
+	stop <-chan struct{}
+	// probe: the client only sets a key and reads it back (probeCall).
+	probe bool
+	kv    natsclient.KeyValue
+	docs  natsclient.Document
+	rng   *rand.Rand
+	seq   int
 	// versions is the last version this client saw of each document, the
 	// one its next put or delete is conditional on; stale marks a document
 	// whose conditional write was refused, read before the next write.
@@ -422,20 +528,24 @@ type client struct {
 func (c *client) run() {
 	for {
 		select {
-		case <-c.w.stop:
+		case <-c.stop:
 			return
 		default:
 		}
 		c.seq++
-		ctx, cancel := context.WithTimeout(context.Background(), c.w.set.callTimeout)
-		if c.rng.IntN(10) < 6 {
-			c.kvCall(ctx)
+		if c.probe {
+			c.probeCall()
 		} else {
-			c.docCall(ctx)
+			ctx, cancel := context.WithTimeout(context.Background(), c.w.set.callTimeout)
+			if c.rng.IntN(10) < 6 {
+				c.kvCall(ctx)
+			} else {
+				c.docCall(ctx)
+			}
+			cancel()
 		}
-		cancel()
 		select {
-		case <-c.w.stop:
+		case <-c.stop:
 			return
 		case <-time.After(time.Duration(c.rng.Int64N(int64(c.w.set.pace) + 1))):
 		}
@@ -446,13 +556,42 @@ func (c *client) value() string { return fmt.Sprintf("c%d.%d", c.i, c.seq) }
 
 func (c *client) kvCall(ctx context.Context) {
 	in := kvInput{key: kvKeys[c.rng.IntN(len(kvKeys))]}
+	switch n := c.rng.IntN(20); {
+	case n < 8:
+		in.op = kvGet
+	case n < 13:
+		in.op, in.value = kvSet, c.value()
+	case n < 17:
+		in.op, in.value = kvSetIfAbsent, c.value()
+	default:
+		in.op = kvDelete
+	}
+	c.kvDo(ctx, in)
+}
+
+// probeCall sets probeKey and, once the set is answered, reads it back: a
+// read sent after a write was answered, which must see that write or a
+// later one, whichever engine the broker hands it to.
+func (c *client) probeCall() {
+	for _, in := range []kvInput{{op: kvSet, key: probeKey, value: c.value()}, {op: kvGet, key: probeKey}} {
+		ctx, cancel := context.WithTimeout(context.Background(), c.w.set.callTimeout)
+		answered := c.kvDo(ctx, in)
+		cancel()
+		if !answered {
+			return
+		}
+	}
+}
+
+// kvDo makes the keyvalue call in and records it. It reports whether the
+// call was answered.
+func (c *client) kvDo(ctx context.Context, in kvInput) bool {
 	var out kvOutput
 	var err error
 	r := c.w.rec
 	call := r.now()
-	switch n := c.rng.IntN(20); {
-	case n < 8:
-		in.op = kvGet
+	switch in.op {
+	case kvGet:
 		var v []byte
 		v, err = c.kv.Get(ctx, in.key)
 		if errors.Is(err, ports.ErrNotFound) {
@@ -460,17 +599,15 @@ func (c *client) kvCall(ctx context.Context) {
 		} else if err == nil {
 			out.found, out.value = true, string(v)
 		}
-	case n < 13:
-		in.op, in.value = kvSet, c.value()
+	case kvSet:
 		err = c.kv.Set(ctx, in.key, []byte(in.value), 0)
-	case n < 17:
-		in.op, in.value = kvSetIfAbsent, c.value()
+	case kvSetIfAbsent:
 		out.ok, err = c.kv.SetIfAbsent(ctx, in.key, []byte(in.value), 0)
-	default:
-		in.op = kvDelete
+	case kvDelete:
 		out.ok, err = c.kv.Delete(ctx, in.key)
 	}
 	c.record(&r.kv, call, r.now(), in, out, kvOutput{unknown: true}, err, in.op == kvGet)
+	return err == nil
 }
 
 func (c *client) docCall(ctx context.Context) {
@@ -549,7 +686,7 @@ func (c *client) record(history *[]porcupine.Operation, call, ret int64, in, out
 	default:
 		r.unknown.Add(1)
 		r.add(history, op(c.id, call, math.MaxInt64, in, unknown), err)
-		c.id += c.w.set.clients
+		c.id = c.w.newID()
 		return true
 	}
 	return false
@@ -627,7 +764,7 @@ func (r *recorder) summary(t *testing.T, set setting) {
 	// reads.
 	type count struct{ reads, writes int }
 	seen := map[string]*count{}
-	for _, k := range append(append([]string{}, kvKeys...), docIDs...) {
+	for _, k := range append(append([]string{probeKey}, kvKeys...), docIDs...) {
 		seen[k] = &count{}
 	}
 	tally := func(key string, read bool) {
