@@ -40,9 +40,11 @@ type servingJobs interface {
 //     kernel, then start jobs;
 //  3. while shutting down, jobs stay stopped, and shutdownJobs waits for
 //     their runs, those a fence cancelled too, outside the loop, which
-//     goes on acting on the lease meanwhile; the kernel keeps answering
-//     until the release (and after it, if the release was written, for the
-//     drain), and Stop drains it.
+//     goes on acting on the lease meanwhile: a fence in that wait stops
+//     the kernel, and a restore subscribes it again. Once that wait is
+//     over (sealed), nothing subscribes the kernel again; it keeps
+//     answering until the release (and after it, if the release was
+//     written, for the drain), and Stop drains it.
 //
 // Serving is a level, not an edge: a fence that arrives before the kernel
 // exists is state, so a kernel built later is never subscribed while the
@@ -67,9 +69,12 @@ type serving struct {
 	handedOver atomic.Bool
 
 	// The loop's own state.
-	lease      domain.State
-	kernel     servingKernel
-	shutdown   bool
+	lease    domain.State
+	kernel   servingKernel
+	shutdown bool
+	// sealed: the stop has done with the jobs and goes on to the release
+	// and the drain, so nothing subscribes the kernel again.
+	sealed     bool
 	subscribed bool
 }
 
@@ -79,6 +84,7 @@ type servingEvent struct {
 	booted     servingKernel
 	ack        chan<- struct{} // closed once the loop has acted on the event
 	shutdown   bool
+	sealed     bool
 }
 
 func newServing(log *slog.Logger, jobs servingJobs, lost func(), failed func(error), observe func(domain.Transition)) *serving {
@@ -110,10 +116,12 @@ func (s *serving) booted(k servingKernel) { s.await(servingEvent{booted: k}) }
 // answering until the release. The runs are waited for here, not in the
 // loop: a run that does not heed its cancellation holds the stop for up to
 // a lease, and a fence or a loss in that time must still stop the kernel
-// at once.
+// at once, and a restore subscribe it again, since the engine holds the
+// lease, and no standby may take over, until the stop releases it.
 func (s *serving) shutdownJobs() {
 	s.await(servingEvent{shutdown: true})
 	s.jobs.Stop()
+	s.await(servingEvent{sealed: true})
 }
 
 // await sends ev and waits until the loop has acted on it.
@@ -178,6 +186,8 @@ func (s *serving) run() {
 			s.kernel = ev.booted
 		case ev.shutdown:
 			s.shutdown = true
+		case ev.sealed:
+			s.sealed = true
 		}
 		// Observers hear of a move to serving before the engine answers,
 		// and of every other move once it has stopped: what they know of
@@ -218,6 +228,23 @@ func (s *serving) reconcile() {
 		wait()
 		return
 	}
+	if s.lease == domain.StateServing && !s.sealed && s.kernel != nil && !s.subscribed {
+		// Also while the stop waits for the jobs' runs: the engine holds
+		// the lease until the stop releases it, and answers by its clock.
+		if err := s.kernel.serve(); err != nil {
+			s.kernel.fence()()
+			if s.shutdown {
+				// The engine stops already; its release comes next.
+				s.log.Warn("cannot serve the kernel services again while stopping", "err", err)
+			} else {
+				s.failed(err)
+			}
+			// The engine stops; nothing is tried again.
+			s.shutdown, s.sealed = true, true
+			return
+		}
+		s.subscribed = true
+	}
 	if s.shutdown || s.lease != domain.StateServing {
 		// Cancelled, not waited for, as at a fence: shutdownJobs waits for
 		// the runs, this one's and those a fence cancelled, before the stop
@@ -227,15 +254,6 @@ func (s *serving) reconcile() {
 	}
 	if s.kernel == nil {
 		return
-	}
-	if !s.subscribed {
-		if err := s.kernel.serve(); err != nil {
-			s.kernel.fence()()
-			s.shutdown = true // the engine stops; nothing is tried again
-			s.failed(err)
-			return
-		}
-		s.subscribed = true
 	}
 	s.jobs.Start()
 }

@@ -170,7 +170,7 @@ func TestFencingStopsAdmissionBeforeJobs(t *testing.T) {
 
 // At shutdown jobs stop and stay stopped; the kernel answers on, and after
 // a release that was written it answers until drained. A restore of the
-// lease during shutdown subscribes nothing again.
+// lease once the shutdown has done with the jobs subscribes nothing again.
 func TestShutdownStopsJobsAndKeepsAnsweringUntilTheReleaseIsWritten(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newLoop(t)
@@ -463,6 +463,65 @@ func TestAFenceDuringAShutdownThatWaitsForAStuckJobRunIsActedOnAtOnce(t *testing
 		<-stopped
 		if subscribed {
 			t.Fatalf("the kernel still served after a fence that came while the shutdown waited for a stuck job run (steps: %s)", h.steps)
+		}
+	})
+}
+
+// A renewal that succeeds again after a fence, while the stop waits for a
+// job run that does not heed its cancellation, subscribes the kernel again:
+// the engine holds the lease until the stop releases it, and no standby
+// may take over meanwhile, so it answers by the lease's clock, as it did
+// before the fence. Once the stop has done with the jobs, nothing
+// subscribes the kernel again. Before, the restored engine held and
+// renewed the lease for up to a lease more, answering nothing.
+func TestARestoreWhileTheShutdownWaitsForAStuckJobRunServesAgainUntilTheJobsAreDone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newLoop(t)
+		jobs := NewJobs(slog.New(slog.DiscardHandler), nil)
+		jobs.stopLimit = 20 * time.Second
+		h.serving.jobs = jobs
+		unstick := make(chan struct{})
+		var running atomic.Bool
+		if err := jobs.Register(Job{Name: "stuck", Every: time.Second, Run: func(context.Context) error {
+			running.Store(true)
+			<-unstick // heeds no context
+			return nil
+		}}); err != nil {
+			t.Fatal(err)
+		}
+		h.boot()
+		h.move(domain.StateServing)
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if !running.Load() {
+			t.Fatal("the job's run has not begun")
+		}
+		stopped := make(chan struct{})
+		go func() {
+			h.shutdownJobs()
+			close(stopped)
+		}()
+		synctest.Wait()
+		h.move(domain.StateFenced)
+		if h.kernel.subscribed {
+			t.Fatalf("the kernel still served after a fence during the shutdown (steps: %s)", h.steps)
+		}
+		h.move(domain.StateServing) // a renewal succeeded again
+		restored := h.kernel.subscribed
+		select {
+		case <-stopped:
+			t.Fatal("the shutdown did not wait for the stuck run")
+		default:
+		}
+		close(unstick)
+		<-stopped
+		if !restored {
+			t.Fatalf("a restored engine answered nothing while its stop waited for a stuck job run (steps: %s)", h.steps)
+		}
+		h.move(domain.StateFenced)
+		h.move(domain.StateServing)
+		if h.kernel.subscribed {
+			t.Fatalf("the kernel was subscribed again after the shutdown had done with the jobs (steps: %s)", h.steps)
 		}
 	})
 }
