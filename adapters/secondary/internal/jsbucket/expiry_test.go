@@ -1,7 +1,10 @@
 package jsbucket
 
 import (
+	"bytes"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -146,6 +149,11 @@ func TestOpenOfABucketWithMarkersByAUserThatMayNotUpdateItLeavesItAsItWas(t *tes
 	if _, err := js.CreateKeyValue(t.Context(), jetstream.KeyValueConfig{Bucket: "MARKED", History: 1, LimitMarkerTTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
+	// The operator hears of it: the markers left can delete writes.
+	var logs syncBuffer
+	was := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
+	defer slog.SetDefault(was)
 	b, err := Open(t.Context(), natstest.Connect(t, url, nats.UserInfo("engine", "engine")), Config{Bucket: "MARKED"}, "test")
 	if err != nil {
 		t.Fatalf("Open: %v", err)
@@ -160,4 +168,25 @@ func TestOpenOfABucketWithMarkersByAUserThatMayNotUpdateItLeavesItAsItWas(t *tes
 	if ttl := s.CachedInfo().Config.SubjectDeleteMarkerTTL; ttl != time.Minute {
 		t.Fatalf("markers of expiry for %v after a refused update, want the minute it was made with", ttl)
 	}
+	if text := logs.String(); !strings.Contains(text, "level=WARN") || !strings.Contains(text, "$JS.API.STREAM.UPDATE.KV_MARKED") {
+		t.Fatalf("a bucket left with its markers was not warned of, naming the permission:\n%s", text)
+	}
+}
+
+// syncBuffer is a buffer that logs may write from several goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

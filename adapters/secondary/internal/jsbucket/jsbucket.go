@@ -15,6 +15,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"regexp"
 	"strconv"
@@ -199,26 +200,38 @@ func dropMarkers(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, sc 
 	ctx, cancel := context.WithTimeout(ctx, attemptTimeout)
 	defer cancel()
 	before := nc.LastError()
+	var updateErr error
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		for attempt := 0; ; attempt++ {
 			_, err := js.UpdateStream(ctx, sc)
+			updateErr = err
 			if err == nil || !transient(err) || pause(ctx, attempt) != nil {
 				return
 			}
 		}
 	}()
+	// An operator must hear of a bucket left with its markers: on a
+	// replicated bucket they can delete acknowledged writes.
+	kept := func(why string) {
+		slog.Warn("a JetStream bucket keeps the broker's markers of expiry, which on a replicated bucket can delete acknowledged writes; allow the engine's user $JS.API.STREAM.UPDATE."+sc.Name+", or set subject_delete_marker_ttl to 0 on the stream",
+			"stream", sc.Name, "why", why)
+	}
 	poll := time.NewTicker(10 * time.Millisecond)
 	defer poll.Stop()
 	for {
 		select {
 		case <-done:
+			if updateErr != nil {
+				kept(updateErr.Error())
+			}
 			return
 		case <-poll.C:
 			if refusedTo(nc, before, "$JS.API.STREAM.UPDATE."+sc.Name) {
 				cancel()
 				<-done
+				kept("the engine's user may not update the stream")
 				return
 			}
 		}
