@@ -81,7 +81,7 @@ func (c *command) objPut(args []string, stdout, stderr io.Writer) int {
 			return err
 		}
 		bar := newProgress(stderr, "put "+key, size)
-		info, err := store.Put(ctx, key, bar.reader(src), ports.PutObjectOptions{ContentType: *contentType})
+		info, err := store.Put(ctx, key, bar.reader(interruptibleReader(ctx, src)), ports.PutObjectOptions{ContentType: *contentType})
 		bar.finish()
 		if err != nil {
 			return fmt.Errorf("put %q from %s: %w", key, name, err)
@@ -116,21 +116,22 @@ func (c *command) objGet(args []string, stdout, stderr io.Writer) int {
 		}
 		defer body.Close()
 		if path == "" {
-			return copyObject(stdout, body, key, info.Size, stderr)
+			return copyObject(ctx, stdout, body, key, info.Size, stderr)
 		}
 		out, err := createTarget(path)
 		if err != nil {
 			return fmt.Errorf("get %q: %w", key, err)
 		}
-		err = copyObject(out.f, body, key, info.Size, stderr)
+		err = copyObject(ctx, out.f, body, key, info.Size, stderr)
 		return out.finish(err)
 	})
 }
 
-// copyObject copies an object of size bytes to dst, with a progress bar.
-func copyObject(dst io.Writer, body io.Reader, key string, size int64, stderr io.Writer) error {
+// copyObject copies an object of size bytes to dst, with a progress bar,
+// until ctx ends.
+func copyObject(ctx context.Context, dst io.Writer, body io.Reader, key string, size int64, stderr io.Writer) error {
 	bar := newProgress(stderr, "get "+key, size)
-	n, err := io.Copy(dst, bar.reader(body))
+	n, err := io.Copy(interruptibleWriter(ctx, dst), bar.reader(body))
 	bar.finish()
 	if err == nil && n != size {
 		err = fmt.Errorf("read %d of its %d bytes", n, size)

@@ -1,0 +1,115 @@
+package main
+
+import (
+	"bytes"
+	"crypto/rand"
+	"io"
+	"os/exec"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/abi-engine/engine/internal/natstest"
+)
+
+// A signal ends an upload whose input has stalled: `producer | engine obj
+// put k` with a producer that pauses, or a terminal the operator types
+// into. The command serving on its own stops as after any signal: it
+// releases the lease and exits 1, though its stdin is still open. Before,
+// the read of stdin ignored the signal, and the command held the lease
+// until the producer wrote again or closed the pipe, however long that
+// took.
+func TestASignalEndsAnUploadWhoseInputStalls(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	config := writeConfigLease(t, url, 10)
+	leaseWithHistory(t, url)
+	cmd := exec.Command(engineBin, "obj", "put", "stalled", "-", "--config", config)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stdin.Close()
+	e := startProcess(t, cmd)
+	// The pipe holds some 64 KiB: once it has taken four times that, the
+	// command is reading it into its upload. Then the producer pauses,
+	// keeping the pipe open.
+	var given atomic.Int64
+	chunk := make([]byte, 32<<10)
+	_, _ = rand.Read(chunk)
+	go func() {
+		for given.Load() < 256<<10 {
+			n, err := stdin.Write(chunk)
+			given.Add(int64(n))
+			if err != nil {
+				return
+			}
+		}
+	}()
+	waitUntil(t, "the command reads its input", func() bool { return given.Load() >= 256<<10 })
+	if rec := readLease(t, url); rec.Holder.PID != e.cmd.Process.Pid || rec.Holder.Released {
+		t.Fatalf("the command uploads without holding the lease: %+v", rec)
+	}
+
+	if err := e.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-e.done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the command still runs 30s after a signal, its input open and silent:\n%s", e.output())
+	}
+	if code := e.cmd.ProcessState.ExitCode(); code != 1 {
+		t.Fatalf("exit code %d after a signal cut the upload short, want 1:\n%s", code, e.output())
+	}
+	if rec := readLease(t, url); !rec.Holder.Released || rec.Holder.PID != e.cmd.Process.Pid {
+		t.Fatalf("after the signal the lease reads %+v, want the command's released record", rec)
+	}
+	if r := cli(t, nil, "obj", "get", "stalled", "--config", config); r.code != 1 || r.stdout != "" {
+		t.Fatalf("the upload cut short left an object: exit %d, %d bytes", r.code, len(r.stdout))
+	}
+}
+
+// A signal ends a download whose reader has stopped reading: `engine obj
+// get k | consumer` with a consumer that pauses. The command exits 1 and
+// releases the lease, the pipe still open. Before, its write to the full
+// pipe ignored the signal, and the command held the lease until the
+// consumer read again or went away.
+func TestASignalEndsADownloadWhoseReaderStalls(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	config := writeConfigLease(t, url, 10)
+	leaseWithHistory(t, url)
+	object := make([]byte, 4<<20)
+	_, _ = rand.Read(object)
+	ok(t, bytes.NewReader(object), "obj", "put", "big", "--config", config)
+
+	cmd := exec.Command(engineBin, "obj", "get", "big", "--config", config)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := startProcess(t, cmd)
+	// Its first byte proves the download under way; then the reader pauses,
+	// and the pipe, some 64 KiB, fills.
+	if _, err := io.ReadFull(stdout, make([]byte, 1)); err != nil {
+		t.Fatalf("no byte of the object: %v\n%s", err, e.output())
+	}
+	if rec := readLease(t, url); rec.Holder.PID != e.cmd.Process.Pid || rec.Holder.Released {
+		t.Fatalf("the command downloads without holding the lease: %+v", rec)
+	}
+
+	if err := e.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-e.done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the command still runs 30s after a signal, its reader silent:\n%s", e.output())
+	}
+	if code := e.cmd.ProcessState.ExitCode(); code != 1 {
+		t.Fatalf("exit code %d after a signal cut the download short, want 1:\n%s", code, e.output())
+	}
+	if rec := readLease(t, url); !rec.Holder.Released || rec.Holder.PID != e.cmd.Process.Pid {
+		t.Fatalf("after the signal the lease reads %+v, want the command's released record", rec)
+	}
+}
