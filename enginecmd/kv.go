@@ -92,15 +92,20 @@ func (c *command) kvGet(args []string, stdout, stderr io.Writer) int {
 func (c *command) kvSet(args []string, stderr io.Writer) int {
 	fs, cf := newFlags("kv set", "kv set KEY [VALUE|-] [flags] (no VALUE or -: read it from stdin)", true, false)
 	ttl := new(time.Duration)
-	fs.Func("ttl", "time to live, such as 10m (0: until deleted)", func(s string) error {
+	fs.Func("ttl", fmt.Sprintf("time to live, such as 10m, from %v to %v (0: until deleted)", ports.MinTTL, ports.MaxTTL), func(s string) error {
 		d, err := time.ParseDuration(s)
 		switch {
 		case err != nil:
-			return errors.New("want a duration such as 10m")
+			return fmt.Errorf("want a duration such as 10m, at most %v", ports.MaxTTL)
 		// A duration below a nanosecond ("0.5ns") parses as 0, which keeps
 		// the value for good: refused as the HTTP API refuses ?ttl=0.5ns.
-		case d == 0 && strings.ContainsAny(s, "123456789"):
+		// One below the store's millisecond, or above its most, is refused
+		// here too, as a usage error of the flag: sent, it came back from
+		// the engine as an error of the wire's ttl_seconds, exit code 1.
+		case d == 0 && strings.ContainsAny(s, "123456789"), d > 0 && d < ports.MinTTL:
 			return fmt.Errorf("%q is below %v and would round to zero, which keeps the value forever", s, ports.MinTTL)
+		case d > ports.MaxTTL:
+			return fmt.Errorf("%q is more than the most, %v", s, ports.MaxTTL)
 		}
 		*ttl = d
 		return nil

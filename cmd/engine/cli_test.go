@@ -600,3 +600,24 @@ func TestStatusWaitsTheLeaseItsHolderRenewsBy(t *testing.T) {
 		t.Fatalf("status of a holder renewing by a 3s lease, never renewed, run with a 1s lease = %+v; want no renewal in 3s", st)
 	}
 }
+
+// A --ttl the stores would refuse, below a millisecond or above the most a
+// value may live, is a usage error naming the flag, before anything is
+// sent. Before, only one below a nanosecond was: the rest went to the
+// engine, which refused them as an error of the wire's ttl_seconds, with
+// exit code 1, and a duration too large for Go's was called no duration.
+func TestATTLTheStoresWouldRefuseIsAUsageErrorOfTheFlag(t *testing.T) {
+	dir := t.TempDir()
+	config := filepath.Join(dir, "engine.yaml")
+	if err := os.WriteFile(config, []byte("nats:\n  url: nats://127.0.0.1:1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for ttl, want := range map[string]string{
+		"1ns":       `invalid value "1ns" for flag -ttl: "1ns" is below 1ms`,
+		"999us":     `invalid value "999us" for flag -ttl: "999us" is below 1ms`,
+		"87601h":    `invalid value "87601h" for flag -ttl: "87601h" is more than the most, 87600h0m0s`,
+		"99999999h": `invalid value "99999999h" for flag -ttl: want a duration such as 10m, at most 87600h0m0s`,
+	} {
+		failsWith(t, 2, want, "kv", "set", "k", "v", "--ttl", ttl, "--config", config)
+	}
+}
