@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	lease "github.com/abi-engine/engine/adapters/secondary/lease/jetstream"
@@ -17,6 +18,7 @@ import (
 	"github.com/abi-engine/engine/adapters/secondary/natsserver"
 	"github.com/abi-engine/engine/app/config"
 	"github.com/abi-engine/engine/internal/redact"
+	"github.com/abi-engine/engine/internal/wire"
 )
 
 // statusTimeout bounds the status read, besides the wait for a renewal.
@@ -136,7 +138,23 @@ func readStatus(parent context.Context, cfg *config.Config, embedded bool) (leas
 	if next.Operation() != jetstream.KeyValuePut {
 		return leaseStatus{Reason: "the lease is free"}, nil
 	}
-	return describe(next), nil
+	st := describe(next)
+	if !st.Serving {
+		return st, nil
+	}
+	// A holder renews from its claim, but serves only once its start has
+	// opened its services: the very first engine on an account holds the
+	// new key a whole lease before it serves (ADR 0002). Until then no
+	// engine answers on the engine's info subject, and the broker says so
+	// at once. Any other outcome (an answer, a refusal, a permission the
+	// caller lacks, a timeout) leaves the holder serving, as the lease says.
+	_, err = nc.Request(wire.Subject(wire.ServiceEngine, wire.EngineInfo), []byte("{}"), 2*time.Second)
+	if errors.Is(err, nats.ErrNoResponders) {
+		st.Serving = false
+		st.Reason = fmt.Sprintf("%s holds the lease but does not serve yet: it is still starting (the first engine on an account holds the new lease key for a whole lease before it serves)",
+			lease.DecodeHolder(next.Value()))
+	}
+	return st, nil
 }
 
 // describe is what an entry of the lease key says by itself: its holder

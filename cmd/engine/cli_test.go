@@ -499,6 +499,38 @@ func TestStatusDoesNotCallAKilledHolderServing(t *testing.T) {
 	}
 }
 
+// The first engine on an account holds the new lease key for a whole lease
+// before it serves, renewing it all the while. Status says it does not
+// serve yet, naming it, and that it serves once its start is done. Before,
+// it saw the renewal and said the engine served, while every call to the
+// account went unanswered.
+func TestStatusDoesNotCallAnEngineServingBeforeItsHoldEnds(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	config := writeConfigLease(t, url, 20)
+	e := startEngine(t, config)
+	e.waitLog(t, "holding it a lease before serving")
+	var st struct {
+		Serving bool
+		Reason  string
+		Holder  struct {
+			InstanceID string `json:"instance_id"`
+		}
+	}
+	decodeOne(t, ok(t, nil, "status", "--config", config, "--output", "json"), &st)
+	if !strings.Contains(e.output(), "state=serving") {
+		if st.Serving || !strings.Contains(st.Reason, "does not serve yet") || st.Holder.InstanceID == "" ||
+			!strings.Contains(st.Reason, st.Holder.InstanceID) {
+			t.Fatalf("status during the first engine's hold = %+v, want not serving yet, naming the holder", st)
+		}
+	}
+
+	e.waitLog(t, "state=serving")
+	decodeOne(t, ok(t, nil, "status", "--config", config, "--output", "json"), &st)
+	if !st.Serving {
+		t.Fatalf("status says no engine serves once the hold is over: %s", st.Reason)
+	}
+}
+
 func TestStatusWithoutALeaseBucketCreatesNone(t *testing.T) {
 	url := natstest.StartServer(t).ClientURL()
 	out := ok(t, nil, "status", "--nats-url", url)
