@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/dig"
@@ -134,38 +135,6 @@ func (cf *clientFlags) json() bool { return cf.output == "json" }
 // refuses it when its data would live in this process alone. It returns the
 // exit code.
 func (c *command) withEngine(cf *clientFlags, stderr io.Writer, service string, f func(ctx context.Context, svc app.Services) error) int {
-	cfg, err := cf.load()
-	if err != nil {
-		return fail(stderr, err)
-	}
-	// A host configured as a client never serves, not even for one
-	// command: it would claim the lease and keep the data it wrote in
-	// its own backends, where the account's engine never sees them.
-	if os.Getenv(config.EnvRole) == "" && cfg.Role() != domain.RoleClient {
-		cfg.NATS.Engine.Role = domain.RoleAuto.String()
-		if engineAnswers(cfg) {
-			cfg.NATS.Engine.Role = domain.RoleClient.String()
-		}
-	}
-	// Decided before the start, which would claim the lease and serve:
-	// callers of the account would be answered, for the command's length,
-	// by a store gone when it returns.
-	if cfg.Role() != domain.RoleClient {
-		if err := gone(cfg, service); err != nil {
-			return fail(stderr, err)
-		}
-	}
-	// The configured HTTP address belongs to the engines that run for good,
-	// and a command has no use for an API of its own: one would call the
-	// services, signed with the caller secret, for whoever on this host
-	// found its port, even where the configuration switches the API off.
-	cfg.HTTP.Listen = config.HTTPOff
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	var eng *app.Engine
-	a := c.newApp(app.Options{Config: cfg, Embed: cf.embedded(), Logger: log, Transient: true}, fx.Populate(&eng))
-	if err := a.Err(); err != nil {
-		return fail(stderr, dig.RootCause(err))
-	}
 	// SIGHUP as SIGTERM: a command on its own serves, and a closed
 	// terminal must not kill it holding the lease. The first signal ends
 	// the command's work, or its start, and lets the engine stop as it
@@ -180,19 +149,31 @@ func (c *command) withEngine(cf *clientFlags, stderr io.Writer, service string, 
 	defer signal.Stop(signals)
 	ctx, cancelRun := context.WithCancel(context.Background())
 	defer cancelRun()
-	stopping := make(chan struct{})
+	var stopping atomic.Bool
 	code := make(chan int, 1)
-	go func() { code <- c.runEngine(ctx, a, eng, stopping, stderr, f) }()
+	go func() {
+		// The engine that serves may be another command's, serving for its
+		// own length: it may stop between this command's choice to be its
+		// client and the call, and the call then finds no engine at all.
+		// A command that chose to be a client, and whose work failed as
+		// unavailable, having done nothing, chooses again, and serves
+		// itself if no engine does.
+		for attempt := 1; ; attempt++ {
+			n, again := c.runOnce(ctx, cf, stderr, service, &stopping, attempt < clientAttempts, f)
+			if !again {
+				code <- n
+				return
+			}
+		}
+	}()
 	interrupted := false
 	for {
 		select {
 		case n := <-code:
 			return n
 		case sig := <-signals:
-			select {
-			case <-stopping:
+			if stopping.Load() {
 				interrupted = true
-			default:
 			}
 			if !interrupted {
 				interrupted = true
@@ -205,32 +186,93 @@ func (c *command) withEngine(cf *clientFlags, stderr io.Writer, service string, 
 	}
 }
 
+// clientAttempts is how many times a command that chose to be a client
+// runs its work before it reports an engine unavailable.
+const clientAttempts = 3
+
+// runOnce loads the configuration, chooses the command's role, and runs f
+// in an engine of that role. again is true, with nothing reported, when
+// retry is set and f failed as a client by choice, no engine answering, in
+// a way that did nothing: the command should choose anew.
+func (c *command) runOnce(ctx context.Context, cf *clientFlags, stderr io.Writer, service string, stopping *atomic.Bool, retry bool, f func(ctx context.Context, svc app.Services) error) (code int, again bool) {
+	cfg, err := cf.load()
+	if err != nil {
+		return fail(stderr, err), false
+	}
+	// A host configured as a client never serves, not even for one
+	// command: it would claim the lease and keep the data it wrote in
+	// its own backends, where the account's engine never sees them.
+	chose := os.Getenv(config.EnvRole) == "" && cfg.Role() != domain.RoleClient
+	if chose {
+		cfg.NATS.Engine.Role = domain.RoleAuto.String()
+		if engineAnswers(cfg) {
+			cfg.NATS.Engine.Role = domain.RoleClient.String()
+		}
+	}
+	// Decided before the start, which would claim the lease and serve:
+	// callers of the account would be answered, for the command's length,
+	// by a store gone when it returns.
+	if cfg.Role() != domain.RoleClient {
+		if err := gone(cfg, service); err != nil {
+			return fail(stderr, err), false
+		}
+	}
+	// The configured HTTP address belongs to the engines that run for good,
+	// and a command has no use for an API of its own: one would call the
+	// services, signed with the caller secret, for whoever on this host
+	// found its port, even where the configuration switches the API off.
+	cfg.HTTP.Listen = config.HTTPOff
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	var eng *app.Engine
+	a := c.newApp(app.Options{Config: cfg, Embed: cf.embedded(), Logger: log, Transient: true}, fx.Populate(&eng))
+	if err := a.Err(); err != nil {
+		return fail(stderr, dig.RootCause(err)), false
+	}
+	return c.runEngine(ctx, a, eng, stopping, stderr, retry && chose, f)
+}
+
 // runEngine starts a, runs f with the engine's services until it returns
-// or ctx ends, and stops a, closing stopping as the stop begins. A ctx that
+// or ctx ends, and stops a, setting stopping as the stop begins. A ctx that
 // ends during the start ends it through the engine, not through fx's
 // context: fx would return at once, and the process exit, while the engine
-// still released the lease its start took (see serve).
-func (c *command) runEngine(ctx context.Context, a *fx.App, eng *app.Engine, stopping chan<- struct{}, stderr io.Writer, f func(ctx context.Context, svc app.Services) error) int {
+// still released the lease its start took (see serve). With retry set, a
+// client whose f failed unavailable, untouched, stops quietly and reports
+// again.
+func (c *command) runEngine(ctx context.Context, a *fx.App, eng *app.Engine, stopping *atomic.Bool, stderr io.Writer, retry bool, f func(ctx context.Context, svc app.Services) error) (code int, again bool) {
 	startCtx, cancel := context.WithTimeout(context.Background(), a.StartTimeout())
 	stopInterrupt := context.AfterFunc(ctx, eng.Interrupt)
 	err := a.Start(startCtx)
 	stopInterrupt()
 	cancel()
 	if err != nil {
-		return fail(stderr, dig.RootCause(err))
+		return fail(stderr, dig.RootCause(err)), false
 	}
 	runErr := f(ctx, eng.Services())
-	close(stopping)
+	again = retry && ctx.Err() == nil && eng.Outcome() == domain.OutcomeClient &&
+		errors.Is(runErr, wire.ErrUnavailable) && !errors.As(runErr, new(touchedError))
+	if !again {
+		stopping.Store(true)
+	}
 	stopCtx, cancelStop := context.WithTimeout(context.Background(), a.StopTimeout()+5*time.Second)
 	defer cancelStop()
 	if err := a.Stop(stopCtx); err != nil && runErr == nil {
 		runErr = dig.RootCause(err)
 	}
-	if runErr != nil {
-		return fail(stderr, runErr)
+	if again {
+		return 0, true
 	}
-	return exitOK
+	if runErr != nil {
+		return fail(stderr, runErr), false
+	}
+	return exitOK, false
 }
+
+// touchedError marks the error of work that read its input or wrote its
+// output before it failed: run again, it would not do the same.
+type touchedError struct{ err error }
+
+func (e touchedError) Error() string { return e.err.Error() }
+func (e touchedError) Unwrap() error { return e.err }
 
 // gone is the error of a command that would serve service itself, no
 // engine answering for the account, on an adapter whose data lives in this

@@ -81,10 +81,15 @@ func (c *command) objPut(args []string, stdout, stderr io.Writer) int {
 			return err
 		}
 		bar := newProgress(stderr, "put "+key, size)
-		info, err := store.Put(ctx, key, bar.reader(interruptibleReader(ctx, src)), ports.PutObjectOptions{ContentType: *contentType})
+		in := &countingReader{r: interruptibleReader(ctx, src)}
+		info, err := store.Put(ctx, key, bar.reader(in), ports.PutObjectOptions{ContentType: *contentType})
 		bar.finish()
 		if err != nil {
-			return fmt.Errorf("put %q from %s: %w", key, name, err)
+			err = fmt.Errorf("put %q from %s: %w", key, name, err)
+			if in.n > 0 {
+				return touchedError{err}
+			}
+			return err
 		}
 		_, err = fmt.Fprintf(stdout, "%s: %d bytes, etag %s\n", info.Key, info.Size, info.ETag)
 		return err
@@ -137,9 +142,25 @@ func copyObject(ctx context.Context, dst io.Writer, body io.Reader, key string, 
 		err = fmt.Errorf("read %d of its %d bytes", n, size)
 	}
 	if err != nil {
-		return fmt.Errorf("get %q: %w", key, err)
+		err = fmt.Errorf("get %q: %w", key, err)
+		if n > 0 {
+			return touchedError{err}
+		}
+		return err
 	}
 	return nil
+}
+
+// countingReader counts what r yields.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
 }
 
 // target is the file a download writes. A download that fails must leave
