@@ -99,6 +99,7 @@ func (c *command) docGet(args []string, stdout, stderr io.Writer) int {
 	}
 	collection, id := pos[0], pos[1]
 	return c.withEngine(cf, stderr, ports.ServiceDocument, func(ctx context.Context, svc app.Services) error {
+		stdout := interruptibleWriter(ctx, stdout)
 		docs, err := documents(svc)
 		if err != nil {
 			return err
@@ -217,6 +218,7 @@ func (c *command) docFind(args []string, stdout, stderr io.Writer) int {
 	}
 	collection := pos[0]
 	return c.withEngine(cf, stderr, ports.ServiceDocument, func(ctx context.Context, svc app.Services) error {
+		stdout := interruptibleWriter(ctx, stdout)
 		docs, err := documents(svc)
 		if err != nil {
 			return err

@@ -23,6 +23,7 @@ func (c *command) historyCommand(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	return c.withEngine(cf, stderr, ports.ServiceDocument, func(ctx context.Context, svc app.Services) error {
+		stdout := interruptibleWriter(ctx, stdout)
 		docs, err := documents(svc)
 		if err != nil {
 			return err

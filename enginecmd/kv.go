@@ -58,7 +58,9 @@ func (c *command) kvGet(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	key := pos[0]
+	terminal := isTerminal(stdout)
 	return c.withEngine(cf, stderr, ports.ServiceKeyValue, func(ctx context.Context, svc app.Services) error {
+		stdout := interruptibleWriter(ctx, stdout)
 		kv, err := keyValue(svc)
 		if err != nil {
 			return err
@@ -81,7 +83,7 @@ func (c *command) kvGet(args []string, stdout, stderr io.Writer) int {
 		}
 		// The value goes out as stored, so a pipe gets its exact bytes; a
 		// terminal gets a line end as well.
-		if isTerminal(stdout) && (len(v) == 0 || v[len(v)-1] != '\n') {
+		if terminal && (len(v) == 0 || v[len(v)-1] != '\n') {
 			v = append(v, '\n')
 		}
 		_, err = stdout.Write(v)
@@ -170,6 +172,7 @@ func (c *command) kvList(args []string, stdout, stderr io.Writer) int {
 		prefix = pos[0]
 	}
 	return c.withEngine(cf, stderr, ports.ServiceKeyValue, func(ctx context.Context, svc app.Services) error {
+		stdout := interruptibleWriter(ctx, stdout)
 		kv, err := keyValue(svc)
 		if err != nil {
 			return err

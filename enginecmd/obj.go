@@ -257,6 +257,7 @@ func (c *command) objList(args []string, stdout, stderr io.Writer) int {
 		prefix = pos[0]
 	}
 	return c.withEngine(cf, stderr, ports.ServiceObjectStorage, func(ctx context.Context, svc app.Services) error {
+		stdout := interruptibleWriter(ctx, stdout)
 		store, err := objects(svc)
 		if err != nil {
 			return err

@@ -113,3 +113,44 @@ func TestASignalEndsADownloadWhoseReaderStalls(t *testing.T) {
 		t.Fatalf("after the signal the lease reads %+v, want the command's released record", rec)
 	}
 }
+
+// A signal ends a read command whose reader has stopped reading, as it
+// ends a download: `engine kv get k | consumer` with a value larger than
+// the pipe holds and a consumer that pauses. Before, the write of the
+// value ignored the signal, and the command serving on its own held the
+// lease until the consumer read again or went away.
+func TestASignalEndsAKeyValueGetWhoseReaderStalls(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	config := writeConfigLease(t, url, 10)
+	leaseWithHistory(t, url)
+	value := bytes.Repeat([]byte("0123456789abcdef"), 32<<10) // 512 KiB
+	ok(t, bytes.NewReader(value), "kv", "set", "big", "--config", config)
+
+	cmd := exec.Command(engineBin, "kv", "get", "big", "--config", config)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := startProcess(t, cmd)
+	if _, err := io.ReadFull(stdout, make([]byte, 1)); err != nil {
+		t.Fatalf("no byte of the value: %v\n%s", err, e.output())
+	}
+	if rec := readLease(t, url); rec.Holder.PID != e.cmd.Process.Pid || rec.Holder.Released {
+		t.Fatalf("the command reads without holding the lease: %+v", rec)
+	}
+
+	if err := e.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-e.done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the command still runs 30s after a signal, its reader silent:\n%s", e.output())
+	}
+	if code := e.cmd.ProcessState.ExitCode(); code != 1 {
+		t.Fatalf("exit code %d after a signal cut the output short, want 1:\n%s", code, e.output())
+	}
+	if rec := readLease(t, url); !rec.Holder.Released || rec.Holder.PID != e.cmd.Process.Pid {
+		t.Fatalf("after the signal the lease reads %+v, want the command's released record", rec)
+	}
+}
