@@ -197,14 +197,17 @@ func (c *command) docFind(args []string, stdout, stderr io.Writer) int {
 	where := fs.String("where", "", `keep documents whose top-level fields equal these, as a JSON object: '{"status":"open"}'`)
 	orderBy := fs.String("order-by", "", "order by this top-level field (none: by id)")
 	desc := fs.Bool("desc", false, "reverse the order")
-	limit := fs.Int("limit", 100, "page size")
+	limit := fs.Int("limit", 100, fmt.Sprintf("page size, 1 to %d", ports.MaxPage))
 	cursor := fs.String("cursor", "", "continue after a previous page")
 	pos, code, ok := parseArgs(fs, cf, args, stderr, 1, 1)
 	if !ok {
 		return code
 	}
-	if *limit <= 0 {
-		fmt.Fprintf(stderr, "engine doc find: --limit is %d, want 1 or more\n", *limit)
+	// A page above the most a listing returns is refused here, naming the
+	// flag, as one below 1 is: sent, it came back from the engine as an
+	// error of the wire's limit, exit code 1.
+	if *limit <= 0 || *limit > ports.MaxPage {
+		fmt.Fprintf(stderr, "engine doc find: --limit is %d, want 1 to %d (--cursor reads the next page)\n", *limit, ports.MaxPage)
 		return exitUsage
 	}
 	q := ports.Query{OrderBy: *orderBy, Desc: *desc, Limit: *limit, Cursor: *cursor}

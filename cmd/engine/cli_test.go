@@ -583,7 +583,7 @@ func TestCommandUsage(t *testing.T) {
 		{[]string{"doc", "find", "c", "--where", `{"a":1}}`}, `--where is not one JSON object: "}" after the JSON value`},
 		{[]string{"doc", "put", "c", "id", "{}", "--if-version", "x"}, "want a version number"},
 		{[]string{"doc", "find", "c", "--where", "open"}, "--where is not a JSON object"},
-		{[]string{"doc", "find", "c", "--limit", "0"}, "--limit is 0, want 1 or more"},
+		{[]string{"doc", "find", "c", "--limit", "0"}, "--limit is 0, want 1 to 1000"},
 		{[]string{"obj"}, "usage: engine obj put|get|ls|rm"},
 		{[]string{"obj", "put"}, "engine obj put: missing argument"},
 		{[]string{"obj", "get", "k", "f", "g"}, `engine obj get: unexpected argument "g"`},
@@ -631,6 +631,18 @@ func TestStatusWaitsTheLeaseItsHolderRenewsBy(t *testing.T) {
 	if st.Serving || !strings.Contains(st.Reason, "no renewal in 3s (a lease, the one its holder renews by)") {
 		t.Fatalf("status of a holder renewing by a 3s lease, never renewed, run with a 1s lease = %+v; want no renewal in 3s", st)
 	}
+}
+
+// doc find --limit above the most a page holds is a usage error naming the
+// flag, as one below 1 is, before anything is sent. Before, it went to the
+// engine, which refused it as an error of the wire's limit, exit code 1.
+func TestADocFindPageAboveTheMostIsAUsageErrorOfTheFlag(t *testing.T) {
+	dir := t.TempDir()
+	config := filepath.Join(dir, "engine.yaml")
+	if err := os.WriteFile(config, []byte("nats:\n  url: nats://127.0.0.1:1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	failsWith(t, 2, "engine doc find: --limit is 1001, want 1 to 1000", "doc", "find", "c", "--limit", "1001", "--config", config)
 }
 
 // A --ttl the stores would refuse, below a millisecond or above the most a
