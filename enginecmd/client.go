@@ -13,9 +13,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/dig"
 	"go.uber.org/fx"
 
+	lease "github.com/abi-engine/engine/adapters/secondary/lease/jetstream"
 	"github.com/abi-engine/engine/adapters/secondary/natsconn"
 	"github.com/abi-engine/engine/app"
 	"github.com/abi-engine/engine/app/config"
@@ -228,7 +230,7 @@ func (c *command) runOnce(ctx context.Context, cf *clientFlags, stderr io.Writer
 	if err := a.Err(); err != nil {
 		return fail(stderr, dig.RootCause(err)), false
 	}
-	return c.runEngine(ctx, a, eng, stopping, stderr, retry && chose, f)
+	return c.runEngine(ctx, cfg, a, eng, stopping, stderr, retry && chose, f)
 }
 
 // runEngine starts a, runs f with the engine's services until it returns
@@ -238,7 +240,7 @@ func (c *command) runOnce(ctx context.Context, cf *clientFlags, stderr io.Writer
 // still released the lease its start took (see serve). With retry set, a
 // client whose f failed unavailable, untouched, stops quietly and reports
 // again.
-func (c *command) runEngine(ctx context.Context, a *fx.App, eng *app.Engine, stopping *atomic.Bool, stderr io.Writer, retry bool, f func(ctx context.Context, svc app.Services) error) (code int, again bool) {
+func (c *command) runEngine(ctx context.Context, cfg *config.Config, a *fx.App, eng *app.Engine, stopping *atomic.Bool, stderr io.Writer, retry bool, f func(ctx context.Context, svc app.Services) error) (code int, again bool) {
 	startCtx, cancel := context.WithTimeout(context.Background(), a.StartTimeout())
 	stopInterrupt := context.AfterFunc(ctx, eng.Interrupt)
 	err := a.Start(startCtx)
@@ -262,9 +264,44 @@ func (c *command) runEngine(ctx context.Context, a *fx.App, eng *app.Engine, sto
 		return 0, true
 	}
 	if runErr != nil {
+		if ctx.Err() == nil && eng.Outcome() == domain.OutcomeClient && errors.Is(runErr, wire.ErrUnavailable) {
+			runErr = unanswered(cfg, runErr)
+		}
 		return fail(stderr, runErr), false
 	}
 	return exitOK, false
+}
+
+// unanswered adds to err, the error of a client no engine answered, the
+// engine the lease names when it holds it unreleased: one that renews the
+// lease but serves nothing yet, such as the first engine on an account
+// while it holds the new key for a lease, or one that stopped without a
+// release. "no responders" alone named no engine and no next step.
+func unanswered(cfg *config.Config, err error) error {
+	nc, cerr := natsconn.Connect(natsOptions(cfg, "abi-engine lease read"))
+	if cerr != nil {
+		return err
+	}
+	defer nc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	js, jerr := jetstream.New(nc)
+	if jerr != nil {
+		return err
+	}
+	kv, kerr := js.KeyValue(ctx, lease.DefaultBucket)
+	if kerr != nil {
+		return err
+	}
+	e, gerr := kv.Get(ctx, lease.Key)
+	if gerr != nil {
+		return err
+	}
+	h := lease.DecodeHolder(e.Value())
+	if h.Released || h.InstanceID == "" {
+		return err
+	}
+	return fmt.Errorf("%w: the lease names %s, which does not answer: it is still starting (the first engine on an account holds the new lease key for a whole lease before it serves), or it stopped without releasing the lease; `engine status` tells which", err, h)
 }
 
 // touchedError marks the error of work that read its input or wrote its

@@ -665,3 +665,21 @@ func TestATTLTheStoresWouldRefuseIsAUsageErrorOfTheFlag(t *testing.T) {
 		failsWith(t, 2, want, "kv", "set", "k", "v", "--ttl", ttl, "--config", config)
 	}
 }
+
+// A command next to the first engine on an account, which holds the new
+// lease key for a lease before it serves, finds no engine answering. It
+// fails naming the engine the lease names and how to tell whether it is
+// starting. Before, it said only "engine unavailable: nats: no responders
+// available for request".
+func TestACommandNoEngineAnswersNamesTheHolderOfTheLease(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	config := writeConfigLease(t, url, 60)
+	e := startEngine(t, config)
+	e.waitLog(t, "holding it a lease before serving")
+	holder := readLease(t, url).Holder
+	r := cli(t, nil, "kv", "get", "k", "--config", config)
+	if r.code != 1 || !strings.Contains(r.stderr, "engine unavailable") ||
+		!strings.Contains(r.stderr, "the lease names engine "+holder.InstanceID) || !strings.Contains(r.stderr, "engine status") {
+		t.Fatalf("kv get during the first engine's hold = %d\nstdout: %s\nstderr: %s\nwant 1, naming engine %s", r.code, r.stdout, r.stderr, holder.InstanceID)
+	}
+}
