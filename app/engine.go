@@ -298,14 +298,7 @@ func (e *Engine) Start(ctx context.Context) (err error) {
 			// first, as at a stop, so that none runs on while, or after,
 			// the module that registered it stops; then the modules that
 			// did start are stopped here, within a drain period.
-			e.mu.Lock()
-			sv := e.serving
-			e.mu.Unlock()
-			if sv != nil {
-				sv.shutdownJobs()
-			} else {
-				e.jobs.Stop()
-			}
+			e.stopJobs()
 			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.p.Config.Timing().Drain)
 			if serr := e.stopModules(sctx); serr != nil {
 				e.log.Warn("stopping the modules of a start that failed", "err", serr)
@@ -461,6 +454,20 @@ func (e *Engine) Interrupt() {
 	if interrupt != nil {
 		interrupt()
 	}
+}
+
+// stopJobs stops the jobs for good and waits for their runs, through the
+// serving loop once it runs, so that it goes on acting on the lease
+// meanwhile.
+func (e *Engine) stopJobs() {
+	e.mu.Lock()
+	sv := e.serving
+	e.mu.Unlock()
+	if sv != nil {
+		sv.shutdownJobs()
+		return
+	}
+	e.jobs.Stop()
 }
 
 // startClient gives the modules facades and opens nothing.
@@ -778,14 +785,7 @@ func (e *Engine) Stop(ctx context.Context) error {
 	// until it has stopped accepting: the standby subscribes meanwhile, an
 	// overlap rather than a gap, which shared backends and their fencing
 	// tokens make safe. A release that was not written fences it at once.
-	e.mu.Lock()
-	sv := e.serving
-	e.mu.Unlock()
-	if sv != nil {
-		sv.shutdownJobs()
-	} else {
-		e.jobs.Stop()
-	}
+	e.stopJobs()
 	var errs []error
 	if o := e.Ownership(); o != nil {
 		// What the stores keep for a term is not served past the

@@ -418,6 +418,41 @@ func TestTheShutdownOfALostEngineWaitsForTheRunsItsFenceCancelled(t *testing.T) 
 	})
 }
 
+// shutdownWithAStuckJob starts a serving loop, in a synctest bubble, whose
+// one job's run heeds no cancellation, and begins the jobs' shutdown once
+// the run is under way: the run returns when unstick closes, and stopped
+// closes when the shutdown has returned.
+func shutdownWithAStuckJob(t *testing.T) (h *loopHarness, unstick, stopped chan struct{}) {
+	t.Helper()
+	h = newLoop(t)
+	jobs := NewJobs(slog.New(slog.DiscardHandler), nil)
+	jobs.stopLimit = 20 * time.Second
+	h.serving.jobs = jobs
+	unstick = make(chan struct{})
+	var running atomic.Bool
+	if err := jobs.Register(Job{Name: "stuck", Every: time.Second, Run: func(context.Context) error {
+		running.Store(true)
+		<-unstick // heeds no context
+		return nil
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	h.boot()
+	h.move(domain.StateServing)
+	time.Sleep(time.Second)
+	synctest.Wait()
+	if !running.Load() {
+		t.Fatal("the job's run has not begun")
+	}
+	stopped = make(chan struct{})
+	go func() {
+		h.shutdownJobs()
+		close(stopped)
+	}()
+	synctest.Wait()
+	return h, unstick, stopped
+}
+
 // A fence that comes while the shutdown waits for a job run that does not
 // heed its cancellation is acted on at once: the kernel stops taking and
 // running calls, as at any other fence. Before, the serving loop itself
@@ -426,32 +461,7 @@ func TestTheShutdownOfALostEngineWaitsForTheRunsItsFenceCancelled(t *testing.T) 
 // takeover.
 func TestAFenceDuringAShutdownThatWaitsForAStuckJobRunIsActedOnAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := newLoop(t)
-		jobs := NewJobs(slog.New(slog.DiscardHandler), nil)
-		jobs.stopLimit = 20 * time.Second
-		h.serving.jobs = jobs
-		unstick := make(chan struct{})
-		var running atomic.Bool
-		if err := jobs.Register(Job{Name: "stuck", Every: time.Second, Run: func(context.Context) error {
-			running.Store(true)
-			<-unstick // heeds no context
-			return nil
-		}}); err != nil {
-			t.Fatal(err)
-		}
-		h.boot()
-		h.move(domain.StateServing)
-		time.Sleep(time.Second)
-		synctest.Wait()
-		if !running.Load() {
-			t.Fatal("the job's run has not begun")
-		}
-		stopped := make(chan struct{})
-		go func() {
-			h.shutdownJobs()
-			close(stopped)
-		}()
-		synctest.Wait()
+		h, unstick, stopped := shutdownWithAStuckJob(t)
 		h.move(domain.StateFenced)
 		subscribed := h.kernel.subscribed
 		select {
@@ -476,32 +486,7 @@ func TestAFenceDuringAShutdownThatWaitsForAStuckJobRunIsActedOnAtOnce(t *testing
 // renewed the lease for up to a lease more, answering nothing.
 func TestARestoreWhileTheShutdownWaitsForAStuckJobRunServesAgainUntilTheJobsAreDone(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := newLoop(t)
-		jobs := NewJobs(slog.New(slog.DiscardHandler), nil)
-		jobs.stopLimit = 20 * time.Second
-		h.serving.jobs = jobs
-		unstick := make(chan struct{})
-		var running atomic.Bool
-		if err := jobs.Register(Job{Name: "stuck", Every: time.Second, Run: func(context.Context) error {
-			running.Store(true)
-			<-unstick // heeds no context
-			return nil
-		}}); err != nil {
-			t.Fatal(err)
-		}
-		h.boot()
-		h.move(domain.StateServing)
-		time.Sleep(time.Second)
-		synctest.Wait()
-		if !running.Load() {
-			t.Fatal("the job's run has not begun")
-		}
-		stopped := make(chan struct{})
-		go func() {
-			h.shutdownJobs()
-			close(stopped)
-		}()
-		synctest.Wait()
+		h, unstick, stopped := shutdownWithAStuckJob(t)
 		h.move(domain.StateFenced)
 		if h.kernel.subscribed {
 			t.Fatalf("the kernel still served after a fence during the shutdown (steps: %s)", h.steps)

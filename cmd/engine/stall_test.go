@@ -47,24 +47,7 @@ func TestASignalEndsAnUploadWhoseInputStalls(t *testing.T) {
 		}
 	}()
 	waitUntil(t, "the command reads its input", func() bool { return given.Load() >= 256<<10 })
-	if rec := readLease(t, url); rec.Holder.PID != e.cmd.Process.Pid || rec.Holder.Released {
-		t.Fatalf("the command uploads without holding the lease: %+v", rec)
-	}
-
-	if err := e.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-e.done:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("the command still runs 30s after a signal, its input open and silent:\n%s", e.output())
-	}
-	if code := e.cmd.ProcessState.ExitCode(); code != 1 {
-		t.Fatalf("exit code %d after a signal cut the upload short, want 1:\n%s", code, e.output())
-	}
-	if rec := readLease(t, url); !rec.Holder.Released || rec.Holder.PID != e.cmd.Process.Pid {
-		t.Fatalf("after the signal the lease reads %+v, want the command's released record", rec)
-	}
+	signalEndsStalled(t, url, e, "uploads", "its input open and silent")
 	if r := cli(t, nil, "obj", "get", "stalled", "--config", config); r.code != 1 || r.stdout != "" {
 		t.Fatalf("the upload cut short left an object: exit %d, %d bytes", r.code, len(r.stdout))
 	}
@@ -83,35 +66,8 @@ func TestASignalEndsADownloadWhoseReaderStalls(t *testing.T) {
 	_, _ = rand.Read(object)
 	ok(t, bytes.NewReader(object), "obj", "put", "big", "--config", config)
 
-	cmd := exec.Command(engineBin, "obj", "get", "big", "--config", config)
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := startProcess(t, cmd)
-	// Its first byte proves the download under way; then the reader pauses,
-	// and the pipe, some 64 KiB, fills.
-	if _, err := io.ReadFull(stdout, make([]byte, 1)); err != nil {
-		t.Fatalf("no byte of the object: %v\n%s", err, e.output())
-	}
-	if rec := readLease(t, url); rec.Holder.PID != e.cmd.Process.Pid || rec.Holder.Released {
-		t.Fatalf("the command downloads without holding the lease: %+v", rec)
-	}
-
-	if err := e.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-e.done:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("the command still runs 30s after a signal, its reader silent:\n%s", e.output())
-	}
-	if code := e.cmd.ProcessState.ExitCode(); code != 1 {
-		t.Fatalf("exit code %d after a signal cut the download short, want 1:\n%s", code, e.output())
-	}
-	if rec := readLease(t, url); !rec.Holder.Released || rec.Holder.PID != e.cmd.Process.Pid {
-		t.Fatalf("after the signal the lease reads %+v, want the command's released record", rec)
-	}
+	e := startStalledReader(t, "obj", "get", "big", "--config", config)
+	signalEndsStalled(t, url, e, "downloads", "its reader silent")
 }
 
 // A signal ends a read command whose reader has stopped reading, as it
@@ -126,29 +82,45 @@ func TestASignalEndsAKeyValueGetWhoseReaderStalls(t *testing.T) {
 	value := bytes.Repeat([]byte("0123456789abcdef"), 32<<10) // 512 KiB
 	ok(t, bytes.NewReader(value), "kv", "set", "big", "--config", config)
 
-	cmd := exec.Command(engineBin, "kv", "get", "big", "--config", config)
+	e := startStalledReader(t, "kv", "get", "big", "--config", config)
+	signalEndsStalled(t, url, e, "reads", "its reader silent")
+}
+
+// startStalledReader runs the engine with args, its output read up to the
+// first byte, which proves the command under way, and no further: the
+// pipe, some 64 KiB, fills.
+func startStalledReader(t *testing.T, args ...string) *process {
+	t.Helper()
+	cmd := exec.Command(engineBin, args...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
 	e := startProcess(t, cmd)
 	if _, err := io.ReadFull(stdout, make([]byte, 1)); err != nil {
-		t.Fatalf("no byte of the value: %v\n%s", err, e.output())
+		t.Fatalf("no byte of output: %v\n%s", err, e.output())
 	}
-	if rec := readLease(t, url); rec.Holder.PID != e.cmd.Process.Pid || rec.Holder.Released {
-		t.Fatalf("the command reads without holding the lease: %+v", rec)
-	}
+	return e
+}
 
+// signalEndsStalled checks that the command e, which does (uploads,
+// downloads...) stalled as silent says, holds the lease, then signals it
+// and checks that it exits 1 within 30 s and releases the lease.
+func signalEndsStalled(t *testing.T, url string, e *process, does, silent string) {
+	t.Helper()
+	if rec := readLease(t, url); rec.Holder.PID != e.cmd.Process.Pid || rec.Holder.Released {
+		t.Fatalf("the command %s without holding the lease: %+v", does, rec)
+	}
 	if err := e.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	select {
 	case <-e.done:
 	case <-time.After(30 * time.Second):
-		t.Fatalf("the command still runs 30s after a signal, its reader silent:\n%s", e.output())
+		t.Fatalf("the command still runs 30s after a signal, %s:\n%s", silent, e.output())
 	}
 	if code := e.cmd.ProcessState.ExitCode(); code != 1 {
-		t.Fatalf("exit code %d after a signal cut the output short, want 1:\n%s", code, e.output())
+		t.Fatalf("exit code %d after a signal cut the command short, want 1:\n%s", code, e.output())
 	}
 	if rec := readLease(t, url); !rec.Holder.Released || rec.Holder.PID != e.cmd.Process.Pid {
 		t.Fatalf("after the signal the lease reads %+v, want the command's released record", rec)
