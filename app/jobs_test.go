@@ -1,9 +1,7 @@
 package app
 
 import (
-	"bytes"
 	"context"
-	"io"
 	"log/slog"
 	"slices"
 	"strings"
@@ -13,6 +11,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/abi-engine/engine/internal/logbuf"
 	"github.com/abi-engine/engine/ports"
 )
 
@@ -124,11 +123,8 @@ func TestAJobWithoutAPeriodOrARunIsRefusedWhereItIsRegistered(t *testing.T) {
 // served for a whole lease.
 func TestAJobThatPanicsIsLoggedAndTheJobsRunOn(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var (
-			mu  sync.Mutex
-			out bytes.Buffer
-		)
-		log := slog.New(slog.NewTextHandler(lockedWriter{&mu, &out}, nil))
+		var out logbuf.Buffer
+		log := slog.New(slog.NewTextHandler(&out, nil))
 		jobs := NewJobs(log, nil)
 		var panicky, steady atomic.Int32
 		nop := func(context.Context) error { steady.Add(1); return nil }
@@ -150,24 +146,10 @@ func TestAJobThatPanicsIsLoggedAndTheJobsRunOn(t *testing.T) {
 		if panicky.Load() != 3 || steady.Load() != 3 {
 			t.Fatalf("after a panic in its first run, the job ran %d times and the other %d; want 3 each", panicky.Load(), steady.Load())
 		}
-		mu.Lock()
-		defer mu.Unlock()
 		if s := out.String(); !strings.Contains(s, "level=ERROR") || !strings.Contains(s, "job=index") || !strings.Contains(s, "index out of range") {
 			t.Fatalf("the panic is not logged as an error of the job:\n%s", s)
 		}
 	})
-}
-
-// lockedWriter writes to w under mu.
-type lockedWriter struct {
-	mu *sync.Mutex
-	w  io.Writer
-}
-
-func (l lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
 }
 
 // A job without a name, or named as a job registered already, is refused

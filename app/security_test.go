@@ -1,11 +1,9 @@
 package app_test
 
 import (
-	"bytes"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,31 +12,14 @@ import (
 
 	"github.com/abi-engine/engine/app"
 	"github.com/abi-engine/engine/app/config"
+	"github.com/abi-engine/engine/internal/logbuf"
 	"github.com/abi-engine/engine/internal/natstest"
 )
 
-// logBuffer is a log sink that tests read while the engine writes.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
 // startLogged runs an engine's graph with its logs in a buffer.
-func startLogged(t *testing.T, cfg *config.Config) (*app.Engine, *app.HTTP, *logBuffer, *fxtest.App) {
+func startLogged(t *testing.T, cfg *config.Config) (*app.Engine, *app.HTTP, *logbuf.Buffer, *fxtest.App) {
 	t.Helper()
-	logs := &logBuffer{}
+	logs := &logbuf.Buffer{}
 	o := options(cfg)
 	o.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	var (

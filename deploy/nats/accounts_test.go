@@ -26,27 +26,10 @@ import (
 	"github.com/abi-engine/engine/app/config"
 	"github.com/abi-engine/engine/domain"
 	"github.com/abi-engine/engine/enginecmd"
+	"github.com/abi-engine/engine/internal/logbuf"
 	"github.com/abi-engine/engine/internal/natstest"
 	"github.com/abi-engine/engine/ports"
 )
-
-// logBuffer collects an engine's logs.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
 
 // engineFile writes an engine.yaml for the server at url with the given
 // credentials block, and returns its path.
@@ -83,7 +66,7 @@ func userFile(t *testing.T, d *natstest.Deployed, user, engine string) string {
 type running struct {
 	*app.Engine
 	app  *fxtest.App
-	logs *logBuffer
+	logs *logbuf.Buffer
 }
 
 // newEngine builds an engine from a configuration file; start it with
@@ -94,7 +77,7 @@ func newEngine(t *testing.T, path string) *running {
 	if err != nil {
 		t.Fatalf("config: %v", err)
 	}
-	r := &running{logs: &logBuffer{}}
+	r := &running{logs: &logbuf.Buffer{}}
 	log := slog.New(slog.NewTextHandler(r.logs, nil))
 	r.app = fxtest.New(t, app.Graph(app.Options{Config: cfg, Version: "test", Logger: log}),
 		fx.Populate(&r.Engine), fx.StartTimeout(30*time.Second), fx.StopTimeout(30*time.Second))

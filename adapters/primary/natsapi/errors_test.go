@@ -1,13 +1,11 @@
 package natsapi_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,28 +14,11 @@ import (
 	"github.com/abi-engine/engine/adapters/primary/natsapi"
 	"github.com/abi-engine/engine/adapters/secondary/secret/env"
 	"github.com/abi-engine/engine/internal/callerauth"
+	"github.com/abi-engine/engine/internal/logbuf"
 	"github.com/abi-engine/engine/internal/natstest"
 	"github.com/abi-engine/engine/internal/wire"
 	"github.com/abi-engine/engine/ports"
 )
-
-// syncBuffer is a log sink safe for the handlers' goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // A 500 reaches the caller without the backend's text, which may name
 // files of the engine's host; the log keeps it, under the reference the
@@ -45,7 +26,7 @@ func (b *syncBuffer) String() string {
 func TestA500HidesItsTextFromTheCallerAndLogsIt(t *testing.T) {
 	url := natstest.StartServer(t).ClientURL()
 	const secretPath = "/var/lib/abi/engine.db"
-	logs := &syncBuffer{}
+	logs := &logbuf.Buffer{}
 	failing := natsapi.Service{Name: "echo", Endpoints: []natsapi.Endpoint{{Name: "say", Handler: func(_ context.Context, call *natsapi.Call) ([]byte, error) {
 		if string(call.Data) == "bad" {
 			return nil, fmt.Errorf("field \"key\": %w", ports.ErrInvalidArgument)

@@ -1,7 +1,6 @@
 package jsbucket
 
 import (
-	"bytes"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -13,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/abi-engine/engine/internal/logbuf"
 	"github.com/abi-engine/engine/internal/natstest"
 )
 
@@ -150,7 +150,7 @@ func TestOpenOfABucketWithMarkersByAUserThatMayNotUpdateItLeavesItAsItWas(t *tes
 		t.Fatal(err)
 	}
 	// The operator hears of it: the markers left can delete writes.
-	var logs syncBuffer
+	var logs logbuf.Buffer
 	was := slog.Default()
 	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
 	defer slog.SetDefault(was)
@@ -171,22 +171,4 @@ func TestOpenOfABucketWithMarkersByAUserThatMayNotUpdateItLeavesItAsItWas(t *tes
 	if text := logs.String(); !strings.Contains(text, "level=WARN") || !strings.Contains(text, "$JS.API.STREAM.UPDATE.KV_MARKED") {
 		t.Fatalf("a bucket left with its markers was not warned of, naming the permission:\n%s", text)
 	}
-}
-
-// syncBuffer is a buffer that logs may write from several goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

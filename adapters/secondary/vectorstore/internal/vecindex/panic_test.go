@@ -1,33 +1,14 @@
 package vecindex
 
 import (
-	"bytes"
 	"log/slog"
 	"math/rand/v2"
 	"strings"
-	"sync"
 	"testing"
 
+	"github.com/abi-engine/engine/internal/logbuf"
 	"github.com/abi-engine/engine/ports"
 )
-
-// lockedBuffer is a log sink the builder's goroutine and the test share.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // A panic while the graph is built, on the builder's own goroutine, does
 // not end the process: the half-built graph is dropped, the panic is
@@ -38,7 +19,7 @@ func TestAPanicWhileTheGraphIsBuiltLeavesTheIndexSearchedExactly(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 8))
 	const dim = 8
 	entries := randomEntries(r, 300, dim)
-	var log lockedBuffer
+	var log logbuf.Buffer
 	x := New(dim, ports.MetricEuclid, Options{Threshold: 100, Logger: slog.New(slog.NewTextHandler(&log, nil))})
 	t.Cleanup(x.Close)
 	inserts := 0
