@@ -1,0 +1,12 @@
+package sqlitedb
+
+import (
+	"log/slog"
+	"time"
+)
+
+// StartCheckpointerWithFault is StartCheckpointer with a logger and a
+// function run on the driver's connection before each checkpoint.
+func StartCheckpointerWithFault(path string, every time.Duration, log *slog.Logger, fault func(conn any)) (*Checkpointer, error) {
+	return startCheckpointer(path, every, log, fault)
+}
