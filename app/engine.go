@@ -130,9 +130,12 @@ func NewEngine(p EngineParams) *Engine {
 	// run that does not heed its cancellation delays the handover by a
 	// lease at most, what a crash costs, rather than hold the lease, and
 	// the stop, for good.
-	e.jobs.stopLimit = p.Config.Timing().Lease
+	e.jobs.stopLimit = jobsStopLimit(p.Config.Timing())
 	return e
 }
+
+// jobsStopLimit bounds a stop's wait for the jobs' runs: a lease.
+func jobsStopLimit(t domain.Timing) time.Duration { return t.Lease }
 
 // Me is the holder this engine writes into the lease.
 func (e *Engine) Me() domain.Holder { return e.p.Holder }
@@ -433,9 +436,22 @@ func (e *Engine) Start(ctx context.Context) (err error) {
 func startLimit(lease time.Duration) time.Duration { return lease + 30*time.Second }
 
 // failedStartCleanUp bounds what a start that failed does before it
-// returns: stop the modules within a drain period, then release the lease,
-// which takes at most a renewal period.
-func failedStartCleanUp(t domain.Timing) time.Duration { return t.Drain + t.Lease + 10*time.Second }
+// returns, as the sum of the longest each of its steps takes, one after
+// another: the wait for the jobs' runs (jobsStopLimit), the modules' stop
+// (a drain period), the kernel's stop (kernelStopLimit), the release (the
+// renewal in flight ends, then the released record is written, each cut
+// off after a renewal period), the fence the release can bring about
+// (natsapi.StopLimit, for a session whose call a store still holds), and
+// closeSlack for the backends, the connections and the broker to close.
+// fx's start timeout (New) adds it to the longest start, and a process that
+// exited on that timeout left the lease held.
+func failedStartCleanUp(t domain.Timing) time.Duration {
+	return jobsStopLimit(t) + t.Drain + kernelStopLimit + 2*t.Renew() + natsapi.StopLimit + closeSlack
+}
+
+// closeSlack is what failedStartCleanUp leaves for the closes that have no
+// bound of their own.
+const closeSlack = 10 * time.Second
 
 // Interrupt ends a start still under way, as a signal to the process
 // does: the claim, or the opening of what it decided, fails with the

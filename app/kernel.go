@@ -51,6 +51,10 @@ func (k *kernel) drain(ctx context.Context) (bool, error) {
 	return natsapi.Drain(ctx, k.host, k.transfers, k.overflow)
 }
 
+// kernelStopLimit is the longest stop takes: it stops the three hosts one
+// after another, each within natsapi.StopLimit.
+const kernelStopLimit = 3 * natsapi.StopLimit
+
 func (k *kernel) stop() {
 	k.host.Stop()
 	k.transfers.Stop()

@@ -686,6 +686,11 @@ func startDrain(nc *nats.Conn) (finish func(ctx context.Context) error) {
 // its owner subscription is.
 const fenceDrain = 2 * time.Second
 
+// StopLimit is the longest a host's Stop takes, and the wait its Fence
+// returns: each waits at most fenceDrain for the broker, and for the
+// closes of sessions whose calls still run.
+const StopLimit = fenceDrain
+
 // Wait returns once every received call is answered, or ctx ends.
 func (h *Host) Wait(ctx context.Context) error { return h.calls.wait(ctx) }
 

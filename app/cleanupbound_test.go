@@ -1,0 +1,70 @@
+package app
+
+import (
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/abi-engine/engine/adapters/primary/natsapi"
+	"github.com/abi-engine/engine/app/config"
+	"github.com/abi-engine/engine/domain"
+)
+
+// The time fx leaves a start that failed to clean up covers the longest
+// each of its steps can take, one after another, as the engine sets them:
+// the wait for the jobs' runs, the modules' stop, the kernel's three hosts
+// stopped in turn, the end of the renewal in flight and the write of the
+// released record, each cut off after a renewal period, and the fence the
+// release can bring about. It gave a drain, a lease and 10 s, short of
+// that sum from a lease of 5 s on, so a start that failed after its whole
+// start limit could run past fx's start timeout, and the process exited
+// on it holding the lease.
+func TestAFailedStartsCleanUpBoundCoversItsLongestSteps(t *testing.T) {
+	for _, lease := range []int{1, 4, 5, 16, 17, 20, 60, 300} {
+		for _, drain := range []int{0, 1, 60} {
+			t.Run(fmt.Sprintf("lease%ds/drain%ds", lease, drain), func(t *testing.T) {
+				yaml := fmt.Sprintf(`nats:
+  engine: {role: serve, lease_seconds: %d, drain_seconds: %d}
+http: {listen: off}
+services:
+  keyvalue: {adapter: memory}
+  document: {adapter: memory}
+  object_storage: {adapter: memory}
+  vector_store: {adapter: memory}
+  cache: {adapter: memory}
+  secret: {adapter: env}
+`, lease, drain)
+				cfg, err := config.Parse("test.yaml", []byte(yaml), func(string) string { return "" })
+				if err != nil {
+					t.Fatal(err)
+				}
+				e := NewEngine(EngineParams{Config: cfg, Holder: domain.ThisProcess("test", ""), Logger: slog.New(slog.DiscardHandler)})
+				timing := cfg.Timing()
+				steps := []struct {
+					what string
+					took time.Duration
+				}{
+					{"the wait for the jobs' runs", e.jobs.stopLimit},
+					{"the modules' stop", timing.Drain},
+					{"the stop of the request host", natsapi.StopLimit},
+					{"the stop of the transfer host", natsapi.StopLimit},
+					{"the stop of the overflow host", natsapi.StopLimit},
+					{"the end of the renewal in flight", timing.Renew()},
+					{"the write of the released record", timing.Renew()},
+					{"the fence of the release", natsapi.StopLimit},
+				}
+				var worst time.Duration
+				var parts []string
+				for _, s := range steps {
+					worst += s.took
+					parts = append(parts, fmt.Sprintf("%s %v", s.what, s.took))
+				}
+				if got := failedStartCleanUp(timing); got < worst {
+					t.Fatalf("a failed start is given %v to clean up; its steps can take %v: %s", got, worst, strings.Join(parts, ", "))
+				}
+			})
+		}
+	}
+}
