@@ -81,6 +81,9 @@ type session struct {
 	cancel context.CancelFunc
 
 	inHand atomic.Int32 // calls received and not yet answered, close aside
+	// closing is set by the first close call that found the lock held:
+	// that close finishes on a goroutine of its own (closeCall).
+	closing atomic.Bool
 
 	mu     sync.Mutex
 	last   time.Time
@@ -341,13 +344,27 @@ func (t *sessionTable) lookup(ref wire.SessionRef) *session {
 // closeCall ends a session at its caller's request. It ends the session's
 // context before it takes the session's lock, as close does, so a call
 // that holds the lock waiting on the store (a write with the queue full)
-// lets go of it, and the close takes effect at once.
+// lets go of it, and the close takes effect at once. A call in a store
+// that does not heed the cancel holds the lock for as long as the store
+// takes: the close is answered at once all the same, and finishes on a
+// goroutine of its own, one for the session however many closes come,
+// when that call lets go. A close that waited for the lock held one of the
+// slots of the calls the table does not count, and a flood of closes at
+// such a session took them all, and with them the subscription: every
+// caller's session calls stalled.
 func (t *sessionTable) closeCall(ref wire.SessionRef, caller string) (nats.Header, []byte, error) {
 	s, err := t.find(ref, caller)
 	if err != nil {
 		return nil, nil, err
 	}
-	t.close(s)
+	s.cancel()
+	switch {
+	case s.mu.TryLock():
+		t.closeLocked(s)
+		s.mu.Unlock()
+	case s.closing.CompareAndSwap(false, true):
+		go t.close(s)
+	}
 	return nil, []byte("{}"), nil
 }
 
