@@ -61,7 +61,7 @@ const usage = `usage: engine [command] [flags]
   history                      the activity log, newest first
   config check                 validate a configuration and show where data lives
   version                      the release this engine is
-  help                         this list
+  help [COMMAND]               this list, or a command's usage
 
 Run "engine COMMAND -h" for a command's flags.
 `
@@ -147,9 +147,12 @@ func (c *command) run(args []string, stdout, stderr io.Writer) int {
 		case "history":
 			return c.historyCommand(args[1:], stdout, stderr)
 		case "help":
-			fmt.Fprint(stdout, usage)
-			return exitOK
+			return c.help(args[1:], stdout, stderr)
 		case "version":
+			if len(args) > 1 {
+				fmt.Fprintf(stderr, "engine version: unexpected argument %q\n", args[1])
+				return exitUsage
+			}
 			fmt.Fprintf(stdout, "engine %s\n", c.o.Version)
 			return exitOK
 		}
@@ -157,6 +160,44 @@ func (c *command) run(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	return c.serve(args, stderr)
+}
+
+// help prints the list of commands, or with one argument the usage of the
+// command it names: `engine help kv` lists kv's commands, `engine help
+// status` gives status's flags, as `engine status -h` does. Anything else
+// after help is a usage error, not a list that seems to answer it.
+func (c *command) help(args []string, stdout, stderr io.Writer) int {
+	switch {
+	case len(args) == 0:
+		fmt.Fprint(stdout, usage)
+		return exitOK
+	case len(args) > 1:
+		fmt.Fprintf(stderr, "engine help: unexpected argument %q\n", args[1])
+		return exitUsage
+	}
+	switch args[0] {
+	case "kv":
+		fmt.Fprint(stdout, kvUsage+subUsage("kv"))
+	case "obj":
+		fmt.Fprint(stdout, objUsage+subUsage("obj"))
+	case "doc":
+		fmt.Fprint(stdout, docUsage+subUsage("doc"))
+	case "config":
+		fmt.Fprintln(stdout, configUsage)
+	case "serve", "status", "history":
+		return c.run([]string{args[0], "-h"}, stdout, stderr)
+	case "help", "version":
+		fmt.Fprint(stdout, usage)
+	default:
+		fmt.Fprintf(stderr, "engine help: unknown command %q\n%s", args[0], usage)
+		return exitUsage
+	}
+	return exitOK
+}
+
+// subUsage points from a command's list of subcommands to their flags.
+func subUsage(name string) string {
+	return fmt.Sprintf("\nRun \"engine %s COMMAND -h\" for a command's flags.\n", name)
 }
 
 // parse parses flags; ok is false with the exit code when the command
@@ -293,11 +334,13 @@ func (c *command) serve(args []string, stderr io.Writer) int {
 	}
 }
 
+const configUsage = "usage: engine config check [--config engine.yaml]"
+
 // configCommand: `engine config check` validates a configuration and prints
 // it resolved, secrets masked, with where each service keeps its data.
 func (c *command) configCommand(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] != "check" {
-		fmt.Fprintln(stderr, "usage: engine config check [--config engine.yaml]")
+		fmt.Fprintln(stderr, configUsage)
 		return exitUsage
 	}
 	fs := flag.NewFlagSet("engine config check", flag.ContinueOnError)

@@ -67,6 +67,35 @@ func TestHelpAndVersionAnswerForTheWholeCommand(t *testing.T) {
 	}
 }
 
+// engine version extra printed the version and engine help kv the whole
+// list, as if the argument were not there. A word after version is a usage
+// error; help names the command it was asked about.
+func TestAnArgumentAfterHelpOrVersionIsNotIgnored(t *testing.T) {
+	cases := []struct {
+		args         []string
+		code         int
+		stdout, want string
+	}{
+		{[]string{"version", "extra"}, 2, "", `engine version: unexpected argument "extra"`},
+		{[]string{"--version", "extra"}, 2, "", `engine version: unexpected argument "extra"`},
+		{[]string{"help", "nosuch"}, 2, "", `engine help: unknown command "nosuch"`},
+		{[]string{"help", "kv", "get"}, 2, "", `engine help: unexpected argument "get"`},
+		{[]string{"help", "kv"}, 0, "usage: engine kv get|set|del|ls", ""},
+		{[]string{"help", "obj"}, 0, "usage: engine obj put|get|ls|rm", ""},
+		{[]string{"help", "doc"}, 0, "usage: engine doc get|put|del|find", ""},
+		{[]string{"help", "config"}, 0, "usage: engine config check", ""},
+		{[]string{"help", "status"}, 0, "", "usage: engine status"},
+	}
+	for _, c := range cases {
+		var stdout, stderr bytes.Buffer
+		code := Run(c.args, &stdout, &stderr, Options{})
+		if code != c.code || !strings.HasPrefix(stdout.String(), c.stdout) || !strings.Contains(stderr.String(), c.want) ||
+			c.stdout == "" && stdout.Len() > 0 || strings.Contains(stdout.String(), "history ") {
+			t.Errorf("Run(%q) = %d\nstdout: %q\nstderr: %q\nwant %d, stdout starting %q, stderr holding %q", c.args, code, stdout.String(), stderr.String(), c.code, c.stdout, c.want)
+		}
+	}
+}
+
 func TestConfigCheck(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good.yaml")
