@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -96,6 +97,21 @@ func parseArgs(fs *flag.FlagSet, cf *clientFlags, args []string, stderr io.Write
 		return nil, exitUsage, false
 	}
 	return pos, exitOK, true
+}
+
+// checkArgs refuses, as a usage error of the command fs names, an argument
+// every store refuses: an empty key, one not UTF-8, one with a NUL, a
+// collection name out of its rule. Each check is storecheck's, so the
+// argument is refused here, named, before an engine starts or a broker is
+// dialled; sent, it came back from the engine with exit code 1.
+func checkArgs(fs *flag.FlagSet, stderr io.Writer, checks ...error) (code int, ok bool) {
+	for _, err := range checks {
+		if err != nil {
+			fmt.Fprintf(stderr, "%s: %s\n", fs.Name(), strings.TrimSuffix(err.Error(), ": "+ports.ErrInvalidArgument.Error()))
+			return exitUsage, false
+		}
+	}
+	return exitOK, true
 }
 
 // load reads the configuration with the flags applied.

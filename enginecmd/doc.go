@@ -13,6 +13,7 @@ import (
 	"github.com/abi-engine/engine/app"
 	"github.com/abi-engine/engine/internal/strictjson"
 	"github.com/abi-engine/engine/ports"
+	"github.com/abi-engine/engine/storecheck"
 )
 
 const docUsage = "usage: engine doc get|put|del|find [flags]\n"
@@ -97,6 +98,9 @@ func (c *command) docGet(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return code
 	}
+	if code, ok := checkArgs(fs, stderr, storecheck.Collection(pos[0]), storecheck.Key("ID", pos[1])); !ok {
+		return code
+	}
 	collection, id := pos[0], pos[1]
 	return c.withEngine(cf, stderr, ports.ServiceDocument, func(ctx context.Context, svc app.Services) error {
 		stdout := interruptibleWriter(ctx, stdout)
@@ -126,6 +130,9 @@ func (c *command) docPut(args []string, stdout, stderr io.Writer) int {
 	cond := ifVersion(fs)
 	pos, code, ok := parseArgs(fs, cf, args, stderr, 2, 3)
 	if !ok {
+		return code
+	}
+	if code, ok := checkArgs(fs, stderr, storecheck.Collection(pos[0]), storecheck.Key("ID", pos[1])); !ok {
 		return code
 	}
 	collection, id := pos[0], pos[1]
@@ -174,6 +181,9 @@ func (c *command) docDel(args []string, stderr io.Writer) int {
 	if !ok {
 		return code
 	}
+	if code, ok := checkArgs(fs, stderr, storecheck.Collection(pos[0]), storecheck.Key("ID", pos[1])); !ok {
+		return code
+	}
 	collection, id := pos[0], pos[1]
 	return c.withEngine(cf, stderr, ports.ServiceDocument, func(ctx context.Context, svc app.Services) error {
 		docs, err := documents(svc)
@@ -201,6 +211,9 @@ func (c *command) docFind(args []string, stdout, stderr io.Writer) int {
 	cursor := fs.String("cursor", "", "continue after a previous page")
 	pos, code, ok := parseArgs(fs, cf, args, stderr, 1, 1)
 	if !ok {
+		return code
+	}
+	if code, ok := checkArgs(fs, stderr, storecheck.Collection(pos[0])); !ok {
 		return code
 	}
 	// A page above the most a listing returns is refused here, naming the

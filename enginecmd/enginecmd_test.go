@@ -96,6 +96,46 @@ func TestAnArgumentAfterHelpOrVersionIsNotIgnored(t *testing.T) {
 	}
 }
 
+// A key, id, prefix or collection every store refuses is known to be bad
+// before any call: each command refuses it as a usage error naming the
+// argument, exit code 2, before it dials the broker (here one that never
+// answers). Before, it went to the engine and came back as an invalid
+// argument, exit code 1.
+func TestAKeyEveryStoreRefusesIsAUsageErrorNamingTheArgument(t *testing.T) {
+	config := filepath.Join(t.TempDir(), "engine.yaml")
+	if err := os.WriteFile(config, []byte("nats:\n  url: nats://127.0.0.1:1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bad := "k\xff"
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"kv", "get", ""}, "engine kv get: KEY is empty"},
+		{[]string{"kv", "get", bad}, `engine kv get: KEY "k\xff" is not UTF-8`},
+		{[]string{"kv", "set", "", "v"}, "engine kv set: KEY is empty"},
+		{[]string{"kv", "set", bad, "v"}, "engine kv set: KEY"},
+		{[]string{"kv", "del", "a\x00b"}, `engine kv del: KEY "a\x00b" contains NUL`},
+		{[]string{"kv", "ls", bad}, "engine kv ls: PREFIX"},
+		{[]string{"obj", "get", ""}, "engine obj get: KEY is empty"},
+		{[]string{"obj", "put", bad, "-"}, "engine obj put: KEY"},
+		{[]string{"obj", "rm", ""}, "engine obj rm: KEY is empty"},
+		{[]string{"obj", "ls", bad}, "engine obj ls: PREFIX"},
+		{[]string{"doc", "get", "c", ""}, "engine doc get: ID is empty"},
+		{[]string{"doc", "put", "c", bad, "{}"}, "engine doc put: ID"},
+		{[]string{"doc", "del", "c", ""}, "engine doc del: ID is empty"},
+		{[]string{"doc", "get", "", "id"}, `engine doc get: collection name ""`},
+		{[]string{"doc", "find", "a b"}, `engine doc find: collection name "a b"`},
+	}
+	for _, c := range cases {
+		var stdout, stderr bytes.Buffer
+		args := append(c.args, "--config", config)
+		if code := Run(args, &stdout, &stderr, Options{}); code != 2 || !strings.Contains(stderr.String(), c.want) || stdout.Len() > 0 {
+			t.Errorf("Run(%q) = %d\nstdout: %q\nstderr: %q\nwant 2 and %q", args, code, stdout.String(), stderr.String(), c.want)
+		}
+	}
+}
+
 func TestConfigCheck(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good.yaml")

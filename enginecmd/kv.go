@@ -11,6 +11,7 @@ import (
 
 	"github.com/abi-engine/engine/app"
 	"github.com/abi-engine/engine/ports"
+	"github.com/abi-engine/engine/storecheck"
 )
 
 const kvUsage = "usage: engine kv get|set|del|ls [flags]\n"
@@ -55,6 +56,9 @@ func (c *command) kvGet(args []string, stdout, stderr io.Writer) int {
 	fs, cf := newFlags("kv get", "kv get KEY [flags]", true, true)
 	pos, code, ok := parseArgs(fs, cf, args, stderr, 1, 1)
 	if !ok {
+		return code
+	}
+	if code, ok := checkArgs(fs, stderr, storecheck.Key("KEY", pos[0])); !ok {
 		return code
 	}
 	key := pos[0]
@@ -116,6 +120,9 @@ func (c *command) kvSet(args []string, stderr io.Writer) int {
 	if !ok {
 		return code
 	}
+	if code, ok := checkArgs(fs, stderr, storecheck.Key("KEY", pos[0])); !ok {
+		return code
+	}
 	if *ttl < 0 {
 		fmt.Fprintf(stderr, "engine kv set: --ttl is %v, want 0 or more\n", *ttl)
 		return exitUsage
@@ -137,6 +144,9 @@ func (c *command) kvDel(args []string, stderr io.Writer) int {
 	fs, cf := newFlags("kv del", "kv del KEY [flags]", true, false)
 	pos, code, ok := parseArgs(fs, cf, args, stderr, 1, 1)
 	if !ok {
+		return code
+	}
+	if code, ok := checkArgs(fs, stderr, storecheck.Key("KEY", pos[0])); !ok {
 		return code
 	}
 	key := pos[0]
@@ -170,6 +180,9 @@ func (c *command) kvList(args []string, stdout, stderr io.Writer) int {
 	prefix := ""
 	if len(pos) == 1 {
 		prefix = pos[0]
+	}
+	if code, ok := checkArgs(fs, stderr, storecheck.Prefix("PREFIX", prefix)); !ok {
+		return code
 	}
 	return c.withEngine(cf, stderr, ports.ServiceKeyValue, func(ctx context.Context, svc app.Services) error {
 		stdout := interruptibleWriter(ctx, stdout)

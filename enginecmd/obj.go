@@ -12,6 +12,7 @@ import (
 
 	"github.com/abi-engine/engine/app"
 	"github.com/abi-engine/engine/ports"
+	"github.com/abi-engine/engine/storecheck"
 )
 
 const objUsage = "usage: engine obj put|get|ls|rm [flags]\n"
@@ -60,6 +61,9 @@ func (c *command) objPut(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return code
 	}
+	if code, ok := checkArgs(fs, stderr, storecheck.Key("KEY", pos[0])); !ok {
+		return code
+	}
 	key := pos[0]
 	src, name := os.Stdin, "stdin"
 	if len(pos) == 2 && pos[1] != "-" {
@@ -100,6 +104,9 @@ func (c *command) objGet(args []string, stdout, stderr io.Writer) int {
 	fs, cf := newFlags("obj get", "obj get KEY [FILE|-] [flags] (no FILE or -: write to stdout)", true, false)
 	pos, code, ok := parseArgs(fs, cf, args, stderr, 1, 2)
 	if !ok {
+		return code
+	}
+	if code, ok := checkArgs(fs, stderr, storecheck.Key("KEY", pos[0])); !ok {
 		return code
 	}
 	key := pos[0]
@@ -256,6 +263,9 @@ func (c *command) objList(args []string, stdout, stderr io.Writer) int {
 	if len(pos) == 1 {
 		prefix = pos[0]
 	}
+	if code, ok := checkArgs(fs, stderr, storecheck.Prefix("PREFIX", prefix)); !ok {
+		return code
+	}
 	return c.withEngine(cf, stderr, ports.ServiceObjectStorage, func(ctx context.Context, svc app.Services) error {
 		stdout := interruptibleWriter(ctx, stdout)
 		store, err := objects(svc)
@@ -296,6 +306,9 @@ func (c *command) objRemove(args []string, stderr io.Writer) int {
 	fs, cf := newFlags("obj rm", "obj rm KEY [flags]", true, false)
 	pos, code, ok := parseArgs(fs, cf, args, stderr, 1, 1)
 	if !ok {
+		return code
+	}
+	if code, ok := checkArgs(fs, stderr, storecheck.Key("KEY", pos[0])); !ok {
 		return code
 	}
 	key := pos[0]
