@@ -136,6 +136,24 @@ func TestAKeyEveryStoreRefusesIsAUsageErrorNamingTheArgument(t *testing.T) {
 	}
 }
 
+// obj put KEY DIR, a directory where a file is expected, is refused before
+// an engine starts (here its broker never answers), in one message naming
+// the directory. Before, the engine started, perhaps claiming the lease,
+// and the first read of the upload failed, with "put" said twice.
+func TestAnObjectPutOfADirectoryIsRefusedBeforeAnEngineStarts(t *testing.T) {
+	dir := t.TempDir()
+	config := filepath.Join(dir, "engine.yaml")
+	if err := os.WriteFile(config, []byte("nats:\n  url: nats://127.0.0.1:1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	code := Run([]string{"obj", "put", "k", dir, "--config", config}, &stdout, &stderr, Options{})
+	want := fmt.Sprintf("engine: obj put: %s is a directory, want a file\n", dir)
+	if code != 1 || stderr.String() != want || stdout.Len() > 0 {
+		t.Fatalf("obj put k DIR = %d\nstdout: %q\nstderr: %q\nwant 1 and %q alone", code, stdout.String(), stderr.String(), want)
+	}
+}
+
 func TestConfigCheck(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good.yaml")

@@ -75,9 +75,14 @@ func (c *command) objPut(args []string, stdout, stderr io.Writer) int {
 		src, name = f, pos[1]
 	}
 	// The size, when the source has one, sizes the bar; a pipe has none.
+	// A directory opens as a file does, and only its first read fails: it
+	// is refused here, before an engine starts and perhaps claims the
+	// lease for nothing.
 	var size int64
 	if fi, err := src.Stat(); err == nil && fi.Mode().IsRegular() {
 		size = fi.Size()
+	} else if err == nil && fi.IsDir() {
+		return fail(stderr, fmt.Errorf("obj put: %s is a directory, want a file", name))
 	}
 	return c.withEngine(cf, stderr, ports.ServiceObjectStorage, func(ctx context.Context, svc app.Services) error {
 		store, err := objects(svc)
