@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -383,6 +384,20 @@ func fail(stderr io.Writer, err error) int {
 // switches off.
 func switchedOff(service string) error {
 	return fmt.Errorf("the %s service is switched off in the configuration", service)
+}
+
+// lineSafe is a key as a line of text output shows it: as it is, or, when
+// it holds a character that is not printable (a newline, a tab, any
+// control or invisible character) or starts with a double quote, quoted as
+// Go quotes a string. Printed raw, a key with a newline read as two keys
+// and one with control characters could rewrite the operator's terminal;
+// quoted, one key is one line, and a line that starts with a quote is
+// always a quoted key.
+func lineSafe(key string) string {
+	if strings.HasPrefix(key, `"`) || strings.IndexFunc(key, func(r rune) bool { return !strconv.IsPrint(r) }) >= 0 {
+		return strconv.Quote(key)
+	}
+	return key
 }
 
 // writeJSON prints v as one indented JSON document.

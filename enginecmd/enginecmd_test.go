@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -528,5 +529,62 @@ func TestACommandServingAloneRefusesAServiceKeptInThisProcess(t *testing.T) {
 	}
 	if _, err := js.KeyValue(t.Context(), "ABI_ENGINE"); !errors.Is(err, jetstream.ErrBucketNotFound) {
 		t.Fatalf("after the refused commands the lease bucket: %v, want none made: a command claimed the lease before it refused", err)
+	}
+}
+
+// A key with a newline, a tab or another control character, printed raw
+// by kv ls, obj ls or doc find, read as two keys or rewrote the terminal.
+// Such a key, and one that starts with a double quote, is printed quoted,
+// so one key is one line; a plain key, spaces and all, is printed as it is.
+func TestAListingPrintsAKeyWithControlCharactersQuotedOnOneLine(t *testing.T) {
+	srv := natstest.StartServer(t)
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "engine.yaml")
+	yaml := fmt.Sprintf("nats:\n  url: %s\n  engine: {lease_seconds: 1, drain_seconds: 1}\nhttp: {listen: \"off\"}\ndata_dir: %s\n"+
+		"services:\n  vector_store: {adapter: off}\n", srv.ClientURL(), filepath.Join(dir, "data"))
+	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("ABI_ENGINE_ROLE", "")
+	file := filepath.Join(dir, "object")
+	if err := os.WriteFile(file, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	run := func(args ...string) string {
+		t.Helper()
+		var stdout, stderr bytes.Buffer
+		if code := Run(append(args, "--config", cfg), &stdout, &stderr, Options{}); code != exitOK {
+			t.Fatalf("Run(%q) = %d: %s", args, code, stderr.String())
+		}
+		return stdout.String()
+	}
+	// In the order of their bytes, as the listings print them.
+	keys := []string{`"g"`, "a\nb", "c\td", "e\x1b[2Jf", "plain key"}
+	shown := []string{`"\"g\""`, `"a\nb"`, `"c\td"`, `"e\x1b[2Jf"`, "plain key"}
+	for _, k := range keys {
+		run("kv", "set", k, "v")
+		run("obj", "put", k, file)
+		run("doc", "put", "c", k, "{}")
+	}
+	lines := func(out string) []string { return strings.Split(strings.TrimSuffix(out, "\n"), "\n") }
+	if got := lines(run("kv", "ls")); !slices.Equal(got, shown) {
+		t.Errorf("kv ls printed %q, want %q", got, shown)
+	}
+	objects := lines(run("obj", "ls"))
+	var objKeys []string
+	for _, l := range objects {
+		f := strings.SplitN(strings.TrimLeft(l, " "), "  ", 3)
+		objKeys = append(objKeys, f[len(f)-1])
+	}
+	if !slices.Equal(objKeys, shown) {
+		t.Errorf("obj ls printed %q, want keys %q", objects, shown)
+	}
+	var ids []string
+	for _, l := range lines(run("doc", "find", "c")) {
+		id, _, _ := strings.Cut(l, "\t")
+		ids = append(ids, id)
+	}
+	if !slices.Equal(ids, shown) {
+		t.Errorf("doc find printed ids %q, want %q", ids, shown)
 	}
 }

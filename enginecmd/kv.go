@@ -209,7 +209,7 @@ func (c *command) kvList(args []string, stdout, stderr io.Writer) int {
 			return writeJSON(stdout, map[string][]string{"keys": keys})
 		}
 		for _, k := range keys {
-			if _, err := fmt.Fprintln(stdout, k); err != nil {
+			if _, err := fmt.Fprintln(stdout, lineSafe(k)); err != nil {
 				return err
 			}
 		}

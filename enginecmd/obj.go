@@ -299,7 +299,7 @@ func (c *command) objList(args []string, stdout, stderr io.Writer) int {
 		}
 		// Size and time are of fixed width, so the key, last, may hold spaces.
 		for _, o := range list {
-			if _, err := fmt.Fprintf(stdout, "%12d  %s  %s\n", o.Size, o.Modified.Format(time.RFC3339), o.Key); err != nil {
+			if _, err := fmt.Fprintf(stdout, "%12d  %s  %s\n", o.Size, o.Modified.Format(time.RFC3339), lineSafe(o.Key)); err != nil {
 				return err
 			}
 		}
