@@ -166,8 +166,8 @@ func (c *command) withEngine(cf *clientFlags, stderr io.Writer, service string, 
 	signals := make(chan os.Signal, 1)
 	signal.Notify(signals, stopSignals()...)
 	defer signal.Stop(signals)
-	ctx, cancelRun := context.WithCancel(context.Background())
-	defer cancelRun()
+	ctx, cancelRun := context.WithCancelCause(context.Background())
+	defer cancelRun(nil)
 	var stopping atomic.Bool
 	code := make(chan int, 1)
 	go func() {
@@ -196,7 +196,7 @@ func (c *command) withEngine(cf *clientFlags, stderr io.Writer, service string, 
 			}
 			if !interrupted {
 				interrupted = true
-				cancelRun()
+				cancelRun(interruptedBy(sig))
 				continue
 			}
 			fmt.Fprintf(stderr, "engine: another signal (%v) while stopping; exiting without waiting for the stop to finish\n", sig)
@@ -264,7 +264,7 @@ func (c *command) runEngine(ctx context.Context, cfg *config.Config, a *fx.App, 
 	stopInterrupt()
 	cancel()
 	if err != nil {
-		return fail(stderr, dig.RootCause(err)), false
+		return fail(stderr, signalled(ctx, dig.RootCause(err))), false
 	}
 	runErr := f(ctx, eng.Services())
 	again = retry && ctx.Err() == nil && eng.Outcome() == domain.OutcomeClient &&
@@ -284,7 +284,7 @@ func (c *command) runEngine(ctx context.Context, cfg *config.Config, a *fx.App, 
 		if ctx.Err() == nil && eng.Outcome() == domain.OutcomeClient && errors.Is(runErr, wire.ErrUnavailable) {
 			runErr = unanswered(cfg, runErr)
 		}
-		return fail(stderr, runErr), false
+		return fail(stderr, signalled(ctx, runErr)), false
 	}
 	return exitOK, false
 }
@@ -319,6 +319,21 @@ func unanswered(cfg *config.Config, err error) error {
 		return err
 	}
 	return fmt.Errorf("%w: the lease names %s, which does not answer: it is still starting (the first engine on an account holds the new lease key for a whole lease before it serves), or it stopped without releasing the lease; `engine status` tells which", err, h)
+}
+
+// interruptedBy is the error of a command a signal ended before its work
+// was done.
+func interruptedBy(sig os.Signal) error {
+	return fmt.Errorf("interrupted by a signal (%v) before the command finished", sig)
+}
+
+// signalled is err, or, when err is the error of ctx cancelled by a
+// signal, which said only "context canceled", the signal's.
+func signalled(ctx context.Context, err error) error {
+	if cause := context.Cause(ctx); errors.Is(err, context.Canceled) && cause != nil && cause != ctx.Err() {
+		return cause
+	}
+	return err
 }
 
 // touchedError marks the error of work that read its input or wrote its

@@ -6,8 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -52,11 +52,34 @@ func (c *command) statusCommand(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(stderr, err)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	st, err := readStatus(ctx, cfg, cf.embedded())
-	if err != nil {
-		return fail(stderr, err)
+	// A signal ends the read, as it ends any command: status holds nothing,
+	// so it reports the interruption and exits 1 at once. SIGHUP too, as
+	// for the other commands. Before, it reported the read's error,
+	// "context canceled", and SIGHUP killed it.
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, stopSignals()...)
+	defer signal.Stop(signals)
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	type read struct {
+		st  leaseStatus
+		err error
+	}
+	done := make(chan read, 1)
+	go func() {
+		st, err := readStatus(ctx, cfg, cf.embedded())
+		done <- read{st, err}
+	}()
+	var st leaseStatus
+	select {
+	case r := <-done:
+		if r.err != nil {
+			return fail(stderr, r.err)
+		}
+		st = r.st
+	case sig := <-signals:
+		cancel(interruptedBy(sig))
+		return fail(stderr, context.Cause(ctx))
 	}
 	if cf.json() {
 		err = writeJSON(stdout, st)
