@@ -155,6 +155,24 @@ func TestAnObjectPutOfADirectoryIsRefusedBeforeAnEngineStarts(t *testing.T) {
 	}
 }
 
+// obj get KEY DIR, a directory where the object should be written, is
+// refused before an engine starts, as obj put refuses one to read. Before,
+// the engine started, perhaps claiming the lease, and the download began
+// before the directory was found.
+func TestAnObjectGetIntoADirectoryIsRefusedBeforeAnEngineStarts(t *testing.T) {
+	dir := t.TempDir()
+	config := filepath.Join(dir, "engine.yaml")
+	if err := os.WriteFile(config, []byte("nats:\n  url: nats://127.0.0.1:1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	code := Run([]string{"obj", "get", "k", dir, "--config", config}, &stdout, &stderr, Options{})
+	want := fmt.Sprintf("engine: obj get: %s is a directory, want a file\n", dir)
+	if code != 1 || stderr.String() != want || stdout.Len() > 0 {
+		t.Fatalf("obj get k DIR = %d\nstdout: %q\nstderr: %q\nwant 1 and %q alone", code, stdout.String(), stderr.String(), want)
+	}
+}
+
 func TestConfigCheck(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good.yaml")

@@ -118,6 +118,11 @@ func (c *command) objGet(args []string, stdout, stderr io.Writer) int {
 	path := ""
 	if len(pos) == 2 && pos[1] != "-" {
 		path = pos[1]
+		// A directory can never take the object: refused before an engine
+		// starts, as obj put refuses one to read.
+		if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+			return fail(stderr, fmt.Errorf("obj get: %s is a directory, want a file", path))
+		}
 	}
 	return c.withEngine(cf, stderr, ports.ServiceObjectStorage, func(ctx context.Context, svc app.Services) error {
 		store, err := objects(svc)
