@@ -9,8 +9,10 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 
 	"github.com/abi-engine/engine/app"
+	"github.com/abi-engine/engine/internal/docjson"
 	"github.com/abi-engine/engine/internal/strictjson"
 	"github.com/abi-engine/engine/ports"
 	"github.com/abi-engine/engine/storecheck"
@@ -231,6 +233,21 @@ func (c *command) docFind(args []string, stdout, stderr io.Writer) int {
 			return exitUsage
 		}
 		q.Where = m
+	}
+	// A field every store refuses, or more conditions than a query holds,
+	// is refused here, naming the flag: sent, it came back from the engine
+	// as an invalid argument, exit code 1.
+	var orderErr, whereErr error
+	if *orderBy != "" {
+		if err := storecheck.Field(*orderBy); err != nil {
+			orderErr = fmt.Errorf("--order-by: %w", err)
+		}
+	}
+	if _, err := docjson.Conditions(q.Where); err != nil {
+		whereErr = errors.New("--where: " + strings.TrimPrefix(err.Error(), "where: "))
+	}
+	if code, ok := checkArgs(fs, stderr, orderErr, whereErr); !ok {
+		return code
 	}
 	collection := pos[0]
 	return c.withEngine(cf, stderr, ports.ServiceDocument, func(ctx context.Context, svc app.Services) error {

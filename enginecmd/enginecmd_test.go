@@ -173,6 +173,32 @@ func TestAnObjectGetIntoADirectoryIsRefusedBeforeAnEngineStarts(t *testing.T) {
 	}
 }
 
+// A doc find field every store refuses, in --order-by or --where, is a
+// usage error naming the flag, exit code 2, before the broker is dialled
+// (here one that never answers). Before, it went to the engine and came
+// back as an invalid argument, exit code 1.
+func TestADocFindFieldEveryStoreRefusesIsAUsageErrorOfTheFlag(t *testing.T) {
+	config := filepath.Join(t.TempDir(), "engine.yaml")
+	if err := os.WriteFile(config, []byte("nats:\n  url: nats://127.0.0.1:1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--order-by", `a"b`}, `engine doc find: --order-by: field "a\"b" contains a quote or backslash`},
+		{[]string{"--order-by", "a\x00b"}, `engine doc find: --order-by: field "a\x00b" contains NUL`},
+		{[]string{"--where", `{"a\\b":1}`}, `engine doc find: --where: field "a\\b" contains a quote or backslash`},
+		{[]string{"--where", `{"":1}`}, `engine doc find: --where: field is empty`},
+	} {
+		var stdout, stderr bytes.Buffer
+		args := append([]string{"doc", "find", "c", "--config", config}, c.args...)
+		if code := Run(args, &stdout, &stderr, Options{}); code != 2 || !strings.Contains(stderr.String(), c.want) || stdout.Len() > 0 {
+			t.Errorf("Run(%q) = %d\nstdout: %q\nstderr: %q\nwant 2 and %q", args, code, stdout.String(), stderr.String(), c.want)
+		}
+	}
+}
+
 func TestConfigCheck(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good.yaml")
