@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"reflect"
 	"runtime"
-	"time"
 
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxevent"
@@ -180,9 +179,10 @@ func New(o Options, extra ...fx.Option) *fx.App {
 		// The engine bounds its start itself (startLimit) and, past it,
 		// stops what it started and releases the lease: fx waits for that,
 		// since a process that exited on fx's timeout left the lease held.
-		// A stop may drain for the drain period and then release.
+		// A stop waits for the jobs' runs, releases, and drains for the
+		// drain period (stopTimeout).
 		fx.StartTimeout(startLimit(domain.MaxLease)+failedStartCleanUp(timing)),
-		fx.StopTimeout(timing.Drain+timing.Lease+30*time.Second),
+		fx.StopTimeout(stopTimeout(timing)),
 		fx.WithLogger(func(log *slog.Logger) fxevent.Logger {
 			// fx's own account of the graph is for debugging; failures reach
 			// the command as errors and are reported there once.

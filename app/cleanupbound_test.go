@@ -68,3 +68,37 @@ services:
 		}
 	}
 }
+
+// The time fx gives a stop covers the longest each of its steps can take,
+// one after another: the wait for the jobs' runs, the release (the renewal
+// in flight, then the released record, each cut off after a renewal
+// period), the drain period, the kernel's three hosts and the fence of the
+// release. It gave a drain, a lease and 30 s, and the stop's own deadline
+// began before the jobs' wait: with a lease well over the drain (60 s and
+// more), a stop whose job run was stuck could run past it, and its release
+// past its own deadline, so the successor waited out the lease.
+func TestAStopsBoundCoversItsLongestSteps(t *testing.T) {
+	for _, lease := range []int{1, 5, 20, 60, 300} {
+		for _, drain := range []int{0, 1, 60} {
+			t.Run(fmt.Sprintf("lease%ds/drain%ds", lease, drain), func(t *testing.T) {
+				cfg, err := config.Parse("test.yaml", []byte(fmt.Sprintf(
+					"nats:\n  engine: {role: serve, lease_seconds: %d, drain_seconds: %d}\nhttp: {listen: off}\n", lease, drain)),
+					func(string) string { return "" })
+				if err != nil {
+					t.Fatal(err)
+				}
+				e := NewEngine(EngineParams{Config: cfg, Holder: domain.ThisProcess("test", ""), Logger: slog.New(slog.DiscardHandler)})
+				timing := cfg.Timing()
+				release := 2 * timing.Renew()
+				if own := stopDeadline(timing); own < release+timing.Drain {
+					t.Fatalf("a stop's own deadline is %v, after the jobs' wait; the release and the drain can take %v", own, release+timing.Drain)
+				}
+				worst := e.jobs.stopLimit + release + timing.Drain + 3*natsapi.StopLimit + natsapi.StopLimit
+				if got := stopTimeout(timing); got < worst {
+					t.Fatalf("fx gives a stop %v; the jobs' wait (%v), the release (%v), the drain (%v), the kernel's stop and the fence can take %v",
+						got, e.jobs.stopLimit, release, timing.Drain, worst)
+				}
+			})
+		}
+	}
+}

@@ -453,6 +453,19 @@ func failedStartCleanUp(t domain.Timing) time.Duration {
 // bound of their own.
 const closeSlack = 10 * time.Second
 
+// stopDeadline bounds a stop once its jobs are done with: the release,
+// cut off after a renewal period twice over, the drain period, and what is
+// left for the modules' stop.
+func stopDeadline(t domain.Timing) time.Duration { return t.Drain + t.Lease + closeSlack }
+
+// stopTimeout is the time fx gives a stop: the wait for the jobs' runs,
+// the stop's own deadline, the kernel's stop, the fence the release can
+// bring about, and the closes. A process that exited on fx's timeout left
+// the lease held, or released it late.
+func stopTimeout(t domain.Timing) time.Duration {
+	return jobsStopLimit(t) + stopDeadline(t) + kernelStopLimit + natsapi.StopLimit + closeSlack
+}
+
 // Interrupt ends a start still under way, as a signal to the process
 // does: the claim, or the opening of what it decided, fails with the
 // start's context, and Start stops what had started and releases a lease
@@ -789,8 +802,6 @@ func (e *Engine) Stop(ctx context.Context) error {
 	// start cut short by a signal, whose context is already cancelled; they
 	// are bounded by the drain and a lease instead.
 	timing := e.p.Config.Timing()
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timing.Drain+timing.Lease+10*time.Second)
-	defer cancel()
 	e.stopping.Store(true)
 	if e.stopWait != nil {
 		e.stopWait()
@@ -802,6 +813,11 @@ func (e *Engine) Stop(ctx context.Context) error {
 	// overlap rather than a gap, which shared backends and their fencing
 	// tokens make safe. A release that was not written fences it at once.
 	e.stopJobs()
+	// The stop's own time begins once the jobs are done with, which may
+	// take a lease: begun before, a stuck run could leave the release
+	// too little of it, and the successor would wait out the lease.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopDeadline(timing))
+	defer cancel()
 	var errs []error
 	if o := e.Ownership(); o != nil {
 		// What the stores keep for a term is not served past the
