@@ -11,10 +11,10 @@
 //	export NAME=value     "export " is allowed and ignored
 //
 // Names are letters, digits and underscores, not starting with a digit,
-// and may appear once. Values are UTF-8 text. Lines end in LF or CR LF; a
-// carriage return inside a line is an error. Errors name the file, the
-// line and the secret, never the text of the line: it may hold the
-// secret's value.
+// and may appear once. Values are UTF-8 text; a byte order mark starting
+// the file is skipped. Lines end in LF or CR LF; a carriage return inside a
+// line is an error. Errors name the file, the line and the secret, never
+// the text of the line: it may hold the secret's value.
 package dotenv
 
 import (
@@ -32,6 +32,9 @@ import (
 
 // maxLine is the longest line the parser reads.
 const maxLine = 1 << 20
+
+// byteOrderMark is U+FEFF in UTF-8, skipped at the start of a file.
+const byteOrderMark = "\uFEFF"
 
 var validName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
@@ -113,7 +116,13 @@ func parse(path string, lines *bufio.Scanner) (map[string]string, error) {
 		fail := func(format string, args ...any) error {
 			return fmt.Errorf("%s:%d: %s: %w", path, n, fmt.Sprintf(format, args...), ports.ErrInvalidArgument)
 		}
-		line := strings.TrimSpace(lines.Text())
+		text := lines.Text()
+		if n == 1 {
+			// Some editors start a UTF-8 file with a byte order mark:
+			// it marks the encoding and is no part of the first line.
+			text = strings.TrimPrefix(text, byteOrderMark)
+		}
+		line := strings.TrimSpace(text)
 		// Lines end in LF or CR LF. A CR inside one is most likely a file
 		// whose lines end in CR alone, which reads as one line: its first
 		// secret would take the rest as its value, or a comment the rest.

@@ -218,3 +218,38 @@ func TestALineWithACarriageReturnInsideIsRefused(t *testing.T) {
 		}
 	}
 }
+
+// Some editors start a UTF-8 file with a byte order mark (EF BB BF). It is
+// no part of the first line: the file opens and its first secret is named
+// as written, whether a secret, a comment or a blank line comes first.
+func TestAFileStartingWithAByteOrderMarkOpens(t *testing.T) {
+	for _, content := range []string{
+		"\uFEFFAPI_KEY=k\nDB_PASSWORD=p\n",
+		"\uFEFFexport API_KEY='k'\r\nDB_PASSWORD=\"p\"\r\n",
+		"\uFEFF# secrets\nAPI_KEY=k\nDB_PASSWORD=p\n",
+		"\uFEFF\nAPI_KEY=k\nDB_PASSWORD=p\n",
+	} {
+		s := open(t, writeFile(t, content))
+		for name, want := range map[string]string{"API_KEY": "k", "DB_PASSWORD": "p"} {
+			if got, err := s.Get(t.Context(), name); err != nil || got != want {
+				t.Errorf("file %q: %s = %q, %v; want %q", content, name, got, err, want)
+			}
+		}
+		if names, _ := s.List(t.Context()); len(names) != 2 {
+			t.Errorf("file %q: names %q, want API_KEY and DB_PASSWORD", content, names)
+		}
+	}
+}
+
+// A byte order mark anywhere but at the very start of the file is text of
+// the line it is on, and a name holding one is refused.
+func TestAByteOrderMarkAfterTheStartIsNotSkipped(t *testing.T) {
+	path := writeFile(t, "API_KEY=k\n\uFEFFDB_PASSWORD=p\n")
+	if _, err := dotenv.Open(t.Context(), dotenv.Config{Path: path}); !errors.Is(err, ports.ErrInvalidArgument) || !strings.Contains(err.Error(), path+":2:") {
+		t.Fatalf("Open: err %v, want ErrInvalidArgument naming %s:2:", err, path)
+	}
+	s := open(t, writeFile(t, "\uFEFFAPI_KEY=\"\uFEFFk\"\n"))
+	if got, err := s.Get(t.Context(), "API_KEY"); err != nil || got != "\uFEFFk" {
+		t.Fatalf("API_KEY = %q, %v; want the mark kept inside the quotes", got, err)
+	}
+}
