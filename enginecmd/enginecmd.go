@@ -47,6 +47,7 @@ import (
 
 	"github.com/abi-engine/engine/app"
 	"github.com/abi-engine/engine/app/config"
+	"github.com/abi-engine/engine/domain"
 	"github.com/abi-engine/engine/internal/heapfloor"
 )
 
@@ -334,6 +335,13 @@ func (c *command) serve(args []string, stderr io.Writer) int {
 	}
 }
 
+// fileChecker is an adapter's configuration whose store reads a file
+// whole as it opens, as dotenv does its .env file: config check reads it
+// too, so a file the store would refuse is found before an engine serves,
+// not once it holds the lease. A client opens no store, so its check does
+// not read the file, which may be on the serving host only.
+type fileChecker interface{ CheckFile() error }
+
 const configUsage = "usage: engine config check [--config engine.yaml]"
 
 // configCommand: `engine config check` validates a configuration and prints
@@ -361,6 +369,16 @@ func (c *command) configCommand(args []string, stdout, stderr io.Writer) int {
 	if err := app.CheckStorage(cfg, built); err != nil {
 		fmt.Fprintf(stderr, "engine: %v\n", err)
 		return exitError
+	}
+	if cfg.Role() != domain.RoleClient {
+		for _, b := range built {
+			if f, ok := b.Declaration.Storage.(fileChecker); ok {
+				if err := f.CheckFile(); err != nil {
+					fmt.Fprintf(stderr, "engine: %v\n", err)
+					return exitError
+				}
+			}
+		}
 	}
 	out, err := cfg.Masked().YAML()
 	if err != nil {

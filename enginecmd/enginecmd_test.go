@@ -632,3 +632,57 @@ func TestAListingPrintsAKeyWithControlCharactersQuotedOnOneLine(t *testing.T) {
 		t.Errorf("doc find printed ids %q, want %q", ids, shown)
 	}
 }
+
+// config check reads a .env file the way the engine will as it opens its
+// secrets: a file it would refuse is refused here, exit 1, naming the file,
+// the line and the problem, never a value; a good one passes. It had only
+// checked that a path was set, so a broken file was found by an engine
+// serving for the first time.
+func TestConfigCheckParsesTheDotenvFile(t *testing.T) {
+	dir := t.TempDir()
+	env := filepath.Join(dir, "secrets.env")
+	path := filepath.Join(dir, "engine.yaml")
+	if err := os.WriteFile(path, fmt.Appendf(nil, "services:\n  secret:\n    - {adapter: env}\n    - {adapter: dotenv, config: {path: %q}}\n", env), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	check := func(dotenv string) (int, string, string) {
+		t.Helper()
+		if err := os.WriteFile(env, []byte(dotenv), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		var stdout, stderr bytes.Buffer
+		code := Run([]string{"config", "check", "--config", path}, &stdout, &stderr, Options{})
+		return code, stdout.String(), stderr.String()
+	}
+	for _, c := range []struct{ file, want string }{
+		{"API_KEY=k-Zq9\nDB_PASSWORD='p-Zq9\n", env + ":2: DB_PASSWORD: single quote not closed"},
+		{"API_KEY=k-Zq9\nAPI_KEY=Zq9\n", env + ":2: API_KEY is already set on line 1"},
+		{"API_KEY=k-Zq9\nDB_PASSWORD: Zq9\n", env + ":2: the line is not NAME=value"},
+		{"API_KEY=\"k-Zq9\" Zq9\n", env + ":1: API_KEY: text after the closing quote"},
+	} {
+		code, stdout, stderr := check(c.file)
+		if code != exitError || !strings.Contains(stderr, c.want) || strings.Contains(stdout, "configuration is valid") {
+			t.Errorf("config check of %q = %d\nstdout: %s\nstderr: %s\nwant 1 and %q", c.file, code, stdout, stderr, c.want)
+		}
+		if strings.Contains(stdout+stderr, "Zq9") {
+			t.Errorf("config check of %q shows a value:\n%s%s", c.file, stdout, stderr)
+		}
+	}
+	if err := os.Remove(env); err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	if code := Run([]string{"config", "check", "--config", path}, io.Discard, &stderr, Options{}); code != exitError ||
+		!strings.Contains(stderr.String(), env) || !strings.Contains(stderr.String(), "no such file") {
+		t.Errorf("config check of a missing file = %d, %q; want 1 naming the file", code, stderr.String())
+	}
+	code, stdout, stderr2 := check("# secrets\nAPI_KEY=k-Zq9\nDB_PASSWORD=\"p-Zq9\"\n")
+	if code != exitOK || !strings.Contains(stdout, "configuration is valid") || strings.Contains(stdout+stderr2, "Zq9") {
+		t.Errorf("config check of a good file = %d\nstdout: %s\nstderr: %s", code, stdout, stderr2)
+	}
+	// A client opens no store: the file may be on the serving host only.
+	t.Setenv(config.EnvRole, "client")
+	if code, stdout, stderr := check("DB_PASSWORD: Zq9\n"); code != exitOK || !strings.Contains(stdout, "configuration is valid") {
+		t.Errorf("config check of a client's configuration = %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+	}
+}

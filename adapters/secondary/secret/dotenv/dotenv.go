@@ -65,8 +65,24 @@ type Store struct {
 
 var _ ports.Secrets = (*Store)(nil)
 
+// CheckFile reads and parses the file as Open does, and returns the error
+// Open would, naming the file and line, never a value. `engine config
+// check` calls it, so a broken file is found before an engine serves.
+func (c Config) CheckFile() error {
+	_, err := read(c)
+	return err
+}
+
 // Open reads and parses the file.
 func Open(_ context.Context, c Config) (*Store, error) {
+	secrets, err := read(c)
+	if err != nil {
+		return nil, err
+	}
+	return &Store{secrets: secrets}, nil
+}
+
+func read(c Config) (map[string]string, error) {
 	if c.Path == "" {
 		return nil, fmt.Errorf("secret.config.path is empty: %w", ports.ErrInvalidArgument)
 	}
@@ -75,11 +91,7 @@ func Open(_ context.Context, c Config) (*Store, error) {
 		return nil, fmt.Errorf("secret.config.path: %w", err)
 	}
 	defer f.Close()
-	secrets, err := parse(c.Path, bufio.NewScanner(f))
-	if err != nil {
-		return nil, err
-	}
-	return &Store{secrets: secrets}, nil
+	return parse(c.Path, bufio.NewScanner(f))
 }
 
 // Close releases nothing: the file was closed once read.
