@@ -10,6 +10,10 @@
 //	NAME="a\nb \"c\""     double quotes: escapes \n \r \t \" \\ \$
 //	export NAME=value     "export " is allowed and ignored
 //
+// ${VAR} and $VAR are taken literally in any quoting: nothing is expanded,
+// unlike Docker Compose and shells. docs/security.md documents the syntax
+// for operators.
+//
 // Names are letters, digits and underscores, not starting with a digit,
 // and may appear once. Values are UTF-8 text; a byte order mark starting
 // the file is skipped. Lines end in LF or CR LF; a carriage return inside a

@@ -253,3 +253,38 @@ func TestAByteOrderMarkAfterTheStartIsNotSkipped(t *testing.T) {
 		t.Fatalf("API_KEY = %q, %v; want the mark kept inside the quotes", got, err)
 	}
 }
+
+// docs/security.md shows the syntax by an example; it reads as the page
+// says, ${DB_USER} taken literally included, so the page stays true.
+func TestTheDocumentedExampleReadsAsDocumented(t *testing.T) {
+	page, err := os.ReadFile(filepath.Join("..", "..", "..", "..", "docs", "security.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, example, ok := strings.Cut(string(page), "```dotenv\n")
+	if ok {
+		example, _, ok = strings.Cut(example, "```")
+	}
+	if !ok {
+		t.Fatal("docs/security.md has no ```dotenv example")
+	}
+	s := open(t, writeFile(t, example))
+	want := map[string]string{
+		"API_KEY": "k-123",
+		"HASHED":  "a#b",
+		"SPACED":  "two words",
+		"REGION":  "eu-1",
+		"LITERAL": `no \n escapes`,
+		"ESCAPED": "line 1\nline 2",
+		"EMPTY":   "",
+		"DB_URL":  "postgres://${DB_USER}@db/app",
+	}
+	for name, value := range want {
+		if got, err := s.Get(t.Context(), name); err != nil || got != value {
+			t.Errorf("%s = %q, %v; the page says %q", name, got, err, value)
+		}
+	}
+	if names, _ := s.List(t.Context()); len(names) != len(want) {
+		t.Errorf("the example sets %q, want the %d secrets the page explains", names, len(want))
+	}
+}
