@@ -16,9 +16,10 @@
 //
 // Names are letters, digits and underscores, not starting with a digit,
 // and may appear once. Values are UTF-8 text; a byte order mark starting
-// the file is skipped. Lines end in LF or CR LF; a carriage return inside a
-// line is an error. Errors name the file, the line and the secret, never
-// the text of the line: it may hold the secret's value.
+// the file is skipped, and a UTF-16 file is refused. Lines end in LF or
+// CR LF; a carriage return inside a line is an error. Errors name the
+// file, the line and the secret, never the text of the line: it may hold
+// the secret's value.
 package dotenv
 
 import (
@@ -137,6 +138,11 @@ func parse(path string, lines *bufio.Scanner) (map[string]string, error) {
 			// Some editors start a UTF-8 file with a byte order mark:
 			// it marks the encoding and is no part of the first line.
 			text = strings.TrimPrefix(text, byteOrderMark)
+			// Windows PowerShell 5 writes UTF-16 with its mark, which
+			// would read as a stray carriage return or a bad name.
+			if strings.HasPrefix(text, "\xff\xfe") || strings.HasPrefix(text, "\xfe\xff") {
+				return nil, fail("the file is UTF-16 text (it starts with a UTF-16 byte order mark): save it as UTF-8")
+			}
 		}
 		line := strings.TrimSpace(text)
 		// Lines end in LF or CR LF. A CR inside one is most likely a file

@@ -288,3 +288,35 @@ func TestTheDocumentedExampleReadsAsDocumented(t *testing.T) {
 		t.Errorf("the example sets %q, want the %d secrets the page explains", names, len(want))
 	}
 }
+
+// A file saved as UTF-16, as Windows PowerShell 5 writes `echo A=b > .env`,
+// is refused saying so, on line 1, so the operator knows to save it as
+// UTF-8; it was refused as a line whose name is not one.
+func TestAUTF16FileIsRefusedSayingSo(t *testing.T) {
+	utf16 := func(bigEndian bool, s string) string {
+		var b []byte
+		if bigEndian {
+			b = append(b, 0xFE, 0xFF)
+		} else {
+			b = append(b, 0xFF, 0xFE)
+		}
+		for _, r := range s {
+			if bigEndian {
+				b = append(b, 0, byte(r))
+			} else {
+				b = append(b, byte(r), 0)
+			}
+		}
+		return string(b)
+	}
+	for _, bigEndian := range []bool{false, true} {
+		path := writeFile(t, utf16(bigEndian, "API_KEY=k-Zq9\r\nDB_PASSWORD=Zq9\r\n"))
+		_, err := dotenv.Open(t.Context(), dotenv.Config{Path: path})
+		if !errors.Is(err, ports.ErrInvalidArgument) || !strings.Contains(err.Error(), path+":1:") ||
+			!strings.Contains(err.Error(), "UTF-16") || !strings.Contains(err.Error(), "save it as UTF-8") {
+			t.Errorf("Open of a UTF-16 file (big endian %v): err %v, want ErrInvalidArgument naming %s:1:, UTF-16 and what to do", bigEndian, err, path)
+		} else if strings.Contains(err.Error(), "Zq9") {
+			t.Errorf("Open of a UTF-16 file: the error shows the value: %v", err)
+		}
+	}
+}
