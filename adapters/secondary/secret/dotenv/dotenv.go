@@ -25,6 +25,7 @@ package dotenv
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"regexp"
@@ -35,7 +36,7 @@ import (
 	"github.com/abi-engine/engine/ports"
 )
 
-// maxLine is the longest line the parser reads.
+// maxLine is the longest line the parser reads, 1 MiB.
 const maxLine = 1 << 20
 
 // byteOrderMark is U+FEFF in UTF-8, skipped at the start of a file.
@@ -129,7 +130,8 @@ func parse(path string, lines *bufio.Scanner) (map[string]string, error) {
 	lines.Buffer(make([]byte, 0, 64<<10), maxLine)
 	secrets := map[string]string{}
 	setOn := map[string]int{}
-	for n := 1; lines.Scan(); n++ {
+	n := 1
+	for ; lines.Scan(); n++ {
 		fail := func(format string, args ...any) error {
 			return fmt.Errorf("%s:%d: %s: %w", path, n, fmt.Sprintf(format, args...), ports.ErrInvalidArgument)
 		}
@@ -181,7 +183,9 @@ func parse(path string, lines *bufio.Scanner) (map[string]string, error) {
 		secrets[name] = value
 		setOn[name] = n
 	}
-	if err := lines.Err(); err != nil {
+	if err := lines.Err(); errors.Is(err, bufio.ErrTooLong) {
+		return nil, fmt.Errorf("%s:%d: the line is 1 MiB or longer, more than a line may hold: %w", path, n, ports.ErrInvalidArgument)
+	} else if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return secrets, nil

@@ -320,3 +320,17 @@ func TestAUTF16FileIsRefusedSayingSo(t *testing.T) {
 		}
 	}
 }
+
+// A line longer than the parser reads (1 MiB) is refused naming the file,
+// its line and the limit, as every other line it cannot read is; the
+// error named neither the line nor the limit.
+func TestALineTooLongIsRefusedNamingTheLine(t *testing.T) {
+	path := writeFile(t, "API_KEY=k\n# two\nDB_PASSWORD="+strings.Repeat("Zq9", 1<<19)+"\n")
+	_, err := dotenv.Open(t.Context(), dotenv.Config{Path: path})
+	if !errors.Is(err, ports.ErrInvalidArgument) || !strings.Contains(err.Error(), path+":3:") || !strings.Contains(err.Error(), "1 MiB") {
+		t.Fatalf("Open: err %v, want ErrInvalidArgument naming %s:3: and the limit", err, path)
+	}
+	if strings.Contains(err.Error(), "Zq9") {
+		t.Fatalf("Open: the error shows the value: %v", err)
+	}
+}
