@@ -122,10 +122,13 @@ func TestALargeReplyIsParkedOnlyForCallsThatCanFetchIt(t *testing.T) {
 // frees the reply's bytes.
 func TestAParkedReplyReadAgainAndAgainIsFreed(t *testing.T) {
 	url := natstest.StartServer(t).ClientURL()
-	idle := time.Second
+	// The first read must come within UploadIdle of the parking: a
+	// second leaves room for a loaded machine between the call's answer
+	// and that read.
+	idle, uploadIdle := 2*time.Second, time.Second
 	b := &big{size: 2 << 20}
 	e := newEngine(t, url, newObjects(t), engineOptions{overflow: natsapi.OverflowOptions{
-		Idle: idle, UploadIdle: idle / 10, MaxValue: 2 << 20, MaxParked: 4 << 20,
+		Idle: idle, UploadIdle: uploadIdle, MaxValue: 2 << 20, MaxParked: 4 << 20,
 	}}, b.service())
 	read := wire.OverflowSubject(e.owner, wire.SessionRead)
 	type holder struct {
@@ -147,11 +150,12 @@ func TestAParkedReplyReadAgainAndAgainIsFreed(t *testing.T) {
 	}
 	// Each reads its first chunk again every fifth of the idle time, well
 	// before the idle closes it, until the engine refuses a read.
-	deadline := time.Now().Add(5 * idle)
+	limit := 2 * (idle + 8*uploadIdle) // the idle time and UploadIdle a chunk, twice over
+	deadline := time.Now().Add(limit)
 	for held := len(hs); held > 0; {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d parked replies read every %v are still read after %v and hold %d bytes",
-				held, idle/5, 5*idle, e.overflow.Parked())
+				held, idle/5, limit, e.overflow.Parked())
 		}
 		time.Sleep(idle / 5)
 		for _, h := range hs {
