@@ -165,7 +165,9 @@ func openUpload(t *testing.T, nc *nats.Conn, size int) (wire.SessionOpened, erro
 func TestACallerHoldsOnlyItsShareOfOverflowBytes(t *testing.T) {
 	url := natstest.StartServer(t).ClientURL()
 	e := newEngine(t, url, newObjects(t), engineOptions{overflow: natsapi.OverflowOptions{
-		MaxValue: 1 << 20, MaxParked: 4 << 20, UploadIdle: 300 * time.Millisecond,
+		// Long enough that the first upload is still held, on a loaded
+		// machine, when the second is asked for.
+		MaxValue: 1 << 20, MaxParked: 4 << 20, UploadIdle: 2 * time.Second,
 	}})
 	hostile, bystander := natstest.Connect(t, url), natstest.Connect(t, url)
 	if _, err := openUpload(t, hostile, 1<<20); err != nil {

@@ -423,7 +423,9 @@ func (s *sizes) service() natsapi.Service {
 func TestAnUploadedRequestWaitsInTheQueueWithItsCall(t *testing.T) {
 	url := natstest.StartServer(t).ClientURL()
 	slow := &echo{name: "slow", release: make(chan struct{}), started: make(chan struct{}, 1)}
-	const idle = 200 * time.Millisecond
+	// The upload must keep up a chunk every idle while it is made: a
+	// second leaves room for a loaded machine.
+	const idle = time.Second
 	e := newEngine(t, url, newObjects(t), engineOptions{
 		host:     natsapi.Options{MaxConcurrent: 1},
 		overflow: natsapi.OverflowOptions{UploadIdle: idle},
