@@ -4,7 +4,9 @@
 // delete conditional on a version) on a few shared keys, through the NATS
 // client facades, to real engine processes on shared PostgreSQL; meanwhile
 // the engines go through two deploys (SIGTERM of the holder, a standby of
-// the next release takes over), a pause of the holder past its lease
+// the next release takes over; in the second, the holder's accepting
+// connection to the broker stalls across the handover), a pause of the
+// holder past its lease
 // (SIGSTOP until a standby serves and calls sent after the takeover wait
 // at the paused holder, then SIGCONT) and a crash (SIGKILL; a standby
 // takes over after a lease of silence), in rounds. The standby
@@ -30,10 +32,25 @@
 //
 // Through a pause every client waits on a call the paused holder took
 // before the takeover, so the calls sent after it come from late clients
-// that run through the pause only: each sets a key the holder read before
-// it was stopped, and reads it back, until one of its calls waits at the
-// paused holder. The holder, resumed, must refuse those; one that answered
-// a read from what it kept of its old term fails the check.
+// that run through the pause only: each sets a key of its own that the
+// holder read before it was stopped, and reads it back, until one of its
+// calls waits at the paused holder. The holder, resumed, must refuse
+// those; one that answered a read from what it kept of its old term fails
+// the check.
+//
+// A deploy that hands over as it comes sends the draining holder no call
+// after its successor has written: it stops accepting as soon as its
+// release is written. So in the second deploy of a round the engines'
+// connections go through the test's own links, and the holder's
+// accepting connection stalls, both ways, from before the SIGTERM: the
+// end of its subscriptions waits on the link, and the broker goes on
+// handing it calls after the successor serves, as it does to an engine
+// whose connection is slow. Late clients, as in a pause, set their keys
+// through the successor and read them back, until a call of each waits
+// at the holder; then the link lets go, and the holder drains those
+// calls. One that answered the reads from what it kept of its term, not
+// from the table, answers values its successor has overwritten, and
+// fails the check.
 //
 // The facade sends a call refused with 503 again, so most refusals never
 // reach the history; the test counts every answer the engines sent, 503s

@@ -70,14 +70,22 @@ var (
 	collection = "linearizable"
 )
 
-// probeKey is the key a pause's late clients set and read back (pause);
-// lateClientsPerPause is how many run. More would make the check of a
-// history that is not linearizable take minutes: their calls at the
-// paused holder all overlap.
-const (
-	probeKey            = "probe"
-	lateClientsPerPause = 10
-)
+// lateClientsPerFault is how many late clients a pause or a stalled
+// deploy runs (pause, deploy). More would make the check of a history
+// that is not linearizable take minutes: their calls at the old holder
+// all overlap.
+const lateClientsPerFault = 10
+
+// probeKey is the key the i-th late client of a fault sets and reads
+// back, and no other client writes: a write of a key that reaches the old
+// holder ahead of a read makes it read that key afresh, so each late
+// client's reads there come after none but its own writes, answered.
+func probeKey(i int) string { return fmt.Sprintf("probe%d", i) }
+
+// drain is how long an engine drains its calls when it stops (the
+// configuration's drain_seconds); a stalled deploy lets the holder's
+// accepting connection go within half of it, so the drain ends in time.
+const drain = 5 * time.Second
 
 var engineBin string
 
@@ -99,9 +107,12 @@ func TestLinearizable(t *testing.T) {
 
 	release := 1
 	for round := range set.rounds {
-		for range 2 {
+		// The first deploy of a round hands over as it comes; in the
+		// second, the holder's accepting connection stalls across the
+		// handover.
+		for _, stalled := range []bool{false, true} {
 			release++
-			holder = w.deploy(holder, fmt.Sprintf("v%d", release))
+			holder = w.deploy(holder, fmt.Sprintf("v%d", release), stalled)
 			w.waitCalls()
 		}
 		// The engine that takes over from a paused or killed holder is a
@@ -135,9 +146,12 @@ type world struct {
 	set    setting
 	broker *server.Server
 	url    string
-	plain  string // configuration of an engine that stands by for another release only
-	hot    string // the same with hot_standby, for a standby of the holder's release
-	ev     *events
+	// links carries the engines' connections to the broker, so one can
+	// be stalled; the test's own connections go to the broker directly.
+	links *links
+	plain string // configuration of an engine that stands by for another release only
+	hot   string // the same with hot_standby, for a standby of the holder's release
+	ev    *events
 	// answers counts every answer an engine sent a client, by status, the
 	// 503s the facade sent again included.
 	answers *answers
@@ -163,11 +177,12 @@ func newWorld(t *testing.T, set setting) *world {
 	// The broker outlives every engine: it is the test's, not theirs.
 	w.broker = natstest.StartServer(t)
 	w.url = w.broker.ClientURL()
+	w.links = startLinks(t, strings.TrimPrefix(w.url, "nats://"))
 	w.ev = watchEvents(t, natstest.Connect(t, w.url))
 	w.answers = watchAnswers(t, natstest.Connect(t, w.url))
 	dir := t.TempDir()
-	w.plain = writeConfig(t, dir, "engine.yaml", w.url, set.lease, false, dsn, table)
-	w.hot = writeConfig(t, dir, "hot.yaml", w.url, set.lease, true, dsn, table)
+	w.plain = writeConfig(t, dir, "engine.yaml", w.links.url(), set.lease, false, dsn, table)
+	w.hot = writeConfig(t, dir, "hot.yaml", w.links.url(), set.lease, true, dsn, table)
 	t.Cleanup(func() {
 		w.stopClients()
 		w.mu.Lock()
@@ -189,7 +204,7 @@ func writeConfig(t *testing.T, dir, name, url string, lease time.Duration, hot b
 	t.Helper()
 	yaml := fmt.Sprintf(`nats:
   url: %s
-  engine: {lease_seconds: %d, drain_seconds: 5, hot_standby: %t}
+  engine: {lease_seconds: %d, drain_seconds: %d, hot_standby: %t}
 http: {listen: "127.0.0.1:0"}
 data_dir: %s
 services:
@@ -199,7 +214,7 @@ services:
   vector_store: {adapter: off}
   cache: {adapter: off}
   secret: {adapter: env}
-`, url, int(lease/time.Second), hot, filepath.Join(dir, "data"), dsn, table, dsn, table)
+`, url, int(lease/time.Second), int(drain/time.Second), hot, filepath.Join(dir, "data"), dsn, table, dsn, table)
 	path := filepath.Join(dir, name)
 	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
@@ -239,11 +254,57 @@ func (w *world) standby(release, config string) *engine {
 
 // deploy stands the next release by, stops the holder with SIGTERM and
 // waits until the next release serves and the old engine exited 0.
-func (w *world) deploy(holder *engine, release string) *engine {
+//
+// Handed over as it comes, the holder stops accepting calls as soon as
+// it has written its release, before its successor can have answered
+// one: no call sent after the successor wrote reaches it. With stalled,
+// the holder's accepting connection stalls, both ways, from before the
+// SIGTERM until a call of each late client (as in pause) waits on it, or
+// half the drain has passed. Its end of its subscriptions waits there
+// too, so the broker goes on handing calls to the holder after it has
+// released the lease and next serves, as it does to an engine whose
+// connection is slow; next answers some of the late clients' sets first,
+// and the holder drains the calls it was handed once its connection
+// moves again. Among them are reads of a
+// probe key sent after next answered its client's set; the holder read
+// the key under its term, so, were it to answer them from what it kept
+// of that term, it would answer with a value its successor had
+// overwritten.
+func (w *world) deploy(holder *engine, release string, stalled bool) *engine {
 	w.t.Helper()
 	next := w.standby(release, w.plain)
-	w.signal(holder, syscall.SIGTERM)
-	w.waitState(next, domain.StateServing)
+	if stalled {
+		w.readProbeKeys()
+		letGo := w.links.stall(acceptName(holder))
+		w.mark("stall "+holder.release, holder)
+		parked := w.mustDeliver(holder)
+		w.signal(holder, syscall.SIGTERM)
+		sent := time.Now()
+		w.waitState(next, domain.StateServing)
+		// The clients that were not waiting at the holder already are,
+		// as a rule, the late clients alone: each sends it one call.
+		before := w.mustDeliver(holder)
+		n := lateClientsPerFault
+		late := w.startLateClients(n)
+		w.t.Cleanup(late.stop)
+		after := before
+		w.waitUntil(sent.Add(drain/2), func() bool {
+			d, ok := w.delivered(holder)
+			if !ok {
+				return true // it has stopped accepting: the drain ran out
+			}
+			after = d
+			return after-before >= int64(n)
+		})
+		letGo()
+		w.mark("let go "+holder.release, holder)
+		w.t.Logf("%d calls waited at the stalled %s when it was let go %v after SIGTERM, %d of them sent after %s served, with %d late clients",
+			after-parked, holder, time.Since(sent).Round(time.Millisecond), after-before, next, n)
+		defer late.stop()
+	} else {
+		w.signal(holder, syscall.SIGTERM)
+		w.waitState(next, domain.StateServing)
+	}
 	if code := holder.exitCode(w.t); code != 0 {
 		w.t.Fatalf("%s exited %d after SIGTERM:\n%s", holder, code, holder.output())
 	}
@@ -258,25 +319,25 @@ func (w *world) deploy(holder *engine, release string) *engine {
 // Every client is waiting by then on a call the holder took before it was
 // stopped, sent before next served, which the holder may still answer
 // when it resumes (ADR 0012). The calls sent after the takeover come from
-// late clients, which run through the pause only: each sets probeKey and
-// reads it back, again and again, and the broker hands each call to
+// late clients, which run through the pause only: each sets its probe key
+// and reads it back again and again, and the broker hands each call to
 // either engine. Next answers some, and each late client comes to wait on
 // one at the paused holder, which, resumed, must refuse it. Among them are
-// reads sent after next answered a set; the holder read probeKey before it
-// was stopped, so, were it to answer them, it could answer with what it
-// kept of its old term.
+// reads sent after next answered a set; the holder read the probe keys
+// before it was stopped, so, were it to answer them, it could answer with
+// what it kept of its old term.
 func (w *world) pause(holder, next *engine) *engine {
 	w.t.Helper()
-	w.readProbeKey()
+	w.readProbeKeys()
 	w.signal(holder, syscall.SIGSTOP)
 	stopped := time.Now()
 	w.waitState(next, domain.StateServing)
 	w.t.Logf("%s serves %v after the holder was stopped", next, time.Since(stopped).Round(time.Millisecond))
-	parked, n := w.delivered(holder), lateClientsPerPause
+	parked, n := w.mustDeliver(holder), lateClientsPerFault
 	late := w.startLateClients(n)
 	w.t.Cleanup(late.stop)
 	w.waitFor(fmt.Sprintf("a call of each of %d late clients to reach the paused %s", n, holder), func() bool {
-		return w.delivered(holder) >= parked+int64(n)
+		return w.mustDeliver(holder) >= parked+int64(n)
 	})
 	w.signal(holder, syscall.SIGCONT)
 	w.waitFor(holder.String()+" to stop serving after it was resumed", func() bool {
@@ -286,41 +347,57 @@ func (w *world) pause(holder, next *engine) *engine {
 	return next
 }
 
-// readProbeKey sets probeKey and reads it back a few times, through the
+// readProbeKeys sets each probe key and reads it back, through the
 // engine that serves: what a keyvalue store keeps of the reads of its
-// term, it keeps of this key. A call not answered ends it; the calls are
-// recorded as any other.
-func (w *world) readProbeKey() {
+// term, it keeps of these keys. A call not answered ends it; the calls
+// are recorded as any other.
+func (w *world) readProbeKeys() {
 	w.t.Helper()
 	c := w.newClient(w.stop)
-	c.seq++
-	for _, in := range []kvInput{{op: kvSet, key: probeKey, value: c.value()}, {op: kvGet, key: probeKey}, {op: kvGet, key: probeKey}, {op: kvGet, key: probeKey}} {
-		ctx, cancel := context.WithTimeout(w.t.Context(), w.set.callTimeout)
-		answered := c.kvDo(ctx, in)
-		cancel()
-		if !answered {
-			w.t.Logf("%v through the serving engine was not answered; the pause goes on", in)
-			return
+	for i := range lateClientsPerFault {
+		c.seq++
+		key := probeKey(i)
+		for _, in := range []kvInput{{op: kvSet, key: key, value: c.value()}, {op: kvGet, key: key}, {op: kvGet, key: key}} {
+			ctx, cancel := context.WithTimeout(w.t.Context(), w.set.callTimeout)
+			answered := c.kvDo(ctx, in)
+			cancel()
+			if !answered {
+				w.t.Logf("%v through the serving engine was not answered; the fault goes on", in)
+				return
+			}
 		}
 	}
 }
 
 // delivered is how many messages the broker has sent e's connection that
-// accepts calls: every call routed to it, answered or not.
-func (w *world) delivered(e *engine) int64 {
+// accepts calls: every call routed to it, answered or not; false when e
+// has no such connection.
+func (w *world) delivered(e *engine) (int64, bool) {
 	w.t.Helper()
 	connz, err := w.broker.Connz(&server.ConnzOptions{})
 	if err != nil {
 		w.t.Fatal(err)
 	}
 	for _, c := range connz.Conns {
-		if c.Name == "abi-engine accept "+e.instanceID() {
-			return c.OutMsgs
+		if c.Name == acceptName(e) {
+			return c.OutMsgs, true
 		}
 	}
-	w.t.Fatalf("%s has no connection that accepts calls", e)
-	return 0
+	return 0, false
 }
+
+// mustDeliver is delivered of an engine that accepts calls.
+func (w *world) mustDeliver(e *engine) int64 {
+	w.t.Helper()
+	n, ok := w.delivered(e)
+	if !ok {
+		w.t.Fatalf("%s has no connection that accepts calls", e)
+	}
+	return n
+}
+
+// acceptName is the name of e's connection that accepts calls.
+func acceptName(e *engine) string { return "abi-engine accept " + e.instanceID() }
 
 // crash kills the holder; next, standing by, takes over after a lease of
 // silence.
@@ -343,8 +420,15 @@ func (w *world) signal(e *engine, sig syscall.Signal) {
 	}
 	name := map[syscall.Signal]string{syscall.SIGTERM: "SIGTERM", syscall.SIGSTOP: "SIGSTOP", syscall.SIGCONT: "SIGCONT", syscall.SIGKILL: "SIGKILL"}[sig]
 	w.t.Logf("%s %s", name, e)
+	w.markAt(at, name+" "+e.release, e)
+}
+
+// mark marks what happened to e now in the history.
+func (w *world) mark(what string, e *engine) { w.markAt(w.rec.now(), what, e) }
+
+func (w *world) markAt(at int64, what string, e *engine) {
 	w.mu.Lock()
-	w.marks = append(w.marks, porcupine.Annotation{Tag: "engines", Start: at, Description: name + " " + e.release, Details: e.String()})
+	w.marks = append(w.marks, porcupine.Annotation{Tag: "engines", Start: at, Description: what, Details: e.String()})
 	w.mu.Unlock()
 }
 
@@ -370,6 +454,16 @@ func (w *world) waitFor(what string, cond func() bool) {
 		select {
 		case <-w.ev.changed():
 		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// waitUntil polls cond until it holds or deadline passes.
+func (w *world) waitUntil(deadline time.Time, cond func() bool) {
+	for !cond() && time.Now().Before(deadline) {
+		select {
+		case <-w.ev.changed():
+		case <-time.After(10 * time.Millisecond):
 		}
 	}
 }
@@ -488,9 +582,9 @@ type lateClients struct {
 // startLateClients runs n probing clients until the returned clients' stop.
 func (w *world) startLateClients(n int) *lateClients {
 	late := &lateClients{done: make(chan struct{})}
-	for range n {
+	for i := range n {
 		c := w.newClient(late.done)
-		c.probe = true
+		c.probe = probeKey(i)
 		late.wg.Go(c.run)
 	}
 	return late
@@ -512,8 +606,10 @@ type client struct {
 	i    int
 	id   int // porcupine's client id: a new one after an unknown outcome
 	stop <-chan struct{}
-	// probe: the client only sets a key and reads it back (probeCall).
-	probe bool
+	// probe is the key the client only sets and reads back (probeCall);
+	// "" for a client of the shared keys. wrote: a set of it was answered.
+	probe string
+	wrote bool
 	kv    natsclient.KeyValue
 	docs  natsclient.Document
 	rng   *rand.Rand
@@ -533,7 +629,7 @@ func (c *client) run() {
 		default:
 		}
 		c.seq++
-		if c.probe {
+		if c.probe != "" {
 			c.probeCall()
 		} else {
 			ctx, cancel := context.WithTimeout(context.Background(), c.w.set.callTimeout)
@@ -569,18 +665,21 @@ func (c *client) kvCall(ctx context.Context) {
 	c.kvDo(ctx, in)
 }
 
-// probeCall sets probeKey and, once the set is answered, reads it back: a
-// read sent after a write was answered, which must see that write or a
-// later one, whichever engine the broker hands it to.
+// probeCall sets the client's probe key until a set is answered, and
+// from then on reads it back: reads sent after a write was answered,
+// which must see that write, whichever engine the broker hands them to.
+// It writes once only: a write that reaches the old holder after the
+// takeover is refused by the fence, which ends the old term in the
+// holder's store, and the holder's reads after it read the table.
 func (c *client) probeCall() {
-	for _, in := range []kvInput{{op: kvSet, key: probeKey, value: c.value()}, {op: kvGet, key: probeKey}} {
-		ctx, cancel := context.WithTimeout(context.Background(), c.w.set.callTimeout)
-		answered := c.kvDo(ctx, in)
-		cancel()
-		if !answered {
-			return
-		}
+	in := kvInput{op: kvGet, key: c.probe}
+	if !c.wrote {
+		in = kvInput{op: kvSet, key: c.probe, value: c.value()}
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.w.set.callTimeout)
+	answered := c.kvDo(ctx, in)
+	cancel()
+	c.wrote = c.wrote || answered && in.op == kvSet
 }
 
 // kvDo makes the keyvalue call in and records it. It reports whether the
@@ -764,7 +863,11 @@ func (r *recorder) summary(t *testing.T, set setting) {
 	// reads.
 	type count struct{ reads, writes int }
 	seen := map[string]*count{}
-	for _, k := range append(append([]string{probeKey}, kvKeys...), docIDs...) {
+	keys := append(append([]string{}, kvKeys...), docIDs...)
+	for i := range lateClientsPerFault {
+		keys = append(keys, probeKey(i))
+	}
+	for _, k := range keys {
 		seen[k] = &count{}
 	}
 	tally := func(key string, read bool) {
