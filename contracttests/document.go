@@ -2,18 +2,22 @@ package contracttests
 
 import (
 	"cmp"
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math"
+	"math/rand/v2"
 	"reflect"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/abi-engine/engine/ports"
 )
@@ -75,6 +79,7 @@ func RunDocument(t *testing.T, h Harness[ports.DocumentStore], caps DocumentCapa
 		{"FindWhereComposite", docFindWhereComposite},
 		{"OddFieldNames", docOddFieldNames},
 		{"FindPagination", docFindPagination},
+		{"PagingWhileOthersWrite", docPagingWhileOthersWrite},
 		{"FindBadCursor", docFindBadCursor},
 		{"FindForgedCursor", docFindForgedCursor},
 		{"FindInvalidField", docFindInvalidField},
@@ -1101,6 +1106,192 @@ func docFindPagination(t *testing.T, open func(t *testing.T) ports.DocumentStore
 	}
 	if n, err := other.Count(ctx(t), "c", nil); err != nil || n != docCount {
 		t.Fatalf("Count = %d, %v; want %d", n, err, docCount)
+	}
+}
+
+// docPagingWhileOthersWrite holds an adapter to the paging promise of
+// docs/protocol.md while other callers insert, update and delete between
+// the pages: every document present for the whole paging, matching where
+// throughout, whose sort value does not change, comes exactly once and in
+// its place, ties broken by id, in either direction; ordered by id, no
+// document comes twice. Between every two pages the writers make a few
+// writes more, so a cursor that counts places rather than naming one
+// skips or repeats the documents it should keep.
+func docPagingWhileOthersWrite(t *testing.T, open func(t *testing.T) ports.DocumentStore) {
+	s, other := open(t), open(t)
+	docEnsure(t, s, "c")
+	const (
+		stableCount = 60
+		churnCount  = 80
+		limit       = 6
+		gap         = 3 // writes at least, between two pages
+	)
+	// A stable document keeps its n (4 in 5 have one, with ties; the fifth
+	// has none and sorts first) and its kind, while the writers rewrite
+	// its other fields. Stable and churned ids interleave.
+	stableData := func(i, w int) map[string]any {
+		d := map[string]any{"kind": "a", "w": w}
+		if i%5 != 4 {
+			d["n"] = i % 5
+		}
+		return d
+	}
+	type stableDoc struct {
+		id   string
+		rank int // 0 without n, else n+1
+	}
+	var stable []stableDoc
+	for i := range stableCount {
+		id := fmt.Sprintf("%03d-s", i)
+		docPut(t, s, "c", id, stableData(i, 0))
+		rank := 0
+		if i%5 != 4 {
+			rank = i%5 + 1
+		}
+		stable = append(stable, stableDoc{id, rank})
+	}
+	for i := 0; i < churnCount; i += 2 {
+		docPut(t, s, "c", fmt.Sprintf("%03d-c", i), map[string]any{"kind": "a", "n": i % 4})
+	}
+
+	var writes atomic.Int64
+	wrote := make(chan struct{}, 1)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 7))
+			for k := 1; ; k++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				c, cancel := context.WithTimeout(t.Context(), callTimeout)
+				var err error
+				switch op := rng.IntN(10); {
+				case op < 2: // a stable document changes, but not its n or kind
+					i := rng.IntN(stableCount)
+					_, err = other.Put(c, "c", fmt.Sprintf("%03d-s", i), stableData(i, k), ports.Cond{})
+				case op < 6: // a document is inserted, or moves, or stops or starts matching
+					d := map[string]any{"kind": []string{"a", "b"}[rng.IntN(2)]}
+					if n := rng.IntN(5); n < 4 {
+						d["n"] = n
+					}
+					_, err = other.Put(c, "c", fmt.Sprintf("%03d-c", rng.IntN(churnCount)), d, ports.Cond{})
+				default:
+					err = other.Delete(c, "c", fmt.Sprintf("%03d-c", rng.IntN(churnCount)), ports.Cond{})
+					if errors.Is(err, ports.ErrNotFound) {
+						err = nil
+					}
+				}
+				cancel()
+				if err != nil {
+					t.Errorf("writer %d: %v", w, err)
+					return
+				}
+				writes.Add(1)
+				select {
+				case wrote <- struct{}{}:
+				default:
+				}
+			}
+		}()
+	}
+	defer func() {
+		close(stop)
+		wg.Wait()
+	}()
+	// awaitWrites waits until the writers have made n writes more than
+	// from; a writer that failed has said so, and ends the case.
+	awaitWrites := func(from int64) {
+		t.Helper()
+		deadline := time.NewTimer(time.Minute)
+		defer deadline.Stop()
+		for writes.Load() < from+gap {
+			select {
+			case <-wrote:
+			case <-deadline.C:
+				t.Fatalf("the writers made %d writes in a minute, want %d", writes.Load()-from, gap)
+			}
+			if t.Failed() {
+				t.FailNow()
+			}
+		}
+	}
+
+	for _, q := range []ports.Query{
+		{Limit: limit},
+		{OrderBy: "n", Limit: limit},
+		{OrderBy: "n", Desc: true, Limit: limit},
+		{Where: map[string]any{"kind": "a"}, OrderBy: "n", Limit: limit},
+		{Where: map[string]any{"kind": "a"}, OrderBy: "n", Desc: true, Limit: limit},
+		{Where: map[string]any{"kind": "a"}, Desc: true, Limit: limit},
+	} {
+		want := slices.Clone(stable)
+		slices.SortFunc(want, func(a, b stableDoc) int {
+			if q.OrderBy == "" {
+				return strings.Compare(a.id, b.id)
+			}
+			return cmp.Or(cmp.Compare(a.rank, b.rank), strings.Compare(a.id, b.id))
+		})
+		if q.Desc {
+			slices.Reverse(want)
+		}
+		isStable := map[string]bool{}
+		for _, d := range stable {
+			isStable[d.id] = true
+		}
+		var got []string // the stable documents, as they came
+		times := map[string]int{}
+		for page := 0; ; page++ {
+			if page > 1000 {
+				t.Fatalf("Find %+v while others write: more than 1000 pages, the cursor does not advance", q)
+			}
+			docs, next, err := s.Find(ctx(t), "c", q)
+			if err != nil {
+				t.Fatalf("Find %+v while others write, page %d: %v", q, page, err)
+			}
+			if len(docs) > limit {
+				t.Fatalf("Find %+v while others write: %d documents on a page of %d", q, len(docs), limit)
+			}
+			for _, d := range docs {
+				times[d.ID]++
+				if isStable[d.ID] {
+					got = append(got, d.ID)
+				}
+				if q.Where != nil && d.Data["kind"] != "a" {
+					t.Fatalf("Find %+v while others write: %q has kind %v", q, d.ID, d.Data["kind"])
+				}
+			}
+			if next == "" {
+				break
+			}
+			awaitWrites(writes.Load())
+			q.Cursor = next
+		}
+		q.Cursor = ""
+		for _, d := range want {
+			if times[d.id] != 1 {
+				t.Fatalf("Find %+v while others write: %q, present throughout with its sort value unchanged, came %d times, want once", q, d.id, times[d.id])
+			}
+		}
+		wantIDs := make([]string, len(want))
+		for i, d := range want {
+			wantIDs[i] = d.id
+		}
+		if !slices.Equal(got, wantIDs) {
+			t.Fatalf("Find %+v while others write: the unchanged documents came in the order %q, want %q", q, got, wantIDs)
+		}
+		if q.OrderBy == "" {
+			for id, n := range times {
+				if n > 1 {
+					t.Fatalf("Find %+v while others write: %q came %d times; ordered by id, none comes twice", q, id, n)
+				}
+			}
+		}
 	}
 }
 

@@ -61,7 +61,11 @@ type DocumentStore interface {
 	// the condition fails.
 	Delete(ctx context.Context, collection, id string, cond Cond) error
 	// Find returns one page of matching documents and the next page's cursor
-	// ("" on the last page).
+	// ("" on the last page). The cursor is a place in the order (sort value,
+	// then id): while others write between the pages, a document that exists
+	// throughout, matches Where throughout and keeps its OrderBy value comes
+	// exactly once, in its place; one whose OrderBy value changes may come
+	// twice or not at all.
 	Find(ctx context.Context, collection string, q Query) ([]Document, string, error)
 	// Count counts the documents matching where.
 	Count(ctx context.Context, collection string, where map[string]any) (int, error)
