@@ -65,7 +65,8 @@ type DocumentStore interface {
 	// then id): while others write between the pages, a document that exists
 	// throughout, matches Where throughout and keeps its OrderBy value comes
 	// exactly once, in its place; one whose OrderBy value changes may come
-	// twice or not at all.
+	// twice or not at all. A Where or OrderBy field holding a double quote
+	// or a backslash is ErrInvalidArgument.
 	Find(ctx context.Context, collection string, q Query) ([]Document, string, error)
 	// Count counts the documents matching where.
 	Count(ctx context.Context, collection string, where map[string]any) (int, error)
