@@ -2,8 +2,6 @@ package natsapi_test
 
 import (
 	"encoding/json"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,7 +10,6 @@ import (
 
 	"github.com/abi-engine/engine/internal/natstest"
 	"github.com/abi-engine/engine/internal/wire"
-	"github.com/abi-engine/engine/ports"
 )
 
 // One caller floods closes at its own download, whose read waits in a
@@ -24,30 +21,8 @@ import (
 // every caller's transfer calls stalled until the store returned.
 func TestAFloodOfClosesAtAStuckTransferStallsNoOtherCallersTransfer(t *testing.T) {
 	url := natstest.StartServer(t).ClientURL()
-	objs := newObjects(t)
-	if _, err := objs.Put(t.Context(), "k", strings.NewReader("the bytes"), ports.PutObjectOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	store := &deafReads{ObjectStorage: objs, gate: make(chan struct{}), reading: make(chan struct{})}
-	e := newEngine(t, url, store, engineOptions{})
-	gate := sync.OnceFunc(func() { close(store.gate) })
-	t.Cleanup(gate)
-
-	flooder := natstest.Connect(t, url)
-	stuck, err := openTransfer(t, flooder, wire.TransferOpen{Mode: wire.TransferGet, Key: "k"}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	read := make(chan error, 1)
-	go func() {
-		_, err := sessionCall(flooder, transferSubject(stuck.ID, wire.SessionRead), stuck.Ref(), 0, nil, nil)
-		read <- err
-	}()
-	select {
-	case <-store.reading:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the read did not reach the store in 30 s")
-	}
+	e, d := startStuckDownload(t, url)
+	flooder, stuck := d.nc, d.opened
 
 	// Far more closes than the host's 64 slots for calls it does not
 	// count, all sent before the other caller's upload.
@@ -100,7 +75,7 @@ func TestAFloodOfClosesAtAStuckTransferStallsNoOtherCallersTransfer(t *testing.T
 	if open := e.transfers.Open(); open != 1 {
 		t.Fatalf("%d transfers open while the stuck one's store holds its read, want it, still open", open)
 	}
-	gate()
+	d.gate()
 	waitFor(t, func() bool { return e.transfers.Open() == 0 })
-	<-read
+	<-d.read
 }

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/abi-engine/engine/internal/natstest"
 	"github.com/abi-engine/engine/internal/wire"
 	"github.com/abi-engine/engine/ports"
@@ -50,29 +52,7 @@ func (r *deafReader) Read(p []byte) (int, error) {
 // transfers before it releases the lease.
 func TestAFenceOfTheTransfersWaitsForNoStoreThatIgnoresTheCancel(t *testing.T) {
 	url := natstest.StartServer(t).ClientURL()
-	objs := newObjects(t)
-	if _, err := objs.Put(t.Context(), "k", strings.NewReader("the bytes"), ports.PutObjectOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	store := &deafReads{ObjectStorage: objs, gate: make(chan struct{}), reading: make(chan struct{})}
-	e := newEngine(t, url, store, engineOptions{})
-	gate := sync.OnceFunc(func() { close(store.gate) })
-	t.Cleanup(gate)
-	nc := natstest.Connect(t, url)
-	opened, err := openTransfer(t, nc, wire.TransferOpen{Mode: wire.TransferGet, Key: "k"}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	read := make(chan error, 1)
-	go func() {
-		_, err := sessionCall(nc, transferSubject(opened.ID, wire.SessionRead), opened.Ref(), 0, nil, nil)
-		read <- err
-	}()
-	select {
-	case <-store.reading:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the read did not reach the store in 30 s")
-	}
+	e, stuck := startStuckDownload(t, url)
 	fenced := make(chan struct{})
 	go func() {
 		e.transfers.Fence()()
@@ -82,11 +62,49 @@ func TestAFenceOfTheTransfersWaitsForNoStoreThatIgnoresTheCancel(t *testing.T) {
 	select {
 	case <-fenced:
 	case <-time.After(30 * time.Second):
-		gate()
+		stuck.gate()
 		<-fenced
 		t.Fatal("the fence and the stop of the transfers waited more than 30 s for a store that ignored the cancel")
 	}
-	gate()
+	stuck.gate()
 	waitFor(t, func() bool { return e.transfers.Open() == 0 })
-	<-read
+	<-stuck.read
+}
+
+// stuckDownload is a download whose read waits in a store that does not
+// heed the cancel, until gate is called; read has the read's outcome.
+type stuckDownload struct {
+	nc     *nats.Conn
+	opened wire.SessionOpened
+	gate   func()
+	read   chan error
+}
+
+// startStuckDownload serves a store that does not heed the cancel at url,
+// opens a download of one of its objects, and returns once the download's
+// first read waits in the store.
+func startStuckDownload(t *testing.T, url string) (*engine, *stuckDownload) {
+	t.Helper()
+	objs := newObjects(t)
+	if _, err := objs.Put(t.Context(), "k", strings.NewReader("the bytes"), ports.PutObjectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	store := &deafReads{ObjectStorage: objs, gate: make(chan struct{}), reading: make(chan struct{})}
+	e := newEngine(t, url, store, engineOptions{})
+	d := &stuckDownload{nc: natstest.Connect(t, url), gate: sync.OnceFunc(func() { close(store.gate) }), read: make(chan error, 1)}
+	t.Cleanup(d.gate)
+	var err error
+	if d.opened, err = openTransfer(t, d.nc, wire.TransferOpen{Mode: wire.TransferGet, Key: "k"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		_, err := sessionCall(d.nc, transferSubject(d.opened.ID, wire.SessionRead), d.opened.Ref(), 0, nil, nil)
+		d.read <- err
+	}()
+	select {
+	case <-store.reading:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the read did not reach the store in 30 s")
+	}
+	return e, d
 }
