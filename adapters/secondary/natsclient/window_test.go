@@ -307,10 +307,18 @@ func TestACloseEndsAReadThatWaits(t *testing.T) {
 	if _, err := r.Read(make([]byte, 10)); err == nil {
 		t.Fatal("a Read after Close returned no error")
 	}
+	awaitNoTransfers(t, g, "after Close")
+}
+
+// awaitNoTransfers waits for the engine of g to close every transfer: a
+// close whose session a call still holds is answered at once and ends
+// when that call lets go.
+func awaitNoTransfers(t *testing.T, g gated, when string) {
+	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for g.engine.transfers.Open() != 0 {
 		if time.Now().After(deadline) {
-			t.Fatal("the transfer stayed open after Close")
+			t.Fatalf("%d transfers still open 10 s %s", g.engine.transfers.Open(), when)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -346,9 +354,7 @@ func TestAPutWhoseSourceFailsWithChunksInFlightLeavesNothing(t *testing.T) {
 	if err := <-put; !errors.Is(err, errSource) {
 		t.Fatalf("Put: %v, want the source's error", err)
 	}
-	if open := g.engine.transfers.Open(); open != 0 {
-		t.Fatalf("%d transfers open after the Put failed", open)
-	}
+	awaitNoTransfers(t, g, "after the Put failed")
 	if _, err := g.inner.Stat(t.Context(), "k"); !errors.Is(err, ports.ErrNotFound) {
 		t.Fatalf("Stat after the failed Put: %v, want not found", err)
 	}
@@ -430,9 +436,7 @@ func TestAPutGivenUpWithChunksInFlightLeavesNothing(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the Put did not return once given up")
 	}
-	if open := g.engine.transfers.Open(); open != 0 {
-		t.Fatalf("%d transfers open after the Put was given up", open)
-	}
+	awaitNoTransfers(t, g, "after the Put was given up")
 	close(g.store.gate)
 	if _, err := g.inner.Stat(t.Context(), "k"); !errors.Is(err, ports.ErrNotFound) {
 		t.Fatalf("Stat after the Put was given up: %v, want not found", err)
