@@ -1,7 +1,9 @@
 package main
 
 import (
+	"os"
 	"os/exec"
+	"os/signal"
 	"strings"
 	"syscall"
 	"testing"
@@ -38,7 +40,13 @@ func TestAnInterruptedStatusSaysItWasInterrupted(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			// A runner started under nohup ignores SIGHUP, and its children
+			// would too; a signal this process asks for starts at its
+			// default in them.
+			asked := make(chan os.Signal, 1)
+			signal.Notify(asked, sig)
 			e := startProcess(t, exec.Command(engineBin, "status", "--config", config))
+			signal.Stop(asked)
 			// The test watches nothing: a consumer on the bucket's stream is
 			// status's watch for a renewal.
 			waitUntil(t, "status watches the lease", func() bool {
