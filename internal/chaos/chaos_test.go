@@ -234,7 +234,9 @@ func newWorld(t *testing.T, set setting) *world {
 	w.cluster = newCluster(t, natstest.StartCluster(t))
 	nc := natstest.Connect(t, w.cluster.urls(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
 	w.obs = newObserver(t, nc, w)
-	ctx, cancel := w.ctx()
+	// Making the replicated bucket is set-up, not a call under test: on a
+	// loaded machine a new stream's first election alone can take seconds.
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	lease, err := leasejs.Open(ctx, nc, leasejs.Options{Replicas: 3})
 	if err != nil {

@@ -102,6 +102,12 @@ func startCluster(tb testing.TB) ([]*server.Server, error) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	// A meta leader that sees every peer can still refuse a replicated
+	// stream for a while, until each peer has reported its resources; only a
+	// stream made and deleted shows the cluster takes work.
+	if err := awaitJetStream(URLs(servers...), len(servers)); err != nil {
+		return fail(err)
+	}
 	return servers, nil
 }
 
