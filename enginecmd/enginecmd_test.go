@@ -199,6 +199,29 @@ func TestADocFindFieldEveryStoreRefusesIsAUsageErrorOfTheFlag(t *testing.T) {
 	}
 }
 
+// obj get KEY FILE whose directory is missing, or is a file, is refused
+// before an engine starts, naming the path. Before, the engine started,
+// perhaps claiming the lease, and fetched the object before the file could
+// not be made.
+func TestAnObjectGetIntoAMissingDirectoryIsRefusedBeforeAnEngineStarts(t *testing.T) {
+	dir := t.TempDir()
+	config := filepath.Join(dir, "engine.yaml")
+	if err := os.WriteFile(config, []byte("nats:\n  url: nats://127.0.0.1:1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ path, want string }{
+		{filepath.Join(dir, "missing", "out"), "no such file or directory"},
+		{filepath.Join(config, "out"), "is not a directory"},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := Run([]string{"obj", "get", "k", tc.path, "--config", config}, &stdout, &stderr, Options{})
+		prefix := fmt.Sprintf("engine: obj get: %s: ", tc.path)
+		if code != 1 || !strings.HasPrefix(stderr.String(), prefix) || !strings.Contains(stderr.String(), tc.want) || strings.Count(stderr.String(), "\n") != 1 || stdout.Len() > 0 {
+			t.Errorf("obj get k %s = %d\nstdout: %q\nstderr: %q\nwant 1 and one line %q... saying %q", tc.path, code, stdout.String(), stderr.String(), prefix, tc.want)
+		}
+	}
+}
+
 func TestConfigCheck(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good.yaml")

@@ -123,6 +123,14 @@ func (c *command) objGet(args []string, stdout, stderr io.Writer) int {
 		if fi, err := os.Stat(path); err == nil && fi.IsDir() {
 			return fail(stderr, fmt.Errorf("obj get: %s is a directory, want a file", path))
 		}
+		// Nor can a file whose directory is missing or is no directory.
+		if dir := filepath.Dir(path); dir != "" {
+			if fi, err := os.Stat(dir); err != nil {
+				return fail(stderr, fmt.Errorf("obj get: %s: %w", path, err))
+			} else if !fi.IsDir() {
+				return fail(stderr, fmt.Errorf("obj get: %s: %s is not a directory", path, dir))
+			}
+		}
 	}
 	return c.withEngine(cf, stderr, ports.ServiceObjectStorage, func(ctx context.Context, svc app.Services) error {
 		store, err := objects(svc)
