@@ -311,6 +311,15 @@ func openStream(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, buck
 
 // badSetting names the bucket and the setting it has that the adapter
 // cannot work with.
+// ObjectChunkSize is the most bytes of an object one message of an object
+// store bucket carries, the chunk size of nats.go's object stores.
+const ObjectChunkSize = 128 << 10
+
+// ObjectMessageRoom is the least largest message an object store bucket
+// needs: a chunk, or the description of an object whose key is the
+// longest, every byte escaped in JSON, and their headers.
+const ObjectMessageRoom = ObjectChunkSize + 8<<10
+
 func badSetting(c Config, setting string, has, want any) error {
 	return fmt.Errorf("jetstream bucket %s has %s %v, the configuration needs %v; change the configuration or the bucket (nothing was changed): %w",
 		c.Bucket, setting, has, want, ports.ErrInvalidArgument)
@@ -323,9 +332,12 @@ func badSetting(c Config, setting string, has, want any) error {
 // discards old messages drops the chunks of objects already stored. Either
 // leaves descriptions whose content is gone. Limits that refuse new writes
 // (the object store's own discard policy) fail the write instead. A stream
-// without rollups (as one that denies purges must be) fails every Put.
+// without rollups (as one that denies purges must be) fails every Put, and
+// so does one whose largest message cannot hold a chunk and its headers.
 func checkObjects(c Config, sc jetstream.StreamConfig) error {
 	switch {
+	case sc.MaxMsgSize > 0 && sc.MaxMsgSize < ObjectMessageRoom:
+		return badSetting(c, "a largest message (max_msg_size) of", sc.MaxMsgSize, fmt.Sprintf("at least %d bytes (a chunk of %d and its headers)", ObjectMessageRoom, ObjectChunkSize))
 	case sc.Replicas != c.Replicas:
 		return badSetting(c, "replicas", sc.Replicas, c.Replicas)
 	case sc.MaxAge != 0:

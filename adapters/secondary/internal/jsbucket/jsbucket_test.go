@@ -106,10 +106,14 @@ func TestOpenObjectsRefusesABucketThatDropsStoredChunks(t *testing.T) {
 	stream("PERSUBJECT", func(sc *jetstream.StreamConfig) { sc.MaxMsgsPerSubject = 1 })
 	stream("OLDBYTES", func(sc *jetstream.StreamConfig) { sc.Discard, sc.MaxBytes = jetstream.DiscardOld, 1<<20 })
 	stream("OLDMSGS", func(sc *jetstream.StreamConfig) { sc.Discard, sc.MaxMsgs = jetstream.DiscardOld, 100 })
+	// A chunk does not fit in a message: every Put of more than a few
+	// bytes failed, as a 500, while the bucket opened.
+	stream("SMALLMSGS", func(sc *jetstream.StreamConfig) { sc.MaxMsgSize = 64 << 10 })
 	for _, c := range []struct{ bucket, setting string }{
 		{"PERSUBJECT", "messages per subject 1"},
 		{"OLDBYTES", "discard policy"},
 		{"OLDMSGS", "discard policy"},
+		{"SMALLMSGS", "max_msg_size) of 65536"},
 	} {
 		_, err := OpenObjects(t.Context(), nc, Config{Bucket: c.bucket}, "test")
 		if !errors.Is(err, ports.ErrInvalidArgument) || !strings.Contains(err.Error(), "bucket "+c.bucket+" ") ||
@@ -122,6 +126,10 @@ func TestOpenObjectsRefusesABucketThatDropsStoredChunks(t *testing.T) {
 	}
 	if _, err := OpenObjects(t.Context(), nc, Config{Bucket: "BOUNDED"}, "test"); err != nil {
 		t.Fatalf("OpenObjects of an object store with a size limit that refuses new writes: %v", err)
+	}
+	stream("ROOMY", func(sc *jetstream.StreamConfig) { sc.MaxMsgSize = ObjectMessageRoom })
+	if _, err := OpenObjects(t.Context(), nc, Config{Bucket: "ROOMY"}, "test"); err != nil {
+		t.Fatalf("OpenObjects of an object store whose messages hold a chunk and its headers: %v", err)
 	}
 }
 

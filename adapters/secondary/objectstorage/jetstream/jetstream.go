@@ -43,7 +43,7 @@ const (
 	// DefaultBucket is the bucket used when the configuration names none.
 	DefaultBucket = "ABI_OBJECTS"
 	// chunkSize is the object store's usual chunk.
-	chunkSize = 128 << 10
+	chunkSize = jsbucket.ObjectChunkSize
 	// headerChunk numbers a chunk from 0, so a range read finds its first
 	// chunk without reading those before it.
 	headerChunk = "Abi-Chunk"
