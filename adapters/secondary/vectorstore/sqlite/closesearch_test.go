@@ -1,12 +1,9 @@
 package sqlite
 
 import (
-	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
-
-	"github.com/abi-engine/engine/ports"
 )
 
 // A search under way as its handle closes, past its snapshot but not yet
@@ -19,18 +16,8 @@ func TestASearchUnderWayAsTheHandleClosesLoadsNoIndex(t *testing.T) {
 	s := openLoaded(t, path)
 	// Written through another handle, the collection is in the file but
 	// not in s's indexes: s's next search of it loads it whole.
-	w := openLoaded(t, path)
+	writeCollection(t, path)
 	ctx := t.Context()
-	if err := w.CreateCollection(ctx, "v", 2, ports.MetricEuclid); err != nil {
-		t.Fatalf("CreateCollection: %v", err)
-	}
-	batch := make([]ports.Vector, 200)
-	for i := range batch {
-		batch[i] = ports.Vector{ID: fmt.Sprintf("v%03d", i), Values: []float32{float32(i), 1}}
-	}
-	if err := w.Upsert(ctx, "v", batch); err != nil {
-		t.Fatalf("Upsert: %v", err)
-	}
 	reached, release := make(chan struct{}), make(chan struct{})
 	s.hooks.read = func(string) {
 		close(reached)
@@ -38,7 +25,7 @@ func TestASearchUnderWayAsTheHandleClosesLoadsNoIndex(t *testing.T) {
 	}
 	searched := make(chan error, 1)
 	go func() {
-		_, err := s.Search(ctx, "v", []float32{0, 1}, 1, nil)
+		_, err := s.Search(ctx, "v", []float32{0, 0}, 1, nil)
 		searched <- err
 	}()
 	select {

@@ -82,3 +82,23 @@ func openLoaded(t *testing.T, path string) *Store {
 	<-s.loaded
 	return s
 }
+
+// writeCollection writes collection "v" into the file at path through a
+// handle of its own, which it returns: 200 vectors, v000 to v199, each
+// (i, 0), more than the threshold openLoaded sets, so an index of the
+// collection builds a graph.
+func writeCollection(t *testing.T, path string) *Store {
+	t.Helper()
+	w := openLoaded(t, path)
+	if err := w.CreateCollection(t.Context(), "v", 2, ports.MetricEuclid); err != nil {
+		t.Fatalf("CreateCollection: %v", err)
+	}
+	vs := make([]ports.Vector, 200)
+	for i := range vs {
+		vs[i] = ports.Vector{ID: fmt.Sprintf("v%03d", i), Values: []float32{float32(i), 0}}
+	}
+	if err := w.Upsert(t.Context(), "v", vs); err != nil {
+		t.Fatalf("Upsert: %v", err)
+	}
+	return w
+}

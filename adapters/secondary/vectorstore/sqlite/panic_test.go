@@ -19,18 +19,8 @@ import (
 // holding the lease.
 func TestAPanicWhileAnIndexLoadsFailsTheLoadNotTheProcess(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "vectors.sqlite")
-	w := openLoaded(t, path)
+	w := writeCollection(t, path)
 	ctx := t.Context()
-	if err := w.CreateCollection(ctx, "v", 2, ports.MetricEuclid); err != nil {
-		t.Fatalf("CreateCollection: %v", err)
-	}
-	batch := make([]ports.Vector, 200)
-	for i := range batch {
-		batch[i] = ports.Vector{ID: fmt.Sprintf("v%03d", i), Values: []float32{float32(i), 0}}
-	}
-	if err := w.Upsert(ctx, "v", batch); err != nil {
-		t.Fatalf("Upsert: %v", err)
-	}
 	var panics atomic.Int32
 	panics.Store(1)
 	s, err := open(ctx, Config{Path: path, IndexThreshold: 64}, syncHooks{catchUp: func(string) {
