@@ -15,4 +15,8 @@ var (
 	ErrInvalidArgument = errors.New("invalid argument")
 	// ErrTooLarge: the input is larger than the adapter or service accepts.
 	ErrTooLarge = errors.New("too large")
+	// ErrStorageFull: the backend has no room for the write (a limit of
+	// the store's, or its disk) and wrote nothing; it may take the write
+	// once room is made.
+	ErrStorageFull = errors.New("storage full")
 )

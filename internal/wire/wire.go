@@ -101,6 +101,7 @@ const (
 	CodeTooLarge     = 413
 	CodeInternal     = 500
 	CodeUnavailable  = 503
+	CodeStorageFull  = 507
 )
 
 // Errors only the wire has: the caller was refused, or the engine could
@@ -131,6 +132,8 @@ func CodeOf(err error) int {
 		return CodeTooLarge
 	case errors.Is(err, ErrUnavailable), errors.Is(err, ports.ErrFenced):
 		return CodeUnavailable
+	case errors.Is(err, ports.ErrStorageFull):
+		return CodeStorageFull
 	}
 	return CodeInternal
 }
@@ -161,6 +164,8 @@ func (e *RemoteError) Is(target error) bool {
 		return target == ports.ErrTooLarge
 	case CodeUnavailable:
 		return target == ErrUnavailable
+	case CodeStorageFull:
+		return target == ports.ErrStorageFull
 	}
 	return false
 }

@@ -38,6 +38,8 @@ func StatusOf(err error) int {
 		return http.StatusConflict
 	case errors.Is(err, ports.ErrTooLarge), errors.As(err, &tooBig):
 		return http.StatusRequestEntityTooLarge
+	case errors.Is(err, ports.ErrStorageFull):
+		return http.StatusInsufficientStorage
 	case errors.Is(err, wire.ErrUnavailable), errors.Is(err, errBusy):
 		return http.StatusServiceUnavailable
 	case errors.Is(err, wire.ErrUnauthorized):

@@ -17,6 +17,7 @@ import (
 	kvsqlite "github.com/abi-engine/engine/adapters/secondary/keyvalue/sqlite"
 	"github.com/abi-engine/engine/adapters/secondary/natsclient"
 	"github.com/abi-engine/engine/internal/natstest"
+	"github.com/abi-engine/engine/internal/wire"
 	"github.com/abi-engine/engine/ports"
 )
 
@@ -142,6 +143,8 @@ func TestStatusOf(t *testing.T) {
 		{ports.ErrConflict, 409},
 		{ports.ErrTooLarge, 413},
 		{&http.MaxBytesError{Limit: 1}, 413},
+		{ports.ErrStorageFull, 507},
+		{&wire.RemoteError{Code: 507, Message: "storage full"}, 507},
 		{context.DeadlineExceeded, 504},
 		{errors.New("disk on fire"), 500},
 	} {

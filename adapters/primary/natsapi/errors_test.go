@@ -94,3 +94,34 @@ func TestAnErrorQuotingAHugeNameStillReachesTheCaller(t *testing.T) {
 		t.Fatalf("the 404's text is %d bytes, starting %.40q; want it cut short, saying how much was left out", len(re.Message), re.Message)
 	}
 }
+
+// A store with no room answers 507, which the caller's client reads as
+// ports.ErrStorageFull, and as a 500 does, without the backend's text,
+// which may name a file of the engine's host: the log keeps that, under
+// the reference the caller is given. Before, it was a 500 the caller could
+// not tell from any other failure.
+func TestAFullStoreAnswers507WithoutItsTextAndLogsIt(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	const secretPath = "/var/lib/abi/objects/k.part"
+	logs := &logbuf.Buffer{}
+	full := natsapi.Service{Name: "echo", Endpoints: []natsapi.Endpoint{{Name: "say", Handler: func(context.Context, *natsapi.Call) ([]byte, error) {
+		return nil, fmt.Errorf("put %q: write %s: %w: no space left on device", "k", secretPath, ports.ErrStorageFull)
+	}}}}
+	newHost(t, url, natsapi.Options{Logger: slog.New(slog.NewTextHandler(logs, nil))}, full)
+
+	_, err := ask(natstest.Connect(t, url), 5*time.Second)
+	var re *wire.RemoteError
+	if !errors.As(err, &re) || re.Code != wire.CodeStorageFull || !errors.Is(err, ports.ErrStorageFull) {
+		t.Fatalf("a call the store had no room for answered %v, want a 507 that is ports.ErrStorageFull", err)
+	}
+	if strings.Contains(re.Message, secretPath) || strings.Contains(re.Message, "no space") {
+		t.Fatalf("the caller reads the backend's text: %q", re.Message)
+	}
+	ref := re.Message[strings.LastIndex(re.Message, "log ref ")+len("log ref ") : len(re.Message)-1]
+	if !strings.Contains(re.Message, sayer) || !strings.Contains(re.Message, "no room") || len(ref) != 12 {
+		t.Fatalf("the message %q names neither the call, the want of room nor a log reference", re.Message)
+	}
+	if log := logs.String(); !strings.Contains(log, ref) || !strings.Contains(log, secretPath) {
+		t.Fatalf("the log lacks the reference %s or the error's text:\n%s", ref, log)
+	}
+}

@@ -404,6 +404,25 @@ func resentInFlight(err error) bool {
 	return isAPICode(err, 10158)
 }
 
+// isFull matches a write refused for want of room: the stream's own limit
+// of bytes or messages, with its discard policy refusing new ones (10077,
+// a store failure whose text names the limit), or the storage the account
+// or the server has for JetStream (10002, 10023, 10028, 10047).
+func isFull(err error) bool {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	switch apiErr.ErrorCode {
+	case 10002, 10023, 10028, 10047:
+		return true
+	case 10077:
+		return strings.Contains(apiErr.Description, "maximum bytes exceeded") ||
+			strings.Contains(apiErr.Description, "maximum messages exceeded")
+	}
+	return false
+}
+
 func isAPICode(err error, code jetstream.ErrorCode) bool {
 	var apiErr *jetstream.APIError
 	return errors.As(err, &apiErr) && apiErr.ErrorCode == code
@@ -742,6 +761,9 @@ func (b *Bucket) publish(ctx context.Context, token string, m *nats.Msg, expect 
 	// stream one over its own largest message (a bucket's max value size).
 	if errors.Is(err, nats.ErrMaxPayload) || isAPICode(err, jetstream.JSErrCodeStreamMessageExceedsMaximum) {
 		return 0, fmt.Errorf("%d bytes: %w: %w", len(m.Data), ports.ErrTooLarge, err)
+	}
+	if isFull(err) {
+		return 0, fmt.Errorf("%w: %w", ports.ErrStorageFull, err)
 	}
 	if !isConflict(err) {
 		return 0, err
