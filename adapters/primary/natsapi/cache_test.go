@@ -2,6 +2,7 @@ package natsapi_test
 
 import (
 	"context"
+	"encoding/base64"
 	"testing"
 
 	"github.com/abi-engine/engine/adapters/primary/natsapi"
@@ -35,6 +36,26 @@ func TestTheCacheWireFormat(t *testing.T) {
 		{"delete", `{"key":"k"}`, `{"deleted":false}`, ""},
 		{"exists", `{"key":"k"}`, `{"exists":false}`, ""},
 		{"set", `{"key":"k","value":"aGk=","ttl_seconds":-1}`, ``, "400"},
+	})
+}
+
+// A set larger than the whole memory cache is a 413, and the entries it
+// would have pushed out are still there.
+func TestACacheSetLargerThanTheMemoryCacheIsA413(t *testing.T) {
+	store, err := cachememory.Open(t.Context(), cachememory.Config{MaxBytes: 256})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = store.Close() })
+	url := natstest.StartServer(t).ClientURL()
+	newHost(t, url, natsapi.Options{}, natsapi.Cache(store))
+	big := base64.StdEncoding.EncodeToString(make([]byte, 256))
+	checkWire(t, natstest.Connect(t, url), ports.ServiceCache, nil, []wireStep{
+		{"set", `{"key":"k","value":"aGk="}`, `{}`, ""},
+		{"set", `{"key":"big","value":"` + big + `"}`, ``, "413"},
+		{"set_if_absent", `{"key":"big","value":"` + big + `","ttl_seconds":60}`, ``, "413"},
+		{"get", `{"key":"k"}`, `{"value":"aGk="}`, ""},
+		{"exists", `{"key":"big"}`, `{"exists":false}`, ""},
 	})
 }
 

@@ -1,9 +1,13 @@
-// Package memory is a cache in this process. Expired entries are dropped
-// when a call meets them, and by the engine's sweep (ports.Expirer), which
-// finds the ones no call meets again.
+// Package memory is a cache in this process, bounded in bytes. A full
+// cache makes room for a new entry by dropping expired entries first, the
+// soonest expired first, and then the least recently used live ones. The
+// engine's sweep (ports.Expirer) reclaims every expired entry, whether or
+// not a call meets it again.
 package memory
 
 import (
+	"bytes"
+	"container/heap"
 	"context"
 	"fmt"
 	"sync"
@@ -14,24 +18,73 @@ import (
 	"github.com/abi-engine/engine/storecheck"
 )
 
-// Config is the memory cache's configuration: it has no settings.
-type Config struct{}
+// DefaultMaxBytes is the bound of a cache whose configuration sets none.
+const DefaultMaxBytes = 64 << 20
+
+// EntryOverhead is what an entry counts against the bound besides its key
+// and its value: about what the map, the recency list and the expiry heap
+// hold for it, so that a flood of empty values is bounded too.
+const EntryOverhead = 128
+
+// Config is the memory cache's block under services.cache.config.
+type Config struct {
+	// MaxBytes bounds what the entries take: each counts its key, its
+	// value and EntryOverhead. 0 is DefaultMaxBytes.
+	MaxBytes int64 `yaml:"max_bytes"`
+}
 
 // LocalStorage implements ports.StorageConfig: the entries live in this
 // process only.
 func (Config) LocalStorage() string { return ports.InThisProcess }
 
+// Default fills in the bound a block left out, so that the resolved
+// configuration shows the one the cache keeps.
+func (c *Config) Default(string) {
+	if c.MaxBytes == 0 {
+		c.MaxBytes = DefaultMaxBytes
+	}
+}
+
+// Check refuses a negative bound, naming it under key.
+func (c Config) Check(key string) error {
+	if c.MaxBytes < 0 {
+		return fmt.Errorf("%s.max_bytes is %d: it is a number of bytes, 0 for the default of %d: %w", key, c.MaxBytes, DefaultMaxBytes, ports.ErrInvalidArgument)
+	}
+	return nil
+}
+
 // Store is a cache in memory. It is safe for concurrent use.
+//
+// A stored value is never changed in place, so values are copied outside
+// the lock: a large one does not hold up the calls on other keys.
 type Store struct {
+	max int64
+
 	mu      sync.Mutex
-	entries map[string]entry
+	used    int64
+	entries map[string]*entry
+	// recent is the sentinel of a ring of the entries, the most recently
+	// used next after it and the least recently used before it.
+	recent entry
+	// expiring holds the entries with a TTL, the soonest to expire first.
+	expiring expiryHeap
 }
 
 type entry struct {
+	key   string
 	value []byte
 	// expires is zero for an entry without a TTL.
-	expires time.Time
+	expires    time.Time
+	prev, next *entry
+	// at is the entry's place in the expiry heap, -1 when it has no TTL.
+	at int
 }
+
+func (e *entry) expired(now time.Time) bool {
+	return !e.expires.IsZero() && !now.Before(e.expires)
+}
+
+func (e *entry) cost() int64 { return int64(len(e.key) + len(e.value) + EntryOverhead) }
 
 var (
 	_ ports.Cache   = (*Store)(nil)
@@ -39,35 +92,106 @@ var (
 )
 
 // Open returns an empty cache.
-func Open(_ context.Context, _ Config) (*Store, error) {
-	return &Store{entries: make(map[string]entry)}, nil
+func Open(_ context.Context, c Config) (*Store, error) {
+	if err := c.Check("cache.config"); err != nil {
+		return nil, err
+	}
+	c.Default("")
+	s := &Store{max: c.MaxBytes}
+	s.reset()
+	return s, nil
+}
+
+// reset empties the cache; the caller holds the lock, or has the only
+// reference.
+func (s *Store) reset() {
+	s.entries = make(map[string]*entry)
+	s.recent.prev, s.recent.next = &s.recent, &s.recent
+	s.expiring = nil
+	s.used = 0
 }
 
 // Close drops every entry.
 func (s *Store) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	clear(s.entries)
+	s.reset()
 	return nil
 }
 
-// live returns key's entry unless it is missing or expired; the caller
-// holds the lock.
-func (s *Store) live(key string) (entry, bool) {
-	e, ok := s.entries[key]
-	if ok && !e.expires.IsZero() && !time.Now().Before(e.expires) {
-		delete(s.entries, key)
-		return entry{}, false
+// remove drops e; the caller holds the lock.
+func (s *Store) remove(e *entry) {
+	delete(s.entries, e.key)
+	e.prev.next, e.next.prev = e.next, e.prev
+	if e.at >= 0 {
+		heap.Remove(&s.expiring, e.at)
 	}
-	return e, ok
+	s.used -= e.cost()
 }
 
-func newEntry(value []byte, ttl time.Duration) entry {
-	e := entry{value: append([]byte{}, value...)}
+// use makes e the most recently used entry; the caller holds the lock.
+func (s *Store) use(e *entry) {
+	e.prev.next, e.next.prev = e.next, e.prev
+	s.pushFront(e)
+}
+
+func (s *Store) pushFront(e *entry) {
+	e.prev, e.next = &s.recent, s.recent.next
+	e.prev.next, e.next.prev = e, e
+}
+
+// live returns key's entry, made the most recently used, unless it is
+// missing or expired; the caller holds the lock.
+func (s *Store) live(key string) *entry {
+	e, ok := s.entries[key]
+	if !ok {
+		return nil
+	}
+	if e.expired(time.Now()) {
+		s.remove(e)
+		return nil
+	}
+	s.use(e)
+	return e
+}
+
+// newEntry copies value into an entry for key, refusing one larger than
+// the whole cache. It takes no lock.
+func (s *Store) newEntry(key string, value []byte, ttl time.Duration) (*entry, error) {
+	e := &entry{key: key, at: -1}
+	if n := int64(len(key)+len(value)) + EntryOverhead; n > s.max {
+		return nil, fmt.Errorf("cache set %q: an entry of %d bytes (its key, its value and %d of upkeep) is more than the cache's max_bytes, %d: %w",
+			key, n, EntryOverhead, s.max, ports.ErrTooLarge)
+	}
+	e.value = bytes.Clone(value)
 	if ttl > 0 {
 		e.expires = time.Now().Add(ttl)
 	}
-	return e
+	return e, nil
+}
+
+// put stores e in place of any entry of its key, making room for it: first
+// by dropping expired entries, the soonest expired first, then the least
+// recently used. The caller holds the lock; newEntry has checked that e
+// fits in an empty cache.
+func (s *Store) put(e *entry) {
+	if old, ok := s.entries[e.key]; ok {
+		s.remove(old)
+	}
+	now := time.Now()
+	for s.used+e.cost() > s.max {
+		if len(s.expiring) > 0 && s.expiring[0].expired(now) {
+			s.remove(s.expiring[0])
+			continue
+		}
+		s.remove(s.recent.prev)
+	}
+	s.entries[e.key] = e
+	s.pushFront(e)
+	if !e.expires.IsZero() {
+		heap.Push(&s.expiring, e)
+	}
+	s.used += e.cost()
 }
 
 // Get implements ports.Cache.
@@ -76,9 +200,9 @@ func (s *Store) Get(_ context.Context, key string) ([]byte, error) {
 		return nil, err
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	e, ok := s.live(key)
-	if !ok {
+	e := s.live(key)
+	s.mu.Unlock()
+	if e == nil {
 		return nil, fmt.Errorf("cache get %q: %w", key, ports.ErrNotFound)
 	}
 	return append([]byte{}, e.value...), nil
@@ -89,9 +213,13 @@ func (s *Store) Set(_ context.Context, key string, value []byte, ttl time.Durati
 	if err := storecheck.Write("cache key", key, ttl); err != nil {
 		return err
 	}
+	e, err := s.newEntry(key, value, ttl)
+	if err != nil {
+		return err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.entries[key] = newEntry(value, ttl)
+	s.put(e)
 	return nil
 }
 
@@ -100,12 +228,16 @@ func (s *Store) SetIfAbsent(_ context.Context, key string, value []byte, ttl tim
 	if err := storecheck.Write("cache key", key, ttl); err != nil {
 		return false, err
 	}
+	e, err := s.newEntry(key, value, ttl)
+	if err != nil {
+		return false, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.live(key); ok {
+	if s.live(key) != nil {
 		return false, nil
 	}
-	s.entries[key] = newEntry(value, ttl)
+	s.put(e)
 	return true, nil
 }
 
@@ -116,24 +248,74 @@ func (s *Store) Delete(_ context.Context, key string) (bool, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	_, ok := s.live(key)
-	delete(s.entries, key)
-	return ok, nil
+	e := s.live(key)
+	if e == nil {
+		return false, nil
+	}
+	s.remove(e)
+	return true, nil
 }
 
-// Exists implements ports.Cache.
+// Exists implements ports.Cache. It uses the entry as Get does.
 func (s *Store) Exists(_ context.Context, key string) (bool, error) {
 	if err := storecheck.Key("cache key", key); err != nil {
 		return false, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	_, ok := s.live(key)
-	return ok, nil
+	return s.live(key) != nil, nil
 }
 
-// DeleteExpired implements ports.Expirer, a batch at a time so that calls
-// go on during a sweep (expiry.Sweep).
+// DeleteExpired implements ports.Expirer. The expiry heap names the expired
+// entries without a walk of the live ones; it drops them a batch at a time
+// (expiry.Batch) so that calls go on during a sweep.
 func (s *Store) DeleteExpired(ctx context.Context) (int, error) {
-	return expiry.Sweep(ctx, &s.mu, func() map[string]entry { return s.entries }, func(e entry, now time.Time) bool { return !e.expires.IsZero() && !now.Before(e.expires) })
+	deleted := 0
+	for {
+		if err := ctx.Err(); err != nil {
+			return deleted, err
+		}
+		n := s.deleteExpiredBatch()
+		deleted += n
+		if n < expiry.Batch {
+			return deleted, nil
+		}
+	}
+}
+
+// deleteExpiredBatch drops up to expiry.Batch expired entries.
+func (s *Store) deleteExpiredBatch() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now, n := time.Now(), 0
+	for n < expiry.Batch && len(s.expiring) > 0 && s.expiring[0].expired(now) {
+		s.remove(s.expiring[0])
+		n++
+	}
+	return n
+}
+
+// expiryHeap orders entries by when they expire (container/heap).
+type expiryHeap []*entry
+
+func (h expiryHeap) Len() int           { return len(h) }
+func (h expiryHeap) Less(i, j int) bool { return h[i].expires.Before(h[j].expires) }
+func (h expiryHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].at, h[j].at = i, j
+}
+
+func (h *expiryHeap) Push(x any) {
+	e := x.(*entry)
+	e.at = len(*h)
+	*h = append(*h, e)
+}
+
+func (h *expiryHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	old[len(old)-1] = nil
+	e.at = -1
+	*h = old[:len(old)-1]
+	return e
 }
