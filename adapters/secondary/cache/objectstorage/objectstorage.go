@@ -4,9 +4,22 @@
 // as shared as that store.
 //
 // The expiry is a wall-clock time, since engines on other hosts read it:
-// hosts whose clocks differ see entries expire that much apart. Expired
-// objects stay until their key is written again; a conditional delete
-// would be needed to remove them without racing a new entry.
+// hosts whose clocks differ see entries expire that much apart.
+//
+// Expired objects stay until their key is written again: the tier has no
+// sweep (it is no ports.Expirer), and an entry written once and never
+// again stays in the object store for good. No sweep can remove them
+// safely through ports.ObjectStorage, whose Delete removes whatever the
+// key holds when it runs. Between a sweep's read of an expired entry and
+// its Delete, a Set may store a new entry under the key, on this engine
+// or on the other one of a handover, and the Delete would remove that
+// entry, a write its caller was told had succeeded. Replacing the expired
+// entry first, with a Put conditioned on its ETag, only moves that race to
+// the Delete of the replacement; a lock in the engine would keep its own
+// calls from racing its sweep, but not the other engine's. A Delete
+// conditioned on the ETag the sweep read would make a sweep safe (S3 has
+// one, If-Match on DeleteObject, which the S3 adapter sends inside its
+// own Delete); the port has none.
 //
 // Any caller of the object storage service can write under the prefix. An
 // object there that is no entry of the tier's, shorter than an expiry or
