@@ -13,9 +13,10 @@ import (
 	"runtime"
 	"strings"
 
-	"github.com/abi-engine/engine/ports"
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
 
-	_ "modernc.org/sqlite" // registers the "sqlite" driver
+	"github.com/abi-engine/engine/ports"
 )
 
 // writerOptions apply to the writer's connection: it waits up to 10 s for
@@ -89,6 +90,18 @@ func Open(ctx context.Context, what, path, schema string) (*DB, error) {
 	r.SetMaxOpenConns(Readers())
 	r.SetMaxIdleConns(Readers())
 	return &DB{Write: w, Read: r, turn: make(chan struct{}, 1)}, nil
+}
+
+// Full marks err, a write's, as ports.ErrStorageFull when SQLite had no
+// room for it (SQLITE_FULL: the disk, or a page limit): SQLite then rolls
+// the statement or its transaction back, so nothing was written. Any other
+// error is returned as it is.
+func Full(err error) error {
+	var se *sqlite.Error
+	if errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_FULL {
+		return fmt.Errorf("%w: %w", ports.ErrStorageFull, err)
+	}
+	return err
 }
 
 // Close closes both pools; closing twice is harmless.

@@ -224,10 +224,10 @@ func (s *Store) inTx(ctx context.Context, f func(ctx context.Context, tx *sql.Tx
 	}
 	if err := f(ctx, tx); err != nil {
 		_ = tx.Rollback()
-		return err
+		return sqlitedb.Full(err)
 	}
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("commit in %s: %w", s.path, err)
+		return sqlitedb.Full(fmt.Errorf("commit in %s: %w", s.path, err))
 	}
 	return nil
 }

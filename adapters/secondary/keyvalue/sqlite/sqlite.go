@@ -276,7 +276,7 @@ func (s *Store) write(ctx context.Context, key string, do func(ctx context.Conte
 	ended := s.cache.WriteStarts(token, key)
 	err = do(ctx, token, fence)
 	ended(err == nil || errors.Is(err, ports.ErrFenced))
-	return err
+	return sqlitedb.Full(err)
 }
 
 // Set writes the value and its expiry, replacing any other.
