@@ -60,7 +60,7 @@ func TestABrokerGoneForGoodStopsTheEngineOnceAndAStopInTimeDisarmsTheExit(t *tes
 	// Both connections have given up and reported it before the engine
 	// stops; the stop would silence a late report.
 	deadline := time.Now().Add(60 * time.Second)
-	for !e.session.IsClosed() || !e.leaseConn.IsClosed() {
+	for !e.links.session.IsClosed() || !e.links.leaseConn.IsClosed() {
 		if time.Now().After(deadline) {
 			t.Fatal("the engine's connections did not close")
 		}

@@ -20,14 +20,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"github.com/abi-engine/engine/adapters/primary/natsapi"
 	"github.com/abi-engine/engine/adapters/secondary/lease/jetstream"
 	"github.com/abi-engine/engine/adapters/secondary/natsclient"
 	"github.com/abi-engine/engine/adapters/secondary/natsconn"
-	"github.com/abi-engine/engine/adapters/secondary/natsserver"
 	"github.com/abi-engine/engine/adapters/secondary/storage"
 	"github.com/abi-engine/engine/adapters/secondary/suspendclock"
 	"github.com/abi-engine/engine/app/config"
@@ -75,6 +73,7 @@ type Engine struct {
 	p        EngineParams
 	log      *slog.Logger
 	jobs     *Jobs
+	links    *links      // the broker and the engine's connections to it
 	ready    atomic.Bool // Start has done its part
 	stopping atomic.Bool
 	// exitArmed ends the process if a stop the broker's loss began hangs.
@@ -85,18 +84,6 @@ type Engine struct {
 	stopAsked atomic.Bool
 
 	mu        sync.Mutex
-	broker    *server.Server
-	url       string
-	session   *nats.Conn // replies and owner subjects
-	leaseConn *nats.Conn // the lease's own, so a busy endpoint never delays a renewal
-	// modConn is the modules' facades', with no reconnect buffer: a
-	// module's call sent while it reconnects fails then, and never lands
-	// after its module saw it fail.
-	modConn *nats.Conn
-	// apiConn is the HTTP API's, for its facades: its inbox prefix makes
-	// the API a caller apart from the modules when callers do not sign.
-	// nil with http.listen off.
-	apiConn   *nats.Conn
 	ownership *domain.Ownership
 	outcome   domain.Outcome
 	local     *local
@@ -120,6 +107,7 @@ func NewEngine(p EngineParams) *Engine {
 		p.Exit = os.Exit
 	}
 	e := &Engine{p: p, log: p.Logger}
+	e.links = newLinks(p.Config, p.Holder.InstanceID, p.Logger, e.connectionClosed)
 	e.jobs = NewJobs(p.Logger, func() (uint64, bool) {
 		if o := e.Ownership(); o != nil {
 			return o.Term()
@@ -177,11 +165,7 @@ func (e *Engine) APIServices() Services {
 func (e *Engine) Jobs() *Jobs { return e.jobs }
 
 // URL is the NATS URL the engine uses.
-func (e *Engine) URL() string {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.url
-}
+func (e *Engine) URL() string { return e.links.URL() }
 
 // SessionsOpen is how many object transfers and parked overflow replies
 // this engine holds on NATS now.
@@ -212,37 +196,11 @@ func (e *Engine) Ready() bool {
 	return false
 }
 
-// connect opens a NATS connection. Each of the engine's connections stops
-// the engine when it closes for good while the engine runs: the session,
-// the modules', the HTTP API's and the lease's, and the accepting connection too, which the kernel's host
-// closes itself at every fence and handover, replacing this handler first
-// (natsapi.Host), so only a close it did not make reaches the engine. An
-// engine whose accepting connection is gone for good would otherwise hold
-// the lease, renew it and be ready, with nothing subscribed: every call
-// would find no responders, and no standby would take over. The stores
-// that keep their data on NATS dial connections of their own, which
-// report to connectionClosed too (storageConns): one gone for good would otherwise fail
-// every call of its service while the engine went on holding the lease.
-func (e *Engine) connect(name string, opts ...func(*natsconn.Options)) (*nats.Conn, error) {
-	o := natsOptions(e.p.Config, e.url, name+" "+e.p.Holder.InstanceID)
-	for _, opt := range opts {
-		opt(&o)
-	}
-	o.Logger = e.log
-	o.ClosedHandler = e.connectionClosed
-	if e.broker != nil {
-		// The broker is this process's own: its calls and answers need
-		// not go through the kernel's sockets.
-		o.InProcess = e.broker
-	}
-	return natsconn.Connect(o)
-}
-
 // connectionClosed stops the process when a connection closes for good
 // while the engine runs, and ends it outright if stopping takes too long.
-// It hears of the engine's own connections and of its stores'; the
-// closes the engine makes at its stop come after stopping is set, and a
-// store's own closes are not reported at all.
+// It hears of the engine's own connections (links) and of its stores'
+// (storageConns); the closes the engine makes at its stop come after
+// stopping is set, and a store's own closes are not reported at all.
 //
 // All of the engine's connections close when the broker goes away; the
 // first to report it stops the engine, once. A stop that ends in time
@@ -311,51 +269,21 @@ func (e *Engine) Start(ctx context.Context) (err error) {
 		}
 	}()
 	cfg := e.p.Config
-	e.url = cfg.NATS.URL
-	if e.p.Embed && !natsserver.Answers(e.url, 500*time.Millisecond) {
-		// A client runs no broker: the engines of the account would
-		// connect to one that lives only as long as a process that never
-		// serves, and lose it when that process exits.
-		if cfg.Role() == domain.RoleClient {
-			return fmt.Errorf("no NATS server answers at %s, and an engine of role client runs none in its process; start a serving engine first, or set nats.url",
-				redact.URLs(e.url))
-		}
-		s, err := natsserver.Start(strings.TrimPrefix(e.url, "nats://"), cfg.DataDir)
-		if err != nil {
-			return err
-		}
-		e.broker = s
-		e.log.Info("no NATS server answered; embedded one", "url", redact.URLs(e.url), "data", cfg.DataDir)
-	}
-	if e.session, err = e.connect("abi-engine"); err != nil {
+	if err := e.links.dial(e.p.Embed); err != nil {
 		return err
-	}
-	// A call of a module, or of the HTTP API, sent while its connection
-	// reconnects fails at once: nats.go's reconnect buffer would send it
-	// when the connection came back, after its caller had seen it fail,
-	// and over what was written since. The session keeps the buffer for
-	// the kernel's answers, which a caller still waiting takes late.
-	noBuffer := func(o *natsconn.Options) { o.NoReconnectBuffer = true }
-	if e.modConn, err = e.connect("abi-engine modules", noBuffer); err != nil {
-		return err
-	}
-	if !cfg.HTTP.Off() {
-		if e.apiConn, err = e.connect("abi-engine http", noBuffer); err != nil {
-			return err
-		}
 	}
 
 	role := cfg.Role()
 	if role == domain.RoleClient {
 		return e.startClient(ctx)
 	}
-	if e.leaseConn, err = e.connect("abi-engine lease"); err != nil {
+	if err := e.links.dialLease(); err != nil {
 		return err
 	}
 	// A serving engine refuses a lease bucket on fewer replicas than
 	// configured; an engine of role auto (a command) uses the bucket the
 	// account has, with a warning.
-	lease, err := jetstream.Open(ctx, e.leaseConn, jetstream.Options{
+	lease, err := jetstream.Open(ctx, e.links.leaseConn, jetstream.Options{
 		Replicas: cfg.NATS.Engine.BucketReplicas, RequireReplicas: role == domain.RoleServe, Logger: e.log,
 	})
 	if err != nil {
@@ -521,7 +449,7 @@ func (e *Engine) openAndServe(ctx context.Context) error {
 	// on this host must not open, or a PostgreSQL table, which one of
 	// another account configured with it must not) asks it as it opens;
 	// the broker is asked once, by the first of them.
-	account := sync.OnceValues(func() (string, error) { return natsconn.Account(ctx, e.session) })
+	account := sync.OnceValues(func() (string, error) { return natsconn.Account(ctx, e.links.session) })
 	l, err := openLocal(ports.WithAccount(ctx, func(context.Context) (string, error) { return account() }), e.p.Storage)
 	if err != nil {
 		return err
@@ -536,8 +464,8 @@ func (e *Engine) openAndServe(ctx context.Context) error {
 	e.mu.Unlock()
 	k, err := newKernel(natsapi.Options{
 		Owner:        e.p.Holder.InstanceID,
-		Connect:      func() (*nats.Conn, error) { return e.connect("abi-engine accept") },
-		Replies:      e.session,
+		Connect:      func() (*nats.Conn, error) { return e.links.connect("abi-engine accept") },
+		Replies:      e.links.session,
 		Admit:        func() (uint64, bool) { return e.serving.admit(o) },
 		CallerSecret: secret,
 		Logger:       e.log,
@@ -572,7 +500,7 @@ func (e *Engine) client(nc *nats.Conn, caller string) *natsclient.Client {
 }
 
 func (e *Engine) startModules(ctx context.Context) error {
-	svc := facades(e.client(e.modConn, "engine "+e.p.Holder.InstanceID), e.p.Config)
+	svc := facades(e.client(e.links.modConn, "engine "+e.p.Holder.InstanceID), e.p.Config)
 	e.mu.Lock()
 	l := e.local
 	e.mu.Unlock()
@@ -585,8 +513,8 @@ func (e *Engine) startModules(ctx context.Context) error {
 		}
 	}
 	var api Services
-	if e.apiConn != nil {
-		api = facades(e.client(e.apiConn, "engine "+e.p.Holder.InstanceID+" http"), e.p.Config)
+	if e.links.apiConn != nil {
+		api = facades(e.client(e.links.apiConn, "engine "+e.p.Holder.InstanceID+" http"), e.p.Config)
 	}
 	e.mu.Lock()
 	e.services, e.api = svc, api
@@ -744,7 +672,7 @@ func (e *Engine) publish(tr domain.Transition) {
 		Previous: tr.Previous.InstanceID, Reason: tr.Reason, At: time.Now().UnixNano(),
 	})
 	if err == nil {
-		_ = e.session.Publish(wire.EventsSubject, b)
+		_ = e.links.session.Publish(wire.EventsSubject, b)
 	}
 }
 
@@ -775,7 +703,7 @@ func (e *Engine) report() {
 		"role", e.p.Config.Role().String(),
 		"state", state,
 		"rollout", e.p.Holder.RolloutID,
-		"nats", redact.URLs(e.url),
+		"nats", redact.URLs(e.links.URL()),
 		"http", e.p.Config.HTTP.Listen,
 	}
 	if e.Outcome() != domain.OutcomeClient {
@@ -871,15 +799,7 @@ func (e *Engine) closeAll() {
 	if err := l.close(); err != nil {
 		e.log.Warn("closing backends", "err", err)
 	}
-	for _, nc := range []*nats.Conn{e.apiConn, e.modConn, e.session, e.leaseConn} {
-		if nc != nil {
-			nc.Close()
-		}
-	}
-	if e.broker != nil {
-		e.broker.Shutdown()
-		e.broker.WaitForShutdown()
-	}
+	e.links.close()
 }
 
 var semver = regexp.MustCompile(`^\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?$`)
