@@ -13,8 +13,6 @@ import (
 	"math"
 	"os"
 	"regexp"
-	"runtime/debug"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -74,6 +72,7 @@ type Engine struct {
 	log      *slog.Logger
 	jobs     *Jobs
 	links    *links      // the broker and the engine's connections to it
+	modules  *moduleHost // starts the modules and stops those started
 	ready    atomic.Bool // Start has done its part
 	stopping atomic.Bool
 	// exitArmed ends the process if a stop the broker's loss began hangs.
@@ -90,7 +89,6 @@ type Engine struct {
 	kernel    *kernel
 	services  Services
 	api       Services // the HTTP API's facades (APIServices)
-	started   []Module
 	serving   *serving // decides what the engine does about the lease
 	hooks     hooks    // what the rest of the app registered before Start
 	stopWait  context.CancelFunc
@@ -108,6 +106,7 @@ func NewEngine(p EngineParams) *Engine {
 	}
 	e := &Engine{p: p, log: p.Logger}
 	e.links = newLinks(p.Config, p.Holder.InstanceID, p.Logger, e.connectionClosed)
+	e.modules = newModuleHost(p.Modules, p.Config, p.Logger)
 	e.jobs = NewJobs(p.Logger, func() (uint64, bool) {
 		if o := e.Ownership(); o != nil {
 			return o.Term()
@@ -261,7 +260,7 @@ func (e *Engine) Start(ctx context.Context) (err error) {
 			// did start are stopped here, within a drain period.
 			e.stopJobs()
 			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.p.Config.Timing().Drain)
-			if serr := e.stopModules(sctx); serr != nil {
+			if serr := e.modules.stop(sctx); serr != nil {
 				e.log.Warn("stopping the modules of a start that failed", "err", serr)
 			}
 			cancel()
@@ -499,6 +498,8 @@ func (e *Engine) client(nc *nats.Conn, caller string) *natsclient.Client {
 	return natsclient.New(nc, opts...)
 }
 
+// startModules makes the facades of the modules and of the HTTP API, and
+// starts the modules with theirs.
 func (e *Engine) startModules(ctx context.Context) error {
 	svc := facades(e.client(e.links.modConn, "engine "+e.p.Holder.InstanceID), e.p.Config)
 	e.mu.Lock()
@@ -519,137 +520,7 @@ func (e *Engine) startModules(ctx context.Context) error {
 	e.mu.Lock()
 	e.services, e.api = svc, api
 	e.mu.Unlock()
-	for _, m := range e.p.Modules {
-		var needs []string
-		if err := e.guard(m, "needs", func() error { needs = m.Needs(); return nil }); err != nil {
-			return err
-		}
-		for _, need := range needs {
-			if svc.has(need) {
-				continue
-			}
-			// Secrets are missing when no source is on, or when callers do
-			// not sign; the error names the one that holds, so the operator
-			// is not sent to set a caller secret that is set already.
-			if need == ports.ServiceSecret && secretsOn(e.p.Config) {
-				return fmt.Errorf("module %s needs the secret service, which is served only with nats.caller_secret set", moduleName(m))
-			}
-			return fmt.Errorf("module %s needs the %s service, which is switched off", moduleName(m), need)
-		}
-	}
-	env := ModuleEnv{Services: svc, Jobs: e.jobs, Logger: e.log}
-	for _, m := range e.p.Modules {
-		if err := e.startModule(ctx, m, env); err != nil {
-			return fmt.Errorf("start module %s: %w", moduleName(m), err)
-		}
-		e.mu.Lock()
-		e.started = append(e.started, m)
-		e.mu.Unlock()
-	}
-	return nil
-}
-
-// startModule starts m, and returns when it has started or when ctx ends,
-// whichever comes first: a Start that does not heed its context would hold
-// the engine's start past its limit and past an interrupt, holding the
-// lease, until the process ended on fx's timeout. A Start the engine gave
-// up on that returns without an error later is stopped then.
-func (e *Engine) startModule(ctx context.Context, m Module, env ModuleEnv) error {
-	done := make(chan error, 1)
-	go func() { done <- e.guard(m, "start", func() error { return m.Start(ctx, env) }) }()
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-	}
-	select {
-	case err := <-done:
-		return err
-	default:
-	}
-	e.log.Error("a module's start did not return in time; the engine's start fails without it", "module", moduleName(m))
-	go func() {
-		if err := <-done; err == nil {
-			sctx, cancel := context.WithTimeout(context.Background(), e.p.Config.Timing().Drain)
-			defer cancel()
-			if err := e.guard(m, "stop", func() error { return m.Stop(sctx) }); err != nil {
-				e.log.Warn("stopping a module that started late", "module", moduleName(m), "err", err)
-			}
-		}
-	}()
-	return fmt.Errorf("it did not return within the start's time: %w", ctx.Err())
-}
-
-// stopModules stops the modules started, the last first, once each, and
-// returns when they have stopped or when ctx ends, whichever comes first.
-// A module whose Stop does not heed its context is left to return on its
-// own, and those started before it are stopped after it, still the last
-// first: the engine's stop goes on and closes what is left. Waiting for it
-// held up a stop for good, and the clean-up of a failed start before its
-// release, so the process ended on fx's timeout holding the lease.
-func (e *Engine) stopModules(ctx context.Context) error {
-	e.mu.Lock()
-	started := e.started
-	e.started = nil
-	e.mu.Unlock()
-	var (
-		mu       sync.Mutex
-		stopping string // the module whose Stop runs
-		errs     []error
-	)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for _, m := range slices.Backward(started) {
-			mu.Lock()
-			stopping = moduleName(m)
-			mu.Unlock()
-			if err := e.guard(m, "stop", func() error { return m.Stop(ctx) }); err != nil {
-				mu.Lock()
-				errs = append(errs, fmt.Errorf("stop module %s: %w", moduleName(m), err))
-				mu.Unlock()
-			}
-		}
-	}()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		mu.Lock()
-		defer mu.Unlock()
-		select {
-		case <-done:
-		default:
-			e.log.Error("a module's stop did not return in time; the engine stops without it", "module", stopping)
-			errs = append(errs, fmt.Errorf("stop module %s: it did not return within the stop's time: %w", stopping, ctx.Err()))
-		}
-		return errors.Join(slices.Clone(errs)...)
-	}
-	return errors.Join(errs...)
-}
-
-// guard runs f, a call into module m, and makes a panic in it that call's
-// error, logged with its stack. A module's start and stop run in the
-// engine's start and stop: a panic there ended the process at once,
-// holding the lease, with no release, no drain and no stop of the other
-// modules, and no engine served until the lease ran out.
-func (e *Engine) guard(m Module, what string, f func() error) (err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			e.log.Error("module panicked", "module", moduleName(m), "in", what, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
-			err = fmt.Errorf("%s panicked: %v", what, p)
-		}
-	}()
-	return f()
-}
-
-// moduleName is m's name, or its type when its Name panics.
-func moduleName(m Module) (name string) {
-	defer func() {
-		if recover() != nil {
-			name = fmt.Sprintf("%T", m)
-		}
-	}()
-	return m.Name()
+	return e.modules.start(ctx, ModuleEnv{Services: svc, Jobs: e.jobs, Logger: e.log})
 }
 
 // announce tells the broker and the engine's observers of a transition,
@@ -765,7 +636,7 @@ func (e *Engine) Stop(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	cancelDrain()
-	if err := e.stopModules(ctx); err != nil {
+	if err := e.modules.stop(ctx); err != nil {
 		errs = append(errs, err)
 	}
 	e.closeAll()
