@@ -5,11 +5,13 @@ package pgdb
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/abi-engine/engine/ports"
@@ -140,4 +142,18 @@ func HasColumns(ctx context.Context, pool *pgxpool.Pool, yamlKey, table string, 
 		}
 	}
 	return nil
+}
+
+// diskFull is PostgreSQL's SQLSTATE for a write it had no room for.
+const diskFull = "53100"
+
+// Full marks err, a write's, as ports.ErrStorageFull when the server had
+// no room for it (disk_full): the statement's transaction then rolls back,
+// so nothing was written. Any other error is returned as it is.
+func Full(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == diskFull {
+		return fmt.Errorf("%w: %w", ports.ErrStorageFull, err)
+	}
+	return err
 }

@@ -243,7 +243,7 @@ func (s *Store) Put(ctx context.Context, collection, id string, data map[string]
 		}
 		return ports.Document{}, fmt.Errorf("put %q in %q at version %d: %w", id, collection, want, ports.ErrConflict)
 	case err != nil:
-		return ports.Document{}, fmt.Errorf("put %q in %q of table %s: %w", id, collection, s.name, err)
+		return ports.Document{}, fmt.Errorf("put %q in %q of table %s: %w", id, collection, s.name, pgdb.Full(err))
 	}
 	return ports.Document{ID: id, Version: uint64(v), Data: canonical}, nil
 }

@@ -389,3 +389,29 @@ func TestAFindOrCountDuringADropOfItsCollectionIsNotFound(t *testing.T) {
 		}
 	}
 }
+
+// A put PostgreSQL has no room for (disk_full) is refused as
+// ports.ErrStorageFull, which the API answers 507, and the document keeps
+// what it held. Before, it was a 500 like any other failure.
+func TestAPutToAFullDiskIsRefusedAsStorageFull(t *testing.T) {
+	dsn := testenv.Lookup(t, "ENGINE_TEST_PG_DSN", "PostgreSQL", false)
+	table := pgtest.Table(t, dsn, "docfull", "", "_collections")
+	s, err := postgres.Open(t.Context(), postgres.Config{DSN: dsn, Table: table})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	if err := s.EnsureCollection(t.Context(), "c"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Put(t.Context(), "c", "d", map[string]any{"n": 1.0}, ports.Cond{}); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.DiskFull(t, dsn, table)
+	if _, err := s.Put(t.Context(), "c", "d", map[string]any{"n": 2.0}, ports.Cond{}); !errors.Is(err, ports.ErrStorageFull) {
+		t.Fatalf("Put on a full disk: %v, want ErrStorageFull", err)
+	}
+	if d, err := s.Get(t.Context(), "c", "d"); err != nil || d.Data["n"] != 1.0 {
+		t.Fatalf("Get after the refused put: %+v %v, want the document as it was", d, err)
+	}
+}

@@ -226,7 +226,7 @@ func (s *Store) write(ctx context.Context, key string, do func() error) error {
 	if termed && fenced {
 		s.cache.End(token)
 	}
-	return err
+	return pgdb.Full(err)
 }
 
 // Set writes the value and its expiry, replacing any other. Sets that

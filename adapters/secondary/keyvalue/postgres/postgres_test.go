@@ -240,3 +240,29 @@ func TestAKeyValueTableNamedLikeADocumentTableIsRefusedAtOpen(t *testing.T) {
 		t.Fatalf("Open of keyvalue table %q, the document store's table: %v, want ErrInvalidArgument naming the table", table, err)
 	}
 }
+
+// A write PostgreSQL has no room for (disk_full) is refused as
+// ports.ErrStorageFull, which the API answers 507, and what the table held
+// stays. Before, it was a 500 like any other failure.
+func TestAWriteToAFullDiskIsRefusedAsStorageFull(t *testing.T) {
+	dsn := testenv.Lookup(t, "ENGINE_TEST_PG_DSN", "PostgreSQL", false)
+	table := pgtest.Table(t, dsn, "kvfull")
+	s, err := postgres.Open(t.Context(), postgres.Config{DSN: dsn, Table: table})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	if err := s.Set(t.Context(), "kept", []byte("v"), 0); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.DiskFull(t, dsn, table)
+	if err := s.Set(t.Context(), "k", []byte("v"), 0); !errors.Is(err, ports.ErrStorageFull) {
+		t.Fatalf("Set on a full disk: %v, want ErrStorageFull", err)
+	}
+	if ok, err := s.SetIfAbsent(t.Context(), "k", []byte("v"), 0); ok || !errors.Is(err, ports.ErrStorageFull) {
+		t.Fatalf("SetIfAbsent on a full disk: %v %v, want false, ErrStorageFull", ok, err)
+	}
+	if v, err := s.Get(t.Context(), "kept"); err != nil || string(v) != "v" {
+		t.Fatalf("Get of the key set before: %q %v", v, err)
+	}
+}
