@@ -18,10 +18,14 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"gopkg.in/yaml.v3"
 
+	httpapi "github.com/abi-engine/engine/adapters/primary/http"
+	"github.com/abi-engine/engine/adapters/primary/natsapi"
 	"github.com/abi-engine/engine/adapters/secondary/vectorstore/qdrant"
 	"github.com/abi-engine/engine/app"
 	"github.com/abi-engine/engine/app/config"
+	"github.com/abi-engine/engine/internal/heapfloor"
 	"github.com/abi-engine/engine/internal/natstest"
+	"github.com/abi-engine/engine/internal/termcache"
 )
 
 type probe struct {
@@ -31,6 +35,16 @@ type probe struct {
 	} `yaml:"httpGet"`
 	PeriodSeconds    int `yaml:"periodSeconds"`
 	FailureThreshold int `yaml:"failureThreshold"`
+}
+
+type envVar struct {
+	Name      string `yaml:"name"`
+	Value     string `yaml:"value"`
+	ValueFrom struct {
+		FieldRef struct {
+			FieldPath string `yaml:"fieldPath"`
+		} `yaml:"fieldRef"`
+	} `yaml:"valueFrom"`
 }
 
 type deployment struct {
@@ -64,19 +78,16 @@ type deployment struct {
 						Name          string `yaml:"name"`
 						ContainerPort int    `yaml:"containerPort"`
 					} `yaml:"ports"`
-					Env []struct {
-						Name      string `yaml:"name"`
-						ValueFrom struct {
-							FieldRef struct {
-								FieldPath string `yaml:"fieldPath"`
-							} `yaml:"fieldRef"`
-						} `yaml:"valueFrom"`
-					} `yaml:"env"`
+					Env     []envVar `yaml:"env"`
 					EnvFrom []struct {
 						SecretRef struct {
 							Name string `yaml:"name"`
 						} `yaml:"secretRef"`
 					} `yaml:"envFrom"`
+					Resources struct {
+						Requests map[string]string `yaml:"requests"`
+						Limits   map[string]string `yaml:"limits"`
+					} `yaml:"resources"`
 					StartupProbe   probe `yaml:"startupProbe"`
 					LivenessProbe  probe `yaml:"livenessProbe"`
 					ReadinessProbe probe `yaml:"readinessProbe"`
@@ -286,16 +297,7 @@ func TestTheDeploymentHandsOverOnARollingUpdate(t *testing.T) {
 		t.Errorf("the startup probe allows %d s, not above a lease (%d s)", budget, cfg.NATS.Engine.LeaseSeconds)
 	}
 
-	i := slices.IndexFunc(c.Env, func(e struct {
-		Name      string `yaml:"name"`
-		ValueFrom struct {
-			FieldRef struct {
-				FieldPath string `yaml:"fieldPath"`
-			} `yaml:"fieldRef"`
-		} `yaml:"valueFrom"`
-	}) bool {
-		return e.Name == config.EnvRolloutID
-	})
+	i := slices.IndexFunc(c.Env, func(e envVar) bool { return e.Name == config.EnvRolloutID })
 	if i < 0 || c.Env[i].ValueFrom.FieldRef.FieldPath != fmt.Sprintf("metadata.labels['%s']", rolloutLabel) {
 		t.Fatalf("%s is not set from the pod's %s label: %+v", config.EnvRolloutID, rolloutLabel, c.Env)
 	}
@@ -518,4 +520,79 @@ func fallbackTLS(fs []*pgconn.FallbackConfig) []*tls.Config {
 		out[i] = f.TLSConfig
 	}
 	return out
+}
+
+// designedMemory is what a serving engine may hold in memory while every
+// caller keeps to the bounds docs/protocol.md gives: the overflow bytes
+// parked for all callers, the calls running and waiting for a slot (64 and
+// 256, each up to nats-server's default max_payload, which deploy/nats
+// keeps), the chunks of every object transfer (a window and three more for
+// an upload) and the part each holds on its way into S3, the HTTP API's
+// bodies, what a keyvalue store keeps for a term, and the heap floor the
+// collector lets garbage grow to.
+func designedMemory() int64 {
+	const maxPayload = 1 << 20
+	const callsHeld = 64 + 256
+	const s3Part = 8 << 20 // the S3 store's partSize
+	return natsapi.DefaultMaxOverflowParked +
+		callsHeld*maxPayload +
+		natsapi.DefaultMaxTransfers*((natsapi.DefaultTransferWindow+3)*natsapi.DefaultTransferChunkSize+s3Part) +
+		httpapi.DefaultBodyBudget +
+		termcache.Bytes +
+		heapfloor.Default
+}
+
+// quantity parses a Kubernetes memory quantity in Mi or Gi, or a
+// GOMEMLIMIT in MiB or GiB, to bytes.
+func quantity(t *testing.T, what, q string) int64 {
+	t.Helper()
+	for _, u := range []struct {
+		suffix string
+		shift  uint
+	}{{"GiB", 30}, {"MiB", 20}, {"Gi", 30}, {"Mi", 20}} {
+		if n, ok := strings.CutSuffix(q, u.suffix); ok {
+			v, err := strconv.ParseInt(n, 10, 64)
+			if err == nil && v > 0 {
+				return v << u.shift
+			}
+		}
+	}
+	t.Fatalf("%s %q: want a whole number of Mi or Gi (MiB or GiB for GOMEMLIMIT)", what, q)
+	return 0
+}
+
+// A serving engine killed for its memory dies holding the lease: it
+// neither releases nor drains, the calls it held are lost, and no engine
+// serves until a lease has passed. Callers that keep to the documented
+// bounds may make it hold over a gigabyte (1 GiB of parked overflow bytes
+// alone), so the container's limit must hold that, GOMEMLIMIT must make
+// the collector run before the heap grows past the limit (at GOGC's 100 a
+// heap of that much live data would grow to twice it), and the request
+// must reserve it, or node-pressure eviction, which picks pods over their
+// requests first, would pick the serving engine.
+func TestTheMemoryLimitHoldsWhatTheEngineMayHoldByDesign(t *testing.T) {
+	c := loadAll(t).deploy.Spec.Template.Spec.Containers[0]
+	need := designedMemory()
+	limit := quantity(t, "limits.memory", c.Resources.Limits["memory"])
+	request := quantity(t, "requests.memory", c.Resources.Requests["memory"])
+	if limit <= need {
+		t.Errorf("limits.memory %d MiB is not above the %d MiB the engine may hold by design", limit>>20, need>>20)
+	}
+	if request < need {
+		t.Errorf("requests.memory %d MiB is below the %d MiB the engine may hold by design", request>>20, need>>20)
+	}
+	i := slices.IndexFunc(c.Env, func(e envVar) bool { return e.Name == "GOMEMLIMIT" })
+	if i < 0 {
+		t.Fatalf("no GOMEMLIMIT: the collector does not know of the %d MiB limit, and a heap of %d MiB live would grow past it",
+			limit>>20, need>>20)
+	}
+	soft := quantity(t, "GOMEMLIMIT", c.Env[i].Value)
+	if soft < need {
+		t.Errorf("GOMEMLIMIT %d MiB is below the %d MiB the engine may hold by design: the collector would run without end",
+			soft>>20, need>>20)
+	}
+	if soft > limit*9/10 {
+		t.Errorf("GOMEMLIMIT %d MiB leaves less than a tenth of limits.memory (%d MiB) for what the collector cannot free",
+			soft>>20, limit>>20)
+	}
 }
