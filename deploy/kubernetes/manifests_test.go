@@ -90,6 +90,13 @@ type deployment struct {
 						Requests map[string]string `yaml:"requests"`
 						Limits   map[string]string `yaml:"limits"`
 					} `yaml:"resources"`
+					Lifecycle struct {
+						PreStop struct {
+							Sleep struct {
+								Seconds int `yaml:"seconds"`
+							} `yaml:"sleep"`
+						} `yaml:"preStop"`
+					} `yaml:"lifecycle"`
 					StartupProbe   probe `yaml:"startupProbe"`
 					LivenessProbe  probe `yaml:"livenessProbe"`
 					ReadinessProbe probe `yaml:"readinessProbe"`
@@ -610,16 +617,40 @@ func TestTheGracePeriodOutlastsTheEnginesLongestStop(t *testing.T) {
 	load(t, filepath.Join("overlays/nats-only", "kustomization.yaml"), &o)
 	nats := base
 	load(t, filepath.Join("overlays/nats-only", o.Patches[0].Path), &nats.cm)
-	grace := time.Duration(base.deploy.Spec.Template.Spec.TerminationGracePeriodSeconds) * time.Second
+	pod := base.deploy.Spec.Template.Spec
+	grace := time.Duration(pod.TerminationGracePeriodSeconds) * time.Second
+	// The grace period runs from the preStop hook on, before the signal.
+	preStop := time.Duration(pod.Containers[0].Lifecycle.PreStop.Sleep.Seconds) * time.Second
 	for name, m := range map[string]manifests{"base": base, "nats-only": nats} {
 		cfg := engineConfig(t, m, "1.4.0")
 		a := app.New(app.Options{Config: cfg, Logger: slog.New(slog.DiscardHandler)})
 		if err := a.Err(); err != nil {
 			t.Fatalf("%s: the engine's application: %v", name, err)
 		}
-		if stop := a.StopTimeout() + commandStopSlack; grace < stop {
-			t.Errorf("%s: terminationGracePeriodSeconds %v is shorter than the engine's longest stop, %v (lease_seconds %d, drain_seconds %d)",
-				name, grace, stop, cfg.NATS.Engine.LeaseSeconds, cfg.NATS.Engine.DrainSeconds)
+		if stop := a.StopTimeout() + commandStopSlack; grace < preStop+stop {
+			t.Errorf("%s: terminationGracePeriodSeconds %v is shorter than the preStop hook's %v and the engine's longest stop, %v (lease_seconds %d, drain_seconds %d)",
+				name, grace, preStop, stop, cfg.NATS.Engine.LeaseSeconds, cfg.NATS.Engine.DrainSeconds)
 		}
+	}
+}
+
+// endpointsLag is how long the Service's proxies and ingresses may take to
+// stop sending new connections to a pod that is being deleted.
+const endpointsLag = 10 * time.Second
+
+// Kubernetes deletes the old pod from the Service's endpoints and signals
+// it at the same moment, and the proxies on every node learn of the
+// deletion some seconds later. The engine closes its HTTP listener as soon
+// as it has released the lease, a moment after the signal, so without a
+// wait before the signal the HTTP API's new connections that still reach
+// the old pod are refused on every rollout, while the new pod stands by
+// ready to take them. A preStop sleep keeps the old engine serving, NATS
+// and HTTP alike, until the proxies have let go of it; the handover comes
+// that much later, never with a gap. The image has no shell and no sleep
+// command, so the hook is the kubelet's own sleep action.
+func TestTheOldPodKeepsListeningUntilTheServiceHasLetGoOfIt(t *testing.T) {
+	c := loadAll(t).deploy.Spec.Template.Spec.Containers[0]
+	if got := time.Duration(c.Lifecycle.PreStop.Sleep.Seconds) * time.Second; got < endpointsLag {
+		t.Fatalf("preStop sleeps %v before the engine is signalled, want %v at least for the proxies to stop sending it connections", got, endpointsLag)
 	}
 }
