@@ -158,8 +158,10 @@ func load(t *testing.T, file string, v any) {
 	}
 }
 
-// rolloutLabel is the pod label the engine reads as ABI_ROLLOUT_ID.
-const rolloutLabel = "abi-engine/rollout"
+// rolloutLabel is the pod label the engine reads as ABI_ROLLOUT_ID: the
+// Deployment controller gives every pod of a ReplicaSet a hash of its pod
+// template there.
+const rolloutLabel = "pod-template-hash"
 
 // manifests are every file, parsed.
 type manifests struct {
@@ -268,9 +270,6 @@ func TestTheDeploymentHandsOverOnARollingUpdate(t *testing.T) {
 			t.Fatalf("the selector's %s=%s is not on the pod", k, v)
 		}
 	}
-	if _, ok := d.Spec.Selector.MatchLabels[rolloutLabel]; ok {
-		t.Fatalf("the selector holds %s, which changes every release; selectors cannot", rolloutLabel)
-	}
 	sc := pod.Spec.SecurityContext
 	if !sc.RunAsNonRoot || sc.RunAsUser == 0 {
 		t.Fatalf("the pod may run as root: %+v", sc)
@@ -299,10 +298,6 @@ func TestTheDeploymentHandsOverOnARollingUpdate(t *testing.T) {
 		t.Errorf("the startup probe allows %d s, not above a lease (%d s)", budget, cfg.NATS.Engine.LeaseSeconds)
 	}
 
-	i := slices.IndexFunc(c.Env, func(e envVar) bool { return e.Name == config.EnvRolloutID })
-	if i < 0 || c.Env[i].ValueFrom.FieldRef.FieldPath != fmt.Sprintf("metadata.labels['%s']", rolloutLabel) {
-		t.Fatalf("%s is not set from the pod's %s label: %+v", config.EnvRolloutID, rolloutLabel, c.Env)
-	}
 	if len(c.EnvFrom) != 1 || c.EnvFrom[0].SecretRef.Name != m.secret.Metadata.Name {
 		t.Fatalf("envFrom %+v, want the %s Secret", c.EnvFrom, m.secret.Metadata.Name)
 	}
@@ -335,7 +330,7 @@ func TestTheDeploymentHandsOverOnARollingUpdate(t *testing.T) {
 	}
 }
 
-func TestTheImageTagIsTheRolloutID(t *testing.T) {
+func TestTheKustomizationSetsTheImage(t *testing.T) {
 	m := loadAll(t)
 	for _, r := range m.kust.Resources {
 		if _, err := os.Stat(r); err != nil {
@@ -349,15 +344,46 @@ func TestTheImageTagIsTheRolloutID(t *testing.T) {
 	if len(m.kust.Images) != 1 || m.kust.Images[0].Name != c.Image || m.kust.Images[0].NewTag == "" {
 		t.Fatalf("images %+v do not set the container's image %q", m.kust.Images, c.Image)
 	}
-	tag := m.kust.Images[0].NewTag
-	if len(m.kust.Labels) != 1 || m.kust.Labels[0].Pairs[rolloutLabel] != tag || m.kust.Labels[0].IncludeSelectors || !m.kust.Labels[0].IncludeTemplates {
-		t.Fatalf("labels %+v: want %s=%s on the pod template and not on the selector", m.kust.Labels, rolloutLabel, tag)
+}
+
+// An engine that finds the lease held by its own rollout id watches the
+// holder for a lease and, seeing it renew, exits: that is what keeps a
+// second replica from serving. With the release's image tag as the rollout
+// id, every rollout that kept the tag (kubectl rollout restart, the usual
+// way to take up a changed ConfigMap or Secret, which the engine reads at
+// start, or any change of the pod's resources, probes or environment)
+// started a pod that exited after a lease, again and again, and the
+// rollout never ended. The Deployment controller labels every pod with a
+// hash of its template, one per ReplicaSet: read as the rollout id, every
+// rollout Kubernetes makes is one to the engine, and two pods of one
+// ReplicaSet are still two engines of one rollout.
+func TestEveryPodTemplateIsARolloutOfItsOwn(t *testing.T) {
+	m := loadAll(t)
+	d := m.deploy
+	c := d.Spec.Template.Spec.Containers[0]
+	i := slices.IndexFunc(c.Env, func(e envVar) bool { return e.Name == config.EnvRolloutID })
+	if i < 0 || c.Env[i].ValueFrom.FieldRef.FieldPath != fmt.Sprintf("metadata.labels['%s']", rolloutLabel) {
+		t.Fatalf("%s is not set from the pod's %s label: %+v", config.EnvRolloutID, rolloutLabel, c.Env)
 	}
-	if got := m.deploy.Spec.Template.Metadata.Labels[rolloutLabel]; got != tag {
-		t.Fatalf("deployment.yaml's %s is %q, the image tag %q", rolloutLabel, got, tag)
+	if _, ok := d.Spec.Selector.MatchLabels[rolloutLabel]; ok {
+		t.Fatalf("the selector holds %s, which changes every rollout; the controller adds it to each ReplicaSet's", rolloutLabel)
 	}
-	// The tag must be a valid rollout id, which the configuration checks.
-	engineConfig(t, m, tag)
+	if v, ok := d.Spec.Template.Metadata.Labels[rolloutLabel]; ok {
+		t.Fatalf("the pod template sets %s=%s, which is the controller's to set", rolloutLabel, v)
+	}
+	for _, l := range m.kust.Labels {
+		if _, ok := l.Pairs[rolloutLabel]; ok {
+			t.Fatalf("kustomization.yaml sets %s, which is the controller's to set", rolloutLabel)
+		}
+	}
+	// The controller writes the hash in these letters and digits, ten at
+	// most; the configuration takes any of them as a rollout id.
+	const alphabet = "bcdfghjklmnpqrstvwxz2456789"
+	for _, hash := range []string{"5d4b8c7f9", "bcdfghjklm", "2456789xzw", alphabet[:1]} {
+		if got := engineConfig(t, m, hash).NATS.Engine.RolloutID; got != hash {
+			t.Fatalf("rollout id %q from the pod's %s %q", got, rolloutLabel, hash)
+		}
+	}
 }
 
 func TestTheDockerfileBuildsAStaticNonRootImage(t *testing.T) {
