@@ -4,6 +4,7 @@
 package kubernetes
 
 import (
+	"context"
 	"crypto/tls"
 	"fmt"
 	"log/slog"
@@ -14,10 +15,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"go.uber.org/fx"
 	"gopkg.in/yaml.v3"
 
 	httpapi "github.com/abi-engine/engine/adapters/primary/http"
@@ -25,6 +28,7 @@ import (
 	"github.com/abi-engine/engine/adapters/secondary/vectorstore/qdrant"
 	"github.com/abi-engine/engine/app"
 	"github.com/abi-engine/engine/app/config"
+	"github.com/abi-engine/engine/domain"
 	"github.com/abi-engine/engine/internal/heapfloor"
 	"github.com/abi-engine/engine/internal/natstest"
 	"github.com/abi-engine/engine/internal/termcache"
@@ -218,7 +222,7 @@ func TestTheConfigMapIsOnSharedBackends(t *testing.T) {
 		t.Fatalf("a rollout on the ConfigMap's backends is refused: %v", err)
 	}
 	e := cfg.NATS.Engine
-	if e.Role != "serve" || e.BucketReplicas != 3 || e.HotStandby || cfg.HTTP.Token != "test-abi_http_token" {
+	if e.Role != "serve" || e.BucketReplicas != 3 || !e.HotStandby || cfg.HTTP.Token != "test-abi_http_token" {
 		t.Fatalf("nats.engine %+v, http.token %q", e, cfg.HTTP.Token)
 	}
 	s := cfg.Services
@@ -678,5 +682,90 @@ func TestTheOldPodKeepsListeningUntilTheServiceHasLetGoOfIt(t *testing.T) {
 	c := loadAll(t).deploy.Spec.Template.Spec.Containers[0]
 	if got := time.Duration(c.Lifecycle.PreStop.Sleep.Seconds) * time.Second; got < endpointsLag {
 		t.Fatalf("preStop sleeps %v before the engine is signalled, want %v at least for the proxies to stop sending it connections", got, endpointsLag)
+	}
+}
+
+// overlayEngine parses the nats-only overlay's engine.yaml as a pod of
+// rollout gets it, on the deploy/nats server d on one node: the lease
+// bucket and the data buckets on one replica, the HTTP API on a port of
+// its own, data_dir a directory of the test's.
+func overlayEngine(t *testing.T, d *natstest.Deployed, rollout string) *config.Config {
+	t.Helper()
+	var o overlay
+	load(t, filepath.Join("overlays/nats-only", "kustomization.yaml"), &o)
+	var patch configMap
+	load(t, filepath.Join("overlays/nats-only", o.Patches[0].Path), &patch)
+	src := patch.Data["engine.yaml"]
+	if !strings.Contains(src, "replicas: 3") {
+		t.Fatalf("the overlay's engine.yaml has no replicas: 3 to run on one node")
+	}
+	src = strings.ReplaceAll(src, "replicas: 3", "replicas: 1")
+	env := map[string]string{
+		config.EnvRolloutID: rollout,
+		"NATS_PASSWORD":     natstest.Password("engine_a"),
+		"ABI_CALLER_SECRET": strings.Repeat("test-abi_caller_secret ", 2),
+		"ABI_HTTP_TOKEN":    "test-abi_http_token",
+	}
+	cfg, err := config.Parse("engine.yaml", []byte(src), func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatalf("engine.yaml: %v", err)
+	}
+	cfg.NATS.URL = d.Server.ClientURL()
+	cfg.HTTP.Listen = "127.0.0.1:0"
+	cfg.DataDir = t.TempDir()
+	return cfg
+}
+
+// An evicted pod (a node drained for an upgrade, a pod deleted) is
+// replaced by a pod of the same ReplicaSet, so of the same rollout, which
+// Kubernetes starts as soon as it deletes the old one, while the old
+// engine still serves through the preStop hook and up to its release. An
+// engine that finds its own rollout holding the lease watches it and,
+// seeing it renew, exits: the replacement failed, and waited out the
+// kubelet's back-off before it started again, while no engine served. The
+// ConfigMap's engine stands by instead, hot, and takes over when the old
+// one releases: the same handover as a rollout's.
+func TestAPodThatReplacesAnEvictedOneTakesOverAtTheRelease(t *testing.T) {
+	d := natstest.StartDeployed(t)
+	const rollout = "5d4b8c7f9"
+	start := func(name string, extra ...fx.Option) (*fx.App, *app.Engine) {
+		var e *app.Engine
+		opts := append([]fx.Option{fx.Populate(&e)}, extra...)
+		a := app.New(app.Options{Config: overlayEngine(t, d, rollout), Version: name,
+			Logger: slog.New(slog.DiscardHandler)}, opts...)
+		if err := a.Err(); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+		defer cancel()
+		if err := a.Start(ctx); err != nil {
+			t.Fatalf("the %s engine of rollout %s did not start: %v", name, rollout, err)
+		}
+		t.Cleanup(func() { _ = a.Stop(context.Background()) })
+		return a, e
+	}
+	old, _ := start("evicted")
+
+	serving := make(chan struct{})
+	var once sync.Once
+	_, replacement := start("replacement", fx.Invoke(func(e *app.Engine) {
+		e.Observe(func(tr domain.Transition) {
+			if tr.To == domain.StateServing {
+				once.Do(func() { close(serving) })
+			}
+		})
+	}))
+	if s := replacement.Status().State; s != domain.StateStandby.String() {
+		t.Fatalf("the replacement is %s while the evicted engine serves, want %s", s, domain.StateStandby)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	if err := old.Stop(ctx); err != nil {
+		t.Fatalf("the evicted engine's stop: %v", err)
+	}
+	select {
+	case <-serving:
+	case <-time.After(time.Minute):
+		t.Fatalf("the replacement did not take over within a minute of the release; it is %s", replacement.Status().State)
 	}
 }
