@@ -72,7 +72,8 @@ type deployment struct {
 				Labels map[string]string `yaml:"labels"`
 			} `yaml:"metadata"`
 			Spec struct {
-				TerminationGracePeriodSeconds int `yaml:"terminationGracePeriodSeconds"`
+				TerminationGracePeriodSeconds int   `yaml:"terminationGracePeriodSeconds"`
+				AutomountServiceAccountToken  *bool `yaml:"automountServiceAccountToken"`
 				SecurityContext               struct {
 					RunAsNonRoot bool `yaml:"runAsNonRoot"`
 					RunAsUser    int  `yaml:"runAsUser"`
@@ -767,5 +768,17 @@ func TestAPodThatReplacesAnEvictedOneTakesOverAtTheRelease(t *testing.T) {
 	case <-serving:
 	case <-time.After(time.Minute):
 		t.Fatalf("the replacement did not take over within a minute of the release; it is %s", replacement.Status().State)
+	}
+}
+
+// The engine never calls the Kubernetes API. Kubernetes mounts a token of
+// the pod's service account into every container unless told not to, and
+// whoever made the engine run code of theirs would find a credential for
+// the cluster's API beside the engine's own secrets.
+func TestThePodHoldsNoTokenForTheKubernetesAPI(t *testing.T) {
+	pod := loadAll(t).deploy.Spec.Template.Spec
+	if pod.AutomountServiceAccountToken == nil || *pod.AutomountServiceAccountToken {
+		t.Fatalf("automountServiceAccountToken is %v: the pod gets a token for the Kubernetes API, which the engine never calls",
+			pod.AutomountServiceAccountToken)
 	}
 }
