@@ -28,7 +28,9 @@
 // (versitygw's ".sgwtmp", which holds uploads in progress and the parts of
 // multipart uploads): an object there is never listed, so the bucket can
 // no longer be emptied, and one at ".sgwtmp/multipart/<sha256 of a key>"
-// fails every multipart Put of that key, whoever sends it.
+// fails every multipart Put of that key, whoever sends it. A Put also
+// refuses a key holding a character XML cannot carry, which a listing
+// would name wrongly (checkListable).
 //
 // How far each call is one step is the service's to say. Delete removes
 // the object at the ETag it read (If-Match) and answers ErrNotFound when
@@ -335,12 +337,33 @@ func checkKey(key string) error {
 	return nil
 }
 
+// checkListable refuses a key holding a character XML 1.0 cannot carry (a
+// control character other than tab, line feed and carriage return, U+FFFE,
+// U+FFFF). A listing is XML: versitygw writes such a character as U+FFFD,
+// so the object would be listed under a key that does not exist and out of
+// its order, and a cursor made of that key would page forever or skip
+// keys; S3 answers it only to a client that asks for URL-encoded keys, which
+// versitygw ignores. Only a Put refuses it: an object stored under such a
+// key before can still be read and deleted.
+func checkListable(key string) error {
+	for i, r := range key {
+		if r == '\t' || r == '\n' || r == '\r' || r >= 0x20 && r != 0xfffe && r != 0xffff {
+			continue
+		}
+		return fmt.Errorf("object key %q holds %U at byte %d, which an S3 listing cannot carry: %w", key, r, i, ports.ErrInvalidArgument)
+	}
+	return nil
+}
+
 // Put implements ports.ObjectStorage.
 func (s *Store) Put(ctx context.Context, key string, r io.Reader, opts ports.PutObjectOptions) (ports.ObjectInfo, error) {
 	if err := checkKey(key); err != nil {
 		return ports.ObjectInfo{}, err
 	}
 	if err := objkey.CheckPut(key, opts); err != nil {
+		return ports.ObjectInfo{}, err
+	}
+	if err := checkListable(key); err != nil {
 		return ports.ObjectInfo{}, err
 	}
 	probe := make([]byte, probeSize)
