@@ -39,9 +39,11 @@ const (
 	// lockStripes is how many lock files share the keys: enough that
 	// unrelated keys rarely wait on each other, few enough to never grow.
 	lockStripes = 256
-	// staleTemp is the age past which Open removes a temporary file left by
-	// a crashed Put; no Put runs that long without writing.
-	staleTemp = 24 * time.Hour
+	// abandonedTemp is how long a temporary file no Put holds must have gone
+	// unwritten before Open removes it: a Put locks its file a moment after
+	// making it, and a Put of a release before that lock wrote no more
+	// than an upload's idle time (seconds) apart.
+	abandonedTemp = time.Minute
 	// tempPrefix begins the name of every temporary file a Put makes, and
 	// of no other file Open removes.
 	tempPrefix = "put-"
@@ -88,9 +90,10 @@ type trailer struct {
 }
 
 // Open checks the config, creates the directories and removes temporary
-// files that crashed Puts left behind (put-* in tmp/, a day old), and no
-// other file. Opened under a serving engine's account (ports.WithAccount),
-// the directory must belong to that account, or come to (belong).
+// files that crashed Puts left behind (put-* in tmp/ that no Put holds),
+// and no other file. Opened under a serving engine's account
+// (ports.WithAccount), the directory must belong to that account, or come
+// to (belong).
 func Open(ctx context.Context, c Config) (*Store, error) {
 	if c.Path == "" {
 		return nil, fmt.Errorf("object_storage.config.path is empty: %w", ports.ErrInvalidArgument)
@@ -114,11 +117,28 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 		if !e.Type().IsRegular() || !strings.HasPrefix(e.Name(), tempPrefix) {
 			continue
 		}
-		if info, err := e.Info(); err == nil && time.Since(info.ModTime()) > staleTemp {
-			os.Remove(filepath.Join(c.Path, tmpDir, e.Name()))
-		}
+		removeAbandoned(filepath.Join(c.Path, tmpDir, e.Name()))
 	}
 	return s, nil
+}
+
+// removeAbandoned removes a Put's temporary file unless a Put holds it: a
+// Put holds a lock on its file as long as it runs, and the system lets go
+// of it when the process dies, so a file nobody holds was left by a Put
+// that a crash cut short, once it has gone unwritten for abandonedTemp.
+// It is removed under the lock, so no Put takes the file meanwhile.
+func removeAbandoned(path string) {
+	f, err := os.Open(path)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	if err := flock(f, syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		return // held by a running Put, or not to be locked: left alone
+	}
+	if st, err := f.Stat(); err == nil && time.Since(st.ModTime()) > abandonedTemp {
+		os.Remove(path)
+	}
 }
 
 // belong makes the directory belong to the account ctx's source names, as
@@ -212,17 +232,22 @@ func (s *Store) lock(key string) (func(), error) {
 	if err != nil {
 		return nil, fmt.Errorf("open lock %q: %w", name, err)
 	}
-	for {
-		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX)
-		if !errors.Is(err, syscall.EINTR) {
-			break
-		}
-	}
-	if err != nil {
+	if err := flock(f, syscall.LOCK_EX); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("lock %q: %w", name, err)
 	}
 	return func() { f.Close() }, nil
+}
+
+// flock locks f as how says, again when a signal interrupts the call;
+// closing f releases the lock.
+func flock(f *os.File, how int) error {
+	for {
+		err := syscall.Flock(int(f.Fd()), how)
+		if !errors.Is(err, syscall.EINTR) {
+			return err
+		}
+	}
 }
 
 // ctxReader stops a copy when its context ends.
@@ -249,7 +274,7 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, opts ports.Put
 	if err := objkey.CheckPut(key, opts); err != nil {
 		return ports.ObjectInfo{}, err
 	}
-	tmp, err := os.CreateTemp(filepath.Join(s.root, tmpDir), tempPrefix+"*")
+	tmp, err := s.createTemp()
 	if err != nil {
 		return ports.ObjectInfo{}, fmt.Errorf("put %q: %w", key, err)
 	}
@@ -297,6 +322,29 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, opts ports.Put
 	published = true
 	syncDir(filepath.Join(s.root, objectsDir))
 	return info(t, size), nil
+}
+
+// createTemp makes a Put's temporary file and locks it until it is closed,
+// so that Open, in this process or another, tells it from one a crashed
+// Put left (removeAbandoned). The lock is not waited for: an Open may hold
+// it, having found the file the moment it was made, and be paused there.
+// Such a file is removed, and another made.
+func (s *Store) createTemp() (*os.File, error) {
+	for try := 1; ; try++ {
+		f, err := os.CreateTemp(filepath.Join(s.root, tmpDir), tempPrefix+"*")
+		if err != nil {
+			return nil, err
+		}
+		err = flock(f, syscall.LOCK_SH|syscall.LOCK_NB)
+		if err == nil {
+			return f, nil
+		}
+		f.Close()
+		os.Remove(f.Name())
+		if !errors.Is(err, syscall.EWOULDBLOCK) || try == 3 {
+			return nil, fmt.Errorf("lock %q: %w", f.Name(), err)
+		}
+	}
 }
 
 // checkCondition runs under the key's lock, so nothing changes the object
