@@ -30,7 +30,8 @@
 // no longer be emptied, and one at ".sgwtmp/multipart/<sha256 of a key>"
 // fails every multipart Put of that key, whoever sends it. A Put also
 // refuses a key holding a character XML cannot carry, which a listing
-// would name wrongly (checkListable).
+// would name wrongly (checkListable), and one with a segment longer than a
+// file name (checkSegments).
 //
 // How far each call is one step is the service's to say. Delete removes
 // the object at the ETag it read (If-Match) and answers ErrNotFound when
@@ -355,6 +356,25 @@ func checkListable(key string) error {
 	return nil
 }
 
+// maxSegment is the longest segment of a key a Put takes: S3 servers that
+// keep objects as files make each segment a file or directory name, which
+// holds 255 bytes at most.
+const maxSegment = 255
+
+// checkSegments refuses a key with a segment longer than maxSegment. Sent,
+// versitygw answers such a Put 409 or 500 by its size, and leaves the
+// directories it made for the key's first segments, which the S3 API
+// neither lists nor deletes: after "p/<256 bytes>", a Put of "p" fails for
+// good. Only a Put refuses it, as checkListable's keys.
+func checkSegments(key string) error {
+	for seg := range strings.SplitSeq(key, "/") {
+		if len(seg) > maxSegment {
+			return fmt.Errorf("object key %.40q… has a segment of %d bytes, longer than the %d an S3 server keeping files takes: %w", key, len(seg), maxSegment, ports.ErrInvalidArgument)
+		}
+	}
+	return nil
+}
+
 // Put implements ports.ObjectStorage.
 func (s *Store) Put(ctx context.Context, key string, r io.Reader, opts ports.PutObjectOptions) (ports.ObjectInfo, error) {
 	if err := checkKey(key); err != nil {
@@ -364,6 +384,9 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, opts ports.Put
 		return ports.ObjectInfo{}, err
 	}
 	if err := checkListable(key); err != nil {
+		return ports.ObjectInfo{}, err
+	}
+	if err := checkSegments(key); err != nil {
 		return ports.ObjectInfo{}, err
 	}
 	probe := make([]byte, probeSize)
