@@ -195,12 +195,18 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// translate turns the service's errors into the ports' sentinels.
+// translate turns the service's errors into the ports' sentinels. A
+// missing bucket is none of them: the store is gone, not an object, and a
+// caller told "not found" would look for it or write it again. Only a HEAD
+// (Stat) cannot tell the two apart, as its answer has no body to name the
+// error.
 func translate(err error) error {
 	var apiErr smithy.APIError
 	if errors.As(err, &apiErr) {
 		switch apiErr.ErrorCode() {
-		case "NoSuchKey", "NotFound", "NoSuchBucket", "NoSuchUpload":
+		case "NoSuchBucket":
+			return err
+		case "NoSuchKey", "NotFound", "NoSuchUpload":
 			return fmt.Errorf("%w: %w", ports.ErrNotFound, err)
 		case "PreconditionFailed", "ConditionalRequestConflict",
 			// S3 servers that keep objects as files cannot hold "a" beside "a/b".
