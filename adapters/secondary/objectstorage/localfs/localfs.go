@@ -225,18 +225,37 @@ func (s *Store) path(key string) string {
 	return filepath.Join(s.root, objectsDir, s.hashName(key))
 }
 
-// lock takes the lock file of key's stripe and returns its release.
-func (s *Store) lock(key string) (func(), error) {
+// lock takes the lock file of key's stripe and returns its release. It
+// waits no longer than ctx: the holder may be another engine on this host,
+// paused while it holds the lock, and a wait for the lock cannot be
+// interrupted, so it goes on in a goroutine of its own, which lets go of
+// the lock as soon as it has it once ctx has ended.
+func (s *Store) lock(ctx context.Context, key string) (func(), error) {
 	name := filepath.Join(s.root, locksDir, s.hashName(key)[:2])
 	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("open lock %q: %w", name, err)
 	}
-	if err := flock(f, syscall.LOCK_EX); err != nil {
-		f.Close()
+	release := func() { f.Close() }
+	err = flock(f, syscall.LOCK_EX|syscall.LOCK_NB)
+	if errors.Is(err, syscall.EWOULDBLOCK) {
+		got := make(chan error, 1)
+		go func() { got <- flock(f, syscall.LOCK_EX) }()
+		select {
+		case err = <-got:
+		case <-ctx.Done():
+			go func() {
+				<-got
+				release()
+			}()
+			return nil, fmt.Errorf("lock %q: %w", name, ctx.Err())
+		}
+	}
+	if err != nil {
+		release()
 		return nil, fmt.Errorf("lock %q: %w", name, err)
 	}
-	return func() { f.Close() }, nil
+	return release, nil
 }
 
 // flock locks f as how says, again when a signal interrupts the call;
@@ -302,7 +321,7 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, opts ports.Put
 	if err := tmp.Sync(); err != nil {
 		return ports.ObjectInfo{}, fmt.Errorf("put %q: sync: %w", key, err)
 	}
-	unlock, err := s.lock(key)
+	unlock, err := s.lock(ctx, key)
 	if err != nil {
 		return ports.ObjectInfo{}, fmt.Errorf("put %q: %w", key, err)
 	}
@@ -485,7 +504,7 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	if err := objkey.Check(key); err != nil {
 		return err
 	}
-	unlock, err := s.lock(key)
+	unlock, err := s.lock(ctx, key)
 	if err != nil {
 		return fmt.Errorf("delete %q: %w", key, err)
 	}

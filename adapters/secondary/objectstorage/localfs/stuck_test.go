@@ -1,0 +1,108 @@
+package localfs_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/abi-engine/engine/ports"
+)
+
+// holdStripe takes, as another process would, the lock a Put or a Delete
+// of key takes before it changes the key, and returns its release.
+func holdStripe(t *testing.T, dir, key string) func() {
+	t.Helper()
+	sum := sha256.Sum256([]byte(key))
+	f, err := os.OpenFile(filepath.Join(dir, "locks", hex.EncodeToString(sum[:])[:2]), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		t.Fatal(err)
+	}
+	return func() { f.Close() }
+}
+
+// An engine paused while it holds a key's lock (a container paused in the
+// middle of a Put, on the host whose directory its successor shares) keeps
+// it until it runs again. A Put or a Delete of that key that waits for the
+// lock ends when its caller gives up, with the caller's error, and changes
+// nothing; once the lock is free, the next ones go through. Before, they
+// waited for the lock whatever their context, each holding a thread, for
+// as long as the holder stayed paused.
+func TestAPutOrDeleteWaitingForALockHeldByAPausedEngineEndsWithItsContext(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir)
+	if _, err := s.Put(t.Context(), "k", strings.NewReader("old"), ports.PutObjectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	release := holdStripe(t, dir, "k")
+	released := false
+	defer func() {
+		if !released {
+			release()
+		}
+	}()
+
+	calls := map[string]func(ctx context.Context) error{
+		"Put": func(ctx context.Context) error {
+			_, err := s.Put(ctx, "k", strings.NewReader("new"), ports.PutObjectOptions{})
+			return err
+		},
+		"Delete": func(ctx context.Context) error { return s.Delete(ctx, "k") },
+	}
+	for name, call := range calls {
+		ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+		done := make(chan error, 1)
+		go func() { done <- call(ctx) }()
+		select {
+		case err := <-done:
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("a %s waiting for a held lock, whose caller gave up: %v, want context.DeadlineExceeded", name, err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Errorf("a %s waiting for a held lock still waits 30 s after its caller gave up", name)
+			release()
+			released = true
+			<-done
+		}
+		cancel()
+	}
+	if !released {
+		release()
+		released = true
+	}
+	if got := stored(t, s, "k"); got != "old" {
+		t.Fatalf("after the calls that gave up, the object holds %q, want %q", got, "old")
+	}
+	if _, err := s.Put(t.Context(), "k", strings.NewReader("new"), ports.PutObjectOptions{}); err != nil {
+		t.Fatalf("a Put once the lock is free: %v", err)
+	}
+	if err := s.Delete(t.Context(), "k"); err != nil {
+		t.Fatalf("a Delete once the lock is free: %v", err)
+	}
+}
+
+// stored is what key holds in s, read whole.
+func stored(t *testing.T, s ports.ObjectStorage, key string) string {
+	t.Helper()
+	r, _, err := s.Get(t.Context(), key, ports.GetObjectOptions{})
+	if err != nil {
+		t.Fatalf("Get %q: %v", key, err)
+	}
+	defer r.Close()
+	b, err := io.ReadAll(r)
+	if err != nil {
+		t.Fatalf("read %q: %v", key, err)
+	}
+	return string(b)
+}
