@@ -38,7 +38,10 @@
 // the service refuses that for a key already gone; a Get returns the
 // content and ETag the service pairs. versitygw does neither in one step:
 // on it two racing Deletes can both succeed, and a Get racing a Put can
-// pair one version's ETag with the other's content.
+// pair one version's ETag with the other's content. It also refuses now
+// and then a Put racing a Delete of another key in the same directory, as
+// if the key were nested in another object's path; a Put of one request
+// is sent again then (nesting).
 package s3
 
 import (
@@ -424,19 +427,45 @@ func end(err error) bool {
 // putOnce stores an object that fits in one request.
 func (s *Store) putOnce(ctx context.Context, key string, data []byte, opts ports.PutObjectOptions) (ports.ObjectInfo, error) {
 	ifNoneMatch, ifMatch, once := conditions(opts)
-	out, err := s.client.PutObject(ctx, &s3.PutObjectInput{
-		Bucket:        aws.String(s.bucket),
-		Key:           aws.String(key),
-		Body:          bytes.NewReader(data),
-		ContentLength: aws.Int64(int64(len(data))),
-		ContentType:   aws.String(contentType(opts)),
-		IfNoneMatch:   ifNoneMatch,
-		IfMatch:       ifMatch,
-	}, once...)
-	if err != nil {
-		return ports.ObjectInfo{}, fmt.Errorf("put %q: %w", key, translatePut(err, opts))
+	for try := 1; ; try++ {
+		out, err := s.client.PutObject(ctx, &s3.PutObjectInput{
+			Bucket:        aws.String(s.bucket),
+			Key:           aws.String(key),
+			Body:          bytes.NewReader(data),
+			ContentLength: aws.Int64(int64(len(data))),
+			ContentType:   aws.String(contentType(opts)),
+			IfNoneMatch:   ifNoneMatch,
+			IfMatch:       ifMatch,
+		}, once...)
+		if err != nil && try < nestingTries && nesting(err) {
+			continue
+		}
+		if err != nil {
+			return ports.ObjectInfo{}, fmt.Errorf("put %q: %w", key, translatePut(err, opts))
+		}
+		return s.written(ctx, key, etag(out.ETag), int64(len(data)), opts), nil
 	}
-	return s.written(ctx, key, etag(out.ETag), int64(len(data)), opts), nil
+}
+
+// nestingTries is how many times putOnce sends a Put that the service
+// refused as nested in, or over, another object's path.
+const nestingTries = 5
+
+// nesting reports whether the service refused a write because the key's
+// path runs into another object's: a key that is a directory of others
+// ("a" beside "a/b"), or one under an object ("a/b" beside "a"). Such a
+// refusal was done with nothing written, so the write may be sent again,
+// conditions or none. versitygw gives it when the key is truly in the way,
+// and also when a Delete of another key in the same directory removed the
+// directory, as the last one in it, between the Put's making it and its
+// writing there: sent again, the Put makes the directory anew.
+func nesting(err error) bool {
+	var apiErr smithy.APIError
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	code := apiErr.ErrorCode()
+	return code == "ExistingObjectIsDirectory" || code == "ObjectParentIsFile"
 }
 
 // putParts streams an object as a multipart upload, reusing one part
