@@ -135,25 +135,7 @@ func TestOpenTurnsOffTheBrokersMarkersOfExpiry(t *testing.T) {
 // An engine whose user may not update the bucket's stream opens a bucket
 // made with markers all the same, and leaves it as it was.
 func TestOpenOfABucketWithMarkersByAUserThatMayNotUpdateItLeavesItAsItWas(t *testing.T) {
-	opts := &server.Options{
-		Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
-		Users: []*server.User{
-			{Username: "ops", Password: "ops"},
-			{Username: "engine", Password: "engine", Permissions: &server.Permissions{
-				Publish: &server.SubjectPermission{Deny: []string{"$JS.API.STREAM.UPDATE.>"}},
-			}},
-		},
-	}
-	url := natstest.StartWith(t, opts).ClientURL()
-	js, _ := jetstream.New(natstest.Connect(t, url, nats.UserInfo("ops", "ops")))
-	if _, err := js.CreateKeyValue(t.Context(), jetstream.KeyValueConfig{Bucket: "MARKED", History: 1, LimitMarkerTTL: time.Minute}); err != nil {
-		t.Fatal(err)
-	}
-	// The operator hears of it: the markers left can delete writes.
-	var logs logbuf.Buffer
-	was := slog.Default()
-	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
-	defer slog.SetDefault(was)
+	url, js := markedBucketForAUserThatMayNotUpdateIt(t)
 	b, err := Open(t.Context(), natstest.Connect(t, url, nats.UserInfo("engine", "engine")), Config{Bucket: "MARKED"}, "test")
 	if err != nil {
 		t.Fatalf("Open: %v", err)
@@ -168,7 +150,49 @@ func TestOpenOfABucketWithMarkersByAUserThatMayNotUpdateItLeavesItAsItWas(t *tes
 	if ttl := s.CachedInfo().Config.SubjectDeleteMarkerTTL; ttl != time.Minute {
 		t.Fatalf("markers of expiry for %v after a refused update, want the minute it was made with", ttl)
 	}
-	if text := logs.String(); !strings.Contains(text, "level=WARN") || !strings.Contains(text, "$JS.API.STREAM.UPDATE.KV_MARKED") {
-		t.Fatalf("a bucket left with its markers was not warned of, naming the permission:\n%s", text)
+}
+
+// The operator hears of a bucket left with its markers, which can delete
+// writes, on the logger the bucket was opened with: the warning names the
+// permission, and carries the logger's attributes, such as the engine's
+// instance id. Before, it went to slog.Default(), without them.
+func TestTheWarningOfABucketLeftWithItsMarkersGoesToTheLoggerItWasOpenedWith(t *testing.T) {
+	url, _ := markedBucketForAUserThatMayNotUpdateIt(t)
+	log, logs := logbuf.Logger(slog.LevelInfo)
+	c := Config{Bucket: "MARKED", Logger: log.With("instance", "e1")}
+	if _, err := Open(t.Context(), natstest.Connect(t, url, nats.UserInfo("engine", "engine")), c, "test"); err != nil {
+		t.Fatalf("Open: %v", err)
 	}
+	text := logs.String()
+	if !strings.Contains(text, "level=WARN") || !strings.Contains(text, "$JS.API.STREAM.UPDATE.KV_MARKED") {
+		t.Fatalf("a bucket left with its markers was not warned of on the bucket's logger, naming the permission:\n%s", text)
+	}
+	for line := range strings.Lines(text) {
+		if strings.Contains(line, "level=WARN") && !strings.Contains(line, "instance=e1") {
+			t.Fatalf("the warning lacks the logger's attributes: %s", line)
+		}
+	}
+}
+
+// markedBucketForAUserThatMayNotUpdateIt starts a server with a user
+// "engine" that may not update streams, makes the bucket MARKED there with
+// markers of expiry as another user, and returns the server's URL and that
+// user's JetStream.
+func markedBucketForAUserThatMayNotUpdateIt(t *testing.T) (string, jetstream.JetStream) {
+	t.Helper()
+	opts := &server.Options{
+		Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
+		Users: []*server.User{
+			{Username: "ops", Password: "ops"},
+			{Username: "engine", Password: "engine", Permissions: &server.Permissions{
+				Publish: &server.SubjectPermission{Deny: []string{"$JS.API.STREAM.UPDATE.>"}},
+			}},
+		},
+	}
+	url := natstest.StartWith(t, opts).ClientURL()
+	js, _ := jetstream.New(natstest.Connect(t, url, nats.UserInfo("ops", "ops")))
+	if _, err := js.CreateKeyValue(t.Context(), jetstream.KeyValueConfig{Bucket: "MARKED", History: 1, LimitMarkerTTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	return url, js
 }

@@ -39,6 +39,10 @@ type Config struct {
 	// It applies when the bucket is created; an existing bucket with
 	// another count is refused.
 	Replicas int `yaml:"replicas"`
+	// Logger hears what an operator must know of the bucket, such as
+	// markers of expiry the engine's user may not turn off; nil means
+	// slog.Default(). An engine passes its own, which names the engine.
+	Logger *slog.Logger `yaml:"-"`
 }
 
 var bucketName = regexp.MustCompile(`^[a-zA-Z0-9_-]+$`)
@@ -68,6 +72,14 @@ func (c Config) Check(prefix string) error {
 
 // replicas is the replica count, 0 read as 1.
 func (c Config) replicas() int { return max(c.Replicas, 1) }
+
+// logger is the Logger, nil read as slog.Default().
+func (c Config) logger() *slog.Logger {
+	if c.Logger == nil {
+		return slog.Default()
+	}
+	return c.Logger
+}
 
 // Describe says where the data is, for `engine config check`.
 func (c Config) Describe() string {
@@ -182,7 +194,7 @@ type kind struct {
 	check          func(c Config, sc jetstream.StreamConfig) error
 	// adjust, if set, changes what the bucket may have and the adapters
 	// must not, once check has passed it.
-	adjust func(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, sc jetstream.StreamConfig)
+	adjust func(ctx context.Context, log *slog.Logger, nc *nats.Conn, js jetstream.JetStream, sc jetstream.StreamConfig)
 }
 
 // dropMarkers turns off the broker's markers of expiry on a bucket made
@@ -191,8 +203,8 @@ type kind struct {
 // allowed to update the stream ($JS.API.STREAM.UPDATE.KV_<bucket>);
 // refused (which the server tells the connection, not the request), or
 // failing within one request's time, it leaves the bucket as it was, which
-// the adapters work with as before.
-func dropMarkers(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, sc jetstream.StreamConfig) {
+// the adapters work with as before, and warns of it on log.
+func dropMarkers(ctx context.Context, log *slog.Logger, nc *nats.Conn, js jetstream.JetStream, sc jetstream.StreamConfig) {
 	if sc.SubjectDeleteMarkerTTL == 0 {
 		return
 	}
@@ -215,7 +227,7 @@ func dropMarkers(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, sc 
 	// An operator must hear of a bucket left with its markers: on a
 	// replicated bucket they can delete acknowledged writes.
 	kept := func(why string) {
-		slog.Warn("a JetStream bucket keeps the broker's markers of expiry, which on a replicated bucket can delete acknowledged writes; allow the engine's user $JS.API.STREAM.UPDATE."+sc.Name+", or set subject_delete_marker_ttl to 0 on the stream",
+		log.Warn("a JetStream bucket keeps the broker's markers of expiry, which on a replicated bucket can delete acknowledged writes; allow the engine's user $JS.API.STREAM.UPDATE."+sc.Name+", or set subject_delete_marker_ttl to 0 on the stream",
 			"stream", sc.Name, "why", why)
 	}
 	poll := time.NewTicker(10 * time.Millisecond)
@@ -268,7 +280,7 @@ func open(ctx context.Context, nc *nats.Conn, c Config, k kind) (*Bucket, error)
 		return nil, err
 	}
 	if k.adjust != nil {
-		k.adjust(ctx, nc, js, stream.CachedInfo().Config)
+		k.adjust(ctx, c.logger(), nc, js, stream.CachedInfo().Config)
 	}
 	return &Bucket{
 		nc: nc, js: js, stream: stream, name: c.Bucket, prefix: k.prefix,

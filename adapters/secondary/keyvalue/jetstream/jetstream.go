@@ -19,6 +19,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"time"
@@ -46,6 +47,10 @@ type Config struct {
 	Bucket string `yaml:"bucket"`
 	// Replicas is 1, 3 or 5 (default 1), applied when the bucket is made.
 	Replicas int `yaml:"replicas"`
+	// Logger hears what an operator must know of the bucket, such as
+	// markers of expiry the engine's user may not turn off; nil means
+	// slog.Default().
+	Logger *slog.Logger `yaml:"-"`
 }
 
 // LocalStorage implements ports.StorageConfig: the bucket is on the NATS

@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -55,6 +56,8 @@ type Config struct {
 	Bucket string `yaml:"bucket"`
 	// Replicas is 1, 3 or 5 (default 1), applied when the bucket is made.
 	Replicas int `yaml:"replicas"`
+	// Logger is where the store logs; nil means slog.Default().
+	Logger *slog.Logger `yaml:"-"`
 }
 
 // LocalStorage implements ports.StorageConfig: the bucket is on the NATS
