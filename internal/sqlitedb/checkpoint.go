@@ -48,9 +48,13 @@ type Checkpointer struct {
 }
 
 // StartCheckpointer opens a connection to the file at path (already in
-// WAL) and checkpoints it every period until Close.
-func StartCheckpointer(path string, every time.Duration) (*Checkpointer, error) {
-	return startCheckpointer(path, every, slog.Default(), nil)
+// WAL) and checkpoints it every period until Close. log hears of
+// checkpoints that panicked; nil means slog.Default().
+func StartCheckpointer(path string, every time.Duration, log *slog.Logger) (*Checkpointer, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	return startCheckpointer(path, every, log, nil)
 }
 
 func startCheckpointer(path string, every time.Duration, log *slog.Logger, fault func(conn any)) (*Checkpointer, error) {

@@ -67,7 +67,7 @@ func TestACommitBelowTheFallbackDoesNotCheckpoint(t *testing.T) {
 // the writer's connection stays open, and what it copied reads back.
 func TestACheckpointerCopiesTheLogInTheBackground(t *testing.T) {
 	path, db := openWAL(t)
-	c, err := sqlitedb.StartCheckpointer(path, 10*time.Millisecond)
+	c, err := sqlitedb.StartCheckpointer(path, 10*time.Millisecond, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ package memory
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -23,6 +24,9 @@ type Config struct {
 	// vecindex.DefaultThreshold (50,000), a negative value keeps every
 	// search exact.
 	IndexThreshold int `yaml:"index_threshold"`
+	// Logger hears of a graph build that panicked; nil means
+	// slog.Default().
+	Logger *slog.Logger `yaml:"-"`
 }
 
 // LocalStorage implements ports.StorageConfig: the data lives in this process.
@@ -32,6 +36,7 @@ func (Config) LocalStorage() string { return ports.InThisProcess }
 type Store struct {
 	mu          sync.RWMutex
 	threshold   int
+	log         *slog.Logger
 	collections map[string]*collection
 }
 
@@ -46,7 +51,7 @@ var _ ports.VectorStore = (*Store)(nil)
 
 // Open returns an empty store.
 func Open(_ context.Context, c Config) (*Store, error) {
-	return &Store{threshold: c.IndexThreshold, collections: map[string]*collection{}}, nil
+	return &Store{threshold: c.IndexThreshold, log: c.Logger, collections: map[string]*collection{}}, nil
 }
 
 // Close stops the indexes' graph builders; the data stays until the store
@@ -83,7 +88,7 @@ func (s *Store) CreateCollection(_ context.Context, name string, dimension int, 
 		return nil
 	}
 	s.collections[name] = &collection{dimension: dimension, metric: metric, vectors: map[string]ports.Vector{},
-		index: vecindex.New(dimension, metric, vecindex.Options{Threshold: s.threshold})}
+		index: vecindex.New(dimension, metric, vecindex.Options{Threshold: s.threshold, Logger: s.log})}
 	return nil
 }
 

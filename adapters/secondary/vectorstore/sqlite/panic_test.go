@@ -3,10 +3,13 @@ package sqlite
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 
+	"github.com/abi-engine/engine/internal/logbuf"
 	"github.com/abi-engine/engine/ports"
 )
 
@@ -59,5 +62,55 @@ func TestAPanicWhileAnIndexLoadsFailsTheLoadNotTheProcess(t *testing.T) {
 	}
 	if err := all(); err != nil {
 		t.Fatalf("the search after the one whose catch-up panicked: %v", err)
+	}
+}
+
+// The panics of a collection read into its index, at the load at open and
+// at a search's catch-up, are logged on the store's Logger, with its
+// attributes, such as the engine's instance id, and their stacks. Before,
+// they went to slog.Default(), without them.
+func TestAPanicWhileAnIndexLoadsIsLoggedOnTheStoresLogger(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "vectors.sqlite")
+	w := openLoaded(t, path)
+	ctx := t.Context()
+	if err := w.CreateCollection(ctx, "v", 2, ports.MetricEuclid); err != nil {
+		t.Fatalf("CreateCollection: %v", err)
+	}
+	if err := w.Upsert(ctx, "v", []ports.Vector{{ID: "a", Values: []float32{1, 0}}}); err != nil {
+		t.Fatalf("Upsert: %v", err)
+	}
+	log, logs := logbuf.Logger(slog.LevelInfo)
+	var panics atomic.Int32
+	panics.Store(1)
+	s, err := open(ctx, Config{Path: path, Logger: log.With("instance", "e1")}, syncHooks{catchUp: func(string) {
+		if panics.Add(-1) >= 0 {
+			panic("a broken row")
+		}
+	}})
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	<-s.loaded
+	// A write through the other handle: s's next search catches up.
+	if err := w.Upsert(ctx, "v", []ports.Vector{{ID: "b", Values: []float32{0, 1}}}); err != nil {
+		t.Fatalf("Upsert: %v", err)
+	}
+	panics.Store(1)
+	if _, err := s.Search(ctx, "v", []float32{0, 0}, 2, nil); !errors.Is(err, errLoadPanicked) {
+		t.Fatalf("a search whose catch-up panicked answers %v, want an error of the panic", err)
+	}
+	var logged int
+	for line := range strings.Lines(logs.String()) {
+		if !strings.Contains(line, "a broken row") {
+			continue
+		}
+		logged++
+		if !strings.Contains(line, "level=ERROR") || !strings.Contains(line, "instance=e1") || !strings.Contains(line, "stack=") {
+			t.Errorf("a panic was logged without the store's attributes or its stack: %s", line)
+		}
+	}
+	if logged != 2 {
+		t.Fatalf("%d panics logged on the store's logger, want the 2 of the load at open and of the catch-up; it holds:\n%s", logged, logs.String())
 	}
 }

@@ -40,6 +40,10 @@ type Config struct {
 	// vecindex.DefaultThreshold (50,000), a negative value keeps every
 	// search exact.
 	IndexThreshold int `yaml:"index_threshold"`
+	// Logger hears of what failed in the background, such as a panic
+	// while an index loads or its graph is built; nil means
+	// slog.Default().
+	Logger *slog.Logger `yaml:"-"`
 }
 
 // LocalStorage implements ports.StorageConfig: the file stays on this host.
@@ -71,6 +75,7 @@ func (c *Config) Default(dataDir string) {
 type Store struct {
 	db        *sql.DB
 	threshold int
+	log       *slog.Logger
 	fetch     *sql.Stmt
 	fence     *sqlitedb.Fence
 
@@ -203,12 +208,16 @@ func open(ctx context.Context, c Config, hooks syncHooks) (*Store, error) {
 		db.Close()
 		return nil, err
 	}
-	s := &Store{db: db, threshold: c.IndexThreshold, indexes: map[string]*cached{}, upserts: map[int]*sql.Stmt{}, hooks: hooks}
+	log := c.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	s := &Store{db: db, threshold: c.IndexThreshold, log: log, indexes: map[string]*cached{}, upserts: map[int]*sql.Stmt{}, hooks: hooks}
 	if err := s.prepare(ctx, c.Path); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("vector_store sqlite: %q: %w", c.Path, err)
 	}
-	if s.checkpoints, err = sqlitedb.StartCheckpointer(c.Path, sqlitedb.CheckpointEvery); err != nil {
+	if s.checkpoints, err = sqlitedb.StartCheckpointer(c.Path, sqlitedb.CheckpointEvery, s.log); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("vector_store sqlite: %w", err)
 	}
@@ -224,13 +233,18 @@ func open(ctx context.Context, c Config, hooks syncHooks) (*Store, error) {
 		defer close(s.loaded)
 		defer func() {
 			if p := recover(); p != nil {
-				slog.Default().Error("the load of the vector indexes panicked; searches load the collections it left",
+				s.log.Error("the load of the vector indexes panicked; searches load the collections it left",
 					"path", c.Path, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
 			}
 		}()
 		s.loadAll(loadCtx)
 	}()
 	return s, nil
+}
+
+// indexOptions are the options of a collection's index.
+func (s *Store) indexOptions() vecindex.Options {
+	return vecindex.Options{Threshold: s.threshold, Logger: s.log}
 }
 
 // prepare makes or updates the tables, in one write transaction so two
@@ -450,7 +464,7 @@ func (s *Store) sync(ctx context.Context, tx *sql.Tx, name string, drops uint64)
 		// open, which runs on a goroutine of its own, the panic would end
 		// the process, which may hold the lease.
 		if p := recover(); p != nil {
-			slog.Default().Error("reading a collection into its vector index panicked; the index is dropped",
+			s.log.Error("reading a collection into its vector index panicked; the index is dropped",
 				"collection", name, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
 			if c.index != nil {
 				c.discard()
@@ -463,7 +477,7 @@ func (s *Store) sync(ctx context.Context, tx *sql.Tx, name string, drops uint64)
 		if c.index != nil {
 			c.index.Close()
 		}
-		c.set(vecindex.New(dim, ports.Metric(metric), vecindex.Options{Threshold: s.threshold}))
+		c.set(vecindex.New(dim, ports.Metric(metric), s.indexOptions()))
 		c.created, c.version = created, 0
 		if err := s.catchUp(ctx, tx, name, dim, c, -1); err != nil {
 			c.discard()
@@ -735,7 +749,7 @@ func (s *Store) CreateCollection(ctx context.Context, name string, dimension int
 	if c.index != nil {
 		c.index.Close()
 	}
-	c.set(vecindex.New(dimension, metric, vecindex.Options{Threshold: s.threshold}))
+	c.set(vecindex.New(dimension, metric, s.indexOptions()))
 	c.created, c.version = seq, seq
 	return nil
 }
