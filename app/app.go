@@ -112,24 +112,24 @@ type engineIn struct {
 	Shutdowner fx.Shutdowner
 }
 
-// newEngine makes the engine and hands its closed handler and its logger
-// to the connections its stores will dial, so a store's connection closing
-// for good stops the engine, and what the broker refuses it is logged, as
-// for the engine's own connections.
+// newEngine makes the engine and hands its closed handler to the
+// connections its stores will dial, so a store's connection closing for
+// good stops the engine.
 func newEngine(in engineIn) *Engine {
 	e := NewEngine(EngineParams{
 		Config: in.Config, Holder: in.Holder, Logger: in.Logger, Storage: in.Storage,
 		Modules: in.Modules, Embed: in.Options.Embed,
 		Shutdown: func(code int) { _ = in.Shutdowner.Shutdown(fx.ExitCode(code)) },
 	})
-	in.Conns.closed, in.Conns.log = e.connectionClosed, e.log
+	in.Conns.closed = e.connectionClosed
 	return e
 }
 
 // engineStorage is BuildStorage for the engine of the graph: its stores'
-// connections report to the engine (newEngine).
-func engineStorage(cfg *config.Config) (*storageConns, []storage.Built, error) {
-	conns := &storageConns{}
+// connections report to the engine (newEngine), and its stores, and what
+// the broker refuses their connections, are logged on the engine's log.
+func engineStorage(cfg *config.Config, log *slog.Logger) (*storageConns, []storage.Built, error) {
+	conns := &storageConns{log: log}
 	built, err := buildStorage(cfg, conns)
 	return conns, built, err
 }

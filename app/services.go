@@ -37,9 +37,9 @@ func storageBlocks(cfg *config.Config) []storage.Block {
 // BuildStorage resolves every service's adapter without opening anything.
 // Adapters that keep their data on NATS dial connections of their own, with
 // the engine's credentials, when they open. Nothing hears of such a
-// connection closing for good: this is for commands that only check the
-// configuration, and for tests; an engine's graph builds with its own
-// storageConns (Graph).
+// connection closing for good, and the stores log on slog.Default(): this
+// is for commands that only check the configuration, and for tests; an
+// engine's graph builds with its own storageConns and logger (Graph).
 func BuildStorage(cfg *config.Config) ([]storage.Built, error) {
 	return buildStorage(cfg, &storageConns{})
 }
@@ -49,9 +49,9 @@ func BuildStorage(cfg *config.Config) ([]storage.Built, error) {
 // the engine that opens the stores sets it to its own handler when it is
 // made (newEngine), before anything is dialed. A close the store makes
 // itself, at a failed open or at the engine's stop, does not run it. log,
-// set there too, logs what the broker refuses them, such as a bucket the
-// engine user's permissions do not cover, as for the engine's own
-// connections.
+// the engine's log (engineStorage), is what the stores log on, and logs
+// what the broker refuses their connections, such as a bucket the engine
+// user's permissions do not cover, as for the engine's own connections.
 type storageConns struct {
 	closed func(*nats.Conn)
 	log    *slog.Logger
@@ -60,6 +60,7 @@ type storageConns struct {
 func buildStorage(cfg *config.Config, conns *storageConns) ([]storage.Built, error) {
 	return storage.BuildEnv(storageBlocks(cfg), storage.Env{
 		DataDir: cfg.DataDir,
+		Logger:  conns.log,
 		NATS: func(name string) (*nats.Conn, error) {
 			o := natsOptions(cfg, cfg.NATS.URL, name)
 			o.ClosedHandler, o.ClosedOnlyWhenLost = conns.closed, true

@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"reflect"
 	"slices"
 	"strings"
@@ -55,6 +56,10 @@ type Env struct {
 	// data on the NATS servers; name says what for. Nil when the caller
 	// has no broker: such adapters then fail to open, saying so.
 	NATS func(name string) (*nats.Conn, error)
+	// Logger is the log of the engine that opens the stores, which names
+	// the engine on every line; it goes to every adapter whose Config
+	// takes one (LoggerSetter). Nil leaves theirs unset.
+	Logger *slog.Logger
 }
 
 // Built is one service, declared but not open.
@@ -84,6 +89,17 @@ type Defaulter interface {
 // "services.keyvalue.config", for the error to name the setting by.
 type Checker interface {
 	Check(prefix string) error
+}
+
+// LoggerSetter is implemented by an adapter's *Config that takes the
+// logger its store logs on, for what it cannot return as an error: a
+// warning an operator must hear, a panic recovered on a goroutine of its
+// own. The registry calls it after decoding, with the engine's logger
+// (Env.Logger), so those lines name the engine as its own do. A Config
+// whose logger stays nil, opened without an engine, logs on
+// slog.Default().
+type LoggerSetter interface {
+	SetLogger(log *slog.Logger)
 }
 
 // Off is the adapter name that switches a service off: the engine neither
@@ -198,12 +214,16 @@ func register(service, name string, config reflect.Type, f factory) {
 	registry[k] = entry{build: f, config: config}
 }
 
-// decodeConfig decodes a block's config into a fresh C, fills its
-// defaults and checks it (Checker).
+// decodeConfig decodes a block's config into a fresh C, gives it the
+// engine's logger (LoggerSetter), fills its defaults and checks it
+// (Checker).
 func decodeConfig[C any](b Block, env Env) (C, error) {
 	var c C
 	if err := decode(b.Config, &c, b.Key+".config"); err != nil {
 		return c, err
+	}
+	if l, ok := any(&c).(LoggerSetter); ok && env.Logger != nil {
+		l.SetLogger(env.Logger)
 	}
 	if d, ok := any(&c).(Defaulter); ok {
 		d.Default(env.DataDir)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -798,5 +799,60 @@ func TestAnAdapterWhoseOpenReturnsNoStoreFailsToOpen(t *testing.T) {
 				t.Fatalf("Open: %v; want it to say %q", err, want)
 			}
 		})
+	}
+}
+
+// loggedStorage is the Config of an adapter that takes the engine's
+// logger; openLoggedKV hands the logger it got to the test.
+type loggedStorage struct {
+	Where  string       `yaml:"where"`
+	Logger *slog.Logger `yaml:"-"`
+}
+
+func (c loggedStorage) LocalStorage() string { return c.Where }
+
+func (c *loggedStorage) SetLogger(log *slog.Logger) { c.Logger = log }
+
+var openedWith = make(chan *slog.Logger, 1)
+
+func openLoggedKV(ctx context.Context, c loggedStorage) (*kvmemory.Store, error) {
+	openedWith <- c.Logger
+	return kvmemory.Open(ctx, kvmemory.Config{})
+}
+
+func init() {
+	storage.Register(ports.ServiceKeyValue, "logged", openLoggedKV)
+}
+
+// An adapter whose Config takes a logger (storage.LoggerSetter) opens with
+// the engine's, so what it logs names the engine; without one it is left
+// nil, for the adapter's own default. The logger is no setting of the
+// block: a block that names it is refused.
+func TestAnAdapterWhoseConfigTakesALoggerOpensWithTheEnginesLogger(t *testing.T) {
+	engineLog := slog.New(slog.DiscardHandler).With("instance", "e1")
+	for _, c := range []struct {
+		name string
+		log  *slog.Logger
+	}{{"WithTheEngines", engineLog}, {"WithoutOne", nil}} {
+		t.Run(c.name, func(t *testing.T) {
+			built, err := storage.BuildEnv([]storage.Block{block(ports.ServiceKeyValue, "logged")}, storage.Env{DataDir: ".engine", Logger: c.log})
+			if err != nil {
+				t.Fatalf("Build: %v", err)
+			}
+			opened, err := storage.Open(t.Context(), built)
+			if err != nil {
+				t.Fatalf("Open: %v", err)
+			}
+			t.Cleanup(func() { _ = storage.Close(opened) })
+			if got := <-openedWith; got != c.log {
+				t.Fatalf("the adapter opened with logger %p, want %p", got, c.log)
+			}
+		})
+	}
+	b := block(ports.ServiceKeyValue, "logged")
+	b.Config = node(t, "where: here\nlogger: x\n")
+	if _, err := storage.Build([]storage.Block{b}, ".engine"); !errors.Is(err, domain.ErrInvalidConfig) ||
+		!strings.Contains(err.Error(), "unknown key services.keyvalue.config.logger") {
+		t.Fatalf("Build of a block naming the logger: err %v", err)
 	}
 }

@@ -61,6 +61,9 @@ func (c *Config) Default(string) {
 	c.Replicas = max(c.Replicas, 1)
 }
 
+// SetLogger implements storage.LoggerSetter.
+func (c *Config) SetLogger(log *slog.Logger) { c.Logger = log }
+
 // Check refuses bad settings, naming the key under prefix.
 func (c Config) Check(prefix string) error { return jsbucket.Config(c).Check(prefix) }
 

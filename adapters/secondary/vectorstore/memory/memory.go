@@ -32,6 +32,9 @@ type Config struct {
 // LocalStorage implements ports.StorageConfig: the data lives in this process.
 func (Config) LocalStorage() string { return ports.InThisProcess }
 
+// SetLogger implements storage.LoggerSetter.
+func (c *Config) SetLogger(log *slog.Logger) { c.Logger = log }
+
 // Store keeps collections in maps behind one lock.
 type Store struct {
 	mu          sync.RWMutex

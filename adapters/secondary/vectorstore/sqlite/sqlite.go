@@ -49,6 +49,9 @@ type Config struct {
 // LocalStorage implements ports.StorageConfig: the file stays on this host.
 func (c Config) LocalStorage() string { return "SQLite at " + c.Path }
 
+// SetLogger implements storage.LoggerSetter.
+func (c *Config) SetLogger(log *slog.Logger) { c.Logger = log }
+
 // Check refuses a path SQLite would misread, naming it under key: the
 // driver takes what follows a "?" as its options. The registry calls it
 // when the configuration is built, before anything opens.

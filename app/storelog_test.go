@@ -1,0 +1,54 @@
+package app_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/abi-engine/engine/internal/natstest"
+)
+
+// What a store logs goes to the engine's log, with the engine's instance
+// id, as the engine's own lines do: here the warning of a keyvalue bucket
+// on JetStream left with the broker's markers of expiry, which the
+// engine's user may not turn off. Before, the stores logged on
+// slog.Default(), and the line reached the process's default log without
+// saying which engine wrote it.
+func TestAStoresWarningIsOnTheEnginesLogWithItsInstanceID(t *testing.T) {
+	opts := &server.Options{
+		Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
+		Users: []*server.User{
+			{Username: "ops", Password: "ops"},
+			{Username: "engine", Password: "engine", Permissions: &server.Permissions{
+				Publish: &server.SubjectPermission{Deny: []string{"$JS.API.STREAM.UPDATE.KV_ABI_KV"}},
+			}},
+		},
+	}
+	url := natstest.StartWith(t, opts).ClientURL()
+	js, _ := jetstream.New(natstest.Connect(t, url, nats.UserInfo("ops", "ops")))
+	if _, err := js.CreateKeyValue(t.Context(), jetstream.KeyValueConfig{Bucket: "ABI_KV", History: 1, LimitMarkerTTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	services := strings.Replace(memoryServices, "keyvalue: {adapter: memory}", "keyvalue: {adapter: jetstream, config: {bucket: ABI_KV}}", 1)
+	engineURL := fmt.Sprintf("nats://engine:engine@%s", strings.TrimPrefix(url, "nats://"))
+	e, _, logs, a := startLogged(t, testConfig(t, engineURL, "serve", "", services))
+	t.Cleanup(a.RequireStop)
+	const warning = "keeps the broker's markers of expiry"
+	deadline := time.Now().Add(time.Minute)
+	for !strings.Contains(logs.String(), warning) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the engine's log holds no warning of the bucket's markers after a minute:\n%s", logs.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for line := range strings.Lines(logs.String()) {
+		if strings.Contains(line, warning) && !strings.Contains(line, "instance="+e.Me().InstanceID) {
+			t.Fatalf("the store's warning lacks the engine's instance id %s: %s", e.Me().InstanceID, line)
+		}
+	}
+}
