@@ -775,7 +775,7 @@ func (b *Bucket) publish(ctx context.Context, token string, m *nats.Msg, expect 
 		return 0, fmt.Errorf("%d bytes: %w: %w", len(m.Data), ports.ErrTooLarge, err)
 	}
 	if isFull(err) {
-		return 0, fmt.Errorf("%w: %w", ports.ErrStorageFull, err)
+		return b.fullOnResend(ctx, token, id, tries, err)
 	}
 	if !isConflict(err) {
 		return 0, err
@@ -796,6 +796,28 @@ func (b *Bucket) publish(ctx context.Context, token string, m *nats.Msg, expect 
 		}
 	}
 	return 0, fmt.Errorf("%w: %w", ErrConflict, err)
+}
+
+// fullOnResend reads full, a refusal for want of room of the write under
+// the message id id after tries attempts. The first attempt stored
+// nothing. A resend may follow an attempt stored with its reply lost: a
+// single-replica stream checks the message id first and answers such a
+// resend as its duplicate, so its refusal means nothing was stored; a
+// replicated one checks the account's and the server's storage first,
+// which the stored attempt may itself have used up. The key's last
+// message tells when it is the write's; otherwise the outcome is unknown,
+// and the error wraps neither ports.ErrStorageFull nor the stream's
+// refusal, since both tell the caller that nothing was written.
+func (b *Bucket) fullOnResend(ctx context.Context, token, id string, tries int, full error) (uint64, error) {
+	if tries > 1 {
+		if last, err := b.Last(ctx, token); err == nil && last.id == id {
+			return last.Revision, nil
+		}
+		if b.replicas > 1 {
+			return 0, fmt.Errorf("whether the write was stored is unknown: an attempt's reply was lost, and a resend was refused for want of room (%v), which a replicated stream decides before it looks for the earlier attempt", full)
+		}
+	}
+	return 0, fmt.Errorf("%w: %w", ports.ErrStorageFull, full)
 }
 
 // wrongLastMsgID is the stream's refusal of a write whose expected last
