@@ -22,6 +22,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -77,6 +78,11 @@ func (c *Config) Default(dataDir string) {
 // or others, may share the directory.
 type Store struct {
 	root string
+	// turns holds a turn for each lock stripe: the Puts and Deletes of
+	// this store wait for their stripe's turn here, where a caller that
+	// gives up stops waiting, and only the one whose turn it is asks for
+	// the stripe's lock file, which another process at most holds.
+	turns [lockStripes]chan struct{}
 }
 
 var _ ports.ObjectStorage = (*Store)(nil)
@@ -99,6 +105,9 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 		return nil, fmt.Errorf("object_storage.config.path is empty: %w", ports.ErrInvalidArgument)
 	}
 	s := &Store{root: c.Path}
+	for i := range s.turns {
+		s.turns[i] = make(chan struct{}, 1)
+	}
 	for _, d := range []string{objectsDir, tmpDir, locksDir} {
 		if err := os.MkdirAll(filepath.Join(c.Path, d), 0o755); err != nil {
 			return nil, fmt.Errorf("object_storage.config.path %q: %w", c.Path, err)
@@ -226,30 +235,53 @@ func (s *Store) path(key string) string {
 }
 
 // lock takes the lock file of key's stripe and returns its release. It
-// waits no longer than ctx: the holder may be another engine on this host,
-// paused while it holds the lock, and a wait for the lock cannot be
-// interrupted, so it goes on in a goroutine of its own, which lets go of
-// the lock as soon as it has it once ctx has ended.
+// waits no longer than ctx, and leaves nothing waiting once it returns:
+// the holder may be another engine on this host, paused while it holds
+// the lock, and a call blocked in the system's wait for a lock holds a
+// thread that no caller giving up frees. So this store's calls take their
+// stripe's turn first (turns), and the one whose turn it is asks for the
+// file's lock without blocking, again and again, more slowly each time,
+// up to lockPoll apart, until it has it or ctx ends.
 func (s *Store) lock(ctx context.Context, key string) (func(), error) {
-	name := filepath.Join(s.root, locksDir, s.hashName(key)[:2])
+	stripe := s.hashName(key)[:2]
+	name := filepath.Join(s.root, locksDir, stripe)
+	n, err := strconv.ParseUint(stripe, 16, 8)
+	if err != nil {
+		return nil, fmt.Errorf("lock %q: %w", name, err)
+	}
+	turn := s.turns[n]
+	select {
+	case turn <- struct{}{}:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("lock %q: %w", name, ctx.Err())
+	}
 	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
+		<-turn
 		return nil, fmt.Errorf("open lock %q: %w", name, err)
 	}
-	release := func() { f.Close() }
-	err = flock(f, syscall.LOCK_EX|syscall.LOCK_NB)
-	if errors.Is(err, syscall.EWOULDBLOCK) {
-		got := make(chan error, 1)
-		go func() { got <- flock(f, syscall.LOCK_EX) }()
+	var once sync.Once
+	release := func() {
+		once.Do(func() {
+			f.Close()
+			<-turn
+		})
+	}
+	wait := time.Millisecond
+	for {
+		err = flock(f, syscall.LOCK_EX|syscall.LOCK_NB)
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			break
+		}
+		t := time.NewTimer(wait)
 		select {
-		case err = <-got:
+		case <-t.C:
 		case <-ctx.Done():
-			go func() {
-				<-got
-				release()
-			}()
+			t.Stop()
+			release()
 			return nil, fmt.Errorf("lock %q: %w", name, ctx.Err())
 		}
+		wait = min(2*wait, lockPoll)
 	}
 	if err != nil {
 		release()
@@ -257,6 +289,10 @@ func (s *Store) lock(ctx context.Context, key string) (func(), error) {
 	}
 	return release, nil
 }
+
+// lockPoll is the longest a call waits between two asks for a lock file
+// that another process holds.
+const lockPoll = 50 * time.Millisecond
 
 // flock locks f as how says, again when a signal interrupts the call;
 // closing f releases the lock.

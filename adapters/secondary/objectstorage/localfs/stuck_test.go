@@ -8,7 +8,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -89,6 +91,52 @@ func TestAPutOrDeleteWaitingForALockHeldByAPausedEngineEndsWithItsContext(t *tes
 	}
 	if err := s.Delete(t.Context(), "k"); err != nil {
 		t.Fatalf("a Delete once the lock is free: %v", err)
+	}
+}
+
+// Callers that give up on a key whose lock another engine on the host
+// holds leave nothing waiting for that lock. Before, each left a goroutine
+// in the system's lock call, which holds a thread, until the holder let
+// go: a caller that sent its call again each time it gave up made the
+// engine take one thread more a call, with no bound, for as long as the
+// holder stayed paused.
+func TestCallsThatGiveUpOnAHeldLockLeaveNothingWaitingForIt(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir)
+	release := holdStripe(t, dir, "k")
+	t.Cleanup(release)
+	const calls = 32
+	var wg sync.WaitGroup
+	for i := range calls {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+			defer cancel()
+			var err error
+			if i%2 == 0 {
+				_, err = s.Put(ctx, "k", strings.NewReader("v"), ports.PutObjectOptions{})
+			} else {
+				err = s.Delete(ctx, "k")
+			}
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("call %d on a held lock, whose caller gave up: %v, want context.DeadlineExceeded", i, err)
+			}
+		})
+	}
+	wg.Wait()
+	if n := waitingOnLock(); n > 0 {
+		t.Fatalf("%d calls gave up on a held lock; %d goroutines still wait for it in the system's lock call, a thread each", calls, n)
+	}
+}
+
+// waitingOnLock counts the goroutines in localfs's lock call.
+func waitingOnLock() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			return strings.Count(string(buf[:n]), "localfs.flock(")
+		}
+		buf = make([]byte, 2*len(buf))
 	}
 }
 
