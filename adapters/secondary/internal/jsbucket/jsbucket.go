@@ -321,8 +321,6 @@ func openStream(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, buck
 	}
 }
 
-// badSetting names the bucket and the setting it has that the adapter
-// cannot work with.
 // ObjectChunkSize is the most bytes of an object one message of an object
 // store bucket carries, the chunk size of nats.go's object stores.
 const ObjectChunkSize = 128 << 10
@@ -332,6 +330,8 @@ const ObjectChunkSize = 128 << 10
 // longest, every byte escaped in JSON, and their headers.
 const ObjectMessageRoom = ObjectChunkSize + 8<<10
 
+// badSetting names the bucket and the setting it has that the adapter
+// cannot work with.
 func badSetting(c Config, setting string, has, want any) error {
 	return fmt.Errorf("jetstream bucket %s has %s %v, the configuration needs %v; change the configuration or the bucket (nothing was changed): %w",
 		c.Bucket, setting, has, want, ports.ErrInvalidArgument)
