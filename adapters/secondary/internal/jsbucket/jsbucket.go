@@ -150,8 +150,14 @@ func Open(ctx context.Context, nc *nats.Conn, c Config, description string) (*Bu
 }
 
 // OpenObjects finds the object store bucket, or creates it with the
-// configured replicas. Its keys are the tokens under "$O.<bucket>.".
+// configured replicas. Its keys are the tokens under "$O.<bucket>.". A
+// broker whose largest message (max_payload) cannot hold a chunk and its
+// headers is refused: every object over a few bytes would fail.
 func OpenObjects(ctx context.Context, nc *nats.Conn, c Config, description string) (*Bucket, error) {
+	if most := nc.MaxPayload(); most > 0 && most < ObjectMessageRoom {
+		return nil, fmt.Errorf("jetstream bucket %s: the broker's max_payload is %d bytes, an object store needs at least %d (a chunk of %d and its headers); raise max_payload: %w",
+			c.Bucket, most, ObjectMessageRoom, ObjectChunkSize, ports.ErrInvalidArgument)
+	}
 	return open(ctx, nc, c, kind{
 		stream: "OBJ_" + c.Bucket, prefix: "$O." + c.Bucket + ".",
 		create: func(ctx context.Context, js jetstream.JetStream) error {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/abi-engine/engine/internal/natstest"
@@ -162,5 +163,33 @@ func TestOpenObjectsRefusesABucketThatDeniesRollups(t *testing.T) {
 			!strings.Contains(err.Error(), c.setting) {
 			t.Errorf("OpenObjects %s: err %v, want ErrInvalidArgument naming the bucket and %q", c.bucket, err, c.setting)
 		}
+	}
+}
+
+// A broker whose largest message cannot hold a chunk and its headers is
+// refused when the object store opens, naming max_payload and the least
+// it needs, and no bucket is made. Before, the store opened and every Put
+// of an object over a few bytes failed, as too large.
+func TestOpenObjectsRefusesABrokerWhoseMessagesCannotHoldAChunk(t *testing.T) {
+	s, err := server.NewServer(&server.Options{
+		Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: t.TempDir(),
+		NoLog: true, NoSigs: true, MaxPayload: 64 << 10,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server not ready in 10s")
+	}
+	t.Cleanup(s.Shutdown)
+	nc := natstest.Connect(t, s.ClientURL())
+	_, err = OpenObjects(t.Context(), nc, Config{Bucket: "SMALLPAYLOAD"}, "test")
+	if !errors.Is(err, ports.ErrInvalidArgument) || !strings.Contains(err.Error(), "max_payload is 65536") {
+		t.Fatalf("OpenObjects on a broker of messages up to 64 KiB: %v, want ErrInvalidArgument naming max_payload", err)
+	}
+	js, _ := jetstream.New(nc)
+	if _, err := js.Stream(t.Context(), "OBJ_SMALLPAYLOAD"); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		t.Fatalf("the refused Open left a stream: %v", err)
 	}
 }
