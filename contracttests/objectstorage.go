@@ -95,6 +95,8 @@ func RunObjectStorage(t *testing.T, h Harness[ports.ObjectStorage], caps ObjectS
 		{"ConditionalPutOfALargeObject", objConditionalPutOfALargeObject},
 		{"PutIfAbsentRace", objPutIfAbsentRace},
 		{"PutIfMatchRace", objPutIfMatchRace},
+		{"DeleteIfMatch", objDeleteIfMatch},
+		{"DeleteIfMatchNeverRemovesAPutAfterIt", objDeleteIfMatchNeverRemovesAPutAfterIt},
 		{"WritesAreLinearizable", objWritesAreLinearizable},
 	}
 	for _, c := range cases {
@@ -1057,4 +1059,106 @@ func objPutIfMatchRace(t *testing.T, open func(t *testing.T) ports.ObjectStorage
 		objRace(t, a, b, round, "cas", ports.PutObjectOptions{IfMatch: etag})
 		etag = objStat(t, a, "cas").ETag
 	}
+}
+
+// objNeedConditionalDelete returns the store as a
+// ports.ConditionalObjectDeleter, or skips: the interface is optional.
+func objNeedConditionalDelete(t *testing.T, s ports.ObjectStorage) ports.ConditionalObjectDeleter {
+	t.Helper()
+	d, ok := s.(ports.ConditionalObjectDeleter)
+	if !ok {
+		t.Skipf("%s: no ports.ConditionalObjectDeleter", objAdapterName(t))
+	}
+	return d
+}
+
+func objDeleteIfMatch(t *testing.T, open func(t *testing.T) ports.ObjectStorage, _ ObjectStorageCapabilities) {
+	a, b := open(t), open(t)
+	da, db := objNeedConditionalDelete(t, a), objNeedConditionalDelete(t, b)
+	v1 := objPut(t, a, "k", "one", ports.PutObjectOptions{})
+	v2 := objPut(t, b, "k", "two", ports.PutObjectOptions{})
+	if ok, err := da.DeleteIfMatch(ctx(t), "k", v1.ETag); ok || err != nil {
+		t.Fatalf("DeleteIfMatch at the ETag of an object put over since = %v, %v; want false, no error", ok, err)
+	}
+	got, info := objGet(t, a, "k", ports.GetObjectOptions{})
+	if got != "two" {
+		t.Fatalf("after a DeleteIfMatch at a stale ETag, k reads %q, want %q", got, "two")
+	}
+	objSameInfo(t, "Get after a DeleteIfMatch at a stale ETag", info, v2)
+	// Through the other handle: the condition is the store's, not a handle's.
+	if ok, err := db.DeleteIfMatch(ctx(t), "k", v2.ETag); !ok || err != nil {
+		t.Fatalf("DeleteIfMatch at the current ETag = %v, %v; want true", ok, err)
+	}
+	if _, err := a.Stat(ctx(t), "k"); !errors.Is(err, ports.ErrNotFound) {
+		t.Fatalf("Stat after DeleteIfMatch at the current ETag: err %v, want ErrNotFound", err)
+	}
+	if ok, err := da.DeleteIfMatch(ctx(t), "k", v2.ETag); ok || err != nil {
+		t.Fatalf("DeleteIfMatch of a key deleted = %v, %v; want false, no error", ok, err)
+	}
+	if ok, err := da.DeleteIfMatch(ctx(t), "never", v2.ETag); ok || err != nil {
+		t.Fatalf("DeleteIfMatch of a key never stored = %v, %v; want false, no error", ok, err)
+	}
+	v3 := objPut(t, a, "k", "three", ports.PutObjectOptions{})
+	for _, c := range []struct{ what, key, etag string }{
+		{"an empty ETag", "k", ""},
+		{"an empty key", "", v3.ETag},
+		{"a key holding a NUL", "k\x00", v3.ETag},
+	} {
+		if ok, err := da.DeleteIfMatch(ctx(t), c.key, c.etag); ok || !errors.Is(err, ports.ErrInvalidArgument) {
+			t.Errorf("DeleteIfMatch with %s = %v, %v; want ErrInvalidArgument", c.what, ok, err)
+		}
+	}
+	if got, _ := objGet(t, a, "k", ports.GetObjectOptions{}); got != "three" {
+		t.Fatalf("after refused DeleteIfMatch calls, k reads %q, want %q", got, "three")
+	}
+}
+
+// objDeleteIfMatchRounds is how many times a Put races a DeleteIfMatch of
+// the object it replaces.
+const objDeleteIfMatchRounds = 300
+
+// A DeleteIfMatch of the object a Put replaces removes the old object or
+// nothing, never the new one: whichever comes first, the key holds what
+// the Put stored.
+func objDeleteIfMatchNeverRemovesAPutAfterIt(t *testing.T, open func(t *testing.T) ports.ObjectStorage, _ ObjectStorageCapabilities) {
+	a, b := open(t), open(t)
+	db := objNeedConditionalDelete(t, b)
+	deleted := 0
+	for round := range objDeleteIfMatchRounds {
+		old := objPut(t, a, "k", fmt.Sprintf("round %d, old", round), ports.PutObjectOptions{})
+		again := fmt.Sprintf("round %d, put again", round)
+		var (
+			wg     sync.WaitGroup
+			putErr error
+			ok     bool
+			delErr error
+		)
+		start := make(chan struct{})
+		wg.Go(func() {
+			<-start
+			_, putErr = a.Put(ctx(t), "k", strings.NewReader(again), ports.PutObjectOptions{})
+		})
+		wg.Go(func() {
+			<-start
+			ok, delErr = db.DeleteIfMatch(ctx(t), "k", old.ETag)
+		})
+		close(start)
+		wg.Wait()
+		if putErr != nil || delErr != nil {
+			t.Fatalf("round %d: Put: %v; DeleteIfMatch: %v", round, putErr, delErr)
+		}
+		if ok {
+			deleted++
+		}
+		r, _, err := a.Get(ctx(t), "k", ports.GetObjectOptions{})
+		if err != nil {
+			t.Fatalf("round %d: the Put's object is gone after a DeleteIfMatch of the one it replaced (DeleteIfMatch said %v): Get: %v", round, ok, err)
+		}
+		got, err := io.ReadAll(r)
+		r.Close()
+		if err != nil || string(got) != again {
+			t.Fatalf("round %d: k reads %q, %v; want the Put's %q", round, got, err, again)
+		}
+	}
+	t.Logf("%d of %d DeleteIfMatch calls came before the Put", deleted, objDeleteIfMatchRounds)
 }

@@ -52,3 +52,19 @@ type ObjectStorage interface {
 	// out still marks where the next page starts.
 	List(ctx context.Context, prefix string, limit int, cursor string) ([]ObjectInfo, string, error)
 }
+
+// ConditionalObjectDeleter is an object store that can delete an object
+// only while it is the version a caller read. It is optional: a store
+// without it is a whole ObjectStorage, and its users then do without (the
+// cache's object_storage tier does not sweep). A store offers it only
+// when the check and the removal are one step against every Put and
+// Delete of the key, on any handle, as its Puts with IfMatch are: a Put
+// that lands after the check is never removed.
+type ConditionalObjectDeleter interface {
+	// DeleteIfMatch removes key's object if its ETag is etag, comparing as
+	// a Put with IfMatch does (a store whose ETag is a digest of the
+	// content matches any object with that content): true when it removed
+	// it; false, with no error, when the key is missing or its object has
+	// another ETag. An empty etag is ErrInvalidArgument.
+	DeleteIfMatch(ctx context.Context, key, etag string) (deleted bool, err error)
+}

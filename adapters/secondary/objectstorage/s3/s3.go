@@ -41,7 +41,11 @@
 // pair one version's ETag with the other's content. It also refuses now
 // and then a Put racing a Delete of another key in the same directory, as
 // if the key were nested in another object's path; a Put of one request
-// is sent again then (nesting).
+// is sent again then (nesting). For the same reason the store is no
+// ports.ConditionalObjectDeleter, though S3 takes If-Match on a
+// DeleteObject: versitygw compares the ETag and removes the file in two
+// steps, so a Put landing between them is removed (in one race in a few
+// hundred), and it answers success for a key already gone.
 package s3
 
 import (
