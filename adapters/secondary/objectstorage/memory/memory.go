@@ -187,6 +187,23 @@ func (s *Store) Delete(_ context.Context, key string) error {
 	return nil
 }
 
+var _ ports.ConditionalObjectDeleter = (*Store)(nil)
+
+// DeleteIfMatch implements ports.ConditionalObjectDeleter: it compares and
+// removes under the lock every Put takes to store an object.
+func (s *Store) DeleteIfMatch(_ context.Context, key, etag string) (bool, error) {
+	if err := objkey.CheckDeleteIfMatch(key, etag); err != nil {
+		return false, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if obj, ok := s.objects[key]; !ok || obj.info.ETag != etag {
+		return false, nil
+	}
+	delete(s.objects, key)
+	return true, nil
+}
+
 // List implements ports.ObjectStorage. The cursor is the last key of the
 // previous page.
 func (s *Store) List(_ context.Context, prefix string, limit int, cursor string) ([]ports.ObjectInfo, string, error) {

@@ -72,6 +72,22 @@ func CheckPut(key string, opts ports.PutObjectOptions) error {
 	return nil
 }
 
+// CheckDeleteIfMatch checks a DeleteIfMatch's key and ETag: an empty ETag
+// names no version, and one that is not printable ASCII none an ETag can
+// be (CheckPut).
+func CheckDeleteIfMatch(key, etag string) error {
+	if err := Check(key); err != nil {
+		return err
+	}
+	if etag == "" {
+		return fmt.Errorf("delete %q if the ETag matches: the ETag is empty: %w", key, ports.ErrInvalidArgument)
+	}
+	if !printable(etag) {
+		return fmt.Errorf("delete %q if the ETag is %q: it holds a byte that is not printable ASCII: %w", key, etag, ports.ErrInvalidArgument)
+	}
+	return nil
+}
+
 // printable reports whether s is printable ASCII, space included: what an
 // HTTP header carries as it is (S3 sends the content type and the ETag of
 // a condition as headers; a line break would end the header, a control
