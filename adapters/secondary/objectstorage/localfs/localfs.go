@@ -562,6 +562,47 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	return nil
 }
 
+var _ ports.ConditionalObjectDeleter = (*Store)(nil)
+
+// DeleteIfMatch implements ports.ConditionalObjectDeleter: it reads the
+// ETag and removes the file under the key's lock file, which every Put
+// holds to publish and every Delete to remove, in any process sharing the
+// directory.
+func (s *Store) DeleteIfMatch(ctx context.Context, key, etag string) (bool, error) {
+	if err := objkey.CheckDeleteIfMatch(key, etag); err != nil {
+		return false, err
+	}
+	unlock, err := s.lock(ctx, key)
+	if err != nil {
+		return false, fmt.Errorf("delete %q if the ETag is %q: %w", key, etag, err)
+	}
+	defer unlock()
+	// As Delete: a caller that gave up while the lock was in coming
+	// removes nothing.
+	if err := ctx.Err(); err != nil {
+		return false, fmt.Errorf("delete %q if the ETag is %q: %w", key, etag, err)
+	}
+	cur, err := s.Stat(ctx, key)
+	if errors.Is(err, ports.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("delete %q if the ETag is %q: %w", key, etag, err)
+	}
+	if cur.ETag != etag {
+		return false, nil
+	}
+	err = os.Remove(s.path(key))
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("delete %q if the ETag is %q: %w", key, etag, err)
+	}
+	syncDir(filepath.Join(s.root, objectsDir))
+	return true, nil
+}
+
 // List implements ports.ObjectStorage. File names say nothing of the
 // keys, so List reads every trailer: fine for a store on one host, whose
 // objects number in the thousands, not millions. The cursor is the last key
