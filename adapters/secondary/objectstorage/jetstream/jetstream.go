@@ -8,7 +8,8 @@
 // reads a chunk at a time from the stream's leader. A Put becomes visible
 // when its description is written, after every chunk, and that write is
 // conditioned on the description it replaces, so IfAbsent and IfMatch are
-// atomic. The ETag is the SHA-256 digest of the content.
+// atomic; a deletion is written the same way, so DeleteIfMatch is too. The
+// ETag is the SHA-256 digest of the content.
 package jetstream
 
 import (
@@ -941,28 +942,56 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	if err := objkey.Check(key); err != nil {
 		return err
 	}
-	end, err := s.begin("delete", key)
+	deleted, err := s.deleteWhere(ctx, "delete", key, func(jetstream.ObjectInfo) bool { return true })
 	if err != nil {
 		return err
+	}
+	if !deleted {
+		return fmt.Errorf("delete %q: %w", key, ports.ErrNotFound)
+	}
+	return nil
+}
+
+var _ ports.ConditionalObjectDeleter = (*Store)(nil)
+
+// DeleteIfMatch implements ports.ConditionalObjectDeleter as Delete does:
+// the deletion is written conditioned on the revision of the description
+// whose digest matched, as a Put with IfMatch writes its own, so a
+// description written since fails it; the description is then read again
+// and compared anew.
+func (s *Store) DeleteIfMatch(ctx context.Context, key, etag string) (bool, error) {
+	if err := objkey.CheckDeleteIfMatch(key, etag); err != nil {
+		return false, err
+	}
+	return s.deleteWhere(ctx, "delete if the ETag matches", key, func(info jetstream.ObjectInfo) bool { return info.Digest == etag })
+}
+
+// deleteWhere deletes key's object if it is live and match says so of
+// its description, and reports whether it did; op names the call in its
+// errors.
+func (s *Store) deleteWhere(ctx context.Context, op, key string, match func(jetstream.ObjectInfo) bool) (bool, error) {
+	end, err := s.begin(op, key)
+	if err != nil {
+		return false, err
 	}
 	defer end()
 	for range rounds {
 		cur, err := s.current(ctx, key)
 		if err != nil {
-			return fmt.Errorf("delete %w", err)
+			return false, fmt.Errorf("%s %w", op, err)
 		}
-		if !cur.live {
-			return fmt.Errorf("delete %q: %w", key, ports.ErrNotFound)
+		if !cur.live || !match(cur.info) {
+			return false, nil
 		}
 		gone := cur.info
 		gone.Deleted, gone.Size, gone.Chunks, gone.Digest, gone.ModTime = true, 0, 0, "", time.Now().UTC()
 		m := nats.NewMsg("")
 		m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
 		if m.Data, err = json.Marshal(gone); err != nil {
-			return fmt.Errorf("delete %q: %w", key, err)
+			return false, fmt.Errorf("%s %q: %w", op, key, err)
 		}
 		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("delete %q: %w", key, err)
+			return false, fmt.Errorf("%s %q: %w", op, key, err)
 		}
 		// Once sent, the deletion may be stored whatever becomes of the
 		// caller, and then nothing but this call would purge the chunks. It
@@ -972,16 +1001,16 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 		// landed instead, and purges if it did.
 		_, err = s.b.Publish(ctx, metaToken(key), m, &cur.revision)
 		if errors.Is(err, jsbucket.ErrConflict) {
-			continue // replaced meanwhile: delete what is there now
+			continue // replaced meanwhile: judge what is there now
 		}
 		if err != nil && (refused(err) || ctx.Err() == nil ||
 			s.landed(ctx, key, cur.revision, func(d jetstream.ObjectInfo) bool { return d.Deleted && d.NUID == gone.NUID }) != landedMine) {
-			return fmt.Errorf("delete %q: %w", key, err)
+			return false, fmt.Errorf("%s %q: %w", op, key, err)
 		}
 		s.purge(ctx, cur.info.NUID)
-		return nil
+		return true, nil
 	}
-	return fmt.Errorf("delete %q: it changed %d times meanwhile: %w", key, rounds, ports.ErrConflict)
+	return false, fmt.Errorf("%s %q: it changed %d times meanwhile: %w", op, key, rounds, ports.ErrConflict)
 }
 
 // List asks the leader for every object's name, keeps those after the
