@@ -335,6 +335,18 @@ func TestTheMemoryStoresAreSwept(t *testing.T) {
 	}
 }
 
+// The cache's object_storage tier keeps expired entries in the object
+// store; over one that deletes on condition of an ETag it is swept too.
+func TestTheObjectStorageCacheTierIsSwept(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	services := strings.Replace(memoryServices, "cache: {adapter: memory}", "cache: {adapter: object_storage}", 1)
+	e, a := start(t, testConfig(t, url, "serve", "", services))
+	defer a.RequireStop()
+	if !slicesContains(e.Jobs().Names(), "sweep-expired-cache") {
+		t.Fatalf("jobs %v lack the cache sweep", e.Jobs().Names())
+	}
+}
+
 func slicesContains(s []string, v string) bool {
 	for _, x := range s {
 		if x == v {

@@ -71,7 +71,7 @@ func TestAnObjectThatIsNoEntryIsAbsent(t *testing.T) {
 		if strings.HasSuffix(t.Name(), "/s3") {
 			racers = 1
 		}
-		tiers := [2]*objectstorage.Store{openTier(t, objectstorage.Config{}, objects), openTier(t, objectstorage.Config{}, objects)}
+		tiers := [2]objectstorage.Tier{openTier(t, objectstorage.Config{}, objects), openTier(t, objectstorage.Config{}, objects)}
 		for _, tier := range tiers {
 			objectstorage.SetMaxValue(tier, most)
 		}
@@ -130,7 +130,7 @@ func TestAnObjectThatIsNoEntryIsAbsent(t *testing.T) {
 }
 
 // awaitGone waits until key's entry has expired, as the tier judges it.
-func awaitGone(t *testing.T, tier *objectstorage.Store, key string) {
+func awaitGone(t *testing.T, tier ports.Cache, key string) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {

@@ -6,26 +6,29 @@
 // The expiry is a wall-clock time, since engines on other hosts read it:
 // hosts whose clocks differ see entries expire that much apart.
 //
-// Expired objects stay until their key is written again: the tier has no
-// sweep (it is no ports.Expirer), and an entry written once and never
-// again stays in the object store for good. No sweep can remove them
-// safely through ports.ObjectStorage, whose Delete removes whatever the
-// key holds when it runs. Between a sweep's read of an expired entry and
-// its Delete, a Set may store a new entry under the key, on this engine
-// or on the other one of a handover, and the Delete would remove that
-// entry, a write its caller was told had succeeded. Replacing the expired
-// entry first, with a Put conditioned on its ETag, only moves that race to
-// the Delete of the replacement; a lock in the engine would keep its own
-// calls from racing its sweep, but not the other engine's. A Delete
-// conditioned on the ETag the sweep read would make a sweep safe (S3 has
-// one, If-Match on DeleteObject, which the S3 adapter sends inside its
-// own Delete); the port has none.
+// An expired entry stays until its key is written again, or until the
+// engine's sweep removes it, and the tier sweeps only over an object store
+// that can delete on condition (ports.ConditionalObjectDeleter): Open then
+// returns a SweptStore, a ports.Expirer, and otherwise a Store, which is
+// none. ports.ObjectStorage's Delete removes whatever the key holds when
+// it runs: between a sweep's read of an expired entry and its Delete, a
+// Set may store a new entry under the key, on this engine or on the other
+// one of a handover, and the Delete would remove that entry, a write its
+// caller was told had succeeded. A lock in the engine would keep its own
+// calls from racing its sweep, but not the other engine's. The sweep
+// deletes an entry only if its ETag is still the one it read, which the
+// store checks in the same step as it removes it, so an entry written
+// since stays. The memory, localfs and JetStream object stores can; the S3
+// one cannot (its server, versitygw, checks and removes in two steps), and
+// over it expired entries stay in the object store for good.
 //
 // Any caller of the object storage service can write under the prefix. An
 // object there that is no entry of the tier's, shorter than an expiry or
 // larger than any entry, is absent to the cache as an expired entry is:
 // Get and Exists do not find it, Delete leaves it and reports nothing
-// deleted, and Set and SetIfAbsent store over it.
+// deleted, and Set and SetIfAbsent store over it. The sweep leaves such
+// an object alone, and any object under the prefix whose name is not one
+// the tier makes.
 package objectstorage
 
 import (
@@ -38,8 +41,10 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/abi-engine/engine/internal/expiry"
 	"github.com/abi-engine/engine/ports"
 	"github.com/abi-engine/engine/storecheck"
 )
@@ -79,7 +84,14 @@ func (c Config) LocalStorage() string {
 	return "object_storage tier on the object_storage service: " + where
 }
 
-// Store is a cache kept in an object store.
+// Tier is what Open returns: a *SweptStore over an object store that can
+// delete on condition, a *Store over any other.
+type Tier interface {
+	ports.Cache
+	io.Closer
+}
+
+// Store is a cache kept in an object store. It has no sweep.
 type Store struct {
 	objects ports.ObjectStorage
 	prefix  string
@@ -90,7 +102,7 @@ var _ ports.Cache = (*Store)(nil)
 
 // Open checks the config and returns the tier over objects, which stays
 // open when the tier closes: it belongs to the object storage service.
-func Open(ctx context.Context, c Config, objects ports.ObjectStorage) (*Store, error) {
+func Open(ctx context.Context, c Config, objects ports.ObjectStorage) (Tier, error) {
 	if objects == nil {
 		return nil, fmt.Errorf("cache object_storage tier: no object store: %w", ports.ErrInvalidArgument)
 	}
@@ -101,7 +113,11 @@ func Open(ctx context.Context, c Config, objects ports.ObjectStorage) (*Store, e
 	if err := checkPrefix(ctx, objects, prefix); err != nil {
 		return nil, err
 	}
-	return &Store{objects: objects, prefix: prefix, most: MaxValue}, nil
+	s := &Store{objects: objects, prefix: prefix, most: MaxValue}
+	if deleter, ok := objects.(ports.ConditionalObjectDeleter); ok {
+		return &SweptStore{Store: s, deleter: deleter, pages: sweepPages}, nil
+	}
+	return s, nil
 }
 
 // checkPrefix refuses a prefix that would make every object name one the
@@ -327,4 +343,102 @@ func (s *Store) Exists(ctx context.Context, key string) (bool, error) {
 		return false, nil
 	}
 	return err == nil, err
+}
+
+// sweepPages is how many pages of the tier's listing, expiry.Batch
+// objects each, one sweep looks at; the next sweep goes on from there. A
+// sweep's work is so bounded however many entries the cache holds: a
+// listing and a read of each object's first bytes cost a call to the
+// store each.
+const sweepPages = 16
+
+// SweptStore is the tier over an object store that can delete an object
+// on condition of its ETag: a Store whose expired entries the engine's
+// sweep removes (ports.Expirer).
+type SweptStore struct {
+	*Store
+	deleter ports.ConditionalObjectDeleter
+	pages   int
+	// mu makes sweeps take turns, and guards cursor: where the next
+	// sweep's listing starts, "" at the first object.
+	mu     sync.Mutex
+	cursor string
+}
+
+var _ ports.Expirer = (*SweptStore)(nil)
+
+// DeleteExpired implements ports.Expirer. It lists the tier's objects a
+// page at a time, reads the expiry of each object named as an entry (its
+// first bytes, never the value), and deletes an expired one only if its
+// ETag is still the one the read returned: an entry written since, by
+// this engine or another, stays. A sweep looks at sweepPages pages at most
+// and the next one goes on after them. An object it cannot read is left
+// for the next pass, and the first such error is returned once the sweep
+// has looked at the rest.
+func (s *SweptStore) DeleteExpired(ctx context.Context) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	deleted := 0
+	var failed error
+	for range s.pages {
+		infos, next, err := s.objects.List(ctx, s.prefix, expiry.Batch, s.cursor)
+		if err != nil {
+			return deleted, errors.Join(failed, fmt.Errorf("cache sweep: list %q after %q: %w", s.prefix, s.cursor, err))
+		}
+		for _, info := range infos {
+			if err := ctx.Err(); err != nil {
+				return deleted, errors.Join(failed, fmt.Errorf("cache sweep: %w", err))
+			}
+			ok, err := s.sweep(ctx, info.Key)
+			if err != nil && failed == nil {
+				failed = err
+			}
+			if ok {
+				deleted++
+			}
+		}
+		s.cursor = next
+		if next == "" {
+			break
+		}
+	}
+	return deleted, failed
+}
+
+// sweep deletes the object okey if it holds an expired entry, and only
+// while it holds the version read.
+func (s *SweptStore) sweep(ctx context.Context, okey string) (bool, error) {
+	if !s.entryName(okey) {
+		return false, nil // another caller's object under the prefix
+	}
+	e, etag, err := s.read(ctx, okey, false)
+	if errors.Is(err, ports.ErrNotFound) {
+		return false, nil // deleted since it was listed
+	}
+	if err != nil {
+		return false, fmt.Errorf("cache sweep: %w", err)
+	}
+	if e.not != "" || e.live() {
+		return false, nil
+	}
+	ok, err := s.deleter.DeleteIfMatch(ctx, okey, etag)
+	if err != nil {
+		return false, fmt.Errorf("cache sweep: delete %q if the ETag is %q: %w", okey, etag, err)
+	}
+	return ok, nil
+}
+
+// entryName reports whether okey is a name objectKey makes: the prefix
+// and 64 lowercase hex digits.
+func (s *Store) entryName(okey string) bool {
+	name, ok := strings.CutPrefix(okey, s.prefix)
+	if !ok || len(name) != hex.EncodedLen(sha256.Size) {
+		return false
+	}
+	for _, c := range []byte(name) {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }

@@ -21,7 +21,7 @@ import (
 	"github.com/abi-engine/engine/ports"
 )
 
-func openTier(t *testing.T, c objectstorage.Config, objects ports.ObjectStorage) *objectstorage.Store {
+func openTier(t *testing.T, c objectstorage.Config, objects ports.ObjectStorage) objectstorage.Tier {
 	t.Helper()
 	tier, err := objectstorage.Open(t.Context(), c, objects)
 	if err != nil {

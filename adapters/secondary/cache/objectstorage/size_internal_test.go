@@ -24,10 +24,11 @@ func TestAnObjectLargerThanAnyEntryIsNotRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer objects.Close()
-	s, err := Open(t.Context(), Config{}, objects)
+	tier, err := Open(t.Context(), Config{}, objects)
 	if err != nil {
 		t.Fatal(err)
 	}
+	s := base(tier)
 	s.most = 1 << 10
 	sum := sha256.Sum256([]byte("k"))
 	planted := make([]byte, headerSize+s.most+1) // a header of zeros: never expires
