@@ -1,26 +1,27 @@
 package sqlitedbtest
 
 import (
+	"database/sql"
 	"errors"
 	"fmt"
 	"testing"
 
-	"github.com/abi-engine/engine/internal/sqlitedb"
 	"github.com/abi-engine/engine/ports"
 )
 
-// FullFileRefusesWrites caps db's file at the pages it has (a page limit
-// on the writer's connection, which SQLite enforces as it would a full
-// disk), then writes, each needing a page more than the last, until one is
-// refused. It fails the test unless that refusal is ports.ErrStorageFull
-// and stored reads back every write made before it.
-func FullFileRefusesWrites(t *testing.T, db *sqlitedb.DB, write func(i int) error, stored func(i int) bool) {
+// FullFileRefusesWrites caps the file of writer, a pool of one connection
+// that every write goes through, at the pages it has (a page limit on that
+// connection, which SQLite enforces as it would a full disk), then writes,
+// each needing room the last did not, until one is refused. It fails the
+// test unless that refusal is ports.ErrStorageFull and stored reads back
+// every write made before it.
+func FullFileRefusesWrites(t *testing.T, writer *sql.DB, write func(i int) error, stored func(i int) bool) {
 	t.Helper()
 	var pages int
-	if err := db.Write.QueryRowContext(t.Context(), "PRAGMA page_count").Scan(&pages); err != nil {
+	if err := writer.QueryRowContext(t.Context(), "PRAGMA page_count").Scan(&pages); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.Write.ExecContext(t.Context(), fmt.Sprintf("PRAGMA max_page_count = %d", pages+2)); err != nil {
+	if _, err := writer.ExecContext(t.Context(), fmt.Sprintf("PRAGMA max_page_count = %d", pages+2)); err != nil {
 		t.Fatal(err)
 	}
 	var err error

@@ -23,7 +23,7 @@ func TestAPutIntoAFullFileIsRefusedAsStorageFull(t *testing.T) {
 		t.Fatal(err)
 	}
 	text := strings.Repeat("t", 3000)
-	sqlitedbtest.FullFileRefusesWrites(t, s.db,
+	sqlitedbtest.FullFileRefusesWrites(t, s.db.Write,
 		func(i int) error {
 			_, err := s.Put(t.Context(), "c", fmt.Sprintf("d%02d", i), map[string]any{"text": text}, ports.Cond{})
 			return err

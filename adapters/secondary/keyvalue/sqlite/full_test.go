@@ -19,7 +19,7 @@ func TestASetIntoAFullFileIsRefusedAsStorageFull(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = s.Close() })
 	value := bytes.Repeat([]byte("v"), 3000)
-	sqlitedbtest.FullFileRefusesWrites(t, s.db,
+	sqlitedbtest.FullFileRefusesWrites(t, s.db.Write,
 		func(i int) error { return s.Set(t.Context(), fmt.Sprintf("k%02d", i), value, 0) },
 		func(i int) bool {
 			got, err := s.Get(t.Context(), fmt.Sprintf("k%02d", i))
