@@ -45,12 +45,12 @@
 // accepting connection stalls, both ways, from before the SIGTERM: the
 // end of its subscriptions waits on the link, and the broker goes on
 // handing it calls after the successor serves, as it does to an engine
-// whose connection is slow. Late clients, as in a pause, set their keys
-// through the successor and read them back, until a call of each waits
-// at the holder; then the link lets go, and the holder drains those
-// calls. One that answered the reads from what it kept of its term, not
-// from the table, answers values its successor has overwritten, and
-// fails the check.
+// whose connection is slow. Late clients, as in a pause, but started
+// once the successor has subscribed, set their keys through it and read
+// them back, until a call of each waits at the holder; then the link
+// lets go, and the holder drains those calls. One that answered the
+// reads from what it kept of its term, not from the table, answers
+// values its successor has overwritten, and fails the check.
 //
 // The facade sends a call refused with 503 again, so most refusals never
 // reach the history; the test counts every answer the engines sent, 503s

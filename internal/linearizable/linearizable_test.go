@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -259,8 +260,8 @@ func (w *world) standby(release, config string) *engine {
 // it has written its release, before its successor can have answered
 // one: no call sent after the successor wrote reaches it. With stalled,
 // the holder's accepting connection stalls, both ways, from before the
-// SIGTERM until a call of each late client (as in pause) waits on it, or
-// half the drain has passed. Its end of its subscriptions waits there
+// SIGTERM until a call of each late client (as in pause, but started once
+// next has subscribed) waits on it, or half the drain has passed. Its end of its subscriptions waits there
 // too, so the broker goes on handing calls to the holder after it has
 // released the lease and next serves, as it does to an engine whose
 // connection is slow; next answers some of the late clients' sets first,
@@ -281,6 +282,7 @@ func (w *world) deploy(holder *engine, release string, stalled bool) *engine {
 		w.signal(holder, syscall.SIGTERM)
 		sent := time.Now()
 		w.waitState(next, domain.StateServing)
+		w.waitAccepting(next)
 		// The clients that were not waiting at the holder already are,
 		// as a rule, the late clients alone: each sends it one call.
 		before := w.mustDeliver(holder)
@@ -394,6 +396,29 @@ func (w *world) mustDeliver(e *engine) int64 {
 		w.t.Fatalf("%s has no connection that accepts calls", e)
 	}
 	return n
+}
+
+// waitAccepting waits until the broker can hand e the late clients'
+// calls: e's connection that accepts calls has subscribed to the keyvalue
+// set and get. An engine tells that it serves before it has subscribed;
+// late clients started in between have their first calls, their sets,
+// all handed to the stalled holder, and none of them reads back through
+// the holder a value its successor wrote.
+func (w *world) waitAccepting(e *engine) {
+	w.t.Helper()
+	want := []string{wire.Subject(ports.ServiceKeyValue, wire.KVSet), wire.Subject(ports.ServiceKeyValue, wire.KVGet)}
+	w.waitFor(fmt.Sprintf("%s to subscribe to %s", e, strings.Join(want, " and ")), func() bool {
+		connz, err := w.broker.Connz(&server.ConnzOptions{Subscriptions: true})
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		for _, c := range connz.Conns {
+			if c.Name == acceptName(e) {
+				return slices.Contains(c.Subs, want[0]) && slices.Contains(c.Subs, want[1])
+			}
+		}
+		return false
+	})
 }
 
 // acceptName is the name of e's connection that accepts calls.
