@@ -40,17 +40,18 @@
 //
 // A deploy that hands over as it comes sends the draining holder no call
 // after its successor has written: it stops accepting as soon as its
-// release is written. So in the second deploy of a round the engines'
-// connections go through the test's own links, and the holder's
-// accepting connection stalls, both ways, from before the SIGTERM: the
-// end of its subscriptions waits on the link, and the broker goes on
-// handing it calls after the successor serves, as it does to an engine
-// whose connection is slow. Late clients, as in a pause, but started
-// once the successor has subscribed, set their keys through it and read
-// them back, until a call of each waits at the holder; then the link
-// lets go, and the holder drains those calls. One that answered the
-// reads from what it kept of its term, not from the table, answers
-// values its successor has overwritten, and fails the check.
+// release is written. So the engines' connections go through the test's
+// proxy (internal/tcpproxy), and in the second deploy of a round the
+// holder's accepting connection stalls there, known by its name, both
+// ways, from before the SIGTERM: the end of its subscriptions waits in
+// the proxy, and the broker goes on handing it calls after the successor
+// serves, as it does to an engine whose connection is slow. Late
+// clients, as in a pause, but started once the successor has subscribed,
+// set their keys through it and read them back, until a call of each
+// waits at the holder; then the proxy lets it go, and the holder drains
+// those calls. One that answered the reads from what it kept of its
+// term, not from the table, answers values its successor has
+// overwritten, and fails the check.
 //
 // The facade sends a call refused with 503 again, so most refusals never
 // reach the history; the test counts every answer the engines sent, 503s

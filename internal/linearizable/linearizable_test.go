@@ -30,6 +30,7 @@ import (
 	"github.com/abi-engine/engine/internal/enginetest"
 	"github.com/abi-engine/engine/internal/natstest"
 	"github.com/abi-engine/engine/internal/pgtest"
+	"github.com/abi-engine/engine/internal/tcpproxy"
 	"github.com/abi-engine/engine/internal/testenv"
 	"github.com/abi-engine/engine/internal/wire"
 	"github.com/abi-engine/engine/ports"
@@ -147,9 +148,9 @@ type world struct {
 	set    setting
 	broker *server.Server
 	url    string
-	// links carries the engines' connections to the broker, so one can
+	// proxy carries the engines' connections to the broker, so one can
 	// be stalled; the test's own connections go to the broker directly.
-	links *links
+	proxy *tcpproxy.Proxy
 	plain string // configuration of an engine that stands by for another release only
 	hot   string // the same with hot_standby, for a standby of the holder's release
 	ev    *events
@@ -178,12 +179,12 @@ func newWorld(t *testing.T, set setting) *world {
 	// The broker outlives every engine: it is the test's, not theirs.
 	w.broker = natstest.StartServer(t)
 	w.url = w.broker.ClientURL()
-	w.links = startLinks(t, strings.TrimPrefix(w.url, "nats://"))
+	w.proxy = tcpproxy.Start(t, strings.TrimPrefix(w.url, "nats://"))
 	w.ev = watchEvents(t, natstest.Connect(t, w.url))
 	w.answers = watchAnswers(t, natstest.Connect(t, w.url))
 	dir := t.TempDir()
-	w.plain = writeConfig(t, dir, "engine.yaml", w.links.url(), set.lease, false, dsn, table)
-	w.hot = writeConfig(t, dir, "hot.yaml", w.links.url(), set.lease, true, dsn, table)
+	w.plain = writeConfig(t, dir, "engine.yaml", "nats://"+w.proxy.Addr(), set.lease, false, dsn, table)
+	w.hot = writeConfig(t, dir, "hot.yaml", "nats://"+w.proxy.Addr(), set.lease, true, dsn, table)
 	t.Cleanup(func() {
 		w.stopClients()
 		w.mu.Lock()
@@ -276,7 +277,8 @@ func (w *world) deploy(holder *engine, release string, stalled bool) *engine {
 	next := w.standby(release, w.plain)
 	if stalled {
 		w.readProbeKeys()
-		letGo := w.links.stall(acceptName(holder))
+		accept := acceptName(holder)
+		w.proxy.BlockNamed(accept)
 		w.mark("stall "+holder.release, holder)
 		parked := w.mustDeliver(holder)
 		w.signal(holder, syscall.SIGTERM)
@@ -298,7 +300,7 @@ func (w *world) deploy(holder *engine, release string, stalled bool) *engine {
 			after = d
 			return after-before >= int64(n)
 		})
-		letGo()
+		w.proxy.UnblockNamed(accept)
 		w.mark("let go "+holder.release, holder)
 		w.t.Logf("%d calls waited at the stalled %s when it was let go %v after SIGTERM, %d of them sent after %s served, with %d late clients",
 			after-parked, holder, time.Since(sent).Round(time.Millisecond), after-before, next, n)

@@ -4,8 +4,11 @@
 package tcpproxy
 
 import (
+	"bytes"
+	"encoding/json"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 )
 
@@ -16,8 +19,10 @@ type Proxy struct {
 
 	mu      sync.Mutex
 	blocked bool
-	down    bool          // connections are closed as they come, as by a broker that is down
-	resumed chan struct{} // closed when a block ends
+	down    bool                     // connections are closed as they come, as by a broker that is down
+	resumed chan struct{}            // closed when a block ends
+	named   map[string]chan struct{} // client name -> closed when its block ends
+	closed  chan struct{}            // closed by Close: every block ends
 	conns   map[net.Conn]struct{}
 	wg      sync.WaitGroup
 	// accepted counts the connections accepted so far, those closed at
@@ -33,7 +38,14 @@ func Start(tb testing.TB, target string) *Proxy {
 	if err != nil {
 		tb.Fatalf("proxy listen: %v", err)
 	}
-	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}, changed: make(chan struct{})}
+	p := &Proxy{
+		ln:      ln,
+		target:  target,
+		named:   map[string]chan struct{}{},
+		closed:  make(chan struct{}),
+		conns:   map[net.Conn]struct{}{},
+		changed: make(chan struct{}),
+	}
 	p.wg.Go(p.accept)
 	tb.Cleanup(p.Close)
 	return p
@@ -59,6 +71,37 @@ func (p *Proxy) Unblock() {
 	if p.blocked {
 		p.blocked = false
 		close(p.resumed)
+	}
+}
+
+// BlockNamed stalls every byte in both directions, as Block does, but only
+// on the connections whose client gave name in its NATS CONNECT
+// (nats.Name), until UnblockNamed with the same name: the proxy's other
+// connections go on, as when one of a process's connections to the broker
+// stops moving while its others do not. A connection that later names
+// itself so is stalled too, from its CONNECT on. The proxy learns a name
+// from the CONNECT as it forwards it, never holding bytes back to do so;
+// a client that sends no CONNECT in the clear, as over TLS, has no name.
+// An empty name is refused with a panic: it would stall nothing.
+func (p *Proxy) BlockNamed(name string) {
+	if name == "" {
+		panic("tcpproxy: BlockNamed with an empty name")
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, ok := p.named[name]; !ok {
+		p.named[name] = make(chan struct{})
+	}
+}
+
+// UnblockNamed lets the bytes BlockNamed(name) stalled through and resumes
+// forwarding on those connections. It does nothing for a name not blocked.
+func (p *Proxy) UnblockNamed(name string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if ch, ok := p.named[name]; ok {
+		delete(p.named, name)
+		close(ch)
 	}
 }
 
@@ -114,10 +157,17 @@ func (p *Proxy) Up() {
 	p.down = false
 }
 
-// Close stops listening and closes every connection.
+// Close stops listening and closes every connection; the bytes a block
+// holds are dropped with them.
 func (p *Proxy) Close() {
 	_ = p.ln.Close()
-	p.Unblock()
+	p.mu.Lock()
+	select {
+	case <-p.closed:
+	default:
+		close(p.closed)
+	}
+	p.mu.Unlock()
 	p.Drop()
 	p.wg.Wait()
 }
@@ -144,16 +194,77 @@ func (p *Proxy) accept() {
 			continue
 		}
 		p.mu.Lock()
+		select {
+		case <-p.closed:
+			// Close has closed the connections it knew of: these would
+			// stay open, and Close wait on their pipes.
+			p.mu.Unlock()
+			_ = client.Close()
+			_ = server.Close()
+			return
+		default:
+		}
 		p.conns[client], p.conns[server] = struct{}{}, struct{}{}
 		p.count()
 		p.mu.Unlock()
-		p.wg.Go(func() { p.pipe(server, client) })
-		p.wg.Go(func() { p.pipe(client, server) })
+		lk := &link{}
+		p.wg.Go(func() { p.pipe(lk, server, client, true) })
+		p.wg.Go(func() { p.pipe(lk, client, server, false) })
 	}
 }
 
-// pipe copies from src to dst, holding each chunk while the proxy is blocked.
-func (p *Proxy) pipe(dst, src net.Conn) {
+// link is one forwarded connection, both ways.
+type link struct {
+	// name is what the client named itself in its CONNECT, once seen.
+	name atomic.Pointer[string]
+	// first holds the client's bytes before its first line ends, while
+	// they are looked at; only the pipe from the client touches it.
+	first  []byte
+	looked bool
+}
+
+// maxConnectLine is how much of the client's first line is looked at for
+// its name: a CONNECT carrying a user JWT runs to a few KiB.
+const maxConnectLine = 64 << 10
+
+// see looks at a chunk from the client, for the name in its CONNECT, the
+// client's first line.
+func (lk *link) see(chunk []byte) {
+	if lk.looked {
+		return
+	}
+	end := bytes.IndexByte(chunk, '\n')
+	if end < 0 {
+		lk.first = append(lk.first, chunk...)
+		if len(lk.first) > maxConnectLine {
+			lk.looked, lk.first = true, nil
+		}
+		return
+	}
+	line := append(lk.first, chunk[:end]...)
+	lk.looked, lk.first = true, nil
+	cmd, ok := bytes.CutPrefix(line, []byte("CONNECT "))
+	if !ok {
+		return
+	}
+	var c struct {
+		Name string `json:"name"`
+	}
+	if json.Unmarshal(cmd, &c) == nil && c.Name != "" {
+		lk.name.Store(&c.Name)
+	}
+}
+
+func (lk *link) nameOf() string {
+	if n := lk.name.Load(); n != nil {
+		return *n
+	}
+	return ""
+}
+
+// pipe copies from src to dst, holding each chunk while the link is
+// blocked; fromClient says src is the client, whose CONNECT names the link.
+func (p *Proxy) pipe(lk *link, dst, src net.Conn, fromClient bool) {
 	defer func() {
 		_ = dst.Close()
 		_ = src.Close()
@@ -166,7 +277,12 @@ func (p *Proxy) pipe(dst, src net.Conn) {
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
-			p.waitOpen()
+			if fromClient {
+				lk.see(buf[:n])
+			}
+			if !p.waitOpen(lk) {
+				return
+			}
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return
 			}
@@ -184,11 +300,26 @@ func (p *Proxy) count() {
 	p.changed = make(chan struct{})
 }
 
-func (p *Proxy) waitOpen() {
-	p.mu.Lock()
-	blocked, resumed := p.blocked, p.resumed
-	p.mu.Unlock()
-	if blocked {
-		<-resumed
+// waitOpen returns once neither Block nor a BlockNamed of lk's name holds
+// lk, false when the proxy closes first.
+func (p *Proxy) waitOpen(lk *link) bool {
+	name := lk.nameOf()
+	for {
+		p.mu.Lock()
+		var held chan struct{}
+		if p.blocked {
+			held = p.resumed
+		} else if name != "" {
+			held = p.named[name]
+		}
+		p.mu.Unlock()
+		if held == nil {
+			return true
+		}
+		select {
+		case <-held:
+		case <-p.closed:
+			return false
+		}
 	}
 }
