@@ -32,7 +32,10 @@
 //
 // Through a pause every client waits on a call the paused holder took
 // before the takeover, so the calls sent after it come from late clients
-// that run through the pause only: each sets a key of its own that the
+// that run through the pause only, started once the successor has
+// subscribed (before, their sets could all reach the paused holder, and
+// none read back through it a value the successor wrote): each sets a key
+// of its own that the
 // holder read before it was stopped, and reads it back, until one of its
 // calls waits at the paused holder. The holder, resumed, must refuse
 // those; one that answered a read from what it kept of its old term fails
@@ -46,8 +49,7 @@
 // ways, from before the SIGTERM: the end of its subscriptions waits in
 // the proxy, and the broker goes on handing it calls after the successor
 // serves, as it does to an engine whose connection is slow. Late
-// clients, as in a pause, but started once the successor has subscribed,
-// set their keys through it and read them back, until a call of each
+// clients, as in a pause, set their keys through it and read them back, until a call of each
 // waits at the holder; then the proxy lets it go, and the holder drains
 // those calls. One that answered the reads from what it kept of its
 // term, not from the table, answers values its successor has

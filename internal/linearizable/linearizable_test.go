@@ -336,6 +336,7 @@ func (w *world) pause(holder, next *engine) *engine {
 	w.signal(holder, syscall.SIGSTOP)
 	stopped := time.Now()
 	w.waitState(next, domain.StateServing)
+	w.waitAccepting(next)
 	w.t.Logf("%s serves %v after the holder was stopped", next, time.Since(stopped).Round(time.Millisecond))
 	parked, n := w.mustDeliver(holder), lateClientsPerFault
 	late := w.startLateClients(n)
