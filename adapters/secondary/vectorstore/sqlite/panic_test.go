@@ -24,18 +24,7 @@ func TestAPanicWhileAnIndexLoadsFailsTheLoadNotTheProcess(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "vectors.sqlite")
 	w := writeCollection(t, path)
 	ctx := t.Context()
-	var panics atomic.Int32
-	panics.Store(1)
-	s, err := open(ctx, Config{Path: path, IndexThreshold: 64}, syncHooks{catchUp: func(string) {
-		if panics.Add(-1) >= 0 {
-			panic("a broken row")
-		}
-	}})
-	if err != nil {
-		t.Fatalf("open: %v", err)
-	}
-	t.Cleanup(func() { s.Close() })
-	<-s.loaded
+	s, panics := openPanicking(t, Config{Path: path, IndexThreshold: 64})
 	if panics.Load() != 0 {
 		t.Fatal("the load at open did not read the collection")
 	}
@@ -80,18 +69,7 @@ func TestAPanicWhileAnIndexLoadsIsLoggedOnTheStoresLogger(t *testing.T) {
 		t.Fatalf("Upsert: %v", err)
 	}
 	log, logs := logbuf.Logger(slog.LevelInfo)
-	var panics atomic.Int32
-	panics.Store(1)
-	s, err := open(ctx, Config{Path: path, Logger: log.With("instance", "e1")}, syncHooks{catchUp: func(string) {
-		if panics.Add(-1) >= 0 {
-			panic("a broken row")
-		}
-	}})
-	if err != nil {
-		t.Fatalf("open: %v", err)
-	}
-	t.Cleanup(func() { s.Close() })
-	<-s.loaded
+	s, panics := openPanicking(t, Config{Path: path, Logger: log.With("instance", "e1")})
 	// A write through the other handle: s's next search catches up.
 	if err := w.Upsert(ctx, "v", []ports.Vector{{ID: "b", Values: []float32{0, 1}}}); err != nil {
 		t.Fatalf("Upsert: %v", err)
@@ -113,4 +91,24 @@ func TestAPanicWhileAnIndexLoadsIsLoggedOnTheStoresLogger(t *testing.T) {
 	if logged != 2 {
 		t.Fatalf("%d panics logged on the store's logger, want the 2 of the load at open and of the catch-up; it holds:\n%s", logged, logs.String())
 	}
+}
+
+// openPanicking opens a handle on c whose reading of a collection into its
+// index panics, "a broken row", as many times as panics holds: once, at
+// the load at open, which it waits for.
+func openPanicking(t *testing.T, c Config) (*Store, *atomic.Int32) {
+	t.Helper()
+	panics := new(atomic.Int32)
+	panics.Store(1)
+	s, err := open(t.Context(), c, syncHooks{catchUp: func(string) {
+		if panics.Add(-1) >= 0 {
+			panic("a broken row")
+		}
+	}})
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	<-s.loaded
+	return s, panics
 }
