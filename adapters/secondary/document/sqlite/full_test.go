@@ -2,7 +2,6 @@ package sqlite
 
 import (
 	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -14,14 +13,7 @@ import (
 // ports.ErrStorageFull, which the API answers 507, and what the file held
 // stays. Before, it was a 500 like any other failure.
 func TestAPutIntoAFullFileIsRefusedAsStorageFull(t *testing.T) {
-	s, err := Open(t.Context(), Config{Path: filepath.Join(t.TempDir(), "documents.sqlite")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	if err := s.EnsureCollection(t.Context(), "c"); err != nil {
-		t.Fatal(err)
-	}
+	s := openCollection(t)
 	text := strings.Repeat("t", 3000)
 	sqlitedbtest.FullFileRefusesWrites(t, s.db.Write,
 		func(i int) error {

@@ -11,14 +11,7 @@ import (
 
 // A put queues for the writer's turn under its caller's context.
 func TestAPutWaitsForTheWritersTurnUnderItsContext(t *testing.T) {
-	s, err := Open(t.Context(), Config{Path: filepath.Join(t.TempDir(), "documents.sqlite")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	if err := s.EnsureCollection(t.Context(), "c"); err != nil {
-		t.Fatal(err)
-	}
+	s := openCollection(t)
 	sqlitedbtest.WriteWaitsForTheTurn(t, s.db,
 		func(ctx context.Context) error {
 			_, err := s.Put(ctx, "c", "d", map[string]any{"n": 1.0}, ports.Cond{})
@@ -28,4 +21,19 @@ func TestAPutWaitsForTheWritersTurnUnderItsContext(t *testing.T) {
 			_, err := s.Get(t.Context(), "c", "d")
 			return err == nil
 		})
+}
+
+// openCollection opens a store on a file of its own, closed when the test
+// ends, that holds the empty collection "c".
+func openCollection(t *testing.T) *Store {
+	t.Helper()
+	s, err := Open(t.Context(), Config{Path: filepath.Join(t.TempDir(), "documents.sqlite")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	if err := s.EnsureCollection(t.Context(), "c"); err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
