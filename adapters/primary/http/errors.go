@@ -55,8 +55,9 @@ func StatusOf(err error) int {
 }
 
 // fail answers err with its status; a server-side failure is also logged.
-// A 500's text may name files of this host or a backend's internals, so
-// the body says what failed and where in the log the rest is.
+// A 500's or a 507's text may name files of this host or a backend's
+// internals, so the body says what failed and where in the log the rest
+// is.
 func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 	code := StatusOf(err)
 	if errors.Is(err, errBusy) {
@@ -71,11 +72,15 @@ func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	ref := logRef()
 	a.log.Warn("HTTP API call failed", "method", r.Method, "path", r.URL.Path, "code", code, "ref", ref, "err", err)
-	if code != http.StatusInternalServerError {
+	switch code {
+	case http.StatusInternalServerError:
+		writeError(w, code, fmt.Sprintf("%s %s failed in the engine (log ref %s)", r.Method, r.URL.Path, ref))
+	case http.StatusInsufficientStorage:
+		// As for a 500, the store's text may name a file of this host.
+		writeError(w, code, fmt.Sprintf("%s %s: %v: the store has no room and wrote nothing (log ref %s)", r.Method, r.URL.Path, ports.ErrStorageFull, ref))
+	default:
 		writeError(w, code, err.Error())
-		return
 	}
-	writeError(w, code, fmt.Sprintf("%s %s failed in the engine (log ref %s)", r.Method, r.URL.Path, ref))
 }
 
 // logRef is a short random id that ties an answer to its log line.

@@ -14,9 +14,12 @@ import (
 	"time"
 
 	httpapi "github.com/abi-engine/engine/adapters/primary/http"
+	kvpostgres "github.com/abi-engine/engine/adapters/secondary/keyvalue/postgres"
 	kvsqlite "github.com/abi-engine/engine/adapters/secondary/keyvalue/sqlite"
 	"github.com/abi-engine/engine/adapters/secondary/natsclient"
 	"github.com/abi-engine/engine/internal/natstest"
+	"github.com/abi-engine/engine/internal/pgtest"
+	"github.com/abi-engine/engine/internal/testenv"
 	"github.com/abi-engine/engine/internal/wire"
 	"github.com/abi-engine/engine/ports"
 )
@@ -205,6 +208,29 @@ func TestA500BodyHidesTheBackendsText(t *testing.T) {
 	}
 	if !strings.Contains(body, "log ref ") || !strings.Contains(body, "/v1/kv/k") {
 		t.Fatalf("the 500 body %s names neither the call nor a log reference", body)
+	}
+}
+
+// A 507's body, as a 500's, says what failed and where in the log the rest
+// is, never the backend's text: here a real PostgreSQL store whose server
+// refuses the write as on a full disk. Before, the body carried the
+// server's own words.
+func TestA507BodyHidesTheBackendsText(t *testing.T) {
+	dsn := testenv.Lookup(t, "ENGINE_TEST_PG_DSN", "PostgreSQL", false)
+	table := pgtest.Table(t, dsn, "httpfull")
+	kv, err := kvpostgres.Open(t.Context(), kvpostgres.Config{DSN: dsn, Table: table})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = kv.Close() })
+	pgtest.DiskFull(t, dsn, table)
+	a := serveAPI(t, httpapi.Services{KeyValue: kv}, httpapi.Options{})
+	_, body := a.expect(http.StatusInsufficientStorage, "PUT", "/v1/kv/k", "v")
+	if strings.Contains(body, "No space") || strings.Contains(body, table) {
+		t.Fatalf("the 507 body carries the backend's text: %s", body)
+	}
+	if !strings.Contains(body, "log ref ") || !strings.Contains(body, "/v1/kv/k") || !strings.Contains(body, "no room") {
+		t.Fatalf("the 507 body %s names neither the call, the want of room nor a log reference", body)
 	}
 }
 
