@@ -25,21 +25,7 @@ func TestAFailedStartsCleanUpBoundCoversItsLongestSteps(t *testing.T) {
 	for _, lease := range []int{1, 4, 5, 16, 17, 20, 60, 300} {
 		for _, drain := range []int{0, 1, 60} {
 			t.Run(fmt.Sprintf("lease%ds/drain%ds", lease, drain), func(t *testing.T) {
-				yaml := fmt.Sprintf(`nats:
-  engine: {role: serve, lease_seconds: %d, drain_seconds: %d}
-http: {listen: off}
-services:
-  keyvalue: {adapter: memory}
-  document: {adapter: memory}
-  object_storage: {adapter: memory}
-  vector_store: {adapter: memory}
-  cache: {adapter: memory}
-  secret: {adapter: env}
-`, lease, drain)
-				cfg, err := config.Parse("test.yaml", []byte(yaml), func(string) string { return "" })
-				if err != nil {
-					t.Fatal(err)
-				}
+				cfg := leaseAndDrain(t, lease, drain)
 				e := NewEngine(EngineParams{Config: cfg, Holder: domain.ThisProcess("test", ""), Logger: slog.New(slog.DiscardHandler)})
 				timing := cfg.Timing()
 				steps := []struct {
@@ -81,12 +67,7 @@ func TestAStopsBoundCoversItsLongestSteps(t *testing.T) {
 	for _, lease := range []int{1, 5, 20, 60, 300} {
 		for _, drain := range []int{0, 1, 60} {
 			t.Run(fmt.Sprintf("lease%ds/drain%ds", lease, drain), func(t *testing.T) {
-				cfg, err := config.Parse("test.yaml", []byte(fmt.Sprintf(
-					"nats:\n  engine: {role: serve, lease_seconds: %d, drain_seconds: %d}\nhttp: {listen: off}\n", lease, drain)),
-					func(string) string { return "" })
-				if err != nil {
-					t.Fatal(err)
-				}
+				cfg := leaseAndDrain(t, lease, drain)
 				e := NewEngine(EngineParams{Config: cfg, Holder: domain.ThisProcess("test", ""), Logger: slog.New(slog.DiscardHandler)})
 				timing := cfg.Timing()
 				release := 2 * timing.Renew()
@@ -101,4 +82,17 @@ func TestAStopsBoundCoversItsLongestSteps(t *testing.T) {
 			})
 		}
 	}
+}
+
+// leaseAndDrain is a serving engine's configuration with the lease and the
+// drain period given, in seconds; nothing in it is opened.
+func leaseAndDrain(t *testing.T, lease, drain int) *config.Config {
+	t.Helper()
+	cfg, err := config.Parse("test.yaml", []byte(fmt.Sprintf(
+		"nats:\n  engine: {role: serve, lease_seconds: %d, drain_seconds: %d}\nhttp: {listen: off}\n", lease, drain)),
+		func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
 }
