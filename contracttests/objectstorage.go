@@ -145,6 +145,14 @@ func objPut(t *testing.T, s ports.ObjectStorage, key, content string, opts ports
 	return info
 }
 
+// ObjectContent is what key holds in s, read whole; the test fails when
+// it cannot be read. Adapter tests beside the suite use it too.
+func ObjectContent(t *testing.T, s ports.ObjectStorage, key string) string {
+	t.Helper()
+	content, _ := objGet(t, s, key, ports.GetObjectOptions{})
+	return content
+}
+
 func objGet(t *testing.T, s ports.ObjectStorage, key string, opts ports.GetObjectOptions) (string, ports.ObjectInfo) {
 	t.Helper()
 	r, info, err := s.Get(ctx(t), key, opts)

@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -15,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/abi-engine/engine/contracttests"
 	"github.com/abi-engine/engine/ports"
 )
 
@@ -83,7 +83,7 @@ func TestAPutOrDeleteWaitingForALockHeldByAPausedEngineEndsWithItsContext(t *tes
 		release()
 		released = true
 	}
-	if got := stored(t, s, "k"); got != "old" {
+	if got := contracttests.ObjectContent(t, s, "k"); got != "old" {
 		t.Fatalf("after the calls that gave up, the object holds %q, want %q", got, "old")
 	}
 	if _, err := s.Put(t.Context(), "k", strings.NewReader("new"), ports.PutObjectOptions{}); err != nil {
@@ -138,19 +138,4 @@ func waitingOnLock() int {
 		}
 		buf = make([]byte, 2*len(buf))
 	}
-}
-
-// stored is what key holds in s, read whole.
-func stored(t *testing.T, s ports.ObjectStorage, key string) string {
-	t.Helper()
-	r, _, err := s.Get(t.Context(), key, ports.GetObjectOptions{})
-	if err != nil {
-		t.Fatalf("Get %q: %v", key, err)
-	}
-	defer r.Close()
-	b, err := io.ReadAll(r)
-	if err != nil {
-		t.Fatalf("read %q: %v", key, err)
-	}
-	return string(b)
 }

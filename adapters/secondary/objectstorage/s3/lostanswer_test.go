@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/abi-engine/engine/contracttests"
 	"github.com/abi-engine/engine/ports"
 )
 
@@ -215,7 +216,7 @@ func TestAPutWhoseAnswerIsLostIsNotSentAgain(t *testing.T) {
 			case <-time.After(time.Minute):
 				t.Fatalf("the answer to the publishing request was never dropped (Put: %v)", err)
 			}
-			if got := stored(t, direct, tc.key); !bytes.Equal(got, content) {
+			if got := contracttests.ObjectContent(t, direct, tc.key); got != string(content) {
 				t.Fatalf("the server did not store the Put whose answer was lost (%d bytes); the test could not cut where it meant to", len(got))
 			}
 			if errors.Is(err, ports.ErrConflict) || errors.Is(err, ports.ErrNotFound) {

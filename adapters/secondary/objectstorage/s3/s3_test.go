@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"io"
 	"regexp"
 	"strings"
 	"testing"
@@ -123,20 +122,4 @@ func TestOpen(t *testing.T) {
 	if _, err := objects3.Open(t.Context(), c); !errors.Is(err, ports.ErrNotFound) {
 		t.Fatalf("Open of a missing bucket: err %v, want ErrNotFound", err)
 	}
-}
-
-// stored is what key holds in s, read whole; the test fails when it
-// cannot be read.
-func stored(t *testing.T, s ports.ObjectStorage, key string) []byte {
-	t.Helper()
-	r, _, err := s.Get(t.Context(), key, ports.GetObjectOptions{})
-	if err != nil {
-		t.Fatalf("Get %q: %v", key, err)
-	}
-	defer r.Close()
-	b, err := io.ReadAll(r)
-	if err != nil {
-		t.Fatalf("read %q: %v", key, err)
-	}
-	return b
 }

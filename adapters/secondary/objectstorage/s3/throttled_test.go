@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/abi-engine/engine/contracttests"
 	"github.com/abi-engine/engine/ports"
 )
 
@@ -101,7 +102,7 @@ func TestAConditionalPutRefusedAsTooBusyIsSentAgainAndStores(t *testing.T) {
 			if refused.Load() != 1 {
 				t.Fatalf("the proxy refused %d requests, want 1: the test did not throttle where it meant to", refused.Load())
 			}
-			if got := stored(t, direct, tc.key); !bytes.Equal(got, content) {
+			if got := contracttests.ObjectContent(t, direct, tc.key); got != string(content) {
 				t.Fatalf("the object holds %q, want %q", got, content)
 			}
 		})
@@ -148,7 +149,7 @@ func TestAConditionalPutAnsweredWithAProxys503IsNotSentAgain(t *testing.T) {
 	if errors.Is(err, ports.ErrConflict) {
 		t.Fatalf("a put if absent that stored its object, its answer lost behind a proxy's 503, answered a conflict: %v", err)
 	}
-	if got := stored(t, direct, key); !bytes.Equal(got, content) {
+	if got := contracttests.ObjectContent(t, direct, key); got != string(content) {
 		t.Fatalf("the object holds %q, want %q (the put returned %v)", got, content, err)
 	}
 }
