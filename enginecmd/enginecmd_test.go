@@ -103,10 +103,7 @@ func TestAnArgumentAfterHelpOrVersionIsNotIgnored(t *testing.T) {
 // answers). Before, it went to the engine and came back as an invalid
 // argument, exit code 1.
 func TestAKeyEveryStoreRefusesIsAUsageErrorNamingTheArgument(t *testing.T) {
-	config := filepath.Join(t.TempDir(), "engine.yaml")
-	if err := os.WriteFile(config, []byte("nats:\n  url: nats://127.0.0.1:1\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	config := unansweredConfig(t)
 	bad := "k\xff"
 	cases := []struct {
 		args []string
@@ -142,11 +139,7 @@ func TestAKeyEveryStoreRefusesIsAUsageErrorNamingTheArgument(t *testing.T) {
 // the directory. Before, the engine started, perhaps claiming the lease,
 // and the first read of the upload failed, with "put" said twice.
 func TestAnObjectPutOfADirectoryIsRefusedBeforeAnEngineStarts(t *testing.T) {
-	dir := t.TempDir()
-	config := filepath.Join(dir, "engine.yaml")
-	if err := os.WriteFile(config, []byte("nats:\n  url: nats://127.0.0.1:1\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	dir, config := t.TempDir(), unansweredConfig(t)
 	var stdout, stderr bytes.Buffer
 	code := Run([]string{"obj", "put", "k", dir, "--config", config}, &stdout, &stderr, Options{})
 	want := fmt.Sprintf("engine: obj put: %s is a directory, want a file\n", dir)
@@ -160,11 +153,7 @@ func TestAnObjectPutOfADirectoryIsRefusedBeforeAnEngineStarts(t *testing.T) {
 // the engine started, perhaps claiming the lease, and the download began
 // before the directory was found.
 func TestAnObjectGetIntoADirectoryIsRefusedBeforeAnEngineStarts(t *testing.T) {
-	dir := t.TempDir()
-	config := filepath.Join(dir, "engine.yaml")
-	if err := os.WriteFile(config, []byte("nats:\n  url: nats://127.0.0.1:1\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	dir, config := t.TempDir(), unansweredConfig(t)
 	var stdout, stderr bytes.Buffer
 	code := Run([]string{"obj", "get", "k", dir, "--config", config}, &stdout, &stderr, Options{})
 	want := fmt.Sprintf("engine: obj get: %s is a directory, want a file\n", dir)
@@ -178,10 +167,7 @@ func TestAnObjectGetIntoADirectoryIsRefusedBeforeAnEngineStarts(t *testing.T) {
 // (here one that never answers). Before, it went to the engine and came
 // back as an invalid argument, exit code 1.
 func TestADocFindFieldEveryStoreRefusesIsAUsageErrorOfTheFlag(t *testing.T) {
-	config := filepath.Join(t.TempDir(), "engine.yaml")
-	if err := os.WriteFile(config, []byte("nats:\n  url: nats://127.0.0.1:1\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	config := unansweredConfig(t)
 	for _, c := range []struct {
 		args []string
 		want string
@@ -204,11 +190,7 @@ func TestADocFindFieldEveryStoreRefusesIsAUsageErrorOfTheFlag(t *testing.T) {
 // perhaps claiming the lease, and fetched the object before the file could
 // not be made.
 func TestAnObjectGetIntoAMissingDirectoryIsRefusedBeforeAnEngineStarts(t *testing.T) {
-	dir := t.TempDir()
-	config := filepath.Join(dir, "engine.yaml")
-	if err := os.WriteFile(config, []byte("nats:\n  url: nats://127.0.0.1:1\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	dir, config := t.TempDir(), unansweredConfig(t)
 	for _, tc := range []struct{ path, want string }{
 		{filepath.Join(dir, "missing", "out"), "no such file or directory"},
 		{filepath.Join(config, "out"), "is not a directory"},
@@ -708,4 +690,16 @@ func TestConfigCheckParsesTheDotenvFile(t *testing.T) {
 	if code, stdout, stderr := check("DB_PASSWORD: Zq9\n"); code != exitOK || !strings.Contains(stdout, "configuration is valid") {
 		t.Errorf("config check of a client's configuration = %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
 	}
+}
+
+// unansweredConfig writes a configuration whose broker never answers, for
+// the commands that must refuse their input before they dial it, and
+// returns its path.
+func unansweredConfig(t *testing.T) string {
+	t.Helper()
+	config := filepath.Join(t.TempDir(), "engine.yaml")
+	if err := os.WriteFile(config, []byte("nats:\n  url: nats://127.0.0.1:1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return config
 }
