@@ -171,20 +171,12 @@ func TestOpenObjectsRefusesABucketThatDeniesRollups(t *testing.T) {
 // it needs, and no bucket is made. Before, the store opened and every Put
 // of an object over a few bytes failed, as too large.
 func TestOpenObjectsRefusesABrokerWhoseMessagesCannotHoldAChunk(t *testing.T) {
-	s, err := server.NewServer(&server.Options{
+	s := natstest.StartWith(t, &server.Options{
 		Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: t.TempDir(),
 		NoLog: true, NoSigs: true, MaxPayload: 64 << 10,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server not ready in 10s")
-	}
-	t.Cleanup(s.Shutdown)
 	nc := natstest.Connect(t, s.ClientURL())
-	_, err = OpenObjects(t.Context(), nc, Config{Bucket: "SMALLPAYLOAD"}, "test")
+	_, err := OpenObjects(t.Context(), nc, Config{Bucket: "SMALLPAYLOAD"}, "test")
 	if !errors.Is(err, ports.ErrInvalidArgument) || !strings.Contains(err.Error(), "max_payload is 65536") {
 		t.Fatalf("OpenObjects on a broker of messages up to 64 KiB: %v, want ErrInvalidArgument naming max_payload", err)
 	}
