@@ -16,7 +16,7 @@ import (
 // StartServer runs one node with JetStream and stops it when the test ends.
 func StartServer(tb testing.TB) *server.Server {
 	tb.Helper()
-	s, err := server.NewServer(&server.Options{
+	return StartWith(tb, &server.Options{
 		Host:      "127.0.0.1",
 		Port:      server.RANDOM_PORT,
 		JetStream: true,
@@ -24,15 +24,6 @@ func StartServer(tb testing.TB) *server.Server {
 		NoLog:     true,
 		NoSigs:    true,
 	})
-	if err != nil {
-		tb.Fatalf("nats-server: %v", err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		tb.Fatalf("nats-server not ready in 10s")
-	}
-	tb.Cleanup(s.Shutdown)
-	return s
 }
 
 // StartCluster runs a three-node JetStream cluster and returns once its meta
