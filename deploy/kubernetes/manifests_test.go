@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/nats-io/nats-server/v2/server"
 	"go.uber.org/fx"
 	"gopkg.in/yaml.v3"
 
@@ -557,15 +558,15 @@ func fallbackTLS(fs []*pgconn.FallbackConfig) []*tls.Config {
 
 // designedMemory is what a serving engine may hold in memory while every
 // caller keeps to the bounds docs/protocol.md gives: the overflow bytes
-// parked for all callers, the calls running and waiting for a slot (64 and
-// 256, each up to nats-server's default max_payload, which deploy/nats
-// keeps), the chunks of every object transfer (a window and three more for
+// parked for all callers, the calls running and waiting for a slot (each
+// up to nats-server's default max_payload, which deploy/nats keeps), the
+// chunks of every object transfer (a window and three more for
 // an upload) and the part each holds on its way into S3, the HTTP API's
 // bodies, what a keyvalue store keeps for a term, and the heap floor the
 // collector lets garbage grow to.
 func designedMemory() int64 {
-	const maxPayload = 1 << 20
-	const callsHeld = 64 + 256
+	const maxPayload = server.MAX_PAYLOAD_SIZE
+	const callsHeld = natsapi.DefaultMaxConcurrent + natsapi.DefaultMaxQueued
 	const s3Part = 8 << 20 // the S3 store's partSize
 	return natsapi.DefaultMaxOverflowParked +
 		callsHeld*maxPayload +

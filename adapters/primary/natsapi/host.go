@@ -156,10 +156,11 @@ type Options struct {
 	Connect func() (*nats.Conn, error)
 	// Replies carries every reply; it must outlive the accepting connection.
 	Replies *nats.Conn
-	// MaxConcurrent bounds the calls handled at once; 0 means 64.
+	// MaxConcurrent bounds the calls handled at once; 0 means
+	// DefaultMaxConcurrent.
 	MaxConcurrent int
 	// MaxQueued bounds the calls that wait for one of those slots; a call
-	// beyond it is answered 503 at once. 0 means 256.
+	// beyond it is answered 503 at once. 0 means DefaultMaxQueued.
 	MaxQueued int
 	// MaxQueuedPerCaller bounds the places in that queue one caller (see
 	// Call.Who) may hold. 0 means a quarter of
@@ -207,6 +208,14 @@ type Host struct {
 	terms atomic.Pointer[termContexts]
 }
 
+// The bounds of a host's calls by default.
+const (
+	// DefaultMaxConcurrent is how many calls a host runs at once.
+	DefaultMaxConcurrent = 64
+	// DefaultMaxQueued is how many calls wait for a slot.
+	DefaultMaxQueued = 256
+)
+
 // NewHost checks the services and returns a host that does not serve yet.
 func NewHost(opts Options, services ...Service) (*Host, error) {
 	if opts.Connect == nil || opts.Replies == nil {
@@ -219,10 +228,10 @@ func NewHost(opts Options, services ...Service) (*Host, error) {
 		services = append(slices.Clone(services), opts.Overflow.service())
 	}
 	if opts.MaxConcurrent <= 0 {
-		opts.MaxConcurrent = 64
+		opts.MaxConcurrent = DefaultMaxConcurrent
 	}
 	if opts.MaxQueued <= 0 {
-		opts.MaxQueued = 256
+		opts.MaxQueued = DefaultMaxQueued
 	}
 	if opts.MaxQueuedPerCaller <= 0 {
 		opts.MaxQueuedPerCaller = max(1, opts.MaxQueued/4)
