@@ -6,10 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/abi-engine/engine/internal/natstest"
 )
 
@@ -20,20 +16,7 @@ import (
 // slog.Default(), and the line reached the process's default log without
 // saying which engine wrote it.
 func TestAStoresWarningIsOnTheEnginesLogWithItsInstanceID(t *testing.T) {
-	opts := &server.Options{
-		Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
-		Users: []*server.User{
-			{Username: "ops", Password: "ops"},
-			{Username: "engine", Password: "engine", Permissions: &server.Permissions{
-				Publish: &server.SubjectPermission{Deny: []string{"$JS.API.STREAM.UPDATE.KV_ABI_KV"}},
-			}},
-		},
-	}
-	url := natstest.StartWith(t, opts).ClientURL()
-	js, _ := jetstream.New(natstest.Connect(t, url, nats.UserInfo("ops", "ops")))
-	if _, err := js.CreateKeyValue(t.Context(), jetstream.KeyValueConfig{Bucket: "ABI_KV", History: 1, LimitMarkerTTL: time.Minute}); err != nil {
-		t.Fatal(err)
-	}
+	url, _ := natstest.MarkedBucket(t, "ABI_KV")
 	services := strings.Replace(memoryServices, "keyvalue: {adapter: memory}", "keyvalue: {adapter: jetstream, config: {bucket: ABI_KV}}", 1)
 	engineURL := fmt.Sprintf("nats://engine:engine@%s", strings.TrimPrefix(url, "nats://"))
 	e, _, logs, a := startLogged(t, testConfig(t, engineURL, "serve", "", services))

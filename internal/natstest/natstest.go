@@ -3,6 +3,7 @@
 package natstest
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // StartServer runs one node with JetStream and stops it when the test ends.
@@ -151,4 +153,36 @@ func freePorts(tb testing.TB, n int) []int {
 		_ = l.Close()
 	}
 	return ports
+}
+
+// MarkedBucket starts a node with two users, "ops" and "engine" (each
+// with its name as password), of which "engine" may not update the
+// stream of bucket. As "ops" it makes the key-value bucket with the
+// broker's markers of expiry, which an engine turns off when it may. It
+// returns the node's URL and the bucket's stream as "ops" sees it.
+func MarkedBucket(tb testing.TB, bucket string) (string, jetstream.Stream) {
+	tb.Helper()
+	url := StartWith(tb, &server.Options{
+		Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: tb.TempDir(), NoLog: true, NoSigs: true,
+		Users: []*server.User{
+			{Username: "ops", Password: "ops"},
+			{Username: "engine", Password: "engine", Permissions: &server.Permissions{
+				Publish: &server.SubjectPermission{Deny: []string{"$JS.API.STREAM.UPDATE.KV_" + bucket}},
+			}},
+		},
+	}).ClientURL()
+	js, err := jetstream.New(Connect(tb, url, nats.UserInfo("ops", "ops")))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket, History: 1, LimitMarkerTTL: time.Minute}); err != nil {
+		tb.Fatalf("bucket %s: %v", bucket, err)
+	}
+	s, err := js.Stream(ctx, "KV_"+bucket)
+	if err != nil {
+		tb.Fatalf("bucket %s: %v", bucket, err)
+	}
+	return url, s
 }

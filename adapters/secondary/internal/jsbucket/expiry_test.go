@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -135,7 +134,7 @@ func TestOpenTurnsOffTheBrokersMarkersOfExpiry(t *testing.T) {
 // An engine whose user may not update the bucket's stream opens a bucket
 // made with markers all the same, and leaves it as it was.
 func TestOpenOfABucketWithMarkersByAUserThatMayNotUpdateItLeavesItAsItWas(t *testing.T) {
-	url, js := markedBucketForAUserThatMayNotUpdateIt(t)
+	url, stream := natstest.MarkedBucket(t, "MARKED")
 	b, err := Open(t.Context(), natstest.Connect(t, url, nats.UserInfo("engine", "engine")), Config{Bucket: "MARKED"}, "test")
 	if err != nil {
 		t.Fatalf("Open: %v", err)
@@ -143,11 +142,11 @@ func TestOpenOfABucketWithMarkersByAUserThatMayNotUpdateItLeavesItAsItWas(t *tes
 	if _, err := b.Put(t.Context(), Encode("k"), []byte("v"), 0, nil); err != nil {
 		t.Fatalf("Put: %v", err)
 	}
-	s, err := js.Stream(t.Context(), "KV_MARKED")
+	info, err := stream.Info(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ttl := s.CachedInfo().Config.SubjectDeleteMarkerTTL; ttl != time.Minute {
+	if ttl := info.Config.SubjectDeleteMarkerTTL; ttl != time.Minute {
 		t.Fatalf("markers of expiry for %v after a refused update, want the minute it was made with", ttl)
 	}
 }
@@ -157,7 +156,7 @@ func TestOpenOfABucketWithMarkersByAUserThatMayNotUpdateItLeavesItAsItWas(t *tes
 // permission, and carries the logger's attributes, such as the engine's
 // instance id. Before, it went to slog.Default(), without them.
 func TestTheWarningOfABucketLeftWithItsMarkersGoesToTheLoggerItWasOpenedWith(t *testing.T) {
-	url, _ := markedBucketForAUserThatMayNotUpdateIt(t)
+	url, _ := natstest.MarkedBucket(t, "MARKED")
 	log, logs := logbuf.Logger(slog.LevelInfo)
 	c := Config{Bucket: "MARKED", Logger: log.With("instance", "e1")}
 	if _, err := Open(t.Context(), natstest.Connect(t, url, nats.UserInfo("engine", "engine")), c, "test"); err != nil {
@@ -172,27 +171,4 @@ func TestTheWarningOfABucketLeftWithItsMarkersGoesToTheLoggerItWasOpenedWith(t *
 			t.Fatalf("the warning lacks the logger's attributes: %s", line)
 		}
 	}
-}
-
-// markedBucketForAUserThatMayNotUpdateIt starts a server with a user
-// "engine" that may not update streams, makes the bucket MARKED there with
-// markers of expiry as another user, and returns the server's URL and that
-// user's JetStream.
-func markedBucketForAUserThatMayNotUpdateIt(t *testing.T) (string, jetstream.JetStream) {
-	t.Helper()
-	opts := &server.Options{
-		Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
-		Users: []*server.User{
-			{Username: "ops", Password: "ops"},
-			{Username: "engine", Password: "engine", Permissions: &server.Permissions{
-				Publish: &server.SubjectPermission{Deny: []string{"$JS.API.STREAM.UPDATE.>"}},
-			}},
-		},
-	}
-	url := natstest.StartWith(t, opts).ClientURL()
-	js, _ := jetstream.New(natstest.Connect(t, url, nats.UserInfo("ops", "ops")))
-	if _, err := js.CreateKeyValue(t.Context(), jetstream.KeyValueConfig{Bucket: "MARKED", History: 1, LimitMarkerTTL: time.Minute}); err != nil {
-		t.Fatal(err)
-	}
-	return url, js
 }
