@@ -71,7 +71,7 @@ func (b *bench) jetstream(ctx context.Context) error {
 	config := filepath.Join(dir, "engine.yaml")
 	yaml := fmt.Sprintf(`nats:
   url: %s
-  engine: {lease_seconds: 20, drain_seconds: 5}
+  engine: {lease_seconds: %d, drain_seconds: 5}
 data_dir: %s
 http: {listen: "127.0.0.1:0"}
 services:
@@ -81,7 +81,7 @@ services:
   vector_store: {adapter: off}
   cache: {adapter: off}
   secret: {adapter: env}
-`, url, filepath.Join(dir, "data"))
+`, url, b.lease, filepath.Join(dir, "data"))
 	if err := os.WriteFile(config, []byte(yaml), 0o600); err != nil {
 		return err
 	}

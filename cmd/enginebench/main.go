@@ -62,12 +62,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	asJSON := fs.Bool("json", false, "print one JSON object on one line instead of a table")
 	list := fs.String("scenarios", strings.Join(defaultScenarios, ","), "comma-separated scenarios to run, from "+strings.Join(scenarios, ","))
 	plotFile := fs.String("plot", "", "draw the scaling curve of the throughput scenario to this SVG file")
+	lease := fs.Int("lease-seconds", defaultLease, "the lease of the engines the throughput, boot, vector and jetstream scenarios start; "+
+		"an engine that makes the lease key on a new broker holds it this long before it serves")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	chosen, err := parseScenarios(*list)
-	if err != nil || *duration <= 0 || fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "enginebench: want -duration > 0 and -scenarios from %s\n", strings.Join(scenarios, ","))
+	if err != nil || *duration <= 0 || *lease < 1 || fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "enginebench: want -duration > 0, -lease-seconds >= 1 and -scenarios from %s\n", strings.Join(scenarios, ","))
 		return 2
 	}
 	l, err := newLab()
@@ -81,7 +83,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "enginebench: %v\n", err)
 		return 1
 	}
-	b := &bench{lab: l, duration: *duration}
+	b := &bench{lab: l, duration: *duration, lease: *lease}
 	steps := map[string]func(context.Context) error{
 		"throughput": b.throughput, "handover": b.handover, "failover": b.failover, "boot": b.boot,
 		"vector": b.vector, "vector200k": b.vector200k, "jetstream": b.jetstream,

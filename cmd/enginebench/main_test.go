@@ -164,6 +164,9 @@ func TestScenarios(t *testing.T) {
 	if code := run(t.Context(), []string{"-duration", "0s"}, io.Discard, &stderr); code != 2 {
 		t.Fatalf("run with a zero duration = %d, want 2", code)
 	}
+	if code := run(t.Context(), []string{"-lease-seconds", "0"}, io.Discard, &stderr); code != 2 {
+		t.Fatalf("run with a zero lease = %d, want 2", code)
+	}
 }
 
 // The command runs every scenario with real engine processes and prints
@@ -176,11 +179,13 @@ func TestSmokeEveryFieldIsPrinted(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	var stdout, stderr bytes.Buffer
 	chart := filepath.Join(t.TempDir(), "curve.svg")
-	cmd := exec.CommandContext(ctx, bin, "-json", "-duration", "200ms", "-plot", chart)
+	// Each engine that makes the lease key on a broker of its own holds it
+	// a lease before it serves: a short lease keeps the run to a minute.
+	cmd := exec.CommandContext(ctx, bin, "-json", "-duration", "200ms", "-lease-seconds", "3", "-plot", chart)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("enginebench: %v\n%s", err, stderr.String())

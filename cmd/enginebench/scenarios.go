@@ -36,9 +36,16 @@ const startTimeout = 30 * time.Second
 type bench struct {
 	lab      *lab
 	duration time.Duration
-	result   Result
-	notes    []string
+	// lease is the lease_seconds of the engines a load or a measure of
+	// boot or vectors runs on, long enough that a busy machine does not
+	// fence them.
+	lease  int
+	result Result
+	notes  []string
 }
+
+// defaultLease is the lease of the engines the loads run on, in seconds.
+const defaultLease = 20
 
 func (b *bench) note(format string, args ...any) {
 	b.notes = append(b.notes, fmt.Sprintf(format, args...))
@@ -475,7 +482,7 @@ func (b *bench) boot(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		config, err := b.writeConfig(engineConfig{url: s.ClientURL(), lease: 20})
+		config, err := b.writeConfig(engineConfig{url: s.ClientURL(), lease: b.lease})
 		if err != nil {
 			return err
 		}

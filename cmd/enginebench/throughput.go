@@ -180,7 +180,7 @@ func (b *bench) throughput(ctx context.Context) error {
 	}
 	defer peers.close()
 
-	memory, err := b.engineGets(ctx, engineConfig{url: url, lease: 20}, nc, pathMemory,
+	memory, err := b.engineGets(ctx, engineConfig{url: url, lease: b.lease}, nc, pathMemory,
 		func(ctx context.Context) (err error) {
 			r.PairedKVToRaw, err = b.paired(ctx, engineGet(nc), rawCall(nc))
 			return err
@@ -538,7 +538,7 @@ func (b *bench) kvSets(ctx context.Context, nc *nats.Conn) (stats, error) {
 // curve and sets, document gets and puts, object transfers.
 func (b *bench) sqliteEngine(ctx context.Context, url string, nc *nats.Conn, peers natsKV) error {
 	r := &b.result
-	get, err := b.engineGets(ctx, engineConfig{url: url, lease: 20, sqlite: true}, nc, pathSQLite,
+	get, err := b.engineGets(ctx, engineConfig{url: url, lease: b.lease, sqlite: true}, nc, pathSQLite,
 		func(ctx context.Context) error {
 			set, err := b.kvSets(ctx, nc)
 			if err != nil {
@@ -692,7 +692,7 @@ func (b *bench) postgres(ctx context.Context, url string, nc *nats.Conn, dsn str
 	defer peer.pool.Close()
 	table := fmt.Sprintf("enginebench_kv_%d", stamp)
 	defer dropTable(dsn, table)
-	get, err := b.engineGets(ctx, engineConfig{url: url, lease: 20, dsn: dsn, table: table}, nc, pathPostgres,
+	get, err := b.engineGets(ctx, engineConfig{url: url, lease: b.lease, dsn: dsn, table: table}, nc, pathPostgres,
 		func(ctx context.Context) error {
 			set, err := b.kvSets(ctx, nc)
 			if err != nil {

@@ -288,7 +288,7 @@ func (b *bench) vectorRun(ctx context.Context, adapter string, d *vecData) (vecR
 	if err != nil {
 		return run, err
 	}
-	config, err := b.writeConfig(engineConfig{url: s.ClientURL(), lease: 20, vectors: "{adapter: " + adapter + "}"})
+	config, err := b.writeConfig(engineConfig{url: s.ClientURL(), lease: b.lease, vectors: "{adapter: " + adapter + "}"})
 	if err != nil {
 		return run, err
 	}
