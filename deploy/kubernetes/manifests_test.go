@@ -436,6 +436,46 @@ func TestTheDockerfileBuildsAStaticNonRootImage(t *testing.T) {
 	}
 }
 
+// The build context is what the image builder is sent and what COPY . .
+// puts in the build stage. An engine run from the checkout keeps its data,
+// and perhaps a .env of secrets, there: none of it may reach the builder,
+// nor may the history.
+func TestTheImageIsBuiltWithoutHistoryEngineDataOrSecrets(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", ".dockerignore"))
+	if err != nil {
+		t.Fatalf("no .dockerignore: COPY . . sends the whole checkout: %v", err)
+	}
+	var patterns []string
+	for l := range strings.Lines(string(b)) {
+		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {
+			patterns = append(patterns, l)
+		}
+	}
+	ignored := func(path string) bool {
+		for _, p := range patterns {
+			if p == path || strings.HasPrefix(path, p+"/") {
+				return true
+			}
+			if rest, ok := strings.CutPrefix(p, "**/"); ok {
+				if m, _ := filepath.Match(rest, filepath.Base(path)); m {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	for _, path := range []string{".git", ".engine", ".engine/keyvalue.db", ".env", "deploy/engine.env", "bin/engine", "engine"} {
+		if !ignored(path) {
+			t.Errorf("%s is sent to the image builder", path)
+		}
+	}
+	for _, path := range []string{"go.mod", "cmd/engine/main.go", "cmd/enginebench/main.go", "app/engine.go"} {
+		if ignored(path) {
+			t.Errorf("%s, which the build needs, is left out of the build context", path)
+		}
+	}
+}
+
 // The Secret's NATS user is an engine user of deploy/nats, the
 // configuration whose permissions the account tests hold.
 func TestTheNATSUserIsTheDeployedEngineUser(t *testing.T) {
