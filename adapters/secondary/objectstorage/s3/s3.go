@@ -223,6 +223,10 @@ func translate(err error) error {
 			return fmt.Errorf("%w: %w", ports.ErrInvalidArgument, err)
 		case "EntityTooLarge":
 			return fmt.Errorf("%w: %w", ports.ErrTooLarge, err)
+		case "InsufficientStorage", "XMinioStorageFull", "QuotaExceeded":
+			// No room for the write, on the server's disk (versitygw,
+			// MinIO) or under a quota (versitygw, Ceph): it wrote nothing.
+			return fmt.Errorf("%w: %w", ports.ErrStorageFull, err)
 		}
 	}
 	var respErr *smithyhttp.ResponseError
@@ -234,6 +238,8 @@ func translate(err error) error {
 			return fmt.Errorf("%w: %w", ports.ErrConflict, err)
 		case http.StatusBadRequest, http.StatusRequestedRangeNotSatisfiable:
 			return fmt.Errorf("%w: %w", ports.ErrInvalidArgument, err)
+		case http.StatusInsufficientStorage:
+			return fmt.Errorf("%w: %w", ports.ErrStorageFull, err)
 		}
 	}
 	return err
