@@ -45,7 +45,10 @@
 // ports.ConditionalObjectDeleter, though S3 takes If-Match on a
 // DeleteObject: versitygw compares the ETag and removes the file in two
 // steps, so a Put landing between them is removed (in one race in a few
-// hundred), and it answers success for a key already gone.
+// hundred), and it answers success for a key already gone. A Put onto a
+// key that is a folder of others ("a" beside "a/b") is a conflict, of one
+// request or of parts: versitygw answers the completion of a multipart
+// upload there as an internal error, which the store looks into (folder).
 package s3
 
 import (
@@ -532,9 +535,41 @@ func (s *Store) putParts(ctx context.Context, key string, part []byte, r io.Read
 		IfMatch:         ifMatch,
 	}, sentOnce)
 	if err != nil {
+		if inner, ok := s.folder(ctx, key, err); ok {
+			return ports.ObjectInfo{}, fmt.Errorf("put %q: complete upload: the key is a folder of other keys (%q), beside which an S3 server keeping objects as files holds no object: %w: %w",
+				key, inner, ports.ErrConflict, err)
+		}
 		return ports.ObjectInfo{}, fmt.Errorf("put %q: complete upload: %w", key, translatePut(err, opts))
 	}
 	return s.written(ctx, key, etag(out.ETag), size, opts), nil
+}
+
+// folder reports whether a completion failed with err because key is a
+// folder of other keys, naming one of them. versitygw refuses a put of one
+// request there 409 ExistingObjectIsDirectory (nesting), but a completion
+// 500 InternalError, which alone says nothing of whether the object was
+// stored. So only a 500 is looked into, and taken for that refusal only
+// when a key lies under key+"/" and no object is at key: a completion
+// that stored the object, its answer a 500 all the same, leaves it there.
+// On a service that keeps "a" beside "a/b" the object is found and the
+// error stands.
+func (s *Store) folder(ctx context.Context, key string, err error) (string, bool) {
+	var resp *smithyhttp.ResponseError
+	if !errors.As(err, &resp) || resp.HTTPStatusCode() != http.StatusInternalServerError {
+		return "", false
+	}
+	out, lerr := s.client.ListObjectsV2(ctx, &s3.ListObjectsV2Input{
+		Bucket:  aws.String(s.bucket),
+		Prefix:  aws.String(key + "/"),
+		MaxKeys: aws.Int32(1),
+	})
+	if lerr != nil || len(out.Contents) == 0 {
+		return "", false
+	}
+	if _, serr := s.Stat(ctx, key); !errors.Is(serr, ports.ErrNotFound) {
+		return "", false
+	}
+	return aws.ToString(out.Contents[0].Key), true
 }
 
 // abort drops a failed upload's parts, so they neither cost storage nor
