@@ -324,8 +324,11 @@ func (r ctxReader) Read(p []byte) (int, error) {
 // 64 MiB Put ran at about 0.8 of the speed (BenchmarkPut).
 var copyBuffers = sync.Pool{New: func() any { b := make([]byte, 256<<10); return &b }}
 
-// Put implements ports.ObjectStorage.
-func (s *Store) Put(ctx context.Context, key string, r io.Reader, opts ports.PutObjectOptions) (ports.ObjectInfo, error) {
+// Put implements ports.ObjectStorage. A Put the disk has no room for, at
+// whichever step, is ports.ErrStorageFull (full): its temporary file is
+// removed and nothing is published.
+func (s *Store) Put(ctx context.Context, key string, r io.Reader, opts ports.PutObjectOptions) (_ ports.ObjectInfo, err error) {
+	defer func() { err = full(err) }()
 	if err := objkey.CheckPut(key, opts); err != nil {
 		return ports.ObjectInfo{}, err
 	}
@@ -377,6 +380,16 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, opts ports.Put
 	published = true
 	syncDir(filepath.Join(s.root, objectsDir))
 	return info(t, size), nil
+}
+
+// full marks err, a Put's, as ports.ErrStorageFull when the file system
+// had no room for it (ENOSPC) or the user's quota none (EDQUOT); any other
+// error is returned as it is.
+func full(err error) error {
+	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+		return fmt.Errorf("%w: %w", ports.ErrStorageFull, err)
+	}
+	return err
 }
 
 // createTemp makes a Put's temporary file and locks it until it is closed,
