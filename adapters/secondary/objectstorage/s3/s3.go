@@ -450,7 +450,7 @@ func (s *Store) putOnce(ctx context.Context, key string, data []byte, opts ports
 			IfNoneMatch:   ifNoneMatch,
 			IfMatch:       ifMatch,
 		}, once...)
-		if err != nil && try < nestingTries && nesting(err) {
+		if err != nil && try < nestingTries && nesting(err) && !s.inTheWay(ctx, key) {
 			continue
 		}
 		if err != nil {
@@ -461,8 +461,43 @@ func (s *Store) putOnce(ctx context.Context, key string, data []byte, opts ports
 }
 
 // nestingTries is how many times putOnce sends a Put that the service
-// refused as nested in, or over, another object's path.
+// refused as nested in, or over, another object's path, when no object is
+// in its way (inTheWay).
 const nestingTries = 5
+
+// inTheWay reports whether another object's path truly runs into key's: a
+// key lies under key+"/", or an object is stored at one of key's parents
+// ("a" of "a/b"). A Put refused as nested then fails at once, as sending
+// it again cannot store it, body and all; otherwise the refusal came from
+// a race with a Delete (nesting), and the Put is sent again. A question
+// that fails answers false, so the Put is sent again as before.
+func (s *Store) inTheWay(ctx context.Context, key string) bool {
+	if _, ok := s.under(ctx, key); ok {
+		return true
+	}
+	for i := range len(key) {
+		if key[i] != '/' {
+			continue
+		}
+		if _, err := s.Stat(ctx, key[:i]); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// under returns a key stored under key+"/", if there is one.
+func (s *Store) under(ctx context.Context, key string) (string, bool) {
+	out, err := s.client.ListObjectsV2(ctx, &s3.ListObjectsV2Input{
+		Bucket:  aws.String(s.bucket),
+		Prefix:  aws.String(key + "/"),
+		MaxKeys: aws.Int32(1),
+	})
+	if err != nil || len(out.Contents) == 0 {
+		return "", false
+	}
+	return aws.ToString(out.Contents[0].Key), true
+}
 
 // nesting reports whether the service refused a write because the key's
 // path runs into another object's: a key that is a directory of others
@@ -558,18 +593,14 @@ func (s *Store) folder(ctx context.Context, key string, err error) (string, bool
 	if !errors.As(err, &resp) || resp.HTTPStatusCode() != http.StatusInternalServerError {
 		return "", false
 	}
-	out, lerr := s.client.ListObjectsV2(ctx, &s3.ListObjectsV2Input{
-		Bucket:  aws.String(s.bucket),
-		Prefix:  aws.String(key + "/"),
-		MaxKeys: aws.Int32(1),
-	})
-	if lerr != nil || len(out.Contents) == 0 {
+	inner, ok := s.under(ctx, key)
+	if !ok {
 		return "", false
 	}
-	if _, serr := s.Stat(ctx, key); !errors.Is(serr, ports.ErrNotFound) {
+	if _, err := s.Stat(ctx, key); !errors.Is(err, ports.ErrNotFound) {
 		return "", false
 	}
-	return aws.ToString(out.Contents[0].Key), true
+	return inner, true
 }
 
 // abort drops a failed upload's parts, so they neither cost storage nor
