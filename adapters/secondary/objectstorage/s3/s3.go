@@ -18,6 +18,7 @@
 // upload behind (only a bucket's lifecycle rule for incomplete uploads
 // removes it), which failing the Put instead would leave as well. A
 // refusal the service sends back because it is busy (503 Slow Down, 429)
+// or because the request's body did not come in time (400 RequestTimeout)
 // is sent again for every write, since the request was not done; a 503
 // without the service's request id, which a proxy may send after the
 // service did the request, is not.
@@ -216,6 +217,10 @@ func translate(err error) error {
 		switch apiErr.ErrorCode() {
 		case "NoSuchBucket":
 			return err
+		case "RequestTimeout":
+			// The request's body did not reach the service in time: a
+			// 400, but nothing the caller sent was wrong (refused).
+			return err
 		case "NoSuchKey", "NotFound", "NoSuchUpload":
 			return fmt.Errorf("%w: %w", ports.ErrNotFound, err)
 		case "PreconditionFailed", "ConditionalRequestConflict",
@@ -306,10 +311,11 @@ func (u unsent) IsErrorRetryable(err error) bool {
 }
 
 // refused reports whether the service answered err to say it did not take
-// the request for now: 429, a throttle code (S3's Slow Down), or a 503 the
-// service itself sent, which carries its request id. Such a request was
-// not done, and a busy service is no reason to fail a conditional write
-// that any other write would wait out. A 500, or a 502, 503 or 504 from a
+// the request for now: 429, a throttle code (S3's Slow Down), a 503 the
+// service itself sent, which carries its request id, or RequestTimeout
+// (400), S3's answer to a request whose body did not come in time. Such a
+// request was not done, and a busy service or a slow connection is no
+// reason to fail a conditional write that any other write would wait out. A 500, or a 502, 503 or 504 from a
 // proxy on the way (Envoy answers 503 when the server's connection is
 // reset before its answer's headers), may come after the write was done:
 // those are not sent again.
@@ -321,6 +327,9 @@ func refused(err error) bool {
 	var apiErr smithy.APIError
 	if errors.As(err, &apiErr) {
 		if _, throttle := retry.DefaultThrottleErrorCodes[apiErr.ErrorCode()]; throttle {
+			return true
+		}
+		if apiErr.ErrorCode() == "RequestTimeout" {
 			return true
 		}
 	}
