@@ -679,13 +679,15 @@ func collection(ctx context.Context, q querier, name string) (int, ports.Metric,
 }
 
 // inTx runs a write of a call in a transaction that holds the write lock
-// from its start, begun by the fence once it has passed ctx's term.
+// from its start, begun by the fence once it has passed ctx's term. A
+// write SQLite has no room for (SQLITE_FULL: the disk, or a page limit) is
+// ports.ErrStorageFull; SQLite rolled it back, so nothing was written.
 func (s *Store) inTx(ctx context.Context, f func(tx *sql.Tx) error) error {
 	tx, err := s.fence.Begin(ctx)
 	if err != nil {
-		return err
+		return sqlitedb.Full(err)
 	}
-	return finish(tx, f)
+	return sqlitedb.Full(finish(tx, f))
 }
 
 // transact runs f in a transaction that holds the write lock from its
