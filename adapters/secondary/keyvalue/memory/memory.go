@@ -1,5 +1,5 @@
-// Package memory is a key-value store inside one process: the reference for
-// the key-value contract, and the store under the memory cache.
+// Package memory is a key-value store inside one process, bounded in bytes:
+// the reference for the key-value contract.
 package memory
 
 import (
@@ -18,43 +18,86 @@ import (
 
 var _ ports.KeyValue = (*Store)(nil)
 
-// Config is the adapter's block under services.keyvalue.config: it has no
-// settings.
-type Config struct{}
+// DefaultMaxBytes is the bound of a store whose configuration sets none.
+const DefaultMaxBytes = 64 << 20
+
+// EntryOverhead is what an entry counts against the bound besides its key
+// and its value, about what the map holds for it, so that a flood of empty
+// values is bounded too.
+const EntryOverhead = 128
+
+// Config is the adapter's block under services.keyvalue.config.
+type Config struct {
+	// MaxBytes bounds what the entries take: each counts its key, its
+	// value and EntryOverhead. 0 is DefaultMaxBytes.
+	MaxBytes int64 `yaml:"max_bytes"`
+}
 
 // LocalStorage implements ports.StorageConfig: the data lives in this process.
 func (Config) LocalStorage() string { return ports.InThisProcess }
 
+// Default fills in the bound a block left out, so that the resolved
+// configuration shows the one the store keeps.
+func (c *Config) Default(string) {
+	if c.MaxBytes == 0 {
+		c.MaxBytes = DefaultMaxBytes
+	}
+}
+
+// Check refuses a negative bound, naming it under key.
+func (c Config) Check(key string) error {
+	if c.MaxBytes < 0 {
+		return fmt.Errorf("%s.max_bytes is %d: it is a number of bytes, 0 for the default of %d: %w", key, c.MaxBytes, DefaultMaxBytes, ports.ErrInvalidArgument)
+	}
+	return nil
+}
+
 type entry struct {
 	value   []byte
 	expires time.Time // zero: never
+	cost    int64     // what the entry counts against the bound
 }
 
 // live reports whether the entry has not expired at now. time.Now carries a
 // monotonic reading, so expiry follows elapsed time, not wall-clock jumps.
 func (e entry) live(now time.Time) bool { return e.expires.IsZero() || now.Before(e.expires) }
 
-// Store keeps the entries in a map. Expired entries are judged on every read
-// and removed when touched; the engine's sweep (ports.Expirer) removes the
-// ones no call touches again.
+// Store keeps the entries in a map, at most max bytes of them. Expired
+// entries are judged on every read and removed when touched; the engine's
+// sweep (ports.Expirer) removes the ones no call touches again, and a write
+// that finds the store full first removes every one that has expired.
+// Unlike the cache, the store never drops a live key to make room: a write
+// that does not fit is refused with ports.ErrStorageFull.
 //
 // A stored value is never changed in place, so values are copied outside
 // the lock: a large one does not hold up the calls on other keys.
 type Store struct {
+	max int64
+
 	mu      sync.Mutex
 	entries map[string]entry
+	used    int64
+	// soonest is no later than the earliest expiry of the entries held,
+	// zero when none expires: before it, no entry has expired, and a
+	// full store has nothing to reclaim.
+	soonest time.Time
 }
 
-// New returns an empty store.
-func New() *Store { return &Store{entries: map[string]entry{}} }
+// New returns an empty store of DefaultMaxBytes.
+func New() *Store { return &Store{max: DefaultMaxBytes, entries: map[string]entry{}} }
 
-// Open returns an empty store; it exists so the memory adapter has the shape
-// of every other.
-func Open(ctx context.Context, _ Config) (*Store, error) {
+// Open returns an empty store.
+func Open(ctx context.Context, c Config) (*Store, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	return New(), nil
+	if err := c.Check("keyvalue.config"); err != nil {
+		return nil, err
+	}
+	c.Default("")
+	s := New()
+	s.max = c.MaxBytes
+	return s, nil
 }
 
 // Close drops the data.
@@ -62,6 +105,7 @@ func (s *Store) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.entries = map[string]entry{}
+	s.used, s.soonest = 0, time.Time{}
 	return nil
 }
 
@@ -70,21 +114,75 @@ func (s *Store) Close() error {
 func (s *Store) lookup(key string, now time.Time) (entry, bool) {
 	e, ok := s.entries[key]
 	if ok && !e.live(now) {
-		delete(s.entries, key)
+		s.remove(key, e)
 		return entry{}, false
 	}
 	return e, ok
 }
 
-func newEntry(value []byte, ttl time.Duration, now time.Time) entry {
-	e := entry{value: slices.Clone(value)}
+// remove forgets key, which holds e. s.mu is held.
+func (s *Store) remove(key string, e entry) {
+	delete(s.entries, key)
+	s.used -= e.cost
+}
+
+// put stores e under key in place of what it holds, unless the store has
+// no room for it, even once every expired entry is gone. s.mu is held.
+func (s *Store) put(key string, e entry, now time.Time) error {
+	var freed int64
+	if old, ok := s.entries[key]; ok {
+		freed = old.cost
+	}
+	if s.used-freed+e.cost > s.max && !s.soonest.IsZero() && !now.Before(s.soonest) {
+		s.reclaim(now)
+		freed = 0
+		if old, ok := s.entries[key]; ok {
+			freed = old.cost
+		}
+	}
+	if s.used-freed+e.cost > s.max {
+		return fmt.Errorf("set %q: an entry of %d bytes (its key, its value and %d of upkeep) does not fit: the store holds %d of its max_bytes, %d: %w",
+			key, e.cost, EntryOverhead, s.used, s.max, ports.ErrStorageFull)
+	}
+	s.used += e.cost - freed
+	s.entries[key] = e
+	if !e.expires.IsZero() && (s.soonest.IsZero() || e.expires.Before(s.soonest)) {
+		s.soonest = e.expires
+	}
+	return nil
+}
+
+// reclaim removes every expired entry, a walk of the whole map under the
+// lock; a write that finds the store full does it only once an entry may
+// have expired since the last walk. s.mu is held.
+func (s *Store) reclaim(now time.Time) {
+	s.soonest = time.Time{}
+	for k, e := range s.entries {
+		switch {
+		case !e.live(now):
+			s.remove(k, e)
+		case !e.expires.IsZero() && (s.soonest.IsZero() || e.expires.Before(s.soonest)):
+			s.soonest = e.expires
+		}
+	}
+}
+
+// newEntry copies value into an entry for key, refusing one larger than
+// the whole store. It takes no lock.
+func (s *Store) newEntry(key string, value []byte, ttl time.Duration, now time.Time) (entry, error) {
+	n := int64(len(key)+len(value)) + EntryOverhead
+	if n > s.max {
+		return entry{}, fmt.Errorf("set %q: an entry of %d bytes (its key, its value and %d of upkeep) is more than the store's max_bytes, %d: %w",
+			key, n, EntryOverhead, s.max, ports.ErrTooLarge)
+	}
+	e := entry{value: slices.Clone(value), cost: n}
 	if e.value == nil {
 		e.value = []byte{}
 	}
 	if ttl > 0 {
 		e.expires = now.Add(ttl)
 	}
-	return e
+	return e, nil
 }
 
 func check(ctx context.Context, key string) error {
@@ -140,11 +238,14 @@ func (s *Store) Set(ctx context.Context, key string, value []byte, ttl time.Dura
 	if err := storecheck.TTL(ttl); err != nil {
 		return err
 	}
-	e := newEntry(value, ttl, time.Now())
+	now := time.Now()
+	e, err := s.newEntry(key, value, ttl, now)
+	if err != nil {
+		return err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.entries[key] = e
-	return nil
+	return s.put(key, e, now)
 }
 
 // SetIfAbsent stores a copy of the value unless the key holds a live one.
@@ -156,13 +257,18 @@ func (s *Store) SetIfAbsent(ctx context.Context, key string, value []byte, ttl t
 		return false, err
 	}
 	now := time.Now()
-	e := newEntry(value, ttl, now)
+	e, err := s.newEntry(key, value, ttl, now)
+	if err != nil {
+		return false, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.lookup(key, now); ok {
 		return false, nil
 	}
-	s.entries[key] = e
+	if err := s.put(key, e, now); err != nil {
+		return false, err
+	}
 	return true, nil
 }
 
@@ -173,8 +279,10 @@ func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	_, ok := s.lookup(key, time.Now())
-	delete(s.entries, key)
+	e, ok := s.lookup(key, time.Now())
+	if ok {
+		s.remove(key, e)
+	}
 	return ok, nil
 }
 
@@ -189,7 +297,7 @@ func (s *Store) DeleteIfValue(ctx context.Context, key string, value []byte) (bo
 	if !ok || string(e.value) != string(value) {
 		return false, nil
 	}
-	delete(s.entries, key)
+	s.remove(key, e)
 	return true, nil
 }
 
@@ -242,7 +350,14 @@ func (s *Store) ListKeys(ctx context.Context, prefix string, limit int, cursor s
 var _ ports.Expirer = (*Store)(nil)
 
 // DeleteExpired implements ports.Expirer, a batch at a time so that calls
-// go on during a sweep (expiry.Sweep).
+// go on during a sweep (expiry.Sweep). The sweep deletes each entry the
+// check reports expired, so the check gives back its room.
 func (s *Store) DeleteExpired(ctx context.Context) (int, error) {
-	return expiry.Sweep(ctx, &s.mu, func() map[string]entry { return s.entries }, func(e entry, now time.Time) bool { return !e.live(now) })
+	return expiry.Sweep(ctx, &s.mu, func() map[string]entry { return s.entries }, func(e entry, now time.Time) bool {
+		if e.live(now) {
+			return false
+		}
+		s.used -= e.cost
+		return true
+	})
 }
