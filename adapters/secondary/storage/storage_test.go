@@ -165,6 +165,7 @@ func TestMissingRequiredSettingsAreRefusedBeforeAnythingOpens(t *testing.T) {
 		{ports.ServiceCache, "keyvalue", `{prefix: "` + strings.Repeat("p", 1000) + `"}`, "services.cache.config.prefix is 1000 bytes"},
 		{ports.ServiceCache, "memory", `{max_bytes: -1}`, "services.cache.config.max_bytes is -1"},
 		{ports.ServiceKeyValue, "memory", `{max_bytes: -1}`, "services.keyvalue.config.max_bytes is -1"},
+		{ports.ServiceDocument, "memory", `{max_bytes: -1}`, "services.document.config.max_bytes is -1"},
 	} {
 		b := block(c.service, c.adapter)
 		b.Config = node(t, c.config)

@@ -1,5 +1,5 @@
-// Package memory is a document store inside one process: the reference for
-// the document contract.
+// Package memory is a document store inside one process, bounded in bytes:
+// the reference for the document contract.
 package memory
 
 import (
@@ -17,12 +17,41 @@ import (
 
 var _ ports.DocumentStore = (*Store)(nil)
 
-// Config is the adapter's block under services.document.config: it has no
-// settings.
-type Config struct{}
+// DefaultMaxBytes is the bound of a store whose configuration sets none.
+const DefaultMaxBytes = 64 << 20
+
+// EntryOverhead is what a document or a collection counts against the
+// bound besides its id and its JSON text, or its name: about what the maps
+// hold for it, so that a flood of empty documents or collections is
+// bounded too.
+const EntryOverhead = 128
+
+// Config is the adapter's block under services.document.config.
+type Config struct {
+	// MaxBytes bounds what the store holds: each document counts its id,
+	// its JSON text and EntryOverhead, each collection its name and
+	// EntryOverhead. 0 is DefaultMaxBytes.
+	MaxBytes int64 `yaml:"max_bytes"`
+}
 
 // LocalStorage implements ports.StorageConfig: the data lives in this process.
 func (Config) LocalStorage() string { return ports.InThisProcess }
+
+// Default fills in the bound a block left out, so that the resolved
+// configuration shows the one the store keeps.
+func (c *Config) Default(string) {
+	if c.MaxBytes == 0 {
+		c.MaxBytes = DefaultMaxBytes
+	}
+}
+
+// Check refuses a negative bound, naming it under key.
+func (c Config) Check(key string) error {
+	if c.MaxBytes < 0 {
+		return fmt.Errorf("%s.max_bytes is %d: it is a number of bytes, 0 for the default of %d: %w", key, c.MaxBytes, DefaultMaxBytes, ports.ErrInvalidArgument)
+	}
+	return nil
+}
 
 // stored is a document as canonical JSON: every read decodes a fresh copy,
 // so callers never share maps with the store or each other.
@@ -31,26 +60,36 @@ type stored struct {
 	raw     []byte
 }
 
-// Store keeps collections of documents in maps.
+// Store keeps collections of documents in maps, at most max bytes of
+// them. A write that does not fit is refused with ports.ErrStorageFull; the
+// store drops nothing to make room.
 type Store struct {
+	max int64
+
 	mu          sync.Mutex
 	collections map[string]map[string]stored
+	used        int64
 	// versioned is the last version given to any document. Each write takes
 	// the next, so a document deleted or dropped and made again starts
 	// above every version it had.
 	versioned uint64
 }
 
-// New returns an empty store.
-func New() *Store { return &Store{collections: map[string]map[string]stored{}} }
+// New returns an empty store of DefaultMaxBytes.
+func New() *Store { return &Store{max: DefaultMaxBytes, collections: map[string]map[string]stored{}} }
 
-// Open returns an empty store; it exists so the memory adapter has the shape
-// of every other.
-func Open(ctx context.Context, _ Config) (*Store, error) {
+// Open returns an empty store.
+func Open(ctx context.Context, c Config) (*Store, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	return New(), nil
+	if err := c.Check("document.config"); err != nil {
+		return nil, err
+	}
+	c.Default("")
+	s := New()
+	s.max = c.MaxBytes
+	return s, nil
 }
 
 // Close drops the data.
@@ -58,6 +97,24 @@ func (s *Store) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.collections = map[string]map[string]stored{}
+	s.used = 0
+	return nil
+}
+
+// docCost is what a document counts against the bound.
+func docCost(id string, raw []byte) int64 { return int64(len(id)+len(raw)) + EntryOverhead }
+
+// collectionCost is what a collection counts against the bound, its
+// documents aside.
+func collectionCost(name string) int64 { return int64(len(name)) + EntryOverhead }
+
+// room refuses a write that takes need bytes and frees freed, unless the
+// store has room for it; what names the write. s.mu is held.
+func (s *Store) room(what string, need, freed int64) error {
+	if s.used-freed+need > s.max {
+		return fmt.Errorf("%s: %d bytes (with %d of upkeep) do not fit: the store holds %d of its max_bytes, %d: %w",
+			what, need, EntryOverhead, s.used, s.max, ports.ErrStorageFull)
+	}
 	return nil
 }
 
@@ -99,9 +156,15 @@ func (s *Store) EnsureCollection(ctx context.Context, name string) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.collections[name]; !ok {
-		s.collections[name] = map[string]stored{}
+	if _, ok := s.collections[name]; ok {
+		return nil
 	}
+	need := collectionCost(name)
+	if err := s.room(fmt.Sprintf("create collection %q", name), need, 0); err != nil {
+		return err
+	}
+	s.collections[name] = map[string]stored{}
+	s.used += need
 	return nil
 }
 
@@ -112,9 +175,14 @@ func (s *Store) DropCollection(ctx context.Context, name string) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, err := s.collection(name); err != nil {
+	c, err := s.collection(name)
+	if err != nil {
 		return fmt.Errorf("drop: %w", err)
 	}
+	for id, d := range c {
+		s.used -= docCost(id, d.raw)
+	}
+	s.used -= collectionCost(name)
 	delete(s.collections, name)
 	return nil
 }
@@ -138,16 +206,29 @@ func (s *Store) Put(ctx context.Context, collection, id string, data map[string]
 	if err != nil {
 		return ports.Document{}, err
 	}
+	need := docCost(id, raw)
+	if need > s.max {
+		return ports.Document{}, fmt.Errorf("put %q in %q: a document of %d bytes (its id, its JSON and %d of upkeep) is more than the store's max_bytes, %d: %w",
+			id, collection, need, EntryOverhead, s.max, ports.ErrTooLarge)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c, err := s.collection(collection)
 	if err != nil {
 		return ports.Document{}, fmt.Errorf("put %q: %w", id, err)
 	}
-	cur := c[id] // version 0 when missing
+	cur, had := c[id] // version 0 when missing
 	if want, ok := cond.Version(); ok && want != cur.version {
 		return ports.Document{}, fmt.Errorf("put %q in %q at version %d, stored %d: %w", id, collection, want, cur.version, ports.ErrConflict)
 	}
+	var freed int64
+	if had {
+		freed = docCost(id, cur.raw)
+	}
+	if err := s.room(fmt.Sprintf("put %q in %q", id, collection), need, freed); err != nil {
+		return ports.Document{}, err
+	}
+	s.used += need - freed
 	s.versioned++
 	next := stored{version: s.versioned, raw: raw}
 	c[id] = next
@@ -191,6 +272,7 @@ func (s *Store) Delete(ctx context.Context, collection, id string, cond ports.Co
 		return fmt.Errorf("delete %q in %q at version %d, stored %d: %w", id, collection, want, d.version, ports.ErrConflict)
 	}
 	delete(c, id)
+	s.used -= docCost(id, d.raw)
 	return nil
 }
 
