@@ -124,6 +124,11 @@ type cached struct {
 	// as long as it reads the collection, and collections, which only
 	// tells how much of the index is built, must not wait for that.
 	shown atomic.Pointer[vecindex.Index]
+	// syncs counts the syncs holding mu to write or waiting for it. A
+	// write of the handle that finds one under way leaves its change to
+	// the next search, which reads it from the file, rather than answer
+	// only once a load, which may take seconds, is over (applied).
+	syncs atomic.Int32
 }
 
 // set makes x the index; the caller holds mu to write.
@@ -453,8 +458,12 @@ func (s *Store) sync(ctx context.Context, tx *sql.Tx, name string, drops uint64)
 	if err != nil {
 		return view{}, err
 	}
+	c.syncs.Add(1)
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer func() {
+		c.mu.Unlock()
+		c.syncs.Add(-1)
+	}()
 	if s.isClosed() {
 		// Close has closed this entry's index, or passes it once this
 		// sync lets go: an index made now would outlive the handle.
@@ -644,12 +653,15 @@ func (s *Store) forget(name string, dropped bool) {
 
 // applied tells the handle's index of a write it made as version seq over
 // version prev: when the index stood at prev it takes the write directly,
-// otherwise the next search catches up from the file.
+// otherwise the next search catches up from the file. So does the next
+// search when a sync of the index is under way: the write, committed,
+// does not wait for it, which for the load of a large collection would
+// be seconds.
 func (s *Store) applied(name string, prev, seq int64, f func(*vecindex.Index)) {
 	s.mu.Lock()
 	c, ok := s.indexes[name]
 	s.mu.Unlock()
-	if !ok {
+	if !ok || c.syncs.Load() > 0 {
 		return
 	}
 	c.mu.Lock()
