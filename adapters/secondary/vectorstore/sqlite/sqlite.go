@@ -496,8 +496,10 @@ func (s *Store) sync(ctx context.Context, tx *sql.Tx, name string, drops uint64)
 			return view{}, err
 		}
 	case c.version < version:
+		// A catch-up that fails (its search gave up, say) has changed
+		// nothing: the index stays at c.version, graph and all, for the
+		// next search to catch up from.
 		if err := s.catchUp(ctx, tx, name, dim, c, c.version); err != nil {
-			c.discard()
 			return view{}, err
 		}
 	}
@@ -549,33 +551,51 @@ func (s *Store) hold(ctx context.Context, tx *sql.Tx, name string, drops uint64)
 }
 
 // catchUp reads the rows written and the ids deleted after version since
-// (all rows when since is negative) into c's index.
+// into c's index, or, when since is negative, every row of the collection
+// into the index of a load. A whole load goes into the index as it is read;
+// a catch-up first reads everything it will apply, so that one that fails
+// midway leaves the index as it stood, at since, rather than holding some
+// writes newer than its version, which a search of an older snapshot would
+// meet.
 func (s *Store) catchUp(ctx context.Context, tx *sql.Tx, name string, dim int, c *cached, since int64) error {
 	if s.hooks.catchUp != nil {
 		s.hooks.catchUp(name)
 	}
-	if since >= 0 {
-		rows, err := tx.QueryContext(ctx, `SELECT id FROM vector_deleted WHERE collection = ? AND version > ?`, name, since)
-		if err != nil {
-			return fmt.Errorf("read the deletes of %q: %w", name, err)
-		}
-		var gone []string
-		for rows.Next() {
-			var id string
-			if err := rows.Scan(&id); err != nil {
-				rows.Close()
-				return fmt.Errorf("read the deletes of %q: %w", name, err)
-			}
-			gone = append(gone, id)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("read the deletes of %q: %w", name, err)
-		}
-		// An id deleted and written again since is among the rows read
-		// below, which put it back.
-		c.index.Remove(gone)
+	if since < 0 {
+		return readRows(ctx, tx, name, dim, since, c.index.Put)
 	}
+	rows, err := tx.QueryContext(ctx, `SELECT id FROM vector_deleted WHERE collection = ? AND version > ?`, name, since)
+	if err != nil {
+		return fmt.Errorf("read the deletes of %q: %w", name, err)
+	}
+	var gone []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return fmt.Errorf("read the deletes of %q: %w", name, err)
+		}
+		gone = append(gone, id)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read the deletes of %q: %w", name, err)
+	}
+	var written []vecindex.Entry
+	if err := readRows(ctx, tx, name, dim, since, func(b []vecindex.Entry) { written = append(written, b...) }); err != nil {
+		return err
+	}
+	// An id deleted and written again since is among the rows written,
+	// which put it back.
+	c.index.Remove(gone)
+	c.index.Put(written)
+	return nil
+}
+
+// readRows reads the collection's rows written after version since (all
+// of them when since is negative) and hands them to put a batch at a time;
+// put must not keep the batch.
+func readRows(ctx context.Context, tx *sql.Tx, name string, dim int, since int64, put func([]vecindex.Entry)) error {
 	// A whole load walks the table by its key rather than by version.
 	q, args := `SELECT id, vec, payload FROM vectors WHERE collection = ?`, []any{name}
 	if since >= 0 {
@@ -603,14 +623,14 @@ func (s *Store) catchUp(ctx context.Context, tx *sql.Tx, name string, dim int, c
 			return fmt.Errorf("read vector %q of %q: %w", id, name, err)
 		}
 		if batch = append(batch, vecindex.Entry{ID: id, Values: values, Payload: p}); len(batch) == cap(batch) {
-			c.index.Put(batch)
+			put(batch)
 			batch = batch[:0]
 		}
 	}
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("read the vectors of %q: %w", name, err)
 	}
-	c.index.Put(batch)
+	put(batch)
 	return nil
 }
 
