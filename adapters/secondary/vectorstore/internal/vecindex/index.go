@@ -28,7 +28,9 @@ const DefaultThreshold = 50_000
 
 // chunkSlots is how many vectors one block of storage holds: blocks keep
 // the scan over contiguous memory without copying every vector when the
-// collection grows.
+// collection grows. The last block grows as vectors come, doubling, so a
+// collection of a few vectors holds about their size, not a whole block
+// (32 MiB at the largest dimension).
 const chunkSlots = 1024
 
 // buildSlice is how long the graph builder holds the write lock at a time,
@@ -63,7 +65,7 @@ type Index struct {
 	metric    ports.Metric
 	threshold int
 
-	chunks [][]float32 // slot s is chunks[s/chunkSlots][(s%chunkSlots)*dim:][:dim]
+	chunks [][]float32 // slot s is chunks[s/chunkSlots][(s%chunkSlots)*dim:][:dim]; only the last may be short
 	ids    []string    // "" for a slot that holds no live vector
 	terms  [][]uint32  // each slot's payload terms, sorted
 	slots  map[string]int32
@@ -142,8 +144,15 @@ func (x *Index) newSlot() int32 {
 	}
 	s := int32(len(x.ids))
 	if int(s)%chunkSlots == 0 {
-		x.chunks = append(x.chunks, make([]float32, chunkSlots*x.dim))
+		x.chunks = append(x.chunks, make([]float32, 0, x.dim))
 	}
+	last := &x.chunks[len(x.chunks)-1]
+	if len(*last)+x.dim > cap(*last) {
+		grown := make([]float32, len(*last), min(2*cap(*last), chunkSlots*x.dim))
+		copy(grown, *last)
+		*last = grown
+	}
+	*last = (*last)[:len(*last)+x.dim]
 	x.ids = append(x.ids, "")
 	x.terms = append(x.terms, nil)
 	return s
