@@ -166,6 +166,7 @@ func TestMissingRequiredSettingsAreRefusedBeforeAnythingOpens(t *testing.T) {
 		{ports.ServiceCache, "memory", `{max_bytes: -1}`, "services.cache.config.max_bytes is -1"},
 		{ports.ServiceKeyValue, "memory", `{max_bytes: -1}`, "services.keyvalue.config.max_bytes is -1"},
 		{ports.ServiceDocument, "memory", `{max_bytes: -1}`, "services.document.config.max_bytes is -1"},
+		{ports.ServiceVectorStore, "memory", `{max_bytes: -1}`, "services.vector_store.config.max_bytes is -1"},
 	} {
 		b := block(c.service, c.adapter)
 		b.Config = node(t, c.config)

@@ -1,11 +1,13 @@
 // Package memory is a vector store held in this process. Search is exact
 // up to a collection of Config.IndexThreshold vectors and goes through an
 // HNSW graph above it (package vecindex). It is for tests and
-// single-process development: its data goes with the process.
+// single-process development: its data goes with the process, and it holds
+// at most Config.MaxBytes of it.
 package memory
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -17,8 +19,23 @@ import (
 	"github.com/abi-engine/engine/ports"
 )
 
+// DefaultMaxBytes is the bound of a store whose configuration sets none:
+// about 80,000 vectors of dimension 384, past DefaultThreshold, where a
+// collection gets its graph.
+const DefaultMaxBytes = 256 << 20
+
+// EntryOverhead is what a vector or a collection counts against the bound
+// besides its id, values and payload, or its name: about what the maps and
+// the index hold for it, so that a flood of small ones is bounded too.
+const EntryOverhead = 128
+
 // Config is the block under services.vector_store.config.
 type Config struct {
+	// MaxBytes bounds what the store holds: each vector counts its id, its
+	// values twice (the stored copy and the index's), its payload as JSON
+	// and EntryOverhead, each collection its name and EntryOverhead. 0 is
+	// DefaultMaxBytes.
+	MaxBytes int64 `yaml:"max_bytes"`
 	// IndexThreshold is the number of vectors above which a collection is
 	// searched through an approximate HNSW graph; 0 means
 	// vecindex.DefaultThreshold (50,000), a negative value keeps every
@@ -35,26 +52,70 @@ func (Config) LocalStorage() string { return ports.InThisProcess }
 // SetLogger implements storage.LoggerSetter.
 func (c *Config) SetLogger(log *slog.Logger) { c.Logger = log }
 
-// Store keeps collections in maps behind one lock.
+// Default fills in the bound a block left out, so that the resolved
+// configuration shows the one the store keeps.
+func (c *Config) Default(string) {
+	if c.MaxBytes == 0 {
+		c.MaxBytes = DefaultMaxBytes
+	}
+}
+
+// Check refuses a negative bound, naming it under key.
+func (c Config) Check(key string) error {
+	if c.MaxBytes < 0 {
+		return fmt.Errorf("%s.max_bytes is %d: it is a number of bytes, 0 for the default of %d: %w", key, c.MaxBytes, DefaultMaxBytes, ports.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// Store keeps collections in maps behind one lock, at most max bytes of
+// them. A write that does not fit is refused whole with
+// ports.ErrStorageFull; the store drops nothing to make room.
 type Store struct {
+	max         int64
 	mu          sync.RWMutex
 	threshold   int
 	log         *slog.Logger
 	collections map[string]*collection
+	used        int64
 }
 
 type collection struct {
 	dimension int
 	metric    ports.Metric
-	vectors   map[string]ports.Vector
+	vectors   map[string]stored
 	index     *vecindex.Index
+}
+
+// stored is a vector and what it counts against the bound.
+type stored struct {
+	ports.Vector
+	cost int64
 }
 
 var _ ports.VectorStore = (*Store)(nil)
 
 // Open returns an empty store.
 func Open(_ context.Context, c Config) (*Store, error) {
-	return &Store{threshold: c.IndexThreshold, log: c.Logger, collections: map[string]*collection{}}, nil
+	if err := c.Check("vector_store.config"); err != nil {
+		return nil, err
+	}
+	c.Default("")
+	return &Store{max: c.MaxBytes, threshold: c.IndexThreshold, log: c.Logger, collections: map[string]*collection{}}, nil
+}
+
+// collectionCost is what a collection counts against the bound, its
+// vectors aside.
+func collectionCost(name string) int64 { return int64(len(name)) + EntryOverhead }
+
+// room refuses a write that takes need bytes and frees freed, unless the
+// store has room for it; what names the write. s.mu is held.
+func (s *Store) room(what string, need, freed int64) error {
+	if s.used-freed+need > s.max {
+		return fmt.Errorf("%s: %d bytes (with %d of upkeep each) do not fit: the store holds %d of its max_bytes, %d: %w",
+			what, need, EntryOverhead, s.used, s.max, ports.ErrStorageFull)
+	}
+	return nil
 }
 
 // Close stops the indexes' graph builders; the data stays until the store
@@ -90,8 +151,13 @@ func (s *Store) CreateCollection(_ context.Context, name string, dimension int, 
 		}
 		return nil
 	}
-	s.collections[name] = &collection{dimension: dimension, metric: metric, vectors: map[string]ports.Vector{},
+	need := collectionCost(name)
+	if err := s.room(fmt.Sprintf("create collection %q", name), need, 0); err != nil {
+		return err
+	}
+	s.collections[name] = &collection{dimension: dimension, metric: metric, vectors: map[string]stored{},
 		index: vecindex.New(dimension, metric, vecindex.Options{Threshold: s.threshold, Logger: s.log})}
+	s.used += need
 	return nil
 }
 
@@ -103,6 +169,10 @@ func (s *Store) DeleteCollection(_ context.Context, name string) error {
 		return err
 	}
 	c.index.Close()
+	for _, v := range c.vectors {
+		s.used -= v.cost
+	}
+	s.used -= collectionCost(name)
 	delete(s.collections, name)
 	return nil
 }
@@ -128,17 +198,43 @@ func (s *Store) Upsert(_ context.Context, name string, vectors []ports.Vector) e
 	if err := vecutil.CheckVectors(name, c.dimension, vectors); err != nil {
 		return err
 	}
-	stored := make([]ports.Vector, len(vectors))
+	batch := make([]stored, len(vectors))
 	entries := make([]vecindex.Entry, len(vectors))
 	for i, v := range vectors {
 		p, err := vecutil.NormalizePayload(v.Payload)
 		if err != nil {
 			return fmt.Errorf("upsert %q into %q: %w", v.ID, name, err)
 		}
-		stored[i] = ports.Vector{ID: v.ID, Values: slices.Clone(v.Values), Payload: p}
-		entries[i] = vecindex.Entry{ID: v.ID, Values: stored[i].Values, Payload: p}
+		cost := int64(len(v.ID)+8*len(v.Values)) + EntryOverhead
+		if p != nil {
+			b, _ := json.Marshal(p) // a normalised payload always marshals
+			cost += int64(len(b))
+		}
+		batch[i] = stored{Vector: ports.Vector{ID: v.ID, Values: slices.Clone(v.Values), Payload: p}, cost: cost}
+		entries[i] = vecindex.Entry{ID: v.ID, Values: batch[i].Values, Payload: p}
 	}
-	for _, v := range stored {
+	// The batch is stored whole or not at all: what it takes is counted
+	// as the vectors it leaves, the last of an id given twice.
+	var need, freed int64
+	last := make(map[string]int64, len(batch))
+	for _, v := range batch {
+		last[v.ID] = v.cost
+	}
+	for id, cost := range last {
+		need += cost
+		if old, ok := c.vectors[id]; ok {
+			freed += old.cost
+		}
+	}
+	if need > s.max {
+		return fmt.Errorf("upsert into %q: a batch of %d bytes (ids, values twice, payloads and %d of upkeep a vector) is more than the store's max_bytes, %d: %w",
+			name, need, EntryOverhead, s.max, ports.ErrTooLarge)
+	}
+	if err := s.room(fmt.Sprintf("upsert into %q", name), need, freed); err != nil {
+		return err
+	}
+	s.used += need - freed
+	for _, v := range batch {
 		c.vectors[v.ID] = v
 	}
 	c.index.Put(entries)
@@ -162,7 +258,7 @@ func (s *Store) Search(_ context.Context, name string, query []float32, k int, f
 	cands := c.index.Search(query, k, f)
 	out := vecindex.Finish(c.metric, query, k, cands, f, func(id string) (ports.Vector, bool) {
 		v, ok := c.vectors[id]
-		return v, ok
+		return v.Vector, ok
 	})
 	for i := range out {
 		out[i].Vector = clone(out[i].Vector)
@@ -184,7 +280,7 @@ func (s *Store) Get(_ context.Context, name, id string) (ports.Vector, error) {
 	if !ok {
 		return ports.Vector{}, fmt.Errorf("vector %q in %q: %w", id, name, ports.ErrNotFound)
 	}
-	return clone(v), nil
+	return clone(v.Vector), nil
 }
 
 func (s *Store) Delete(_ context.Context, name string, ids []string) error {
@@ -198,7 +294,10 @@ func (s *Store) Delete(_ context.Context, name string, ids []string) error {
 		return err
 	}
 	for _, id := range ids {
-		delete(c.vectors, id)
+		if v, ok := c.vectors[id]; ok {
+			s.used -= v.cost
+			delete(c.vectors, id)
+		}
 	}
 	c.index.Remove(ids)
 	return nil
