@@ -73,6 +73,11 @@ type Store struct {
 	// the next, so a document deleted or dropped and made again starts
 	// above every version it had.
 	versioned uint64
+
+	// hooks are points where tests stop the store; nil outside tests.
+	hooks struct {
+		match func() // a find or count is about to match the documents it read
+	}
 }
 
 // New returns an empty store of DefaultMaxBytes.
@@ -281,15 +286,35 @@ type match struct {
 	doc ports.Document
 }
 
-// matching decodes every document of the collection that passes where.
-// s.mu is held.
+// idStored is a document of a collection as a find read it.
+type idStored struct {
+	id string
+	stored
+}
+
+// matching decodes every document of the collection that passes where. It
+// takes the lock only to list the collection's documents, which are never
+// changed in place, and decodes them outside it, so calls on other
+// documents go on meanwhile; it answers as the collection stood when it
+// listed them.
 func (s *Store) matching(collection string, where []docjson.Where, orderBy string) ([]match, error) {
+	s.mu.Lock()
 	c, err := s.collection(collection)
 	if err != nil {
+		s.mu.Unlock()
 		return nil, err
 	}
-	var out []match
+	all := make([]idStored, 0, len(c))
 	for id, st := range c {
+		all = append(all, idStored{id, st})
+	}
+	s.mu.Unlock()
+	if s.hooks.match != nil {
+		s.hooks.match()
+	}
+	var out []match
+	for _, st := range all {
+		id := st.id
 		d, err := st.document(id)
 		if err != nil {
 			return nil, err
@@ -335,9 +360,7 @@ func (s *Store) Find(ctx context.Context, collection string, q ports.Query) ([]p
 	if err != nil {
 		return nil, "", err
 	}
-	s.mu.Lock()
 	all, err := s.matching(collection, where, q.OrderBy)
-	s.mu.Unlock()
 	if err != nil {
 		return nil, "", fmt.Errorf("find: %w", err)
 	}
@@ -376,8 +399,6 @@ func (s *Store) Count(ctx context.Context, collection string, where map[string]a
 	if err != nil {
 		return 0, err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	all, err := s.matching(collection, conds, "")
 	if err != nil {
 		return 0, fmt.Errorf("count: %w", err)

@@ -1,0 +1,80 @@
+package memory
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/abi-engine/engine/ports"
+)
+
+// A find or a count, which decodes every document of its collection, lets
+// the calls on other documents go on meanwhile, and answers as the
+// collection stood when it began. Before, it held the store's lock while it
+// decoded them all, so one caller's find of a large collection held up
+// every write and read of every other caller.
+func TestAFindLetsOtherCallsGoOnWhileItDecodes(t *testing.T) {
+	for _, count := range []bool{false, true} {
+		t.Run(map[bool]string{false: "Find", true: "Count"}[count], func(t *testing.T) {
+			s := New()
+			t.Cleanup(func() { _ = s.Close() })
+			ctx := t.Context()
+			if err := s.EnsureCollection(ctx, "c"); err != nil {
+				t.Fatal(err)
+			}
+			for i := range 10 {
+				if _, err := s.Put(ctx, "c", fmt.Sprintf("d%d", i), map[string]any{"k": "x"}, ports.Cond{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			matching, release := make(chan struct{}), make(chan struct{})
+			var once sync.Once
+			s.hooks.match = func() {
+				once.Do(func() {
+					close(matching)
+					<-release
+				})
+			}
+			var releaseOnce sync.Once
+			stop := func() { releaseOnce.Do(func() { close(release) }) }
+			t.Cleanup(stop)
+			found := make(chan int, 1)
+			go func() {
+				if count {
+					n, err := s.Count(ctx, "c", map[string]any{"k": "x"})
+					if err != nil {
+						t.Errorf("Count: %v", err)
+					}
+					found <- n
+					return
+				}
+				docs, _, err := s.Find(ctx, "c", ports.Query{Where: map[string]any{"k": "x"}, Limit: 100})
+				if err != nil {
+					t.Errorf("Find: %v", err)
+				}
+				found <- len(docs)
+			}()
+			<-matching
+			wrote := make(chan error, 1)
+			go func() {
+				_, err := s.Put(ctx, "c", "new", map[string]any{"k": "x"}, ports.Cond{})
+				wrote <- err
+			}()
+			select {
+			case err := <-wrote:
+				if err != nil {
+					t.Fatalf("a put while a find decodes: %v", err)
+				}
+			case <-time.After(20 * time.Second):
+				stop()
+				<-wrote
+				t.Fatal("a put waited for a find of the same store to decode every document")
+			}
+			stop()
+			if n := <-found; n != 10 {
+				t.Fatalf("the find found %d documents, want the 10 there when it began", n)
+			}
+		})
+	}
+}
