@@ -145,6 +145,36 @@ func TestExpiredEntriesGiveTheirRoomBack(t *testing.T) {
 	})
 }
 
+// A full store walks its entries for expired ones at most once a second:
+// a write within a second of a walk is refused though a key has expired
+// since, and the same write a second after the walk is stored. A caller
+// setting keys that expire a millisecond apart cannot make every write
+// walk the whole store under its lock.
+func TestAFullStoreLooksForExpiredKeysAtMostOnceASecond(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		value := []byte("0123456789")
+		s := open(t, 2*cost("k1", value))
+		if err := s.Set(t.Context(), "k1", value, time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Set(t.Context(), "k2", value, 0); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Millisecond)
+		if err := s.Set(t.Context(), "k3", value, time.Millisecond); err != nil {
+			t.Fatalf("Set once k1 expired: %v", err)
+		}
+		time.Sleep(time.Millisecond)
+		if err := s.Set(t.Context(), "k4", value, 0); !errors.Is(err, ports.ErrStorageFull) {
+			t.Fatalf("Set a millisecond after the walk: %v, want ErrStorageFull", err)
+		}
+		time.Sleep(time.Second)
+		if err := s.Set(t.Context(), "k4", value, 0); err != nil {
+			t.Fatalf("Set a second after the walk: %v", err)
+		}
+	})
+}
+
 // A negative max_bytes is refused, naming the setting; 0 is the default.
 func TestANegativeMaxBytesIsRefused(t *testing.T) {
 	err := memory.Config{MaxBytes: -1}.Check("services.keyvalue.config")

@@ -81,7 +81,16 @@ type Store struct {
 	// zero when none expires: before it, no entry has expired, and a
 	// full store has nothing to reclaim.
 	soonest time.Time
+	// reclaimed is when a full store last walked its entries for expired
+	// ones (reclaim).
+	reclaimed time.Time
 }
+
+// reclaimEvery is how often, at most, a full store walks its entries for
+// expired ones: a walk holds the lock for as long as the map is large, and
+// a caller setting keys that expire a millisecond apart must not make
+// every write walk it.
+const reclaimEvery = time.Second
 
 // New returns an empty store of DefaultMaxBytes.
 func New() *Store { return &Store{max: DefaultMaxBytes, entries: map[string]entry{}} }
@@ -105,7 +114,7 @@ func (s *Store) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.entries = map[string]entry{}
-	s.used, s.soonest = 0, time.Time{}
+	s.used, s.soonest, s.reclaimed = 0, time.Time{}, time.Time{}
 	return nil
 }
 
@@ -133,7 +142,8 @@ func (s *Store) put(key string, e entry, now time.Time) error {
 	if old, ok := s.entries[key]; ok {
 		freed = old.cost
 	}
-	if s.used-freed+e.cost > s.max && !s.soonest.IsZero() && !now.Before(s.soonest) {
+	if s.used-freed+e.cost > s.max && !s.soonest.IsZero() && !now.Before(s.soonest) &&
+		(s.reclaimed.IsZero() || now.Sub(s.reclaimed) >= reclaimEvery) {
 		s.reclaim(now)
 		freed = 0
 		if old, ok := s.entries[key]; ok {
@@ -154,9 +164,10 @@ func (s *Store) put(key string, e entry, now time.Time) error {
 
 // reclaim removes every expired entry, a walk of the whole map under the
 // lock; a write that finds the store full does it only once an entry may
-// have expired since the last walk. s.mu is held.
+// have expired since the last walk, and at most every reclaimEvery. s.mu
+// is held.
 func (s *Store) reclaim(now time.Time) {
-	s.soonest = time.Time{}
+	s.soonest, s.reclaimed = time.Time{}, now
 	for k, e := range s.entries {
 		switch {
 		case !e.live(now):
