@@ -127,8 +127,13 @@ type cached struct {
 	// syncs counts the syncs holding mu to write or waiting for it. A
 	// write of the handle that finds one under way leaves its change to
 	// the next search, which reads it from the file, rather than answer
-	// only once a load, which may take seconds, is over (applied).
+	// only once a load, which may take seconds, is over (applied); so
+	// does a drop, which leaves the index to be closed by the last of
+	// them (forget).
 	syncs atomic.Int32
+	// gone is set once the handle has let go of the entry: a sync that
+	// lets go of mu then closes the index it leaves.
+	gone atomic.Bool
 }
 
 // set makes x the index; the caller holds mu to write.
@@ -461,8 +466,14 @@ func (s *Store) sync(ctx context.Context, tx *sql.Tx, name string, drops uint64)
 	c.syncs.Add(1)
 	c.mu.Lock()
 	defer func() {
-		c.mu.Unlock()
+		// In this order, against forget's: a drop that saw this sync
+		// under way finds gone set here, and one that did not closes
+		// the index itself.
 		c.syncs.Add(-1)
+		if c.gone.Load() && c.index != nil {
+			c.index.Close()
+		}
+		c.mu.Unlock()
 	}()
 	if s.isClosed() {
 		// Close has closed this entry's index, or passes it once this
@@ -662,13 +673,21 @@ func (s *Store) forget(name string, dropped bool) {
 		s.drops++
 	}
 	s.mu.Unlock()
-	if ok {
-		c.mu.Lock()
-		if c.index != nil {
-			c.index.Close()
-		}
-		c.mu.Unlock()
+	if !ok {
+		return
 	}
+	// A sync under way (the load of the collection, which may take
+	// seconds) closes the index as it lets go; the drop does not wait
+	// for it.
+	c.gone.Store(true)
+	if c.syncs.Load() > 0 {
+		return
+	}
+	c.mu.Lock()
+	if c.index != nil {
+		c.index.Close()
+	}
+	c.mu.Unlock()
 }
 
 // applied tells the handle's index of a write it made as version seq over
