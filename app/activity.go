@@ -24,12 +24,16 @@ const ActivityCollection = wire.ActivityCollection
 
 // Activity events: what happened to an engine's ownership.
 const (
-	EventAcquired        = "acquired"
-	EventTookOver        = "took_over"
-	EventFenced          = "fenced"
-	EventRestored        = "restored"
-	EventLost            = "lost"
-	EventReleased        = "released"
+	EventAcquired = "acquired"
+	EventTookOver = "took_over"
+	EventFenced   = "fenced"
+	EventRestored = "restored"
+	EventLost     = "lost"
+	EventReleased = "released"
+	// EventNotReleased: an engine that held the lease stopped
+	// without writing its release, so no successor takes the lease before
+	// it has gone a lease without a renewal.
+	EventNotReleased     = "not_released"
 	EventStandbyStarted  = "standby_started"
 	EventStandbyTimedOut = "standby_timed_out"
 	// EventStandbyEnded: a standby gave up because an engine of its own
@@ -84,8 +88,14 @@ func eventOf(tr domain.Transition, waitedFor domain.Holder) (event, detail strin
 	case domain.StateLost:
 		return EventLost, tr.Reason, true
 	case domain.StateReleased:
-		if tr.From == domain.StateServing || tr.From == domain.StateFenced {
+		switch {
+		case tr.HandedOver:
 			return EventReleased, "released the lease on shutdown", true
+		case tr.From == domain.StateServing || tr.From == domain.StateFenced:
+			// The released record was not written: the lease was no
+			// longer its own, the write failed, or it still held a key
+			// it had made anew, which it may not hand over.
+			return EventNotReleased, "stopped without writing its release; no engine takes the lease before it has gone a lease without a renewal", true
 		}
 		return EventStandbyStopped, "stopped before it served", true
 	case domain.StateStandby:
