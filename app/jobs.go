@@ -138,8 +138,15 @@ func (j *Jobs) loop(ctx context.Context, job Job, inProgress chan struct{}) {
 	}
 }
 
-// once runs job once, if the lease admits it now.
+// once runs job once, if its jobs still run and the lease admits it now.
 func (j *Jobs) once(ctx context.Context, job Job) {
+	// The loop's turn and its cancellation may come at once, and its
+	// select takes either: a cancelled job begins no new run, which one
+	// that does not heed its context would do in full after the stop or
+	// fence that cancelled it.
+	if ctx.Err() != nil {
+		return
+	}
 	token, ok := j.admit()
 	if !ok {
 		return

@@ -183,3 +183,44 @@ func TestAJobWithoutANameOrWithANameTakenIsRefused(t *testing.T) {
 		}
 	})
 }
+
+// A job whose run is due when its jobs are cancelled begins no new run,
+// even when its turn comes at the very moment of the cancellation: here
+// the turn a stuck run from before a fence gives up once the jobs, started
+// again at a restore, are cancelled by a stop. Before, the job's loop chose
+// at random between its cancellation and its turn, and half the time began
+// a run with a context already cancelled, new work after the stop, which a
+// run that does not heed its context did in full, and the stop waited for.
+func TestACancelledJobBeginsNoNewRun(t *testing.T) {
+	for range 20 {
+		synctest.Test(t, func(t *testing.T) {
+			jobs := NewJobs(slog.New(slog.DiscardHandler), nil)
+			unstick := make(chan struct{})
+			var runs, late atomic.Int32
+			if err := jobs.Register(Job{Name: "stuck", Every: time.Second, Run: func(ctx context.Context) error {
+				if ctx.Err() != nil {
+					late.Add(1)
+				}
+				if runs.Add(1) == 1 {
+					<-unstick // heeds no context
+				}
+				return nil
+			}}); err != nil {
+				t.Fatal(err)
+			}
+			jobs.Start()
+			time.Sleep(time.Second)
+			synctest.Wait()
+			jobs.Cancel() // a fence: the first run goes on
+			jobs.Start()  // a restore: the job's turn waits for that run
+			time.Sleep(time.Second)
+			synctest.Wait()
+			jobs.Cancel() // the stop
+			close(unstick)
+			jobs.Stop()
+			if n := late.Load(); n != 0 {
+				t.Fatalf("%d runs began after their jobs were cancelled (%d runs in all)", n, runs.Load())
+			}
+		})
+	}
+}
