@@ -256,9 +256,13 @@ func (e *Engine) Start(ctx context.Context) (err error) {
 			e.stopping.Store(true)
 			// fx runs no stop for a start that failed: the jobs stop
 			// first, as at a stop, so that none runs on while, or after,
-			// the module that registered it stops; then the modules that
-			// did start are stopped here, within a drain period.
+			// the module that registered it stops; then the kernel stops
+			// and the lease is released, and only then are the modules
+			// that did start stopped here, within a drain period, as a
+			// stop stops them after its release: the activity log, a
+			// module, keeps the release only if it hears of it first.
 			e.stopJobs()
+			e.release()
 			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.p.Config.Timing().Drain)
 			if serr := e.modules.stop(sctx); serr != nil {
 				e.log.Warn("stopping the modules of a start that failed", "err", serr)
@@ -364,11 +368,11 @@ func startLimit(lease time.Duration) time.Duration { return lease + 30*time.Seco
 
 // failedStartCleanUp bounds what a start that failed does before it
 // returns, as the sum of the longest each of its steps takes, one after
-// another: the wait for the jobs' runs (jobsStopLimit), the modules' stop
-// (a drain period), the kernel's stop (kernelStopLimit), the release (the
-// renewal in flight ends, then the released record is written, each cut
-// off after a renewal period), the fence the release can bring about
-// (natsapi.StopLimit, for a session whose call a store still holds), and
+// another: the wait for the jobs' runs (jobsStopLimit), the kernel's stop
+// (kernelStopLimit), the release (the renewal in flight ends, then the
+// released record is written, each cut off after a renewal period), the
+// fence the release can bring about (natsapi.StopLimit, for a session
+// whose call a store still holds), the modules' stop (a drain period), and
 // closeSlack for the backends, the connections and the broker to close.
 // fx's start timeout (New) adds it to the longest start, and a process that
 // exited on that timeout left the lease held.
@@ -650,10 +654,12 @@ func (e *Engine) Stop(ctx context.Context) error {
 	return nil
 }
 
-// closeAll closes backends and connections, the embedded broker last.
-func (e *Engine) closeAll() {
+// release stops the jobs and the kernel, then releases the lease, each
+// of which does nothing when done already: a start that failed has no
+// drain, so nothing answers past its release.
+func (e *Engine) release() {
 	e.mu.Lock()
-	l, k, sv := e.local, e.kernel, e.serving
+	k, sv := e.kernel, e.serving
 	e.mu.Unlock()
 	if sv != nil {
 		sv.shutdownJobs() // nothing subscribes the kernel from now on
@@ -664,6 +670,15 @@ func (e *Engine) closeAll() {
 	if o := e.Ownership(); o != nil {
 		_ = o.Release(context.Background()) // nothing when already released
 	}
+}
+
+// closeAll closes backends and connections, the embedded broker last,
+// once the lease is released.
+func (e *Engine) closeAll() {
+	e.release()
+	e.mu.Lock()
+	l, sv := e.local, e.serving
+	e.mu.Unlock()
 	if sv != nil {
 		sv.close()
 	}
