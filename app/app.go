@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"reflect"
 	"runtime"
+	"slices"
 
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxevent"
@@ -118,11 +119,32 @@ type engineIn struct {
 func newEngine(in engineIn) *Engine {
 	e := NewEngine(EngineParams{
 		Config: in.Config, Holder: in.Holder, Logger: in.Logger, Storage: in.Storage,
-		Modules: in.Modules, Embed: in.Options.Embed,
+		Modules: activityFirst(in.Modules), Embed: in.Options.Embed,
 		Shutdown: func(code int) { _ = in.Shutdowner.Shutdown(fx.ExitCode(code)) },
 	})
 	in.Conns.closed = e.connectionClosed
 	return e
+}
+
+// activityFirst puts the activity log before the other modules, so it
+// starts first and stops last: fx hands a group's values over in an order
+// it draws anew at each start, and a log that came after a module whose
+// start failed never started, and kept nothing of the engine's hold of the
+// lease, nor of its release.
+func activityFirst(modules []Module) []Module {
+	out := slices.Clone(modules)
+	slices.SortStableFunc(out, func(a, b Module) int {
+		_, aLog := a.(*Activity)
+		_, bLog := b.(*Activity)
+		switch {
+		case aLog && !bLog:
+			return -1
+		case bLog && !aLog:
+			return 1
+		}
+		return 0
+	})
+	return out
 }
 
 // engineStorage is BuildStorage for the engine of the graph: its stores'

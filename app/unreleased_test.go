@@ -1,11 +1,16 @@
 package app_test
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/fx"
 
 	"github.com/abi-engine/engine/app"
 	"github.com/abi-engine/engine/domain"
@@ -74,4 +79,48 @@ func TestAStopWhoseReleaseIsNotWrittenIsNotLoggedAsReleased(t *testing.T) {
 	}
 	find(t, h, old.Me().InstanceID, app.EventNotReleased)
 	find(t, h, next.Me().InstanceID, app.EventTookOver)
+}
+
+// refusingModule fails its start, once the engine holds the lease.
+type refusingModule struct{}
+
+func (refusingModule) Name() string                               { return "refusing" }
+func (refusingModule) Needs() []string                            { return nil }
+func (refusingModule) Start(context.Context, app.ModuleEnv) error { return errors.New("refused") }
+func (refusingModule) Stop(context.Context) error                 { return nil }
+
+// The activity log starts before every other module, so a module whose
+// start fails leaves the log with the engine's acquisition and release.
+// Before, fx handed the engine its modules in an order of its own, drawn
+// anew at each start, and half the time the log came after the failing
+// module, never started, and kept nothing of an engine that had held the
+// lease and served.
+func TestTheActivityLogKeepsTheHoldOfAStartAModuleFailed(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	services := sharedDocuments(t)
+	const starts = 8
+	var failed []string
+	for range starts {
+		var e *app.Engine
+		a := fx.New(app.Graph(options(testConfig(t, url, "serve", "", services)),
+			app.AsModule(func() refusingModule { return refusingModule{} })), fx.Populate(&e), fx.NopLogger)
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		err := a.Start(ctx)
+		cancel()
+		if err == nil || !strings.Contains(err.Error(), "refused") {
+			t.Fatalf("the start returned %v, want the module's refusal", err)
+		}
+		failed = append(failed, e.Me().InstanceID)
+	}
+
+	next, b := start(t, testConfig(t, url, "serve", "", services))
+	defer b.RequireStop()
+	h := awaitHistory(t, next, 1)
+	for _, id := range failed {
+		for _, event := range []string{app.EventAcquired, app.EventReleased} {
+			if !slices.ContainsFunc(h, func(e app.ActivityEntry) bool { return e.InstanceID == id && e.Event == event }) {
+				t.Fatalf("the activity log has no %s entry of engine %s, whose start a module failed: %+v", event, id, h)
+			}
+		}
+	}
 }
