@@ -21,9 +21,20 @@ func Lookup(tb testing.TB, name, what string, optional bool) string {
 	if v != "" {
 		return v
 	}
-	if os.Getenv(RequireVar) == "1" && !optional {
-		tb.Fatalf("%s is not set: %s is required (%s=1)", name, what, RequireVar)
+	if optional {
+		tb.Skipf("%s is not set: no %s to test against", name, what)
 	}
-	tb.Skipf("%s is not set: no %s to test against", name, what)
+	Missing(tb, "%s is not set: no %s to test against", name, what)
 	return ""
+}
+
+// Missing skips the test for want of something the host lacks, saying
+// what, or fails it when backends are required: CI's host must have
+// everything a test needs.
+func Missing(tb testing.TB, format string, args ...any) {
+	tb.Helper()
+	if os.Getenv(RequireVar) == "1" {
+		tb.Fatalf(format+" (required: %s=1)", append(args, RequireVar)...)
+	}
+	tb.Skipf(format, args...)
 }
