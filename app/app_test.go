@@ -26,6 +26,7 @@ import (
 	"github.com/abi-engine/engine/app/config"
 	"github.com/abi-engine/engine/domain"
 	"github.com/abi-engine/engine/internal/natstest"
+	"github.com/abi-engine/engine/internal/testenv"
 	"github.com/abi-engine/engine/internal/wire"
 	"github.com/abi-engine/engine/storagepolicy"
 )
@@ -452,7 +453,7 @@ func TestAClientEngineRunsNoBrokerOfItsOwn(t *testing.T) {
 // table of sockets: the test's caller is the only one.
 func TestAServingEngineReachesItsEmbeddedBrokerThroughMemory(t *testing.T) {
 	if _, err := os.Stat("/proc/net/tcp"); err != nil {
-		t.Skipf("this test counts the broker's TCP clients in /proc/net/tcp, which this system lacks: %v", err)
+		testenv.Missing(t, "this test counts the broker's TCP clients in /proc/net/tcp, which this system lacks: %v", err)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -22,6 +22,7 @@ import (
 	objmemory "github.com/abi-engine/engine/adapters/secondary/objectstorage/memory"
 	"github.com/abi-engine/engine/domain"
 	"github.com/abi-engine/engine/internal/natstest"
+	"github.com/abi-engine/engine/internal/testenv"
 	"github.com/abi-engine/engine/internal/wire"
 	"github.com/abi-engine/engine/ports"
 )
@@ -223,10 +224,7 @@ func TestASetLoadThatFailsLeavesItsFigureNull(t *testing.T) {
 	if b.result.KVSetRPSSQLite != nil {
 		t.Errorf("kv_set_rps_sqlite is %v after its load failed, want null", *b.result.KVSetRPSSQLite)
 	}
-	dsn := os.Getenv("ENGINE_TEST_PG_DSN")
-	if dsn == "" {
-		t.Skip("ENGINE_TEST_PG_DSN is not set: the set on PostgreSQL is not tried")
-	}
+	dsn := testenv.Lookup(t, "ENGINE_TEST_PG_DSN", "PostgreSQL server, so the set on PostgreSQL is not tried", false)
 	failedSets("PostgreSQL", b.postgres(t.Context(), url, nc, dsn))
 	if b.result.KVSetRPSPostgres != nil {
 		t.Errorf("kv_set_rps_postgres is %v after its load failed, want null", *b.result.KVSetRPSPostgres)
@@ -238,10 +236,7 @@ func TestASetLoadThatFailsLeavesItsFigureNull(t *testing.T) {
 // a connection's default: at a stricter one it would pay for checks the
 // engine's statements do not, and the ratios would flatter the engine.
 func TestThePGXPeerRunsAtTheEnginesIsolation(t *testing.T) {
-	dsn := os.Getenv("ENGINE_TEST_PG_DSN")
-	if dsn == "" {
-		t.Skip("ENGINE_TEST_PG_DSN is not set")
-	}
+	dsn := testenv.Lookup(t, "ENGINE_TEST_PG_DSN", "PostgreSQL server", false)
 	const serializable = "-c default_transaction_isolation=serializable"
 	if u, err := url.Parse(dsn); err == nil && u.Scheme != "" {
 		q := u.Query()
