@@ -288,7 +288,13 @@ func (b *bench) vectorRun(ctx context.Context, adapter string, d *vecData) (vecR
 	if err != nil {
 		return run, err
 	}
-	config, err := b.writeConfig(engineConfig{url: s.ClientURL(), lease: b.lease, vectors: "{adapter: " + adapter + "}"})
+	vectors := "{adapter: " + adapter + "}"
+	if adapter == "memory" {
+		// The memory store's default bound, 256 MiB, holds about 80,000
+		// vectors of dimension 384: vector200k loads more.
+		vectors = "{adapter: memory, config: {max_bytes: 4294967296}}"
+	}
+	config, err := b.writeConfig(engineConfig{url: s.ClientURL(), lease: b.lease, vectors: vectors})
 	if err != nil {
 		return run, err
 	}
