@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/abi-engine/engine/adapters/secondary/internal/maxbytes"
 	"github.com/abi-engine/engine/internal/expiry"
 	"github.com/abi-engine/engine/ports"
 	"github.com/abi-engine/engine/storecheck"
@@ -38,19 +39,10 @@ func (Config) LocalStorage() string { return ports.InThisProcess }
 
 // Default fills in the bound a block left out, so that the resolved
 // configuration shows the one the store keeps.
-func (c *Config) Default(string) {
-	if c.MaxBytes == 0 {
-		c.MaxBytes = DefaultMaxBytes
-	}
-}
+func (c *Config) Default(string) { c.MaxBytes = maxbytes.Default(c.MaxBytes, DefaultMaxBytes) }
 
 // Check refuses a negative bound, naming it under key.
-func (c Config) Check(key string) error {
-	if c.MaxBytes < 0 {
-		return fmt.Errorf("%s.max_bytes is %d: it is a number of bytes, 0 for the default of %d: %w", key, c.MaxBytes, DefaultMaxBytes, ports.ErrInvalidArgument)
-	}
-	return nil
-}
+func (c Config) Check(key string) error { return maxbytes.Check(key, c.MaxBytes, DefaultMaxBytes) }
 
 type entry struct {
 	value   []byte

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/abi-engine/engine/adapters/secondary/internal/maxbytes"
 	"github.com/abi-engine/engine/adapters/secondary/vectorstore/internal/vecindex"
 	"github.com/abi-engine/engine/adapters/secondary/vectorstore/internal/vecutil"
 	"github.com/abi-engine/engine/ports"
@@ -54,19 +55,10 @@ func (c *Config) SetLogger(log *slog.Logger) { c.Logger = log }
 
 // Default fills in the bound a block left out, so that the resolved
 // configuration shows the one the store keeps.
-func (c *Config) Default(string) {
-	if c.MaxBytes == 0 {
-		c.MaxBytes = DefaultMaxBytes
-	}
-}
+func (c *Config) Default(string) { c.MaxBytes = maxbytes.Default(c.MaxBytes, DefaultMaxBytes) }
 
 // Check refuses a negative bound, naming it under key.
-func (c Config) Check(key string) error {
-	if c.MaxBytes < 0 {
-		return fmt.Errorf("%s.max_bytes is %d: it is a number of bytes, 0 for the default of %d: %w", key, c.MaxBytes, DefaultMaxBytes, ports.ErrInvalidArgument)
-	}
-	return nil
-}
+func (c Config) Check(key string) error { return maxbytes.Check(key, c.MaxBytes, DefaultMaxBytes) }
 
 // Store keeps collections in maps behind one lock, at most max bytes of
 // them. A write that does not fit is refused whole with
