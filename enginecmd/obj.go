@@ -148,7 +148,7 @@ func (c *command) objGet(args []string, stdout, stderr io.Writer) int {
 		if path == "" {
 			return copyObject(ctx, stdout, body, key, info.Size, stderr)
 		}
-		out, err := createTarget(path)
+		out, err := openTarget(ctx, path)
 		if err != nil {
 			return fmt.Errorf("get %q: %w", key, err)
 		}
@@ -199,6 +199,35 @@ type target struct {
 	// final is the path renamed over on success, "" when f is the path
 	// itself; remove is the file to remove on failure, "" for none.
 	final, remove string
+}
+
+// openTarget is createTarget until ctx ends. Opening a FIFO to write
+// blocks until a reader opens it, for as long as another process pleases,
+// and the open ignores the command's context: a signal ended nothing, and
+// a command that served held the lease meanwhile. The open given up goes
+// on in a goroutine of its own, which closes what it opened, and removes
+// what it made, should the open ever return.
+func openTarget(ctx context.Context, path string) (*target, error) {
+	type opened struct {
+		t   *target
+		err error
+	}
+	done := make(chan opened, 1)
+	go func() {
+		t, err := createTarget(path)
+		done <- opened{t, err}
+	}()
+	select {
+	case o := <-done:
+		return o.t, o.err
+	case <-ctx.Done():
+		go func() {
+			if o := <-done; o.err == nil {
+				_ = o.t.finish(ctx.Err())
+			}
+		}()
+		return nil, ctx.Err()
+	}
 }
 
 func createTarget(path string) (*target, error) {

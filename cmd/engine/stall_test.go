@@ -3,8 +3,11 @@ package main
 import (
 	"bytes"
 	"crypto/rand"
+	"fmt"
 	"io"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -69,6 +72,37 @@ func TestASignalEndsADownloadWhoseReaderStalls(t *testing.T) {
 
 	e := startStalledReader(t, "obj", "get", "big", "--config", config)
 	signalEndsStalled(t, url, e, "downloads", "its reader silent")
+}
+
+// A signal ends a download into a FIFO that no reader opens: `engine obj
+// get k pipe` with pipe made by mkfifo and its reader not yet started, or
+// gone. The command exits 1, saying a signal interrupted it, and releases
+// the lease. Before, its open of the FIFO, which waits for a reader,
+// ignored the signal, and the command held the lease until a reader came.
+func TestASignalEndsADownloadIntoAFIFONobodyReads(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	config := writeConfigLease(t, url, 10)
+	leaseWithHistory(t, url)
+	ok(t, strings.NewReader("the object's bytes"), "obj", "put", "k", "--config", config)
+	fifo := filepath.Join(t.TempDir(), "pipe")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e := startProcess(t, exec.Command(engineBin, "obj", "get", "k", fifo, "--config", config))
+	waitUntil(t, "the command's open of the FIFO", func() bool { return inOpen(e.cmd.Process.Pid) })
+	signalEndsStalled(t, url, e, "downloads", "the FIFO it writes unopened by any reader")
+}
+
+// inOpen reports whether a thread of process pid waits in the open of a
+// FIFO for the other end, as the kernel names the wait.
+func inOpen(pid int) bool {
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/wchan", pid))
+	for _, task := range tasks {
+		if b, err := os.ReadFile(task); err == nil && (string(b) == "wait_for_partner" || string(b) == "fifo_open") {
+			return true
+		}
+	}
+	return false
 }
 
 // A signal ends a read command whose reader has stopped reading, as it
