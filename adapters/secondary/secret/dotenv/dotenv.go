@@ -8,7 +8,7 @@
 //	NAME=value            unquoted: trimmed; " #" (or a tab and #) starts a comment; no quotes inside
 //	NAME='value'          single quotes: taken literally
 //	NAME="a\nb \"c\""     double quotes: escapes \n \r \t \" \\ \$
-//	export NAME=value     "export " is allowed and ignored
+//	export NAME=value     "export" and the blanks after it are allowed and ignored
 //
 // ${VAR} and $VAR are taken literally in any quoting: nothing is expanded,
 // unlike Docker Compose and shells. docs/security.md documents the syntax
@@ -156,8 +156,12 @@ func parse(path string, lines *bufio.Scanner) (map[string]string, error) {
 		if line == "" || line[0] == '#' {
 			continue
 		}
-		if rest, ok := strings.CutPrefix(line, "export "); ok {
-			line = strings.TrimLeft(rest, " \t")
+		// "export" and the blanks after it, a space or a tab as a shell
+		// takes them, are ignored; "export" before '=' is a name.
+		if rest, ok := strings.CutPrefix(line, "export"); ok && rest != "" && (rest[0] == ' ' || rest[0] == '\t') {
+			if rest = strings.TrimLeft(rest, " \t"); !strings.HasPrefix(rest, "=") {
+				line = rest
+			}
 		}
 		name, rest, ok := strings.Cut(line, "=")
 		if !ok {

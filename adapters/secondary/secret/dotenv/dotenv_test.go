@@ -88,6 +88,19 @@ func TestSyntax(t *testing.T) {
 	}
 }
 
+// "export" followed by a tab is ignored as it is followed by a space, as a
+// shell takes both. Before, only "export " was, and a line starting
+// "export" and a tab was refused as a name that is not one. A secret named
+// export, with blanks around the '=', is still a secret of that name.
+func TestExportFollowedByATabIsIgnoredAsFollowedByASpace(t *testing.T) {
+	s := open(t, writeFile(t, "export\tTABBED=1\nexport \t MIXED=2\nexport = 3\n"))
+	for name, want := range map[string]string{"TABBED": "1", "MIXED": "2", "export": "3"} {
+		if got, err := s.Get(t.Context(), name); err != nil || got != want {
+			t.Errorf("%s = %q, %v; want %q", name, got, err, want)
+		}
+	}
+}
+
 func TestErrorsNameTheLine(t *testing.T) {
 	for _, c := range []struct {
 		content, want string
