@@ -89,12 +89,14 @@ func Open(_ context.Context, c Config) (*Store, error) {
 }
 
 func read(c Config) (map[string]string, error) {
+	// The error names the setting as engine.yaml spells it; which block
+	// of services.secret it is in, the path tells.
 	if c.Path == "" {
-		return nil, fmt.Errorf("secret.config.path is empty: %w", ports.ErrInvalidArgument)
+		return nil, fmt.Errorf("services.secret: the dotenv adapter's config.path is empty: %w", ports.ErrInvalidArgument)
 	}
 	f, err := os.Open(c.Path)
 	if err != nil {
-		return nil, fmt.Errorf("secret.config.path: %w", err)
+		return nil, fmt.Errorf("services.secret: the dotenv adapter's config.path: %w", err)
 	}
 	defer f.Close()
 	return parse(c.Path, bufio.NewScanner(f))

@@ -159,6 +159,23 @@ func TestOpen(t *testing.T) {
 	}
 }
 
+// A file that does not open is named by the setting that gives it, as
+// engine.yaml spells it, and by its path. Before, the error named
+// "secret.config.path", a key no configuration has: the blocks are under
+// services.secret.
+func TestAFileThatDoesNotOpenIsNamedByItsSetting(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "missing.env")
+	for _, err := range []error{
+		func() error { _, err := dotenv.Open(t.Context(), dotenv.Config{Path: path}); return err }(),
+		dotenv.Config{Path: path}.CheckFile(),
+	} {
+		if !errors.Is(err, os.ErrNotExist) || !strings.Contains(err.Error(), path) ||
+			!strings.Contains(err.Error(), "services.secret") || !strings.Contains(err.Error(), "config.path") {
+			t.Errorf("err %v, want one saying the file does not exist, naming %s and the setting services.secret ... config.path", err, path)
+		}
+	}
+}
+
 // FuzzOpen reads any file without panicking, and its errors never quote the
 // file: seeds and finds put '@' in a value, and no error of the parser's
 // own holds one. An unknown escape names its one character, so `\@` may.
