@@ -1,6 +1,7 @@
 package enginecmd
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,6 +15,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+	"unicode/utf16"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/dig"
@@ -415,11 +418,47 @@ func lineSafe(key string) string {
 	return key
 }
 
-// writeJSON prints v as one indented JSON document.
+// writeJSON prints v as one indented JSON document, its unprintable
+// characters escaped (jsonSafe).
 func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
 	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+	if err := enc.Encode(v); err != nil {
+		return err
+	}
+	_, err := w.Write(jsonSafe(b.Bytes()))
+	return err
+}
+
+// jsonSafe is encoded JSON with every character that is neither printable
+// nor a space written as a \u escape. encoding/json escapes the C0
+// controls only: DEL, the C1 controls (U+009B starts a terminal's control
+// sequence as ESC [ does), and invisible format characters such as a
+// right-to-left override reached the operator's terminal raw from a
+// document or value any caller of the account wrote. Escaped, the JSON
+// holds the same strings. Outside its strings encoded JSON is ASCII, so
+// every such character is inside one.
+func jsonSafe(b []byte) []byte {
+	unsafe := func(r rune) bool { return r == 0x7f || r >= utf8.RuneSelf && !strconv.IsGraphic(r) }
+	if bytes.IndexFunc(b, unsafe) < 0 {
+		return b
+	}
+	out := make([]byte, 0, len(b)+32)
+	for len(b) > 0 {
+		r, n := utf8.DecodeRune(b)
+		switch {
+		case !unsafe(r):
+			out = append(out, b[:n]...)
+		case r > 0xffff:
+			r1, r2 := utf16.EncodeRune(r)
+			out = fmt.Appendf(out, `\u%04x\u%04x`, r1, r2)
+		default:
+			out = fmt.Appendf(out, `\u%04x`, r)
+		}
+		b = b[n:]
+	}
+	return out
 }
 
 // isTerminal reports whether w is a character device such as a terminal.

@@ -278,7 +278,7 @@ func (c *command) docFind(args []string, stdout, stderr io.Writer) int {
 			if err != nil {
 				return err
 			}
-			if _, err := fmt.Fprintf(stdout, "%s\tversion %d\t%s\n", lineSafe(d.ID), d.Version, data); err != nil {
+			if _, err := fmt.Fprintf(stdout, "%s\tversion %d\t%s\n", lineSafe(d.ID), d.Version, jsonSafe(data)); err != nil {
 				return err
 			}
 		}
