@@ -392,10 +392,63 @@ func natsOptions(cfg *config.Config, name string) natsconn.Options {
 	}
 }
 
-// fail reports err and returns the error exit code.
+// fail reports err and returns the error exit code. Its message may carry
+// text from the engine, or from a backend through it, so it is printed as
+// textSafe prints text, tabs kept, one line for each error joined.
 func fail(stderr io.Writer, err error) int {
-	fmt.Fprintf(stderr, "engine: %v\n", err)
+	fmt.Fprintf(stderr, "engine: %s\n", strings.Join(messageLines(err), "\n"))
 	return exitError
+}
+
+// messageLines is err's message a line for each error errors.Join joined
+// into it, each escaped as textSafe escapes text, tabs kept.
+func messageLines(err error) []string {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var msgs, lines []string
+		for _, e := range j.Unwrap() {
+			if e != nil {
+				msgs = append(msgs, e.Error())
+				lines = append(lines, messageLines(e)...)
+			}
+		}
+		if strings.Join(msgs, "\n") == err.Error() {
+			return lines
+		}
+	}
+	return []string{escape(err.Error(), "\t")}
+}
+
+// textSafe is text as a line of output shows it within a sentence: each
+// character that is neither printable nor a space (a newline, a tab, ESC,
+// a C1 control, an invisible format character), and each byte that is not
+// UTF-8, written as Go writes it in a quoted string, \x1b say. Names and
+// messages that came from the engine or the lease, printed raw, could
+// rewrite the operator's terminal or split one line of output in two.
+func textSafe(s string) string { return escape(s, "") }
+
+// escape is textSafe keeping the characters in keep as they are.
+func escape(s, keep string) string {
+	raw := func(r rune) bool {
+		return r != utf8.RuneError && (strconv.IsGraphic(r) || strings.ContainsRune(keep, r))
+	}
+	if strings.IndexFunc(s, func(r rune) bool { return !raw(r) }) < 0 {
+		return s
+	}
+	var b strings.Builder
+	for len(s) > 0 {
+		r, n := utf8.DecodeRuneInString(s)
+		switch {
+		case r == utf8.RuneError && n == 1:
+			fmt.Fprintf(&b, `\x%02x`, s[0])
+		case r == utf8.RuneError || raw(r):
+			b.WriteString(s[:n])
+		default:
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+		}
+		s = s[n:]
+	}
+	return b.String()
 }
 
 // switchedOff is the error of a command whose service the configuration

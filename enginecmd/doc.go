@@ -120,7 +120,7 @@ func (c *command) docGet(args []string, stdout, stderr io.Writer) int {
 		if cf.json() {
 			return writeJSON(stdout, docJSON{Collection: collection, ID: d.ID, Version: d.Version, Data: d.Data})
 		}
-		if _, err := fmt.Fprintf(stdout, "# %s/%s version %d\n", collection, d.ID, d.Version); err != nil {
+		if _, err := fmt.Fprintf(stdout, "# %s/%s version %d\n", collection, lineSafe(d.ID), d.Version); err != nil {
 			return err
 		}
 		return writeJSON(stdout, d.Data)
@@ -171,7 +171,7 @@ func (c *command) docPut(args []string, stdout, stderr io.Writer) int {
 		if err != nil {
 			return err
 		}
-		_, err = fmt.Fprintf(stdout, "%s/%s version %d\n", collection, d.ID, d.Version)
+		_, err = fmt.Fprintf(stdout, "%s/%s version %d\n", collection, lineSafe(d.ID), d.Version)
 		return err
 	})
 }
@@ -283,7 +283,7 @@ func (c *command) docFind(args []string, stdout, stderr io.Writer) int {
 			}
 		}
 		if next != "" {
-			fmt.Fprintf(stderr, "more documents follow: --cursor %s\n", next)
+			fmt.Fprintf(stderr, "more documents follow: --cursor %s\n", textSafe(next))
 		}
 		return nil
 	})

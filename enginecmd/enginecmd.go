@@ -229,8 +229,7 @@ func (c *command) serve(args []string, stderr io.Writer) int {
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	cfg, err := config.Load(*configPath)
 	if err != nil {
-		fmt.Fprintf(stderr, "engine: %v\n", err)
-		return exitError
+		return fail(stderr, err)
 	}
 	if *dataDir != "" {
 		cfg.DataDir = *dataDir
@@ -241,8 +240,7 @@ func (c *command) serve(args []string, stderr io.Writer) int {
 		cfg.SetBy("nats.url", "--nats-url")
 	}
 	if err := cfg.Validate(); err != nil {
-		fmt.Fprintf(stderr, "engine: %v\n", err)
-		return exitError
+		return fail(stderr, err)
 	}
 	embed := *configPath == "" && *natsURL == "" && os.Getenv("NATS_URL") == ""
 	if os.Getenv("GOGC") == "" {
@@ -257,8 +255,7 @@ func (c *command) serve(args []string, stderr io.Writer) int {
 	var eng *app.Engine
 	a := c.newApp(app.Options{Config: cfg, Embed: embed, Logger: log}, fx.Populate(&eng))
 	if err := a.Err(); err != nil {
-		fmt.Fprintf(stderr, "engine: %v\n", dig.RootCause(err))
-		return exitError
+		return fail(stderr, dig.RootCause(err))
 	}
 	// Signals are ours from before the start. One that arrives while the
 	// engine claims the lease or opens what its claim decided ends its start
@@ -298,8 +295,7 @@ func (c *command) serve(args []string, stderr io.Writer) int {
 			log.Info("stopped by a signal while starting")
 			return exitOK
 		}
-		fmt.Fprintf(stderr, "engine: %v\n", dig.RootCause(err))
-		return exitError
+		return fail(stderr, dig.RootCause(err))
 	}
 	code := exitOK
 	if stopAsked {
@@ -325,8 +321,7 @@ func (c *command) serve(args []string, stderr io.Writer) int {
 	select {
 	case err := <-stopped:
 		if err != nil {
-			fmt.Fprintf(stderr, "engine: %v\n", dig.RootCause(err))
-			return exitError
+			return fail(stderr, dig.RootCause(err))
 		}
 		return code
 	case sig := <-signals:
@@ -358,32 +353,27 @@ func (c *command) configCommand(args []string, stdout, stderr io.Writer) int {
 	}
 	cfg, err := config.Load(*configPath)
 	if err != nil {
-		fmt.Fprintf(stderr, "engine: %v\n", err)
-		return exitError
+		return fail(stderr, err)
 	}
 	built, err := app.BuildStorage(cfg)
 	if err != nil {
-		fmt.Fprintf(stderr, "engine: %v\n", err)
-		return exitError
+		return fail(stderr, err)
 	}
 	if err := app.CheckStorage(cfg, built); err != nil {
-		fmt.Fprintf(stderr, "engine: %v\n", err)
-		return exitError
+		return fail(stderr, err)
 	}
 	if cfg.Role() != domain.RoleClient {
 		for _, b := range built {
 			if f, ok := b.Declaration.Storage.(fileChecker); ok {
 				if err := f.CheckFile(); err != nil {
-					fmt.Fprintf(stderr, "engine: %v\n", err)
-					return exitError
+					return fail(stderr, err)
 				}
 			}
 		}
 	}
 	out, err := cfg.Masked().YAML()
 	if err != nil {
-		fmt.Fprintf(stderr, "engine: %v\n", err)
-		return exitError
+		return fail(stderr, err)
 	}
 	fmt.Fprintf(stdout, "# configuration is valid\n%s# where each service keeps its data\n", out)
 	for _, b := range built {

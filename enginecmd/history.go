@@ -48,7 +48,7 @@ func (c *command) historyCommand(args []string, stdout, stderr io.Writer) int {
 				rollout = "none"
 			}
 			if _, err := fmt.Fprintf(stdout, "%s  %-17s  engine %s on host %s (pid %d, version %s, rollout %s, revision %d): %s\n",
-				at, e.Event, e.InstanceID, e.Host, e.PID, e.Version, rollout, e.Revision, e.Detail); err != nil {
+				lineSafe(at), lineSafe(e.Event), lineSafe(e.InstanceID), lineSafe(e.Host), e.PID, lineSafe(e.Version), lineSafe(rollout), e.Revision, textSafe(e.Detail)); err != nil {
 				return err
 			}
 		}

@@ -89,7 +89,7 @@ func (c *command) objPut(args []string, stdout, stderr io.Writer) int {
 		if err != nil {
 			return err
 		}
-		bar := newProgress(stderr, "put "+key, size)
+		bar := newProgress(stderr, "put "+lineSafe(key), size)
 		in := &countingReader{r: interruptibleReader(ctx, src)}
 		info, err := store.Put(ctx, key, bar.reader(in), ports.PutObjectOptions{ContentType: *contentType})
 		bar.finish()
@@ -100,7 +100,7 @@ func (c *command) objPut(args []string, stdout, stderr io.Writer) int {
 			}
 			return err
 		}
-		_, err = fmt.Fprintf(stdout, "%s: %d bytes, etag %s\n", info.Key, info.Size, info.ETag)
+		_, err = fmt.Fprintf(stdout, "%s: %d bytes, etag %s\n", lineSafe(info.Key), info.Size, lineSafe(info.ETag))
 		return err
 	})
 }
@@ -160,7 +160,7 @@ func (c *command) objGet(args []string, stdout, stderr io.Writer) int {
 // copyObject copies an object of size bytes to dst, with a progress bar,
 // until ctx ends.
 func copyObject(ctx context.Context, dst io.Writer, body io.Reader, key string, size int64, stderr io.Writer) error {
-	bar := newProgress(stderr, "get "+key, size)
+	bar := newProgress(stderr, "get "+lineSafe(key), size)
 	n, err := io.Copy(interruptibleWriter(ctx, dst), bar.reader(body))
 	bar.finish()
 	if err == nil && n != size {

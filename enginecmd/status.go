@@ -232,7 +232,7 @@ func nextWrite(ctx context.Context, kv jetstream.KeyValue, rev uint64, wait time
 
 func printStatus(w io.Writer, st leaseStatus) error {
 	if !st.Serving {
-		_, err := fmt.Fprintf(w, "no engine serves: %s\n", st.Reason)
+		_, err := fmt.Fprintf(w, "no engine serves: %s\n", textSafe(st.Reason))
 		if err != nil || st.Holder == nil {
 			return err
 		}
@@ -257,7 +257,7 @@ func printStatus(w io.Writer, st leaseStatus) error {
   started:     %s
   revision:    %d
   last write:  %s ago
-`, h.InstanceID, h.Host, h.PID, h.Version, rollout, h.StartedAt.UTC().Format(time.RFC3339), st.Revision,
+`, h.InstanceID, lineSafe(h.Host), h.PID, lineSafe(h.Version), lineSafe(rollout), h.StartedAt.UTC().Format(time.RFC3339), st.Revision,
 		time.Duration(st.SinceWrite*float64(time.Second)))
 	return err
 }
