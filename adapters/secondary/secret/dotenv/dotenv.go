@@ -10,9 +10,12 @@
 //	NAME="a\nb \"c\""     double quotes: escapes \n \r \t \" \\ \$
 //	export NAME=value     "export" and the blanks after it are allowed and ignored
 //
-// ${VAR} and $VAR are taken literally in any quoting: nothing is expanded,
-// unlike Docker Compose and shells. docs/security.md documents the syntax
-// for operators.
+// Nothing is expanded, unlike Docker Compose and shells. "${" in an
+// unquoted or double-quoted value, where they would expand a variable, is
+// an error: the file was written for expansion, and its text taken as the
+// secret would be wrong. Single quotes keep it, as does \$ in double
+// quotes; $VAR without braces is taken literally. docs/security.md
+// documents the syntax for operators.
 //
 // Names are letters, digits and underscores, not starting with a digit,
 // and may appear once. Values are UTF-8 text; a byte order mark starting
@@ -221,13 +224,26 @@ func parseValue(raw string) (string, error) {
 	if strings.ContainsAny(s, `"'`) {
 		return "", fmt.Errorf("unquoted value contains a quote: quote the whole value")
 	}
+	if strings.Contains(s, "${") {
+		return "", errExpansion
+	}
 	return strings.TrimSpace(s), nil
 }
+
+// errExpansion is the error of a value holding "${" where other tools
+// expand it. It names no variable: the text may be part of the value.
+var errExpansion = errors.New(`"${" would expand a variable in Docker Compose or a shell, and this adapter expands none: ` +
+	`write the value out, or keep the text as it is in single quotes, or as \${ in double quotes`)
 
 func parseDoubleQuoted(s string) (string, error) {
 	var b strings.Builder
 	for i := 0; i < len(s); i++ {
 		switch c := s[i]; c {
+		case '$':
+			if strings.HasPrefix(s[i:], "${") {
+				return "", errExpansion
+			}
+			b.WriteByte(c)
 		case '"':
 			return b.String(), onlyComment(s[i+1:])
 		case '\\':

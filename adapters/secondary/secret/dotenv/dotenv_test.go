@@ -159,6 +159,42 @@ func TestOpen(t *testing.T) {
 	}
 }
 
+// "${" in an unquoted or double-quoted value, where Docker Compose and
+// shells expand a variable, is refused naming the file, the line and the
+// secret, never the variable, which may be part of the value. Before, the
+// text was taken as the secret, so a file written for expansion served
+// "postgres://${DB_USER}@db" as a password or URL. Single quotes and \$
+// keep it as written, and $VAR without braces is taken literally.
+func TestAVariableToExpandIsRefusedNamingTheLine(t *testing.T) {
+	for _, content := range []string{
+		"A=1\nDB_URL=postgres://${DB_USER}@db/app\n",
+		"A=1\nDB_URL=\"postgres://${DB_USER}@db/app\"\n",
+	} {
+		path := writeFile(t, content)
+		_, err := dotenv.Open(t.Context(), dotenv.Config{Path: path})
+		if !errors.Is(err, ports.ErrInvalidArgument) || !strings.Contains(err.Error(), path+":2: DB_URL: ") ||
+			!strings.Contains(err.Error(), "single quotes") || strings.Contains(err.Error(), "DB_USER") {
+			t.Errorf("Open of %q: err %v, want ErrInvalidArgument naming %s:2: and DB_URL, never DB_USER", content, err, path)
+		}
+	}
+	s := open(t, writeFile(t, strings.Join([]string{
+		`SINGLE='postgres://${DB_USER}@db/app'`,
+		`ESCAPED="postgres://\${DB_USER}@db/app"`,
+		"BARE=pa$word",
+		"COMMENTED=x # ${NOT} a value",
+	}, "\n")))
+	for name, want := range map[string]string{
+		"SINGLE":    "postgres://${DB_USER}@db/app",
+		"ESCAPED":   "postgres://${DB_USER}@db/app",
+		"BARE":      "pa$word",
+		"COMMENTED": "x",
+	} {
+		if got, err := s.Get(t.Context(), name); err != nil || got != want {
+			t.Errorf("%s = %q, %v; want %q", name, got, err, want)
+		}
+	}
+}
+
 // A file that does not open is named by the setting that gives it, as
 // engine.yaml spells it, and by its path. Before, the error named
 // "secret.config.path", a key no configuration has: the blocks are under
@@ -285,7 +321,7 @@ func TestAByteOrderMarkAfterTheStartIsNotSkipped(t *testing.T) {
 }
 
 // docs/security.md shows the syntax by an example; it reads as the page
-// says, ${DB_USER} taken literally included, so the page stays true.
+// says, ${DB_USER} kept in single quotes included, so the page stays true.
 func TestTheDocumentedExampleReadsAsDocumented(t *testing.T) {
 	page, err := os.ReadFile(filepath.Join("..", "..", "..", "..", "docs", "security.md"))
 	if err != nil {
