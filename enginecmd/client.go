@@ -275,7 +275,7 @@ func (c *command) runEngine(ctx context.Context, cfg *config.Config, a *fx.App, 
 	if !again {
 		stopping.Store(true)
 	}
-	stopCtx, cancelStop := context.WithTimeout(context.Background(), a.StopTimeout()+5*time.Second)
+	stopCtx, cancelStop := context.WithTimeout(context.Background(), a.StopTimeout()+StopSlack)
 	defer cancelStop()
 	if err := a.Stop(stopCtx); err != nil && runErr == nil {
 		runErr = dig.RootCause(err)

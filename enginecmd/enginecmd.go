@@ -51,6 +51,10 @@ import (
 	"github.com/abi-engine/engine/internal/heapfloor"
 )
 
+// StopSlack is what a command gives its engine's stop beyond the engine's
+// own bound on it (app.App.StopTimeout), for the process to exit.
+const StopSlack = 5 * time.Second
+
 // usage lists the commands.
 const usage = `usage: engine [command] [flags]
 
@@ -309,7 +313,7 @@ func (c *command) serve(args []string, stderr io.Writer) int {
 			log.Info("stopping", "exit_code", code)
 		}
 	}
-	stopCtx, cancelStop := context.WithTimeout(context.Background(), a.StopTimeout()+5*time.Second)
+	stopCtx, cancelStop := context.WithTimeout(context.Background(), a.StopTimeout()+StopSlack)
 	defer cancelStop()
 	stopped := make(chan error, 1)
 	go func() { stopped <- a.Stop(stopCtx) }()

@@ -30,6 +30,7 @@ import (
 	"github.com/abi-engine/engine/app"
 	"github.com/abi-engine/engine/app/config"
 	"github.com/abi-engine/engine/domain"
+	"github.com/abi-engine/engine/enginecmd"
 	"github.com/abi-engine/engine/internal/heapfloor"
 	"github.com/abi-engine/engine/internal/natstest"
 	"github.com/abi-engine/engine/internal/termcache"
@@ -671,10 +672,6 @@ func TestTheMemoryLimitHoldsWhatTheEngineMayHoldByDesign(t *testing.T) {
 	}
 }
 
-// commandStopSlack is what the engine command gives a stop beyond the
-// stop timeout of the engine's application (enginecmd's serve).
-const commandStopSlack = 5 * time.Second
-
 // Kubernetes kills the container terminationGracePeriodSeconds after it
 // asks it to stop, whatever it is doing. The engine's own bound on its
 // stop is the sum of its steps (app.New's stop timeout): the jobs' runs,
@@ -699,7 +696,7 @@ func TestTheGracePeriodOutlastsTheEnginesLongestStop(t *testing.T) {
 		if err := a.Err(); err != nil {
 			t.Fatalf("%s: the engine's application: %v", name, err)
 		}
-		if stop := a.StopTimeout() + commandStopSlack; grace < preStop+stop {
+		if stop := a.StopTimeout() + enginecmd.StopSlack; grace < preStop+stop {
 			t.Errorf("%s: terminationGracePeriodSeconds %v is shorter than the preStop hook's %v and the engine's longest stop, %v (lease_seconds %d, drain_seconds %d)",
 				name, grace, preStop, stop, cfg.NATS.Engine.LeaseSeconds, cfg.NATS.Engine.DrainSeconds)
 		}
