@@ -26,6 +26,7 @@ import (
 
 	httpapi "github.com/abi-engine/engine/adapters/primary/http"
 	"github.com/abi-engine/engine/adapters/primary/natsapi"
+	"github.com/abi-engine/engine/adapters/secondary/objectstorage/s3"
 	"github.com/abi-engine/engine/adapters/secondary/vectorstore/qdrant"
 	"github.com/abi-engine/engine/app"
 	"github.com/abi-engine/engine/app/config"
@@ -608,10 +609,9 @@ func fallbackTLS(fs []*pgconn.FallbackConfig) []*tls.Config {
 func designedMemory() int64 {
 	const maxPayload = server.MAX_PAYLOAD_SIZE
 	const callsHeld = natsapi.DefaultMaxConcurrent + natsapi.DefaultMaxQueued
-	const s3Part = 8 << 20 // the S3 store's partSize
 	return natsapi.DefaultMaxOverflowParked +
 		callsHeld*maxPayload +
-		natsapi.DefaultMaxTransfers*((natsapi.DefaultTransferWindow+3)*natsapi.DefaultTransferChunkSize+s3Part) +
+		natsapi.DefaultMaxTransfers*((natsapi.DefaultTransferWindow+3)*natsapi.DefaultTransferChunkSize+s3.PartSize) +
 		httpapi.DefaultBodyBudget +
 		termcache.Bytes +
 		heapfloor.Default

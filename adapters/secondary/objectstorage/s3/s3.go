@@ -82,11 +82,11 @@ import (
 )
 
 const (
-	// partSize is what a Put holds in memory at most, and the size of each
+	// PartSize is what a Put holds in memory at most, and the size of each
 	// part of a multipart upload (S3 wants at least 5 MiB but the last).
-	partSize = 8 << 20
+	PartSize = 8 << 20
 	// maxParts is S3's limit of parts per upload, which caps an object at
-	// about 78 GiB with partSize parts.
+	// about 78 GiB with PartSize parts.
 	maxParts = 10_000
 	// probeSize is read before anything else, so a small object costs a
 	// small buffer rather than a whole part.
@@ -428,7 +428,7 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, opts ports.Put
 	if err != nil {
 		return ports.ObjectInfo{}, fmt.Errorf("put %q: read: %w", key, err)
 	}
-	part := make([]byte, partSize)
+	part := make([]byte, PartSize)
 	copy(part, probe)
 	m, err := objread.Full(r, part[n:])
 	if end(err) {
@@ -546,7 +546,7 @@ func (s *Store) putParts(ctx context.Context, key string, part []byte, r io.Read
 	n := len(part)
 	for number := int32(1); n > 0; number++ {
 		if number > maxParts {
-			return ports.ObjectInfo{}, fmt.Errorf("put %q: more than %d parts of %d bytes: %w", key, maxParts, partSize, ports.ErrTooLarge)
+			return ports.ObjectInfo{}, fmt.Errorf("put %q: more than %d parts of %d bytes: %w", key, maxParts, PartSize, ports.ErrTooLarge)
 		}
 		out, err := s.client.UploadPart(ctx, &s3.UploadPartInput{
 			Bucket:        aws.String(s.bucket),
