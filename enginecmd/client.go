@@ -22,6 +22,7 @@ import (
 	"go.uber.org/dig"
 	"go.uber.org/fx"
 
+	"github.com/abi-engine/engine/adapters/primary/natsapi"
 	lease "github.com/abi-engine/engine/adapters/secondary/lease/jetstream"
 	"github.com/abi-engine/engine/adapters/secondary/natsconn"
 	"github.com/abi-engine/engine/app"
@@ -524,15 +525,24 @@ func isTerminal(w io.Writer) bool {
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
+// maxInput is the most a value read from stdin may hold: the largest value
+// a call carries (docs/protocol.md; an engine answers 413 beyond it).
+// Reading on past it would keep in memory whatever a pipe sends, the
+// endless zeros of /dev/zero included, only for the engine to refuse it.
+const maxInput = natsapi.DefaultMaxOverflowValue
+
 // readInput is the value given as an argument, or stdin when there is none
 // or it is "-".
 func readInput(args []string, at int) ([]byte, error) {
 	if len(args) > at && args[at] != "-" {
 		return []byte(args[at]), nil
 	}
-	b, err := io.ReadAll(os.Stdin)
+	b, err := io.ReadAll(io.LimitReader(os.Stdin, maxInput+1))
 	if err != nil {
 		return nil, fmt.Errorf("read stdin: %w", err)
+	}
+	if len(b) > maxInput {
+		return nil, fmt.Errorf("stdin holds more than %d MiB, the largest value a call carries: %w", maxInput>>20, ports.ErrTooLarge)
 	}
 	return b, nil
 }
