@@ -1,9 +1,11 @@
 package sqlite
 
 import (
+	"context"
 	"errors"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -109,5 +111,66 @@ func TestADropDoesNotWaitForTheLoadOfItsCollection(t *testing.T) {
 	s.mu.Unlock()
 	if held {
 		t.Fatal("the handle holds an index of the collection it dropped")
+	}
+}
+
+// A search of a collection whose index another sync is loading leaves as
+// soon as its caller gives up, with the caller's error, and the load goes
+// on. Before, it waited for the whole load, which for a large collection
+// is seconds, whatever its caller, or an engine that stops, had said.
+func TestASearchWaitingForTheLoadOfItsIndexLeavesWhenItGivesUp(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "vectors.sqlite")
+	writeCollection(t, path) // "v": v000 to v199 at (i, 0)
+	loading, release, searching := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	var reads atomic.Int32
+	s, err := open(t.Context(), Config{Path: path, IndexThreshold: 64}, syncHooks{
+		// The load at open reads "v" first; the search reads it next.
+		read: func(string) {
+			if reads.Add(1) == 2 {
+				close(searching)
+			}
+		},
+		catchUp: func(string) {
+			once.Do(func() {
+				close(loading)
+				<-release
+			})
+		},
+	})
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	var releaseOnce sync.Once
+	stop := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(func() { stop(); s.Close() })
+	<-loading // the load at open holds the index of "v"
+
+	gaveUp, cancel := context.WithCancel(t.Context())
+	searched := make(chan error, 1)
+	go func() {
+		_, err := s.Search(gaveUp, "v", []float32{0, 0}, 1, nil)
+		searched <- err
+	}()
+	select {
+	case <-searching:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the search did not read the collection in 20 s")
+	}
+	cancel()
+	select {
+	case err := <-searched:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("a search that gave up while its index loaded: %v, want context.Canceled", err)
+		}
+	case <-time.After(20 * time.Second):
+		stop()
+		<-searched
+		t.Fatal("a search that gave up while its index loaded answered only once the load was over")
+	}
+	stop()
+	got, err := s.Search(t.Context(), "v", []float32{0, 0}, 1, nil)
+	if err != nil || len(got) != 1 || got[0].ID != "v000" {
+		t.Fatalf("the search once the load is over finds %+v, %v; want v000", got, err)
 	}
 }

@@ -112,6 +112,12 @@ type syncHooks struct {
 // history it reflects: the collection's creation and last write, as values
 // of the file's write counter.
 type cached struct {
+	// turn holds a token while a sync has the turn to bring the index up
+	// to its snapshot, which for a load or a long catch-up holds mu for
+	// seconds. A search waits for the turn, not for mu, so that it can
+	// leave as soon as it gives up (take), and takes mu only once it has
+	// the turn, when mu is never held for long.
+	turn chan struct{}
 	// mu is held to write while the index catches up with the file or
 	// takes a write of the handle, and to read while a search walks it,
 	// so the index a search walks stands where that search's snapshot
@@ -389,10 +395,23 @@ func (s *Store) isClosed() bool {
 func (s *Store) entryLocked(name string) *cached {
 	c, ok := s.indexes[name]
 	if !ok {
-		c = &cached{}
+		c = &cached{turn: make(chan struct{}, 1)}
 		s.indexes[name] = c
 	}
 	return c
+}
+
+// take waits for c's turn (see cached.turn), or for ctx to end: a search
+// whose caller gave up leaves at once rather than wait for a load of the
+// collection that may take seconds. The caller gives the turn back with
+// <-c.turn.
+func take(ctx context.Context, c *cached) error {
+	select {
+	case c.turn <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // dropCount is the number of indexes the handle has let go of so far; read
@@ -463,6 +482,9 @@ func (s *Store) sync(ctx context.Context, tx *sql.Tx, name string, drops uint64)
 	if err != nil {
 		return view{}, err
 	}
+	if err := take(ctx, c); err != nil {
+		return view{}, fmt.Errorf("wait for the index of %q: %w", name, err)
+	}
 	c.syncs.Add(1)
 	c.mu.Lock()
 	defer func() {
@@ -474,6 +496,7 @@ func (s *Store) sync(ctx context.Context, tx *sql.Tx, name string, drops uint64)
 			c.index.Close()
 		}
 		c.mu.Unlock()
+		<-c.turn
 	}()
 	if s.isClosed() {
 		// Close has closed this entry's index, or passes it once this
@@ -549,7 +572,13 @@ func (s *Store) hold(ctx context.Context, tx *sql.Tx, name string, drops uint64)
 		if v, err = s.sync(ctx, tx, name, drops); err != nil {
 			return view{}, nil, err
 		}
+		// The lock is taken with the turn, which a sync that has begun
+		// to catch the index up since holds for as long as it reads.
+		if err := take(ctx, v.c); err != nil {
+			return view{}, nil, fmt.Errorf("wait for the index of %q: %w", name, err)
+		}
 		v.c.mu.RLock()
+		<-v.c.turn
 		switch {
 		case v.c.index == v.index && v.c.version == v.version:
 			return v, v.c.mu.RUnlock, nil
