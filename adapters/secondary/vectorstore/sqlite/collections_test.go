@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"context"
 	"fmt"
 	"path/filepath"
 	"testing"
@@ -28,7 +29,7 @@ func TestCollectionsAnswersWhileAnIndexLoads(t *testing.T) {
 		t.Fatalf("Upsert: %v", err)
 	}
 	loading, release := make(chan struct{}), make(chan struct{})
-	s.hooks.catchUp = func(string) {
+	s.hooks.catchUp = func(context.Context, string) {
 		close(loading)
 		<-release
 	}

@@ -42,7 +42,7 @@ func TestASearchThatGivesUpWhileCatchingUpKeepsTheIndex(t *testing.T) {
 	}
 	gaveUp, cancel := context.WithCancel(ctx)
 	var once sync.Once
-	s.hooks.catchUp = func(string) { once.Do(cancel) }
+	s.hooks.catchUp = func(context.Context, string) { once.Do(cancel) }
 	if _, err := s.Search(gaveUp, "v", []float32{-1, 0}, 2, nil); !errors.Is(err, context.Canceled) {
 		t.Fatalf("a search that gave up while catching up: %v, want context.Canceled", err)
 	}

@@ -22,7 +22,7 @@ func TestAWriteDoesNotWaitForTheLoadOfItsCollection(t *testing.T) {
 	writeCollection(t, path) // "v": v000 to v199 at (i, 0)
 	loading, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	s, err := open(t.Context(), Config{Path: path, IndexThreshold: 64}, syncHooks{catchUp: func(string) {
+	s, err := open(t.Context(), Config{Path: path, IndexThreshold: 64}, syncHooks{catchUp: func(context.Context, string) {
 		once.Do(func() {
 			close(loading)
 			<-release
@@ -74,7 +74,7 @@ func TestADropDoesNotWaitForTheLoadOfItsCollection(t *testing.T) {
 	writeCollection(t, path) // "v": v000 to v199 at (i, 0)
 	loading, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	s, err := open(t.Context(), Config{Path: path, IndexThreshold: 64}, syncHooks{catchUp: func(string) {
+	s, err := open(t.Context(), Config{Path: path, IndexThreshold: 64}, syncHooks{catchUp: func(context.Context, string) {
 		once.Do(func() {
 			close(loading)
 			<-release
@@ -131,7 +131,7 @@ func TestASearchWaitingForTheLoadOfItsIndexLeavesWhenItGivesUp(t *testing.T) {
 				close(searching)
 			}
 		},
-		catchUp: func(string) {
+		catchUp: func(context.Context, string) {
 			once.Do(func() {
 				close(loading)
 				<-release

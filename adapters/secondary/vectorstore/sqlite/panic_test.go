@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -100,7 +101,7 @@ func openPanicking(t *testing.T, c Config) (*Store, *atomic.Int32) {
 	t.Helper()
 	panics := new(atomic.Int32)
 	panics.Store(1)
-	s, err := open(t.Context(), c, syncHooks{catchUp: func(string) {
+	s, err := open(t.Context(), c, syncHooks{catchUp: func(context.Context, string) {
 		if panics.Add(-1) >= 0 {
 			panic("a broken row")
 		}

@@ -95,8 +95,12 @@ type Store struct {
 	// none outlives the handle with a graph builder nobody stops.
 	closed bool
 
-	stopLoad    context.CancelFunc // ends the load of the indexes at open
-	loaded      chan struct{}      // closed when that load has ended
+	// life ends as Close begins: with it end the load of the indexes at
+	// open, every load or catch-up of an index a search began, and every
+	// wait for one, so that Close does not wait for them.
+	life        context.Context
+	stop        context.CancelFunc
+	loaded      chan struct{} // closed when the load at open has ended
 	checkpoints *sqlitedb.Checkpointer
 
 	hooks syncHooks
@@ -104,8 +108,8 @@ type Store struct {
 
 // syncHooks are points of sync where tests stop it; nil outside tests.
 type syncHooks struct {
-	read    func(name string) // sync has read the collection from its snapshot
-	catchUp func(name string) // sync holds the index and reads the collection into it
+	read    func(name string)                      // sync has read the collection from its snapshot
+	catchUp func(ctx context.Context, name string) // sync holds the index and reads the collection into it, until ctx ends
 }
 
 // cached is a handle's index of one collection and the point of the file's
@@ -246,8 +250,8 @@ func open(ctx context.Context, c Config, hooks syncHooks) (*Store, error) {
 	// The load runs on a goroutine of its own, where a panic would end the
 	// process, which may hold the lease: it is logged, and what it left
 	// is for the searches to load, as after a failure.
-	loadCtx, stop := context.WithCancel(context.Background())
-	s.stopLoad, s.loaded = stop, make(chan struct{})
+	s.life, s.stop = context.WithCancel(context.Background())
+	s.loaded = make(chan struct{})
 	go func() {
 		defer close(s.loaded)
 		defer func() {
@@ -256,7 +260,7 @@ func open(ctx context.Context, c Config, hooks syncHooks) (*Store, error) {
 					"path", c.Path, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
 			}
 		}()
-		s.loadAll(loadCtx)
+		s.loadAll(s.life)
 	}()
 	return s, nil
 }
@@ -320,9 +324,11 @@ func (s *Store) loadAll(ctx context.Context) {
 }
 
 // Close stops the indexes' graph builders and closes the handle's
-// connections.
+// connections. It cuts short the loads and catch-ups of indexes under way,
+// the load at open's and the searches' alike, rather than wait for them,
+// and the searches waiting for one fail.
 func (s *Store) Close() error {
-	s.stopLoad()
+	s.stop()
 	<-s.loaded
 	s.mu.Lock()
 	s.closed = true
@@ -401,16 +407,18 @@ func (s *Store) entryLocked(name string) *cached {
 	return c
 }
 
-// take waits for c's turn (see cached.turn), or for ctx to end: a search
-// whose caller gave up leaves at once rather than wait for a load of the
-// collection that may take seconds. The caller gives the turn back with
-// <-c.turn.
-func take(ctx context.Context, c *cached) error {
+// take waits for c's turn (see cached.turn), or for ctx to end, or the
+// handle to close (errClosed): a search whose caller gave up leaves at
+// once rather than wait for a load of the collection that may take
+// seconds. The caller gives the turn back with <-c.turn.
+func (s *Store) take(ctx context.Context, c *cached) error {
 	select {
 	case c.turn <- struct{}{}:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
+	case <-s.life.Done():
+		return errClosed
 	}
 }
 
@@ -482,7 +490,7 @@ func (s *Store) sync(ctx context.Context, tx *sql.Tx, name string, drops uint64)
 	if err != nil {
 		return view{}, err
 	}
-	if err := take(ctx, c); err != nil {
+	if err := s.take(ctx, c); err != nil {
 		return view{}, fmt.Errorf("wait for the index of %q: %w", name, err)
 	}
 	c.syncs.Add(1)
@@ -503,6 +511,11 @@ func (s *Store) sync(ctx context.Context, tx *sql.Tx, name string, drops uint64)
 		// sync lets go: an index made now would outlive the handle.
 		return view{}, errClosed
 	}
+	// What this sync reads ends with the handle too, so Close, which
+	// waits for mu, does not wait for the read of a whole collection.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(s.life, cancel)()
 	defer func() {
 		// A panic while the index takes the rows (a bug, or values that
 		// break the index's code) leaves it part loaded: it goes, as after
@@ -574,7 +587,7 @@ func (s *Store) hold(ctx context.Context, tx *sql.Tx, name string, drops uint64)
 		}
 		// The lock is taken with the turn, which a sync that has begun
 		// to catch the index up since holds for as long as it reads.
-		if err := take(ctx, v.c); err != nil {
+		if err := s.take(ctx, v.c); err != nil {
 			return view{}, nil, fmt.Errorf("wait for the index of %q: %w", name, err)
 		}
 		v.c.mu.RLock()
@@ -599,7 +612,7 @@ func (s *Store) hold(ctx context.Context, tx *sql.Tx, name string, drops uint64)
 // meet.
 func (s *Store) catchUp(ctx context.Context, tx *sql.Tx, name string, dim int, c *cached, since int64) error {
 	if s.hooks.catchUp != nil {
-		s.hooks.catchUp(name)
+		s.hooks.catchUp(ctx, name)
 	}
 	if since < 0 {
 		return readRows(ctx, tx, name, dim, since, c.index.Put)
