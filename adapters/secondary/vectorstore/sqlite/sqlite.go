@@ -100,7 +100,8 @@ type Store struct {
 	// wait for one, so that Close does not wait for them.
 	life        context.Context
 	stop        context.CancelFunc
-	loaded      chan struct{} // closed when the load at open has ended
+	loaded      chan struct{}  // closed when the load at open has ended
+	loads       sync.WaitGroup // the loads of whole collections under way (startLoad)
 	checkpoints *sqlitedb.Checkpointer
 
 	hooks syncHooks
@@ -109,18 +110,19 @@ type Store struct {
 // syncHooks are points of sync where tests stop it; nil outside tests.
 type syncHooks struct {
 	read    func(name string)                      // sync has read the collection from its snapshot
-	catchUp func(ctx context.Context, name string) // sync holds the index and reads the collection into it, until ctx ends
+	catchUp func(ctx context.Context, name string) // a sync or a load holds the index and reads the collection into it, until ctx ends
 }
 
 // cached is a handle's index of one collection and the point of the file's
 // history it reflects: the collection's creation and last write, as values
 // of the file's write counter.
 type cached struct {
-	// turn holds a token while a sync has the turn to bring the index up
-	// to its snapshot, which for a load or a long catch-up holds mu for
-	// seconds. A search waits for the turn, not for mu, so that it can
-	// leave as soon as it gives up (take), and takes mu only once it has
-	// the turn, when mu is never held for long.
+	// turn holds a token while a sync, or the load of the whole
+	// collection it hands the turn to, brings the index up to date,
+	// holding mu for seconds in a load or a long catch-up. A search waits
+	// for the turn, not for mu, so that it can leave as soon as it gives
+	// up (take), and takes mu only once it has the turn, when mu is never
+	// held for long.
 	turn chan struct{}
 	// mu is held to write while the index catches up with the file or
 	// takes a write of the handle, and to read while a search walks it,
@@ -339,8 +341,11 @@ func (s *Store) Close() error {
 	}
 	s.upserts = map[int]*sql.Stmt{}
 	s.mu.Unlock()
-	// Under each entry's lock: a search that loads an index holds it, and
-	// one that takes it after this meets closed.
+	// The loads under way, their reads cut short by stop, close what they
+	// leave of an entry the handle let go of; from now on none starts.
+	s.loads.Wait()
+	// Under each entry's lock: a search that catches an index up holds
+	// it, and one that takes it after this meets closed.
 	for _, c := range held {
 		c.mu.Lock()
 		if c.index != nil {
@@ -465,17 +470,16 @@ var errLoadPanicked = errors.New("the index panicked as it took the rows")
 
 // sync brings the handle's index of collection name up to the snapshot of
 // tx and returns it: a collection made anew, or an index further behind
-// than the deleted ids are kept, is loaded whole; otherwise only what was
-// written since is read. An index that holds writes newer than the
-// snapshot (the handle's own, applied once committed, or read by a search
-// with a newer snapshot) is errAhead. drops is dropCount as it stood
-// before the snapshot of tx was taken.
-func (s *Store) sync(ctx context.Context, tx *sql.Tx, name string, drops uint64) (v view, err error) {
-	var dim int
-	var metric string
-	var created, version, pruned int64
-	err = tx.QueryRowContext(ctx, `SELECT dimension, metric, created, version, pruned FROM vector_collections WHERE name = ?`, name).
-		Scan(&dim, &metric, &created, &version, &pruned)
+// than the deleted ids are kept, is loaded whole, on a goroutine of its
+// own (load); otherwise only what was written since is read. An index
+// that holds writes newer than the snapshot (the handle's own, applied
+// once committed, or read by a search with a newer snapshot or by a load)
+// is errAhead. drops is dropCount as it stood before the snapshot of tx
+// was taken.
+func (s *Store) sync(ctx context.Context, tx *sql.Tx, name string, drops uint64) (view, error) {
+	var at snapshot
+	err := tx.QueryRowContext(ctx, `SELECT dimension, metric, created, version, pruned FROM vector_collections WHERE name = ?`, name).
+		Scan(&at.dim, &at.metric, &at.created, &at.version, &at.pruned)
 	if errors.Is(err, sql.ErrNoRows) {
 		s.forget(name, false)
 		return view{}, fmt.Errorf("collection %q: %w", name, ports.ErrNotFound)
@@ -486,13 +490,46 @@ func (s *Store) sync(ctx context.Context, tx *sql.Tx, name string, drops uint64)
 	if s.hooks.read != nil {
 		s.hooks.read(name)
 	}
-	c, err := s.entrySince(name, drops)
-	if err != nil {
-		return view{}, err
+	for {
+		c, err := s.entrySince(name, drops)
+		if err != nil {
+			return view{}, err
+		}
+		if err := s.take(ctx, c); err != nil {
+			return view{}, fmt.Errorf("wait for the index of %q: %w", name, err)
+		}
+		v, loaded, err := s.syncTurn(ctx, tx, name, c, at)
+		if loaded == nil {
+			return v, err
+		}
+		// The load goes on whether or not this search waits for it: one
+		// that gives up leaves it to the next, which finds the
+		// collection loaded, or waits for the rest, rather than start
+		// it all over.
+		select {
+		case err := <-loaded:
+			if err != nil {
+				return view{}, err
+			}
+		case <-ctx.Done():
+			return view{}, fmt.Errorf("wait for the load of %q: %w", name, ctx.Err())
+		case <-s.life.Done():
+			return view{}, errClosed
+		}
 	}
-	if err := s.take(ctx, c); err != nil {
-		return view{}, fmt.Errorf("wait for the index of %q: %w", name, err)
-	}
+}
+
+// snapshot is a collection's row as a snapshot of the file holds it.
+type snapshot struct {
+	dim                      int
+	metric                   string
+	created, version, pruned int64
+}
+
+// syncTurn is sync once it has c's turn, which it gives back, or hands to
+// the load of the whole collection that it starts: then loaded is where
+// that load answers.
+func (s *Store) syncTurn(ctx context.Context, tx *sql.Tx, name string, c *cached, at snapshot) (v view, loaded <-chan error, err error) {
 	c.syncs.Add(1)
 	c.mu.Lock()
 	defer func() {
@@ -504,57 +541,144 @@ func (s *Store) sync(ctx context.Context, tx *sql.Tx, name string, drops uint64)
 			c.index.Close()
 		}
 		c.mu.Unlock()
-		<-c.turn
+		if loaded == nil {
+			<-c.turn
+		}
 	}()
 	if s.isClosed() {
 		// Close has closed this entry's index, or passes it once this
 		// sync lets go: an index made now would outlive the handle.
-		return view{}, errClosed
+		return view{}, nil, errClosed
 	}
-	// What this sync reads ends with the handle too, so Close, which
-	// waits for mu, does not wait for the read of a whole collection.
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	defer context.AfterFunc(s.life, cancel)()
+	switch {
+	case c.index != nil && c.created > at.created:
+		// The index is of a collection made after the snapshot's, by
+		// the handle or loaded from a newer snapshot.
+		return view{}, nil, errAhead
+	case c.index == nil || c.created < at.created || c.version < at.pruned:
+		if loaded = s.startLoad(c, name); loaded == nil {
+			return view{}, nil, errClosed
+		}
+		return view{}, loaded, nil
+	case c.version < at.version:
+		// What this catch-up reads ends with the handle too, so Close,
+		// which waits for mu, does not wait for it.
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		defer context.AfterFunc(s.life, cancel)()
+		if err := s.catchUpOrDrop(ctx, tx, name, at.dim, c); err != nil {
+			return view{}, nil, err
+		}
+	}
+	if c.version > at.version {
+		return view{}, nil, errAhead
+	}
+	c.version = at.version
+	return view{c: c, index: c.index, version: at.version, dim: at.dim, metric: ports.Metric(at.metric)}, nil, nil
+}
+
+// catchUpOrDrop catches c's index up from c.version; the caller holds
+// c.mu. A catch-up that fails (its search gave up, say) has changed
+// nothing: the index stays at c.version, graph and all, for the next
+// search to catch up from. One that panics (a bug, or values that break
+// the index's code) may have left it part changed: it goes, and the next
+// search loads the collection anew.
+func (s *Store) catchUpOrDrop(ctx context.Context, tx *sql.Tx, name string, dim int, c *cached) (err error) {
 	defer func() {
-		// A panic while the index takes the rows (a bug, or values that
-		// break the index's code) leaves it part loaded: it goes, as after
-		// a failure, and the next search loads it anew. On the load at
-		// open, which runs on a goroutine of its own, the panic would end
-		// the process, which may hold the lease.
 		if p := recover(); p != nil {
-			s.log.Error("reading a collection into its vector index panicked; the index is dropped",
-				"collection", name, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			err = s.loadPanicked(c, name, p)
+		}
+	}()
+	return s.catchUp(ctx, tx, name, dim, c, c.version)
+}
+
+// loadPanicked logs a panic p while collection name was read into c's
+// index, drops the index, and is the error of the read; the caller holds
+// c.mu.
+func (s *Store) loadPanicked(c *cached, name string, p any) error {
+	s.log.Error("reading a collection into its vector index panicked; the index is dropped",
+		"collection", name, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+	if c.index != nil {
+		c.discard()
+	}
+	return fmt.Errorf("read collection %q into its index: %v: %w", name, p, errLoadPanicked)
+}
+
+// startLoad starts the load of collection name whole into c, on a
+// goroutine of its own, to which the caller, holding c's turn, hands it;
+// nil once the handle is closed. The goroutine answers on the channel it
+// returns.
+func (s *Store) startLoad(c *cached, name string) <-chan error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.loads.Add(1)
+	// The load counts among the syncs from here, while the caller still
+	// holds c.mu: a write of the handle never finds none between the two
+	// and waits for mu, which the load holds for as long as it reads.
+	c.syncs.Add(1)
+	loaded := make(chan error, 1)
+	go func() {
+		defer s.loads.Done()
+		loaded <- s.load(c, name)
+	}()
+	return loaded
+}
+
+// load reads collection name whole into a new index of c, from a snapshot
+// of its own taken once it holds c.mu, so no write of the handle that the
+// index holds is newer than it; it holds c's turn, which it gives back as
+// it ends, counts among c's syncs from startLoad on, and ends with the
+// handle (life). It runs on a goroutine of its own, where a panic would
+// end the process, which may hold the lease: the part-loaded index is
+// dropped, as after a failure, and the next search loads the collection
+// anew.
+func (s *Store) load(c *cached, name string) (err error) {
+	c.mu.Lock()
+	defer func() {
+		if p := recover(); p != nil {
+			err = s.loadPanicked(c, name, p)
+		}
+		// As in syncTurn, against forget's.
+		c.syncs.Add(-1)
+		if c.gone.Load() && c.index != nil {
+			c.index.Close()
+		}
+		c.mu.Unlock()
+		<-c.turn
+	}()
+	if s.isClosed() {
+		return errClosed
+	}
+	return s.readTx(s.life, func(tx *sql.Tx) error {
+		var at snapshot
+		err := tx.QueryRowContext(s.life, `SELECT dimension, metric, created, version FROM vector_collections WHERE name = ?`, name).
+			Scan(&at.dim, &at.metric, &at.created, &at.version)
+		if err != nil {
+			// Gone from the file, or not read: what the index held is
+			// of no use.
 			if c.index != nil {
 				c.discard()
 			}
-			v, err = view{}, fmt.Errorf("read collection %q into its index: %v: %w", name, p, errLoadPanicked)
+			if errors.Is(err, sql.ErrNoRows) {
+				return fmt.Errorf("collection %q: %w", name, ports.ErrNotFound)
+			}
+			return fmt.Errorf("read collection %q: %w", name, err)
 		}
-	}()
-	switch {
-	case c.index == nil || c.created != created || c.version < pruned:
 		if c.index != nil {
 			c.index.Close()
 		}
-		c.set(vecindex.New(dim, ports.Metric(metric), s.indexOptions()))
-		c.created, c.version = created, 0
-		if err := s.catchUp(ctx, tx, name, dim, c, -1); err != nil {
+		c.set(vecindex.New(at.dim, ports.Metric(at.metric), s.indexOptions()))
+		c.created, c.version = at.created, 0
+		if err := s.catchUp(s.life, tx, name, at.dim, c, -1); err != nil {
 			c.discard()
-			return view{}, err
+			return err
 		}
-	case c.version < version:
-		// A catch-up that fails (its search gave up, say) has changed
-		// nothing: the index stays at c.version, graph and all, for the
-		// next search to catch up from.
-		if err := s.catchUp(ctx, tx, name, dim, c, c.version); err != nil {
-			return view{}, err
-		}
-	}
-	if c.version > version {
-		return view{}, errAhead
-	}
-	c.version = version
-	return view{c: c, index: c.index, version: version, dim: dim, metric: ports.Metric(metric)}, nil
+		c.version = at.version
+		return nil
+	})
 }
 
 // discard drops the index when it failed to catch up, for the next search to
