@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -43,10 +44,29 @@ func TestASearchThatGivesUpWhileCatchingUpKeepsTheIndex(t *testing.T) {
 		t.Fatalf("Delete through the other handle: %v", err)
 	}
 	gaveUp, cancel := context.WithCancel(ctx)
+	left := make(chan struct{})
 	var once sync.Once
-	s.hooks.catchUp = func(context.Context, string) { once.Do(cancel) }
-	if _, err := s.Search(gaveUp, "v", []float32{-1, 0}, 2, nil); !errors.Is(err, context.Canceled) {
-		t.Fatalf("a search that gave up while catching up: %v, want context.Canceled", err)
+	// The catch-up goes on only once the search that began it has left.
+	s.hooks.catchUp = func(context.Context, string) {
+		once.Do(func() {
+			cancel()
+			<-left
+		})
+	}
+	searched := make(chan error, 1)
+	go func() {
+		_, err := s.Search(gaveUp, "v", []float32{-1, 0}, 2, nil)
+		searched <- err
+	}()
+	select {
+	case err := <-searched:
+		close(left)
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("a search that gave up while catching up: %v, want context.Canceled", err)
+		}
+	case <-time.After(30 * time.Second):
+		close(left)
+		t.Fatal("a search that gave up while catching up did not leave in 30 s")
 	}
 	c.mu.RLock()
 	kept := c.index
@@ -123,5 +143,103 @@ func TestASearchThatGivesUpWhileItsCollectionLoadsLeavesTheLoadToTheNext(t *test
 	}
 	if n := loads.Load(); n != 1 {
 		t.Fatalf("the collection was read into the index %d times, want once", n)
+	}
+}
+
+// A search that gives up while its index catches up with writes made
+// through another handle leaves the catch-up to go on: the next search
+// finds the index caught up, and the writes are read once. Before, the
+// catch-up ended with the search and what it had read was thrown away,
+// so where callers gave up sooner than a catch-up of many writes took,
+// none was ever answered.
+func TestASearchThatGivesUpWhileItsIndexCatchesUpLeavesTheCatchUpToTheNext(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "vectors.sqlite")
+	w := writeCollection(t, path) // "v": v000 to v199 at (i, 0)
+	s := openLoaded(t, path)
+	ctx := t.Context()
+	if err := w.Upsert(ctx, "v", []ports.Vector{{ID: "near", Values: []float32{-1, 0}}}); err != nil {
+		t.Fatalf("Upsert through the other handle: %v", err)
+	}
+	catchingUp, release := make(chan struct{}), make(chan struct{})
+	var catchUps atomic.Int32
+	// The first catch-up holds on until the test lets it go, or its
+	// context ends, as a read of the file would.
+	s.hooks.catchUp = func(ctx context.Context, _ string) {
+		if catchUps.Add(1) == 1 {
+			close(catchingUp)
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+		}
+	}
+	gaveUp, cancel := context.WithCancel(ctx)
+	searched := make(chan error, 1)
+	go func() {
+		_, err := s.Search(gaveUp, "v", []float32{-1, 0}, 1, nil)
+		searched <- err
+	}()
+	select {
+	case <-catchingUp:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the search did not begin to catch its index up in 30 s")
+	}
+	cancel()
+	select {
+	case err := <-searched:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("a search that gave up while its index caught up: %v, want context.Canceled", err)
+		}
+	case <-time.After(30 * time.Second):
+		close(release)
+		t.Fatal("a search that gave up while its index caught up did not leave in 30 s")
+	}
+	close(release)
+	got, err := s.Search(ctx, "v", []float32{-1, 0}, 2, nil)
+	if err != nil || len(got) != 2 || got[0].ID != "near" || got[1].ID != "v000" {
+		t.Fatalf("the search after the one that gave up finds %+v, %v; want near, then v000", got, err)
+	}
+	if n := catchUps.Load(); n != 1 {
+		t.Fatalf("the writes were read into the index %d times, want once", n)
+	}
+}
+
+// A search answers while another handle goes on writing to its collection:
+// a load of the writes, which reads the file as it stands then, leaves
+// the index ahead of the search's snapshot, and the search, trying again
+// in a newer one, catches up with what was written since in that
+// snapshot, rather than start another load that the next write would
+// leave ahead again, for as long as the writes went on.
+func TestASearchAnswersWhileAnotherHandleGoesOnWriting(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "vectors.sqlite")
+	w := writeCollection(t, path) // "v": v000 to v199 at (i, 0)
+	s := openLoaded(t, path)
+	ctx := t.Context()
+	if err := w.Upsert(ctx, "v", []ports.Vector{{ID: "near", Values: []float32{-1, 0}}}); err != nil {
+		t.Fatalf("Upsert through the other handle: %v", err)
+	}
+	// Each time a search of s has taken its snapshot, and each time s
+	// reads writes into its index, the other handle writes once more, up
+	// to a bound that ends the test either way.
+	const most = 40
+	var writes, snapshots atomic.Int32
+	write := func() {
+		if n := writes.Add(1); n <= most {
+			if err := w.Upsert(ctx, "v", []ports.Vector{{ID: fmt.Sprintf("w%03d", n), Values: []float32{1000, float32(n)}}}); err != nil {
+				t.Errorf("Upsert through the other handle: %v", err)
+			}
+		}
+	}
+	s.hooks.read = func(string) {
+		snapshots.Add(1)
+		write()
+	}
+	s.hooks.catchUp = func(context.Context, string) { write() }
+	got, err := s.Search(ctx, "v", []float32{-1, 0}, 1, nil)
+	if err != nil || len(got) != 1 || got[0].ID != "near" {
+		t.Fatalf("Search while the other handle writes finds %+v, %v; want near", got, err)
+	}
+	if n := snapshots.Load(); n > 2 {
+		t.Fatalf("the search took %d snapshots before it answered, want at most 2", n)
 	}
 }

@@ -117,9 +117,9 @@ type syncHooks struct {
 // history it reflects: the collection's creation and last write, as values
 // of the file's write counter.
 type cached struct {
-	// turn holds a token while a sync, or the load of the whole
-	// collection it hands the turn to, brings the index up to date,
-	// holding mu for seconds in a load or a long catch-up. A search waits
+	// turn holds a token while a sync, or the load it hands the turn
+	// to, brings the index up to date, holding mu for seconds as it
+	// reads a whole collection or many writes. A search waits
 	// for the turn, not for mu, so that it can leave as soon as it gives
 	// up (take), and takes mu only once it has the turn, when mu is never
 	// held for long.
@@ -319,7 +319,7 @@ func (s *Store) loadAll(ctx context.Context) {
 		}
 		drops := s.dropCount()
 		_ = s.readTx(ctx, func(tx *sql.Tx) error {
-			_, err := s.sync(ctx, tx, c.Name, drops)
+			_, err := s.sync(ctx, tx, c.Name, drops, false)
 			return err // errAhead too: the index is already loaded; errDropped: the collection is gone
 		})
 	}
@@ -469,14 +469,18 @@ var errDropped = errors.New("a collection went since the snapshot")
 var errLoadPanicked = errors.New("the index panicked as it took the rows")
 
 // sync brings the handle's index of collection name up to the snapshot of
-// tx and returns it: a collection made anew, or an index further behind
-// than the deleted ids are kept, is loaded whole, on a goroutine of its
-// own (load); otherwise only what was written since is read. An index
-// that holds writes newer than the snapshot (the handle's own, applied
-// once committed, or read by a search with a newer snapshot or by a load)
-// is errAhead. drops is dropCount as it stood before the snapshot of tx
-// was taken.
-func (s *Store) sync(ctx context.Context, tx *sql.Tx, name string, drops uint64) (view, error) {
+// tx, or past it, and returns it: an index behind the snapshot is brought
+// up to the file on a goroutine of its own (load), and one that holds
+// writes newer than the snapshot (the handle's own, applied once
+// committed, or read by a load) is errAhead. drops is dropCount as it
+// stood before the snapshot of tx was taken.
+//
+// again says the search tries again after its index went ahead of an
+// earlier snapshot: an index that is only behind by writes is then caught
+// up in the search's own snapshot, since a load, reading from a newer
+// one, would leave it ahead once more for as long as another handle goes
+// on writing.
+func (s *Store) sync(ctx context.Context, tx *sql.Tx, name string, drops uint64, again bool) (view, error) {
 	var at snapshot
 	err := tx.QueryRowContext(ctx, `SELECT dimension, metric, created, version, pruned FROM vector_collections WHERE name = ?`, name).
 		Scan(&at.dim, &at.metric, &at.created, &at.version, &at.pruned)
@@ -498,14 +502,14 @@ func (s *Store) sync(ctx context.Context, tx *sql.Tx, name string, drops uint64)
 		if err := s.take(ctx, c); err != nil {
 			return view{}, fmt.Errorf("wait for the index of %q: %w", name, err)
 		}
-		v, loaded, err := s.syncTurn(ctx, tx, name, c, at)
+		v, loaded, err := s.syncTurn(ctx, tx, name, c, at, again)
 		if loaded == nil {
 			return v, err
 		}
 		// The load goes on whether or not this search waits for it: one
-		// that gives up leaves it to the next, which finds the
-		// collection loaded, or waits for the rest, rather than start
-		// it all over.
+		// that gives up leaves it to the next, which finds the index
+		// up to date, or waits for the rest, rather than start it all
+		// over.
 		select {
 		case err := <-loaded:
 			if err != nil {
@@ -527,9 +531,8 @@ type snapshot struct {
 }
 
 // syncTurn is sync once it has c's turn, which it gives back, or hands to
-// the load of the whole collection that it starts: then loaded is where
-// that load answers.
-func (s *Store) syncTurn(ctx context.Context, tx *sql.Tx, name string, c *cached, at snapshot) (v view, loaded <-chan error, err error) {
+// the load that it starts: then loaded is where that load answers.
+func (s *Store) syncTurn(ctx context.Context, tx *sql.Tx, name string, c *cached, at snapshot, again bool) (v view, loaded <-chan error, err error) {
 	c.syncs.Add(1)
 	c.mu.Lock()
 	defer func() {
@@ -555,7 +558,7 @@ func (s *Store) syncTurn(ctx context.Context, tx *sql.Tx, name string, c *cached
 		// The index is of a collection made after the snapshot's, by
 		// the handle or loaded from a newer snapshot.
 		return view{}, nil, errAhead
-	case c.index == nil || c.created < at.created || c.version < at.pruned:
+	case c.index == nil || c.created < at.created || c.version < at.pruned || (c.version < at.version && !again):
 		if loaded = s.startLoad(c, name); loaded == nil {
 			return view{}, nil, errClosed
 		}
@@ -577,12 +580,11 @@ func (s *Store) syncTurn(ctx context.Context, tx *sql.Tx, name string, c *cached
 	return view{c: c, index: c.index, version: at.version, dim: at.dim, metric: ports.Metric(at.metric)}, nil, nil
 }
 
-// catchUpOrDrop catches c's index up from c.version; the caller holds
-// c.mu. A catch-up that fails (its search gave up, say) has changed
-// nothing: the index stays at c.version, graph and all, for the next
-// search to catch up from. One that panics (a bug, or values that break
-// the index's code) may have left it part changed: it goes, and the next
-// search loads the collection anew.
+// catchUpOrDrop catches c's index up from c.version to the snapshot of tx;
+// the caller holds c.mu. A catch-up that fails (its search gave up, say)
+// has changed nothing: the index stays at c.version, graph and all. One
+// that panics may have left it part changed: it goes, and the next search
+// loads the collection anew.
 func (s *Store) catchUpOrDrop(ctx context.Context, tx *sql.Tx, name string, dim int, c *cached) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
@@ -604,10 +606,9 @@ func (s *Store) loadPanicked(c *cached, name string, p any) error {
 	return fmt.Errorf("read collection %q into its index: %v: %w", name, p, errLoadPanicked)
 }
 
-// startLoad starts the load of collection name whole into c, on a
-// goroutine of its own, to which the caller, holding c's turn, hands it;
-// nil once the handle is closed. The goroutine answers on the channel it
-// returns.
+// startLoad starts a load of collection name into c, on a goroutine of
+// its own, to which the caller, holding c's turn, hands it; nil once the
+// handle is closed. The goroutine answers on the channel it returns.
 func (s *Store) startLoad(c *cached, name string) <-chan error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -627,14 +628,18 @@ func (s *Store) startLoad(c *cached, name string) <-chan error {
 	return loaded
 }
 
-// load reads collection name whole into a new index of c, from a snapshot
-// of its own taken once it holds c.mu, so no write of the handle that the
-// index holds is newer than it; it holds c's turn, which it gives back as
-// it ends, counts among c's syncs from startLoad on, and ends with the
-// handle (life). It runs on a goroutine of its own, where a panic would
-// end the process, which may hold the lease: the part-loaded index is
-// dropped, as after a failure, and the next search loads the collection
-// anew.
+// load brings c's index of collection name up to a snapshot of its own,
+// taken once it holds c.mu, so no write of the handle that the index holds
+// is newer than it: a collection made anew, or an index further behind
+// than the deleted ids are kept, is read whole into a new index;
+// otherwise only what was written since is read. A catch-up that fails
+// has changed nothing: the index stays where it stood, graph and all,
+// for the next load to catch up from. load holds c's turn, which it gives
+// back as it ends, counts among c's syncs from startLoad on, and ends with
+// the handle (life). It runs on a goroutine of its own, where a panic (a
+// bug, or values that break the index's code) would end the process,
+// which may hold the lease: the index it may have left part changed is
+// dropped, and the next search loads the collection anew.
 func (s *Store) load(c *cached, name string) (err error) {
 	c.mu.Lock()
 	defer func() {
@@ -654,27 +659,33 @@ func (s *Store) load(c *cached, name string) (err error) {
 	}
 	return s.readTx(s.life, func(tx *sql.Tx) error {
 		var at snapshot
-		err := tx.QueryRowContext(s.life, `SELECT dimension, metric, created, version FROM vector_collections WHERE name = ?`, name).
-			Scan(&at.dim, &at.metric, &at.created, &at.version)
-		if err != nil {
-			// Gone from the file, or not read: what the index held is
-			// of no use.
+		err := tx.QueryRowContext(s.life, `SELECT dimension, metric, created, version, pruned FROM vector_collections WHERE name = ?`, name).
+			Scan(&at.dim, &at.metric, &at.created, &at.version, &at.pruned)
+		if errors.Is(err, sql.ErrNoRows) {
+			// Gone from the file: what the index held is of no use.
 			if c.index != nil {
 				c.discard()
 			}
-			if errors.Is(err, sql.ErrNoRows) {
-				return fmt.Errorf("collection %q: %w", name, ports.ErrNotFound)
-			}
+			return fmt.Errorf("collection %q: %w", name, ports.ErrNotFound)
+		}
+		if err != nil {
 			return fmt.Errorf("read collection %q: %w", name, err)
 		}
-		if c.index != nil {
-			c.index.Close()
-		}
-		c.set(vecindex.New(at.dim, ports.Metric(at.metric), s.indexOptions()))
-		c.created, c.version = at.created, 0
-		if err := s.catchUp(s.life, tx, name, at.dim, c, -1); err != nil {
-			c.discard()
-			return err
+		switch {
+		case c.index == nil || c.created != at.created || c.version < at.pruned:
+			if c.index != nil {
+				c.index.Close()
+			}
+			c.set(vecindex.New(at.dim, ports.Metric(at.metric), s.indexOptions()))
+			c.created, c.version = at.created, 0
+			if err := s.catchUp(s.life, tx, name, at.dim, c, -1); err != nil {
+				c.discard()
+				return err
+			}
+		case c.version < at.version:
+			if err := s.catchUp(s.life, tx, name, at.dim, c, c.version); err != nil {
+				return err
+			}
 		}
 		c.version = at.version
 		return nil
@@ -704,9 +715,9 @@ type view struct {
 // it read-locked, still at the snapshot: a write applied between sync and
 // the lock is met by syncing again, and one the snapshot cannot see by
 // errAhead. The caller calls release once it has searched the index.
-func (s *Store) hold(ctx context.Context, tx *sql.Tx, name string, drops uint64) (v view, release func(), err error) {
+func (s *Store) hold(ctx context.Context, tx *sql.Tx, name string, drops uint64, again bool) (v view, release func(), err error) {
 	for {
-		if v, err = s.sync(ctx, tx, name, drops); err != nil {
+		if v, err = s.sync(ctx, tx, name, drops, again); err != nil {
 			return view{}, nil, err
 		}
 		// The lock is taken with the turn, which a sync that has begun
@@ -1121,8 +1132,8 @@ func (s *Store) Search(ctx context.Context, name string, query []float32, k int,
 	if err != nil {
 		return nil, fmt.Errorf("search %q: %w", name, err)
 	}
-	for {
-		out, err := s.search(ctx, name, query, k, f)
+	for again := false; ; again = true {
+		out, err := s.search(ctx, name, query, k, f, again)
 		if !errors.Is(err, errAhead) && !errors.Is(err, errDropped) {
 			return out, err
 		}
@@ -1132,12 +1143,12 @@ func (s *Store) Search(ctx context.Context, name string, query []float32, k int,
 	}
 }
 
-// search is one try of Search, in one snapshot.
-func (s *Store) search(ctx context.Context, name string, query []float32, k int, f vecutil.Filter) ([]ports.ScoredVector, error) {
+// search is one try of Search, in one snapshot; again as for sync.
+func (s *Store) search(ctx context.Context, name string, query []float32, k int, f vecutil.Filter, again bool) ([]ports.ScoredVector, error) {
 	var out []ports.ScoredVector
 	drops := s.dropCount()
 	err := s.readTx(ctx, func(tx *sql.Tx) error {
-		v, release, err := s.hold(ctx, tx, name, drops)
+		v, release, err := s.hold(ctx, tx, name, drops, again)
 		if err != nil {
 			return err
 		}
