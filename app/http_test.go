@@ -324,10 +324,10 @@ func waitFor(t *testing.T, what string, ok func() bool) {
 }
 
 // heldUpload sends an object to the API with token as its bearer (none
-// when ""), a chunk every 250 ms, above the API's minimum rate, until
-// finish is closed, and then reports the answer's status (0 when the
-// request failed).
-func heldUpload(t *testing.T, url, token string, finish <-chan struct{}) <-chan int {
+// when ""), from the loopback address from, a chunk every 250 ms, above
+// the API's minimum rate, until finish is closed, and then reports the
+// answer's status (0 when the request failed).
+func heldUpload(t *testing.T, url, token, from string, finish <-chan struct{}) <-chan int {
 	t.Helper()
 	pr, pw := io.Pipe()
 	go func() {
@@ -356,7 +356,9 @@ func heldUpload(t *testing.T, url, token string, finish <-chan struct{}) <-chan 
 		if token != "" {
 			req.Header.Set("Authorization", "Bearer "+token)
 		}
-		resp, err := http.DefaultClient.Do(req)
+		dialer := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
+		client := &http.Client{Transport: &http.Transport{DialContext: dialer.DialContext, DisableKeepAlives: true}}
+		resp, err := client.Do(req)
 		if err != nil {
 			answer <- 0
 			return
@@ -391,8 +393,11 @@ func TestHTTPClientsHoldingEveryTransferLeaveTheModulesTheirShare(t *testing.T) 
 			release := sync.OnceFunc(func() { close(finish) })
 			defer release()
 			var answers []<-chan int
+			// Each from an address of its own: one client runs only its
+			// share of the API's transfers.
 			for i := range httpapi.DefaultMaxTransfers {
-				answers = append(answers, heldUpload(t, fmt.Sprintf("http://%s/v1/objects/held-%d", h.Addr(), i), token, finish))
+				from := fmt.Sprintf("127.0.6.%d", i+1)
+				answers = append(answers, heldUpload(t, fmt.Sprintf("http://%s/v1/objects/held-%d", h.Addr(), i), token, from, finish))
 			}
 			waitFor(t, "the HTTP uploads to hold every transfer of the API", func() bool {
 				return e.SessionsOpen() == httpapi.DefaultMaxTransfers

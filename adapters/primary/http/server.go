@@ -74,8 +74,12 @@ type Options struct {
 	BodyBudget int64
 	BodyShare  int64
 	// MaxTransfers, TransferStall and MinTransferRate bound object
-	// transfers; each is its Default when <= 0.
+	// transfers; each is its Default when <= 0. TransferShare is how many
+	// of them one client (see clientOf) runs at once: a
+	// DefaultTransferShareDivisor part of MaxTransfers, and at least one,
+	// when <= 0.
 	MaxTransfers    int
+	TransferShare   int
 	TransferStall   time.Duration
 	MinTransferRate float64
 }
@@ -89,9 +93,10 @@ type api struct {
 	maxBody  int64
 	bodies   *quota.Quota
 
-	transfers chan struct{} // a slot per object transfer running
-	stall     time.Duration
-	minRate   float64
+	transfers    *quota.Quota // a slot per object transfer running, by client
+	maxTransfers int
+	stall        time.Duration
+	minRate      float64
 }
 
 // NewHandler returns the API's routes.
@@ -116,6 +121,10 @@ func NewHandler(o Options) http.Handler {
 	if o.MaxTransfers <= 0 {
 		o.MaxTransfers = DefaultMaxTransfers
 	}
+	if o.TransferShare <= 0 {
+		o.TransferShare = max(o.MaxTransfers/DefaultTransferShareDivisor, 1)
+	}
+	o.TransferShare = min(o.TransferShare, o.MaxTransfers)
 	if o.TransferStall <= 0 {
 		o.TransferStall = DefaultTransferStall
 	}
@@ -124,8 +133,9 @@ func NewHandler(o Options) http.Handler {
 	}
 	a := &api{
 		engine: o.Engine, services: o.Services, metrics: o.Metrics, log: o.Logger, maxBody: o.MaxBody,
-		bodies:    quota.New(o.BodyBudget, o.BodyShare),
-		transfers: make(chan struct{}, o.MaxTransfers), stall: o.TransferStall, minRate: o.MinTransferRate,
+		bodies:       quota.New(o.BodyBudget, o.BodyShare),
+		transfers:    quota.New(int64(o.MaxTransfers), int64(o.TransferShare)),
+		maxTransfers: o.MaxTransfers, stall: o.TransferStall, minRate: o.MinTransferRate,
 	}
 	open := http.NewServeMux()
 	open.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {

@@ -6,6 +6,8 @@ import (
 	"io"
 	"net/http"
 	"time"
+
+	"github.com/abi-engine/engine/internal/quota"
 )
 
 // Bounds of object transfers over HTTP. An object may be as large as it
@@ -18,6 +20,10 @@ const (
 	// engine's transfers, which the API's own client is, so HTTP clients
 	// never take the transfers of NATS callers.
 	DefaultMaxTransfers = 8
+	// DefaultTransferShareDivisor gives one client's share of the
+	// transfers: a quarter, as a NATS caller's share of the engine's. A
+	// share is at least one transfer.
+	DefaultTransferShareDivisor = 4
 	// DefaultTransferStall is how long one read of an upload or one write
 	// of a download may wait on the client.
 	DefaultTransferStall = 30 * time.Second
@@ -32,23 +38,31 @@ const (
 var errTooSlow = errors.New("the client is too slow")
 
 // transferSlots admits an object transfer, or answers 503 with a
-// Retry-After when every slot is taken. A HEAD, which the GET route also
-// serves, looks the object up and moves none of it: it takes no slot.
+// Retry-After when every slot is taken or the client (see clientOf) holds
+// its share of them: a client that keeps its transfers going at the
+// minimum rate would otherwise hold every slot for as long as it liked.
+// A HEAD, which the GET route also serves, looks the object up and moves
+// none of it: it takes no slot.
 func (a *api) transferSlots(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodHead {
 			h(w, r)
 			return
 		}
-		select {
-		case a.transfers <- struct{}{}:
-			defer func() { <-a.transfers }()
-			h(w, r)
-		default:
+		client := clientOf(r)
+		if err := a.transfers.Take(client, 1); err != nil {
+			msg := fmt.Sprintf("%d object transfers run, the most this API runs at once; try again later", a.maxTransfers)
+			var over *quota.Over
+			if errors.As(err, &over) && over.Share {
+				msg = fmt.Sprintf("this client runs %d object transfers, its share of the %d this API runs at once; try again later",
+					over.Held, a.maxTransfers)
+			}
 			w.Header().Set("Retry-After", "1")
-			writeError(w, http.StatusServiceUnavailable,
-				fmt.Sprintf("%d object transfers run, the most this API runs at once; try again later", cap(a.transfers)))
+			writeError(w, http.StatusServiceUnavailable, msg)
+			return
 		}
+		defer a.transfers.Give(client, 1)
+		h(w, r)
 	}
 }
 

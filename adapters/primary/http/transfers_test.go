@@ -3,6 +3,7 @@ package httpapi_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -213,5 +214,60 @@ func TestAHeadIsAnsweredWhileEveryTransferSlotIsHeld(t *testing.T) {
 	a.expect(http.StatusServiceUnavailable, "GET", "/v1/objects/there", "")
 	if resp, _ := a.expect(http.StatusOK, "HEAD", "/v1/objects/there", ""); resp.Header.Get("Content-Length") != "1" {
 		t.Fatalf("the HEAD answered Content-Length %q, want 1", resp.Header.Get("Content-Length"))
+	}
+}
+
+// One client runs at most its share of the API's object transfers: its
+// transfers past it are refused 503 at once, naming the share, and
+// another client's transfer is served meanwhile. A client keeping its
+// uploads at the minimum rate held every slot for as long as it liked, and
+// every other client's GET and PUT of an object was refused.
+func TestOneClientRunsOnlyItsShareOfTheTransfers(t *testing.T) {
+	const slots, share = httpapi.DefaultMaxTransfers, httpapi.DefaultMaxTransfers / 4
+	metrics := httpapi.NewMetrics()
+	url := serveReal(t, memoryServices(t), httpapi.Options{Metrics: metrics, TransferStall: time.Minute})
+	release := make(chan struct{})
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
+
+	greedy := clientFrom("127.0.3.1")
+	answers := make(chan answer, slots)
+	for i := range slots {
+		got := send(greedy, fmt.Sprintf("%s/v1/objects/greedy-%d", url, i), &heldBody{data: []byte("held"), release: release}, -1)
+		go func() { answers <- <-got }()
+	}
+	var refused []answer
+	open := map[string]string{"via": httpapi.ViaHTTP}
+	waitUntil(t, func() bool {
+		select {
+		case a := <-answers:
+			refused = append(refused, a)
+		default:
+		}
+		return len(refused)+int(metric(t, metrics, "abi_engine_sessions_open", open)) == slots
+	})
+	if len(refused) != slots-share {
+		t.Fatalf("a client starting %d transfers had %d refused, want %d past its share of %d", slots, len(refused), slots-share, share)
+	}
+	for _, a := range refused {
+		if a.code != http.StatusServiceUnavailable || a.retryAfter == "" || !strings.Contains(a.body, "share") {
+			t.Fatalf("a transfer past the client's share got %d (Retry-After %q): %s", a.code, a.retryAfter, a.body)
+		}
+	}
+
+	bystander := clientFrom("127.0.3.2")
+	if a := <-send(bystander, url+"/v1/objects/bystander", strings.NewReader("mine"), 4); a.code != http.StatusOK {
+		t.Fatalf("a bystander's object PUT, while another client ran its share of the transfers, answered %d: %s", a.code, a.body)
+	}
+	close(release)
+	for range share {
+		if a := <-answers; a.code != http.StatusOK {
+			t.Fatalf("a transfer within the client's share answered %d: %s", a.code, a.body)
+		}
 	}
 }
