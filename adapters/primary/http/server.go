@@ -82,6 +82,12 @@ type Options struct {
 	TransferShare   int
 	TransferStall   time.Duration
 	MinTransferRate float64
+	// MaxRequests bounds the requests in flight on the routes that call
+	// the services, but object transfers, and RequestShare those of one
+	// client (see clientOf); they are DefaultMaxRequests and a
+	// DefaultRequestShareDivisor part of it, at least one, when <= 0.
+	MaxRequests  int
+	RequestShare int
 }
 
 // api holds what the handlers share.
@@ -93,6 +99,8 @@ type api struct {
 	maxBody  int64
 	bodies   *quota.Quota
 
+	requests     *quota.Quota // a slot per request in flight, by client
+	maxRequests  int
 	transfers    *quota.Quota // a slot per object transfer running, by client
 	maxTransfers int
 	stall        time.Duration
@@ -125,6 +133,13 @@ func NewHandler(o Options) http.Handler {
 		o.TransferShare = max(o.MaxTransfers/DefaultTransferShareDivisor, 1)
 	}
 	o.TransferShare = min(o.TransferShare, o.MaxTransfers)
+	if o.MaxRequests <= 0 {
+		o.MaxRequests = DefaultMaxRequests
+	}
+	if o.RequestShare <= 0 {
+		o.RequestShare = max(o.MaxRequests/DefaultRequestShareDivisor, 1)
+	}
+	o.RequestShare = min(o.RequestShare, o.MaxRequests)
 	if o.TransferStall <= 0 {
 		o.TransferStall = DefaultTransferStall
 	}
@@ -134,6 +149,8 @@ func NewHandler(o Options) http.Handler {
 	a := &api{
 		engine: o.Engine, services: o.Services, metrics: o.Metrics, log: o.Logger, maxBody: o.MaxBody,
 		bodies:       quota.New(o.BodyBudget, o.BodyShare),
+		requests:     quota.New(int64(o.MaxRequests), int64(o.RequestShare)),
+		maxRequests:  o.MaxRequests,
 		transfers:    quota.New(int64(o.MaxTransfers), int64(o.TransferShare)),
 		maxTransfers: o.MaxTransfers, stall: o.TransferStall, minRate: o.MinTransferRate,
 	}
@@ -218,7 +235,7 @@ func (a *api) routes(mux *http.ServeMux) {
 	} {
 		h := rt.h
 		if rt.service != ports.ServiceObjectStorage || rt.op == "delete" {
-			h = answeredWhole(h)
+			h = a.requestSlots(answeredWhole(h))
 		}
 		mux.Handle(rt.pattern, a.metered(rt.service, rt.op, a.needs(rt.service, h)))
 	}
