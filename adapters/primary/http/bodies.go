@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"time"
 
 	"github.com/abi-engine/engine/internal/quota"
 	"github.com/abi-engine/engine/ports"
@@ -25,6 +26,12 @@ const (
 	// DefaultBodyShareDivisor gives one client's share of the budget: a
 	// quarter, as a NATS caller's share of the engine's overflow bytes.
 	DefaultBodyShareDivisor = 4
+	// DefaultBodyStall is how long one read of such a body may wait on
+	// the client; once the reads have waited that long in all, the client
+	// must have kept up the minimum rate of a transfer. A body holds its
+	// reservation while it arrives, so a client that declared a length and
+	// then sent nothing held it for the whole time a request may take.
+	DefaultBodyStall = 10 * time.Second
 )
 
 // errBusy is a request the API refuses for now, since the bodies in
@@ -68,17 +75,22 @@ func clientOf(r *http.Request) string {
 // readBody reads r's body whole, of at most maxBody bytes, under the
 // budget: a body of a declared length is read into a buffer of that
 // length, reserved before a byte is read, and one of no declared length
-// (chunked) reserves each buffer it grows into. release gives the bytes
-// back; the handler calls it once the call has answered, since the value
-// is held until then.
-func (a *api) readBody(r *http.Request) (data []byte, release func(), err error) {
+// (chunked) reserves each buffer it grows into. Its reads are paced (see
+// bodyReader). release gives the bytes back; the handler calls it once
+// the call has answered, since the value is held until then.
+func (a *api) readBody(w http.ResponseWriter, r *http.Request) (data []byte, release func(), err error) {
 	client := clientOf(r)
+	body := a.bodyReader(w, r)
 	var held int64
 	giveBack := func() { a.bodies.Give(client, held) }
 	defer func() {
 		if err != nil {
 			giveBack()
+			return
 		}
+		// The body is read: the connection is back under the time for a
+		// request, as the server set it, while the call runs.
+		_ = body.rc.SetReadDeadline(body.until)
 	}()
 	switch n := r.ContentLength; {
 	case n == 0:
@@ -91,7 +103,7 @@ func (a *api) readBody(r *http.Request) (data []byte, release func(), err error)
 		}
 		held = n
 		data = make([]byte, n)
-		if _, err := io.ReadFull(r.Body, data); err != nil {
+		if _, err := io.ReadFull(body, data); err != nil {
 			return nil, nil, bodyReadError(err)
 		}
 		return data, giveBack, nil
@@ -101,7 +113,7 @@ func (a *api) readBody(r *http.Request) (data []byte, release func(), err error)
 			if int64(len(data)) == a.maxBody {
 				// Full at the most: the body must end here.
 				var probe [1]byte
-				n, err := io.ReadFull(r.Body, probe[:])
+				n, err := io.ReadFull(body, probe[:])
 				if n > 0 {
 					return nil, nil, fmt.Errorf("%w: body over %d bytes", ports.ErrTooLarge, a.maxBody)
 				}
@@ -121,7 +133,7 @@ func (a *api) readBody(r *http.Request) (data []byte, release func(), err error)
 			copy(next, data)
 			data = next
 		}
-		n, err := r.Body.Read(data[len(data):cap(data)])
+		n, err := body.Read(data[len(data):cap(data)])
 		data = data[:len(data)+n]
 		if errors.Is(err, io.EOF) {
 			return data, giveBack, nil
@@ -132,11 +144,26 @@ func (a *api) readBody(r *http.Request) (data []byte, release func(), err error)
 	}
 }
 
-// bodyReadError is a body the client did not send whole: 408 when it took
-// longer than the server's time for a request, else 400.
+// bodyReader reads r's body for readBody: each read waits at most the
+// body stall time on the client, and never past the server's time for a
+// request from now, and once the reads have waited the stall time in all
+// the client must have kept up the minimum rate.
+func (a *api) bodyReader(w http.ResponseWriter, r *http.Request) *pacedReader {
+	return &pacedReader{
+		r: r.Body, rc: http.NewResponseController(w), until: time.Now().Add(requestTimeout),
+		pace: pace{what: "sent", stall: a.bodyStall, rate: a.minRate},
+	}
+}
+
+// bodyReadError is a body the client did not send whole: 408 when it
+// stalled, fell below the minimum rate or took longer than the server's
+// time for a request, else 400.
 func bodyReadError(err error) error {
+	if errors.Is(err, errTooSlow) {
+		return err
+	}
 	if errors.Is(err, os.ErrDeadlineExceeded) {
-		return fmt.Errorf("%w: the body did not arrive within the time for a request: %v", errTooSlow, err)
+		return fmt.Errorf("%w: the body stopped arriving, or did not arrive within the time for a request: %v", errTooSlow, err)
 	}
 	return fmt.Errorf("%w: body: %v", ports.ErrInvalidArgument, err)
 }

@@ -342,3 +342,30 @@ func TestAChunkedBodyIsBoundedByTheMostAndTheShare(t *testing.T) {
 		t.Fatalf("the held body answered %d: %s", h.code, h.body)
 	}
 }
+
+// A body that stops arriving is cut off 408 once it has sent nothing for
+// the stall time, and frees what it held of its client's share, so the
+// client's next body is read. It used to hold its reservation, of the
+// whole length it declared, for the minute a request may take, sending
+// nothing: four clients so held the API's whole budget of bodies.
+func TestABodyThatStallsIsCutOffAndFreesItsShare(t *testing.T) {
+	const size = 1 << 20
+	_, services := kernel(t, nil)
+	url := serveReal(t, services, httpapi.Options{MaxBody: size, BodyBudget: 4 * size, BodyShare: size})
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+
+	client := clientFrom("127.0.2.9")
+	stalled := send(client, url+"/v1/kv/stalled", &heldBody{data: bytes.Repeat([]byte("s"), size), release: release}, size)
+	select {
+	case a := <-stalled:
+		if a.code != http.StatusRequestTimeout && a.code != 0 {
+			t.Fatalf("a body that stopped arriving answered %d, want 408 or a cut connection: %s", a.code, a.body)
+		}
+	case <-time.After(40 * time.Second):
+		t.Fatalf("a body that sent nothing more was not cut off within 40s; it holds its client's share meanwhile")
+	}
+	if a := <-send(client, url+"/v1/kv/next", bytes.NewReader(bytes.Repeat([]byte("n"), size)), size); a.code != http.StatusNoContent {
+		t.Fatalf("the client's next body, once its stalled one was cut off, answered %d: %s", a.code, a.body)
+	}
+}

@@ -65,7 +65,7 @@ func (a *api) kvSet(w http.ResponseWriter, r *http.Request) {
 		}
 		ttl = d
 	}
-	value, release, err := a.readBody(r)
+	value, release, err := a.readBody(w, r)
 	if err != nil {
 		a.fail(w, r, fmt.Errorf("read the value of %q: %w", key, err))
 		return
@@ -217,7 +217,7 @@ func (a *api) docPut(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var data map[string]any
-	release, err := a.decode(r, &data)
+	release, err := a.decode(w, r, &data)
 	if err != nil {
 		a.fail(w, r, err)
 		return
@@ -273,7 +273,7 @@ type FindResponse struct {
 
 func (a *api) docFind(w http.ResponseWriter, r *http.Request) {
 	var q FindRequest
-	release, err := a.decodeQuery(r, &q)
+	release, err := a.decodeQuery(w, r, &q)
 	if err != nil {
 		a.fail(w, r, err)
 		return
@@ -319,7 +319,7 @@ type SearchResponse struct {
 
 func (a *api) vecSearch(w http.ResponseWriter, r *http.Request) {
 	var q SearchRequest
-	release, err := a.decodeQuery(r, &q)
+	release, err := a.decodeQuery(w, r, &q)
 	if err != nil {
 		a.fail(w, r, err)
 		return
@@ -345,19 +345,19 @@ func (a *api) vecSearch(w http.ResponseWriter, r *http.Request) {
 // bodies over the limit or of more than wire.MaxValues values. The body
 // counts against the API's budget until release, which the handler calls
 // once its call has answered.
-func (a *api) decode(r *http.Request, v any) (release func(), err error) {
-	return a.decodeBody(r, v, false)
+func (a *api) decode(w http.ResponseWriter, r *http.Request, v any) (release func(), err error) {
+	return a.decodeBody(w, r, v, false)
 }
 
 // decodeQuery is decode for the body of a find or a search, where a body
 // of nothing, or of JSON white space only, is {}: the protocol reads an
 // empty body so on NATS, and a query answers the same over either.
-func (a *api) decodeQuery(r *http.Request, v any) (release func(), err error) {
-	return a.decodeBody(r, v, true)
+func (a *api) decodeQuery(w http.ResponseWriter, r *http.Request, v any) (release func(), err error) {
+	return a.decodeBody(w, r, v, true)
 }
 
-func (a *api) decodeBody(r *http.Request, v any, emptyIsObject bool) (func(), error) {
-	data, release, err := a.readBody(r)
+func (a *api) decodeBody(w http.ResponseWriter, r *http.Request, v any, emptyIsObject bool) (func(), error) {
+	data, release, err := a.readBody(w, r)
 	if err != nil {
 		return nil, err
 	}

@@ -73,6 +73,9 @@ type Options struct {
 	// admitted.
 	BodyBudget int64
 	BodyShare  int64
+	// BodyStall is how long one read of such a body may wait on the
+	// client; DefaultBodyStall when <= 0.
+	BodyStall time.Duration
 	// MaxTransfers, TransferStall and MinTransferRate bound object
 	// transfers; each is its Default when <= 0. TransferShare is how many
 	// of them one client (see clientOf) runs at once: a
@@ -98,6 +101,8 @@ type api struct {
 	log      *slog.Logger
 	maxBody  int64
 	bodies   *quota.Quota
+	// bodyStall bounds each read of a body read whole.
+	bodyStall time.Duration
 
 	requests     *quota.Quota // a slot per request in flight, by client
 	maxRequests  int
@@ -126,6 +131,9 @@ func NewHandler(o Options) http.Handler {
 	}
 	o.BodyShare = max(o.BodyShare, o.MaxBody)
 	o.BodyBudget = max(o.BodyBudget, o.BodyShare)
+	if o.BodyStall <= 0 {
+		o.BodyStall = DefaultBodyStall
+	}
 	if o.MaxTransfers <= 0 {
 		o.MaxTransfers = DefaultMaxTransfers
 	}
@@ -149,6 +157,7 @@ func NewHandler(o Options) http.Handler {
 	a := &api{
 		engine: o.Engine, services: o.Services, metrics: o.Metrics, log: o.Logger, maxBody: o.MaxBody,
 		bodies:       quota.New(o.BodyBudget, o.BodyShare),
+		bodyStall:    o.BodyStall,
 		requests:     quota.New(int64(o.MaxRequests), int64(o.RequestShare)),
 		maxRequests:  o.MaxRequests,
 		transfers:    quota.New(int64(o.MaxTransfers), int64(o.TransferShare)),

@@ -90,6 +90,8 @@ func (p *pace) account(n int, took time.Duration) error {
 type pacedReader struct {
 	r  io.Reader
 	rc *http.ResponseController
+	// until, when set, is the latest a read may wait to.
+	until time.Time
 	pace
 }
 
@@ -98,8 +100,12 @@ func (a *api) pacedBody(w http.ResponseWriter, r *http.Request) *pacedReader {
 }
 
 func (p *pacedReader) Read(b []byte) (int, error) {
-	_ = p.rc.SetReadDeadline(time.Now().Add(p.stall))
 	start := time.Now()
+	deadline := start.Add(p.stall)
+	if !p.until.IsZero() && p.until.Before(deadline) {
+		deadline = p.until
+	}
+	_ = p.rc.SetReadDeadline(deadline)
 	n, err := p.r.Read(b)
 	if perr := p.account(n, time.Since(start)); perr != nil && err == nil {
 		err = perr
