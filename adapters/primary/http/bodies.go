@@ -57,10 +57,13 @@ func busy(err error) error {
 // from, an IPv6 one by its /64, which a single host is commonly given
 // whole. A token does not tell clients apart, since they all present the
 // same one, and a forwarded-for header is whatever the client writes.
-func clientOf(r *http.Request) string {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
+func clientOf(r *http.Request) string { return clientAt(r.RemoteAddr) }
+
+// clientAt is clientOf for a remote address, host:port.
+func clientAt(addr string) string {
+	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
-		host = r.RemoteAddr
+		host = addr
 	}
 	ip := net.ParseIP(host)
 	if ip == nil {

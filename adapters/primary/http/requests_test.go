@@ -74,8 +74,8 @@ func heldKernel(t *testing.T, kv ports.KeyValue) httpapi.Services {
 // engine, and another client's call waited behind them or was refused.
 func TestOneClientHasOnlyItsShareOfTheRequestsInFlight(t *testing.T) {
 	const (
-		sent  = 200
-		share = 32 // a quarter of the API's 128
+		sent  = httpapi.MaxConnsPerClient // each on a connection of its own
+		share = 32                        // a quarter of the API's 128
 	)
 	release := make(chan struct{})
 	t.Cleanup(func() {

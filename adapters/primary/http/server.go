@@ -368,7 +368,8 @@ func Bind(addr string) (net.Listener, error) {
 	return ln, nil
 }
 
-// Serve serves h on ln in a goroutine until Shutdown, which closes ln.
+// Serve serves h on ln in a goroutine until Shutdown, which closes ln. A
+// client holds at most MaxConnsPerClient connections at once.
 func Serve(ln net.Listener, h http.Handler, logger *slog.Logger) *Server {
 	if logger == nil {
 		logger = slog.Default()
@@ -392,7 +393,7 @@ func Serve(ln net.Listener, h http.Handler, logger *slog.Logger) *Server {
 	}
 	go func() {
 		defer close(s.done)
-		if err := s.srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		if err := s.srv.Serve(limitConns(ln, MaxConnsPerClient)); !errors.Is(err, http.ErrServerClosed) {
 			logger.Error("the HTTP API stopped serving", "err", err)
 			s.mu.Lock()
 			s.err = err

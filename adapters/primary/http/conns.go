@@ -1,0 +1,130 @@
+package httpapi
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// MaxConnsPerClient is how many connections one client (see clientOf)
+// holds to the API at once; one more is answered 503, with a Retry-After,
+// and closed (see refuse). Each
+// connection holds a goroutine and its buffers, some 15 KiB, while it
+// idles between requests for the server's idle time: a client opening as
+// many as its ports allowed, some 28,000 from one IPv4 address, held some
+// 400 MiB of the memory the engine's NATS callers share. 64 is well past
+// what a client's requests in flight and transfers need together.
+const MaxConnsPerClient = 64
+
+// maxRefusing is how many connections past their client's most are
+// answered at once; past that, one is closed without an answer, so a
+// flood of connections costs no more than this many goroutines.
+const maxRefusing = 64
+
+// refuseTime bounds how long a refused connection is read and answered.
+const refuseTime = 2 * time.Second
+
+// clientConns is a listener whose connections are bounded by client.
+type clientConns struct {
+	net.Listener
+	most int
+
+	mu       sync.Mutex
+	by       map[string]int
+	refusing int
+}
+
+func limitConns(ln net.Listener, most int) *clientConns {
+	return &clientConns{Listener: ln, most: most, by: map[string]int{}}
+}
+
+// Accept returns the next connection of a client within its most, and
+// closes those past it.
+func (l *clientConns) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		client := clientAt(c.RemoteAddr().String())
+		l.mu.Lock()
+		over := l.by[client] >= l.most
+		if !over {
+			l.by[client]++
+		}
+		l.mu.Unlock()
+		if over {
+			l.refuse(c)
+			continue
+		}
+		return &clientConn{Conn: c, release: sync.OnceFunc(func() { l.release(client) })}, nil
+	}
+}
+
+// refuse answers c's first request 503 and closes it, in a goroutine of
+// its own for at most refuseTime, or closes it at once when maxRefusing
+// are being answered. The request is read before the answer is written,
+// and the connection half-closed and read to its end before it closes, so
+// the client reads the answer rather than a reset.
+func (l *clientConns) refuse(c net.Conn) {
+	l.mu.Lock()
+	answer := l.refusing < maxRefusing
+	if answer {
+		l.refusing++
+	}
+	l.mu.Unlock()
+	if !answer {
+		_ = c.Close()
+		return
+	}
+	go func() {
+		defer func() {
+			_ = c.Close()
+			l.mu.Lock()
+			l.refusing--
+			l.mu.Unlock()
+		}()
+		_ = c.SetDeadline(time.Now().Add(refuseTime))
+		r := bufio.NewReader(io.LimitReader(c, MaxHeaderBytes))
+		if _, err := http.ReadRequest(r); err != nil {
+			return
+		}
+		body, _ := json.Marshal(errorBody{Error: errorDetail{Code: http.StatusServiceUnavailable, Message: fmt.Sprintf(
+			"this client holds %d connections to this API, the most one client holds; reuse them, or try again later", l.most)}})
+		_, err := fmt.Fprintf(c, "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"+
+			"X-Content-Type-Options: nosniff\r\nRetry-After: 1\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s",
+			len(body), body)
+		if err != nil {
+			return
+		}
+		if tcp, ok := c.(interface{ CloseWrite() error }); ok {
+			_ = tcp.CloseWrite()
+		}
+		_, _ = io.Copy(io.Discard, io.LimitReader(c, MaxHeaderBytes))
+	}()
+}
+
+func (l *clientConns) release(client string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.by[client]--; l.by[client] <= 0 {
+		delete(l.by, client)
+	}
+}
+
+// clientConn gives its client's place back when it closes.
+type clientConn struct {
+	net.Conn
+	release func()
+}
+
+func (c *clientConn) Close() error {
+	err := c.Conn.Close()
+	c.release()
+	return err
+}
