@@ -30,36 +30,94 @@ type Options struct {
 
 // AsModule provides a module constructor to the engine: f returns a type
 // that implements Module, and may return an error after it. An f that is
-// no function, or that returns a nil module, fails the engine's graph with
-// an error naming f: taken, a nil module panicked the engine's start.
+// no function, that returns anything else, or that returns a nil module,
+// fails the engine's graph with an error naming f: taken, a nil module
+// panicked the engine's start.
+//
+// The modules start in the order their options were given to the engine
+// (Graph's extra options, enginecmd.Options.Modules), and stop the last
+// first. fx hands a value group over in an order it draws anew at each
+// start, so the module goes into the group with a token of its option,
+// and an Invoke, which fx runs in the order given, puts the token in the
+// engine's order. The invokes of an fx.Module run before those of the
+// options that hold it, so modules given inside one start before those
+// given beside it.
 func AsModule(f any) fx.Option {
 	v := reflect.ValueOf(f)
 	if f == nil || v.Kind() != reflect.Func || v.IsNil() {
 		return fx.Error(fmt.Errorf("app.AsModule: a module constructor must be a function, got %T", f))
 	}
-	return fx.Provide(fx.Annotate(refuseNil(v), fx.As(new(Module)), fx.ResultTags(`group:"modules"`)))
+	tok := new(moduleToken)
+	ctor, err := givenBy(v, tok)
+	if err != nil {
+		return fx.Error(err)
+	}
+	return fx.Options(
+		fx.Provide(fx.Annotate(ctor, fx.ResultTags(`group:"given-modules"`))),
+		fx.Invoke(func(o *moduleOrder) { o.tokens = append(o.tokens, tok) }),
+	)
 }
 
-var errorType = reflect.TypeFor[error]()
+// moduleToken stands for one AsModule option. It is not empty, so that
+// each is a pointer of its own.
+type moduleToken struct{ _ byte }
 
-// refuseNil returns constructor f, of one result or of a result and an
-// error, as one that returns an error naming f in place of a nil result.
-// Any other f is returned as it is, for fx to judge.
-func refuseNil(f reflect.Value) any {
+// givenModule is a module AsModule provided, with its option's token.
+type givenModule struct {
+	token  *moduleToken
+	module Module
+}
+
+// moduleOrder is the tokens of one graph's AsModule options, in the order
+// the options were given.
+type moduleOrder struct{ tokens []*moduleToken }
+
+// arrange puts given in o's order; a module whose token o lacks, which
+// cannot happen through AsModule, comes after.
+func (o *moduleOrder) arrange(given []givenModule) []Module {
+	out := make([]Module, 0, len(given))
+	used := make([]bool, len(given))
+	for _, tok := range o.tokens {
+		for i, g := range given {
+			if !used[i] && g.token == tok {
+				used[i] = true
+				out = append(out, g.module)
+				break
+			}
+		}
+	}
+	for i, g := range given {
+		if !used[i] {
+			out = append(out, g.module)
+		}
+	}
+	return out
+}
+
+var (
+	errorType  = reflect.TypeFor[error]()
+	moduleType = reflect.TypeFor[Module]()
+	givenType  = reflect.TypeFor[givenModule]()
+)
+
+// givenBy returns constructor f, of a module or of a module and an error,
+// as one that returns the module with tok, or an error naming f in place
+// of a nil module.
+func givenBy(f reflect.Value, tok *moduleToken) (any, error) {
 	t := f.Type()
+	name := "?"
+	if fn := runtime.FuncForPC(f.Pointer()); fn != nil {
+		name = fn.Name()
+	}
 	withErr := t.NumOut() == 2 && t.Out(1) == errorType
-	if t.NumOut() != 1 && !withErr {
-		return f.Interface()
+	if (t.NumOut() != 1 && !withErr) || !t.Out(0).Implements(moduleType) {
+		return nil, fmt.Errorf("app.AsModule: module constructor %s (%s) must return a Module, and may return an error after it", name, t)
 	}
 	in := make([]reflect.Type, t.NumIn())
 	for i := range in {
 		in[i] = t.In(i)
 	}
-	name := "?"
-	if fn := runtime.FuncForPC(f.Pointer()); fn != nil {
-		name = fn.Name()
-	}
-	checked := reflect.FuncOf(in, []reflect.Type{t.Out(0), errorType}, t.IsVariadic())
+	checked := reflect.FuncOf(in, []reflect.Type{givenType, errorType}, t.IsVariadic())
 	return reflect.MakeFunc(checked, func(args []reflect.Value) []reflect.Value {
 		var out []reflect.Value
 		if t.IsVariadic() {
@@ -71,11 +129,16 @@ func refuseNil(f reflect.Value) any {
 		if withErr {
 			err = out[1]
 		}
-		if err.IsNil() && isNil(out[0]) {
-			err = reflect.ValueOf(fmt.Errorf("module constructor %s returned a nil module (%s)", name, t.Out(0))).Convert(errorType)
+		var m Module
+		if isNil(out[0]) {
+			if err.IsNil() {
+				err = reflect.ValueOf(fmt.Errorf("module constructor %s returned a nil module (%s)", name, t.Out(0))).Convert(errorType)
+			}
+		} else {
+			m = out[0].Interface().(Module)
 		}
-		return []reflect.Value{out[0], err}
-	}).Interface()
+		return []reflect.Value{reflect.ValueOf(givenModule{token: tok, module: m}), err}
+	}).Interface(), nil
 }
 
 // isNil reports whether v is nil: a nil interface, or a nil pointer, map,
@@ -103,11 +166,15 @@ func nilModule(modules []Module) error {
 // engineIn is what the engine's constructor takes from the graph.
 type engineIn struct {
 	fx.In
-	Config     *config.Config
-	Holder     domain.Holder
-	Logger     *slog.Logger
-	Storage    []storage.Built
-	Conns      *storageConns
+	Config  *config.Config
+	Holder  domain.Holder
+	Logger  *slog.Logger
+	Storage []storage.Built
+	Conns   *storageConns
+	Order   *moduleOrder
+	Given   []givenModule `group:"given-modules"`
+	// Modules are the activity log and any module put in the group
+	// without AsModule, in an order fx draws anew at each start.
 	Modules    []Module `group:"modules"`
 	Options    Options
 	Shutdowner fx.Shutdowner
@@ -115,13 +182,18 @@ type engineIn struct {
 
 // newEngine makes the engine and hands its closed handler to the
 // connections its stores will dial, so a store's connection closing for
-// good stops the engine.
+// good stops the engine. Its modules are known only once fx has run every
+// invoke, AsModule's among them, which may come after the engine is made:
+// the engine takes them at its start (graphModules). The activity log
+// comes first, then the modules given with AsModule, in their order, then
+// any put in the group without it.
 func newEngine(in engineIn) *Engine {
 	e := NewEngine(EngineParams{
 		Config: in.Config, Holder: in.Holder, Logger: in.Logger, Storage: in.Storage,
-		Modules: activityFirst(in.Modules), Embed: in.Options.Embed,
+		Embed:    in.Options.Embed,
 		Shutdown: func(code int) { _ = in.Shutdowner.Shutdown(fx.ExitCode(code)) },
 	})
+	e.graphModules = func() []Module { return activityFirst(slices.Concat(in.Order.arrange(in.Given), in.Modules)) }
 	in.Conns.closed = e.connectionClosed
 	return e
 }
@@ -170,7 +242,7 @@ func Graph(o Options, extra ...fx.Option) fx.Option {
 	me := domain.ThisProcess(o.Version, o.Config.NATS.Engine.RolloutID)
 	return fx.Options(
 		fx.Supply(o, o.Config, me, o.Logger.With("instance", me.InstanceID)),
-		fx.Provide(engineStorage, newEngine),
+		fx.Provide(engineStorage, newEngine, func() *moduleOrder { return &moduleOrder{} }),
 		fx.Module("shared-backend-check", fx.Invoke(CheckStorage)),
 		bindHTTP(),
 		fx.Invoke(func(lc fx.Lifecycle, e *Engine) { lc.Append(fx.StartStopHook(e.Start, e.Stop)) }),

@@ -97,6 +97,9 @@ type Engine struct {
 	// interrupted is set by an Interrupt that found no start under way: one
 	// that comes before Start has begun ends that start when it begins.
 	interrupted bool
+	// graphModules are the modules of an engine made by its fx graph
+	// (newEngine), taken at Start; nil for one made with its modules.
+	graphModules func() []Module
 }
 
 // NewEngine returns an engine that has not started.
@@ -232,6 +235,10 @@ func (e *Engine) askStop(code int) {
 // Start reaches the broker, claims the lease and starts what the claim
 // decided. Nothing opens before the claim.
 func (e *Engine) Start(ctx context.Context) (err error) {
+	if e.graphModules != nil {
+		e.p.Modules = e.graphModules()
+		e.modules.modules = e.p.Modules
+	}
 	if err := nilModule(e.p.Modules); err != nil {
 		return err
 	}

@@ -86,7 +86,8 @@ type Options struct {
 	Version string
 	// Modules are added to every engine the command starts, serving or
 	// for the length of a client command: app.AsModule(NewMyModule), or
-	// any other fx option the engine's graph should carry.
+	// any other fx option the engine's graph should carry. The modules
+	// start in the order given here and stop the last first.
 	Modules []fx.Option
 }
 
