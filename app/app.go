@@ -170,7 +170,6 @@ type engineIn struct {
 	Holder  domain.Holder
 	Logger  *slog.Logger
 	Storage []storage.Built
-	Conns   *storageConns
 	Order   *moduleOrder
 	Given   []givenModule `group:"given-modules"`
 	// Modules are the activity log and any module put in the group
@@ -180,13 +179,11 @@ type engineIn struct {
 	Shutdowner fx.Shutdowner
 }
 
-// newEngine makes the engine and hands its closed handler to the
-// connections its stores will dial, so a store's connection closing for
-// good stops the engine. Its modules are known only once fx has run every
-// invoke, AsModule's among them, which may come after the engine is made:
-// the engine takes them at its start (graphModules). The activity log
-// comes first, then the modules given with AsModule, in their order, then
-// any put in the group without it.
+// newEngine makes the engine. Its modules are known only once fx has run
+// every invoke, AsModule's among them, which may come after the engine is
+// made: the engine takes them at its start (graphModules). The activity
+// log comes first, then the modules given with AsModule, in their order,
+// then any put in the group without it.
 func newEngine(in engineIn) *Engine {
 	e := NewEngine(EngineParams{
 		Config: in.Config, Holder: in.Holder, Logger: in.Logger, Storage: in.Storage,
@@ -194,7 +191,6 @@ func newEngine(in engineIn) *Engine {
 		Shutdown: func(code int) { _ = in.Shutdowner.Shutdown(fx.ExitCode(code)) },
 	})
 	e.graphModules = func() []Module { return activityFirst(slices.Concat(in.Order.arrange(in.Given), in.Modules)) }
-	in.Conns.closed = e.connectionClosed
 	return e
 }
 
@@ -219,15 +215,6 @@ func activityFirst(modules []Module) []Module {
 	return out
 }
 
-// engineStorage is BuildStorage for the engine of the graph: its stores'
-// connections report to the engine (newEngine), and its stores, and what
-// the broker refuses their connections, are logged on the engine's log.
-func engineStorage(cfg *config.Config, log *slog.Logger) (*storageConns, []storage.Built, error) {
-	conns := &storageConns{log: log}
-	built, err := buildStorage(cfg, conns)
-	return conns, built, err
-}
-
 // Graph is the engine's fx graph without its logger and timeouts: the
 // configuration, the shared-backend check (an Invoke, so a refused rollout
 // fails fx.New before anything opens), the HTTP API's port, the engine's
@@ -242,7 +229,7 @@ func Graph(o Options, extra ...fx.Option) fx.Option {
 	me := domain.ThisProcess(o.Version, o.Config.NATS.Engine.RolloutID)
 	return fx.Options(
 		fx.Supply(o, o.Config, me, o.Logger.With("instance", me.InstanceID)),
-		fx.Provide(engineStorage, newEngine, func() *moduleOrder { return &moduleOrder{} }),
+		fx.Provide(BuildStorage, newEngine, func() *moduleOrder { return &moduleOrder{} }),
 		fx.Module("shared-backend-check", fx.Invoke(CheckStorage)),
 		bindHTTP(),
 		fx.Invoke(func(lc fx.Lifecycle, e *Engine) { lc.Append(fx.StartStopHook(e.Start, e.Stop)) }),

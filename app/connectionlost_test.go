@@ -170,8 +170,7 @@ func TestAnAcceptingConnectionClosedForGoodStopsTheEngine(t *testing.T) {
 // away) the engine must stop, with the exit code for a lost connection,
 // so that the standby takes over: an engine that went on holding and
 // renewing the lease would fail every call of that service, and nothing
-// would ever replace it. The engine is made by its fx graph, which is
-// what hands the engine's handler to the stores' connections.
+// would ever replace it. The engine is made by its fx graph.
 func TestAStoreConnectionClosedForGoodStopsTheEngineAndTheStandbyTakesOver(t *testing.T) {
 	// The serving engine's session, modules', lease, accepting and
 	// keyvalue connections, and the standby's, which accepts nothing yet.
@@ -280,5 +279,82 @@ services:
 	}
 	if err := standby.Services().KeyValue.Set(ctx, "k", []byte("v"), 0); err != nil {
 		t.Fatalf("a call through the engine that took over: %v", err)
+	}
+}
+
+// An engine made with NewEngine, on storage resolved by BuildStorage,
+// stops too when its store's connection closes for good. Before, only the
+// engine's fx graph handed the engine's handler to its stores'
+// connections, and this engine served on, failing every call of the
+// service.
+func TestAStoreConnectionClosedForGoodStopsAnEngineMadeWithNewEngine(t *testing.T) {
+	// The engine's session, modules', lease, accepting and keyvalue
+	// connections.
+	const maxConn = 5
+	s := natstest.StartWith(t, &server.Options{
+		Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: t.TempDir(),
+		NoLog: true, NoSigs: true, MaxConn: maxConn,
+	})
+	yaml := fmt.Sprintf(`nats:
+  url: %s
+  engine: {role: serve, lease_seconds: 1, drain_seconds: 1}
+http: {listen: off}
+data_dir: %s
+services:
+  keyvalue: {adapter: jetstream, config: {bucket: ABI_KV}}
+  document: {adapter: memory}
+  object_storage: {adapter: memory}
+  vector_store: {adapter: memory}
+  cache: {adapter: memory}
+  secret: {adapter: env}
+`, s.ClientURL(), filepath.Join(t.TempDir(), "data"))
+	cfg, err := config.Parse("test.yaml", []byte(yaml), func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	built, err := BuildStorage(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stops := make(chan int, 1)
+	e := NewEngine(EngineParams{
+		Config: cfg, Holder: domain.ThisProcess("test", ""), Logger: slog.New(slog.DiscardHandler), Storage: built,
+		Shutdown: func(code int) { stops <- code }, Exit: func(int) {},
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
+	defer cancel()
+	if err := e.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Stop(context.Background()) })
+	connz, err := s.Connz(&server.ConnzOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kicked uint64
+	for _, c := range connz.Conns {
+		if c.Name == "abi-engine "+ports.ServiceKeyValue {
+			kicked = c.Cid
+		}
+	}
+	if kicked == 0 || s.NumClients() != maxConn {
+		t.Fatalf("the engine holds %d connections, want %d with one for the keyvalue store", s.NumClients(), maxConn)
+	}
+	if err := s.DisconnectClientByID(kicked); err != nil {
+		t.Fatal(err)
+	}
+	squatter, err := nats.Connect(s.ClientURL(), nats.NoReconnect())
+	if err != nil {
+		t.Fatalf("take the place the store's connection left: %v", err)
+	}
+	t.Cleanup(squatter.Close)
+	select {
+	case code := <-stops:
+		if code != ExitConnectionLost {
+			t.Fatalf("the engine asked to stop with code %d, want %d", code, ExitConnectionLost)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatalf("60 s after its store's connection was refused for good the engine had not asked to stop (state %v, ready %v)",
+			e.Ownership().State(), e.Ready())
 	}
 }

@@ -460,7 +460,10 @@ func (e *Engine) openAndServe(ctx context.Context) error {
 	// another account configured with it must not) asks it as it opens;
 	// the broker is asked once, by the first of them.
 	account := sync.OnceValues(func() (string, error) { return natsconn.Account(ctx, e.links.session) })
-	l, err := openLocal(ports.WithAccount(ctx, func(context.Context) (string, error) { return account() }), e.p.Storage)
+	// The stores log on the engine's log, and a connection of theirs
+	// closing for good stops the engine (BuildStorage).
+	octx := context.WithValue(ctx, openerKey{}, e)
+	l, err := openLocal(ports.WithAccount(octx, func(context.Context) (string, error) { return account() }), e.p.Storage)
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -36,43 +37,116 @@ func storageBlocks(cfg *config.Config) []storage.Block {
 
 // BuildStorage resolves every service's adapter without opening anything.
 // Adapters that keep their data on NATS dial connections of their own, with
-// the engine's credentials, when they open. Nothing hears of such a
-// connection closing for good, and the stores log on slog.Default(): this
-// is for commands that only check the configuration, and for tests; an
-// engine's graph builds with its own storageConns and logger (Graph).
+// the engine's credentials, when they open. The engine that opens the
+// stores (its Start, whether its fx graph or NewEngine made it) has them
+// log on its log, and stops when one of their connections closes for good
+// on its own. Opened without an engine (storage.Open), they log on
+// slog.Default() and nothing hears of their connections closing. What one
+// call builds is for one engine.
 func BuildStorage(cfg *config.Config) ([]storage.Built, error) {
-	return buildStorage(cfg, &storageConns{})
-}
-
-// storageConns dial the connections of the stores that keep their data on
-// NATS. closed, when set, runs when one of them closes for good on its own:
-// the engine that opens the stores sets it to its own handler when it is
-// made (newEngine), before anything is dialed. A close the store makes
-// itself, at a failed open or at the engine's stop, does not run it. log,
-// the engine's log (engineStorage), is what the stores log on, and logs
-// what the broker refuses their connections, such as a bucket the engine
-// user's permissions do not cover, as for the engine's own connections.
-type storageConns struct {
-	closed func(*nats.Conn)
-	log    *slog.Logger
-}
-
-func buildStorage(cfg *config.Config, conns *storageConns) ([]storage.Built, error) {
-	return storage.BuildEnv(storageBlocks(cfg), storage.Env{
+	conns := &storageConns{}
+	built, err := storage.BuildEnv(storageBlocks(cfg), storage.Env{
 		DataDir: cfg.DataDir,
-		Logger:  conns.log,
+		Logger:  slog.New(storesHandler{conns: conns}),
 		NATS: func(name string) (*nats.Conn, error) {
+			closed, log := conns.get()
 			o := natsOptions(cfg, cfg.NATS.URL, name)
-			o.ClosedHandler, o.ClosedOnlyWhenLost = conns.closed, true
+			o.ClosedHandler, o.ClosedOnlyWhenLost = closed, true
 			// A write sent while the connection is away fails and is
 			// tried again within its call: nats.go's reconnect buffer
 			// would send it whenever the connection came back, after a
 			// fence had given the call up and a successor had written.
 			o.NoReconnectBuffer = true
-			o.Logger = conns.log
+			o.Logger = log
 			return natsconn.Connect(o)
 		},
 	})
+	if err != nil {
+		return nil, err
+	}
+	for i, b := range built {
+		if open := b.Open; open != nil {
+			built[i].Open = func(ctx context.Context, deps map[string]any) (any, func() error, error) {
+				if e, ok := ctx.Value(openerKey{}).(*Engine); ok {
+					conns.bind(e.connectionClosed, e.log)
+				}
+				return open(ctx, deps)
+			}
+		}
+	}
+	return built, nil
+}
+
+// openerKey keys the engine that opens the stores in the context of their
+// open (openLocal).
+type openerKey struct{}
+
+// storageConns are what the stores of one BuildStorage report to, once the
+// engine that opens them has bound them to itself: closed runs when one of
+// their connections closes for good on its own (a close the store makes
+// itself, at a failed open or at the engine's stop, does not run it), and
+// log is what the stores, and what the broker refuses their connections
+// (such as a bucket the engine user's permissions do not cover), are
+// logged on, as for the engine's own connections. Before, the engine's
+// graph alone set them, and the stores of an engine made with NewEngine
+// logged on slog.Default(), and their connections could close for good
+// with the engine serving on, failing every call of their service.
+type storageConns struct {
+	mu     sync.Mutex
+	closed func(*nats.Conn)
+	log    *slog.Logger
+}
+
+func (c *storageConns) bind(closed func(*nats.Conn), log *slog.Logger) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed, c.log = closed, log
+}
+
+func (c *storageConns) get() (func(*nats.Conn), *slog.Logger) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed, c.log
+}
+
+// storesHandler hands what the stores log to the log of the engine that
+// opened them, or to slog.Default() before one has: the stores take their
+// logger when they are built, before an engine opens them.
+type storesHandler struct {
+	conns *storageConns
+	with  []func(slog.Handler) slog.Handler
+}
+
+func (h storesHandler) target() slog.Handler {
+	_, log := h.conns.get()
+	if log == nil {
+		log = slog.Default()
+	}
+	t := log.Handler()
+	for _, w := range h.with {
+		t = w(t)
+	}
+	return t
+}
+
+func (h storesHandler) Enabled(ctx context.Context, l slog.Level) bool {
+	return h.target().Enabled(ctx, l)
+}
+
+func (h storesHandler) Handle(ctx context.Context, r slog.Record) error {
+	return h.target().Handle(ctx, r)
+}
+
+func (h storesHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return h.and(func(t slog.Handler) slog.Handler { return t.WithAttrs(attrs) })
+}
+
+func (h storesHandler) WithGroup(name string) slog.Handler {
+	return h.and(func(t slog.Handler) slog.Handler { return t.WithGroup(name) })
+}
+
+func (h storesHandler) and(w func(slog.Handler) slog.Handler) slog.Handler {
+	return storesHandler{conns: h.conns, with: append(slices.Clip(h.with), w)}
 }
 
 // natsOptions are the options of a connection to url with the configured

@@ -35,7 +35,7 @@ services:
 	if err != nil {
 		t.Fatal(err)
 	}
-	built, err := buildStorage(cfg, &storageConns{})
+	built, err := BuildStorage(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
