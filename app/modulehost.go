@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/abi-engine/engine/app/config"
@@ -41,6 +42,11 @@ func (h *moduleHost) start(ctx context.Context, env ModuleEnv) error {
 		for _, need := range needs {
 			if env.Services.has(need) {
 				continue
+			}
+			// A name that is no service is a mistake in the module, not
+			// a service the operator switched off.
+			if !slices.Contains(serviceNames, need) {
+				return fmt.Errorf("module %s needs %q, which is no service: want one of %s", moduleName(m), need, strings.Join(serviceNames, ", "))
 			}
 			// Secrets are missing when no source is on, or when callers do
 			// not sign; the error names the one that holds, so the operator

@@ -22,6 +22,12 @@ type Services struct {
 	Secrets       ports.Secrets
 }
 
+// serviceNames are the names a module's Needs may give, sorted.
+var serviceNames = []string{
+	ports.ServiceCache, ports.ServiceDocument, ports.ServiceKeyValue,
+	ports.ServiceObjectStorage, ports.ServiceSecret, ports.ServiceVectorStore,
+}
+
 // has reports whether the named service is there.
 func (s Services) has(name string) bool {
 	switch name {
@@ -62,7 +68,8 @@ type ModuleEnv struct {
 type Module interface {
 	Name() string
 	// Needs names the services the module uses (ports.ServiceKeyValue...);
-	// the engine refuses to start when one is switched off.
+	// the engine refuses to start when one is switched off, or when a name
+	// is no service.
 	Needs() []string
 	// Start must return soon after ctx ends: ctx ends with the engine's
 	// start, at its limit or an interrupt. The engine waits no longer: it
