@@ -688,3 +688,105 @@ func TestAKeyDeletedUnderAHolderOfALongerLeaseIsHeldThatLease(t *testing.T) {
 		}
 	})
 }
+
+// stallAfterTakeover is a lease whose link stalls once a write of the
+// engine's live record has been answered: every call after it hangs until
+// the cut is lifted.
+type stallAfterTakeover struct {
+	*leasetest.Faulty
+	once sync.Once
+}
+
+func (l *stallAfterTakeover) Update(ctx context.Context, h domain.Holder, rev uint64) (uint64, error) {
+	next, err := l.Faulty.Update(ctx, h, rev)
+	if err == nil && !h.Released {
+		l.once.Do(func() { l.Cut(true) })
+	}
+	return next, err
+}
+
+// A takeover whose answer came more than half a lease after it was sent
+// holds the lease but does not serve until a renewal succeeds. An engine
+// stopped in that time, by a claim or a wait for the lease cut short, holds
+// the lease all the same, and its release must be written. Before, Release
+// took an engine that had not yet served for one that never held the
+// lease: it wrote nothing, and the next engine waited a whole lease for a
+// holder that was gone.
+func TestATakeoverStoppedBeforeItServedIsReleased(t *testing.T) {
+	for _, standby := range []bool{false, true} {
+		name := "Claim"
+		if standby {
+			name = "AwaitLease"
+		}
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				store := usedStore(t)
+				var a *testEngine
+				if standby {
+					a = newEngine(t, store, "a", "v1", testTiming())
+					a.mustServe(t)
+				}
+				b := newEngine(t, store, "b", "v2", testTiming())
+				o, err := domain.NewOwnership(&stallAfterTakeover{Faulty: b.store}, b.o.Me(), testTiming(),
+					domain.WithObserver(b.record), domain.WithLogger(slog.New(slog.DiscardHandler)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				b.o = o
+				if standby {
+					if out, err := b.claim(t, domain.RoleServe); err != nil || out != domain.OutcomeStandby {
+						t.Fatalf("Claim = %v, %v; want standby", out, err)
+					}
+				}
+				ctx, cancel := context.WithCancel(context.Background())
+				defer func() { // lets every call end when the test fails
+					cancel()
+					b.store.Delay(0, 0)
+					b.store.Cut(false)
+					b.kill()
+				}()
+				done := make(chan error, 1)
+				// The takeover's answer comes after its fence.
+				stall := func() { b.store.Delay(0, L/2+time.Millisecond) }
+				if standby {
+					go func() { done <- b.o.AwaitLease(ctx) }()
+					synctest.Wait() // b watches the lease
+					stall()
+					a.release(t)
+				} else {
+					stall()
+					go func() {
+						_, err := b.o.Claim(ctx, domain.RoleServe)
+						done <- err
+					}()
+				}
+				time.Sleep(2 * L) // the answer has come; every renewal since hangs
+				rec, _ := store.Read(context.Background())
+				if !rec.Present || rec.Holder.Released || rec.Holder.InstanceID != b.o.Me().InstanceID {
+					t.Fatalf("b's takeover did not land: the key holds %+v (%s)", rec, b.path())
+				}
+				if _, served := b.when(domain.StateServing); served {
+					t.Fatalf("b served with no renewal after a takeover answered past its fence: %s", b.path())
+				}
+				cancel()
+				if err := <-done; !errors.Is(err, context.Canceled) {
+					t.Fatalf("%s = %v, want it cut short by its context", name, err)
+				}
+				b.store.Delay(0, 0)
+				b.store.Cut(false)
+				b.release(t)
+				rec, _ = store.Read(context.Background())
+				if !rec.Present || !rec.Holder.Released || rec.Holder.InstanceID != b.o.Me().InstanceID {
+					t.Fatalf("after b stopped the key holds %+v, want b's released record (%s)", rec, b.path())
+				}
+				synctest.Wait()
+				b.mu.Lock()
+				last := b.events[len(b.events)-1].tr
+				b.mu.Unlock()
+				if last.To != domain.StateReleased || !last.HandedOver || !b.o.HandedOver() {
+					t.Fatalf("last move %v, handed over %v; want released, handed over (%s)", last, last.HandedOver, b.path())
+				}
+			})
+		})
+	}
+}

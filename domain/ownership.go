@@ -776,8 +776,12 @@ func (o *Ownership) Release(ctx context.Context) error {
 	// So must one whose renewal made the key anew and never learnt the
 	// outcome: the create may land at any time, and a record of ours that
 	// Release found would be that key, whose quarantine has not begun.
+	// A hold that has not served yet for another reason (its takeover was
+	// answered after its fence and no renewal has succeeded since) is
+	// handed over like any other: the record is ours, and left to go
+	// silent it would hold the next engine up for a whole lease.
 	waiting := held && (createOpen || o.clock.Now().Before(serveFrom))
-	if !held || waiting || from == StateIdle || from == StateStandby {
+	if !held || waiting {
 		o.transition(StateReleased, rec)
 		return nil
 	}
