@@ -620,15 +620,19 @@ func (o *Ownership) settle(now, renewedAt, serveFrom time.Time) {
 	o.validUntil = validUntil
 	from, rec, term := o.state, o.record, o.term
 	var to State
+	var reason string // why it fences: renewals failing and a key made anew call for different remedies
 	switch {
 	case now.Before(serveFrom) && from == StateServing:
 		to = StateFenced
+		reason = fmt.Sprintf("the lease key was deleted by someone else and made anew; it is held %v before the engine serves again",
+			serveFrom.Sub(now))
 	case now.Before(serveFrom):
 		to = from
 	case valid:
 		to = StateServing
 	case from == StateServing:
 		to = StateFenced
+		reason = fmt.Sprintf("no renewal succeeded for half a lease; the last good one began %v ago", now.Sub(renewedAt))
 	default:
 		to = from
 	}
@@ -651,7 +655,7 @@ func (o *Ownership) settle(now, renewedAt, serveFrom time.Time) {
 	}
 	o.mu.Unlock()
 	if to != from {
-		o.announce(Transition{From: from, To: to, Record: rec, Previous: previous, Term: term})
+		o.announce(Transition{From: from, To: to, Record: rec, Previous: previous, Term: term, Reason: reason})
 	}
 }
 

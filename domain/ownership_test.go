@@ -852,3 +852,47 @@ func TestAClaimCutShortAfterItsWriteIsReleased(t *testing.T) {
 		})
 	}
 }
+
+// A fence says why: renewals that fail and a lease key someone deleted
+// call for different remedies. Before, both moves carried no reason, and
+// a fence over a key made anew read as a holder that could not renew.
+func TestAFenceSaysWhyItFenced(t *testing.T) {
+	cases := []struct {
+		name      string
+		cause     func(t *testing.T, store *memory.Lease, a *testEngine)
+		want, not string
+	}{
+		{"NoRenewal", func(t *testing.T, _ *memory.Lease, a *testEngine) { a.store.Cut(true) },
+			"no renewal succeeded for half a lease", "deleted"},
+		{"KeyMadeAnew", func(t *testing.T, store *memory.Lease, a *testEngine) {
+			if err := store.Delete(context.Background(), a.o.Record().Revision); err != nil {
+				t.Fatal(err)
+			}
+		}, "deleted by someone else and made anew", "no renewal"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				store := usedStore(t)
+				a := newEngine(t, store, "a", "", testTiming())
+				a.mustServe(t)
+				defer a.kill()
+				c.cause(t, store, a)
+				time.Sleep(L)
+				wantState(t, a, domain.StateFenced)
+				a.store.Cut(false)
+				a.mu.Lock()
+				var reason string
+				for _, ev := range a.events {
+					if ev.tr.To == domain.StateFenced {
+						reason = ev.tr.Reason
+					}
+				}
+				a.mu.Unlock()
+				if !strings.Contains(reason, c.want) || strings.Contains(reason, c.not) {
+					t.Fatalf("the fence says %q, want it to say %q (%s)", reason, c.want, a.path())
+				}
+			})
+		})
+	}
+}

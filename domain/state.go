@@ -12,8 +12,10 @@ const (
 	StateStandby
 	// StateServing: the lease is ours and was renewed less than half a lease ago.
 	StateServing
-	// StateFenced: the lease may still be ours, but no renewal succeeded for
-	// half a lease, so the engine does not serve. It keeps renewing.
+	// StateFenced: the lease may still be ours, but the engine does not
+	// serve: no renewal succeeded for half a lease, or it made the lease key
+	// anew after someone deleted it and holds it a lease first
+	// (Transition.Reason says which). It keeps renewing.
 	StateFenced
 	// StateLost: another engine took the lease. Terminal.
 	StateLost
@@ -50,7 +52,8 @@ type Transition struct {
 	// absent or deleted.
 	Previous Holder
 	// Reason says why, where the states alone do not: a standby that gives
-	// up, a lease lost to whom.
+	// up, a lease lost to whom, a fence for want of a renewal or over a
+	// lease key made anew.
 	Reason string
 	// Term is the fencing token of the hold the engine serves under on a
 	// move to serving: the lease revision at which that hold began.
