@@ -790,3 +790,55 @@ func TestATakeoverStoppedBeforeItServedIsReleased(t *testing.T) {
 		})
 	}
 }
+
+// A hold still in its quarantine is not handed over when its engine stops:
+// its record is left to go silent. The quarantine was as long as the
+// longest lease the engine had seen a holder renew by, since whoever
+// served before the key went may serve on until half of that has passed;
+// a successor that never saw that holder takes the silent record over
+// after the lease the record says it renews by. Before, the record said
+// the engine's own lease, so a successor took over after that and served
+// beside the earlier holder, cut off from the lease but not yet fenced.
+func TestAHoldLeftInItsQuarantineMakesItsSuccessorWaitItOut(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := usedStore(t)
+		a := newEngine(t, store, "a", "v1", domain.Timing{Lease: 8 * L, StandbyTimeout: 10 * L})
+		a.mustServe(t)
+		defer a.kill()
+		short := domain.Timing{Lease: L, StandbyTimeout: 100 * L}
+		b := newEngine(t, store, "b", "v2", short)
+		if out, err := b.claim(t, domain.RoleServe); out != domain.OutcomeStandby {
+			t.Fatalf("b: Claim = %v, %v; want standby", out, err)
+		}
+		done, cancel := b.awaitInBackground()
+		defer cancel()
+		time.Sleep(2*L + L/10) // just after a's renewal at 2, a's last: it serves until 6
+		a.store.Cut(true)
+		deleteKey(t, store)
+		time.Sleep(L / 2)
+		if rec, _ := store.Read(context.Background()); rec.Holder.InstanceID != b.o.Me().InstanceID {
+			t.Fatalf("b did not make the deleted key anew: it holds %+v (%s)", rec, b.path())
+		}
+		wantState(t, b, domain.StateStandby) // in its quarantine
+		cancel()
+		<-done
+		b.release(t)
+		if rec, _ := store.Read(context.Background()); rec.Holder.Released {
+			t.Fatalf("b handed over a hold in its quarantine: %+v", rec)
+		}
+
+		c := newEngine(t, store, "c", "v3", short)
+		defer c.release(t)
+		stop := watchOverlap(a, c)
+		if out, err := c.claim(t, domain.RoleServe); err != nil || out != domain.OutcomeStandby {
+			t.Fatalf("c: Claim = %v, %v; want standby", out, err)
+		}
+		if err := c.o.AwaitLease(context.Background()); err != nil {
+			t.Fatalf("c: AwaitLease: %v", err)
+		}
+		time.Sleep(L)
+		if overlaps := stop(); overlaps > 0 {
+			t.Fatalf("a and c served at once %d times (a: %s; b: %s; c: %s)", overlaps, a.path(), b.path(), c.path())
+		}
+	})
+}

@@ -28,8 +28,10 @@ type Holder struct {
 	// Ownership writes into its own record: a contender judges the holder
 	// silent only after the longer of this and its own lease, since the
 	// holder renews every quarter of it and serves until half of it has
-	// passed without a renewal. Zero in a record of an engine that did not
-	// write it.
+	// passed without a renewal. While the holder keeps a key in its
+	// quarantine it writes the quarantine instead, which may be longer: a
+	// holder that served before the key went may serve on that long. Zero
+	// in a record of an engine that did not write it.
 	Lease time.Duration
 }
 

@@ -419,12 +419,13 @@ func (o *Ownership) acquire(ctx context.Context, rec Record) (bool, error) {
 	// wrote over is unknown. Either is held Timing.Quarantine before
 	// serving.
 	quarantine := o.ours(rec) || !rec.Present
+	me := o.written(quarantine)
 	var rev uint64
 	var err error
 	if rec.Present {
-		rev, err = o.lease.Update(ctx, o.me, rec.Revision)
+		rev, err = o.lease.Update(ctx, me, rec.Revision)
 	} else {
-		rev, err = o.lease.Create(ctx, o.me)
+		rev, err = o.lease.Create(ctx, me)
 	}
 	if errors.Is(err, ErrLeaseTaken) || errors.Is(err, ErrLeaseConflict) {
 		return false, nil
@@ -470,7 +471,7 @@ func (o *Ownership) acquire(ctx context.Context, rec Record) (bool, error) {
 	if rec.Present && !o.ours(rec) {
 		o.previous = rec.Holder // a silent holder, or one that released
 	}
-	o.record = Record{Holder: o.me, Revision: rev, Present: true}
+	o.record = Record{Holder: me, Revision: rev, Present: true}
 	o.term = rev
 	o.serveFrom = serveFrom
 	o.held = true
@@ -488,6 +489,20 @@ func (o *Ownership) acquire(ctx context.Context, rec Record) (bool, error) {
 	case <-ctx.Done():
 		return false, ctx.Err()
 	}
+}
+
+// written is the holder this engine writes: itself, renewing by its own
+// lease, or, while it holds a key in its quarantine, by the quarantine. A
+// hold left to go silent in its quarantine (its engine stopped, or died)
+// is then taken over only once a successor has seen it silent that long,
+// by when whoever served before the key went has fenced, though the
+// successor may never have seen that holder's longer lease.
+func (o *Ownership) written(quarantined bool) Holder {
+	h := o.me
+	if quarantined {
+		h.Lease = o.quarantine()
+	}
+	return h
 }
 
 // ours reports whether rec is this engine's live record.
@@ -666,7 +681,10 @@ func (o *Ownership) settle(now, renewedAt, serveFrom time.Time) {
 // record is known to be in it (recreatedAt). The result's start is the
 // caller's to set.
 func (o *Ownership) renew(ctx context.Context, rev uint64) renewal {
-	newRev, err := o.lease.Update(ctx, o.me, rev)
+	o.mu.Lock()
+	quarantined := o.createOpen || o.clock.Now().Before(o.serveFrom)
+	o.mu.Unlock()
+	newRev, err := o.lease.Update(ctx, o.written(quarantined), rev)
 	if err == nil {
 		// The key held our record at rev: no create of ours landed since,
 		// and none still on its way can land on a key with a value.
@@ -682,7 +700,7 @@ func (o *Ownership) renew(ctx context.Context, rev uint64) renewal {
 	read := o.clock.Now()
 	switch {
 	case !rec.Present:
-		newRev, err = o.lease.Create(ctx, o.me)
+		newRev, err = o.lease.Create(ctx, o.written(true))
 		if err == nil {
 			o.setCreateOpen(false)
 			return renewal{rev: newRev, recreatedAt: o.clock.Now()}
@@ -711,7 +729,7 @@ func (o *Ownership) renew(ctx context.Context, rev uint64) renewal {
 		o.mu.Lock()
 		doubt := o.createOpen
 		o.mu.Unlock()
-		newRev, err = o.lease.Update(ctx, o.me, rec.Revision)
+		newRev, err = o.lease.Update(ctx, o.written(quarantined), rec.Revision)
 		if err != nil {
 			return renewal{rev: newRev, err: err}
 		}
