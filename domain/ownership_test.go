@@ -838,8 +838,10 @@ func TestAClaimCutShortAfterItsWriteIsReleased(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if _, err := o.Claim(ctx, domain.RoleServe); !errors.Is(err, context.Canceled) {
-					t.Fatalf("Claim = %v, want it cut short by its context", err)
+				// The engine serves as soon as its keeper runs, at the
+				// instant the context ends: the claim may answer either.
+				if out, err := o.Claim(ctx, domain.RoleServe); err != nil && !errors.Is(err, context.Canceled) || err == nil && out != domain.OutcomeServe {
+					t.Fatalf("Claim = %v, %v; want it cut short by its context, or serving", out, err)
 				}
 				if err := o.Release(context.Background()); err != nil {
 					t.Fatalf("Release: %v", err)
