@@ -62,11 +62,12 @@ type ActivityEntry struct {
 	Time string `json:"time"`
 }
 
-// eventOf names a transition; ok is false for one the log leaves out.
-// waitedFor is the holder a standby waited for. Taking over is from a
-// silent holder, or from the one a standby waited for once it released;
-// a lease released earlier by an engine nobody waited for is acquired.
-func eventOf(tr domain.Transition, waitedFor domain.Holder) (event, detail string, ok bool) {
+// eventOf names a transition of the engine me; ok is false for one the
+// log leaves out. waitedFor is the holder a standby waited for. Taking
+// over is from a silent holder, or from the one a standby waited for once
+// it released; a lease released earlier by an engine nobody waited for is
+// acquired.
+func eventOf(tr domain.Transition, me, waitedFor domain.Holder) (event, detail string, ok bool) {
 	switch tr.To {
 	case domain.StateServing:
 		prev := tr.Previous
@@ -84,17 +85,24 @@ func eventOf(tr domain.Transition, waitedFor domain.Holder) (event, detail strin
 		}
 		return EventAcquired, "the lease was free", true
 	case domain.StateFenced:
-		return EventFenced, "no renewal succeeded for half a lease; not serving", true
+		// The domain says why: renewals that failed, or a lease key
+		// someone deleted, which the engine made anew and holds.
+		if tr.Reason != "" {
+			return EventFenced, tr.Reason + "; not serving", true
+		}
+		return EventFenced, "not serving", true
 	case domain.StateLost:
 		return EventLost, tr.Reason, true
 	case domain.StateReleased:
 		switch {
 		case tr.HandedOver:
 			return EventReleased, "released the lease on shutdown", true
-		case tr.From == domain.StateServing || tr.From == domain.StateFenced:
+		case tr.From == domain.StateServing || tr.From == domain.StateFenced,
+			tr.Record.Holder.InstanceID == me.InstanceID && !tr.Record.Holder.Released:
 			// The released record was not written: the lease was no
 			// longer its own, the write failed, or it still held a key
-			// it had made anew, which it may not hand over.
+			// it had made anew, which it may not hand over, whether or
+			// not it had come to serve on it.
 			return EventNotReleased, "stopped without writing its release; no engine takes the lease before it has gone a lease without a renewal", true
 		}
 		return EventStandbyStopped, "stopped before it served", true
@@ -166,7 +174,7 @@ func (a *Activity) Needs() []string { return nil }
 func (a *Activity) Observe(tr domain.Transition) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	event, detail, ok := eventOf(tr, a.waitedFor)
+	event, detail, ok := eventOf(tr, a.me, a.waitedFor)
 	if tr.To == domain.StateStandby {
 		a.waitedFor = tr.Record.Holder
 	}
