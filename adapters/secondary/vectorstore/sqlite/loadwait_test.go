@@ -18,23 +18,7 @@ import (
 // over, finds what it wrote. Before, the write was committed at once but
 // answered only once the whole load was over.
 func TestAWriteDoesNotWaitForTheLoadOfItsCollection(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "vectors.sqlite")
-	writeCollection(t, path) // "v": v000 to v199 at (i, 0)
-	loading, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	s, err := open(t.Context(), Config{Path: path, IndexThreshold: 64}, syncHooks{catchUp: func(context.Context, string) {
-		once.Do(func() {
-			close(loading)
-			<-release
-		})
-	}})
-	if err != nil {
-		t.Fatalf("open: %v", err)
-	}
-	var releaseOnce sync.Once
-	stop := func() { releaseOnce.Do(func() { close(release) }) }
-	t.Cleanup(func() { stop(); s.Close() })
-	<-loading // the load at open holds the index of "v"
+	s, stop := heldInItsLoad(t, nil)
 
 	ctx := t.Context()
 	wrote := make(chan error, 1)
@@ -70,23 +54,7 @@ func TestAWriteDoesNotWaitForTheLoadOfItsCollection(t *testing.T) {
 // for every call after it. Before, the drop was committed at once but
 // answered only once the whole load was over.
 func TestADropDoesNotWaitForTheLoadOfItsCollection(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "vectors.sqlite")
-	writeCollection(t, path) // "v": v000 to v199 at (i, 0)
-	loading, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	s, err := open(t.Context(), Config{Path: path, IndexThreshold: 64}, syncHooks{catchUp: func(context.Context, string) {
-		once.Do(func() {
-			close(loading)
-			<-release
-		})
-	}})
-	if err != nil {
-		t.Fatalf("open: %v", err)
-	}
-	var releaseOnce sync.Once
-	stop := func() { releaseOnce.Do(func() { close(release) }) }
-	t.Cleanup(func() { stop(); s.Close() })
-	<-loading // the load at open holds the index of "v"
+	s, stop := heldInItsLoad(t, nil)
 
 	ctx := t.Context()
 	dropped := make(chan error, 1)
@@ -119,32 +87,14 @@ func TestADropDoesNotWaitForTheLoadOfItsCollection(t *testing.T) {
 // on. Before, it waited for the whole load, which for a large collection
 // is seconds, whatever its caller, or an engine that stops, had said.
 func TestASearchWaitingForTheLoadOfItsIndexLeavesWhenItGivesUp(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "vectors.sqlite")
-	writeCollection(t, path) // "v": v000 to v199 at (i, 0)
-	loading, release, searching := make(chan struct{}), make(chan struct{}), make(chan struct{})
-	var once sync.Once
+	searching := make(chan struct{})
 	var reads atomic.Int32
-	s, err := open(t.Context(), Config{Path: path, IndexThreshold: 64}, syncHooks{
-		// The load at open reads "v" first; the search reads it next.
-		read: func(string) {
-			if reads.Add(1) == 2 {
-				close(searching)
-			}
-		},
-		catchUp: func(context.Context, string) {
-			once.Do(func() {
-				close(loading)
-				<-release
-			})
-		},
+	// The load at open reads "v" first; the search reads it next.
+	s, stop := heldInItsLoad(t, func(string) {
+		if reads.Add(1) == 2 {
+			close(searching)
+		}
 	})
-	if err != nil {
-		t.Fatalf("open: %v", err)
-	}
-	var releaseOnce sync.Once
-	stop := func() { releaseOnce.Do(func() { close(release) }) }
-	t.Cleanup(func() { stop(); s.Close() })
-	<-loading // the load at open holds the index of "v"
 
 	gaveUp, cancel := context.WithCancel(t.Context())
 	searched := make(chan error, 1)
@@ -173,4 +123,30 @@ func TestASearchWaitingForTheLoadOfItsIndexLeavesWhenItGivesUp(t *testing.T) {
 	if err != nil || len(got) != 1 || got[0].ID != "v000" {
 		t.Fatalf("the search once the load is over finds %+v, %v; want v000", got, err)
 	}
+}
+
+// heldInItsLoad opens a handle on a file holding the collection "v" (v000
+// to v199 at (i, 0)), whose load at open stops in its first catch-up, and
+// returns once that load holds the index of "v", with the function that
+// lets the load go on (once; the test's end calls it too). read, when not
+// nil, hears every read of a collection.
+func heldInItsLoad(t *testing.T, read func(string)) (*Store, func()) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "vectors.sqlite")
+	writeCollection(t, path)
+	loading, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	s, err := open(t.Context(), Config{Path: path, IndexThreshold: 64}, syncHooks{read: read, catchUp: func(context.Context, string) {
+		once.Do(func() {
+			close(loading)
+			<-release
+		})
+	}})
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	stop := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(func() { stop(); s.Close() })
+	<-loading
+	return s, stop
 }
