@@ -138,26 +138,8 @@ func TestAnAcceptingConnectionClosedForGoodStopsTheEngine(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
-	if err := s.DisconnectClientByID(accept); err != nil {
-		t.Fatal(err)
-	}
-	squatter, err := nats.Connect(s.ClientURL(), nats.NoReconnect())
-	if err != nil {
-		t.Fatalf("take the place the accepting connection left: %v", err)
-	}
-	t.Cleanup(squatter.Close)
-
-	// Its reconnects (natsconn's, about ten seconds of them) are refused,
-	// then it closes for good.
-	select {
-	case code := <-shutdowns:
-		if code != ExitConnectionLost {
-			t.Fatalf("the engine asked to stop with code %d, want %d", code, ExitConnectionLost)
-		}
-	case <-time.After(60 * time.Second):
-		t.Fatalf("60 s after its accepting connection was refused for good the engine had not asked to stop (state %v, ready %v)",
-			e.Ownership().State(), e.Ready())
-	}
+	refuseForGood(t, s, accept, "the accepting connection")
+	awaitConnectionLost(t, shutdowns, e, "its accepting connection")
 	if err := e.Stop(t.Context()); err != nil {
 		t.Fatalf("stop after the accepting connection closed for good: %v", err)
 	}
@@ -243,17 +225,7 @@ services:
 	}
 	signals := a.Wait()
 
-	if err := s.DisconnectClientByID(kicked); err != nil {
-		t.Fatal(err)
-	}
-	squatter, err := nats.Connect(s.ClientURL(), nats.NoReconnect())
-	if err != nil {
-		t.Fatalf("take the place the store's connection left: %v", err)
-	}
-	t.Cleanup(squatter.Close)
-
-	// Its reconnects (natsconn's, about ten seconds of them) are refused,
-	// then it closes for good.
+	squatter := refuseForGood(t, s, kicked, "the store's connection")
 	select {
 	case sig := <-signals:
 		if sig.ExitCode != ExitConnectionLost {
@@ -340,21 +312,38 @@ services:
 	if kicked == 0 || s.NumClients() != maxConn {
 		t.Fatalf("the engine holds %d connections, want %d with one for the keyvalue store", s.NumClients(), maxConn)
 	}
-	if err := s.DisconnectClientByID(kicked); err != nil {
+	refuseForGood(t, s, kicked, "the store's connection")
+	awaitConnectionLost(t, stops, e, "its store's connection")
+}
+
+// refuseForGood disconnects the client cid (what) from s, which holds as
+// many connections as it takes, and takes the place it left: the client's
+// reconnects (natsconn's, about ten seconds of them) are refused, then it
+// closes for good. The connection in its place closes as the test ends.
+func refuseForGood(t *testing.T, s *server.Server, cid uint64, what string) *nats.Conn {
+	t.Helper()
+	if err := s.DisconnectClientByID(cid); err != nil {
 		t.Fatal(err)
 	}
 	squatter, err := nats.Connect(s.ClientURL(), nats.NoReconnect())
 	if err != nil {
-		t.Fatalf("take the place the store's connection left: %v", err)
+		t.Fatalf("take the place %s left: %v", what, err)
 	}
 	t.Cleanup(squatter.Close)
+	return squatter
+}
+
+// awaitConnectionLost waits up to a minute for e to ask, on codes, to stop
+// with ExitConnectionLost once its connection (what) closed for good.
+func awaitConnectionLost(t *testing.T, codes <-chan int, e *Engine, what string) {
+	t.Helper()
 	select {
-	case code := <-stops:
+	case code := <-codes:
 		if code != ExitConnectionLost {
 			t.Fatalf("the engine asked to stop with code %d, want %d", code, ExitConnectionLost)
 		}
 	case <-time.After(60 * time.Second):
-		t.Fatalf("60 s after its store's connection was refused for good the engine had not asked to stop (state %v, ready %v)",
-			e.Ownership().State(), e.Ready())
+		t.Fatalf("60 s after %s was refused for good the engine had not asked to stop (state %v, ready %v)",
+			what, e.Ownership().State(), e.Ready())
 	}
 }
