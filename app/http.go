@@ -61,10 +61,14 @@ func (v engineView) Ready() bool { return v.e.Ready() }
 // Bind takes http.listen before the engine starts, so a taken port fails
 // the start before the engine claims the lease: an engine that began
 // serving and then found its port taken would hand the account over
-// again at once. With http.listen off it does nothing.
+// again at once. So does a trusted proxy that is not an address or a
+// CIDR. With http.listen off it does nothing.
 func (h *HTTP) Bind(context.Context) error {
 	if h.cfg.Off() {
 		return nil
+	}
+	if _, err := h.cfg.Proxies(); err != nil {
+		return fmt.Errorf("http.trusted_proxies: %w", err)
 	}
 	ln, err := httpapi.Bind(h.cfg.Listen)
 	if err != nil {
@@ -107,23 +111,25 @@ func (h *HTTP) Start(context.Context) error {
 	if ln == nil {
 		return errors.New("http: Start before Bind")
 	}
+	// Bind has parsed them.
+	proxies, _ := h.cfg.Proxies()
 	s := h.engine.APIServices()
-	handler := httpapi.NewHandler(httpapi.Options{
+	srv := httpapi.Serve(ln, httpapi.Options{
 		Engine: engineView{h.engine},
 		Services: httpapi.Services{
 			KeyValue: s.KeyValue, ObjectStorage: s.ObjectStorage, Document: s.Document, VectorStore: s.VectorStore,
 		},
-		Metrics: h.metrics,
-		Token:   h.cfg.Token,
-		Listen:  h.cfg.Listen,
-		Hosts:   h.cfg.Hosts,
-		Logger:  h.log,
+		Metrics:        h.metrics,
+		Token:          h.cfg.Token,
+		Listen:         h.cfg.Listen,
+		Hosts:          h.cfg.Hosts,
+		TrustedProxies: proxies,
+		Logger:         h.log,
 	})
-	srv := httpapi.Serve(ln, handler, h.log)
 	h.mu.Lock()
 	h.srv = srv
 	h.mu.Unlock()
-	h.log.Info("HTTP API listening", "addr", srv.Addr(), "token", h.cfg.Token != "")
+	h.log.Info("HTTP API listening", "addr", srv.Addr(), "token", h.cfg.Token != "", "trusted_proxies", len(proxies))
 	return nil
 }
 

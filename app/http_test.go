@@ -1,6 +1,7 @@
 package app_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -515,5 +516,37 @@ func TestAnHTTPWriteGivenUpWhileItsConnectionReconnectsNeverLandsLater(t *testin
 	}
 	if string(got) != "new" {
 		t.Fatalf("the key holds %q after the API's connection came back, want %q: the PUT given up while it reconnected landed later", got, "new")
+	}
+}
+
+// http.trusted_proxies reaches the HTTP API: a trusted proxy's
+// connections are not bounded as one client's, so it opens more than
+// httpapi.MaxConnsPerClient and each is answered.
+func TestTheTrustedProxiesReachTheHTTPAPI(t *testing.T) {
+	const proxy = "127.0.9.1"
+	url := natstest.StartServer(t).ClientURL()
+	cfg := testConfig(t, url, "serve", "", memoryServices)
+	cfg.HTTP.TrustedProxies = []string{proxy}
+	_, h, a := startWithHTTP(t, cfg)
+	defer a.RequireStop()
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(proxy)}, Timeout: 20 * time.Second}
+	for i := range httpapi.MaxConnsPerClient + 1 {
+		c, err := d.Dial("tcp", h.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+		if _, err := c.Write([]byte("GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("connection %d of a trusted proxy: %v", i+1, err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("connection %d of a trusted proxy answered %d", i+1, resp.StatusCode)
+		}
 	}
 }

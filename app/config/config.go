@@ -12,6 +12,10 @@
 package config
 
 import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -110,10 +114,56 @@ type HTTP struct {
 	// a browser from reaching the API through a name it controls (DNS
 	// rebinding). A name is a host, or host:port to allow that port only.
 	Hosts []string `yaml:"hosts,omitempty"`
+	// TrustedProxies are the reverse proxies in front of the API, each a
+	// CIDR or a single address, IPv4 or IPv6: a request whose connection
+	// comes from one counts against the client its X-Forwarded-For names
+	// (see Proxies), where every other counts against its connection's
+	// address.
+	TrustedProxies []string `yaml:"trusted_proxies,omitempty"`
 }
 
 // Off reports whether the HTTP API is switched off.
 func (h HTTP) Off() bool { return h.Listen == HTTPOff }
+
+// Proxies are TrustedProxies parsed: a single address is a prefix of its
+// whole length, and an IPv4 address or CIDR written as IPv6
+// (::ffff:10.0.0.0/104) is taken as the IPv4 one. An entry that is
+// neither, one with a zone, and a CIDR with bits set past its length
+// (10.0.0.1/8, which may mean the one address or the network) are an
+// error naming the entry.
+func (h HTTP) Proxies() ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for i, s := range h.TrustedProxies {
+		p, err := parseProxy(s)
+		if err != nil {
+			return nil, fmt.Errorf("entry %d %q: %w", i, s, err)
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+func parseProxy(s string) (netip.Prefix, error) {
+	if !strings.Contains(s, "/") {
+		a, err := netip.ParseAddr(s)
+		if err != nil || a.Zone() != "" {
+			return netip.Prefix{}, errors.New("want an IP address, such as 192.168.1.7 or fd00::7, or a CIDR, such as 10.0.0.0/8 or fd00::/64")
+		}
+		a = a.Unmap()
+		return netip.PrefixFrom(a, a.BitLen()), nil
+	}
+	p, err := netip.ParsePrefix(s)
+	if err != nil {
+		return netip.Prefix{}, errors.New("want a CIDR, such as 10.0.0.0/8 or fd00::/64, or an IP address")
+	}
+	if p != p.Masked() {
+		return netip.Prefix{}, fmt.Errorf("has bits set past its /%d: write %s for the network, or the address alone for one host", p.Bits(), p.Masked())
+	}
+	if a := p.Addr(); a.Is4In6() && p.Bits() >= 96 {
+		p = netip.PrefixFrom(a.Unmap(), p.Bits()-96)
+	}
+	return p, nil
+}
 
 // Services holds one block per storage service. Secret is a list of
 // sources (a single block is read as a list of one); the others are one

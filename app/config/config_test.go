@@ -489,3 +489,54 @@ func TestAnUnquotedVariableIsTrimmedAsAPlainValue(t *testing.T) {
 		t.Errorf("caller_secret: \"${S}\" with S ending in a blank = %q, %v; want it kept", c.NATS.CallerSecret, err)
 	}
 }
+
+// http.trusted_proxies takes CIDRs and single addresses, IPv4 and IPv6,
+// and refuses anything else naming the key, its line and the entry.
+func TestTrustedProxiesAreCIDRsOrAddresses(t *testing.T) {
+	c := parse(t, "http:\n  trusted_proxies: [10.0.0.0/8, 192.168.1.7, \"fd00::/64\", \"fd00::7\", \"::ffff:172.16.0.0/108\", \"::ffff:172.16.0.9\"]\n", env())
+	got, err := c.HTTP.Proxies()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"10.0.0.0/8", "192.168.1.7/32", "fd00::/64", "fd00::7/128", "172.16.0.0/12", "172.16.0.9/32"}
+	var have []string
+	for _, p := range got {
+		have = append(have, p.String())
+	}
+	if !slices.Equal(have, want) {
+		t.Fatalf("trusted proxies %v, want %v", have, want)
+	}
+	if p, err := config.Default().HTTP.Proxies(); err != nil || len(p) != 0 {
+		t.Fatalf("the default trusts %v (%v), want no proxy", p, err)
+	}
+
+	for _, tc := range []struct{ name, entry string }{
+		{"Empty", `""`},
+		{"AName", "proxy.internal"},
+		{"AnAddressWithAPort", `"10.0.0.1:8080"`},
+		{"ABadOctet", "10.0.0.256"},
+		{"ABadLength", "10.0.0.0/33"},
+		{"ANegativeLength", "10.0.0.0/-1"},
+		{"NoLength", "10.0.0.0/"},
+		{"BitsPastTheLength", "10.0.0.1/8"},
+		{"IPv6BitsPastTheLength", `"fd00::1/64"`},
+		{"AZone", `"fe80::1%eth0"`},
+		{"ARange", "10.0.0.1-10.0.0.9"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := "http:\n  trusted_proxies:\n    - 10.0.0.0/8\n    - " + tc.entry + "\n"
+			_, err := config.Parse("engine.yaml", []byte(src), env())
+			if err == nil {
+				t.Fatalf("Parse accepted:\n%s", src)
+			}
+			if !errors.Is(err, domain.ErrInvalidConfig) {
+				t.Errorf("err %v does not match domain.ErrInvalidConfig", err)
+			}
+			entry := strings.Trim(tc.entry, `"`)
+			if msg := err.Error(); !strings.HasPrefix(msg, "engine.yaml line 2: ") || !strings.Contains(msg, "http.trusted_proxies") ||
+				!strings.Contains(msg, fmt.Sprintf("entry 1 %q", entry)) {
+				t.Fatalf("err %q does not name http.trusted_proxies at line 2 and entry 1 %q", msg, entry)
+			}
+		})
+	}
+}

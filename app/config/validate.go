@@ -156,6 +156,9 @@ func (c *Config) validateHTTP() error {
 			return c.errAt("http.hosts", fmt.Errorf("entry %d %q: want a host name, or host:port", i, h))
 		}
 	}
+	if _, err := c.HTTP.Proxies(); err != nil {
+		return c.errAt("http.trusted_proxies", err)
+	}
 	if c.HTTP.Off() {
 		return nil
 	}

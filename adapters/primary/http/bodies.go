@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"time"
@@ -53,28 +52,6 @@ func busy(err error) error {
 		errBusy, over.Held, over.Asked, over.Bound)
 }
 
-// clientOf is who a request's body counts against: the address it came
-// from, an IPv6 one by its /64, which a single host is commonly given
-// whole. A token does not tell clients apart, since they all present the
-// same one, and a forwarded-for header is whatever the client writes.
-func clientOf(r *http.Request) string { return clientAt(r.RemoteAddr) }
-
-// clientAt is clientOf for a remote address, host:port.
-func clientAt(addr string) string {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		host = addr
-	}
-	ip := net.ParseIP(host)
-	if ip == nil {
-		return host
-	}
-	if ip.To4() != nil {
-		return ip.To4().String()
-	}
-	return ip.Mask(net.CIDRMask(64, 128)).String()
-}
-
 // readBody reads r's body whole, of at most maxBody bytes, under the
 // budget: a body of a declared length is read into a buffer of that
 // length, reserved before a byte is read, and one of no declared length
@@ -82,7 +59,7 @@ func clientAt(addr string) string {
 // bodyReader). release gives the bytes back; the handler calls it once
 // the call has answered, since the value is held until then.
 func (a *api) readBody(w http.ResponseWriter, r *http.Request) (data []byte, release func(), err error) {
-	client := clientOf(r)
+	client := a.clients.of(r)
 	body := a.bodyReader(w, r)
 	var held int64
 	giveBack := func() { a.bodies.Give(client, held) }

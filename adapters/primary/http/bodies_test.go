@@ -29,7 +29,7 @@ func serveReal(t *testing.T, services httpapi.Services, o httpapi.Options) strin
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := httpapi.Serve(ln, httpapi.NewHandler(o), o.Logger)
+	s := httpapi.Serve(ln, o)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// MaxConnsPerClient is how many connections one client (see clientOf)
+// MaxConnsPerClient is how many connections one client (see clients)
 // holds to the API at once; one more is answered 503, with a Retry-After,
 // and closed (see refuse). Each
 // connection holds a goroutine and its buffers, some 15 KiB, while it
@@ -29,27 +29,33 @@ const maxRefusing = 64
 // refuseTime bounds how long a refused connection is read and answered.
 const refuseTime = 2 * time.Second
 
-// clientConns is a listener whose connections are bounded by client.
+// clientConns is a listener whose connections are bounded by client,
+// but a trusted proxy's: one proxy's connections carry many clients'
+// requests, and their headers, which name the clients, are not read yet.
 type clientConns struct {
 	net.Listener
-	most int
+	most    int
+	clients clients
 
 	mu       sync.Mutex
 	by       map[string]int
 	refusing int
 }
 
-func limitConns(ln net.Listener, most int) *clientConns {
-	return &clientConns{Listener: ln, most: most, by: map[string]int{}}
+func limitConns(ln net.Listener, most int, clients clients) *clientConns {
+	return &clientConns{Listener: ln, most: most, clients: clients, by: map[string]int{}}
 }
 
-// Accept returns the next connection of a client within its most, and
-// closes those past it.
+// Accept returns the next connection of a client within its most, or of
+// a trusted proxy, and closes those past it.
 func (l *clientConns) Accept() (net.Conn, error) {
 	for {
 		c, err := l.Listener.Accept()
 		if err != nil {
 			return nil, err
+		}
+		if a, ok := remoteIP(c.RemoteAddr().String()); ok && l.clients.trusts(a) {
+			return c, nil
 		}
 		client := clientAt(c.RemoteAddr().String())
 		l.mu.Lock()

@@ -25,12 +25,12 @@ const (
 
 // requestSlots admits a request, or answers 503 with a Retry-After, before
 // its body is read, when the API has its most in flight or the client
-// (see clientOf) its share of them. The slot is held until h returns,
+// (see clients) its share of them. The slot is held until h returns,
 // which is when the engine has answered the call: a client that hangs up
 // meanwhile does not end the call (answeredWhole).
 func (a *api) requestSlots(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		client := clientOf(r)
+		client := a.clients.of(r)
 		if err := a.requests.Take(client, 1); err != nil {
 			msg := fmt.Sprintf("%d requests are in flight, the most this API has at once; try again later", a.maxRequests)
 			var over *quota.Over

@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"path"
 	"strings"
 	"sync"
@@ -67,7 +68,7 @@ type Options struct {
 	MaxBody int64
 	// BodyBudget bounds the bytes of the bodies read whole that requests
 	// in flight hold, in all, and BodyShare those of one client (see
-	// clientOf); they are DefaultBodyBudget and a DefaultBodyShareDivisor
+	// clients); they are DefaultBodyBudget and a DefaultBodyShareDivisor
 	// part of the budget when <= 0. A share is at least MaxBody, and the
 	// budget at least a share, so that every body within MaxBody can be
 	// admitted.
@@ -78,7 +79,7 @@ type Options struct {
 	BodyStall time.Duration
 	// MaxTransfers, TransferStall and MinTransferRate bound object
 	// transfers; each is its Default when <= 0. TransferShare is how many
-	// of them one client (see clientOf) runs at once: a
+	// of them one client (see clients) runs at once: a
 	// DefaultTransferShareDivisor part of MaxTransfers, and at least one,
 	// when <= 0.
 	MaxTransfers    int
@@ -87,10 +88,15 @@ type Options struct {
 	MinTransferRate float64
 	// MaxRequests bounds the requests in flight on the routes that call
 	// the services, but object transfers, and RequestShare those of one
-	// client (see clientOf); they are DefaultMaxRequests and a
+	// client (see clients); they are DefaultMaxRequests and a
 	// DefaultRequestShareDivisor part of it, at least one, when <= 0.
 	MaxRequests  int
 	RequestShare int
+	// TrustedProxies are the reverse proxies in front of the API: a
+	// request whose connection comes from one counts against the client
+	// its X-Forwarded-For names, and their connections are not bounded
+	// per client (see clients) when Serve serves these Options.
+	TrustedProxies []netip.Prefix
 }
 
 // api holds what the handlers share.
@@ -104,6 +110,7 @@ type api struct {
 	// bodyStall bounds each read of a body read whole.
 	bodyStall time.Duration
 
+	clients      clients
 	requests     *quota.Quota // a slot per request in flight, by client
 	maxRequests  int
 	transfers    *quota.Quota // a slot per object transfer running, by client
@@ -158,6 +165,7 @@ func NewHandler(o Options) http.Handler {
 		engine: o.Engine, services: o.Services, metrics: o.Metrics, log: o.Logger, maxBody: o.MaxBody,
 		bodies:       quota.New(o.BodyBudget, o.BodyShare),
 		bodyStall:    o.BodyStall,
+		clients:      clients{trusted: o.TrustedProxies},
 		requests:     quota.New(int64(o.MaxRequests), int64(o.RequestShare)),
 		maxRequests:  o.MaxRequests,
 		transfers:    quota.New(int64(o.MaxTransfers), int64(o.TransferShare)),
@@ -368,12 +376,17 @@ func Bind(addr string) (net.Listener, error) {
 	return ln, nil
 }
 
-// Serve serves h on ln in a goroutine until Shutdown, which closes ln. A
-// client holds at most MaxConnsPerClient connections at once.
-func Serve(ln net.Listener, h http.Handler, logger *slog.Logger) *Server {
+// Serve serves the API of o (NewHandler) on ln in a goroutine until
+// Shutdown, which closes ln. A client holds at most MaxConnsPerClient
+// connections at once; a trusted proxy (o.TrustedProxies), whose
+// connections carry many clients' requests, is not bounded so.
+func Serve(ln net.Listener, o Options) *Server {
+	logger := o.Logger
 	if logger == nil {
 		logger = slog.Default()
 	}
+	o.Logger = logger
+	h := NewHandler(o)
 	s := &Server{
 		// A request and its answer are bounded whole; object transfers,
 		// which last as long as their size needs, move these deadlines on
@@ -393,7 +406,7 @@ func Serve(ln net.Listener, h http.Handler, logger *slog.Logger) *Server {
 	}
 	go func() {
 		defer close(s.done)
-		if err := s.srv.Serve(limitConns(ln, MaxConnsPerClient)); !errors.Is(err, http.ErrServerClosed) {
+		if err := s.srv.Serve(limitConns(ln, MaxConnsPerClient, clients{trusted: o.TrustedProxies})); !errors.Is(err, http.ErrServerClosed) {
 			logger.Error("the HTTP API stopped serving", "err", err)
 			s.mu.Lock()
 			s.err = err

@@ -164,7 +164,7 @@ func TestBindOnPortZeroServeAndShutdown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := httpapi.Serve(ln, httpapi.NewHandler(httpapi.Options{Engine: e}), nil)
+	s := httpapi.Serve(ln, httpapi.Options{Engine: e})
 	if _, port, _ := net.SplitHostPort(s.Addr()); port == "0" || port == "" {
 		t.Fatalf("Addr %q has no real port", s.Addr())
 	}

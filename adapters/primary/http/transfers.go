@@ -38,7 +38,7 @@ const (
 var errTooSlow = errors.New("the client is too slow")
 
 // transferSlots admits an object transfer, or answers 503 with a
-// Retry-After when every slot is taken or the client (see clientOf) holds
+// Retry-After when every slot is taken or the client (see clients) holds
 // its share of them: a client that keeps its transfers going at the
 // minimum rate would otherwise hold every slot for as long as it liked.
 // A HEAD, which the GET route also serves, looks the object up and moves
@@ -49,7 +49,7 @@ func (a *api) transferSlots(h http.HandlerFunc) http.HandlerFunc {
 			h(w, r)
 			return
 		}
-		client := clientOf(r)
+		client := a.clients.of(r)
 		if err := a.transfers.Take(client, 1); err != nil {
 			msg := fmt.Sprintf("%d object transfers run, the most this API runs at once; try again later", a.maxTransfers)
 			var over *quota.Over

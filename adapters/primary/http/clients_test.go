@@ -1,0 +1,208 @@
+package httpapi_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	httpapi "github.com/abi-engine/engine/adapters/primary/http"
+	kvmemory "github.com/abi-engine/engine/adapters/secondary/keyvalue/memory"
+)
+
+// The loopback addresses of these tests: a trusted proxy, and a host that
+// is not one.
+const (
+	proxyIP      = "127.0.8.1"
+	untrustedIP  = "127.0.8.2"
+	requestShare = 32 // a quarter of the API's 128 requests in flight
+)
+
+// heldBehindProxy serves the API, trusting proxyIP, over a key-value
+// store whose sets of keys starting with "held-" wait until free is
+// called, and returns its URL, the store and free.
+func heldBehindProxy(t *testing.T) (url string, held *heldKeyValue, free func()) {
+	t.Helper()
+	release := make(chan struct{})
+	free = sync.OnceFunc(func() { close(release) })
+	t.Cleanup(free)
+	kv, err := kvmemory.Open(t.Context(), kvmemory.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held = &heldKeyValue{KeyValue: kv, release: release}
+	url = serveReal(t, heldKernel(t, held), httpapi.Options{
+		TrustedProxies: []netip.Prefix{netip.MustParsePrefix(proxyIP + "/32")},
+	})
+	return url, held, free
+}
+
+// putAs PUTs "v" to url as client, with X-Forwarded-For lines xff (none:
+// no header), and answers on the channel returned.
+func putAs(client *http.Client, url string, xff ...string) <-chan answer {
+	done := make(chan answer, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		defer cancel()
+		req, err := http.NewRequestWithContext(ctx, "PUT", url, strings.NewReader("v"))
+		if err != nil {
+			done <- answer{body: err.Error()}
+			return
+		}
+		for _, line := range xff {
+			req.Header.Add("X-Forwarded-For", line)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			done <- answer{body: err.Error()}
+			return
+		}
+		b, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		done <- answer{code: resp.StatusCode, retryAfter: resp.Header.Get("Retry-After"), body: string(b)}
+	}()
+	return done
+}
+
+// holdShare sends requestShare slow requests to url as client, the i-th
+// with the X-Forwarded-For lines xff(i) makes, waits until the engine
+// holds them all, and returns the channel of their answers.
+func holdShare(t *testing.T, url string, held *heldKeyValue, client *http.Client, xff func(i int) []string) <-chan answer {
+	t.Helper()
+	answers := make(chan answer, requestShare)
+	for i := range requestShare {
+		got := putAs(client, fmt.Sprintf("%s/v1/kv/held-%d", url, i), xff(i)...)
+		go func() { answers <- <-got }()
+	}
+	waitUntil(t, func() bool {
+		select {
+		case a := <-answers:
+			t.Fatalf("a request within a client's share answered %d before it was released: %s", a.code, a.body)
+		default:
+		}
+		return held.held.Load() == requestShare
+	})
+	return answers
+}
+
+// refusedShare fails t unless a is a 503 naming the client's share.
+func refusedShare(t *testing.T, a answer, what string) {
+	t.Helper()
+	if a.code != http.StatusServiceUnavailable || a.retryAfter == "" || !strings.Contains(a.body, "share") {
+		t.Fatalf("%s answered %d (Retry-After %q): %s; want 503 naming the client's share", what, a.code, a.retryAfter, a.body)
+	}
+}
+
+// allAnswered frees the held requests and fails t unless each succeeded.
+func allAnswered(t *testing.T, answers <-chan answer, free func()) {
+	t.Helper()
+	free()
+	for range requestShare {
+		if a := <-answers; a.code != http.StatusNoContent {
+			t.Fatalf("a request within its client's share answered %d: %s", a.code, a.body)
+		}
+	}
+}
+
+// Two clients behind one trusted proxy have a share each: one holding its
+// share of the requests in flight leaves the other its own, and is held
+// to its share. Every client behind a proxy reached the API from the
+// proxy's address, so they shared one client's 32 requests, 2 transfers
+// and 16 MiB of bodies, and one busy client starved every other.
+func TestClientsBehindATrustedProxyHaveAShareEach(t *testing.T) {
+	url, held, free := heldBehindProxy(t)
+	proxy := clientFrom(proxyIP)
+	answers := holdShare(t, url, held, proxy, func(int) []string { return []string{"198.51.100.1"} })
+
+	if a := <-putAs(proxy, url+"/v1/kv/other", "198.51.100.2"); a.code != http.StatusNoContent {
+		t.Fatalf("a client behind the proxy, while another behind it held its share, answered %d: %s", a.code, a.body)
+	}
+	// A proxy in front of the proxy, trusted too, is skipped.
+	if a := <-putAs(proxy, url+"/v1/kv/other", "198.51.100.3, "+proxyIP); a.code != http.StatusNoContent {
+		t.Fatalf("a client behind two trusted proxies answered %d: %s", a.code, a.body)
+	}
+	refusedShare(t, <-putAs(proxy, url+"/v1/kv/more", "198.51.100.1"), "a request past its client's share, behind the proxy,")
+	allAnswered(t, answers, free)
+}
+
+// A client behind a trusted proxy is the right-most address of
+// X-Forwarded-For that is not a trusted proxy: what it writes into the
+// header itself, left of what the proxy appends, does not make it another
+// client, nor the proxy. Were the left-most taken, a client could write a
+// new address into each request and have a share for each.
+func TestASpoofedLeftMostForwardedForDoesNotEscapeTheClientsShare(t *testing.T) {
+	url, held, free := heldBehindProxy(t)
+	proxy := clientFrom(proxyIP)
+	answers := holdShare(t, url, held, proxy, func(i int) []string {
+		return []string{fmt.Sprintf("203.0.113.%d, 198.51.100.1", i+1)}
+	})
+	for _, xff := range [][]string{
+		{"203.0.113.200, 198.51.100.1"},
+		{proxyIP + ", 198.51.100.1"},
+		{"not an address, 198.51.100.1"},
+		{"203.0.113.201", "198.51.100.1"}, // the client's own line, then the proxy's
+	} {
+		refusedShare(t, <-putAs(proxy, url+"/v1/kv/more", xff...), fmt.Sprintf("a request past its client's share with X-Forwarded-For %q", xff))
+	}
+	allAnswered(t, answers, free)
+}
+
+// A request from an address that is not a trusted proxy counts against
+// that address, whatever its X-Forwarded-For says: anyone can write the
+// header.
+func TestAForwardedForFromAnUntrustedAddressIsIgnored(t *testing.T) {
+	url, held, free := heldBehindProxy(t)
+	client := clientFrom(untrustedIP)
+	answers := holdShare(t, url, held, client, func(i int) []string {
+		return []string{fmt.Sprintf("198.51.100.%d", i+1)}
+	})
+	refusedShare(t, <-putAs(client, url+"/v1/kv/more", "198.51.100.200"), "a request past its share from an untrusted address")
+	allAnswered(t, answers, free)
+}
+
+// A request from a trusted proxy whose X-Forwarded-For is missing, or
+// malformed where it is read, counts against the proxy's own address;
+// a client the header names is apart from it.
+func TestAMissingOrMalformedForwardedForCountsAgainstTheProxy(t *testing.T) {
+	url, held, free := heldBehindProxy(t)
+	proxy := clientFrom(proxyIP)
+	answers := holdShare(t, url, held, proxy, func(int) []string { return nil })
+	for _, xff := range [][]string{nil, {"unknown"}, {"198.51.100.1, 198.51.100.2:x"}, {" , "}} {
+		refusedShare(t, <-putAs(proxy, url+"/v1/kv/more", xff...), fmt.Sprintf("a request from the proxy with X-Forwarded-For %q, past the proxy's share,", xff))
+	}
+	if a := <-putAs(proxy, url+"/v1/kv/other", "198.51.100.1"); a.code != http.StatusNoContent {
+		t.Fatalf("a client the proxy names, while the proxy's own address held its share, answered %d: %s", a.code, a.body)
+	}
+	allAnswered(t, answers, free)
+}
+
+// A trusted proxy's connections are not bounded as one client's: they
+// carry its clients' requests, and the bound is taken before a header is
+// read. Another address is still bounded.
+func TestATrustedProxyHoldsMoreThanOneClientsConnections(t *testing.T) {
+	url := serveReal(t, memoryServices(t), httpapi.Options{
+		TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.8.0/30")},
+	})
+	for i := range httpapi.MaxConnsPerClient + 1 {
+		c := dialFrom(t, proxyIP, url)
+		if code, err := probe(c, bufio.NewReader(c)); code != http.StatusOK {
+			t.Fatalf("connection %d of a trusted proxy answered %d, %v", i+1, code, err)
+		}
+	}
+	for range httpapi.MaxConnsPerClient {
+		c := dialFrom(t, "127.0.8.4", url)
+		if code, err := probe(c, bufio.NewReader(c)); code != http.StatusOK {
+			t.Fatalf("a connection within an untrusted client's most answered %d, %v", code, err)
+		}
+	}
+	c := dialFrom(t, "127.0.8.4", url)
+	if code, err := probe(c, bufio.NewReader(c)); code != http.StatusServiceUnavailable {
+		t.Fatalf("a connection past an untrusted client's most answered %d (%v), want 503", code, err)
+	}
+}
