@@ -3,6 +3,8 @@ package httpapi
 import (
 	"net/http"
 	"net/netip"
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -47,4 +49,63 @@ func TestTheClientOfARequest(t *testing.T) {
 			}
 		})
 	}
+}
+
+// X-Forwarded-For is whatever a client, or any hop before the trusted
+// proxy, wrote. Whatever it holds, reading it never fails the request, the
+// client it names is an address one of its hops spells, with only trusted
+// proxies to that hop's right, and a connection from an address that is
+// not trusted is its own client, whatever the header says.
+func FuzzForwardedFor(f *testing.F) {
+	for _, seed := range [][2]string{
+		{"203.0.113.9, 198.51.100.1", ""},
+		{"10.7.7.7, 192.168.1.7", "198.51.100.1:5678"},
+		{"[2001:db8::1]:5678, junk", ", ,"},
+		{"::ffff:10.1.2.3%eth0", "[fd00::1]"},
+	} {
+		f.Add(seed[0], seed[1])
+	}
+	c := clients{trusted: []netip.Prefix{
+		netip.MustParsePrefix("10.0.0.0/8"),
+		netip.MustParsePrefix("192.168.1.7/32"),
+		netip.MustParsePrefix("fd00::/64"),
+	}}
+	f.Fuzz(func(t *testing.T, first, second string) {
+		lines := []string{first, second}
+		client, ok := c.forwarded(lines)
+		if ok {
+			var hops []netip.Addr
+			for _, l := range lines {
+				for _, h := range strings.Split(l, ",") {
+					if a, ok := hopIP(strings.Trim(h, " \t")); ok {
+						hops = append(hops, a)
+					}
+				}
+			}
+			at := -1 // the right-most hop that spells it
+			for i, a := range hops {
+				if a == client {
+					at = i
+				}
+			}
+			if at < 0 {
+				t.Fatalf("%q names %v, which none of its hops spells", lines, client)
+			}
+			if c.trusts(client) {
+				if slices.ContainsFunc(hops, func(a netip.Addr) bool { return !c.trusts(a) }) {
+					t.Fatalf("%q names the trusted %v while an untrusted hop is in it", lines, client)
+				}
+			} else if slices.ContainsFunc(hops[at+1:], func(a netip.Addr) bool { return !c.trusts(a) }) {
+				t.Fatalf("%q names %v, with an untrusted hop to its right", lines, client)
+			}
+		}
+		r := &http.Request{RemoteAddr: "203.0.113.5:4000", Header: http.Header{"X-Forwarded-For": lines}}
+		if got := c.of(r); got != "203.0.113.5" {
+			t.Fatalf("a request from an untrusted address with %q counts against %q, want its own address", lines, got)
+		}
+		r.RemoteAddr = "10.1.2.3:4000"
+		if got := c.of(r); got == "" {
+			t.Fatalf("a request from a trusted proxy with %q counts against no client", lines)
+		}
+	})
 }
