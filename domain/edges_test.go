@@ -606,6 +606,122 @@ func TestARetriedReleaseWhoseReplyWasLostIsStillAHandover(t *testing.T) {
 	})
 }
 
+// A release whose first writes fail at once, with an error that is not a
+// conflict (no responders while the lease stream elects a leader, a
+// connection that is reconnecting), is tried again within its bound, and
+// the standby takes over the moment it lands. Before, the release gave up
+// at the first such error with most of its time left, wrote nothing, and
+// the standby waited a whole lease for a holder that was gone.
+func TestAReleaseWhoseFirstWritesAreRefusedIsTriedAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := usedStore(t)
+		a := newEngine(t, store, "a", "v1", testTiming())
+		a.mustServe(t)
+		b := newEngine(t, store, "b", "v2", testTiming())
+		defer b.release(t)
+		if out, err := b.claim(t, domain.RoleServe); err != nil || out != domain.OutcomeStandby {
+			t.Fatalf("Claim = %v, %v; want standby", out, err)
+		}
+		done, stop := b.awaitInBackground()
+		defer stop()
+		time.Sleep(L + L/8) // between two of a's renewals
+		a.store.RefuseWrites(3)
+		start := time.Now()
+		a.release(t)
+		if took, bound := time.Since(start), testTiming().Renew(); took > bound {
+			t.Fatalf("the release took %v, past its bound of a renewal period, %v", took, bound)
+		}
+		wantHandedOver(t, a)
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("AwaitLease: %v", err)
+			}
+		case <-time.After(L / 2):
+			t.Fatalf("b still waits half a lease after a's release (a: %s; b: %s)", a.path(), b.path())
+		}
+		if rec, _ := store.Read(context.Background()); rec.Holder.InstanceID != b.o.Me().InstanceID || rec.Holder.Released {
+			t.Fatalf("the key holds %+v, want b's live record", rec)
+		}
+	})
+}
+
+// A release whose first write is refused and whose next one lands without
+// its answer is a handover: the try after that conflicts, and the read
+// finds the engine's own released record.
+func TestARefusedReleaseWhoseRetryLandsUnansweredIsAHandover(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := usedStore(t)
+		a := newEngine(t, store, "a", "v1", testTiming())
+		a.mustServe(t)
+		time.Sleep(L/4 + L/8)
+		a.store.RefuseWrites(1)
+		a.store.LoseReplies(1)
+		a.release(t)
+		wantHandedOver(t, a)
+		if rec, _ := store.Read(context.Background()); !rec.Free() || rec.Holder.InstanceID != a.o.Me().InstanceID {
+			t.Fatalf("the key holds %+v, want a's released record", rec)
+		}
+	})
+}
+
+// A release tried again never writes over another engine's record: the
+// key deleted and made anew by another engine between two tries is left
+// as it is, and the release is not a handover.
+func TestARetriedReleaseLeavesAnotherEnginesRecordAlone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := usedStore(t)
+		a := newEngine(t, store, "a", "v1", testTiming())
+		a.mustServe(t)
+		time.Sleep(L/4 + L/8)
+		a.store.RefuseWrites(1)
+		released := make(chan error, 1)
+		go func() { released <- a.o.Release(context.Background()) }()
+		synctest.Wait() // the first write was refused; the release pauses before the next
+		deleteKey(t, store)
+		other := domain.Holder{InstanceID: domain.NewInstanceID(), Host: "other"}
+		rev, err := store.Create(context.Background(), other)
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-released
+		rec, _ := store.Read(context.Background())
+		if rec.Revision != rev || rec.Holder.InstanceID != other.InstanceID || rec.Holder.Released {
+			t.Fatalf("the key holds %+v, want the other engine's record at %d untouched", rec, rev)
+		}
+		if a.o.HandedOver() {
+			t.Fatalf("a says it handed over a key another engine holds (%s)", a.path())
+		}
+	})
+}
+
+// However often its writes fail, a release ends within a renewal period,
+// the bound the engine's stop counts on, having written nothing.
+func TestAReleaseWhoseWritesAllFailEndsWithinARenewalPeriod(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := usedStore(t)
+		a := newEngine(t, store, "a", "v1", testTiming())
+		a.mustServe(t)
+		time.Sleep(L/4 + L/8)
+		before, _ := store.Read(context.Background())
+		a.store.RefuseWrites(1 << 20)
+		start := time.Now()
+		err := a.o.Release(context.Background())
+		if err == nil {
+			t.Fatalf("Release of a lease it could not write: no error")
+		}
+		if took, bound := time.Since(start), testTiming().Renew(); took > bound {
+			t.Fatalf("the release took %v, past its bound of a renewal period, %v", took, bound)
+		}
+		if rec, _ := store.Read(context.Background()); rec != before {
+			t.Fatalf("the key holds %+v, want a's record %+v untouched", rec, before)
+		}
+		if a.o.HandedOver() {
+			t.Fatalf("a says it handed over a lease it never wrote (%s)", a.path())
+		}
+	})
+}
+
 // wantHandedOver fails unless e's last move was from serving to released,
 // with the release written.
 func wantHandedOver(t *testing.T, e *testEngine) {

@@ -825,33 +825,71 @@ func (o *Ownership) Release(ctx context.Context) error {
 // writeReleased writes the released record over rec, our last, and reports
 // whether it did. It takes at most a renewal period: the writes three
 // quarters of it, and a read-back, when a write's answer was lost, the rest.
+// A write that fails for any reason but a conflict (no responders while the
+// stream elects a leader, a connection that is reconnecting) is tried again
+// within those three quarters, a sixteenth of a renewal period apart: left
+// unwritten, the record would hold the successor up for a whole lease. Every
+// try is a compare-and-swap on a revision the key was last known to hold our
+// live record at, and a conflict is read out before the next, so none
+// writes over another engine's record, and one that finds our released
+// record has its answer: an earlier try landed.
 func (o *Ownership) writeReleased(ctx context.Context, rec Record) (bool, error) {
 	deadline := o.clock.Now().Add(o.timing.Renew())
 	rctx, cancel := context.WithTimeout(ctx, o.timing.Renew()*3/4)
 	defer cancel()
 	released := o.me
 	released.Released = true
-	_, err := o.lease.Update(rctx, released, rec.Revision)
-	if errors.Is(err, ErrLeaseConflict) {
-		// A renewal whose reply was lost moved the revision; it is still ours.
-		cur, rerr := o.lease.Read(rctx)
-		if rerr != nil {
-			return false, rerr
+	rev := rec.Revision
+	var err error
+	for {
+		_, err = o.lease.Update(rctx, released, rev)
+		if err == nil {
+			return true, nil
 		}
-		if !o.ours(cur) {
-			return false, nil
-		}
-		_, err = o.lease.Update(rctx, released, cur.Revision)
 		if errors.Is(err, ErrLeaseConflict) {
-			return false, nil
+			// A renewal whose reply was lost moved the revision, and it is
+			// still ours; or an earlier try landed unanswered; or another
+			// engine holds the key.
+			cur, rerr := o.lease.Read(rctx)
+			switch {
+			case rerr != nil:
+				err = rerr
+			case o.ours(cur) && cur.Revision > rev:
+				rev = cur.Revision
+				continue
+			case o.ours(cur):
+				// A read behind the write that conflicted: it is waited
+				// for like any failure, rather than tried again at once.
+			case o.isReleasedByMe(cur, rec.Revision):
+				return true, nil
+			default:
+				return false, nil
+			}
+		}
+		if !o.pauseRelease(rctx) {
+			break
 		}
 	}
-	if err != nil && o.releasedByMe(ctx, rec.Revision, deadline) {
+	if o.releasedByMe(ctx, rec.Revision, deadline) {
 		// The write landed and its answer was lost: the lease is handed
 		// over as surely as if the answer had come.
 		return true, nil
 	}
-	return err == nil, err
+	return false, err
+}
+
+// pauseRelease waits a sixteenth of a renewal period before a release's
+// next try, and reports false when ctx, the release's bound for its
+// writes, ends first.
+func (o *Ownership) pauseRelease(ctx context.Context) bool {
+	t := time.NewTimer(o.timing.Renew() / 16)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return ctx.Err() == nil
+	}
 }
 
 // releasedByMe reads, by deadline, whether the key holds this engine's
@@ -861,8 +899,13 @@ func (o *Ownership) releasedByMe(ctx context.Context, after uint64, deadline tim
 	rctx, cancel := context.WithTimeout(ctx, deadline.Sub(o.clock.Now()))
 	defer cancel()
 	cur, err := o.lease.Read(rctx)
-	return err == nil && cur.Present && cur.Revision > after &&
-		cur.Holder.Released && cur.Holder.InstanceID == o.me.InstanceID
+	return err == nil && o.isReleasedByMe(cur, after)
+}
+
+// isReleasedByMe reports whether cur is this engine's released record past
+// revision after.
+func (o *Ownership) isReleasedByMe(cur Record, after uint64) bool {
+	return cur.Present && cur.Revision > after && cur.Holder.Released && cur.Holder.InstanceID == o.me.InstanceID
 }
 
 func (o *Ownership) transition(to State, rec Record) { o.transitionWhy(to, rec, "") }

@@ -1,7 +1,8 @@
 // Package leasetest wraps a lease store in the faults a network and a
 // process can cause: calls cut off, requests and replies delayed, replies
-// lost after the write went through, a process paused. The ownership tests
-// and the exclusion simulation drive the state machine through it.
+// lost after the write went through, writes refused at once, a process
+// paused. The ownership tests and the exclusion simulation drive the state
+// machine through it.
 package leasetest
 
 import (
@@ -29,6 +30,7 @@ type Faulty struct {
 	requestDelay time.Duration
 	replyDelay   time.Duration
 	loseReplies  int
+	refuse       int
 }
 
 var _ domain.Lease = (*Faulty)(nil)
@@ -74,6 +76,16 @@ func (f *Faulty) LoseReplies(n int) {
 	f.loseReplies = n
 }
 
+// RefuseWrites makes the next n writes fail at once without reaching the
+// store, as a broker answers while the stream elects a leader, or a client
+// whose connection is reconnecting: the caller learns quickly that nothing
+// was written.
+func (f *Faulty) RefuseWrites(n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.refuse = n
+}
+
 type faults struct {
 	cut               bool
 	uncut             <-chan struct{}
@@ -91,6 +103,16 @@ func (f *Faulty) takeLostReply() bool {
 	defer f.mu.Unlock()
 	if f.loseReplies > 0 {
 		f.loseReplies--
+		return true
+	}
+	return false
+}
+
+func (f *Faulty) takeRefusal() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.refuse > 0 {
+		f.refuse--
 		return true
 	}
 	return false
@@ -118,6 +140,9 @@ func write[T any](ctx context.Context, f *Faulty, op func(context.Context) (T, e
 		case <-fl.uncut:
 		}
 		return zero, errors.Join(ErrFault, ctx.Err())
+	}
+	if f.takeRefusal() {
+		return zero, ErrFault
 	}
 	reply := make(chan result[T], 1)
 	go func() {
