@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/abi-engine/engine/adapters/primary/natsapi"
 	kvmemory "github.com/abi-engine/engine/adapters/secondary/keyvalue/memory"
 	"github.com/abi-engine/engine/adapters/secondary/natsclient"
+	objmemory "github.com/abi-engine/engine/adapters/secondary/objectstorage/memory"
 	"github.com/abi-engine/engine/domain"
 	"github.com/abi-engine/engine/internal/natstest"
 	"github.com/abi-engine/engine/ports"
@@ -131,6 +133,84 @@ func TestOneClientHasOnlyItsShareOfTheRequestsInFlight(t *testing.T) {
 	for range share {
 		if a := <-answers; a.code != http.StatusNoContent {
 			t.Fatalf("a request within the client's share answered %d: %s", a.code, a.body)
+		}
+	}
+}
+
+// heldObjects is an object store whose Stats of keys starting with
+// "held-" wait until release is closed, as a slow backend's would.
+type heldObjects struct {
+	ports.ObjectStorage
+	release <-chan struct{}
+	held    atomic.Int64
+}
+
+func (h *heldObjects) Stat(ctx context.Context, key string) (ports.ObjectInfo, error) {
+	if strings.HasPrefix(key, "held-") {
+		h.held.Add(1)
+		select {
+		case <-h.release:
+		case <-ctx.Done():
+			return ports.ObjectInfo{}, ctx.Err()
+		}
+	}
+	return h.ObjectStorage.Stat(ctx, key)
+}
+
+// An object HEAD, which moves no bytes and so takes no transfer slot, is a
+// request in flight like any other call of the services: past its share, a
+// client's HEADs are refused 503 at once. Before, a HEAD took no slot of
+// either kind, so one client looking objects up on every connection it may
+// hold had as many calls running on the engine as it liked.
+func TestAnObjectHeadCountsAgainstItsClientsShareOfRequests(t *testing.T) {
+	const (
+		sent  = httpapi.MaxConnsPerClient // each on a connection of its own
+		share = 32                        // a quarter of the API's 128
+	)
+	release := make(chan struct{})
+	t.Cleanup(sync.OnceFunc(func() { close(release) }))
+	store, err := objmemory.Open(t.Context(), objmemory.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := &heldObjects{ObjectStorage: store, release: release}
+	url := serveReal(t, httpapi.Services{ObjectStorage: held}, httpapi.Options{})
+
+	greedy := clientFrom("127.0.4.3")
+	answers := make(chan int, sent)
+	for i := range sent {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+			defer cancel()
+			req, _ := http.NewRequestWithContext(ctx, http.MethodHead, fmt.Sprintf("%s/v1/objects/held-%d", url, i), nil)
+			resp, err := greedy.Do(req)
+			if err != nil {
+				answers <- 0
+				return
+			}
+			_ = resp.Body.Close()
+			answers <- resp.StatusCode
+		}()
+	}
+	var refused []int
+	waitUntil(t, func() bool {
+		for {
+			select {
+			case code := <-answers:
+				refused = append(refused, code)
+				continue
+			default:
+			}
+			break
+		}
+		return held.held.Load()+int64(len(refused)) == sent
+	})
+	if n := held.held.Load(); n > share {
+		t.Fatalf("a client sending %d slow HEADs at once had %d of them running, past its share of %d", sent, n, share)
+	}
+	for _, code := range refused {
+		if code != http.StatusServiceUnavailable {
+			t.Fatalf("a HEAD past the client's share answered %d, want 503", code)
 		}
 	}
 }

@@ -42,11 +42,13 @@ var errTooSlow = errors.New("the client is too slow")
 // its share of them: a client that keeps its transfers going at the
 // minimum rate would otherwise hold every slot for as long as it liked.
 // A HEAD, which the GET route also serves, looks the object up and moves
-// none of it: it takes no slot.
+// none of it: it takes no transfer slot, but is a request in flight like
+// any other call of the services (requestSlots).
 func (a *api) transferSlots(h http.HandlerFunc) http.HandlerFunc {
+	head := a.requestSlots(answeredWhole(h))
 	return func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodHead {
-			h(w, r)
+			head(w, r)
 			return
 		}
 		client := a.clients.of(r)
