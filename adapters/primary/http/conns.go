@@ -134,3 +134,15 @@ func (c *clientConn) Close() error {
 	c.release()
 	return err
 }
+
+// CloseWrite half-closes the connection when it can (TCP can). net/http
+// does so before it closes a connection whose request body it did not
+// read, such as one refused 413 for its declared length, and waits a
+// moment, so that a client still sending reads the answer rather than a
+// reset: hidden behind the wrapper, it sent no half-close.
+func (c *clientConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
