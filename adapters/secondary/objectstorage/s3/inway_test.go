@@ -4,9 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -18,20 +15,13 @@ import (
 // those count matches. It returns the endpoint to give the store instead.
 func startCounter(t *testing.T, endpoint string, count func(*http.Request) bool) (string, *atomic.Int64) {
 	t.Helper()
-	target, err := url.Parse(endpoint)
-	if err != nil {
-		t.Fatal(err)
-	}
-	forward := httputil.NewSingleHostReverseProxy(target)
 	var n atomic.Int64
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return startProxy(t, endpoint, func(w http.ResponseWriter, r *http.Request, forward http.Handler) {
 		if count(r) {
 			n.Add(1)
 		}
 		forward.ServeHTTP(w, r)
-	}))
-	t.Cleanup(srv.Close)
-	return srv.URL, &n
+	}), &n
 }
 
 // A put onto a key that another object's path truly runs into, a folder of

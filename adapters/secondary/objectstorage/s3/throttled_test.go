@@ -23,21 +23,29 @@ import (
 func startInterceptor(t *testing.T, endpoint string, match func(*http.Request) bool,
 	intercept func(w http.ResponseWriter, r *http.Request, forward http.Handler)) (string, *atomic.Int64) {
 	t.Helper()
-	target, err := url.Parse(endpoint)
-	if err != nil {
-		t.Fatal(err)
-	}
-	forward := httputil.NewSingleHostReverseProxy(target)
 	var n atomic.Int64
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return startProxy(t, endpoint, func(w http.ResponseWriter, r *http.Request, forward http.Handler) {
 		if match(r) && n.CompareAndSwap(0, 1) {
 			intercept(w, r, forward)
 			return
 		}
 		forward.ServeHTTP(w, r)
-	}))
+	}), &n
+}
+
+// startProxy stands between a store and the S3 server at endpoint, and
+// hands every request to handle with the handler that forwards it. It
+// returns the endpoint to give the store instead.
+func startProxy(t *testing.T, endpoint string, handle func(w http.ResponseWriter, r *http.Request, forward http.Handler)) string {
+	t.Helper()
+	target, err := url.Parse(endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forward := httputil.NewSingleHostReverseProxy(target)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { handle(w, r, forward) }))
 	t.Cleanup(srv.Close)
-	return srv.URL, &n
+	return srv.URL
 }
 
 // startThrottler answers the first request refuse matches as a busy S3
