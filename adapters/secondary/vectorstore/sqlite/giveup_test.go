@@ -101,42 +101,8 @@ func TestASearchThatGivesUpWhileItsCollectionLoadsLeavesTheLoadToTheNext(t *test
 	// Written through another handle, the collection is in the file but
 	// not in s's indexes: s's next search of it loads it whole.
 	writeCollection(t, path) // "v": v000 to v199 at (i, 0)
+	loads := searchGivenUpInItsSync(t, s, []float32{0, 0}, "its collection loaded")
 	ctx := t.Context()
-	loading, release := make(chan struct{}), make(chan struct{})
-	var loads atomic.Int32
-	// The first load holds on until the test lets it go, or its context
-	// ends, as a read of the file would.
-	s.hooks.catchUp = func(ctx context.Context, _ string) {
-		if loads.Add(1) == 1 {
-			close(loading)
-			select {
-			case <-release:
-			case <-ctx.Done():
-			}
-		}
-	}
-	gaveUp, cancel := context.WithCancel(ctx)
-	searched := make(chan error, 1)
-	go func() {
-		_, err := s.Search(gaveUp, "v", []float32{0, 0}, 1, nil)
-		searched <- err
-	}()
-	select {
-	case <-loading:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the search did not begin to load the collection in 30 s")
-	}
-	cancel()
-	select {
-	case err := <-searched:
-		if !errors.Is(err, context.Canceled) {
-			t.Fatalf("a search that gave up while its collection loaded: %v, want context.Canceled", err)
-		}
-	case <-time.After(30 * time.Second):
-		close(release)
-		t.Fatal("a search that gave up while its collection loaded did not leave in 30 s")
-	}
-	close(release)
 	got, err := s.Search(ctx, "v", []float32{0, 0}, 2, nil)
 	if err != nil || len(got) != 2 || got[0].ID != "v000" || got[1].ID != "v001" {
 		t.Fatalf("the search after the one that gave up finds %+v, %v; want v000, then v001", got, err)
@@ -160,41 +126,7 @@ func TestASearchThatGivesUpWhileItsIndexCatchesUpLeavesTheCatchUpToTheNext(t *te
 	if err := w.Upsert(ctx, "v", []ports.Vector{{ID: "near", Values: []float32{-1, 0}}}); err != nil {
 		t.Fatalf("Upsert through the other handle: %v", err)
 	}
-	catchingUp, release := make(chan struct{}), make(chan struct{})
-	var catchUps atomic.Int32
-	// The first catch-up holds on until the test lets it go, or its
-	// context ends, as a read of the file would.
-	s.hooks.catchUp = func(ctx context.Context, _ string) {
-		if catchUps.Add(1) == 1 {
-			close(catchingUp)
-			select {
-			case <-release:
-			case <-ctx.Done():
-			}
-		}
-	}
-	gaveUp, cancel := context.WithCancel(ctx)
-	searched := make(chan error, 1)
-	go func() {
-		_, err := s.Search(gaveUp, "v", []float32{-1, 0}, 1, nil)
-		searched <- err
-	}()
-	select {
-	case <-catchingUp:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the search did not begin to catch its index up in 30 s")
-	}
-	cancel()
-	select {
-	case err := <-searched:
-		if !errors.Is(err, context.Canceled) {
-			t.Fatalf("a search that gave up while its index caught up: %v, want context.Canceled", err)
-		}
-	case <-time.After(30 * time.Second):
-		close(release)
-		t.Fatal("a search that gave up while its index caught up did not leave in 30 s")
-	}
-	close(release)
+	catchUps := searchGivenUpInItsSync(t, s, []float32{-1, 0}, "its index caught up")
 	got, err := s.Search(ctx, "v", []float32{-1, 0}, 2, nil)
 	if err != nil || len(got) != 2 || got[0].ID != "near" || got[1].ID != "v000" {
 		t.Fatalf("the search after the one that gave up finds %+v, %v; want near, then v000", got, err)
@@ -242,4 +174,49 @@ func TestASearchAnswersWhileAnotherHandleGoesOnWriting(t *testing.T) {
 	if n := snapshots.Load(); n > 2 {
 		t.Fatalf("the search took %d snapshots before it answered, want at most 2", n)
 	}
+}
+
+// searchGivenUpInItsSync searches s's collection "v" for query, and gives
+// the search up once s's first sync of an index (a load, or a catch-up
+// with other handles' writes), which it makes wait, has begun. It
+// requires the search to leave with context.Canceled while that sync
+// waits, then lets the sync go on, and returns the count of syncs begun.
+// what says when the search gave up, for failures.
+func searchGivenUpInItsSync(t *testing.T, s *Store, query []float32, what string) *atomic.Int32 {
+	t.Helper()
+	began, release := make(chan struct{}), make(chan struct{})
+	var syncs atomic.Int32
+	// The first sync holds on until the test lets it go, or its context
+	// ends, as a read of the file would.
+	s.hooks.catchUp = func(ctx context.Context, _ string) {
+		if syncs.Add(1) == 1 {
+			close(began)
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+		}
+	}
+	defer close(release)
+	gaveUp, cancel := context.WithCancel(t.Context())
+	searched := make(chan error, 1)
+	go func() {
+		_, err := s.Search(gaveUp, "v", query, 1, nil)
+		searched <- err
+	}()
+	select {
+	case <-began:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the search did not begin to sync its index in 30 s (%s)", what)
+	}
+	cancel()
+	select {
+	case err := <-searched:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("a search that gave up while %s: %v, want context.Canceled", what, err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("a search that gave up while %s did not leave in 30 s", what)
+	}
+	return &syncs
 }
