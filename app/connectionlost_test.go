@@ -161,26 +161,7 @@ func TestAStoreConnectionClosedForGoodStopsTheEngineAndTheStandbyTakesOver(t *te
 		Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: t.TempDir(),
 		NoLog: true, NoSigs: true, MaxConn: maxConn,
 	})
-	config := func() *config.Config {
-		yaml := fmt.Sprintf(`nats:
-  url: %s
-  engine: {role: serve, hot_standby: true, lease_seconds: 1, drain_seconds: 1}
-http: {listen: off}
-data_dir: %s
-services:
-  keyvalue: {adapter: jetstream, config: {bucket: ABI_KV}}
-  document: {adapter: memory}
-  object_storage: {adapter: memory}
-  vector_store: {adapter: memory}
-  cache: {adapter: memory}
-  secret: {adapter: env}
-`, s.ClientURL(), filepath.Join(t.TempDir(), "data"))
-		cfg, err := config.Parse("test.yaml", []byte(yaml), func(string) string { return "" })
-		if err != nil {
-			t.Fatal(err)
-		}
-		return cfg
-	}
+	config := func() *config.Config { return jetstreamKeyValueConfig(t, s.ClientURL(), true) }
 	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
 	defer cancel()
 	startEngine := func() (*Engine, *fx.App) {
@@ -267,23 +248,7 @@ func TestAStoreConnectionClosedForGoodStopsAnEngineMadeWithNewEngine(t *testing.
 		Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: t.TempDir(),
 		NoLog: true, NoSigs: true, MaxConn: maxConn,
 	})
-	yaml := fmt.Sprintf(`nats:
-  url: %s
-  engine: {role: serve, lease_seconds: 1, drain_seconds: 1}
-http: {listen: off}
-data_dir: %s
-services:
-  keyvalue: {adapter: jetstream, config: {bucket: ABI_KV}}
-  document: {adapter: memory}
-  object_storage: {adapter: memory}
-  vector_store: {adapter: memory}
-  cache: {adapter: memory}
-  secret: {adapter: env}
-`, s.ClientURL(), filepath.Join(t.TempDir(), "data"))
-	cfg, err := config.Parse("test.yaml", []byte(yaml), func(string) string { return "" })
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := jetstreamKeyValueConfig(t, s.ClientURL(), false)
 	built, err := BuildStorage(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -346,4 +311,30 @@ func awaitConnectionLost(t *testing.T, codes <-chan int, e *Engine, what string)
 		t.Fatalf("60 s after %s was refused for good the engine had not asked to stop (state %v, ready %v)",
 			what, e.Ownership().State(), e.Ready())
 	}
+}
+
+// jetstreamKeyValueConfig is an engine's configuration on the broker at
+// url, with its keyvalue in the JetStream bucket ABI_KV, every other
+// service in memory, a lease of a second and a data directory of its own;
+// hot makes it a hot standby.
+func jetstreamKeyValueConfig(t *testing.T, url string, hot bool) *config.Config {
+	t.Helper()
+	yaml := fmt.Sprintf(`nats:
+  url: %s
+  engine: {role: serve, hot_standby: %t, lease_seconds: 1, drain_seconds: 1}
+http: {listen: off}
+data_dir: %s
+services:
+  keyvalue: {adapter: jetstream, config: {bucket: ABI_KV}}
+  document: {adapter: memory}
+  object_storage: {adapter: memory}
+  vector_store: {adapter: memory}
+  cache: {adapter: memory}
+  secret: {adapter: env}
+`, url, hot, filepath.Join(t.TempDir(), "data"))
+	cfg, err := config.Parse("test.yaml", []byte(yaml), func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
 }
