@@ -29,20 +29,33 @@ const (
 // which is when the engine has answered the call: a client that hangs up
 // meanwhile does not end the call (answeredWhole).
 func (a *api) requestSlots(h http.HandlerFunc) http.HandlerFunc {
+	return a.slotted(a.requests, h, func(share bool, held int64) string {
+		if share {
+			return fmt.Sprintf("this client has %d requests in flight, its share of the %d this API has at once; try again later",
+				held, a.maxRequests)
+		}
+		return fmt.Sprintf("%d requests are in flight, the most this API has at once; try again later", a.maxRequests)
+	})
+}
+
+// slotted runs h holding one of q's slots for the request's client, or
+// answers 503 with a Retry-After, saying what refused says, when q has
+// its most taken, or the client (share) holds its share of them (held).
+func (a *api) slotted(q *quota.Quota, h http.HandlerFunc, refused func(share bool, held int64) string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		client := a.clients.of(r)
-		if err := a.requests.Take(client, 1); err != nil {
-			msg := fmt.Sprintf("%d requests are in flight, the most this API has at once; try again later", a.maxRequests)
+		if err := q.Take(client, 1); err != nil {
 			var over *quota.Over
-			if errors.As(err, &over) && over.Share {
-				msg = fmt.Sprintf("this client has %d requests in flight, its share of the %d this API has at once; try again later",
-					over.Held, a.maxRequests)
+			share := errors.As(err, &over) && over.Share
+			var held int64
+			if share {
+				held = over.Held
 			}
 			w.Header().Set("Retry-After", "1")
-			writeError(w, http.StatusServiceUnavailable, msg)
+			writeError(w, http.StatusServiceUnavailable, refused(share, held))
 			return
 		}
-		defer a.requests.Give(client, 1)
+		defer q.Give(client, 1)
 		h(w, r)
 	}
 }

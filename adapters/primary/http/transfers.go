@@ -6,8 +6,6 @@ import (
 	"io"
 	"net/http"
 	"time"
-
-	"github.com/abi-engine/engine/internal/quota"
 )
 
 // Bounds of object transfers over HTTP. An object may be as large as it
@@ -46,25 +44,19 @@ var errTooSlow = errors.New("the client is too slow")
 // any other call of the services (requestSlots).
 func (a *api) transferSlots(h http.HandlerFunc) http.HandlerFunc {
 	head := a.requestSlots(answeredWhole(h))
+	transfer := a.slotted(a.transfers, h, func(share bool, held int64) string {
+		if share {
+			return fmt.Sprintf("this client runs %d object transfers, its share of the %d this API runs at once; try again later",
+				held, a.maxTransfers)
+		}
+		return fmt.Sprintf("%d object transfers run, the most this API runs at once; try again later", a.maxTransfers)
+	})
 	return func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodHead {
 			head(w, r)
 			return
 		}
-		client := a.clients.of(r)
-		if err := a.transfers.Take(client, 1); err != nil {
-			msg := fmt.Sprintf("%d object transfers run, the most this API runs at once; try again later", a.maxTransfers)
-			var over *quota.Over
-			if errors.As(err, &over) && over.Share {
-				msg = fmt.Sprintf("this client runs %d object transfers, its share of the %d this API runs at once; try again later",
-					over.Held, a.maxTransfers)
-			}
-			w.Header().Set("Retry-After", "1")
-			writeError(w, http.StatusServiceUnavailable, msg)
-			return
-		}
-		defer a.transfers.Give(client, 1)
-		h(w, r)
+		transfer(w, r)
 	}
 }
 
