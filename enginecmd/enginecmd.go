@@ -258,7 +258,9 @@ func (c *command) serve(args []string, stderr io.Writer) int {
 	}
 
 	var eng *app.Engine
-	a := c.newApp(app.Options{Config: cfg, Embed: embed, Logger: log}, fx.Populate(&eng))
+	asked := make(chan struct{}, 1)
+	a := c.newApp(app.Options{Config: cfg, Embed: embed, Logger: log}, fx.Populate(&eng),
+		fx.Decorate(func(s fx.Shutdowner) fx.Shutdowner { return askingShutdowner{s, asked} }))
 	if err := a.Err(); err != nil {
 		return fail(stderr, dig.RootCause(err))
 	}
@@ -306,11 +308,16 @@ func (c *command) serve(args []string, stderr io.Writer) int {
 	if stopAsked {
 		log.Info("stopping on a signal")
 	} else {
+		// A stop the process asked for itself is read from fx only once
+		// it was asked: fx's Wait hears SIGINT and SIGTERM as well, so a
+		// select on both heard one signal twice, and when fx's copy won,
+		// the command took the other for a second signal and exited 1 at
+		// once, neither drained nor released.
 		select {
 		case <-signals:
 			log.Info("stopping on a signal")
-		case sig := <-a.Wait():
-			code = sig.ExitCode
+		case <-asked:
+			code = (<-a.Wait()).ExitCode
 			log.Info("stopping", "exit_code", code)
 		}
 	}
@@ -333,6 +340,25 @@ func (c *command) serve(args []string, stderr io.Writer) int {
 		log.Warn("another signal while stopping; exiting without waiting for the stop to finish", "signal", sig.String())
 		return exitError
 	}
+}
+
+// askingShutdowner is the graph's fx.Shutdowner in serve: a shutdown asked
+// by the engine (its NATS connection closed for good) or by a module is
+// passed to fx, which keeps its exit code for Wait, and then told on asked.
+// The command reads fx's Wait only after that, never beside its own signal
+// handler: fx listens to SIGINT and SIGTERM from the first call to Wait.
+type askingShutdowner struct {
+	fx.Shutdowner
+	asked chan<- struct{}
+}
+
+func (s askingShutdowner) Shutdown(opts ...fx.ShutdownOption) error {
+	err := s.Shutdowner.Shutdown(opts...)
+	select {
+	case s.asked <- struct{}{}:
+	default:
+	}
+	return err
 }
 
 // fileChecker is an adapter's configuration whose store reads a file

@@ -1,11 +1,13 @@
 package enginecmd
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -14,6 +16,7 @@ import (
 
 	"go.uber.org/fx"
 
+	leasejs "github.com/abi-engine/engine/adapters/secondary/lease/jetstream"
 	"github.com/abi-engine/engine/app"
 	"github.com/abi-engine/engine/internal/natstest"
 )
@@ -109,5 +112,120 @@ func waitFor(t *testing.T, ch <-chan struct{}, what string) {
 	case <-ch:
 	case <-time.After(2 * time.Minute):
 		t.Fatalf("no %s within two minutes", what)
+	}
+}
+
+// One SIGTERM to a serving engine stops it cleanly, exit code 0, every
+// time. fx hears SIGINT and SIGTERM too once its Wait is called, and serve
+// selected on fx's Wait beside its own handler: when fx's copy of the
+// signal won, serve took its own copy for a second signal and exited 1 at
+// once, its stop cut short. The race is narrow (fx's copy must overtake
+// the runtime's delivery to the other channel): CI met it once, and 600
+// stops in this test did not on the old code, so this test guards the
+// path rather than proves the fix; the fix takes fx's Wait out of the
+// select altogether.
+func TestOneSignalStopsAServingEngineCleanlyEveryTime(t *testing.T) {
+	srv := natstest.StartServer(t)
+	path := shortLeaseConfig(t, srv.ClientURL())
+	for i := range 20 {
+		s := serveInProcess(t, path, Options{})
+		if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		if c := s.exitCode(t); c != exitOK {
+			t.Fatalf("stop %d: serve = %d after one SIGTERM, want %d:\n%s", i, c, exitOK, s.out.String())
+		}
+	}
+}
+
+// A stop the process asks for itself, through fx.Shutdowner with an exit
+// code (as the engine does when its NATS connection closes for good), ends
+// serve with that code after a clean stop: the lease is released.
+func TestAShutdownAskedInTheProcessEndsServeWithItsCode(t *testing.T) {
+	srv := natstest.StartServer(t)
+	ask := make(chan struct{})
+	o := Options{Modules: []fx.Option{fx.Invoke(func(s fx.Shutdowner) {
+		go func() {
+			<-ask
+			_ = s.Shutdown(fx.ExitCode(3))
+		}()
+	})}}
+	s := serveInProcess(t, shortLeaseConfig(t, srv.ClientURL()), o)
+	close(ask)
+	if c := s.exitCode(t); c != 3 {
+		t.Fatalf("serve = %d after a shutdown asked with code 3:\n%s", c, s.out.String())
+	}
+	l, err := leasejs.Open(t.Context(), natstest.Connect(t, srv.ClientURL()), leasejs.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := l.Read(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rec.Present || !rec.Holder.Released {
+		t.Fatalf("after the asked stop the lease reads %+v, want a released record", rec)
+	}
+}
+
+// shortLeaseConfig writes a configuration for an engine on url with a
+// lease of a second and no HTTP, and returns its path.
+func shortLeaseConfig(t *testing.T, url string) string {
+	t.Helper()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "engine.yaml")
+	yaml := fmt.Sprintf("nats:\n  url: %s\n  engine: {lease_seconds: 1}\nhttp: {listen: \"off\"}\ndata_dir: %s\n",
+		url, filepath.Join(dir, "data"))
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("ABI_ENGINE_ROLE", "")
+	t.Setenv("GOGC", "100")
+	return path
+}
+
+// served is serve run in this process: its exit code once it returns,
+// and its log.
+type served struct {
+	code    chan int
+	scanned chan struct{}
+	out     strings.Builder // read once scanned is closed
+}
+
+// serveInProcess runs serve with the configuration at path and returns
+// once the engine serves.
+func serveInProcess(t *testing.T, path string, o Options) *served {
+	t.Helper()
+	s := &served{code: make(chan int, 1), scanned: make(chan struct{})}
+	logs, w := io.Pipe()
+	serving := make(chan struct{})
+	go func() {
+		defer close(s.scanned)
+		sc := bufio.NewScanner(logs)
+		for sc.Scan() {
+			s.out.WriteString(sc.Text() + "\n")
+			if strings.Contains(sc.Text(), "state=serving") {
+				close(serving)
+			}
+		}
+	}()
+	go func() {
+		s.code <- Run([]string{"serve", "--config", path}, io.Discard, w, o)
+		_ = w.Close()
+	}()
+	waitFor(t, serving, "serving engine")
+	return s
+}
+
+// exitCode waits for serve to return, and its log to be read.
+func (s *served) exitCode(t *testing.T) int {
+	t.Helper()
+	select {
+	case c := <-s.code:
+		<-s.scanned
+		return c
+	case <-time.After(time.Minute):
+		t.Fatal("serve still runs a minute after it was asked to stop")
+		return -1
 	}
 }
