@@ -17,9 +17,12 @@
 // thing twice, and a CreateMultipartUpload sent twice only leaves an empty
 // upload behind (only a bucket's lifecycle rule for incomplete uploads
 // removes it), which failing the Put instead would leave as well. A
-// refusal the service sends back because it is busy (503 Slow Down, 429)
-// or because the request's body did not come in time (400 RequestTimeout)
-// is sent again for every write, since the request was not done; a 503
+// refusal the service sends back because it is busy (503 Slow Down, 429),
+// because the request's body did not come in time (400 RequestTimeout) or
+// because it came short or changed on the way (400 IncompleteBody,
+// BadDigest, XAmzContentSHA256Mismatch) is sent again for every write,
+// since the request was not done, and one that keeps coming back fails as
+// the service's error, never as the caller's invalid argument; a 503
 // without the service's request id, which a proxy may send after the
 // service did the request, is not.
 //
@@ -170,6 +173,11 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 	} else {
 		opts.Credentials = aws.AnonymousCredentials{}
 	}
+	// The SDK's default retryer, which also sends again a request whose
+	// body arrived damaged (damagedBody).
+	opts.Retryer = retry.NewStandard(func(o *retry.StandardOptions) {
+		o.Retryables = append(o.Retryables, retry.RetryableErrorCode{Codes: damagedBody})
+	})
 	// The SDK's default transport, but the store's own to close.
 	transport := awshttp.NewBuildableClient().GetTransport()
 	opts.HTTPClient = &http.Client{Transport: transport, CheckRedirect: sameMethodRedirect}
@@ -221,6 +229,10 @@ func translate(err error) error {
 			// The request's body did not reach the service in time: a
 			// 400, but nothing the caller sent was wrong (refused).
 			return err
+		case "IncompleteBody", "BadDigest", "XAmzContentSHA256Mismatch":
+			// The body the store sent arrived short or changed: a 400,
+			// but the body is the store's, not the caller's (damagedBody).
+			return err
 		case "NoSuchKey", "NotFound", "NoSuchUpload":
 			return fmt.Errorf("%w: %w", ports.ErrNotFound, err)
 		case "PreconditionFailed", "ConditionalRequestConflict",
@@ -251,6 +263,21 @@ func translate(err error) error {
 		}
 	}
 	return err
+}
+
+// damagedBody are the codes S3 refuses a request with when its body did
+// not arrive as the store sent it: shorter than its length
+// (IncompleteBody), or unlike the digest sent with it (BadDigest for
+// Content-MD5, XAmzContentSHA256Mismatch for the signed SHA-256). The body
+// is a buffer of the store's, which it read the caller's stream into, so
+// such a refusal says the bytes were damaged on the way (a connection, a
+// proxy), never that the caller's input was wrong; and the service did
+// nothing with the request, which may be sent again, the buffer unchanged,
+// conditions or none (refused).
+var damagedBody = map[string]struct{}{
+	"IncompleteBody":            {},
+	"BadDigest":                 {},
+	"XAmzContentSHA256Mismatch": {},
 }
 
 // translatePut is translate for a conditional write, where a missing key
@@ -312,10 +339,12 @@ func (u unsent) IsErrorRetryable(err error) bool {
 
 // refused reports whether the service answered err to say it did not take
 // the request for now: 429, a throttle code (S3's Slow Down), a 503 the
-// service itself sent, which carries its request id, or RequestTimeout
-// (400), S3's answer to a request whose body did not come in time. Such a
-// request was not done, and a busy service or a slow connection is no
-// reason to fail a conditional write that any other write would wait out. A 500, or a 502, 503 or 504 from a
+// service itself sent, which carries its request id, RequestTimeout (400),
+// S3's answer to a request whose body did not come in time, or one of
+// damagedBody (400), its answer to one whose body came short or changed.
+// Such a request was not done, and a busy service or a slow or damaging
+// connection is no reason to fail a conditional write that any other write
+// would wait out. A 500, or a 502, 503 or 504 from a
 // proxy on the way (Envoy answers 503 when the server's connection is
 // reset before its answer's headers), may come after the write was done:
 // those are not sent again.
@@ -330,6 +359,9 @@ func refused(err error) bool {
 			return true
 		}
 		if apiErr.ErrorCode() == "RequestTimeout" {
+			return true
+		}
+		if _, damaged := damagedBody[apiErr.ErrorCode()]; damaged {
 			return true
 		}
 	}
