@@ -53,6 +53,12 @@
 // key that is a folder of others ("a" beside "a/b") is a conflict, of one
 // request or of parts: versitygw answers the completion of a multipart
 // upload there as an internal error, which the store looks into (folder).
+//
+// A multipart Put whose upload someone else aborts under it (a lifecycle
+// rule for incomplete uploads, a cleanup) fails saying so, having stored
+// nothing (translateUpload). versitygw answers the completion of such an
+// upload as done when the key already holds an object, whatever it holds;
+// the store cannot tell that answer from a true one.
 package s3
 
 import (
@@ -589,7 +595,7 @@ func (s *Store) putParts(ctx context.Context, key string, part []byte, r io.Read
 			ContentLength: aws.Int64(int64(n)),
 		})
 		if err != nil {
-			return ports.ObjectInfo{}, fmt.Errorf("put %q: part %d: %w", key, number, translate(err))
+			return ports.ObjectInfo{}, fmt.Errorf("put %q: part %d: %w", key, number, translateUpload(err, created.UploadId, translate(err)))
 		}
 		parts = append(parts, types.CompletedPart{ETag: out.ETag, PartNumber: aws.Int32(number)})
 		size += int64(n)
@@ -615,9 +621,27 @@ func (s *Store) putParts(ctx context.Context, key string, part []byte, r io.Read
 			return ports.ObjectInfo{}, fmt.Errorf("put %q: complete upload: the key is a folder of other keys (%q), beside which an S3 server keeping objects as files holds no object: %w: %w",
 				key, inner, ports.ErrConflict, err)
 		}
-		return ports.ObjectInfo{}, fmt.Errorf("put %q: complete upload: %w", key, translatePut(err, opts))
+		return ports.ObjectInfo{}, fmt.Errorf("put %q: complete upload: %w", key, translateUpload(err, created.UploadId, translatePut(err, opts)))
 	}
 	return s.written(ctx, key, etag(out.ETag), size, opts), nil
+}
+
+// translateUpload returns translated, the translation of err answered to a
+// request that names a multipart upload, unless S3 answered NoSuchUpload
+// (404): the upload is gone. Someone other than the Put aborted it (a
+// bucket's lifecycle rule for incomplete uploads, an operator's cleanup),
+// since the Put aborts its upload only once it has failed, and sends its
+// completion once. Nothing was stored, and the key holds what it held: the
+// error says so, and is neither ErrNotFound, which a Put cannot be, nor,
+// with IfMatch, ErrConflict, which would tell the caller that another
+// writer changed the object.
+func translateUpload(err error, uploadID *string, translated error) error {
+	var apiErr smithy.APIError
+	if errors.As(err, &apiErr) && apiErr.ErrorCode() == "NoSuchUpload" {
+		return fmt.Errorf("the multipart upload %s was aborted before it completed, by someone other than this store (a lifecycle rule for incomplete uploads, or a cleanup); nothing was stored: %w",
+			aws.ToString(uploadID), err)
+	}
+	return translated
 }
 
 // folder reports whether a completion failed with err because key is a
