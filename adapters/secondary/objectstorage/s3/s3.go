@@ -54,11 +54,15 @@
 // request or of parts: versitygw answers the completion of a multipart
 // upload there as an internal error, which the store looks into (folder).
 //
-// A multipart Put whose upload someone else aborts under it (a lifecycle
-// rule for incomplete uploads, a cleanup) fails saying so, having stored
-// nothing (translateUpload). versitygw answers the completion of such an
-// upload as done when the key already holds an object, whatever it holds;
-// the store cannot tell that answer from a true one.
+// A completion the service fails (500), which may or may not have been
+// done, is looked into: if its upload is still whole it published nothing
+// and is sent again, conditions and all; if not, the Put fails saying the
+// outcome is unknown (uploadWhole). A multipart Put whose upload someone
+// else aborts under it (a lifecycle rule for incomplete uploads, a
+// cleanup) fails saying so, having stored nothing (translateUpload).
+// versitygw answers the completion of such an upload as done when the key
+// already holds an object, whatever it holds; the store cannot tell that
+// answer from a true one.
 package s3
 
 import (
@@ -607,41 +611,101 @@ func (s *Store) putParts(ctx context.Context, key string, part []byte, r io.Read
 	// The completion is sent once whatever its conditions: sent again
 	// after the first published the object, it names an upload that no
 	// longer exists, and S3 answers NoSuchUpload for a Put that happened.
+	// Only one the service failed with the upload left whole, which
+	// published nothing, is sent again (uploadWhole).
 	ifNoneMatch, ifMatch, _ := conditions(opts)
-	out, err := s.client.CompleteMultipartUpload(ctx, &s3.CompleteMultipartUploadInput{
+	complete := &s3.CompleteMultipartUploadInput{
 		Bucket:          aws.String(s.bucket),
 		Key:             aws.String(key),
 		UploadId:        created.UploadId,
 		MultipartUpload: &types.CompletedMultipartUpload{Parts: parts},
 		IfNoneMatch:     ifNoneMatch,
 		IfMatch:         ifMatch,
-	}, sentOnce)
-	if err != nil {
+	}
+	for try := 1; ; try++ {
+		out, err := s.client.CompleteMultipartUpload(ctx, complete, sentOnce)
+		if err == nil {
+			return s.written(ctx, key, etag(out.ETag), size, opts), nil
+		}
 		if inner, ok := s.folder(ctx, key, err); ok {
 			return ports.ObjectInfo{}, fmt.Errorf("put %q: complete upload: the key is a folder of other keys (%q), beside which an S3 server keeping objects as files holds no object: %w: %w",
 				key, inner, ports.ErrConflict, err)
 		}
-		return ports.ObjectInfo{}, fmt.Errorf("put %q: complete upload: %w", key, translateUpload(err, created.UploadId, translatePut(err, opts)))
+		if try > 1 && noSuchUpload(err) {
+			// The upload was whole before this sending: the one before
+			// may have completed it after all, its failure answered
+			// while the service still did it.
+			return ports.ObjectInfo{}, fmt.Errorf("put %q: complete upload: sent again after the service failed it, it found the upload gone: the object may or may not be stored: %w", key, err)
+		}
+		if !serviceFailed(err) {
+			return ports.ObjectInfo{}, fmt.Errorf("put %q: complete upload: %w", key, translateUpload(err, created.UploadId, translatePut(err, opts)))
+		}
+		if !s.uploadWhole(ctx, key, created.UploadId) {
+			return ports.ObjectInfo{}, fmt.Errorf("put %q: complete upload: the service failed it, and the upload is no longer there: the object may or may not be stored: %w", key, err)
+		}
+		if try == completionTries {
+			return ports.ObjectInfo{}, fmt.Errorf("put %q: complete upload: the service failed it %d times, each leaving the upload whole: nothing was stored: %w", key, try, err)
+		}
 	}
-	return s.written(ctx, key, etag(out.ETag), size, opts), nil
+}
+
+// completionTries is how many times putParts sends a completion that the
+// service fails each time, leaving the upload whole.
+const completionTries = 3
+
+// serviceFailed reports whether the service itself answered err as its own
+// failure (500 with its request id), which says nothing of whether the
+// request was done: putParts then looks at the upload (uploadWhole). A 500
+// of a proxy on the way, which carries no request id of the service's, may
+// come while the service still does the request, and is not looked into.
+func serviceFailed(err error) bool {
+	var resp *smithyhttp.ResponseError
+	var service interface{ ServiceRequestID() string }
+	return errors.As(err, &resp) && resp.HTTPStatusCode() == http.StatusInternalServerError &&
+		errors.As(err, &service) && service.ServiceRequestID() != ""
+}
+
+// uploadWhole reports whether the multipart upload is still there to be
+// completed. A completion that published the object ends its upload, on
+// S3 as on versitygw, so a completion that failed and left its upload
+// whole published nothing, and may be sent again, conditions and all: its
+// conditions were never met by a write of its own. versitygw fails a
+// completion so (500 InternalError) now and then when other Puts and
+// Deletes of the key and of keys beside it race it, and the completion
+// sent again stores the object. A question that fails answers false: the
+// Put then fails, its outcome unknown.
+func (s *Store) uploadWhole(ctx context.Context, key string, uploadID *string) bool {
+	_, err := s.client.ListParts(ctx, &s3.ListPartsInput{
+		Bucket:   aws.String(s.bucket),
+		Key:      aws.String(key),
+		UploadId: uploadID,
+		MaxParts: aws.Int32(1),
+	})
+	return err == nil
 }
 
 // translateUpload returns translated, the translation of err answered to a
 // request that names a multipart upload, unless S3 answered NoSuchUpload
 // (404): the upload is gone. Someone other than the Put aborted it (a
-// bucket's lifecycle rule for incomplete uploads, an operator's cleanup),
-// since the Put aborts its upload only once it has failed, and sends its
-// completion once. Nothing was stored, and the key holds what it held: the
-// error says so, and is neither ErrNotFound, which a Put cannot be, nor,
-// with IfMatch, ErrConflict, which would tell the caller that another
-// writer changed the object.
+// bucket's lifecycle rule for incomplete uploads, an operator's cleanup):
+// the Put aborts its upload only once it has failed, and answers itself a
+// completion sent again that finds its upload gone. Nothing was stored,
+// and the key holds what it held: the error says so, and is neither
+// ErrNotFound, which a Put cannot be, nor, with IfMatch, ErrConflict,
+// which would tell the caller that another writer changed the object.
 func translateUpload(err error, uploadID *string, translated error) error {
-	var apiErr smithy.APIError
-	if errors.As(err, &apiErr) && apiErr.ErrorCode() == "NoSuchUpload" {
+	if noSuchUpload(err) {
 		return fmt.Errorf("the multipart upload %s was aborted before it completed, by someone other than this store (a lifecycle rule for incomplete uploads, or a cleanup); nothing was stored: %w",
 			aws.ToString(uploadID), err)
 	}
 	return translated
+}
+
+// noSuchUpload reports whether S3 answered err because the upload it
+// names is gone.
+func noSuchUpload(err error) bool {
+	var apiErr smithy.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode() == "NoSuchUpload"
 }
 
 // folder reports whether a completion failed with err because key is a
