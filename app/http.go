@@ -62,13 +62,17 @@ func (v engineView) Ready() bool { return v.e.Ready() }
 // the start before the engine claims the lease: an engine that began
 // serving and then found its port taken would hand the account over
 // again at once. So does a trusted proxy that is not an address or a
-// CIDR. With http.listen off it does nothing.
+// CIDR, or an http.proxy_header that names neither header. With
+// http.listen off it does nothing.
 func (h *HTTP) Bind(context.Context) error {
 	if h.cfg.Off() {
 		return nil
 	}
 	if _, err := h.cfg.Proxies(); err != nil {
 		return fmt.Errorf("http.trusted_proxies: %w", err)
+	}
+	if _, err := h.cfg.UsesForwarded(); err != nil {
+		return fmt.Errorf("http.proxy_header: %w", err)
 	}
 	ln, err := httpapi.Bind(h.cfg.Listen)
 	if err != nil {
@@ -113,6 +117,10 @@ func (h *HTTP) Start(context.Context) error {
 	}
 	// Bind has parsed them.
 	proxies, _ := h.cfg.Proxies()
+	header := httpapi.XForwardedFor
+	if forwarded, _ := h.cfg.UsesForwarded(); forwarded {
+		header = httpapi.Forwarded
+	}
 	s := h.engine.APIServices()
 	srv := httpapi.Serve(ln, httpapi.Options{
 		Engine: engineView{h.engine},
@@ -124,12 +132,13 @@ func (h *HTTP) Start(context.Context) error {
 		Listen:         h.cfg.Listen,
 		Hosts:          h.cfg.Hosts,
 		TrustedProxies: proxies,
+		ProxyHeader:    header,
 		Logger:         h.log,
 	})
 	h.mu.Lock()
 	h.srv = srv
 	h.mu.Unlock()
-	h.log.Info("HTTP API listening", "addr", srv.Addr(), "token", h.cfg.Token != "", "trusted_proxies", len(proxies))
+	h.log.Info("HTTP API listening", "addr", srv.Addr(), "token", h.cfg.Token != "", "trusted_proxies", len(proxies), "proxy_header", header)
 	return nil
 }
 

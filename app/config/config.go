@@ -116,10 +116,28 @@ type HTTP struct {
 	Hosts []string `yaml:"hosts,omitempty"`
 	// TrustedProxies are the reverse proxies in front of the API, each a
 	// CIDR or a single address, IPv4 or IPv6: a request whose connection
-	// comes from one counts against the client its X-Forwarded-For names
+	// comes from one counts against the client that ProxyHeader names
 	// (see Proxies), where every other counts against its connection's
 	// address.
 	TrustedProxies []string `yaml:"trusted_proxies,omitempty"`
+	// ProxyHeader is the header the trusted proxies write the client's
+	// address into: x-forwarded-for (the default, when empty) or
+	// forwarded (RFC 7239), in any case. The other is not read, since a
+	// proxy passes on as the client wrote it a header it does not write.
+	ProxyHeader string `yaml:"proxy_header,omitempty"`
+}
+
+// UsesForwarded reports whether the trusted proxies write Forwarded rather
+// than X-Forwarded-For (see ProxyHeader); a ProxyHeader that names neither
+// is an error.
+func (h HTTP) UsesForwarded() (bool, error) {
+	switch {
+	case h.ProxyHeader == "", strings.EqualFold(h.ProxyHeader, "x-forwarded-for"):
+		return false, nil
+	case strings.EqualFold(h.ProxyHeader, "forwarded"):
+		return true, nil
+	}
+	return false, fmt.Errorf("%q: want x-forwarded-for or forwarded", h.ProxyHeader)
 }
 
 // Off reports whether the HTTP API is switched off.

@@ -490,6 +490,38 @@ func TestAnUnquotedVariableIsTrimmedAsAPlainValue(t *testing.T) {
 	}
 }
 
+// http.proxy_header names the header the trusted proxies write,
+// X-Forwarded-For when left out, in any case; any other value is refused
+// naming the key, its line and the value.
+func TestTheProxyHeaderIsXForwardedForOrForwarded(t *testing.T) {
+	if fwd, err := config.Default().HTTP.UsesForwarded(); err != nil || fwd {
+		t.Fatalf("the default reads Forwarded: %v (%v), want X-Forwarded-For", fwd, err)
+	}
+	for value, want := range map[string]bool{"x-forwarded-for": false, "X-Forwarded-For": false, "forwarded": true, "Forwarded": true} {
+		c := parse(t, "http:\n  proxy_header: "+value+"\n", env())
+		if fwd, err := c.HTTP.UsesForwarded(); err != nil || fwd != want {
+			t.Fatalf("proxy_header: %s reads Forwarded: %v (%v), want %v", value, fwd, err, want)
+		}
+	}
+	for _, value := range []string{`""`, "x-real-ip", "forwarded-for", "'forwarded, x-forwarded-for'"} {
+		src := "http:\n  listen: 127.0.0.1:8080\n  proxy_header: " + value + "\n"
+		_, err := config.Parse("engine.yaml", []byte(src), env())
+		if value == `""` {
+			if err != nil {
+				t.Fatalf("proxy_header left empty: %v", err)
+			}
+			continue
+		}
+		if !errors.Is(err, domain.ErrInvalidConfig) {
+			t.Fatalf("proxy_header: %s: err %v, want domain.ErrInvalidConfig", value, err)
+		}
+		if msg := err.Error(); !strings.HasPrefix(msg, "engine.yaml line 3: ") || !strings.Contains(msg, "http.proxy_header") ||
+			!strings.Contains(msg, strings.Trim(value, "'")) {
+			t.Fatalf("err %q does not name http.proxy_header at line 3 and %s", msg, value)
+		}
+	}
+}
+
 // http.trusted_proxies takes CIDRs and single addresses, IPv4 and IPv6,
 // and refuses anything else naming the key, its line and the entry.
 func TestTrustedProxiesAreCIDRsOrAddresses(t *testing.T) {

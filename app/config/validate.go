@@ -159,6 +159,9 @@ func (c *Config) validateHTTP() error {
 	if _, err := c.HTTP.Proxies(); err != nil {
 		return c.errAt("http.trusted_proxies", err)
 	}
+	if _, err := c.HTTP.UsesForwarded(); err != nil {
+		return c.errAt("http.proxy_header", err)
+	}
 	if c.HTTP.Off() {
 		return nil
 	}

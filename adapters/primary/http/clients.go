@@ -15,16 +15,37 @@ import (
 // Behind a reverse proxy every client comes from the proxy's few
 // addresses, and would share one client's bounds. A request whose
 // connection comes from a trusted proxy therefore counts against the
-// client its X-Forwarded-For names: the right-most address in it that is
-// not itself a trusted proxy, since each proxy appends the address it was
-// reached from, and everything left of that is whatever the client wrote.
-// When every address in it is a trusted proxy, the left-most is the
-// client: a host within the trusted ranges that reached the first proxy.
-// A header that is missing, or malformed where it is read, counts the
-// request against the proxy's own address. The header of a connection
-// from any other address is ignored.
+// client that the header the proxies write (header) names: the right-most
+// address in it that is not itself a trusted proxy, since each proxy
+// appends the address it was reached from, and everything left of that
+// is whatever the client wrote. When every address in it is a trusted
+// proxy, the left-most is the client: a host within the trusted ranges
+// that reached the first proxy. A header that is missing, or malformed
+// where it is read, counts the request against the proxy's own address.
+// The other header is never read: the proxies pass it on as the client
+// wrote it. The header of a connection from any other address is ignored.
 type clients struct {
 	trusted []netip.Prefix
+	header  ProxyHeader
+}
+
+// ProxyHeader is the header trusted proxies write the address they were
+// reached from into.
+type ProxyHeader int
+
+const (
+	// XForwardedFor is X-Forwarded-For, a list of addresses.
+	XForwardedFor ProxyHeader = iota
+	// Forwarded is the header of RFC 7239, whose elements name each
+	// address in a for parameter.
+	Forwarded
+)
+
+func (h ProxyHeader) String() string {
+	if h == Forwarded {
+		return "forwarded"
+	}
+	return "x-forwarded-for"
 }
 
 // trusts reports whether a is one of the trusted proxies.
@@ -44,17 +65,24 @@ func (c clients) of(r *http.Request) string {
 		return clientAt(r.RemoteAddr)
 	}
 	if c.trusts(peer) {
-		if client, ok := c.forwarded(r.Header.Values("X-Forwarded-For")); ok {
+		var client netip.Addr
+		var ok bool
+		if c.header == Forwarded {
+			client, ok = c.forwarded(r.Header.Values("Forwarded"))
+		} else {
+			client, ok = c.forwardedFor(r.Header.Values("X-Forwarded-For"))
+		}
+		if ok {
 			return group(client)
 		}
 	}
 	return group(peer)
 }
 
-// forwarded is the client that X-Forwarded-For, given on these lines in
-// order, names (see clients), and false when an address read is not one.
-// Empty entries are skipped, as HTTP has it of lists.
-func (c clients) forwarded(lines []string) (netip.Addr, bool) {
+// forwardedFor is the client that X-Forwarded-For, given on these lines
+// in order, names (see clients), and false when an address read is not
+// one. Empty entries are skipped, as HTTP has it of lists.
+func (c clients) forwardedFor(lines []string) (netip.Addr, bool) {
 	var client netip.Addr
 	for i := len(lines) - 1; i >= 0; i-- {
 		hops := strings.Split(lines[i], ",")

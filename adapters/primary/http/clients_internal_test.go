@@ -72,7 +72,7 @@ func FuzzForwardedFor(f *testing.F) {
 	}}
 	f.Fuzz(func(t *testing.T, first, second string) {
 		lines := []string{first, second}
-		client, ok := c.forwarded(lines)
+		client, ok := c.forwardedFor(lines)
 		if ok {
 			var hops []netip.Addr
 			for _, l := range lines {
@@ -106,6 +106,145 @@ func FuzzForwardedFor(f *testing.F) {
 		r.RemoteAddr = "10.1.2.3:4000"
 		if got := c.of(r); got == "" {
 			t.Fatalf("a request from a trusted proxy with %q counts against no client", lines)
+		}
+	})
+}
+
+// Which client a request from a trusted proxy that writes Forwarded (RFC
+// 7239) counts against, by the lines of the header it carries.
+func TestTheClientAForwardedNames(t *testing.T) {
+	c := clients{header: Forwarded, trusted: []netip.Prefix{
+		netip.MustParsePrefix("10.0.0.0/8"),
+		netip.MustParsePrefix("fd00::/64"),
+	}}
+	const proxy = "10.1.2.3"
+	for _, tc := range []struct {
+		name string
+		fwd  []string
+		want string
+	}{
+		{"AnIPv4Address", []string{"for=198.51.100.1"}, "198.51.100.1"},
+		{"TheRightMostUntrustedElement", []string{"for=203.0.113.9, for=198.51.100.1"}, "198.51.100.1"},
+		{"TrustedHopsAreSkipped", []string{"for=198.51.100.1, for=10.9.9.9;by=10.1.2.3"}, "198.51.100.1"},
+		{"LinesAreOneListInOrder", []string{"for=203.0.113.9", "for=198.51.100.1,for=10.9.9.9"}, "198.51.100.1"},
+		{"EveryHopTrustedIsTheLeftMost", []string{"for=10.7.7.7, for=10.8.8.8"}, "10.7.7.7"},
+		{"TheParameterNameInAnyCase", []string{"FOR=198.51.100.1"}, "198.51.100.1"},
+		{"OtherParametersAround", []string{"by=10.1.2.3;for=198.51.100.1;proto=https;host=\"a.example\""}, "198.51.100.1"},
+		{"EmptyPairs", []string{";for=198.51.100.1;;proto=http;"}, "198.51.100.1"},
+		{"AQuotedIPv4WithAPort", []string{`for="198.51.100.1:4711"`}, "198.51.100.1"},
+		{"AQuotedIPv4", []string{`for="198.51.100.1"`}, "198.51.100.1"},
+		{"AnIPv6InBrackets", []string{`for="[2001:db8:cafe::17]"`}, "2001:db8:cafe::"},
+		{"AnIPv6WithAPort", []string{`for="[2001:db8:cafe::17]:4711"`}, "2001:db8:cafe::"},
+		{"AnObfuscatedPort", []string{`for="198.51.100.1:_p-1.x"`}, "198.51.100.1"},
+		{"AMappedIPv4IsTheIPv4One", []string{`for="[::ffff:198.51.100.1]"`}, "198.51.100.1"},
+		{"AnEscapeInAQuotedString", []string{`for="198.51.100.\1"`}, "198.51.100.1"},
+		{"ACommaInAQuotedStringSplitsNothing", []string{`for=198.51.100.1;x="a, for=203.0.113.9"`}, "198.51.100.1"},
+		{"EmptyElementsAreSkipped", []string{"for=198.51.100.1, ,"}, "198.51.100.1"},
+		{"JunkLeftOfTheClientIsNotRead", []string{"junk junk, for=198.51.100.1"}, "198.51.100.1"},
+		{"AMissingHeaderIsTheProxy", nil, proxy},
+		{"AnEmptyHeaderIsTheProxy", []string{""}, proxy},
+		{"UnknownIsTheProxy", []string{"for=198.51.100.1, for=unknown"}, proxy},
+		{"AnObfuscatedNameIsTheProxy", []string{"for=_hidden"}, proxy},
+		{"AnElementWithoutForIsTheProxy", []string{"for=198.51.100.1, proto=https"}, proxy},
+		{"ForTwiceIsTheProxy", []string{"for=198.51.100.1;for=203.0.113.9"}, proxy},
+		{"AnUnquotedIPv6IsTheProxy", []string{"for=[2001:db8::1]"}, proxy},
+		{"AnUnquotedPortIsTheProxy", []string{"for=198.51.100.1:80"}, proxy},
+		{"ABracketedIPv4IsTheProxy", []string{`for="[198.51.100.1]"`}, proxy},
+		{"AnIPv6WithoutBracketsIsTheProxy", []string{`for="2001:db8::1"`}, proxy},
+		{"AZoneIsTheProxy", []string{`for="[fe80::1%eth0]"`}, proxy},
+		{"ALongPortIsTheProxy", []string{`for="198.51.100.1:123456"`}, proxy},
+		{"AnEmptyPortIsTheProxy", []string{`for="198.51.100.1:"`}, proxy},
+		{"BlanksAroundTheEqualsAreTheProxy", []string{"for =198.51.100.1"}, proxy},
+		{"BlanksAroundASemicolonAreTheProxy", []string{"for=198.51.100.1 ;proto=http"}, proxy},
+		{"AnEmptyValueIsTheProxy", []string{"for="}, proxy},
+		{"AnUnendedQuoteIsTheProxy", []string{`for="198.51.100.1, for=198.51.100.2`}, proxy},
+		{"AControlCharacterIsTheProxy", []string{"for=\"198.51.100.1\x01\""}, proxy},
+		{"ALeadingZeroIsTheProxy", []string{"for=198.51.100.01"}, proxy},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &http.Request{RemoteAddr: proxy + ":4000", Header: http.Header{}}
+			for _, l := range tc.fwd {
+				r.Header.Add("Forwarded", l)
+			}
+			r.Header.Add("X-Forwarded-For", "203.0.113.77")
+			if got := c.of(r); got != tc.want {
+				t.Fatalf("from the proxy with Forwarded %q: client %q, want %q", tc.fwd, got, tc.want)
+			}
+		})
+	}
+}
+
+// Forwarded is whatever a client, or any hop before the trusted proxy,
+// wrote. Whatever it holds, reading it never fails the request, the client
+// it names is the address of one of its elements' for, with only trusted
+// proxies named by the elements to that one's right, and a connection from
+// an address that is not trusted is its own client, whatever the header
+// says.
+func FuzzForwarded(f *testing.F) {
+	for _, seed := range [][2]string{
+		{"for=203.0.113.9, for=198.51.100.1", ""},
+		{`for=10.7.7.7;by=10.1.2.3, For="[2001:db8::1]:4711"`, "for=10.9.9.9"},
+		{`for="[fd00::1]";proto=https;host="a, b"`, ", ,"},
+		{`for="198.51.100.1:_p1"`, `for=unknown, for="\"x"`},
+		{"junk, for=_hidden", "for=198.51.100.1;;"},
+	} {
+		f.Add(seed[0], seed[1])
+	}
+	c := clients{header: Forwarded, trusted: []netip.Prefix{
+		netip.MustParsePrefix("10.0.0.0/8"),
+		netip.MustParsePrefix("192.168.1.7/32"),
+		netip.MustParsePrefix("fd00::/64"),
+	}}
+	f.Fuzz(func(t *testing.T, first, second string) {
+		lines := []string{first, second}
+		client, ok := c.forwarded(lines)
+		if ok {
+			// The addresses the elements name, left to right, as far as
+			// they split and name one; the walk read no further left.
+			var hops []netip.Addr
+			for _, l := range lines {
+				elements, ok := splitElements(l)
+				if !ok {
+					continue
+				}
+				for _, e := range elements {
+					if a, ok := forwardedFrom(e); ok {
+						hops = append(hops, a)
+					}
+				}
+			}
+			at := -1 // the right-most element that names it
+			for i, a := range hops {
+				if a == client {
+					at = i
+				}
+			}
+			if at < 0 {
+				t.Fatalf("%q names %v, which none of its elements names", lines, client)
+			}
+			if c.trusts(client) {
+				if slices.ContainsFunc(hops, func(a netip.Addr) bool { return !c.trusts(a) }) {
+					t.Fatalf("%q names the trusted %v while an element names an untrusted address", lines, client)
+				}
+			} else if slices.ContainsFunc(hops[at+1:], func(a netip.Addr) bool { return !c.trusts(a) }) {
+				t.Fatalf("%q names %v, with an untrusted address to its right", lines, client)
+			}
+			if client.Is4In6() || client.Zone() != "" {
+				t.Fatalf("%q names %v, not unmapped and without a zone", lines, client)
+			}
+		}
+		r := &http.Request{RemoteAddr: "203.0.113.5:4000", Header: http.Header{"Forwarded": lines}}
+		if got := c.of(r); got != "203.0.113.5" {
+			t.Fatalf("a request from an untrusted address with %q counts against %q, want its own address", lines, got)
+		}
+		r.RemoteAddr = "10.1.2.3:4000"
+		got := c.of(r)
+		if got == "" {
+			t.Fatalf("a request from a trusted proxy with %q counts against no client", lines)
+		}
+		r.Header.Set("X-Forwarded-For", "198.51.100.250")
+		if spoofed := c.of(r); spoofed != got {
+			t.Fatalf("a request from a proxy that writes Forwarded (%q) counts against %q with an X-Forwarded-For, %q without", lines, spoofed, got)
 		}
 	})
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/netip"
 	"strings"
@@ -29,6 +30,12 @@ const (
 // called, and returns its URL, the store and free.
 func heldBehindProxy(t *testing.T) (url string, held *heldKeyValue, free func()) {
 	t.Helper()
+	return heldBehind(t, httpapi.XForwardedFor)
+}
+
+// heldBehind is heldBehindProxy with a proxy that writes header.
+func heldBehind(t *testing.T, header httpapi.ProxyHeader) (url string, held *heldKeyValue, free func()) {
+	t.Helper()
 	release := make(chan struct{})
 	free = sync.OnceFunc(func() { close(release) })
 	t.Cleanup(free)
@@ -39,6 +46,7 @@ func heldBehindProxy(t *testing.T) (url string, held *heldKeyValue, free func())
 	held = &heldKeyValue{KeyValue: kv, release: release}
 	url = serveReal(t, heldKernel(t, held), httpapi.Options{
 		TrustedProxies: []netip.Prefix{netip.MustParsePrefix(proxyIP + "/32")},
+		ProxyHeader:    header,
 	})
 	return url, held, free
 }
@@ -46,6 +54,21 @@ func heldBehindProxy(t *testing.T) (url string, held *heldKeyValue, free func())
 // putAs PUTs "v" to url as client, with X-Forwarded-For lines xff (none:
 // no header), and answers on the channel returned.
 func putAs(client *http.Client, url string, xff ...string) <-chan answer {
+	return putWith(client, url, "X-Forwarded-For", xff...)
+}
+
+// putWith is putAs with lines of the header named.
+func putWith(client *http.Client, url, header string, lines ...string) <-chan answer {
+	h := http.Header{}
+	for _, line := range lines {
+		h.Add(header, line)
+	}
+	return put(client, url, h)
+}
+
+// put PUTs "v" to url as client, with headers h, and answers on the
+// channel returned.
+func put(client *http.Client, url string, h http.Header) <-chan answer {
 	done := make(chan answer, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -55,9 +78,7 @@ func putAs(client *http.Client, url string, xff ...string) <-chan answer {
 			done <- answer{body: err.Error()}
 			return
 		}
-		for _, line := range xff {
-			req.Header.Add("X-Forwarded-For", line)
-		}
+		maps.Copy(req.Header, h)
 		resp, err := client.Do(req)
 		if err != nil {
 			done <- answer{body: err.Error()}
@@ -75,9 +96,15 @@ func putAs(client *http.Client, url string, xff ...string) <-chan answer {
 // holds them all, and returns the channel of their answers.
 func holdShare(t *testing.T, url string, held *heldKeyValue, client *http.Client, xff func(i int) []string) <-chan answer {
 	t.Helper()
+	return holdShareWith(t, url, held, client, "X-Forwarded-For", xff)
+}
+
+// holdShareWith is holdShare with lines of the header named.
+func holdShareWith(t *testing.T, url string, held *heldKeyValue, client *http.Client, header string, lines func(i int) []string) <-chan answer {
+	t.Helper()
 	answers := make(chan answer, requestShare)
 	for i := range requestShare {
-		got := putAs(client, fmt.Sprintf("%s/v1/kv/held-%d", url, i), xff(i)...)
+		got := putWith(client, fmt.Sprintf("%s/v1/kv/held-%d", url, i), header, lines(i)...)
 		go func() { answers <- <-got }()
 	}
 	waitUntil(t, func() bool {
@@ -205,4 +232,68 @@ func TestATrustedProxyHoldsMoreThanOneClientsConnections(t *testing.T) {
 	if code, err := probe(c, bufio.NewReader(c)); code != http.StatusServiceUnavailable {
 		t.Fatalf("a connection past an untrusted client's most answered %d (%v), want 503", code, err)
 	}
+}
+
+// A proxy that writes Forwarded (RFC 7239) rather than X-Forwarded-For,
+// once http.proxy_header names it, has its clients counted apart by the
+// right-most address the header's for parameters name that is not a
+// trusted proxy; the X-Forwarded-For it passes on, which its client
+// wrote, is not read. Only X-Forwarded-For was read, so every client
+// behind such a proxy shared the proxy's one share, and a client could
+// write any address into X-Forwarded-For and count against it.
+func TestClientsBehindAProxyThatWritesForwardedHaveAShareEach(t *testing.T) {
+	url, held, free := heldBehind(t, httpapi.Forwarded)
+	proxy := clientFrom(proxyIP)
+	answers := holdShareWith(t, url, held, proxy, "Forwarded", func(i int) []string {
+		return []string{fmt.Sprintf(`for=203.0.113.%d;proto=http, for=198.51.100.1;by=%s`, i+1, proxyIP)}
+	})
+
+	for _, fwd := range [][]string{
+		{`for="[2001:db8:cafe::17]:4711"`},
+		{"for=198.51.100.2;proto=https", "for=" + proxyIP}, // a proxy in front, trusted too, is skipped
+		{`For="198.51.100.3:_p1";host=example.com`},
+	} {
+		if a := <-putWith(proxy, url+"/v1/kv/other", "Forwarded", fwd...); a.code != http.StatusNoContent {
+			t.Fatalf("a client behind the proxy with Forwarded %q, while another held its share, answered %d: %s", fwd, a.code, a.body)
+		}
+	}
+	for _, fwd := range [][]string{
+		{"for=198.51.100.1"},
+		{`for=203.0.113.200, for="198.51.100.1:80"`},
+		{`for="junk, for=203.0.113.201", for=198.51.100.1`},
+		{"for=203.0.113.202", "for=198.51.100.1"},
+	} {
+		refusedShare(t, <-putWith(proxy, url+"/v1/kv/more", "Forwarded", fwd...),
+			fmt.Sprintf("a request past its client's share with Forwarded %q", fwd))
+	}
+
+	// The client wrote X-Forwarded-For, and the proxy passed it on.
+	refusedShare(t, <-put(proxy, url+"/v1/kv/more", http.Header{
+		"X-Forwarded-For": {"203.0.113.203"}, "Forwarded": {"for=198.51.100.1"},
+	}), "a request past its client's share with an X-Forwarded-For of the client's own")
+	allAnswered(t, answers, free)
+}
+
+// A request from the proxy whose Forwarded is missing, does not parse
+// where it is read, or names no address there (unknown, an obfuscated
+// name, no for at all), counts against the proxy's own address.
+func TestAForwardedThatNamesNoAddressCountsAgainstTheProxy(t *testing.T) {
+	url, held, free := heldBehind(t, httpapi.Forwarded)
+	proxy := clientFrom(proxyIP)
+	answers := holdShareWith(t, url, held, proxy, "Forwarded", func(int) []string { return nil })
+	for _, fwd := range [][]string{
+		nil,
+		{"for=unknown"},
+		{"for=_hidden"},
+		{"proto=https;by=" + proxyIP},
+		{"for=198.51.100.1, for=198.51.100.2 ;proto=http"},
+		{`for="198.51.100.1`},
+		{"for=198.51.100.1;for=198.51.100.2"},
+		{"for = 198.51.100.1"},
+		{"for=[2001:db8::1]"},
+	} {
+		refusedShare(t, <-putWith(proxy, url+"/v1/kv/more", "Forwarded", fwd...),
+			fmt.Sprintf("a request from the proxy with Forwarded %q, past the proxy's share,", fwd))
+	}
+	allAnswered(t, answers, free)
 }

@@ -94,9 +94,12 @@ type Options struct {
 	RequestShare int
 	// TrustedProxies are the reverse proxies in front of the API: a
 	// request whose connection comes from one counts against the client
-	// its X-Forwarded-For names, and their connections are not bounded
+	// that ProxyHeader names, and their connections are not bounded
 	// per client (see clients) when Serve serves these Options.
 	TrustedProxies []netip.Prefix
+	// ProxyHeader is the header the trusted proxies write: XForwardedFor,
+	// the zero value, or Forwarded. The other is not read.
+	ProxyHeader ProxyHeader
 }
 
 // api holds what the handlers share.
@@ -165,7 +168,7 @@ func NewHandler(o Options) http.Handler {
 		engine: o.Engine, services: o.Services, metrics: o.Metrics, log: o.Logger, maxBody: o.MaxBody,
 		bodies:       quota.New(o.BodyBudget, o.BodyShare),
 		bodyStall:    o.BodyStall,
-		clients:      clients{trusted: o.TrustedProxies},
+		clients:      clients{trusted: o.TrustedProxies, header: o.ProxyHeader},
 		requests:     quota.New(int64(o.MaxRequests), int64(o.RequestShare)),
 		maxRequests:  o.MaxRequests,
 		transfers:    quota.New(int64(o.MaxTransfers), int64(o.TransferShare)),
@@ -406,7 +409,7 @@ func Serve(ln net.Listener, o Options) *Server {
 	}
 	go func() {
 		defer close(s.done)
-		if err := s.srv.Serve(limitConns(ln, MaxConnsPerClient, clients{trusted: o.TrustedProxies})); !errors.Is(err, http.ErrServerClosed) {
+		if err := s.srv.Serve(limitConns(ln, MaxConnsPerClient, clients{trusted: o.TrustedProxies, header: o.ProxyHeader})); !errors.Is(err, http.ErrServerClosed) {
 			logger.Error("the HTTP API stopped serving", "err", err)
 			s.mu.Lock()
 			s.err = err
