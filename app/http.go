@@ -133,6 +133,7 @@ func (h *HTTP) Start(context.Context) error {
 		Hosts:          h.cfg.Hosts,
 		TrustedProxies: proxies,
 		ProxyHeader:    header,
+		MaxProxyConns:  h.cfg.MaxProxyConnections,
 		Logger:         h.log,
 	})
 	h.mu.Lock()

@@ -519,18 +519,21 @@ func TestAnHTTPWriteGivenUpWhileItsConnectionReconnectsNeverLandsLater(t *testin
 	}
 }
 
-// http.trusted_proxies reaches the HTTP API: a trusted proxy's
-// connections are not bounded as one client's, so it opens more than
-// httpapi.MaxConnsPerClient and each is answered.
+// http.trusted_proxies and http.max_proxy_connections reach the HTTP API:
+// a trusted proxy's connections are not bounded as one client's, so it
+// opens more than httpapi.MaxConnsPerClient and each is answered, up to
+// the proxies' most, past which one is answered 503.
 func TestTheTrustedProxiesReachTheHTTPAPI(t *testing.T) {
 	const proxy = "127.0.9.1"
+	const most = httpapi.MaxConnsPerClient + 1
 	url := natstest.StartServer(t).ClientURL()
 	cfg := testConfig(t, url, "serve", "", memoryServices)
 	cfg.HTTP.TrustedProxies = []string{proxy}
+	cfg.HTTP.MaxProxyConnections = most
 	_, h, a := startWithHTTP(t, cfg)
 	defer a.RequireStop()
 	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(proxy)}, Timeout: 20 * time.Second}
-	for i := range httpapi.MaxConnsPerClient + 1 {
+	for i := range most + 1 {
 		c, err := d.Dial("tcp", h.Addr())
 		if err != nil {
 			t.Fatal(err)
@@ -545,7 +548,11 @@ func TestTheTrustedProxiesReachTheHTTPAPI(t *testing.T) {
 			t.Fatalf("connection %d of a trusted proxy: %v", i+1, err)
 		}
 		_ = resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
+		if i == most {
+			if resp.StatusCode != http.StatusServiceUnavailable {
+				t.Fatalf("connection %d of a trusted proxy, past the proxies' most of %d, answered %d, want 503", i+1, most, resp.StatusCode)
+			}
+		} else if resp.StatusCode != http.StatusOK {
 			t.Fatalf("connection %d of a trusted proxy answered %d", i+1, resp.StatusCode)
 		}
 	}

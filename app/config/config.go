@@ -125,6 +125,9 @@ type HTTP struct {
 	// forwarded (RFC 7239), in any case. The other is not read, since a
 	// proxy passes on as the client wrote it a header it does not write.
 	ProxyHeader string `yaml:"proxy_header,omitempty"`
+	// MaxProxyConnections bounds the connections the trusted proxies hold
+	// to the API, all of them together; 0 is the API's default (4096).
+	MaxProxyConnections int `yaml:"max_proxy_connections,omitempty"`
 }
 
 // UsesForwarded reports whether the trusted proxies write Forwarded rather

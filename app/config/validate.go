@@ -162,6 +162,9 @@ func (c *Config) validateHTTP() error {
 	if _, err := c.HTTP.UsesForwarded(); err != nil {
 		return c.errAt("http.proxy_header", err)
 	}
+	if n := c.HTTP.MaxProxyConnections; n < 0 {
+		return c.errAt("http.max_proxy_connections", fmt.Errorf("%d: want a count of connections, or 0 for the default", n))
+	}
 	if c.HTTP.Off() {
 		return nil
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net"
 	"net/http"
 	"net/netip"
 	"strings"
@@ -296,4 +297,45 @@ func TestAForwardedThatNamesNoAddressCountsAgainstTheProxy(t *testing.T) {
 			fmt.Sprintf("a request from the proxy with Forwarded %q, past the proxy's share,", fwd))
 	}
 	allAnswered(t, answers, free)
+}
+
+// The trusted proxies hold at most their connections all together: one
+// more, from any of them, is answered 503 and closed, while a client that
+// is not a proxy still connects, and a connection a proxy closes gives its
+// place back. A trusted range is often wide, and a proxy's connections
+// were bounded by nothing, so any host in the range could open as many as
+// its ports allowed and hold the engine's memory with them.
+func TestTheTrustedProxiesHoldOnlyTheirConnectionsTogether(t *testing.T) {
+	const most = 4
+	url := serveReal(t, memoryServices(t), httpapi.Options{
+		TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.8.0/30")},
+		MaxProxyConns:  most,
+	})
+	var held []net.Conn
+	for i := range most {
+		c := dialFrom(t, fmt.Sprintf("127.0.8.%d", 1+i%2), url)
+		if code, err := probe(c, bufio.NewReader(c)); code != http.StatusOK {
+			t.Fatalf("connection %d of the trusted proxies, within their most of %d, answered %d, %v", i+1, most, code, err)
+		}
+		held = append(held, c)
+	}
+	c := dialFrom(t, "127.0.8.3", url)
+	r := bufio.NewReader(c)
+	if code, err := probe(c, r); code != http.StatusServiceUnavailable {
+		t.Fatalf("a connection of a trusted proxy past the proxies' most of %d answered %d (%v), want 503", most, code, err)
+	}
+	if _, err := r.ReadByte(); err == nil {
+		t.Fatalf("a connection past the proxies' most was kept open after its 503")
+	}
+	other := dialFrom(t, "127.0.8.4", url)
+	if code, err := probe(other, bufio.NewReader(other)); code != http.StatusOK {
+		t.Fatalf("a client that is no proxy, while the proxies held their most, answered %d, %v", code, err)
+	}
+
+	_ = held[0].Close()
+	waitUntil(t, func() bool {
+		c := dialFrom(t, "127.0.8.1", url)
+		code, _ := probe(c, bufio.NewReader(c))
+		return code == http.StatusOK
+	})
 }

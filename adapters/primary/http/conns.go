@@ -21,6 +21,18 @@ import (
 // what a client's requests in flight and transfers need together.
 const MaxConnsPerClient = 64
 
+// MaxProxyConns is how many connections the trusted proxies hold to the
+// API at once, all of them together, unless configured otherwise; one
+// more is answered 503, with a Retry-After, and closed, as one past a
+// client's most is. A proxy's connections carry many clients' requests,
+// so they are not bounded per client, but a trusted range is often wide
+// (an ingress controller's whole pod range), and any host in it opened as
+// many as its ports allowed, some 400 MiB of the engine's memory from one
+// address. 4096 hold some 60 MiB, and are more than ingress-nginx keeps
+// idle to one upstream (320 a worker process) on a few replicas of a few
+// workers each.
+const MaxProxyConns = 4096
+
 // maxRefusing is how many connections past their client's most are
 // answered at once; past that, one is closed without an answer, so a
 // flood of connections costs no more than this many goroutines.
@@ -30,24 +42,27 @@ const maxRefusing = 64
 const refuseTime = 2 * time.Second
 
 // clientConns is a listener whose connections are bounded by client,
-// but a trusted proxy's: one proxy's connections carry many clients'
-// requests, and their headers, which name the clients, are not read yet.
+// but the trusted proxies', which are bounded all together: one proxy's
+// connections carry many clients' requests, and their headers, which name
+// the clients, are not read yet.
 type clientConns struct {
 	net.Listener
-	most    int
-	clients clients
+	most, mostProxied int
+	clients           clients
 
 	mu       sync.Mutex
 	by       map[string]int
+	proxied  int
 	refusing int
 }
 
-func limitConns(ln net.Listener, most int, clients clients) *clientConns {
-	return &clientConns{Listener: ln, most: most, clients: clients, by: map[string]int{}}
+func limitConns(ln net.Listener, most, mostProxied int, clients clients) *clientConns {
+	return &clientConns{Listener: ln, most: most, mostProxied: mostProxied, clients: clients, by: map[string]int{}}
 }
 
 // Accept returns the next connection of a client within its most, or of
-// a trusted proxy, and closes those past it.
+// a trusted proxy while the proxies hold fewer than theirs, and closes
+// those past them.
 func (l *clientConns) Accept() (net.Conn, error) {
 	for {
 		c, err := l.Listener.Accept()
@@ -55,7 +70,18 @@ func (l *clientConns) Accept() (net.Conn, error) {
 			return nil, err
 		}
 		if a, ok := remoteIP(c.RemoteAddr().String()); ok && l.clients.trusts(a) {
-			return c, nil
+			l.mu.Lock()
+			over := l.proxied >= l.mostProxied
+			if !over {
+				l.proxied++
+			}
+			l.mu.Unlock()
+			if over {
+				l.refuse(c, fmt.Sprintf("the trusted proxies hold %d connections to this API, the most they hold together; "+
+					"reuse them, or try again later", l.mostProxied))
+				continue
+			}
+			return &clientConn{Conn: c, release: sync.OnceFunc(l.releaseProxied)}, nil
 		}
 		client := clientAt(c.RemoteAddr().String())
 		l.mu.Lock()
@@ -65,19 +91,20 @@ func (l *clientConns) Accept() (net.Conn, error) {
 		}
 		l.mu.Unlock()
 		if over {
-			l.refuse(c)
+			l.refuse(c, fmt.Sprintf("this client holds %d connections to this API, the most one client holds; "+
+				"reuse them, or try again later", l.most))
 			continue
 		}
 		return &clientConn{Conn: c, release: sync.OnceFunc(func() { l.release(client) })}, nil
 	}
 }
 
-// refuse answers c's first request 503 and closes it, in a goroutine of
+// refuse answers c's first request 503, saying why, and closes it, in a goroutine of
 // its own for at most refuseTime, or closes it at once when maxRefusing
 // are being answered. The request is read before the answer is written,
 // and the connection half-closed and read to its end before it closes, so
 // the client reads the answer rather than a reset.
-func (l *clientConns) refuse(c net.Conn) {
+func (l *clientConns) refuse(c net.Conn, why string) {
 	l.mu.Lock()
 	answer := l.refusing < maxRefusing
 	if answer {
@@ -100,8 +127,7 @@ func (l *clientConns) refuse(c net.Conn) {
 		if _, err := http.ReadRequest(r); err != nil {
 			return
 		}
-		body, _ := json.Marshal(errorBody{Error: errorDetail{Code: http.StatusServiceUnavailable, Message: fmt.Sprintf(
-			"this client holds %d connections to this API, the most one client holds; reuse them, or try again later", l.most)}})
+		body, _ := json.Marshal(errorBody{Error: errorDetail{Code: http.StatusServiceUnavailable, Message: why}})
 		_, err := fmt.Fprintf(c, "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"+
 			"X-Content-Type-Options: nosniff\r\nRetry-After: 1\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s",
 			len(body), body)
@@ -121,6 +147,12 @@ func (l *clientConns) release(client string) {
 	if l.by[client]--; l.by[client] <= 0 {
 		delete(l.by, client)
 	}
+}
+
+func (l *clientConns) releaseProxied() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.proxied--
 }
 
 // clientConn gives its client's place back when it closes.

@@ -17,7 +17,7 @@ func TestABoundedConnectionHalfClosesAsTCPDoes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bounded := limitConns(ln, MaxConnsPerClient, clients{})
+	bounded := limitConns(ln, MaxConnsPerClient, MaxProxyConns, clients{})
 	t.Cleanup(func() { _ = bounded.Close() })
 	client, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {

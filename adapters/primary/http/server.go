@@ -100,6 +100,9 @@ type Options struct {
 	// ProxyHeader is the header the trusted proxies write: XForwardedFor,
 	// the zero value, or Forwarded. The other is not read.
 	ProxyHeader ProxyHeader
+	// MaxProxyConns bounds the connections the trusted proxies hold, all
+	// together, when Serve serves these Options; MaxProxyConns when <= 0.
+	MaxProxyConns int
 }
 
 // api holds what the handlers share.
@@ -381,14 +384,18 @@ func Bind(addr string) (net.Listener, error) {
 
 // Serve serves the API of o (NewHandler) on ln in a goroutine until
 // Shutdown, which closes ln. A client holds at most MaxConnsPerClient
-// connections at once; a trusted proxy (o.TrustedProxies), whose
-// connections carry many clients' requests, is not bounded so.
+// connections at once; the trusted proxies (o.TrustedProxies), whose
+// connections carry many clients' requests, are not bounded so, but
+// hold at most o.MaxProxyConns all together.
 func Serve(ln net.Listener, o Options) *Server {
 	logger := o.Logger
 	if logger == nil {
 		logger = slog.Default()
 	}
 	o.Logger = logger
+	if o.MaxProxyConns <= 0 {
+		o.MaxProxyConns = MaxProxyConns
+	}
 	h := NewHandler(o)
 	s := &Server{
 		// A request and its answer are bounded whole; object transfers,
@@ -409,7 +416,7 @@ func Serve(ln net.Listener, o Options) *Server {
 	}
 	go func() {
 		defer close(s.done)
-		if err := s.srv.Serve(limitConns(ln, MaxConnsPerClient, clients{trusted: o.TrustedProxies, header: o.ProxyHeader})); !errors.Is(err, http.ErrServerClosed) {
+		if err := s.srv.Serve(limitConns(ln, MaxConnsPerClient, o.MaxProxyConns, clients{trusted: o.TrustedProxies, header: o.ProxyHeader})); !errors.Is(err, http.ErrServerClosed) {
 			logger.Error("the HTTP API stopped serving", "err", err)
 			s.mu.Lock()
 			s.err = err
