@@ -217,13 +217,15 @@ func activityFirst(modules []Module) []Module {
 
 // Graph is the engine's fx graph without its logger and timeouts: the
 // configuration, the shared-backend check (an Invoke, so a refused rollout
-// fails fx.New before anything opens), the HTTP API's port, the engine's
-// lifecycle, then the HTTP API and the activity log. Extra options, such as modules, are added
-// to it.
+// fails fx.New before anything opens), the check of the engine's modules
+// (a nil one, or one that needs a service switched off, fails fx.New the
+// same way), the HTTP API's port, the engine's lifecycle, then the HTTP
+// API and the activity log. Extra options, such as modules, are added to
+// it.
 //
 // fx runs the invokes of every fx.Module before those of the graph that
-// holds it, in the order the modules were given: the check is a module of
-// its own, given first, so it runs before the invokes of any module a
+// holds it, in the order the modules were given: each check is a module of
+// its own, given first, so they run before the invokes of any module a
 // program adds, which may open files and connections of their own.
 func Graph(o Options, extra ...fx.Option) fx.Option {
 	me := domain.ThisProcess(o.Version, o.Config.NATS.Engine.RolloutID)
@@ -231,6 +233,7 @@ func Graph(o Options, extra ...fx.Option) fx.Option {
 		fx.Supply(o, o.Config, me, o.Logger.With("instance", me.InstanceID)),
 		fx.Provide(BuildStorage, newEngine, func() *moduleOrder { return &moduleOrder{} }),
 		fx.Module("shared-backend-check", fx.Invoke(CheckStorage)),
+		fx.Module("module-check", fx.Invoke(func(e *Engine) error { return e.checkModules() })),
 		bindHTTP(),
 		fx.Invoke(func(lc fx.Lifecycle, e *Engine) { lc.Append(fx.StartStopHook(e.Start, e.Stop)) }),
 		callerCheckWarning(),

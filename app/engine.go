@@ -1,5 +1,6 @@
 // Package app wires the engine. The order of its lifecycle is the design:
-// the configuration is checked, then the shared-backend check runs, then
+// the configuration is checked, then the shared-backend check runs and
+// the modules' needs are checked against the configuration, then
 // the engine claims the lease, and only then does anything open: backends,
 // the kernel services, jobs and modules, as the claim decided.
 package app
@@ -235,11 +236,7 @@ func (e *Engine) askStop(code int) {
 // Start reaches the broker, claims the lease and starts what the claim
 // decided. Nothing opens before the claim.
 func (e *Engine) Start(ctx context.Context) (err error) {
-	if e.graphModules != nil {
-		e.p.Modules = e.graphModules()
-		e.modules.modules = e.p.Modules
-	}
-	if err := nilModule(e.p.Modules); err != nil {
+	if err := e.checkModules(); err != nil {
 		return err
 	}
 	base, interrupt := context.WithCancel(ctx)
@@ -363,6 +360,24 @@ func (e *Engine) Start(ctx context.Context) (err error) {
 	}
 	e.report()
 	return nil
+}
+
+// checkModules takes the modules of an engine its graph made, and refuses
+// a nil one, or one that needs a service the configuration does not give
+// the modules, before anything opens. The graph asks it as it is built,
+// before any hook runs, and Start asks again, before it dials: a module
+// that could never start must not have the engine run a broker, claim the
+// lease, hold a new lease key for a lease, or take over from the engine
+// that serves, only to fail and release.
+func (e *Engine) checkModules() error {
+	if e.graphModules != nil {
+		e.p.Modules = e.graphModules()
+		e.modules.modules = e.p.Modules
+	}
+	if err := nilModule(e.p.Modules); err != nil {
+		return err
+	}
+	return e.modules.checkNeeds()
 }
 
 // startLimit bounds an engine's start: a claim may watch the holder for a

@@ -31,16 +31,18 @@ func newModuleHost(modules []Module, cfg *config.Config, log *slog.Logger) *modu
 	return &moduleHost{modules: modules, cfg: cfg, log: log}
 }
 
-// start checks that every module's needs are among env's services, then
-// starts the modules one after another, and stops at the first that fails.
-func (h *moduleHost) start(ctx context.Context, env ModuleEnv) error {
+// checkNeeds refuses a module that needs a service the configuration
+// does not give the modules, or a name that is no service. What the
+// modules get depends on the configuration alone (offers), so the engine
+// asks before it opens anything or touches the lease.
+func (h *moduleHost) checkNeeds() error {
 	for _, m := range h.modules {
 		var needs []string
 		if err := h.guard(m, "needs", func() error { needs = m.Needs(); return nil }); err != nil {
-			return err
+			return fmt.Errorf("module %s: %w", moduleName(m), err)
 		}
 		for _, need := range needs {
-			if env.Services.has(need) {
+			if offers(h.cfg, need) {
 				continue
 			}
 			// A name that is no service is a mistake in the module, not
@@ -57,6 +59,13 @@ func (h *moduleHost) start(ctx context.Context, env ModuleEnv) error {
 			return fmt.Errorf("module %s needs the %s service, which is switched off", moduleName(m), need)
 		}
 	}
+	return nil
+}
+
+// start starts the modules one after another, and stops at the first that
+// fails. Their needs were checked before the engine opened anything
+// (checkNeeds).
+func (h *moduleHost) start(ctx context.Context, env ModuleEnv) error {
 	for _, m := range h.modules {
 		if err := h.startOne(ctx, m, env); err != nil {
 			return fmt.Errorf("start module %s: %w", moduleName(m), err)

@@ -28,25 +28,6 @@ var serviceNames = []string{
 	ports.ServiceObjectStorage, ports.ServiceSecret, ports.ServiceVectorStore,
 }
 
-// has reports whether the named service is there.
-func (s Services) has(name string) bool {
-	switch name {
-	case ports.ServiceKeyValue:
-		return s.KeyValue != nil
-	case ports.ServiceDocument:
-		return s.Document != nil
-	case ports.ServiceObjectStorage:
-		return s.ObjectStorage != nil
-	case ports.ServiceVectorStore:
-		return s.VectorStore != nil
-	case ports.ServiceCache:
-		return s.Cache != nil
-	case ports.ServiceSecret:
-		return s.Secrets != nil
-	}
-	return false
-}
-
 // ModuleEnv is what a module gets at start.
 type ModuleEnv struct {
 	Services Services
@@ -69,7 +50,9 @@ type Module interface {
 	Name() string
 	// Needs names the services the module uses (ports.ServiceKeyValue...);
 	// the engine refuses to start when one is switched off, or when a name
-	// is no service.
+	// is no service, before it opens anything or touches the lease: its
+	// graph fails (fx.New), and an engine made with NewEngine fails its
+	// Start at once.
 	Needs() []string
 	// Start must return soon after ctx ends: ctx ends with the engine's
 	// start, at its limit or an interrupt. The engine waits no longer: it

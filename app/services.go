@@ -274,31 +274,45 @@ func (l *local) sweepJobs() []Job {
 	return out
 }
 
-// facades are the services as clients of the serving engine.
+// facades are the services as clients of the serving engine: those the
+// configuration offers.
 func facades(c *natsclient.Client, cfg *config.Config) Services {
 	var s Services
-	for _, b := range cfg.Blocks() {
-		if b.Service.Off() {
-			continue
-		}
-		switch b.Name {
-		case ports.ServiceKeyValue:
-			s.KeyValue = natsclient.NewKeyValue(c)
-		case ports.ServiceDocument:
-			s.Document = natsclient.NewDocument(c)
-		case ports.ServiceVectorStore:
-			s.VectorStore = natsclient.NewVectorStore(c)
-		case ports.ServiceObjectStorage:
-			s.ObjectStorage = natsclient.NewObjectStorage(c)
-		case ports.ServiceCache:
-			s.Cache = natsclient.NewCache(c)
-		case ports.ServiceSecret:
-			if cfg.NATS.CallerSecret != "" {
-				s.Secrets = natsclient.NewSecrets(c)
-			}
-		}
+	if offers(cfg, ports.ServiceKeyValue) {
+		s.KeyValue = natsclient.NewKeyValue(c)
+	}
+	if offers(cfg, ports.ServiceDocument) {
+		s.Document = natsclient.NewDocument(c)
+	}
+	if offers(cfg, ports.ServiceVectorStore) {
+		s.VectorStore = natsclient.NewVectorStore(c)
+	}
+	if offers(cfg, ports.ServiceObjectStorage) {
+		s.ObjectStorage = natsclient.NewObjectStorage(c)
+	}
+	if offers(cfg, ports.ServiceCache) {
+		s.Cache = natsclient.NewCache(c)
+	}
+	if offers(cfg, ports.ServiceSecret) {
+		s.Secrets = natsclient.NewSecrets(c)
 	}
 	return s
+}
+
+// offers reports whether an engine on cfg gives its modules the named
+// service, whatever its claim decides: a block of it is not switched off,
+// and, for secrets, callers sign, as the secret service is served only
+// then.
+func offers(cfg *config.Config, service string) bool {
+	if service == ports.ServiceSecret && cfg.NATS.CallerSecret == "" {
+		return false
+	}
+	for _, b := range cfg.Blocks() {
+		if b.Name == service && !b.Service.Off() {
+			return true
+		}
+	}
+	return false
 }
 
 // secretsOn reports whether the configuration has a secret source that is
