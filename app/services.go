@@ -42,7 +42,11 @@ func storageBlocks(cfg *config.Config) []storage.Block {
 // log on its log, and stops when one of their connections closes for good
 // on its own. Opened without an engine (storage.Open), they log on
 // slog.Default() and nothing hears of their connections closing. What one
-// call builds is for one engine.
+// call builds is for one engine at a time: an engine that opens it while
+// another engine still has it open fails to open it, naming the other,
+// since the stores of both would log on one engine's log, and a
+// connection of one engine's stores could stop the other when it closed.
+// Once the first has closed what it opened, another may open it.
 func BuildStorage(cfg *config.Config) ([]storage.Built, error) {
 	conns := &storageConns{}
 	built, err := storage.BuildEnv(storageBlocks(cfg), storage.Env{
@@ -67,10 +71,26 @@ func BuildStorage(cfg *config.Config) ([]storage.Built, error) {
 	for i, b := range built {
 		if open := b.Open; open != nil {
 			built[i].Open = func(ctx context.Context, deps map[string]any) (any, func() error, error) {
-				if e, ok := ctx.Value(openerKey{}).(*Engine); ok {
-					conns.bind(e.connectionClosed, e.log)
+				e, ok := ctx.Value(openerKey{}).(*Engine)
+				if !ok {
+					return open(ctx, deps)
 				}
-				return open(ctx, deps)
+				if err := conns.acquire(e); err != nil {
+					return nil, nil, err
+				}
+				port, closeStore, err := open(ctx, deps)
+				if err != nil {
+					conns.release()
+					return nil, nil, err
+				}
+				var once sync.Once
+				return port, func() error {
+					defer once.Do(conns.release)
+					if closeStore == nil {
+						return nil
+					}
+					return closeStore()
+				}, nil
 			}
 		}
 	}
@@ -91,16 +111,40 @@ type openerKey struct{}
 // graph alone set them, and the stores of an engine made with NewEngine
 // logged on slog.Default(), and their connections could close for good
 // with the engine serving on, failing every call of their service.
+//
+// They are bound to one engine at a time: that engine, while any store it
+// opened of them is open (holding). Before, the engine that opened them
+// last bound them, though another still had stores of them open: those
+// logged on the last one's log from then on, and a store of the first
+// that dialed after the last had bound them told the last, not the first,
+// when its connection closed for good, so the first served on with a
+// service whose every call failed.
 type storageConns struct {
-	mu     sync.Mutex
-	closed func(*nats.Conn)
-	log    *slog.Logger
+	mu      sync.Mutex
+	closed  func(*nats.Conn)
+	log     *slog.Logger
+	owner   *Engine
+	holding int // stores the owner opened and has not closed
 }
 
-func (c *storageConns) bind(closed func(*nats.Conn), log *slog.Logger) {
+// acquire binds c to e for one store e opens, unless another engine
+// holds c.
+func (c *storageConns) acquire(e *Engine) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.closed, c.log = closed, log
+	if c.holding > 0 && c.owner != e {
+		return fmt.Errorf("engine %s has this storage open: what one BuildStorage call builds serves one engine at a time; build it for each engine", c.owner.Me().InstanceID)
+	}
+	c.owner, c.closed, c.log = e, e.connectionClosed, e.log
+	c.holding++
+	return nil
+}
+
+// release ends the hold of one store the owner opened.
+func (c *storageConns) release() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.holding--
 }
 
 func (c *storageConns) get() (func(*nats.Conn), *slog.Logger) {
