@@ -94,3 +94,35 @@ func TestModulesStartInTheOrderGivenAtEveryStart(t *testing.T) {
 		}
 	}
 }
+
+// A module put straight into the fx group "modules", without AsModule,
+// has no place of its own: given before those given with AsModule, it
+// still starts after them, and stops before them.
+func TestAModulePutStraightIntoTheGroupStartsAfterThoseGivenWithAsModule(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	s := &steps{}
+	given := []fx.Option{
+		fx.Provide(fx.Annotate(func() app.Module { return &stepModule{name: "straight", s: s} }, fx.ResultTags(`group:"modules"`))),
+		app.AsModule(func() *stepModule { return &stepModule{name: "a", s: s} }),
+		app.AsModule(func() *stepModule { return &stepModule{name: "b", s: s} }),
+	}
+	want := []string{"start a", "start b", "start straight", "stop straight", "stop b", "stop a"}
+	for i := range 5 {
+		cfg := testConfig(t, url, "client", "", memoryServices)
+		cfg.HTTP.Listen = "off"
+		a := fx.New(app.Graph(options(cfg), given...), fx.NopLogger)
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		if err := a.Start(ctx); err != nil {
+			cancel()
+			t.Fatalf("start %d: %v", i+1, err)
+		}
+		if err := a.Stop(ctx); err != nil {
+			cancel()
+			t.Fatalf("stop %d: %v", i+1, err)
+		}
+		cancel()
+		if got := s.take(); !slices.Equal(got, want) {
+			t.Fatalf("start %d: modules went %s, want %s", i+1, strings.Join(got, ", "), strings.Join(want, ", "))
+		}
+	}
+}

@@ -43,7 +43,10 @@ type ModuleEnv struct {
 }
 
 // Module is Go code that runs inside an engine next to the kernel services.
-// Provide one to the app with AsModule. A panic in Needs, Start or Stop is
+// Provide one to the app with AsModule. One put straight into the fx value
+// group "modules" runs too, but after every module given with AsModule,
+// and, among others put there, in an order fx draws anew at each start:
+// give a module with AsModule for its place to hold. A panic in Needs, Start or Stop is
 // that call's error, naming the module: a start it fails stops the modules
 // started before and releases the lease, as any failed start does.
 type Module interface {

@@ -87,7 +87,9 @@ type Options struct {
 	// Modules are added to every engine the command starts, serving or
 	// for the length of a client command: app.AsModule(NewMyModule), or
 	// any other fx option the engine's graph should carry. The modules
-	// start in the order given here and stop the last first.
+	// given with app.AsModule start in the order given here and stop the
+	// last first; one an option puts straight into the fx group "modules"
+	// starts after them, in an order fx draws anew at each start.
 	Modules []fx.Option
 }
 
