@@ -404,6 +404,13 @@ func (c *command) configCommand(args []string, stdout, stderr io.Writer) int {
 			}
 		}
 	}
+	// The engine's graph, built and not started, checks the program's
+	// modules as an engine's start would: one that needs a service this
+	// configuration switches off is refused here too. Building it runs
+	// the modules' constructors, and opens nothing of the engine's.
+	if err := c.newApp(app.Options{Config: cfg, Logger: slog.New(slog.DiscardHandler)}).Err(); err != nil {
+		return fail(stderr, dig.RootCause(err))
+	}
 	out, err := cfg.Masked().YAML()
 	if err != nil {
 		return fail(stderr, err)
