@@ -22,7 +22,7 @@ func TestASweepGoesBatchByBatch(t *testing.T) {
 		m[fmt.Sprint("kept/", i)] = time.Time{}
 	}
 	entries := func() map[string]time.Time { return m }
-	expired := func(at, now time.Time) bool { return !at.IsZero() && !now.Before(at) }
+	expired := func(_ string, at, now time.Time) bool { return !at.IsZero() && !now.Before(at) }
 	first, looked := batch(&mu, entries, expired)
 	if looked != Batch || first < Batch-10 {
 		t.Fatalf("one batch removed %d after looking at %d; want a batch of %d, nearly all expired", first, looked, Batch)

@@ -62,12 +62,15 @@ func (e entry) live(now time.Time) bool { return e.expires.IsZero() || now.Befor
 // that does not fit is refused with ports.ErrStorageFull.
 //
 // A stored value is never changed in place, so values are copied outside
-// the lock: a large one does not hold up the calls on other keys.
+// the lock: a large one does not hold up the calls on other keys. The keys
+// are kept in order beside the map (keyIndex), so that a page of ListKeys
+// holds the lock for the keys it reads, not for every key of the store.
 type Store struct {
 	max int64
 
 	mu      sync.Mutex
 	entries map[string]entry
+	keys    keyIndex
 	used    int64
 	// soonest is no later than the earliest expiry of the entries held,
 	// zero when none expires: before it, no entry has expired, and a
@@ -106,6 +109,7 @@ func (s *Store) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.entries = map[string]entry{}
+	s.keys = keyIndex{}
 	s.used, s.soonest, s.reclaimed = 0, time.Time{}, time.Time{}
 	return nil
 }
@@ -124,6 +128,7 @@ func (s *Store) lookup(key string, now time.Time) (entry, bool) {
 // remove forgets key, which holds e. s.mu is held.
 func (s *Store) remove(key string, e entry) {
 	delete(s.entries, key)
+	s.keys.remove(key)
 	s.used -= e.cost
 }
 
@@ -147,6 +152,9 @@ func (s *Store) put(key string, e entry, now time.Time) error {
 			key, e.cost, EntryOverhead, s.used, s.max, ports.ErrStorageFull)
 	}
 	s.used += e.cost - freed
+	if _, ok := s.entries[key]; !ok {
+		s.keys.insert(key)
+	}
 	s.entries[key] = e
 	if !e.expires.IsZero() && (s.soonest.IsZero() || e.expires.Before(s.soonest)) {
 		s.soonest = e.expires
@@ -315,8 +323,17 @@ func (s *Store) Exists(ctx context.Context, key string) (bool, error) {
 	return ok, nil
 }
 
-// ListKeys sorts the matching keys on every call: the store is meant for
-// tests and small data, where that is cheaper than keeping an index.
+// listExpired is the most expired keys a ListKeys removes under one hold
+// of the lock: it removes those it meets, and lets other calls in between
+// batches of them, so that a page over a long run of expired keys does not
+// hold up every call until it has removed them all.
+const listExpired = expiry.Batch
+
+// ListKeys reads a page from the ordered keys (keyIndex), under the lock
+// for as long as it takes to read that page. A page is the keys as they
+// stood at one moment, unless it met more than listExpired expired keys:
+// it then reads on after a pause, and each key it lists was live during
+// the call.
 func (s *Store) ListKeys(ctx context.Context, prefix string, limit int, cursor string) ([]string, string, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, "", err
@@ -331,23 +348,64 @@ func (s *Store) ListKeys(ctx context.Context, prefix string, limit int, cursor s
 	if err != nil {
 		return nil, "", err
 	}
-	s.mu.Lock()
-	var keys []string
-	now := time.Now()
-	for k := range s.entries {
-		if strings.HasPrefix(k, prefix) && k > cursor {
-			if _, ok := s.lookup(k, now); ok {
-				keys = append(keys, k)
-			}
+	// One key past the page says whether a live key follows it.
+	l := lister{prefix: prefix, from: prefix, inclusive: true, want: limit + 1}
+	if cursor >= prefix {
+		l.from, l.inclusive = cursor, false
+	}
+	for !s.listBatch(&l) {
+		if err := ctx.Err(); err != nil {
+			return nil, "", err
 		}
 	}
-	s.mu.Unlock()
-	slices.Sort(keys)
-	if len(keys) <= limit {
-		return keys, "", nil
+	if len(l.keys) <= limit {
+		return l.keys, "", nil
 	}
-	keys = keys[:limit]
+	keys := l.keys[:limit]
 	return keys, keys[limit-1], nil
+}
+
+// lister is where a ListKeys stands: the keys it has and where it reads on.
+type lister struct {
+	prefix    string
+	from      string // the place to read on from
+	inclusive bool   // from itself is still to be read
+	want      int
+	keys      []string
+}
+
+// listBatch reads l's keys on from where it stands, removing the expired
+// ones it meets, until it has as many as it wants, has read every key with
+// its prefix, or has met listExpired expired keys; it reports whether l is
+// done.
+func (s *Store) listBatch(l *lister) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now, done := time.Now(), true
+	var expired []string
+	s.keys.ascend(l.from, l.inclusive, func(k string) bool {
+		if !strings.HasPrefix(k, l.prefix) {
+			return false
+		}
+		if !s.entries[k].live(now) {
+			expired = append(expired, k)
+		} else {
+			l.keys = append(l.keys, k)
+		}
+		l.from, l.inclusive = k, false
+		if len(l.keys) == l.want {
+			return false
+		}
+		if len(expired) == listExpired {
+			done = false
+			return false
+		}
+		return true
+	})
+	for _, k := range expired {
+		s.remove(k, s.entries[k])
+	}
+	return done
 }
 
 var _ ports.Expirer = (*Store)(nil)
@@ -356,10 +414,11 @@ var _ ports.Expirer = (*Store)(nil)
 // go on during a sweep (expiry.Sweep). The sweep deletes each entry the
 // check reports expired, so the check gives back its room.
 func (s *Store) DeleteExpired(ctx context.Context) (int, error) {
-	return expiry.Sweep(ctx, &s.mu, func() map[string]entry { return s.entries }, func(e entry, now time.Time) bool {
+	return expiry.Sweep(ctx, &s.mu, func() map[string]entry { return s.entries }, func(key string, e entry, now time.Time) bool {
 		if e.live(now) {
 			return false
 		}
+		s.keys.remove(key)
 		s.used -= e.cost
 		return true
 	})
