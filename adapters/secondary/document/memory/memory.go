@@ -54,12 +54,13 @@ type stored struct {
 
 // Store keeps collections of documents in maps, at most max bytes of
 // them. A write that does not fit is refused with ports.ErrStorageFull; the
-// store drops nothing to make room.
+// store drops nothing to make room. A collection's documents are in shards
+// (docs), which a find takes as they stand without copying the documents.
 type Store struct {
 	max int64
 
 	mu          sync.Mutex
-	collections map[string]map[string]stored
+	collections map[string]*docs
 	used        int64
 	// versioned is the last version given to any document. Each write takes
 	// the next, so a document deleted or dropped and made again starts
@@ -73,7 +74,7 @@ type Store struct {
 }
 
 // New returns an empty store of DefaultMaxBytes.
-func New() *Store { return &Store{max: DefaultMaxBytes, collections: map[string]map[string]stored{}} }
+func New() *Store { return &Store{max: DefaultMaxBytes, collections: map[string]*docs{}} }
 
 // Open returns an empty store.
 func Open(ctx context.Context, c Config) (*Store, error) {
@@ -93,7 +94,7 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 func (s *Store) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.collections = map[string]map[string]stored{}
+	s.collections = map[string]*docs{}
 	s.used = 0
 	return nil
 }
@@ -116,7 +117,7 @@ func (s *Store) room(what string, need, freed int64) error {
 }
 
 // collection returns the named collection. s.mu is held.
-func (s *Store) collection(name string) (map[string]stored, error) {
+func (s *Store) collection(name string) (*docs, error) {
 	c, ok := s.collections[name]
 	if !ok {
 		return nil, fmt.Errorf("collection %q: %w", name, ports.ErrNotFound)
@@ -160,7 +161,7 @@ func (s *Store) EnsureCollection(ctx context.Context, name string) error {
 	if err := s.room(fmt.Sprintf("create collection %q", name), need, 0); err != nil {
 		return err
 	}
-	s.collections[name] = map[string]stored{}
+	s.collections[name] = newDocs()
 	s.used += need
 	return nil
 }
@@ -176,10 +177,7 @@ func (s *Store) DropCollection(ctx context.Context, name string) error {
 	if err != nil {
 		return fmt.Errorf("drop: %w", err)
 	}
-	for id, d := range c {
-		s.used -= docCost(id, d.raw)
-	}
-	s.used -= collectionCost(name)
+	s.used -= c.bytes + collectionCost(name)
 	delete(s.collections, name)
 	return nil
 }
@@ -214,7 +212,7 @@ func (s *Store) Put(ctx context.Context, collection, id string, data map[string]
 	if err != nil {
 		return ports.Document{}, fmt.Errorf("put %q: %w", id, err)
 	}
-	cur, had := c[id] // version 0 when missing
+	cur, had := c.get(id) // version 0 when missing
 	if want, ok := cond.Version(); ok && want != cur.version {
 		return ports.Document{}, fmt.Errorf("put %q in %q at version %d, stored %d: %w", id, collection, want, cur.version, ports.ErrConflict)
 	}
@@ -228,7 +226,7 @@ func (s *Store) Put(ctx context.Context, collection, id string, data map[string]
 	s.used += need - freed
 	s.versioned++
 	next := stored{version: s.versioned, raw: raw}
-	c[id] = next
+	c.put(id, next)
 	return ports.Document{ID: id, Version: next.version, Data: canonical}, nil
 }
 
@@ -243,7 +241,7 @@ func (s *Store) Get(ctx context.Context, collection, id string) (ports.Document,
 	if err != nil {
 		return ports.Document{}, fmt.Errorf("get %q: %w", id, err)
 	}
-	d, ok := c[id]
+	d, ok := c.get(id)
 	if !ok {
 		return ports.Document{}, fmt.Errorf("get %q in %q: %w", id, collection, ports.ErrNotFound)
 	}
@@ -261,14 +259,14 @@ func (s *Store) Delete(ctx context.Context, collection, id string, cond ports.Co
 	if err != nil {
 		return fmt.Errorf("delete %q: %w", id, err)
 	}
-	d, ok := c[id]
+	d, ok := c.get(id)
 	if !ok {
 		return fmt.Errorf("delete %q in %q: %w", id, collection, ports.ErrNotFound)
 	}
 	if want, ok := cond.Version(); ok && want != d.version {
 		return fmt.Errorf("delete %q in %q at version %d, stored %d: %w", id, collection, want, d.version, ports.ErrConflict)
 	}
-	delete(c, id)
+	c.remove(id)
 	s.used -= docCost(id, d.raw)
 	return nil
 }
@@ -278,17 +276,11 @@ type match struct {
 	doc ports.Document
 }
 
-// idStored is a document of a collection as a find read it.
-type idStored struct {
-	id string
-	stored
-}
-
 // matching decodes every document of the collection that passes where. It
-// takes the lock only to list the collection's documents, which are never
-// changed in place, and decodes them outside it, so calls on other
-// documents go on meanwhile; it answers as the collection stood when it
-// listed them.
+// takes the lock only to take the collection's shards as they stand
+// (docs.snapshot), which writes copy before they change them, and reads
+// and decodes them outside it, so calls on other documents go on
+// meanwhile; it answers as the collection stood when it took them.
 func (s *Store) matching(collection string, where []docjson.Where, orderBy string) ([]match, error) {
 	s.mu.Lock()
 	c, err := s.collection(collection)
@@ -296,34 +288,38 @@ func (s *Store) matching(collection string, where []docjson.Where, orderBy strin
 		s.mu.Unlock()
 		return nil, err
 	}
-	all := make([]idStored, 0, len(c))
-	for id, st := range c {
-		all = append(all, idStored{id, st})
-	}
+	shards := c.snapshot()
 	s.mu.Unlock()
 	if s.hooks.match != nil {
 		s.hooks.match()
 	}
 	var out []match
-	for _, st := range all {
-		id := st.id
-		d, err := st.document(id)
-		if err != nil {
-			return nil, err
+	for _, sh := range shards {
+		for id, st := range sh {
+			m, ok, err := matchOne(id, st, where, orderBy)
+			if err != nil {
+				return nil, err
+			}
+			if ok {
+				out = append(out, m)
+			}
 		}
-		if !matches(d.Data, where) {
-			continue
-		}
-		var k docjson.Key
-		if orderBy == "" {
-			k = docjson.Key{ID: id}
-		} else {
-			v, ok := d.Data[orderBy]
-			k = docjson.KeyOf(id, v, ok)
-		}
-		out = append(out, match{key: k, doc: d})
 	}
 	return out, nil
+}
+
+// matchOne decodes the document st under id and reports whether it passes
+// where, with its place in the order by orderBy.
+func matchOne(id string, st stored, where []docjson.Where, orderBy string) (match, bool, error) {
+	d, err := st.document(id)
+	if err != nil || !matches(d.Data, where) {
+		return match{}, false, err
+	}
+	if orderBy == "" {
+		return match{key: docjson.Key{ID: id}, doc: d}, true, nil
+	}
+	v, ok := d.Data[orderBy]
+	return match{key: docjson.KeyOf(id, v, ok), doc: d}, true, nil
 }
 
 // matches compares canonical values, so 1 and 1.0 are equal and a missing
