@@ -180,56 +180,91 @@ func (s *Store) Collections(context.Context) ([]ports.VectorCollection, error) {
 	return out, nil
 }
 
+// Upsert checks the batch and copies it, normalising its payloads, outside
+// the lock, which it takes only to store what it made: a large batch does
+// not hold up the calls on the store while it is checked.
 func (s *Store) Upsert(_ context.Context, name string, vectors []ports.Vector) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	c, err := s.lookup(name)
-	if err != nil {
+	for {
+		s.mu.RLock()
+		c, err := s.lookup(name)
+		s.mu.RUnlock()
+		if err != nil {
+			return err
+		}
+		u, err := prepare(name, c.dimension, vectors)
+		if err != nil {
+			return err
+		}
+		s.mu.Lock()
+		if s.collections[name] != c {
+			// The collection was deleted, and maybe made again with
+			// another dimension, while the batch was checked.
+			s.mu.Unlock()
+			continue
+		}
+		err = s.store(name, c, u)
+		s.mu.Unlock()
 		return err
 	}
-	if err := vecutil.CheckVectors(name, c.dimension, vectors); err != nil {
-		return err
+}
+
+// upsert is a batch checked and copied for a collection, with what it
+// takes: each id's cost, the last of an id given twice.
+type upsert struct {
+	vectors []stored
+	entries []vecindex.Entry
+	need    int64
+	last    map[string]int64
+}
+
+// prepare checks vectors for a collection of dimension and copies them,
+// their payloads normalised. It takes no lock.
+func prepare(name string, dimension int, vectors []ports.Vector) (upsert, error) {
+	if err := vecutil.CheckVectors(name, dimension, vectors); err != nil {
+		return upsert{}, err
 	}
-	batch := make([]stored, len(vectors))
-	entries := make([]vecindex.Entry, len(vectors))
+	u := upsert{vectors: make([]stored, len(vectors)), entries: make([]vecindex.Entry, len(vectors)), last: make(map[string]int64, len(vectors))}
 	for i, v := range vectors {
 		p, err := vecutil.NormalizePayload(v.Payload)
 		if err != nil {
-			return fmt.Errorf("upsert %q into %q: %w", v.ID, name, err)
+			return upsert{}, fmt.Errorf("upsert %q into %q: %w", v.ID, name, err)
 		}
 		cost := int64(len(v.ID)+8*len(v.Values)) + EntryOverhead
 		if p != nil {
 			b, _ := json.Marshal(p) // a normalised payload always marshals
 			cost += int64(len(b))
 		}
-		batch[i] = stored{Vector: ports.Vector{ID: v.ID, Values: slices.Clone(v.Values), Payload: p}, cost: cost}
-		entries[i] = vecindex.Entry{ID: v.ID, Values: batch[i].Values, Payload: p}
+		u.vectors[i] = stored{Vector: ports.Vector{ID: v.ID, Values: slices.Clone(v.Values), Payload: p}, cost: cost}
+		u.entries[i] = vecindex.Entry{ID: v.ID, Values: u.vectors[i].Values, Payload: p}
+		u.last[v.ID] = cost
 	}
-	// The batch is stored whole or not at all: what it takes is counted
-	// as the vectors it leaves, the last of an id given twice.
-	var need, freed int64
-	last := make(map[string]int64, len(batch))
-	for _, v := range batch {
-		last[v.ID] = v.cost
+	for _, cost := range u.last {
+		u.need += cost
 	}
-	for id, cost := range last {
-		need += cost
+	return u, nil
+}
+
+// store puts a prepared batch into c, the collection name, whole or not at
+// all: what it takes is counted as the vectors it leaves. s.mu is held.
+func (s *Store) store(name string, c *collection, u upsert) error {
+	var freed int64
+	for id := range u.last {
 		if old, ok := c.vectors[id]; ok {
 			freed += old.cost
 		}
 	}
-	if need > s.max {
+	if u.need > s.max {
 		return fmt.Errorf("upsert into %q: a batch of %d bytes (ids, values twice, payloads and %d of upkeep a vector) is more than the store's max_bytes, %d: %w",
-			name, need, EntryOverhead, s.max, ports.ErrTooLarge)
+			name, u.need, EntryOverhead, s.max, ports.ErrTooLarge)
 	}
-	if err := s.room(fmt.Sprintf("upsert into %q", name), need, freed); err != nil {
+	if err := s.room(fmt.Sprintf("upsert into %q", name), u.need, freed); err != nil {
 		return err
 	}
-	s.used += need - freed
-	for _, v := range batch {
+	s.used += u.need - freed
+	for _, v := range u.vectors {
 		c.vectors[v.ID] = v
 	}
-	c.index.Put(entries)
+	c.index.Put(u.entries)
 	return nil
 }
 
