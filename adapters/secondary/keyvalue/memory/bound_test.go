@@ -145,32 +145,44 @@ func TestExpiredEntriesGiveTheirRoomBack(t *testing.T) {
 	})
 }
 
-// A full store walks its entries for expired ones at most once a second:
-// a write within a second of a walk is refused though a key has expired
-// since, and the same write a second after the walk is stored. A caller
-// setting keys that expire a millisecond apart cannot make every write
-// walk the whole store under its lock.
-func TestAFullStoreLooksForExpiredKeysAtMostOnceASecond(t *testing.T) {
+// A full store drops expired keys, the soonest expired first, as each
+// write needs them: a write a millisecond after another dropped one is
+// stored over a key expired since, and no live key is dropped. Before, a
+// full store walked every key for expired ones, under its lock, at most
+// once a second: a write within a second of a walk was refused as storage
+// full though an expired key would have made room, and a caller keeping
+// the store full made it stop every call for the walk each second, a sixth
+// of a second at the default bound.
+func TestAFullStoreDropsTheExpiredKeysEachWriteNeeds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		value := []byte("0123456789")
-		s := open(t, 2*cost("k1", value))
-		if err := s.Set(t.Context(), "k1", value, time.Millisecond); err != nil {
-			t.Fatal(err)
+		s := open(t, 4*cost("k1", value))
+		for _, k := range []string{"k1", "k2", "k3"} {
+			if err := s.Set(t.Context(), k, value, time.Millisecond); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(time.Microsecond) // k1 expires first, then k2, then k3
 		}
-		if err := s.Set(t.Context(), "k2", value, 0); err != nil {
+		if err := s.Set(t.Context(), "kl", value, 0); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(time.Millisecond)
-		if err := s.Set(t.Context(), "k3", value, time.Millisecond); err != nil {
-			t.Fatalf("Set once k1 expired: %v", err)
+		if err := s.Set(t.Context(), "k4", value, time.Millisecond); err != nil {
+			t.Fatalf("Set once k1, k2 and k3 expired: %v", err)
 		}
 		time.Sleep(time.Millisecond)
-		if err := s.Set(t.Context(), "k4", value, 0); !errors.Is(err, ports.ErrStorageFull) {
-			t.Fatalf("Set a millisecond after the walk: %v, want ErrStorageFull", err)
+		for _, k := range []string{"k5", "k6", "k7"} {
+			if err := s.Set(t.Context(), k, value, 0); err != nil {
+				t.Fatalf("Set(%s) a millisecond after a write made room, the store full of live and expired keys: %v", k, err)
+			}
 		}
-		time.Sleep(time.Second)
-		if err := s.Set(t.Context(), "k4", value, 0); err != nil {
-			t.Fatalf("Set a second after the walk: %v", err)
+		for _, k := range []string{"kl", "k5", "k6", "k7"} {
+			if ok, err := s.Exists(t.Context(), k); !ok || err != nil {
+				t.Fatalf("Exists(%s) = %v, %v; want the live key kept", k, ok, err)
+			}
+		}
+		if err := s.Set(t.Context(), "k8", value, 0); !errors.Is(err, ports.ErrStorageFull) {
+			t.Fatalf("Set into a store full of live keys: %v, want ErrStorageFull", err)
 		}
 	})
 }

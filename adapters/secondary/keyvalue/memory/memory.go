@@ -3,6 +3,7 @@
 package memory
 
 import (
+	"container/heap"
 	"context"
 	"fmt"
 	"math"
@@ -44,22 +45,28 @@ func (c *Config) Default(string) { c.MaxBytes = maxbytes.Default(c.MaxBytes, Def
 // Check refuses a negative bound, naming it under key.
 func (c Config) Check(key string) error { return maxbytes.Check(key, c.MaxBytes, DefaultMaxBytes) }
 
+// entry is a key's value. It is never changed in place but for its place
+// in the expiry heap.
 type entry struct {
+	key     string
 	value   []byte
 	expires time.Time // zero: never
 	cost    int64     // what the entry counts against the bound
+	at      int       // the entry's place in the expiry heap, -1 when it has no TTL
 }
 
 // live reports whether the entry has not expired at now. time.Now carries a
 // monotonic reading, so expiry follows elapsed time, not wall-clock jumps.
-func (e entry) live(now time.Time) bool { return e.expires.IsZero() || now.Before(e.expires) }
+func (e *entry) live(now time.Time) bool { return e.expires.IsZero() || now.Before(e.expires) }
 
 // Store keeps the entries in a map, at most max bytes of them. Expired
 // entries are judged on every read and removed when touched; the engine's
 // sweep (ports.Expirer) removes the ones no call touches again, and a write
-// that finds the store full first removes every one that has expired.
-// Unlike the cache, the store never drops a live key to make room: a write
-// that does not fit is refused with ports.ErrStorageFull.
+// that finds the store full first removes expired ones, the soonest
+// expired first, until it fits: the expiry heap names them without a walk
+// of the live ones. Unlike the cache, the store never drops a live key to
+// make room: a write that does not fit is refused with
+// ports.ErrStorageFull.
 //
 // A stored value is never changed in place, so values are copied outside
 // the lock: a large one does not hold up the calls on other keys. The keys
@@ -69,26 +76,15 @@ type Store struct {
 	max int64
 
 	mu      sync.Mutex
-	entries map[string]entry
+	entries map[string]*entry
 	keys    keyIndex
 	used    int64
-	// soonest is no later than the earliest expiry of the entries held,
-	// zero when none expires: before it, no entry has expired, and a
-	// full store has nothing to reclaim.
-	soonest time.Time
-	// reclaimed is when a full store last walked its entries for expired
-	// ones (reclaim).
-	reclaimed time.Time
+	// expiring holds the entries with a TTL, the soonest to expire first.
+	expiring expiryHeap
 }
 
-// reclaimEvery is how often, at most, a full store walks its entries for
-// expired ones: a walk holds the lock for as long as the map is large, and
-// a caller setting keys that expire a millisecond apart must not make
-// every write walk it.
-const reclaimEvery = time.Second
-
 // New returns an empty store of DefaultMaxBytes.
-func New() *Store { return &Store{max: DefaultMaxBytes, entries: map[string]entry{}} }
+func New() *Store { return &Store{max: DefaultMaxBytes, entries: map[string]*entry{}} }
 
 // Open returns an empty store.
 func Open(ctx context.Context, c Config) (*Store, error) {
@@ -108,85 +104,78 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 func (s *Store) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.entries = map[string]entry{}
+	s.entries = map[string]*entry{}
 	s.keys = keyIndex{}
-	s.used, s.soonest, s.reclaimed = 0, time.Time{}, time.Time{}
+	s.expiring = nil
+	s.used = 0
 	return nil
 }
 
 // lookup returns the live entry under key, forgetting it if it expired.
 // s.mu is held.
-func (s *Store) lookup(key string, now time.Time) (entry, bool) {
+func (s *Store) lookup(key string, now time.Time) (*entry, bool) {
 	e, ok := s.entries[key]
 	if ok && !e.live(now) {
-		s.remove(key, e)
-		return entry{}, false
+		s.remove(e)
+		return nil, false
 	}
 	return e, ok
 }
 
-// remove forgets key, which holds e. s.mu is held.
-func (s *Store) remove(key string, e entry) {
-	delete(s.entries, key)
-	s.keys.remove(key)
+// remove forgets e. s.mu is held.
+func (s *Store) remove(e *entry) {
+	delete(s.entries, e.key)
+	s.keys.remove(e.key)
+	if e.at >= 0 {
+		heap.Remove(&s.expiring, e.at)
+	}
 	s.used -= e.cost
 }
 
-// put stores e under key in place of what it holds, unless the store has
-// no room for it, even once every expired entry is gone. s.mu is held.
-func (s *Store) put(key string, e entry, now time.Time) error {
+// put stores e in place of what its key holds, unless the store has no
+// room for it once the expired entries are gone: it removes them, the
+// soonest expired first, until e fits or none is left. s.mu is held.
+func (s *Store) put(e *entry, now time.Time) error {
+	old := s.entries[e.key]
 	var freed int64
-	if old, ok := s.entries[key]; ok {
+	if old != nil {
 		freed = old.cost
 	}
-	if s.used-freed+e.cost > s.max && !s.soonest.IsZero() && !now.Before(s.soonest) &&
-		(s.reclaimed.IsZero() || now.Sub(s.reclaimed) >= reclaimEvery) {
-		s.reclaim(now)
-		freed = 0
-		if old, ok := s.entries[key]; ok {
-			freed = old.cost
+	for s.used-freed+e.cost > s.max && len(s.expiring) > 0 && !s.expiring[0].live(now) {
+		if s.expiring[0] == old {
+			old, freed = nil, 0
 		}
+		s.remove(s.expiring[0])
 	}
 	if s.used-freed+e.cost > s.max {
 		return fmt.Errorf("set %q: an entry of %d bytes (its key, its value and %d of upkeep) does not fit: the store holds %d of its max_bytes, %d: %w",
-			key, e.cost, EntryOverhead, s.used, s.max, ports.ErrStorageFull)
+			e.key, e.cost, EntryOverhead, s.used, s.max, ports.ErrStorageFull)
 	}
-	s.used += e.cost - freed
-	if _, ok := s.entries[key]; !ok {
-		s.keys.insert(key)
+	if old != nil {
+		if old.at >= 0 {
+			heap.Remove(&s.expiring, old.at)
+		}
+		s.used -= old.cost
+	} else {
+		s.keys.insert(e.key)
 	}
-	s.entries[key] = e
-	if !e.expires.IsZero() && (s.soonest.IsZero() || e.expires.Before(s.soonest)) {
-		s.soonest = e.expires
+	s.entries[e.key] = e
+	s.used += e.cost
+	if !e.expires.IsZero() {
+		heap.Push(&s.expiring, e)
 	}
 	return nil
 }
 
-// reclaim removes every expired entry, a walk of the whole map under the
-// lock; a write that finds the store full does it only once an entry may
-// have expired since the last walk, and at most every reclaimEvery. s.mu
-// is held.
-func (s *Store) reclaim(now time.Time) {
-	s.soonest, s.reclaimed = time.Time{}, now
-	for k, e := range s.entries {
-		switch {
-		case !e.live(now):
-			s.remove(k, e)
-		case !e.expires.IsZero() && (s.soonest.IsZero() || e.expires.Before(s.soonest)):
-			s.soonest = e.expires
-		}
-	}
-}
-
 // newEntry copies value into an entry for key, refusing one larger than
 // the whole store. It takes no lock.
-func (s *Store) newEntry(key string, value []byte, ttl time.Duration, now time.Time) (entry, error) {
+func (s *Store) newEntry(key string, value []byte, ttl time.Duration, now time.Time) (*entry, error) {
 	n := int64(len(key)+len(value)) + EntryOverhead
 	if n > s.max {
-		return entry{}, fmt.Errorf("set %q: an entry of %d bytes (its key, its value and %d of upkeep) is more than the store's max_bytes, %d: %w",
+		return nil, fmt.Errorf("set %q: an entry of %d bytes (its key, its value and %d of upkeep) is more than the store's max_bytes, %d: %w",
 			key, n, EntryOverhead, s.max, ports.ErrTooLarge)
 	}
-	e := entry{value: slices.Clone(value), cost: n}
+	e := &entry{key: key, value: slices.Clone(value), cost: n, at: -1}
 	if e.value == nil {
 		e.value = []byte{}
 	}
@@ -217,14 +206,18 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, error) {
 func (s *Store) read(key string, most int) (v []byte, ok bool, err error) {
 	s.mu.Lock()
 	e, found := s.lookup(key, time.Now())
+	var value []byte
+	if found {
+		value = e.value
+	}
 	s.mu.Unlock()
 	if !found {
 		return nil, true, fmt.Errorf("get %q: %w", key, ports.ErrNotFound)
 	}
-	if len(e.value) > most {
+	if len(value) > most {
 		return nil, false, nil
 	}
-	return slices.Clone(e.value), true, nil
+	return slices.Clone(value), true, nil
 }
 
 var _ ports.QuickGetter = (*Store)(nil)
@@ -256,7 +249,7 @@ func (s *Store) Set(ctx context.Context, key string, value []byte, ttl time.Dura
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.put(key, e, now)
+	return s.put(e, now)
 }
 
 // SetIfAbsent stores a copy of the value unless the key holds a live one.
@@ -277,7 +270,7 @@ func (s *Store) SetIfAbsent(ctx context.Context, key string, value []byte, ttl t
 	if _, ok := s.lookup(key, now); ok {
 		return false, nil
 	}
-	if err := s.put(key, e, now); err != nil {
+	if err := s.put(e, now); err != nil {
 		return false, err
 	}
 	return true, nil
@@ -292,7 +285,7 @@ func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 	defer s.mu.Unlock()
 	e, ok := s.lookup(key, time.Now())
 	if ok {
-		s.remove(key, e)
+		s.remove(e)
 	}
 	return ok, nil
 }
@@ -308,7 +301,7 @@ func (s *Store) DeleteIfValue(ctx context.Context, key string, value []byte) (bo
 	if !ok || string(e.value) != string(value) {
 		return false, nil
 	}
-	s.remove(key, e)
+	s.remove(e)
 	return true, nil
 }
 
@@ -403,23 +396,63 @@ func (s *Store) listBatch(l *lister) bool {
 		return true
 	})
 	for _, k := range expired {
-		s.remove(k, s.entries[k])
+		s.remove(s.entries[k])
 	}
 	return done
 }
 
 var _ ports.Expirer = (*Store)(nil)
 
-// DeleteExpired implements ports.Expirer, a batch at a time so that calls
-// go on during a sweep (expiry.Sweep). The sweep deletes each entry the
-// check reports expired, so the check gives back its room.
+// DeleteExpired implements ports.Expirer. The expiry heap names the expired
+// entries without a walk of the live ones; it removes them a batch at a
+// time (expiry.Batch) so that calls go on during a sweep.
 func (s *Store) DeleteExpired(ctx context.Context) (int, error) {
-	return expiry.Sweep(ctx, &s.mu, func() map[string]entry { return s.entries }, func(key string, e entry, now time.Time) bool {
-		if e.live(now) {
-			return false
+	deleted := 0
+	for {
+		if err := ctx.Err(); err != nil {
+			return deleted, err
 		}
-		s.keys.remove(key)
-		s.used -= e.cost
-		return true
-	})
+		n := s.deleteExpiredBatch()
+		deleted += n
+		if n < expiry.Batch {
+			return deleted, nil
+		}
+	}
+}
+
+// deleteExpiredBatch removes up to expiry.Batch expired entries.
+func (s *Store) deleteExpiredBatch() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now, n := time.Now(), 0
+	for n < expiry.Batch && len(s.expiring) > 0 && !s.expiring[0].live(now) {
+		s.remove(s.expiring[0])
+		n++
+	}
+	return n
+}
+
+// expiryHeap orders entries by when they expire (container/heap).
+type expiryHeap []*entry
+
+func (h expiryHeap) Len() int           { return len(h) }
+func (h expiryHeap) Less(i, j int) bool { return h[i].expires.Before(h[j].expires) }
+func (h expiryHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].at, h[j].at = i, j
+}
+
+func (h *expiryHeap) Push(x any) {
+	e := x.(*entry)
+	e.at = len(*h)
+	*h = append(*h, e)
+}
+
+func (h *expiryHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	old[len(old)-1] = nil
+	e.at = -1
+	*h = old[:len(old)-1]
+	return e
 }
