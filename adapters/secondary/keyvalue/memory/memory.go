@@ -80,7 +80,7 @@ type Store struct {
 	keys    keyIndex
 	used    int64
 	// expiring holds the entries with a TTL, the soonest to expire first.
-	expiring expiryHeap
+	expiring expiry.Heap[*entry]
 }
 
 // New returns an empty store of DefaultMaxBytes.
@@ -432,27 +432,6 @@ func (s *Store) deleteExpiredBatch() int {
 	return n
 }
 
-// expiryHeap orders entries by when they expire (container/heap).
-type expiryHeap []*entry
-
-func (h expiryHeap) Len() int           { return len(h) }
-func (h expiryHeap) Less(i, j int) bool { return h[i].expires.Before(h[j].expires) }
-func (h expiryHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].at, h[j].at = i, j
-}
-
-func (h *expiryHeap) Push(x any) {
-	e := x.(*entry)
-	e.at = len(*h)
-	*h = append(*h, e)
-}
-
-func (h *expiryHeap) Pop() any {
-	old := *h
-	e := old[len(old)-1]
-	old[len(old)-1] = nil
-	e.at = -1
-	*h = old[:len(old)-1]
-	return e
-}
+// ExpiresAt and Place make an entry one expiry.Heap orders.
+func (e *entry) ExpiresAt() time.Time { return e.expires }
+func (e *entry) Place(at int)         { e.at = at }
