@@ -297,11 +297,20 @@ func (e *Engine) Start(ctx context.Context) (err error) {
 		return err
 	}
 	// The claim watches a holder for the longer of this engine's lease and
-	// the one the holder's record says it renews by: the start is given
-	// the longer, or it would end before a takeover from a holder that
-	// died on it, every time the engine started again.
-	if rec, rerr := lease.Read(ctx); rerr == nil && !rec.Free() && rec.Holder.Lease > cfg.Timing().Lease {
-		longer, endLonger := context.WithDeadline(base, begun.Add(startLimit(min(rec.Holder.Lease, domain.MaxLease))))
+	// the one the holder's record says it renews by, and holds a key with
+	// no value the longest lease the bucket keeps, if longer (ADR 0019):
+	// the start is given the longest, or it would end before a takeover
+	// from a holder that died on it, or before the wait over a deleted key
+	// was out, every time the engine started again.
+	longest := cfg.Timing().Lease
+	if rec, rerr := lease.Read(ctx); rerr == nil && !rec.Free() {
+		longest = max(longest, rec.Holder.Lease)
+	}
+	if kept, lerr := lease.Longest(ctx); lerr == nil {
+		longest = max(longest, kept)
+	}
+	if longest > cfg.Timing().Lease {
+		longer, endLonger := context.WithDeadline(base, begun.Add(startLimit(min(longest, domain.MaxLease))))
 		defer endLonger()
 		ctx = longer
 	}

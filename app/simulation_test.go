@@ -787,6 +787,10 @@ func (s *simHistory) Update(ctx context.Context, h domain.Holder, r uint64) (rev
 	return rev, err
 }
 
+func (s *simHistory) Advertise(ctx context.Context, d time.Duration) (time.Duration, error) {
+	return s.inner.Advertise(ctx, d)
+}
+
 func (s *simHistory) Delete(ctx context.Context, rev uint64) error {
 	return s.apply(func() error { return s.inner.Delete(ctx, rev) })
 }
@@ -840,6 +844,10 @@ func (v *simLagView) Update(ctx context.Context, h domain.Holder, rev uint64) (u
 }
 
 func (v *simLagView) Delete(ctx context.Context, rev uint64) error { return v.h.Delete(ctx, rev) }
+
+func (v *simLagView) Advertise(ctx context.Context, d time.Duration) (time.Duration, error) {
+	return v.h.Advertise(ctx, d)
+}
 
 // WaitForChange watches the view: a change shows once the view's lag has
 // passed since it was made.

@@ -50,3 +50,47 @@ func TestAnEngineOnAShortLeaseTakesOverADeadHolderOfALongerOne(t *testing.T) {
 		t.Fatalf("the engine started but does not serve: %s", e.Ownership().State())
 	}
 }
+
+// An engine on a lease of 1 s finds the lease key deleted, and the bucket
+// keeping beside it the lease of 34 s of the engine that held it: it holds
+// the key that long before it serves, and its start, bounded by its own
+// lease and 30 s more, must not end first.
+func TestAnEngineOnAShortLeaseServesAfterAKeyDeletedUnderAHolderOfALongerOne(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out a lease of 34 s")
+	}
+	url := natstest.StartServer(t).ClientURL()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	lease, err := jetstream.Open(ctx, natstest.Connect(t, url), jetstream.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const holders = 34 * time.Second
+	if _, err := lease.Advertise(ctx, holders); err != nil {
+		t.Fatal(err)
+	}
+	rev, err := lease.Create(ctx, domain.Holder{InstanceID: domain.NewInstanceID(), Host: "gone", PID: 1, Lease: holders})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lease.Delete(ctx, rev); err != nil {
+		t.Fatal(err)
+	}
+	var e *app.Engine
+	a := fx.New(app.Graph(options(testConfig(t, url, "serve", "", memoryServices))), fx.Populate(&e), fx.NopLogger)
+	if err := a.Err(); err != nil {
+		t.Fatal(err)
+	}
+	begun := time.Now()
+	if err := a.Start(ctx); err != nil {
+		t.Fatalf("start after %v: %v", time.Since(begun).Round(time.Second), err)
+	}
+	defer func() { _ = a.Stop(context.Background()) }()
+	if took := time.Since(begun); took < holders {
+		t.Fatalf("served after %v, before the lease of %v kept beside the deleted key had passed", took, holders)
+	}
+	if !e.Ownership().MayServe() {
+		t.Fatalf("the engine started but does not serve: %s", e.Ownership().State())
+	}
+}

@@ -40,6 +40,9 @@ func RunLease(t *testing.T, h Harness[ports.Lease]) {
 		{"UpdateRace", leaseUpdateRace},
 		{"LostUpdateReplyIsRecognisable", leaseLostUpdateReplyIsRecognisable},
 		{"DeleteThenCreateIsNeverMissed", leaseDeleteThenCreateIsNeverMissed},
+		{"AdvertiseKeepsTheLongestLease", leaseAdvertiseKeepsTheLongest},
+		{"AdvertiseOutlivesADeleteOfTheKey", leaseAdvertiseOutlivesADelete},
+		{"AdvertiseRace", leaseAdvertiseRace},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -478,6 +481,71 @@ func leaseDeleteThenCreateIsNeverMissed(t *testing.T, open func(t *testing.T) po
 		}
 		if err := other.Delete(ctx(t), next); err != nil {
 			t.Fatalf("round %d: Delete: %v", round, err)
+		}
+	}
+}
+
+func mustAdvertise(t *testing.T, l ports.Lease, d time.Duration) time.Duration {
+	t.Helper()
+	got, err := l.Advertise(ctx(t), d)
+	if err != nil {
+		t.Fatalf("Advertise(%v): %v", d, err)
+	}
+	return got
+}
+
+func leaseAdvertiseKeepsTheLongest(t *testing.T, open func(t *testing.T) ports.Lease) {
+	a, b := open(t), open(t)
+	if got := mustAdvertise(t, a, 20*time.Second); got != 20*time.Second {
+		t.Fatalf("Advertise(20s) on a new store = %v, want 20s", got)
+	}
+	if got := mustAdvertise(t, b, 5*time.Second); got != 20*time.Second {
+		t.Fatalf("Advertise(5s) after 20s = %v, want 20s: it only grows", got)
+	}
+	if got := mustAdvertise(t, b, 30*time.Second); got != 30*time.Second {
+		t.Fatalf("Advertise(30s) after 20s = %v, want 30s", got)
+	}
+	if got := mustAdvertise(t, a, time.Second); got != 30*time.Second {
+		t.Fatalf("Advertise(1s) on the other handle = %v, want 30s", got)
+	}
+	if rec := mustRead(t, a); rec.Present || rec.Revision != 0 {
+		t.Fatalf("Advertise touched the lease key: %+v", rec)
+	}
+}
+
+func leaseAdvertiseOutlivesADelete(t *testing.T, open func(t *testing.T) ports.Lease) {
+	a, b := open(t), open(t)
+	mustAdvertise(t, a, time.Minute)
+	rev := mustCreate(t, a, holder("a"))
+	if rec := mustRead(t, b); !rec.Present || rec.Revision != rev {
+		t.Fatalf("after Advertise and Create, Read gives %+v, want the record at %d", rec, rev)
+	}
+	if err := a.Delete(ctx(t), rev); err != nil {
+		t.Fatalf("Delete: %v", err)
+	}
+	if got := mustAdvertise(t, b, time.Second); got != time.Minute {
+		t.Fatalf("after a delete of the key, Advertise(1s) = %v, want the minute advertised before", got)
+	}
+}
+
+func leaseAdvertiseRace(t *testing.T, open func(t *testing.T) ports.Lease) {
+	a, b := open(t), open(t)
+	for round := 1; round <= 20; round++ {
+		short, long := time.Duration(round)*time.Second, time.Duration(round)*time.Second+time.Second/2
+		var wg sync.WaitGroup
+		for _, c := range []struct {
+			l ports.Lease
+			d time.Duration
+		}{{a, short}, {b, long}} {
+			wg.Go(func() {
+				if _, err := c.l.Advertise(ctx(t), c.d); err != nil {
+					t.Errorf("round %d: Advertise(%v): %v", round, c.d, err)
+				}
+			})
+		}
+		wg.Wait()
+		if got := mustAdvertise(t, a, 0); got != long {
+			t.Fatalf("round %d: after %v and %v raced, the store keeps %v", round, short, long, got)
 		}
 	}
 }

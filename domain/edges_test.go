@@ -805,6 +805,48 @@ func TestAKeyDeletedUnderAHolderOfALongerLeaseIsHeldThatLease(t *testing.T) {
 	})
 }
 
+// An engine that never saw the record of a holder on a longer lease, and
+// finds the key deleted under it, holds the key that longer lease before it
+// serves: the holder wrote its lease beside the key before it took it, and
+// a delete of the key leaves that. Before, the engine held the key its own
+// shorter lease and served beside the holder, which serves on until its
+// next renewal finds the engine's record, or, cut off, until half its own
+// lease after its last renewal.
+func TestAnEngineThatNeverSawAHolderOfALongerLeaseWaitsItOutOverADeletedKey(t *testing.T) {
+	for _, cut := range []bool{false, true} {
+		name := "Renewing"
+		if cut {
+			name = "CutOff"
+		}
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				store := usedStore(t)
+				a := newEngine(t, store, "a", "", domain.Timing{Lease: 8 * L, StandbyTimeout: 10 * L})
+				a.mustServe(t)
+				defer a.kill()
+				time.Sleep(2*L + L/10) // just after a's renewal at 2
+				synctest.Wait()
+				if cut {
+					a.store.Cut(true)
+				}
+				deleteKey(t, store)
+				b := newEngine(t, store, "b", "", domain.Timing{Lease: L, StandbyTimeout: 10 * L})
+				defer b.release(t)
+				stop := watchOverlap(a, b)
+				b.mustServe(t)
+				time.Sleep(2 * L) // past a's next renewal, or its fence
+				if overlaps := stop(); overlaps > 0 {
+					t.Fatalf("a and b served at once %d times (%s; %s)", overlaps, a.path(), b.path())
+				}
+				served, _ := b.when(domain.StateServing)
+				if served < 8*L { // b was made just after the delete
+					t.Fatalf("b served %v after the delete, before a's lease of 8s had passed (%s)", served, b.path())
+				}
+			})
+		})
+	}
+}
+
 // stallAfterTakeover is a lease whose link stalls once a write of the
 // engine's live record has been answered: every call after it hangs until
 // the cut is lifted.

@@ -40,6 +40,12 @@ type Lease interface {
 	// Delete removes the value if rev is the current revision; the deletion
 	// takes a new revision. It fails with ErrLeaseConflict otherwise.
 	Delete(ctx context.Context, rev uint64) error
+	// Advertise raises the longest lease the store keeps beside the key to
+	// at least d, and returns the longest it keeps then. It is kept apart
+	// from the key, so a delete or purge of the key leaves it: an engine
+	// that finds the key with no value learns from it how long an earlier
+	// holder, whose record it never saw, may serve on. It only grows.
+	Advertise(ctx context.Context, d time.Duration) (time.Duration, error)
 	// WaitForChange returns as soon as the current revision differs from rev,
 	// or the current record once timeout has passed. rev 0 waits on an absent
 	// key. Only ctx ending is an error.

@@ -100,7 +100,7 @@ type Ownership struct {
 	handedOver bool      // Release wrote the released record: set with the move to released
 	previous   Holder    // whom the lease was taken from, if it was not free
 	// longest is the longest lease a live holder's record was seen to
-	// advertise (quarantine).
+	// advertise, or the store was found to keep (quarantine).
 	longest    time.Duration
 	keepCancel context.CancelFunc
 	keepDone   chan struct{}
@@ -382,10 +382,27 @@ func (o *Ownership) seen(rec Record) {
 	o.mu.Unlock()
 }
 
+// advertise raises the longest lease the store keeps beside the key to
+// this engine's own, before a write that may make it the holder, and notes
+// the longest the store keeps. An engine that later finds the key with no
+// value, and never saw this one's record, holds it that long: judged by
+// its own shorter lease, it served beside this engine, which serves on
+// until half its own lease after its last renewal.
+func (o *Ownership) advertise(ctx context.Context) error {
+	longest, err := o.lease.Advertise(ctx, o.timing.Lease)
+	if err != nil {
+		return fmt.Errorf("advertise the lease: %w", err)
+	}
+	o.mu.Lock()
+	o.longest = max(o.longest, min(longest, MaxLease))
+	o.mu.Unlock()
+	return nil
+}
+
 // quarantine is how long a write over a key with no value is held before
 // it serves: Timing.Quarantine, or the longest lease a holder was seen to
-// renew by, which outlasts that holder's fence as a lease of our own
-// outlasts one like ours.
+// renew by or the store keeps, which outlasts that holder's fence as a
+// lease of our own outlasts one like ours.
 func (o *Ownership) quarantine() time.Duration {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -410,14 +427,21 @@ func (o *Ownership) pause(ctx context.Context) error {
 // the engine serves; it fails with ErrLeaseLost when another engine takes
 // the lease before that.
 func (o *Ownership) acquire(ctx context.Context, rec Record) (bool, error) {
+	// Before the write, so whoever finds the key with no value later knows
+	// this engine's lease, and after the read that found rec, so the
+	// longest the store keeps covers whoever held a key found with none.
+	if err := o.advertise(ctx); err != nil {
+		return false, fmt.Errorf("take the lease: %w", err)
+	}
 	start := o.clock.Now()
 	serveFrom := start
 	// A key with no value says nothing of who served last: it was deleted,
 	// purged, or its bucket made anew, and a holder that renewed just
 	// before may serve on until half a lease after its last renewal. Our
 	// own write whose reply was lost, seen later, says as little: what it
-	// wrote over is unknown. Either is held Timing.Quarantine before
-	// serving.
+	// wrote over is unknown. Either is held the quarantine before
+	// serving: a lease, or the longest lease the store keeps or a record
+	// was seen to renew by.
 	quarantine := o.ours(rec) || !rec.Present
 	me := o.written(quarantine)
 	var rev uint64
@@ -700,6 +724,11 @@ func (o *Ownership) renew(ctx context.Context, rev uint64) renewal {
 	read := o.clock.Now()
 	switch {
 	case !rec.Present:
+		// After the read that found the key empty: the longest lease the
+		// store keeps then covers whoever took it before it went.
+		if err := o.advertise(ctx); err != nil {
+			return renewal{err: err}
+		}
 		newRev, err = o.lease.Create(ctx, o.written(true))
 		if err == nil {
 			o.setCreateOpen(false)

@@ -238,6 +238,20 @@ func (f *Faulty) Delete(ctx context.Context, rev uint64) error {
 	return err
 }
 
+// Advertise advertises through the cuts, pauses and delays. Lost replies
+// and refusals are kept for the writes of the record, which the tests aim
+// them at; a caller that gives up before it is sent raises nothing, which
+// it cannot tell from a raise it does not hear of and so does not count on.
+func (f *Faulty) Advertise(ctx context.Context, d time.Duration) (time.Duration, error) {
+	var longest time.Duration
+	err := f.read(ctx, 0, func(c context.Context) error {
+		var err error
+		longest, err = f.inner.Advertise(c, d)
+		return err
+	})
+	return longest, err
+}
+
 // WaitForChange watches through the faults.
 func (f *Faulty) WaitForChange(ctx context.Context, rev uint64, timeout time.Duration) (domain.Record, error) {
 	var rec domain.Record

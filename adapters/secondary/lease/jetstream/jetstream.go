@@ -24,6 +24,9 @@ const (
 	DefaultBucket = "ABI_ENGINE"
 	// Key is the lease key inside the bucket.
 	Key = "owner"
+	// LongestKey keeps, beside Key, the longest lease any engine has
+	// advertised (Advertise): a delete or purge of Key leaves it.
+	LongestKey = "longest_lease"
 )
 
 var _ ports.Lease = (*Lease)(nil)
@@ -56,6 +59,7 @@ type Lease struct {
 	config  jetstream.KeyValueConfig
 	stream  string
 	subject string
+	longest string // the subject of LongestKey
 
 	mu      sync.Mutex
 	highest uint64 // the highest revision seen: a bucket made anew goes on from it
@@ -108,6 +112,7 @@ func Open(ctx context.Context, nc *nats.Conn, opts Options) (*Lease, error) {
 		},
 		stream:  "KV_" + opts.Bucket,
 		subject: "$KV." + opts.Bucket + "." + Key,
+		longest: "$KV." + opts.Bucket + "." + LongestKey,
 	}
 	kv, err := js.KeyValue(ctx, opts.Bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
@@ -343,7 +348,7 @@ func DecodeHolder(b []byte) domain.Holder {
 // replica: the holder decides from a read that the lease is lost, and a
 // standby that it is released, so a replica behind must not answer.
 func (l *Lease) Read(ctx context.Context) (domain.Record, error) {
-	m, err := l.lastMessage(ctx)
+	m, err := l.lastMessage(ctx, l.subject)
 	if errors.Is(err, nats.ErrMsgNotFound) {
 		return domain.Record{}, nil
 	}
@@ -369,14 +374,14 @@ func (l *Lease) Read(ctx context.Context) (domain.Record, error) {
 	return domain.Record{Holder: DecodeHolder(m.Data), Revision: m.Sequence, Present: true}, nil
 }
 
-// lastMessage reads the key's last message from the stream leader. For a
-// moment after the bucket is created, or while a new leader is elected, no
-// one may answer; that is retried briefly, within ctx.
-func (l *Lease) lastMessage(ctx context.Context) (*nats.RawStreamMsg, error) {
+// lastMessage reads the last message of a key's subject from the stream
+// leader. For a moment after the bucket is created, or while a new leader
+// is elected, no one may answer; that is retried briefly, within ctx.
+func (l *Lease) lastMessage(ctx context.Context, subject string) (*nats.RawStreamMsg, error) {
 	wait := 20 * time.Millisecond
 	giveUp := time.Now().Add(2 * time.Second)
 	for {
-		m, err := l.legacy.GetLastMsg(l.stream, l.subject, nats.Context(ctx))
+		m, err := l.legacy.GetLastMsg(l.stream, subject, nats.Context(ctx))
 		retry := errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrTimeout) && ctx.Err() == nil
 		if !retry || time.Now().After(giveUp) {
 			return m, err
@@ -455,7 +460,7 @@ func (l *Lease) createKey(ctx context.Context, v []byte) (uint64, error) {
 	if !isConflict(err) {
 		return rev, err
 	}
-	m, rerr := l.lastMessage(ctx)
+	m, rerr := l.lastMessage(ctx, l.subject)
 	if rerr != nil {
 		return 0, err
 	}
@@ -464,6 +469,83 @@ func (l *Lease) createKey(ctx context.Context, v []byte) (uint64, error) {
 		return l.kv.Update(ctx, Key, v, m.Sequence)
 	}
 	return 0, err
+}
+
+// longestValue is the JSON stored under LongestKey.
+type longestValue struct {
+	LeaseMS int64 `json:"lease_ms"`
+}
+
+// Advertise raises the lease kept under LongestKey to at least d, by
+// compare-and-swap on that key's revision, and returns the longest kept
+// then. The stream is compacted first if it never held a message
+// (startAboveTerms): this key may be its first message, and the lease
+// key's revisions, the fencing tokens, must still go on above the old
+// ones. A value it cannot read, or one past the bounds an engine keeps to,
+// counts as none and is written over.
+func (l *Lease) Advertise(ctx context.Context, d time.Duration) (time.Duration, error) {
+	var err error
+	for try := 0; try < 4; try++ {
+		var kept time.Duration
+		var rev uint64
+		if err = l.startAboveTerms(ctx); err == nil {
+			kept, rev, err = l.readLongest(ctx)
+		}
+		if l.recreateIfGone(ctx, err) {
+			continue
+		}
+		if err != nil {
+			break
+		}
+		if kept >= d {
+			return kept, nil
+		}
+		b, _ := json.Marshal(longestValue{LeaseMS: d.Milliseconds()}) // a struct of one integer always encodes
+		var newRev uint64
+		newRev, err = l.settled(ctx, func() (uint64, error) { return l.kv.Update(ctx, LongestKey, b, rev) })
+		if err == nil {
+			l.saw(newRev)
+			return d, nil
+		}
+		if !isConflict(err) && !l.recreateIfGone(ctx, err) {
+			break
+		}
+		// Another engine raised it, or made the bucket anew, meanwhile:
+		// read it again.
+	}
+	return 0, fmt.Errorf("advertise lease: %w", err)
+}
+
+// Longest reads the lease kept under LongestKey, and writes nothing: 0
+// when none is kept.
+func (l *Lease) Longest(ctx context.Context) (time.Duration, error) {
+	kept, _, err := l.readLongest(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("read the longest lease: %w", err)
+	}
+	return kept, nil
+}
+
+// readLongest reads the lease kept under LongestKey and the revision to
+// write it at: 0 when the key was never written, a deletion's otherwise.
+func (l *Lease) readLongest(ctx context.Context) (time.Duration, uint64, error) {
+	m, err := l.lastMessage(ctx, l.longest)
+	if errors.Is(err, nats.ErrMsgNotFound) {
+		return 0, 0, nil
+	}
+	if err != nil {
+		return 0, 0, err
+	}
+	l.saw(m.Sequence)
+	switch m.Header.Get("KV-Operation") {
+	case "DEL", "PURGE":
+		return 0, m.Sequence, nil
+	}
+	var v longestValue
+	if err := json.Unmarshal(m.Data, &v); err != nil || v.LeaseMS <= 0 || v.LeaseMS > domain.MaxLease.Milliseconds() {
+		return 0, m.Sequence, nil
+	}
+	return time.Duration(v.LeaseMS) * time.Millisecond, m.Sequence, nil
 }
 
 // Update writes h if rev is the key's current revision.

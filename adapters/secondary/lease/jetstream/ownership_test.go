@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	njs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/abi-engine/engine/adapters/secondary/lease/jetstream"
 	"github.com/abi-engine/engine/domain"
@@ -237,5 +238,67 @@ func TestRealBrokerAContenderWaitsForTheLeaseItsHolderRenewsBy(t *testing.T) {
 	}
 	if !a.o.MayServe() {
 		t.Fatalf("a stopped serving: %s", a.o.State())
+	}
+}
+
+// An engine on a short lease that finds the key deleted, or purged, under
+// a holder on a longer lease, and never saw that holder's record, waits
+// the holder's lease before it serves: the holder wrote its lease beside
+// the key before it took it, and neither a delete nor a purge of the key
+// removes that. Before, the engine waited its own lease of one second and
+// served beside the holder, which served on until its next renewal, two
+// seconds after its last, found the engine's record.
+func TestRealBrokerAnEngineThatNeverSawAHolderOfALongerLeaseWaitsItOutOverADeletedKey(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	nc := natstest.Connect(t, url)
+	js, err := njs.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, purge := range []bool{false, true} {
+		name := "Deleted"
+		if purge {
+			name = "Purged"
+		}
+		t.Run(name, func(t *testing.T) {
+			bucket := "NEVERSAW" + strings.ToUpper(name)
+			first := startEngine(t, url, bucket, "first", "")
+			first.mustClaim(t, domain.OutcomeServe) // a lease on the new key, then a released record
+			if err := first.o.Release(t.Context()); err != nil {
+				t.Fatalf("Release: %v", err)
+			}
+			a := startEngineOnLease(t, url, bucket, "a", "", 8*realLease)
+			a.mustClaim(t, domain.OutcomeServe)
+			select {
+			case <-a.renewed: // one from before, perhaps: the next is just after a renewal
+			default:
+			}
+			select {
+			case <-a.renewed:
+			case <-time.After(eventWait):
+				t.Fatalf("a did not renew within %v", eventWait)
+			}
+			// b is made, its bucket opened, before the key goes: it never
+			// reads a's record.
+			b := startEngine(t, url, bucket, "b", "")
+			kv, err := js.KeyValue(t.Context(), bucket)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// What `nats kv del` and `nats kv purge` send.
+			if purge {
+				err = kv.Purge(t.Context(), jetstream.Key)
+			} else {
+				err = kv.Delete(t.Context(), jetstream.Key)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			b.mustClaim(t, domain.OutcomeServe)
+			if a.o.MayServe() {
+				t.Fatalf("b serves while a, which held the key before it went and renews by a lease of 8s, may still serve (a is %s)", a.o.State())
+			}
+			a.waitFor(t, domain.StateLost)
+		})
 	}
 }

@@ -20,6 +20,7 @@ type Lease struct {
 	mu      sync.Mutex
 	rec     domain.Record
 	seq     uint64        // the last revision taken, which a purge keeps
+	longest time.Duration // the longest lease advertised, which a delete of the key keeps
 	changed chan struct{} // closed and replaced on every write
 }
 
@@ -77,13 +78,27 @@ func (l *Lease) Delete(ctx context.Context, rev uint64) error {
 	return nil
 }
 
+// Advertise raises the longest lease kept to at least d and returns it. A
+// delete of the key keeps it; Purge and Recreate forget it, as they do on
+// JetStream, where it is a key of the bucket's stream.
+func (l *Lease) Advertise(ctx context.Context, d time.Duration) (time.Duration, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.longest = max(l.longest, d)
+	return l.longest, nil
+}
+
 // Purge removes the key and every trace of it, as a purge of the bucket's
 // stream does: reads find no record at all, revision 0, and the next write
-// takes the revision after the last one.
+// takes the revision after the last one. The longest lease advertised goes
+// with it.
 func (l *Lease) Purge() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.rec = domain.Record{}
+	l.rec, l.longest = domain.Record{}, 0
 	l.wake()
 }
 
@@ -92,7 +107,7 @@ func (l *Lease) Purge() {
 func (l *Lease) Recreate() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.rec, l.seq = domain.Record{}, 0
+	l.rec, l.seq, l.longest = domain.Record{}, 0, 0
 	l.wake()
 }
 
