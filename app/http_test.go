@@ -557,3 +557,39 @@ func TestTheTrustedProxiesReachTheHTTPAPI(t *testing.T) {
 		}
 	}
 }
+
+// http.max_client_connections reaches the HTTP API: the clients that are
+// not trusted proxies, each within its own most, hold no more than it
+// together, and one more, from a client holding none, is answered 503.
+func TestTheClientsMostConnectionsReachTheHTTPAPI(t *testing.T) {
+	const most = 3
+	url := natstest.StartServer(t).ClientURL()
+	cfg := testConfig(t, url, "serve", "", memoryServices)
+	cfg.HTTP.MaxClientConnections = most
+	_, h, a := startWithHTTP(t, cfg)
+	defer a.RequireStop()
+	for i := range most + 1 {
+		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(fmt.Sprintf("127.0.9.%d", 10+i))}, Timeout: 20 * time.Second}
+		c, err := d.Dial("tcp", h.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+		if _, err := c.Write([]byte("GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("connection of client %d: %v", i+1, err)
+		}
+		_ = resp.Body.Close()
+		if i == most {
+			if resp.StatusCode != http.StatusServiceUnavailable {
+				t.Fatalf("the connection of client %d, past the clients' most of %d, answered %d, want 503", i+1, most, resp.StatusCode)
+			}
+		} else if resp.StatusCode != http.StatusOK {
+			t.Fatalf("the connection of client %d answered %d", i+1, resp.StatusCode)
+		}
+	}
+}

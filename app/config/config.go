@@ -128,6 +128,10 @@ type HTTP struct {
 	// MaxProxyConnections bounds the connections the trusted proxies hold
 	// to the API, all of them together; 0 is the API's default (4096).
 	MaxProxyConnections int `yaml:"max_proxy_connections,omitempty"`
+	// MaxClientConnections bounds the connections the clients that are not
+	// trusted proxies hold to the API, all of them together; 0 is the
+	// API's default (4096).
+	MaxClientConnections int `yaml:"max_client_connections,omitempty"`
 }
 
 // UsesForwarded reports whether the trusted proxies write Forwarded rather

@@ -535,6 +535,19 @@ func TestTheProxiesMostConnectionsIsACount(t *testing.T) {
 	}
 }
 
+// http.max_client_connections is a count, 0 for the API's default; a
+// negative one is refused naming the key and its line.
+func TestTheClientsMostConnectionsIsACount(t *testing.T) {
+	if c := parse(t, "http:\n  max_client_connections: 10000\n", env()); c.HTTP.MaxClientConnections != 10000 {
+		t.Fatalf("max_client_connections: 10000 read as %d", c.HTTP.MaxClientConnections)
+	}
+	_, err := config.Parse("engine.yaml", []byte("http:\n  max_client_connections: -1\n"), env())
+	if !errors.Is(err, domain.ErrInvalidConfig) || !strings.HasPrefix(err.Error(), "engine.yaml line 2: ") ||
+		!strings.Contains(err.Error(), "http.max_client_connections") {
+		t.Fatalf("max_client_connections: -1: err %v, want one naming the key at line 2", err)
+	}
+}
+
 // http.trusted_proxies takes CIDRs and single addresses, IPv4 and IPv6,
 // and refuses anything else naming the key, its line and the entry.
 func TestTrustedProxiesAreCIDRsOrAddresses(t *testing.T) {

@@ -21,6 +21,18 @@ import (
 // what a client's requests in flight and transfers need together.
 const MaxConnsPerClient = 64
 
+// MaxClientConns is how many connections the clients that are not
+// trusted proxies hold to the API at once, all of them together, unless
+// configured otherwise; one more is answered 503, with a Retry-After, and
+// closed, as one past a client's most is. The bound per client keys an
+// IPv6 address by its /64, but a home or a host is often given a /56: 256
+// such clients, 16,384 connections at 64 each, some 240 MiB at 15 KiB
+// each, and past many a process's file limit, which left the engine no
+// descriptor for its backends, its NATS connection or its files. 4096
+// hold some 60 MiB, as the trusted proxies' MaxProxyConns do, and both
+// are lowered to fit the process's file limit (see limitsFor).
+const MaxClientConns = 4096
+
 // MaxProxyConns is how many connections the trusted proxies hold to the
 // API at once, all of them together, unless configured otherwise; one
 // more is answered 503, with a Retry-After, and closed, as one past a
@@ -33,6 +45,12 @@ const MaxConnsPerClient = 64
 // workers each.
 const MaxProxyConns = 4096
 
+// FileLimitDivisor is the part of the process's file limit that the API's
+// connections, the clients' and the proxies' together, take at most: each
+// bound is lowered to a 2*FileLimitDivisor part of the limit when it is
+// above it, so half the process's descriptors are left to the engine.
+const FileLimitDivisor = 2
+
 // maxRefusing is how many connections past their client's most are
 // answered at once; past that, one is closed without an answer, so a
 // flood of connections costs no more than this many goroutines.
@@ -41,28 +59,60 @@ const maxRefusing = 64
 // refuseTime bounds how long a refused connection is read and answered.
 const refuseTime = 2 * time.Second
 
-// clientConns is a listener whose connections are bounded by client,
-// but the trusted proxies', which are bounded all together: one proxy's
-// connections carry many clients' requests, and their headers, which name
-// the clients, are not read yet.
+// connLimits are the bounds of a clientConns.
+type connLimits struct {
+	// perClient bounds one client's connections, clients those of all
+	// the clients that are not trusted proxies together.
+	perClient, clients int
+	// proxies bounds the connections of all the trusted proxies together.
+	proxies int
+}
+
+// limitsFor is the bounds of the API's connections, given those asked for
+// of all the clients' connections together (clients) and all the
+// proxies' (proxies), in a process whose file limit is files (0 when it
+// is not known): each is lowered to a 2*FileLimitDivisor part of files
+// when it is above it, at least one. lowered tells whether one was.
+func limitsFor(clients, proxies int, files uint64) (l connLimits, lowered bool) {
+	if files > 0 {
+		most := max(int(min(files/(2*FileLimitDivisor), 1<<30)), 1)
+		if clients > most {
+			clients, lowered = most, true
+		}
+		if proxies > most {
+			proxies, lowered = most, true
+		}
+	}
+	return connLimits{
+		perClient: min(MaxConnsPerClient, clients), clients: clients, proxies: proxies,
+	}, lowered
+}
+
+// clientConns is a listener whose connections are bounded by client, and
+// all the clients' together, but the trusted proxies', which are bounded
+// all together: one proxy's connections carry many clients' requests, and
+// their headers, which name the clients, are not read yet. The clients
+// and the proxies have bounds apart, so a flood of either leaves the
+// other its connections.
 type clientConns struct {
 	net.Listener
-	most, mostProxied int
-	clients           clients
+	limits  connLimits
+	clients clients
 
 	mu       sync.Mutex
 	by       map[string]int
+	direct   int
 	proxied  int
 	refusing int
 }
 
-func limitConns(ln net.Listener, most, mostProxied int, clients clients) *clientConns {
-	return &clientConns{Listener: ln, most: most, mostProxied: mostProxied, clients: clients, by: map[string]int{}}
+func limitConns(ln net.Listener, limits connLimits, clients clients) *clientConns {
+	return &clientConns{Listener: ln, limits: limits, clients: clients, by: map[string]int{}}
 }
 
-// Accept returns the next connection of a client within its most, or of
-// a trusted proxy while the proxies hold fewer than theirs, and closes
-// those past them.
+// Accept returns the next connection of a client within its most and the
+// clients' together, or of a trusted proxy while the proxies hold fewer
+// than theirs, and closes those past them.
 func (l *clientConns) Accept() (net.Conn, error) {
 	for {
 		c, err := l.Listener.Accept()
@@ -70,33 +120,50 @@ func (l *clientConns) Accept() (net.Conn, error) {
 			return nil, err
 		}
 		if a, ok := remoteIP(c.RemoteAddr().String()); ok && l.clients.trusts(a) {
-			l.mu.Lock()
-			over := l.proxied >= l.mostProxied
-			if !over {
-				l.proxied++
-			}
-			l.mu.Unlock()
-			if over {
-				l.refuse(c, fmt.Sprintf("the trusted proxies hold %d connections to this API, the most they hold together; "+
-					"reuse them, or try again later", l.mostProxied))
+			if why := l.takeProxied(); why != "" {
+				l.refuse(c, why)
 				continue
 			}
 			return &clientConn{Conn: c, release: sync.OnceFunc(l.releaseProxied)}, nil
 		}
 		client := clientAt(c.RemoteAddr().String())
-		l.mu.Lock()
-		over := l.by[client] >= l.most
-		if !over {
-			l.by[client]++
-		}
-		l.mu.Unlock()
-		if over {
-			l.refuse(c, fmt.Sprintf("this client holds %d connections to this API, the most one client holds; "+
-				"reuse them, or try again later", l.most))
+		if why := l.take(client); why != "" {
+			l.refuse(c, why)
 			continue
 		}
 		return &clientConn{Conn: c, release: sync.OnceFunc(func() { l.release(client) })}, nil
 	}
+}
+
+// take counts a connection of client, and says why it is refused when it
+// is past a bound, counting nothing.
+func (l *clientConns) take(client string) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case l.by[client] >= l.limits.perClient:
+		return fmt.Sprintf("this client holds %d connections to this API, the most one client holds; "+
+			"reuse them, or try again later", l.limits.perClient)
+	case l.direct >= l.limits.clients:
+		return fmt.Sprintf("the clients hold %d connections to this API, the most they hold together; "+
+			"try again later", l.limits.clients)
+	}
+	l.by[client]++
+	l.direct++
+	return ""
+}
+
+// takeProxied counts a connection of a trusted proxy, and says why it is
+// refused when it is past the proxies' bound, counting nothing.
+func (l *clientConns) takeProxied() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.proxied >= l.limits.proxies {
+		return fmt.Sprintf("the trusted proxies hold %d connections to this API, the most they hold together; "+
+			"reuse them, or try again later", l.limits.proxies)
+	}
+	l.proxied++
+	return ""
 }
 
 // refuse answers c's first request 503, saying why, and closes it, in a goroutine of
@@ -144,6 +211,7 @@ func (l *clientConns) refuse(c net.Conn, why string) {
 func (l *clientConns) release(client string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.direct--
 	if l.by[client]--; l.by[client] <= 0 {
 		delete(l.by, client)
 	}

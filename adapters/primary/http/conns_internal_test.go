@@ -17,7 +17,7 @@ func TestABoundedConnectionHalfClosesAsTCPDoes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bounded := limitConns(ln, MaxConnsPerClient, MaxProxyConns, clients{})
+	bounded := limitConns(ln, connLimits{perClient: MaxConnsPerClient, clients: MaxClientConns, proxies: MaxProxyConns}, clients{})
 	t.Cleanup(func() { _ = bounded.Close() })
 	client, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
@@ -47,5 +47,37 @@ func TestABoundedConnectionHalfClosesAsTCPDoes(t *testing.T) {
 	_ = server.SetReadDeadline(time.Now().Add(20 * time.Second))
 	if n, err := server.Read(make([]byte, 1)); n != 1 || err != nil {
 		t.Fatalf("the API read %d bytes, %v after its half-close, want the client's byte", n, err)
+	}
+}
+
+// The clients' and the proxies' connections, each bound lowered to a
+// quarter of the process's file limit, take at most half of it together,
+// leaving the rest to the engine's backends, NATS and files; a limit that
+// leaves room for both keeps them as asked, and an unknown one too.
+func TestTheAPIsConnectionsTakeAtMostHalfTheFileLimit(t *testing.T) {
+	for _, c := range []struct {
+		files                    uint64
+		clients, proxies         int
+		wantClients, wantProxies int
+		lowered                  bool
+	}{
+		{files: 1 << 20, clients: MaxClientConns, proxies: MaxProxyConns, wantClients: 4096, wantProxies: 4096},
+		{files: 0, clients: MaxClientConns, proxies: MaxProxyConns, wantClients: 4096, wantProxies: 4096},
+		{files: 16384, clients: MaxClientConns, proxies: MaxProxyConns, wantClients: 4096, wantProxies: 4096},
+		{files: 4096, clients: MaxClientConns, proxies: MaxProxyConns, wantClients: 1024, wantProxies: 1024, lowered: true},
+		{files: 1024, clients: 100, proxies: MaxProxyConns, wantClients: 100, wantProxies: 256, lowered: true},
+		{files: 2, clients: MaxClientConns, proxies: MaxProxyConns, wantClients: 1, wantProxies: 1, lowered: true},
+	} {
+		l, lowered := limitsFor(c.clients, c.proxies, c.files)
+		if l.clients != c.wantClients || l.proxies != c.wantProxies || lowered != c.lowered {
+			t.Errorf("file limit %d, asked %d and %d: clients %d, proxies %d, lowered %v; want %d, %d, %v",
+				c.files, c.clients, c.proxies, l.clients, l.proxies, lowered, c.wantClients, c.wantProxies, c.lowered)
+		}
+		if c.files > 0 && uint64(l.clients+l.proxies) > max(c.files/2, 2) {
+			t.Errorf("file limit %d: the API's connections take %d", c.files, l.clients+l.proxies)
+		}
+		if l.perClient > l.clients {
+			t.Errorf("file limit %d: a client's most %d is past all the clients' %d", c.files, l.perClient, l.clients)
+		}
 	}
 }

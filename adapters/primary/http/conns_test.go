@@ -3,9 +3,11 @@ package httpapi_test
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -73,4 +75,46 @@ func TestOneClientHoldsOnlyItsShareOfTheConnections(t *testing.T) {
 	if code, err := probe(other, bufio.NewReader(other)); code != http.StatusOK {
 		t.Fatalf("another client's connection, while one held its most, answered %d, %v", code, err)
 	}
+}
+
+// The clients that are not trusted proxies hold at most their connections
+// all together: one more, from a client holding none, is answered 503 and
+// closed, while a trusted proxy still connects, and a connection a client
+// closes gives its place back. A client is bounded by its address, an IPv6
+// one by its /64, and a home or a host given a /56 is 256 such clients:
+// with no bound on all of them together, they reached the process's file
+// limit and left the engine none for its backends.
+func TestTheClientsHoldOnlyTheirConnectionsTogether(t *testing.T) {
+	const most = 8
+	url := serveReal(t, memoryServices(t), httpapi.Options{
+		TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.8.1/32")},
+		MaxClientConns: most,
+	})
+	var held []net.Conn
+	for i := range most {
+		c := dialFrom(t, fmt.Sprintf("127.0.9.%d", 1+i), url)
+		if code, err := probe(c, bufio.NewReader(c)); code != http.StatusOK {
+			t.Fatalf("connection %d of the clients, within their most of %d, answered %d, %v", i+1, most, code, err)
+		}
+		held = append(held, c)
+	}
+	c := dialFrom(t, "127.0.9.100", url)
+	r := bufio.NewReader(c)
+	if code, err := probe(c, r); code != http.StatusServiceUnavailable {
+		t.Fatalf("a connection of a client holding none, past the clients' most of %d, answered %d (%v), want 503", most, code, err)
+	}
+	if _, err := r.ReadByte(); err == nil {
+		t.Fatalf("a connection past the clients' most was kept open after its 503")
+	}
+	proxy := dialFrom(t, "127.0.8.1", url)
+	if code, err := probe(proxy, bufio.NewReader(proxy)); code != http.StatusOK {
+		t.Fatalf("a trusted proxy, while the clients held their most, answered %d, %v", code, err)
+	}
+
+	_ = held[0].Close()
+	waitUntil(t, func() bool {
+		c := dialFrom(t, "127.0.9.100", url)
+		code, _ := probe(c, bufio.NewReader(c))
+		return code == http.StatusOK
+	})
 }

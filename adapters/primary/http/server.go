@@ -103,6 +103,10 @@ type Options struct {
 	// MaxProxyConns bounds the connections the trusted proxies hold, all
 	// together, when Serve serves these Options; MaxProxyConns when <= 0.
 	MaxProxyConns int
+	// MaxClientConns bounds the connections the clients that are not
+	// trusted proxies hold, all together, when Serve serves these
+	// Options; MaxClientConns when <= 0.
+	MaxClientConns int
 }
 
 // api holds what the handlers share.
@@ -384,9 +388,11 @@ func Bind(addr string) (net.Listener, error) {
 
 // Serve serves the API of o (NewHandler) on ln in a goroutine until
 // Shutdown, which closes ln. A client holds at most MaxConnsPerClient
-// connections at once; the trusted proxies (o.TrustedProxies), whose
-// connections carry many clients' requests, are not bounded so, but
-// hold at most o.MaxProxyConns all together.
+// connections at once, and the clients at most o.MaxClientConns all
+// together; the trusted proxies (o.TrustedProxies), whose connections
+// carry many clients' requests, are not bounded so, but hold at most
+// o.MaxProxyConns all together. Both bounds are lowered to fit the
+// process's file limit (see limitsFor).
 func Serve(ln net.Listener, o Options) *Server {
 	logger := o.Logger
 	if logger == nil {
@@ -395,6 +401,15 @@ func Serve(ln net.Listener, o Options) *Server {
 	o.Logger = logger
 	if o.MaxProxyConns <= 0 {
 		o.MaxProxyConns = MaxProxyConns
+	}
+	if o.MaxClientConns <= 0 {
+		o.MaxClientConns = MaxClientConns
+	}
+	files := fileLimit()
+	limits, lowered := limitsFor(o.MaxClientConns, o.MaxProxyConns, files)
+	if lowered {
+		logger.Warn("the HTTP API's connections are lowered to fit the process's file limit",
+			"file_limit", files, "max_client_connections", limits.clients, "max_proxy_connections", limits.proxies)
 	}
 	h := NewHandler(o)
 	s := &Server{
@@ -416,7 +431,7 @@ func Serve(ln net.Listener, o Options) *Server {
 	}
 	go func() {
 		defer close(s.done)
-		if err := s.srv.Serve(limitConns(ln, MaxConnsPerClient, o.MaxProxyConns, clients{trusted: o.TrustedProxies, header: o.ProxyHeader})); !errors.Is(err, http.ErrServerClosed) {
+		if err := s.srv.Serve(limitConns(ln, limits, clients{trusted: o.TrustedProxies, header: o.ProxyHeader})); !errors.Is(err, http.ErrServerClosed) {
 			logger.Error("the HTTP API stopped serving", "err", err)
 			s.mu.Lock()
 			s.err = err
