@@ -134,6 +134,7 @@ func (h *HTTP) Start(context.Context) error {
 		TrustedProxies: proxies,
 		ProxyHeader:    header,
 		MaxProxyConns:  h.cfg.MaxProxyConnections,
+		ProxyConnShare: h.cfg.MaxConnectionsPerProxy,
 		MaxClientConns: h.cfg.MaxClientConnections,
 		Logger:         h.log,
 	})

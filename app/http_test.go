@@ -519,10 +519,12 @@ func TestAnHTTPWriteGivenUpWhileItsConnectionReconnectsNeverLandsLater(t *testin
 	}
 }
 
-// http.trusted_proxies and http.max_proxy_connections reach the HTTP API:
-// a trusted proxy's connections are not bounded as one client's, so it
-// opens more than httpapi.MaxConnsPerClient and each is answered, up to
-// the proxies' most, past which one is answered 503.
+// http.trusted_proxies, http.max_proxy_connections and
+// http.max_connections_per_proxy reach the HTTP API: a trusted proxy's
+// connections are not bounded as one client's, so it opens more than
+// httpapi.MaxConnsPerClient, and more than a quarter of the proxies' most
+// once its own most is all of theirs, and each is answered, up to the
+// proxies' most, past which one is answered 503.
 func TestTheTrustedProxiesReachTheHTTPAPI(t *testing.T) {
 	const proxy = "127.0.9.1"
 	const most = httpapi.MaxConnsPerClient + 1
@@ -530,6 +532,7 @@ func TestTheTrustedProxiesReachTheHTTPAPI(t *testing.T) {
 	cfg := testConfig(t, url, "serve", "", memoryServices)
 	cfg.HTTP.TrustedProxies = []string{proxy}
 	cfg.HTTP.MaxProxyConnections = most
+	cfg.HTTP.MaxConnectionsPerProxy = most
 	_, h, a := startWithHTTP(t, cfg)
 	defer a.RequireStop()
 	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(proxy)}, Timeout: 20 * time.Second}

@@ -128,6 +128,10 @@ type HTTP struct {
 	// MaxProxyConnections bounds the connections the trusted proxies hold
 	// to the API, all of them together; 0 is the API's default (4096).
 	MaxProxyConnections int `yaml:"max_proxy_connections,omitempty"`
+	// MaxConnectionsPerProxy bounds the connections one trusted proxy
+	// address holds to the API, of MaxProxyConnections; 0 is a quarter of
+	// them.
+	MaxConnectionsPerProxy int `yaml:"max_connections_per_proxy,omitempty"`
 	// MaxClientConnections bounds the connections the clients that are not
 	// trusted proxies hold to the API, all of them together; 0 is the
 	// API's default (4096).

@@ -535,6 +535,19 @@ func TestTheProxiesMostConnectionsIsACount(t *testing.T) {
 	}
 }
 
+// http.max_connections_per_proxy is a count, 0 for a quarter of the
+// proxies' most; a negative one is refused naming the key and its line.
+func TestTheMostConnectionsOfOneProxyIsACount(t *testing.T) {
+	if c := parse(t, "http:\n  max_connections_per_proxy: 4096\n", env()); c.HTTP.MaxConnectionsPerProxy != 4096 {
+		t.Fatalf("max_connections_per_proxy: 4096 read as %d", c.HTTP.MaxConnectionsPerProxy)
+	}
+	_, err := config.Parse("engine.yaml", []byte("http:\n  max_connections_per_proxy: -1\n"), env())
+	if !errors.Is(err, domain.ErrInvalidConfig) || !strings.HasPrefix(err.Error(), "engine.yaml line 2: ") ||
+		!strings.Contains(err.Error(), "http.max_connections_per_proxy") {
+		t.Fatalf("max_connections_per_proxy: -1: err %v, want one naming the key at line 2", err)
+	}
+}
+
 // http.max_client_connections is a count, 0 for the API's default; a
 // negative one is refused naming the key and its line.
 func TestTheClientsMostConnectionsIsACount(t *testing.T) {

@@ -165,6 +165,9 @@ func (c *Config) validateHTTP() error {
 	if n := c.HTTP.MaxProxyConnections; n < 0 {
 		return c.errAt("http.max_proxy_connections", fmt.Errorf("%d: want a count of connections, or 0 for the default", n))
 	}
+	if n := c.HTTP.MaxConnectionsPerProxy; n < 0 {
+		return c.errAt("http.max_connections_per_proxy", fmt.Errorf("%d: want a count of connections, or 0 for a quarter of http.max_proxy_connections", n))
+	}
 	if n := c.HTTP.MaxClientConnections; n < 0 {
 		return c.errAt("http.max_client_connections", fmt.Errorf("%d: want a count of connections, or 0 for the default", n))
 	}

@@ -306,20 +306,20 @@ func TestAForwardedThatNamesNoAddressCountsAgainstTheProxy(t *testing.T) {
 // were bounded by nothing, so any host in the range could open as many as
 // its ports allowed and hold the engine's memory with them.
 func TestTheTrustedProxiesHoldOnlyTheirConnectionsTogether(t *testing.T) {
-	const most = 4
+	const most = 4 // one for each proxy, a quarter of the most
 	url := serveReal(t, memoryServices(t), httpapi.Options{
-		TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.8.0/30")},
+		TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.8.0/29")},
 		MaxProxyConns:  most,
 	})
 	var held []net.Conn
 	for i := range most {
-		c := dialFrom(t, fmt.Sprintf("127.0.8.%d", 1+i%2), url)
+		c := dialFrom(t, fmt.Sprintf("127.0.8.%d", 1+i), url)
 		if code, err := probe(c, bufio.NewReader(c)); code != http.StatusOK {
 			t.Fatalf("connection %d of the trusted proxies, within their most of %d, answered %d, %v", i+1, most, code, err)
 		}
 		held = append(held, c)
 	}
-	c := dialFrom(t, "127.0.8.3", url)
+	c := dialFrom(t, "127.0.8.5", url)
 	r := bufio.NewReader(c)
 	if code, err := probe(c, r); code != http.StatusServiceUnavailable {
 		t.Fatalf("a connection of a trusted proxy past the proxies' most of %d answered %d (%v), want 503", most, code, err)
@@ -327,14 +327,58 @@ func TestTheTrustedProxiesHoldOnlyTheirConnectionsTogether(t *testing.T) {
 	if _, err := r.ReadByte(); err == nil {
 		t.Fatalf("a connection past the proxies' most was kept open after its 503")
 	}
-	other := dialFrom(t, "127.0.8.4", url)
+	other := dialFrom(t, "127.0.8.9", url)
 	if code, err := probe(other, bufio.NewReader(other)); code != http.StatusOK {
 		t.Fatalf("a client that is no proxy, while the proxies held their most, answered %d, %v", code, err)
 	}
 
 	_ = held[0].Close()
 	waitUntil(t, func() bool {
-		c := dialFrom(t, "127.0.8.1", url)
+		c := dialFrom(t, "127.0.8.5", url)
+		code, _ := probe(c, bufio.NewReader(c))
+		return code == http.StatusOK
+	})
+}
+
+// One trusted proxy address holds at most a quarter of the proxies'
+// connections: one more from it is answered 503 and closed, while another
+// proxy still connects, and a connection it closes gives its place back.
+// A trusted range is often wide, an ingress's whole pod range, and one
+// host in it that opened all it could filled the proxies' one bound and
+// had the real ingress's connections refused.
+func TestOneTrustedProxyHoldsOnlyItsShareOfTheProxiesConnections(t *testing.T) {
+	const most, share = 8, 2
+	url := serveReal(t, memoryServices(t), httpapi.Options{
+		TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.8.0/29")},
+		MaxProxyConns:  most,
+	})
+	var held []net.Conn
+	for i := range share {
+		c := dialFrom(t, proxyIP, url)
+		if code, err := probe(c, bufio.NewReader(c)); code != http.StatusOK {
+			t.Fatalf("connection %d of a trusted proxy, within its share of %d, answered %d, %v", i+1, share, code, err)
+		}
+		held = append(held, c)
+	}
+	c := dialFrom(t, proxyIP, url)
+	r := bufio.NewReader(c)
+	if code, err := probe(c, r); code != http.StatusServiceUnavailable {
+		t.Fatalf("connection %d of one trusted proxy, past its share of %d of the proxies' %d, answered %d (%v), want 503",
+			share+1, share, most, code, err)
+	}
+	if _, err := r.ReadByte(); err == nil {
+		t.Fatalf("a connection past its proxy's share was kept open after its 503")
+	}
+	for i := range most - share {
+		c := dialFrom(t, fmt.Sprintf("127.0.8.%d", 2+i%3), url)
+		if code, err := probe(c, bufio.NewReader(c)); code != http.StatusOK {
+			t.Fatalf("connection %d of the other proxies, while one held its share, answered %d, %v", i+1, code, err)
+		}
+	}
+
+	_ = held[0].Close()
+	waitUntil(t, func() bool {
+		c := dialFrom(t, proxyIP, url)
 		code, _ := probe(c, bufio.NewReader(c))
 		return code == http.StatusOK
 	})

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"sync"
 	"time"
 )
@@ -42,8 +43,17 @@ const MaxClientConns = 4096
 // many as its ports allowed, some 400 MiB of the engine's memory from one
 // address. 4096 hold some 60 MiB, and are more than ingress-nginx keeps
 // idle to one upstream (320 a worker process) on a few replicas of a few
-// workers each.
+// workers each. One proxy address holds at most a ProxyShareDivisor part
+// of them, unless configured otherwise.
 const MaxProxyConns = 4096
+
+// ProxyShareDivisor is the part of the trusted proxies' connections that
+// one of their addresses holds, unless configured otherwise: a quarter,
+// as a client's shares are. A trusted range is often wide, and one host
+// in it that opened all it could filled the proxies' one bound and had
+// the real ingress's connections refused; now it leaves them three
+// quarters.
+const ProxyShareDivisor = 4
 
 // FileLimitDivisor is the part of the process's file limit that the API's
 // connections, the clients' and the proxies' together, take at most: each
@@ -64,16 +74,19 @@ type connLimits struct {
 	// perClient bounds one client's connections, clients those of all
 	// the clients that are not trusted proxies together.
 	perClient, clients int
-	// proxies bounds the connections of all the trusted proxies together.
-	proxies int
+	// perProxy bounds one trusted proxy address's connections, proxies
+	// those of all the trusted proxies together.
+	perProxy, proxies int
 }
 
 // limitsFor is the bounds of the API's connections, given those asked for
-// of all the clients' connections together (clients) and all the
-// proxies' (proxies), in a process whose file limit is files (0 when it
-// is not known): each is lowered to a 2*FileLimitDivisor part of files
-// when it is above it, at least one. lowered tells whether one was.
-func limitsFor(clients, proxies int, files uint64) (l connLimits, lowered bool) {
+// of all the clients' connections together (clients), all the proxies'
+// (proxies) and one proxy address's (perProxy, a ProxyShareDivisor part
+// of the proxies' bound, at least one, when <= 0), in a process whose file limit is files (0 when
+// it is not known): each of the first two is lowered to a
+// 2*FileLimitDivisor part of files when it is above it, at least one, and
+// a proxy's is at most the proxies'. lowered tells whether one was.
+func limitsFor(clients, proxies, perProxy int, files uint64) (l connLimits, lowered bool) {
 	if files > 0 {
 		most := max(int(min(files/(2*FileLimitDivisor), 1<<30)), 1)
 		if clients > most {
@@ -83,14 +96,18 @@ func limitsFor(clients, proxies int, files uint64) (l connLimits, lowered bool) 
 			proxies, lowered = most, true
 		}
 	}
+	if perProxy <= 0 {
+		perProxy = max(proxies/ProxyShareDivisor, 1)
+	}
 	return connLimits{
-		perClient: min(MaxConnsPerClient, clients), clients: clients, proxies: proxies,
+		perClient: min(MaxConnsPerClient, clients), clients: clients,
+		perProxy: min(perProxy, proxies), proxies: proxies,
 	}, lowered
 }
 
 // clientConns is a listener whose connections are bounded by client, and
 // all the clients' together, but the trusted proxies', which are bounded
-// all together: one proxy's connections carry many clients' requests, and
+// by proxy address and all together: one proxy's connections carry many clients' requests, and
 // their headers, which name the clients, are not read yet. The clients
 // and the proxies have bounds apart, so a flood of either leaves the
 // other its connections.
@@ -102,17 +119,18 @@ type clientConns struct {
 	mu       sync.Mutex
 	by       map[string]int
 	direct   int
+	byProxy  map[netip.Addr]int
 	proxied  int
 	refusing int
 }
 
 func limitConns(ln net.Listener, limits connLimits, clients clients) *clientConns {
-	return &clientConns{Listener: ln, limits: limits, clients: clients, by: map[string]int{}}
+	return &clientConns{Listener: ln, limits: limits, clients: clients, by: map[string]int{}, byProxy: map[netip.Addr]int{}}
 }
 
 // Accept returns the next connection of a client within its most and the
-// clients' together, or of a trusted proxy while the proxies hold fewer
-// than theirs, and closes those past them.
+// clients' together, or of a trusted proxy within its most and the
+// proxies' together, and closes those past them.
 func (l *clientConns) Accept() (net.Conn, error) {
 	for {
 		c, err := l.Listener.Accept()
@@ -120,11 +138,11 @@ func (l *clientConns) Accept() (net.Conn, error) {
 			return nil, err
 		}
 		if a, ok := remoteIP(c.RemoteAddr().String()); ok && l.clients.trusts(a) {
-			if why := l.takeProxied(); why != "" {
+			if why := l.takeProxied(a); why != "" {
 				l.refuse(c, why)
 				continue
 			}
-			return &clientConn{Conn: c, release: sync.OnceFunc(l.releaseProxied)}, nil
+			return &clientConn{Conn: c, release: sync.OnceFunc(func() { l.releaseProxied(a) })}, nil
 		}
 		client := clientAt(c.RemoteAddr().String())
 		if why := l.take(client); why != "" {
@@ -153,15 +171,23 @@ func (l *clientConns) take(client string) string {
 	return ""
 }
 
-// takeProxied counts a connection of a trusted proxy, and says why it is
-// refused when it is past the proxies' bound, counting nothing.
-func (l *clientConns) takeProxied() string {
+// takeProxied counts a connection of the trusted proxy at a, and says why
+// it is refused when it is past a bound, counting nothing. A proxy is its
+// exact address, an IPv6 one too: the operator lists the proxies, and
+// pods of one node often share a /64.
+func (l *clientConns) takeProxied(a netip.Addr) string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.proxied >= l.limits.proxies {
+	switch {
+	case l.byProxy[a] >= l.limits.perProxy:
+		return fmt.Sprintf("this trusted proxy holds %d connections to this API, the most one proxy address holds "+
+			"of the %d the trusted proxies hold together; reuse them, or try again later",
+			l.limits.perProxy, l.limits.proxies)
+	case l.proxied >= l.limits.proxies:
 		return fmt.Sprintf("the trusted proxies hold %d connections to this API, the most they hold together; "+
 			"reuse them, or try again later", l.limits.proxies)
 	}
+	l.byProxy[a]++
 	l.proxied++
 	return ""
 }
@@ -217,10 +243,13 @@ func (l *clientConns) release(client string) {
 	}
 }
 
-func (l *clientConns) releaseProxied() {
+func (l *clientConns) releaseProxied(a netip.Addr) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.proxied--
+	if l.byProxy[a]--; l.byProxy[a] <= 0 {
+		delete(l.byProxy, a)
+	}
 }
 
 // clientConn gives its client's place back when it closes.

@@ -17,7 +17,7 @@ func TestABoundedConnectionHalfClosesAsTCPDoes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bounded := limitConns(ln, connLimits{perClient: MaxConnsPerClient, clients: MaxClientConns, proxies: MaxProxyConns}, clients{})
+	bounded := limitConns(ln, connLimits{perClient: MaxConnsPerClient, clients: MaxClientConns, perProxy: MaxProxyConns, proxies: MaxProxyConns}, clients{})
 	t.Cleanup(func() { _ = bounded.Close() })
 	client, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
@@ -68,7 +68,7 @@ func TestTheAPIsConnectionsTakeAtMostHalfTheFileLimit(t *testing.T) {
 		{files: 1024, clients: 100, proxies: MaxProxyConns, wantClients: 100, wantProxies: 256, lowered: true},
 		{files: 2, clients: MaxClientConns, proxies: MaxProxyConns, wantClients: 1, wantProxies: 1, lowered: true},
 	} {
-		l, lowered := limitsFor(c.clients, c.proxies, c.files)
+		l, lowered := limitsFor(c.clients, c.proxies, 0, c.files)
 		if l.clients != c.wantClients || l.proxies != c.wantProxies || lowered != c.lowered {
 			t.Errorf("file limit %d, asked %d and %d: clients %d, proxies %d, lowered %v; want %d, %d, %v",
 				c.files, c.clients, c.proxies, l.clients, l.proxies, lowered, c.wantClients, c.wantProxies, c.lowered)
@@ -78,6 +78,24 @@ func TestTheAPIsConnectionsTakeAtMostHalfTheFileLimit(t *testing.T) {
 		}
 		if l.perClient > l.clients {
 			t.Errorf("file limit %d: a client's most %d is past all the clients' %d", c.files, l.perClient, l.clients)
+		}
+		if want := max(l.proxies/ProxyShareDivisor, 1); l.perProxy != want {
+			t.Errorf("file limit %d: a proxy's most %d, want a quarter of the proxies' %d", c.files, l.perProxy, l.proxies)
+		}
+	}
+}
+
+// One proxy address's most is a quarter of the proxies' unless asked
+// otherwise, and never more than the proxies' together.
+func TestAProxysMostIsAQuarterOfTheProxiesUnlessAsked(t *testing.T) {
+	for _, c := range []struct{ proxies, asked, want int }{
+		{proxies: MaxProxyConns, want: 1024},
+		{proxies: 3, want: 1},
+		{proxies: MaxProxyConns, asked: 4096, want: 4096},
+		{proxies: 100, asked: 500, want: 100},
+	} {
+		if l, _ := limitsFor(MaxClientConns, c.proxies, c.asked, 0); l.perProxy != c.want {
+			t.Errorf("proxies %d, asked %d: a proxy's most %d, want %d", c.proxies, c.asked, l.perProxy, c.want)
 		}
 	}
 }

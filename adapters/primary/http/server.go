@@ -102,7 +102,11 @@ type Options struct {
 	ProxyHeader ProxyHeader
 	// MaxProxyConns bounds the connections the trusted proxies hold, all
 	// together, when Serve serves these Options; MaxProxyConns when <= 0.
-	MaxProxyConns int
+	// ProxyConnShare bounds those of one proxy address: a
+	// ProxyShareDivisor part of MaxProxyConns, at least one, when <= 0,
+	// and at most MaxProxyConns (see limitsFor).
+	MaxProxyConns  int
+	ProxyConnShare int
 	// MaxClientConns bounds the connections the clients that are not
 	// trusted proxies hold, all together, when Serve serves these
 	// Options; MaxClientConns when <= 0.
@@ -391,7 +395,8 @@ func Bind(addr string) (net.Listener, error) {
 // connections at once, and the clients at most o.MaxClientConns all
 // together; the trusted proxies (o.TrustedProxies), whose connections
 // carry many clients' requests, are not bounded so, but hold at most
-// o.MaxProxyConns all together. Both bounds are lowered to fit the
+// o.MaxProxyConns all together, and one proxy address o.ProxyConnShare
+// of them. Both bounds are lowered to fit the
 // process's file limit (see limitsFor).
 func Serve(ln net.Listener, o Options) *Server {
 	logger := o.Logger
@@ -406,7 +411,7 @@ func Serve(ln net.Listener, o Options) *Server {
 		o.MaxClientConns = MaxClientConns
 	}
 	files := fileLimit()
-	limits, lowered := limitsFor(o.MaxClientConns, o.MaxProxyConns, files)
+	limits, lowered := limitsFor(o.MaxClientConns, o.MaxProxyConns, o.ProxyConnShare, files)
 	if lowered {
 		logger.Warn("the HTTP API's connections are lowered to fit the process's file limit",
 			"file_limit", files, "max_client_connections", limits.clients, "max_proxy_connections", limits.proxies)
