@@ -132,7 +132,12 @@ func TestASearchWaitingForTheLoadOfItsIndexLeavesWhenItGivesUp(t *testing.T) {
 // nil, hears every read of a collection.
 func heldInItsLoad(t *testing.T, read func(string)) (*Store, func()) {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "vectors.sqlite")
+	return heldInItsLoadAt(t, filepath.Join(t.TempDir(), "vectors.sqlite"), read)
+}
+
+// heldInItsLoadAt is heldInItsLoad on a file at path.
+func heldInItsLoadAt(t *testing.T, path string, read func(string)) (*Store, func()) {
+	t.Helper()
 	writeCollection(t, path)
 	loading, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once

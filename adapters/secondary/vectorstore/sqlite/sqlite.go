@@ -385,17 +385,6 @@ func tick(ctx context.Context, tx *sql.Tx, name string) (seq, prev int64, err er
 	return seq, prev, nil
 }
 
-// entry gets or makes the cache entry of a collection; nil once the
-// handle is closed.
-func (s *Store) entry(name string) *cached {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return nil
-	}
-	return s.entryLocked(name)
-}
-
 // isClosed reports whether Close has begun.
 func (s *Store) isClosed() bool {
 	s.mu.Lock()
@@ -850,12 +839,15 @@ func (s *Store) forget(name string, dropped bool) {
 		s.drops++
 	}
 	s.mu.Unlock()
-	if !ok {
-		return
+	if ok {
+		s.letGo(c)
 	}
-	// A sync under way (the load of the collection, which may take
-	// seconds) closes the index as it lets go; the drop does not wait
-	// for it.
+}
+
+// letGo closes the index of an entry the handle has let go of. A sync
+// under way (the load of the collection, which may take seconds) closes
+// it as it lets go; the caller does not wait for it.
+func (s *Store) letGo(c *cached) {
 	c.gone.Store(true)
 	if c.syncs.Load() > 0 {
 		return
@@ -969,21 +961,28 @@ func (s *Store) CreateCollection(ctx context.Context, name string, dimension int
 		return err
 	}
 	// The handle indexes the new collection from the start, so its own
-	// upserts go into the index as they are written.
-	c := s.entry(name)
-	if c == nil {
-		return nil // closed: the collection is in the file, and no index outlives the handle
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if s.isClosed() {
-		return nil
-	}
-	if c.index != nil {
-		c.index.Close()
-	}
+	// upserts go into the index as they are written. The index goes into
+	// an entry of its own: the handle may still hold one of a collection
+	// of the same name that another handle dropped, whose load, under
+	// way, the create does not wait for.
+	c := &cached{turn: make(chan struct{}, 1)}
 	c.set(vecindex.New(dimension, metric, s.indexOptions()))
 	c.created, c.version = seq, seq
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		c.index.Close()
+		return nil // the collection is in the file, and no index outlives the handle
+	}
+	old, had := s.indexes[name]
+	s.indexes[name] = c
+	if had {
+		s.drops++
+	}
+	s.mu.Unlock()
+	if had {
+		s.letGo(old)
+	}
 	return nil
 }
 func (s *Store) DeleteCollection(ctx context.Context, name string) error {
