@@ -109,8 +109,10 @@ type Store struct {
 
 // syncHooks are points of sync where tests stop it; nil outside tests.
 type syncHooks struct {
-	read    func(name string)                      // sync has read the collection from its snapshot
-	catchUp func(ctx context.Context, name string) // a sync or a load holds the index and reads the collection into it, until ctx ends
+	read     func(name string)                      // sync has read the collection from its snapshot
+	catchUp  func(ctx context.Context, name string) // a sync or a load holds the index and reads the collection into it, until ctx ends
+	applying func(name string)                      // a write of the handle holds the index's turn and goes on to give it its change
+	wait     func(name string)                      // a call found the index's turn taken and waits for it
 }
 
 // cached is a handle's index of one collection and the point of the file's
@@ -119,10 +121,15 @@ type syncHooks struct {
 type cached struct {
 	// turn holds a token while a sync, or the load it hands the turn
 	// to, brings the index up to date, holding mu for seconds as it
-	// reads a whole collection or many writes. A search waits
+	// reads a whole collection or many writes. Whatever takes mu to
+	// write takes the turn first, save Close: a search waits
 	// for the turn, not for mu, so that it can leave as soon as it gives
 	// up (take), and takes mu only once it has the turn, when mu is never
-	// held for long.
+	// held for long; a write of the handle, or a drop, only tries it
+	// (tryTurn), and leaves its change to the next search when the turn
+	// is taken, rather than wait for a load. Looking for a sync under
+	// way and taking the turn are one step, so no load begins between
+	// the two.
 	turn chan struct{}
 	// mu is held to write while the index catches up with the file or
 	// takes a write of the handle, and to read while a search walks it,
@@ -136,15 +143,9 @@ type cached struct {
 	// as long as it reads the collection, and collections, which only
 	// tells how much of the index is built, must not wait for that.
 	shown atomic.Pointer[vecindex.Index]
-	// syncs counts the syncs holding mu to write or waiting for it. A
-	// write of the handle that finds one under way leaves its change to
-	// the next search, which reads it from the file, rather than answer
-	// only once a load, which may take seconds, is over (applied); so
-	// does a drop, which leaves the index to be closed by the last of
-	// them (forget).
-	syncs atomic.Int32
-	// gone is set once the handle has let go of the entry: a sync that
-	// lets go of mu then closes the index it leaves.
+	// gone is set once the handle has let go of the entry: whoever gives
+	// back the turn then closes the index it leaves (giveBack), or leaves
+	// that to whoever holds the turn by then.
 	gone atomic.Bool
 }
 
@@ -152,6 +153,41 @@ type cached struct {
 func (c *cached) set(x *vecindex.Index) {
 	c.index = x
 	c.shown.Store(x)
+}
+
+// tryTurn takes c's turn if nobody holds it, at once, and reports whether
+// it did.
+func (c *cached) tryTurn() bool {
+	select {
+	case c.turn <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+// giveBack gives back c's turn, taken to write, and closes the index of
+// an entry the handle has let go of.
+func (c *cached) giveBack() {
+	<-c.turn
+	if c.gone.Load() {
+		c.closeIfFree()
+	}
+}
+
+// closeIfFree closes and drops the index of an entry the handle has let
+// go of, when nobody holds its turn; whoever holds it closes the index as
+// it gives the turn back.
+func (c *cached) closeIfFree() {
+	if !c.tryTurn() {
+		return
+	}
+	c.mu.Lock()
+	if c.index != nil {
+		c.discard()
+	}
+	c.mu.Unlock()
+	<-c.turn
 }
 
 var _ ports.VectorStore = (*Store)(nil)
@@ -404,8 +440,14 @@ func (s *Store) entryLocked(name string) *cached {
 // take waits for c's turn (see cached.turn), or for ctx to end, or the
 // handle to close (errClosed): a search whose caller gave up leaves at
 // once rather than wait for a load of the collection that may take
-// seconds. The caller gives the turn back with <-c.turn.
-func (s *Store) take(ctx context.Context, c *cached) error {
+// seconds. The caller gives the turn back (giveBack).
+func (s *Store) take(ctx context.Context, name string, c *cached) error {
+	if c.tryTurn() {
+		return nil
+	}
+	if s.hooks.wait != nil {
+		s.hooks.wait(name)
+	}
 	select {
 	case c.turn <- struct{}{}:
 		return nil
@@ -488,7 +530,7 @@ func (s *Store) sync(ctx context.Context, tx *sql.Tx, name string, drops uint64,
 		if err != nil {
 			return view{}, err
 		}
-		if err := s.take(ctx, c); err != nil {
+		if err := s.take(ctx, name, c); err != nil {
 			return view{}, fmt.Errorf("wait for the index of %q: %w", name, err)
 		}
 		v, loaded, err := s.syncTurn(ctx, tx, name, c, at, again)
@@ -522,19 +564,11 @@ type snapshot struct {
 // syncTurn is sync once it has c's turn, which it gives back, or hands to
 // the load that it starts: then loaded is where that load answers.
 func (s *Store) syncTurn(ctx context.Context, tx *sql.Tx, name string, c *cached, at snapshot, again bool) (v view, loaded <-chan error, err error) {
-	c.syncs.Add(1)
 	c.mu.Lock()
 	defer func() {
-		// In this order, against forget's: a drop that saw this sync
-		// under way finds gone set here, and one that did not closes
-		// the index itself.
-		c.syncs.Add(-1)
-		if c.gone.Load() && c.index != nil {
-			c.index.Close()
-		}
 		c.mu.Unlock()
 		if loaded == nil {
-			<-c.turn
+			c.giveBack()
 		}
 	}()
 	if s.isClosed() {
@@ -605,10 +639,6 @@ func (s *Store) startLoad(c *cached, name string) <-chan error {
 		return nil
 	}
 	s.loads.Add(1)
-	// The load counts among the syncs from here, while the caller still
-	// holds c.mu: a write of the handle never finds none between the two
-	// and waits for mu, which the load holds for as long as it reads.
-	c.syncs.Add(1)
 	loaded := make(chan error, 1)
 	go func() {
 		defer s.loads.Done()
@@ -624,7 +654,7 @@ func (s *Store) startLoad(c *cached, name string) <-chan error {
 // otherwise only what was written since is read. A catch-up that fails
 // has changed nothing: the index stays where it stood, graph and all,
 // for the next load to catch up from. load holds c's turn, which it gives
-// back as it ends, counts among c's syncs from startLoad on, and ends with
+// back as it ends, and ends with
 // the handle (life). It runs on a goroutine of its own, where a panic (a
 // bug, or values that break the index's code) would end the process,
 // which may hold the lease: the index it may have left part changed is
@@ -635,13 +665,8 @@ func (s *Store) load(c *cached, name string) (err error) {
 		if p := recover(); p != nil {
 			err = s.loadPanicked(c, name, p)
 		}
-		// As in syncTurn, against forget's.
-		c.syncs.Add(-1)
-		if c.gone.Load() && c.index != nil {
-			c.index.Close()
-		}
 		c.mu.Unlock()
-		<-c.turn
+		c.giveBack()
 	}()
 	if s.isClosed() {
 		return errClosed
@@ -711,19 +736,29 @@ func (s *Store) hold(ctx context.Context, tx *sql.Tx, name string, drops uint64,
 		}
 		// The lock is taken with the turn, which a sync that has begun
 		// to catch the index up since holds for as long as it reads.
-		if err := s.take(ctx, v.c); err != nil {
+		if err := s.take(ctx, name, v.c); err != nil {
 			return view{}, nil, fmt.Errorf("wait for the index of %q: %w", name, err)
 		}
 		v.c.mu.RLock()
 		<-v.c.turn
 		switch {
 		case v.c.index == v.index && v.c.version == v.version:
-			return v, v.c.mu.RUnlock, nil
+			return v, v.c.unread, nil
 		case v.c.index == v.index && v.c.version > v.version:
-			v.c.mu.RUnlock()
+			v.c.unread()
 			return view{}, nil, errAhead
 		}
-		v.c.mu.RUnlock()
+		v.c.unread()
+	}
+}
+
+// unread lets go of mu, read-locked by hold, and closes the index of an
+// entry the handle let go of meanwhile, which could not be closed while
+// hold had the turn.
+func (c *cached) unread() {
+	c.mu.RUnlock()
+	if c.gone.Load() {
+		c.closeIfFree()
 	}
 }
 
@@ -846,31 +881,28 @@ func (s *Store) forget(name string, dropped bool) {
 
 // letGo closes the index of an entry the handle has let go of. A sync
 // under way (the load of the collection, which may take seconds) closes
-// it as it lets go; the caller does not wait for it.
+// it as it gives back the turn; the caller does not wait for it.
 func (s *Store) letGo(c *cached) {
 	c.gone.Store(true)
-	if c.syncs.Load() > 0 {
-		return
-	}
-	c.mu.Lock()
-	if c.index != nil {
-		c.index.Close()
-	}
-	c.mu.Unlock()
+	c.closeIfFree()
 }
 
 // applied tells the handle's index of a write it made as version seq over
 // version prev: when the index stood at prev it takes the write directly,
 // otherwise the next search catches up from the file. So does the next
-// search when a sync of the index is under way: the write, committed,
-// does not wait for it, which for the load of a large collection would
-// be seconds.
+// search when the index's turn is taken, by a sync under way or about to
+// begin: the write, committed, does not wait for it, which for the load
+// of a large collection would be seconds.
 func (s *Store) applied(name string, prev, seq int64, f func(*vecindex.Index)) {
 	s.mu.Lock()
 	c, ok := s.indexes[name]
 	s.mu.Unlock()
-	if !ok || c.syncs.Load() > 0 {
+	if !ok || !c.tryTurn() {
 		return
+	}
+	defer c.giveBack()
+	if s.hooks.applying != nil {
+		s.hooks.applying(name)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
