@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"testing"
@@ -60,5 +61,27 @@ func TestCollectionsAnswersWhileAnIndexLoads(t *testing.T) {
 	}
 	if err := <-searched; err != nil {
 		t.Errorf("the search that loaded the index: %v", err)
+	}
+}
+
+// A search of a name that is no collection is refused as not found, and
+// leaves neither an entry in the handle's indexes nor a count of a drop,
+// which would send every search under way to try again in a new snapshot.
+func TestASearchOfNoCollectionLeavesTheOtherSearchesAlone(t *testing.T) {
+	s := openLoaded(t, filepath.Join(t.TempDir(), "vectors.sqlite"))
+	drops := s.dropCount()
+	for range 3 {
+		if _, err := s.Search(t.Context(), "nothing", []float32{0, 0}, 1, nil); !errors.Is(err, ports.ErrNotFound) {
+			t.Fatalf("Search of no collection: %v, want ErrNotFound", err)
+		}
+	}
+	if n := s.dropCount(); n != drops {
+		t.Errorf("searches of no collection counted %d drops", n-drops)
+	}
+	s.mu.Lock()
+	_, held := s.indexes["nothing"]
+	s.mu.Unlock()
+	if held {
+		t.Error("a search of no collection left an entry in the handle's indexes")
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"path/filepath"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -88,13 +87,9 @@ func TestADropDoesNotWaitForTheLoadOfItsCollection(t *testing.T) {
 // is seconds, whatever its caller, or an engine that stops, had said.
 func TestASearchWaitingForTheLoadOfItsIndexLeavesWhenItGivesUp(t *testing.T) {
 	searching := make(chan struct{})
-	var reads atomic.Int32
-	// The load at open reads "v" first; the search reads it next.
-	s, stop := heldInItsLoad(t, func(string) {
-		if reads.Add(1) == 2 {
-			close(searching)
-		}
-	})
+	var once sync.Once
+	// The load at open holds the index's turn; the search waits for it.
+	s, stop := heldInItsLoad(t, func(string) { once.Do(func() { close(searching) }) })
 
 	gaveUp, cancel := context.WithCancel(t.Context())
 	searched := make(chan error, 1)
@@ -105,7 +100,7 @@ func TestASearchWaitingForTheLoadOfItsIndexLeavesWhenItGivesUp(t *testing.T) {
 	select {
 	case <-searching:
 	case <-time.After(20 * time.Second):
-		t.Fatal("the search did not read the collection in 20 s")
+		t.Fatal("the search did not come to wait for its index in 20 s")
 	}
 	cancel()
 	select {
@@ -128,20 +123,20 @@ func TestASearchWaitingForTheLoadOfItsIndexLeavesWhenItGivesUp(t *testing.T) {
 // heldInItsLoad opens a handle on a file holding the collection "v" (v000
 // to v199 at (i, 0)), whose load at open stops in its first catch-up, and
 // returns once that load holds the index of "v", with the function that
-// lets the load go on (once; the test's end calls it too). read, when not
-// nil, hears every read of a collection.
-func heldInItsLoad(t *testing.T, read func(string)) (*Store, func()) {
+// lets the load go on (once; the test's end calls it too). wait, when not
+// nil, hears every call that waits for the turn of an index.
+func heldInItsLoad(t *testing.T, wait func(string)) (*Store, func()) {
 	t.Helper()
-	return heldInItsLoadAt(t, filepath.Join(t.TempDir(), "vectors.sqlite"), read)
+	return heldInItsLoadAt(t, filepath.Join(t.TempDir(), "vectors.sqlite"), wait)
 }
 
 // heldInItsLoadAt is heldInItsLoad on a file at path.
-func heldInItsLoadAt(t *testing.T, path string, read func(string)) (*Store, func()) {
+func heldInItsLoadAt(t *testing.T, path string, wait func(string)) (*Store, func()) {
 	t.Helper()
 	writeCollection(t, path)
 	loading, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	s, err := open(t.Context(), Config{Path: path, IndexThreshold: 64}, syncHooks{read: read, catchUp: func(context.Context, string) {
+	s, err := open(t.Context(), Config{Path: path, IndexThreshold: 64}, syncHooks{wait: wait, catchUp: func(context.Context, string) {
 		once.Do(func() {
 			close(loading)
 			<-release

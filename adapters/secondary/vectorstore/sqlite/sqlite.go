@@ -88,8 +88,8 @@ type Store struct {
 	// drops counts the indexes the handle let go of as their collections
 	// went. A snapshot taken before one of them may still hold the
 	// collection, and would load its index anew after the drop; sync
-	// takes or makes an index only while the count stands where it was
-	// before its snapshot (errDropped otherwise).
+	// uses an entry only while the count stands where it was before the
+	// entry was taken and the snapshot (errDropped otherwise).
 	drops uint64
 	// closed is set by Close: from then on no index is made or loaded, so
 	// none outlives the handle with a graph builder nobody stops.
@@ -353,11 +353,15 @@ func (s *Store) loadAll(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		drops := s.dropCount()
-		_ = s.readTx(ctx, func(tx *sql.Tx) error {
-			_, err := s.sync(ctx, tx, c.Name, drops, false)
-			return err // errAhead too: the index is already loaded; errDropped: the collection is gone
+		// errAhead too: the index is already loaded; errDropped: the
+		// collection is gone.
+		loaded, _ := s.inSync(ctx, c.Name, false, func(_ *sql.Tx, v view) error {
+			v.c.unread()
+			return nil
 		})
+		if loaded != nil {
+			_ = s.await(ctx, c.Name, loaded)
+		}
 	}
 }
 
@@ -428,15 +432,6 @@ func (s *Store) isClosed() bool {
 	return s.closed
 }
 
-func (s *Store) entryLocked(name string) *cached {
-	c, ok := s.indexes[name]
-	if !ok {
-		c = &cached{turn: make(chan struct{}, 1)}
-		s.indexes[name] = c
-	}
-	return c
-}
-
 // take waits for c's turn (see cached.turn), or for ctx to end, or the
 // handle to close (errClosed): a search whose caller gave up leaves at
 // once rather than wait for a load of the collection that may take
@@ -466,23 +461,48 @@ func (s *Store) dropCount() uint64 {
 	return s.drops
 }
 
-// entrySince is entry for a sync whose snapshot was taken once the handle
-// had let go of drops indexes: errDropped when it has let go of more
-// since, errClosed once it is closed.
+// entrySince gets or makes the cache entry of collection name for a
+// sync, once the handle had let go of drops indexes: errDropped when it
+// has let go of more since, errClosed once it is closed.
 func (s *Store) entrySince(name string, drops uint64) (*cached, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if err := s.sinceLocked(drops); err != nil {
+		return nil, err
+	}
+	c, ok := s.indexes[name]
+	if !ok {
+		c = &cached{turn: make(chan struct{}, 1)}
+		s.indexes[name] = c
+	}
+	return c, nil
+}
+
+// since is errDropped when the handle has let go of more than drops
+// indexes, errClosed once it is closed: an entry taken then may no longer
+// be the collection's.
+func (s *Store) since(drops uint64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sinceLocked(drops)
+}
+
+func (s *Store) sinceLocked(drops uint64) error {
 	switch {
 	case s.closed:
-		return nil, errClosed
+		return errClosed
 	case s.drops != drops:
-		return nil, errDropped
+		return errDropped
 	}
-	return s.entryLocked(name), nil
+	return nil
 }
 
 // errClosed is the answer of a call that meets the handle closed.
 var errClosed = errors.New("vector_store sqlite: the handle is closed")
+
+// errBusy is sync's answer when another call holds the index's turn: the
+// caller waits for it outside the snapshot of tx.
+var errBusy = errors.New("the index's turn is taken")
 
 // errAhead is sync's answer when the handle's index already holds writes
 // newer than the snapshot of tx: a snapshot taken now sees them.
@@ -499,59 +519,104 @@ var errDropped = errors.New("a collection went since the snapshot")
 // index anew.
 var errLoadPanicked = errors.New("the index panicked as it took the rows")
 
-// sync brings the handle's index of collection name up to the snapshot of
-// tx, or past it, and returns it: an index behind the snapshot is brought
-// up to the file on a goroutine of its own (load), and one that holds
-// writes newer than the snapshot (the handle's own, applied once
-// committed, or read by a load) is errAhead. drops is dropCount as it
-// stood before the snapshot of tx was taken.
+// inSync brings the handle's index of collection name up to a snapshot of
+// the file (sync) and runs use with the snapshot's transaction and the
+// index, read-locked: use lets go of it (v.c.unread) once it has walked
+// it. It waits inside no snapshot: when the index's turn is taken it
+// gives its snapshot up, waits for the turn to be free, and takes a new
+// snapshot; and it gives the snapshot up rather than wait inside it for
+// a load it begins: loaded is where that load answers, for the caller to
+// wait for (await) and try again. A snapshot held while a load reads for
+// seconds would keep the checkpoint from copying what was written since,
+// and searches waiting one after another would keep the log from ever
+// being reset.
+func (s *Store) inSync(ctx context.Context, name string, again bool, use func(tx *sql.Tx, v view) error) (loaded <-chan error, err error) {
+	drops := s.dropCount()
+	c, err := s.entrySince(name, drops)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		busy := false
+		err = s.readTx(ctx, func(tx *sql.Tx) error {
+			v, ld, err := s.sync(ctx, tx, name, c, drops, again)
+			switch {
+			case errors.Is(err, errBusy):
+				busy = true
+				return nil
+			case ld != nil || err != nil:
+				loaded = ld
+				return err
+			}
+			return use(tx, v)
+		})
+		if !busy {
+			return loaded, err
+		}
+		// The turn is given back at once: a turn held across the
+		// next snapshot's reads would make every search that meets it
+		// wait that long too.
+		if err := s.take(ctx, name, c); err != nil {
+			return nil, fmt.Errorf("wait for the index of %q: %w", name, err)
+		}
+		c.giveBack()
+	}
+}
+
+// await waits for a load that inSync began, or for ctx to end, or the
+// handle to close. The load goes on whether or not its search waits for
+// it: one that gives up leaves it to the next, which finds the index up
+// to date, or waits for the rest, rather than start it all over.
+func (s *Store) await(ctx context.Context, name string, loaded <-chan error) error {
+	select {
+	case err := <-loaded:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("wait for the load of %q: %w", name, ctx.Err())
+	case <-s.life.Done():
+		return errClosed
+	}
+}
+
+// sync brings c, the handle's index of collection name, up to the
+// snapshot of tx, or past it, and returns it read-locked: an index behind
+// the snapshot is brought up to the file on a goroutine of its own (load),
+// and one that holds writes newer than the snapshot (the handle's own,
+// applied once committed, or read by a load) is errAhead. sync takes c's
+// turn once it has read the collection's row, and is errBusy, taking
+// nothing, when another holds it; it gives the turn back, or hands it to
+// the load it begins (loaded).
+// drops is dropCount as it stood before c was taken and the snapshot of
+// tx.
 //
 // again says the search tries again after its index went ahead of an
-// earlier snapshot: an index that is only behind by writes is then caught
-// up in the search's own snapshot, since a load, reading from a newer
-// one, would leave it ahead once more for as long as another handle goes
-// on writing.
-func (s *Store) sync(ctx context.Context, tx *sql.Tx, name string, drops uint64, again bool) (view, error) {
+// earlier snapshot, or after a load: an index that is only behind by
+// writes is then caught up in the search's own snapshot, since a load,
+// reading from a newer one, would leave it ahead once more for as long
+// as another handle goes on writing.
+func (s *Store) sync(ctx context.Context, tx *sql.Tx, name string, c *cached, drops uint64, again bool) (view, <-chan error, error) {
 	var at snapshot
 	err := tx.QueryRowContext(ctx, `SELECT dimension, metric, created, version, pruned FROM vector_collections WHERE name = ?`, name).
 		Scan(&at.dim, &at.metric, &at.created, &at.version, &at.pruned)
 	if errors.Is(err, sql.ErrNoRows) {
-		s.forget(name, false)
-		return view{}, fmt.Errorf("collection %q: %w", name, ports.ErrNotFound)
+		s.forgetMissing(name, c)
+		c.closeIfFree()
+		return view{}, nil, fmt.Errorf("collection %q: %w", name, ports.ErrNotFound)
 	}
 	if err != nil {
-		return view{}, fmt.Errorf("read collection %q: %w", name, err)
+		return view{}, nil, fmt.Errorf("read collection %q: %w", name, err)
 	}
 	if s.hooks.read != nil {
 		s.hooks.read(name)
 	}
-	for {
-		c, err := s.entrySince(name, drops)
-		if err != nil {
-			return view{}, err
-		}
-		if err := s.take(ctx, name, c); err != nil {
-			return view{}, fmt.Errorf("wait for the index of %q: %w", name, err)
-		}
-		v, loaded, err := s.syncTurn(ctx, tx, name, c, at, again)
-		if loaded == nil {
-			return v, err
-		}
-		// The load goes on whether or not this search waits for it: one
-		// that gives up leaves it to the next, which finds the index
-		// up to date, or waits for the rest, rather than start it all
-		// over.
-		select {
-		case err := <-loaded:
-			if err != nil {
-				return view{}, err
-			}
-		case <-ctx.Done():
-			return view{}, fmt.Errorf("wait for the load of %q: %w", name, ctx.Err())
-		case <-s.life.Done():
-			return view{}, errClosed
-		}
+	if !c.tryTurn() {
+		return view{}, nil, errBusy
 	}
+	if err := s.since(drops); err != nil {
+		c.giveBack()
+		return view{}, nil, err
+	}
+	return s.syncTurn(ctx, tx, name, c, at, again)
 }
 
 // snapshot is a collection's row as a snapshot of the file holds it.
@@ -561,13 +626,22 @@ type snapshot struct {
 	created, version, pruned int64
 }
 
-// syncTurn is sync once it has c's turn, which it gives back, or hands to
-// the load that it starts: then loaded is where that load answers.
+// syncTurn is sync once it has read the collection's row: it gives back
+// c's turn, or hands it to the load that it starts (loaded is where that
+// load answers), and returns the index read-locked.
 func (s *Store) syncTurn(ctx context.Context, tx *sql.Tx, name string, c *cached, at snapshot, again bool) (v view, loaded <-chan error, err error) {
 	c.mu.Lock()
 	defer func() {
 		c.mu.Unlock()
-		if loaded == nil {
+		switch {
+		case loaded != nil:
+		case err == nil:
+			// Nothing writes to the index between the two locks: that
+			// takes the turn, still held here. unread closes the index
+			// of an entry the handle lets go of meanwhile.
+			c.mu.RLock()
+			<-c.turn
+		default:
 			c.giveBack()
 		}
 	}()
@@ -600,7 +674,7 @@ func (s *Store) syncTurn(ctx context.Context, tx *sql.Tx, name string, c *cached
 		return view{}, nil, errAhead
 	}
 	c.version = at.version
-	return view{c: c, index: c.index, version: at.version, dim: at.dim, metric: ports.Metric(at.metric)}, nil, nil
+	return view{c: c, index: c.index, dim: at.dim, metric: ports.Metric(at.metric)}, nil, nil
 }
 
 // catchUpOrDrop catches c's index up from c.version to the snapshot of tx;
@@ -715,46 +789,18 @@ func (c *cached) discard() {
 	c.set(nil)
 }
 
-// view is a collection's settings and its index at one moment: the
-// snapshot's version of the collection, which the index stood at.
+// view is a collection's settings and its index as they stand at a
+// snapshot of the file.
 type view struct {
-	c       *cached
-	index   *vecindex.Index
-	version int64
-	dim     int
-	metric  ports.Metric
+	c      *cached
+	index  *vecindex.Index
+	dim    int
+	metric ports.Metric
 }
 
-// hold brings the index up to the snapshot of tx as sync does and returns
-// it read-locked, still at the snapshot: a write applied between sync and
-// the lock is met by syncing again, and one the snapshot cannot see by
-// errAhead. The caller calls release once it has searched the index.
-func (s *Store) hold(ctx context.Context, tx *sql.Tx, name string, drops uint64, again bool) (v view, release func(), err error) {
-	for {
-		if v, err = s.sync(ctx, tx, name, drops, again); err != nil {
-			return view{}, nil, err
-		}
-		// The lock is taken with the turn, which a sync that has begun
-		// to catch the index up since holds for as long as it reads.
-		if err := s.take(ctx, name, v.c); err != nil {
-			return view{}, nil, fmt.Errorf("wait for the index of %q: %w", name, err)
-		}
-		v.c.mu.RLock()
-		<-v.c.turn
-		switch {
-		case v.c.index == v.index && v.c.version == v.version:
-			return v, v.c.unread, nil
-		case v.c.index == v.index && v.c.version > v.version:
-			v.c.unread()
-			return view{}, nil, errAhead
-		}
-		v.c.unread()
-	}
-}
-
-// unread lets go of mu, read-locked by hold, and closes the index of an
+// unread lets go of mu, read-locked by sync, and closes the index of an
 // entry the handle let go of meanwhile, which could not be closed while
-// hold had the turn.
+// sync had the turn.
 func (c *cached) unread() {
 	c.mu.RUnlock()
 	if c.gone.Load() {
@@ -877,6 +923,25 @@ func (s *Store) forget(name string, dropped bool) {
 	if ok {
 		s.letGo(c)
 	}
+}
+
+// forgetMissing lets go of c, the entry of collection name, which the
+// caller's snapshot does not hold, if the handle still holds it; the
+// caller closes its index (giveBack, or closeIfFree).
+// Only an entry that held an index counts as a drop: a search of a name
+// that is no collection makes an entry to wait for its turn on, and its
+// going must not send every other search under way to try again.
+func (s *Store) forgetMissing(name string, c *cached) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.indexes[name] != c {
+		return
+	}
+	delete(s.indexes, name)
+	if c.shown.Load() != nil {
+		s.drops++
+	}
+	c.gone.Store(true)
 }
 
 // letGo closes the index of an entry the handle has let go of. A sync
@@ -1158,14 +1223,21 @@ func (s *Store) upsertStmt(ctx context.Context, tx *sql.Tx, n int) (*sql.Stmt, e
 // already past the snapshot is searched with a newer one: its candidates
 // read from the older rows would miss vectors of both. So is a snapshot
 // taken before the handle dropped a collection, which may still hold it.
+// A search waits for its turn at the index, and for a load of it, inside
+// no snapshot (inSync).
 func (s *Store) Search(ctx context.Context, name string, query []float32, k int, filter map[string]any) ([]ports.ScoredVector, error) {
 	f, err := vecutil.NewFilter(filter)
 	if err != nil {
 		return nil, fmt.Errorf("search %q: %w", name, err)
 	}
 	for again := false; ; again = true {
-		out, err := s.search(ctx, name, query, k, f, again)
-		if !errors.Is(err, errAhead) && !errors.Is(err, errDropped) {
+		out, loaded, err := s.search(ctx, name, query, k, f, again)
+		switch {
+		case loaded != nil:
+			if err := s.await(ctx, name, loaded); err != nil {
+				return nil, err
+			}
+		case !errors.Is(err, errAhead) && !errors.Is(err, errDropped):
 			return out, err
 		}
 		if err := ctx.Err(); err != nil {
@@ -1174,21 +1246,17 @@ func (s *Store) Search(ctx context.Context, name string, query []float32, k int,
 	}
 }
 
-// search is one try of Search, in one snapshot; again as for sync.
-func (s *Store) search(ctx context.Context, name string, query []float32, k int, f vecutil.Filter, again bool) ([]ports.ScoredVector, error) {
+// search is one try of Search, in one snapshot; again as for sync, and
+// loaded as for inSync.
+func (s *Store) search(ctx context.Context, name string, query []float32, k int, f vecutil.Filter, again bool) ([]ports.ScoredVector, <-chan error, error) {
 	var out []ports.ScoredVector
-	drops := s.dropCount()
-	err := s.readTx(ctx, func(tx *sql.Tx) error {
-		v, release, err := s.hold(ctx, tx, name, drops, again)
-		if err != nil {
-			return err
-		}
+	loaded, err := s.inSync(ctx, name, again, func(tx *sql.Tx, v view) error {
 		if err := vecutil.CheckSearch(name, v.dim, query, k); err != nil {
-			release()
+			v.c.unread()
 			return err
 		}
 		cands := v.index.Search(query, k, f)
-		release()
+		v.c.unread()
 		stmt := tx.StmtContext(ctx, s.fetch)
 		defer stmt.Close()
 		var fetchErr error
@@ -1212,10 +1280,10 @@ func (s *Store) search(ctx context.Context, name string, query []float32, k int,
 		})
 		return fetchErr
 	})
-	if err != nil {
-		return nil, err
+	if err != nil || loaded != nil {
+		return nil, loaded, err
 	}
-	return out, nil
+	return out, nil, nil
 }
 
 func (s *Store) Get(ctx context.Context, name, id string) (ports.Vector, error) {
