@@ -19,4 +19,11 @@ var (
 	// the store's, or its disk) and wrote nothing; it may take the write
 	// once room is made.
 	ErrStorageFull = errors.New("storage full")
+	// ErrNotDone: the backend did not do the write and changed nothing,
+	// which the adapter knows for certain (the service refused every
+	// sending of it for now, or an upload of it was dropped before it
+	// published anything); it may take the write if it is sent again
+	// later. An adapter that cannot tell whether a failed write was done
+	// never says this.
+	ErrNotDone = errors.New("not done, may be sent again")
 )

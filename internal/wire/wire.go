@@ -134,6 +134,10 @@ func CodeOf(err error) int {
 		return CodeUnavailable
 	case errors.Is(err, ports.ErrStorageFull):
 		return CodeStorageFull
+	case errors.Is(err, ports.ErrNotDone) && !errors.Is(err, ErrInterrupted):
+		// The store did nothing with the write: it may be sent again. A
+		// call the engine stopped while it ran stays a 500, as any such.
+		return CodeUnavailable
 	}
 	return CodeInternal
 }

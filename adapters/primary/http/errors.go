@@ -40,7 +40,8 @@ func StatusOf(err error) int {
 		return http.StatusRequestEntityTooLarge
 	case errors.Is(err, ports.ErrStorageFull):
 		return http.StatusInsufficientStorage
-	case errors.Is(err, wire.ErrUnavailable), errors.Is(err, errBusy):
+	case errors.Is(err, wire.ErrUnavailable), errors.Is(err, errBusy),
+		errors.Is(err, ports.ErrNotDone) && !errors.Is(err, wire.ErrInterrupted):
 		return http.StatusServiceUnavailable
 	case errors.Is(err, wire.ErrUnauthorized):
 		// The serving engine refused this engine's caller token: the
@@ -55,14 +56,17 @@ func StatusOf(err error) int {
 }
 
 // fail answers err with its status; a server-side failure is also logged.
-// A 500's or a 507's text may name files of this host or a backend's
-// internals, so the body says what failed and where in the log the rest
-// is.
+// A 500's, a 507's or a store's 503's text may name files of this host or
+// a backend's internals, so the body says what failed and where in the
+// log the rest is. Every 503 is of work that was not done, and says when
+// to send it again (Retry-After).
 func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 	code := StatusOf(err)
+	if code == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", "1")
+	}
 	if errors.Is(err, errBusy) {
 		// A refusal of work not begun, to be retried: nothing failed.
-		w.Header().Set("Retry-After", "1")
 		writeError(w, code, err.Error())
 		return
 	}
@@ -78,6 +82,13 @@ func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 	case http.StatusInsufficientStorage:
 		// As for a 500, the store's text may name a file of this host.
 		writeError(w, code, fmt.Sprintf("%s %s: %v: the store has no room and wrote nothing (log ref %s)", r.Method, r.URL.Path, ports.ErrStorageFull, ref))
+	case http.StatusServiceUnavailable:
+		if errors.Is(err, ports.ErrNotDone) && !errors.Is(err, wire.ErrUnavailable) {
+			// The store's refusal: its text may name a file of this host.
+			writeError(w, code, fmt.Sprintf("%s %s: %v: the store did not do it and changed nothing; send it again (log ref %s)", r.Method, r.URL.Path, ports.ErrNotDone, ref))
+			return
+		}
+		writeError(w, code, err.Error())
 	default:
 		writeError(w, code, err.Error())
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -147,6 +148,8 @@ func TestStatusOf(t *testing.T) {
 		{ports.ErrTooLarge, 413},
 		{&http.MaxBytesError{Limit: 1}, 413},
 		{ports.ErrStorageFull, 507},
+		{ports.ErrNotDone, 503},
+		{fmt.Errorf("%w: %w", wire.ErrInterrupted, ports.ErrNotDone), 500},
 		{&wire.RemoteError{Code: 507, Message: "storage full"}, 507},
 		{context.DeadlineExceeded, 504},
 		{errors.New("disk on fire"), 500},

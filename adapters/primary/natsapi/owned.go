@@ -593,18 +593,23 @@ func errorText(s string, maxPayload int64) string {
 }
 
 // publicMessage is what a caller learns of a failed call. The text of a
-// 500 or a 507 comes from deep inside (a backend's error, a file of this
-// host) and may name paths or internals, so the caller gets what failed
-// and a reference to the log line that holds the rest. Other codes are
-// about the caller's own input and say which argument was wrong.
+// 500, a 507 or a 503 the store answered (ports.ErrNotDone) comes from
+// deep inside (a backend's error, a file of this host) and may name paths
+// or internals, so the caller gets what failed and a reference to the log
+// line that holds the rest. Other codes are about the caller's own input,
+// or the engine's own state, and say which argument was wrong or why.
 func publicMessage(logger *slog.Logger, what string, code int, err error) string {
-	if code != wire.CodeInternal && code != wire.CodeStorageFull {
+	notDone := code == wire.CodeUnavailable && errors.Is(err, ports.ErrNotDone)
+	if code != wire.CodeInternal && code != wire.CodeStorageFull && !notDone {
 		return err.Error()
 	}
 	ref := randomHex()[:12]
 	logger.Error("call failed", "subject", what, "ref", ref, "err", err)
 	if code == wire.CodeStorageFull {
 		return fmt.Sprintf("%v: the store has no room for %s and wrote nothing (log ref %s)", ports.ErrStorageFull, what, ref)
+	}
+	if notDone {
+		return fmt.Sprintf("%v: the store did not do %s and changed nothing; send it again (log ref %s)", ports.ErrNotDone, what, ref)
 	}
 	if errors.Is(err, wire.ErrInterrupted) {
 		return fmt.Sprintf("%v: the engine stopped %s while it ran; it may or may not have taken effect (log ref %s)", wire.ErrInterrupted, what, ref)

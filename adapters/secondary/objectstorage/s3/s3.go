@@ -63,6 +63,15 @@
 // versitygw answers the completion of such an upload as done when the key
 // already holds an object, whatever it holds; the store cannot tell that
 // answer from a true one.
+//
+// A write the store knows was not done fails as ports.ErrNotDone, which
+// tells the caller it may send it again: a Put or a Delete whose every
+// sending the service refused or none reached (sendings), a multipart Put
+// whose upload failed before its completion was sent (unstored), or was
+// aborted, and one whose completion the service failed three times, each
+// leaving the upload whole. A write that one of its sendings may have
+// done (its answer lost, or a 500 the store cannot look behind) never
+// does.
 package s3
 
 import (
@@ -80,6 +89,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/credentials"
@@ -342,9 +352,59 @@ func sentOnce(o *s3.Options) {
 type unsent struct{ aws.Retryer }
 
 func (u unsent) IsErrorRetryable(err error) bool {
+	return notDone(err) && u.Retryer.IsErrorRetryable(err)
+}
+
+// notDone reports whether a request that failed with err was not done: it
+// never left, its connection not made, or the service refused it for now
+// (refused).
+func notDone(err error) bool {
 	var op *net.OpError
-	never := errors.As(err, &op) && op.Op == "dial"
-	return (never || refused(err)) && u.Retryer.IsErrorRetryable(err)
+	return errors.As(err, &op) && op.Op == "dial" || refused(err)
+}
+
+// sendings follows the sendings of one write request, the first and the
+// SDK's again, so that a write that failed can tell whether any of them
+// may have been done: the SDK sends an unconditional write again after a
+// lost answer or a 500, and the last sending's refusal then says nothing
+// of the ones before.
+type sendings struct{ maybeDone bool }
+
+// follow is the request's option that has s see every failed sending. It
+// goes after sentOnce, whose retryer asks the one under it only of the
+// failures it would send again.
+func (s *sendings) follow(o *s3.Options) {
+	if o.Retryer != nil {
+		o.Retryer = following{o.Retryer, s}
+	}
+}
+
+// following is a retryer that tells its sendings of each failure.
+type following struct {
+	aws.Retryer
+	s *sendings
+}
+
+func (f following) IsErrorRetryable(err error) bool {
+	if !notDone(err) {
+		f.s.maybeDone = true
+	}
+	return f.Retryer.IsErrorRetryable(err)
+}
+
+// undone reports whether the write that failed with err was done by none
+// of its sendings: each failed as not done, the last with err.
+func (s *sendings) undone(err error) bool { return !s.maybeDone && notDone(err) }
+
+// transient reports whether err, a request's, is a failure that passes:
+// one the SDK sends again and gave up on after its attempts (a service
+// error, a lost connection, a refusal), or one of a request never sent or
+// refused. A multipart Put that fails so before its completion is sent
+// stored nothing, and may store if sent again later (unstored).
+func transient(err error) bool {
+	var attempts *retry.MaxAttemptsError
+	var quota ratelimit.QuotaExceededError
+	return errors.As(err, &attempts) || errors.As(err, &quota) || notDone(err)
 }
 
 // refused reports whether the service answered err to say it did not take
@@ -492,6 +552,7 @@ func end(err error) bool {
 func (s *Store) putOnce(ctx context.Context, key string, data []byte, opts ports.PutObjectOptions) (ports.ObjectInfo, error) {
 	ifNoneMatch, ifMatch, once := conditions(opts)
 	for try := 1; ; try++ {
+		var sent sendings
 		out, err := s.client.PutObject(ctx, &s3.PutObjectInput{
 			Bucket:        aws.String(s.bucket),
 			Key:           aws.String(key),
@@ -500,9 +561,12 @@ func (s *Store) putOnce(ctx context.Context, key string, data []byte, opts ports
 			ContentType:   aws.String(contentType(opts)),
 			IfNoneMatch:   ifNoneMatch,
 			IfMatch:       ifMatch,
-		}, once...)
+		}, append(once, sent.follow)...)
 		if err != nil && try < nestingTries && nesting(err) && !s.inTheWay(ctx, key) {
 			continue
+		}
+		if err != nil && sent.undone(err) {
+			return ports.ObjectInfo{}, fmt.Errorf("put %q: the service refused each sending, or none reached it; nothing was stored: %w: %w", key, ports.ErrNotDone, err)
 		}
 		if err != nil {
 			return ports.ObjectInfo{}, fmt.Errorf("put %q: %w", key, translatePut(err, opts))
@@ -576,7 +640,7 @@ func (s *Store) putParts(ctx context.Context, key string, part []byte, r io.Read
 		ContentType: aws.String(contentType(opts)),
 	})
 	if err != nil {
-		return ports.ObjectInfo{}, fmt.Errorf("put %q: start upload: %w", key, translate(err))
+		return ports.ObjectInfo{}, fmt.Errorf("put %q: start upload: %w", key, unstored(err, translate(err)))
 	}
 	defer func() {
 		if err != nil {
@@ -599,7 +663,7 @@ func (s *Store) putParts(ctx context.Context, key string, part []byte, r io.Read
 			ContentLength: aws.Int64(int64(n)),
 		})
 		if err != nil {
-			return ports.ObjectInfo{}, fmt.Errorf("put %q: part %d: %w", key, number, translateUpload(err, created.UploadId, translate(err)))
+			return ports.ObjectInfo{}, fmt.Errorf("put %q: part %d: %w", key, number, translateUpload(err, created.UploadId, unstored(err, translate(err))))
 		}
 		parts = append(parts, types.CompletedPart{ETag: out.ETag, PartNumber: aws.Int32(number)})
 		size += int64(n)
@@ -623,7 +687,8 @@ func (s *Store) putParts(ctx context.Context, key string, part []byte, r io.Read
 		IfMatch:         ifMatch,
 	}
 	for try := 1; ; try++ {
-		out, err := s.client.CompleteMultipartUpload(ctx, complete, sentOnce)
+		var sent sendings
+		out, err := s.client.CompleteMultipartUpload(ctx, complete, sentOnce, sent.follow)
 		if err == nil {
 			return s.written(ctx, key, etag(out.ETag), size, opts), nil
 		}
@@ -637,6 +702,10 @@ func (s *Store) putParts(ctx context.Context, key string, part []byte, r io.Read
 			// while the service still did it.
 			return ports.ObjectInfo{}, fmt.Errorf("put %q: complete upload: sent again after the service failed it, it found the upload gone: the object may or may not be stored: %w", key, err)
 		}
+		if sent.undone(err) {
+			// No sending was done: the upload is as whole as before.
+			return ports.ObjectInfo{}, fmt.Errorf("put %q: complete upload: the service refused each sending, or none reached it; nothing was stored: %w: %w", key, ports.ErrNotDone, err)
+		}
 		if !serviceFailed(err) {
 			return ports.ObjectInfo{}, fmt.Errorf("put %q: complete upload: %w", key, translateUpload(err, created.UploadId, translatePut(err, opts)))
 		}
@@ -644,7 +713,7 @@ func (s *Store) putParts(ctx context.Context, key string, part []byte, r io.Read
 			return ports.ObjectInfo{}, fmt.Errorf("put %q: complete upload: the service failed it, and the upload is no longer there: the object may or may not be stored: %w", key, err)
 		}
 		if try == completionTries {
-			return ports.ObjectInfo{}, fmt.Errorf("put %q: complete upload: the service failed it %d times, each leaving the upload whole: nothing was stored: %w", key, try, err)
+			return ports.ObjectInfo{}, fmt.Errorf("put %q: complete upload: the service failed it %d times, each leaving the upload whole: nothing was stored: %w: %w", key, try, ports.ErrNotDone, err)
 		}
 	}
 }
@@ -695,8 +764,21 @@ func (s *Store) uploadWhole(ctx context.Context, key string, uploadID *string) b
 // which would tell the caller that another writer changed the object.
 func translateUpload(err error, uploadID *string, translated error) error {
 	if noSuchUpload(err) {
-		return fmt.Errorf("the multipart upload %s was aborted before it completed, by someone other than this store (a lifecycle rule for incomplete uploads, or a cleanup); nothing was stored: %w",
-			aws.ToString(uploadID), err)
+		return fmt.Errorf("the multipart upload %s was aborted before it completed, by someone other than this store (a lifecycle rule for incomplete uploads, or a cleanup); nothing was stored: %w: %w",
+			aws.ToString(uploadID), ports.ErrNotDone, err)
+	}
+	return translated
+}
+
+// unstored returns translated, the translation of err answered to a request
+// of a multipart Put before its completion was sent, marked
+// ports.ErrNotDone when the failure passes (transient): an upload publishes
+// nothing until it completes, so nothing was stored, and the Put may store
+// if sent again. Any other failure (a refusal of the caller's key, of the
+// store's credentials) is returned as it is.
+func unstored(err, translated error) error {
+	if transient(err) {
+		return fmt.Errorf("nothing was stored: %w: %w", ports.ErrNotDone, translated)
 	}
 	return translated
 }
@@ -871,13 +953,20 @@ func (s *Store) Stat(ctx context.Context, key string) (ports.ObjectInfo, error) 
 func (s *Store) Delete(ctx context.Context, key string) error {
 	for {
 		info, err := s.Stat(ctx, key)
+		if err != nil && transient(err) {
+			return fmt.Errorf("delete: nothing was deleted: %w: %w", ports.ErrNotDone, err)
+		}
 		if err != nil {
 			return fmt.Errorf("delete: %w", err)
 		}
 		// Sent once: sent again after the first removed the object, it
 		// finds no object at that ETag, and the Delete would answer
 		// ErrNotFound for a key it removed.
-		_, err = s.client.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String(s.bucket), Key: aws.String(key), IfMatch: quote(info.ETag)}, sentOnce)
+		var sent sendings
+		_, err = s.client.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String(s.bucket), Key: aws.String(key), IfMatch: quote(info.ETag)}, sentOnce, sent.follow)
+		if err != nil && sent.undone(err) {
+			return fmt.Errorf("delete %q: the service refused each sending, or none reached it; nothing was deleted: %w: %w", key, ports.ErrNotDone, err)
+		}
 		err = translate(err)
 		switch {
 		case err == nil:
