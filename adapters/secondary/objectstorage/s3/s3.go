@@ -86,6 +86,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -117,6 +118,10 @@ const (
 	// abortTimeout bounds the cleanup of a failed multipart upload, which
 	// runs even when the Put's own context has ended.
 	abortTimeout = 30 * time.Second
+	// closeWait is how long Close waits for the cleanups still running
+	// before it ends them: within the time an engine leaves a backend's
+	// close, which has no bound of its own.
+	closeWait = 5 * time.Second
 	// defaultRegion is used when the config names none; most S3-compatible
 	// services accept any region.
 	defaultRegion = "us-east-1"
@@ -158,6 +163,15 @@ func (c Config) Check(prefix string) error {
 type Store struct {
 	client *s3.Client
 	bucket string
+	// cleanups are the aborts of failed uploads still running (abort),
+	// which Close waits for; closing ends those it has waited closeWait
+	// for. closed, under mu, tells that Close has begun, after which an
+	// abort runs in its Put.
+	cleanups sync.WaitGroup
+	closing  context.Context
+	end      context.CancelFunc
+	mu       sync.Mutex
+	closed   bool
 	// transport holds the store's connections, so that Close can release
 	// them: the SDK's own client offers no way to.
 	transport *http.Transport
@@ -202,6 +216,7 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 	transport := awshttp.NewBuildableClient().GetTransport()
 	opts.HTTPClient = &http.Client{Transport: transport, CheckRedirect: sameMethodRedirect}
 	s := &Store{client: s3.New(opts), bucket: c.Bucket, transport: transport}
+	s.closing, s.end = context.WithCancel(context.Background())
 	if _, err := s.client.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: aws.String(c.Bucket)}); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("object_storage.config.bucket %q at %q: %w", c.Bucket, c.Endpoint, translate(err))
@@ -227,9 +242,28 @@ func sameMethodRedirect(r *http.Request, via []*http.Request) error {
 	return http.ErrUseLastResponse
 }
 
-// Close releases the store's idle connections; one a call still holds is
-// left to idle out once the call ends. Closing twice is harmless.
+// Close waits for the cleanups of failed uploads still running, for at
+// most closeWait, and ends those left, so that none outlives the store;
+// then it releases the store's idle connections, and one a call still
+// holds is left to idle out once the call ends. Closing twice is harmless.
 func (s *Store) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	waited := make(chan struct{})
+	go func() {
+		s.cleanups.Wait()
+		close(waited)
+	}()
+	wait := time.NewTimer(closeWait)
+	select {
+	case <-waited:
+	case <-wait.C:
+		s.end()
+		<-waited
+	}
+	wait.Stop()
+	s.end()
 	s.transport.CloseIdleConnections()
 	return nil
 }
@@ -815,15 +849,40 @@ func (s *Store) folder(ctx context.Context, key string, err error) (string, bool
 }
 
 // abort drops a failed upload's parts, so they neither cost storage nor
-// ever appear; it runs on a context of its own since the Put's may be over.
+// ever appear. It runs on a context of its own, for up to abortTimeout,
+// since the Put's may be over, and the Put waits for it only while its
+// context lasts: a Put whose caller gave up returns at once, its cleanup
+// still running (cleanups), where it waited up to abortTimeout on a
+// service that was slow to answer, holding its caller's transfer slot.
 func (s *Store) abort(ctx context.Context, key string, uploadID *string) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abortTimeout)
-	defer cancel()
-	s.client.AbortMultipartUpload(ctx, &s3.AbortMultipartUploadInput{
+	in := &s3.AbortMultipartUploadInput{
 		Bucket:   aws.String(s.bucket),
 		Key:      aws.String(key),
 		UploadId: uploadID,
-	})
+	}
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abortTimeout)
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		defer cancel()
+		s.client.AbortMultipartUpload(actx, in)
+		return
+	}
+	s.cleanups.Add(1)
+	s.mu.Unlock()
+	stop := context.AfterFunc(s.closing, cancel)
+	done := make(chan struct{})
+	go func() {
+		defer s.cleanups.Done()
+		defer close(done)
+		defer cancel()
+		defer stop()
+		s.client.AbortMultipartUpload(actx, in)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
 }
 
 // written describes an object just stored. A write's response carries no
