@@ -209,3 +209,45 @@ func uploadID(t *testing.T, c objects3.Config, key string) string {
 	}
 	return aws.ToString(out.Uploads[0].UploadId)
 }
+
+// A Put that fails once its store is closed cleans its upload up only
+// while its caller waits: nothing waits for a cleanup after Close. Before,
+// such a Put ran the abort in line under the abort's own 30 s limit,
+// whatever its caller, holding the call that long on a service slow to
+// answer, and sending a request after Close had returned.
+func TestAPutThatFailsAfterCloseDoesNotWaitOutItsAbort(t *testing.T) {
+	c := server(t)
+	c.Bucket = newBucket(t, c)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	partSent := make(chan struct{})
+	var once sync.Once
+	endpoint, held := startHeldAborts(t, c.Endpoint, func() { once.Do(func() { close(partSent) }) })
+	defer close(held.let)
+	via := c
+	via.Endpoint = endpoint
+	s, err := objects3.Open(t.Context(), via)
+	if err != nil {
+		t.Fatal(err)
+	}
+	returned := make(chan error, 1)
+	go func() {
+		_, err := s.Put(ctx, "after-close", bytes.NewReader(bytes.Repeat([]byte("c"), 17<<20)), ports.PutObjectOptions{})
+		returned <- err
+	}()
+	select {
+	case <-partSent:
+	case <-time.After(time.Minute):
+		t.Fatal("the Put's second part never reached the service")
+	}
+	s.Close()
+	cancel()
+	select {
+	case err := <-returned:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("a Put whose caller gave up after Close: %v, want context.Canceled", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("a Put whose caller gave up after Close had not returned 20 s after, waiting out its upload's abort")
+	}
+}

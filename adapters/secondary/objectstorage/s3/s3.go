@@ -860,14 +860,18 @@ func (s *Store) abort(ctx context.Context, key string, uploadID *string) {
 		Key:      aws.String(key),
 		UploadId: uploadID,
 	}
-	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abortTimeout)
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
+		// Nothing waits for a cleanup once the store is closed: this one
+		// runs only while its caller waits, and an upload it leaves is
+		// the bucket's lifecycle rule's to remove.
+		cctx, cancel := context.WithTimeout(ctx, abortTimeout)
 		defer cancel()
-		s.client.AbortMultipartUpload(actx, in)
+		s.client.AbortMultipartUpload(cctx, in)
 		return
 	}
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abortTimeout)
 	s.cleanups.Add(1)
 	s.mu.Unlock()
 	stop := context.AfterFunc(s.closing, cancel)
