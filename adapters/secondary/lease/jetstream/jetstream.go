@@ -486,19 +486,23 @@ type longestValue struct {
 func (l *Lease) Advertise(ctx context.Context, d time.Duration) (time.Duration, error) {
 	var err error
 	for try := 0; try < 4; try++ {
+		// A read is all a takeover pays once the kept lease is as long as
+		// its own. A write, which may be the first a stream made anew
+		// holds, goes above the old terms first, as the key's own do.
 		var kept time.Duration
 		var rev uint64
-		if err = l.startAboveTerms(ctx); err == nil {
-			kept, rev, err = l.readLongest(ctx)
+		kept, rev, err = l.readLongest(ctx)
+		if err == nil && kept >= d {
+			return kept, nil
+		}
+		if err == nil {
+			err = l.startAboveTerms(ctx)
 		}
 		if l.recreateIfGone(ctx, err) {
 			continue
 		}
 		if err != nil {
 			break
-		}
-		if kept >= d {
-			return kept, nil
 		}
 		b, _ := json.Marshal(longestValue{LeaseMS: d.Milliseconds()}) // a struct of one integer always encodes
 		var newRev uint64
