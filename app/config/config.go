@@ -130,7 +130,8 @@ type HTTP struct {
 	MaxProxyConnections int `yaml:"max_proxy_connections,omitempty"`
 	// MaxConnectionsPerProxy bounds the connections one trusted proxy
 	// address holds to the API, of MaxProxyConnections; 0 is a quarter of
-	// them.
+	// them when a trusted range is wider than one address, and all of them
+	// when every trusted proxy is listed by its one address.
 	MaxConnectionsPerProxy int `yaml:"max_connections_per_proxy,omitempty"`
 	// MaxClientConnections bounds the connections the clients that are not
 	// trusted proxies hold to the API, all of them together; 0 is the

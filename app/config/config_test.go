@@ -535,8 +535,7 @@ func TestTheProxiesMostConnectionsIsACount(t *testing.T) {
 	}
 }
 
-// http.max_connections_per_proxy is a count, 0 for a quarter of the
-// proxies' most; a negative one is refused naming the key and its line.
+// http.max_connections_per_proxy is a count, 0 for the API's default; a negative one is refused naming the key and its line.
 func TestTheMostConnectionsOfOneProxyIsACount(t *testing.T) {
 	if c := parse(t, "http:\n  max_connections_per_proxy: 4096\n", env()); c.HTTP.MaxConnectionsPerProxy != 4096 {
 		t.Fatalf("max_connections_per_proxy: 4096 read as %d", c.HTTP.MaxConnectionsPerProxy)

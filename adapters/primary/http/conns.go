@@ -48,11 +48,16 @@ const MaxClientConns = 4096
 const MaxProxyConns = 4096
 
 // ProxyShareDivisor is the part of the trusted proxies' connections that
-// one of their addresses holds, unless configured otherwise: a quarter,
-// as a client's shares are. A trusted range is often wide, and one host
-// in it that opened all it could filled the proxies' one bound and had
-// the real ingress's connections refused; now it leaves them three
-// quarters.
+// one of their addresses holds, unless configured otherwise, when a
+// trusted range is wider than one address: a quarter, as a client's
+// shares are. Such a range is often an ingress's whole pod range, and one
+// host in it that opened all it could filled the proxies' one bound and
+// had the real ingress's connections refused; now it leaves them three
+// quarters, unless it holds several addresses of the range (an IPv6 host
+// may hold a /64 of them). When every trusted proxy is named by its one
+// address, nothing else can open a proxy's connections, and one proxy may
+// hold them all: a single ingress with many workers keeps more than a
+// quarter idle.
 const ProxyShareDivisor = 4
 
 // FileLimitDivisor is the part of the process's file limit that the API's
@@ -81,12 +86,14 @@ type connLimits struct {
 
 // limitsFor is the bounds of the API's connections, given those asked for
 // of all the clients' connections together (clients), all the proxies'
-// (proxies) and one proxy address's (perProxy, a ProxyShareDivisor part
-// of the proxies' bound, at least one, when <= 0), in a process whose file limit is files (0 when
-// it is not known): each of the first two is lowered to a
+// (proxies) and one proxy address's (perProxy, when <= 0 the proxies'
+// bound if every trusted proxy is named by its one address, named, and a
+// ProxyShareDivisor part of it, at least one, if not), in a process whose
+// file limit is files (0 when it is not known): each of the first two is
+// lowered to a
 // 2*FileLimitDivisor part of files when it is above it, at least one, and
 // a proxy's is at most the proxies'. lowered tells whether one was.
-func limitsFor(clients, proxies, perProxy int, files uint64) (l connLimits, lowered bool) {
+func limitsFor(clients, proxies, perProxy int, named bool, files uint64) (l connLimits, lowered bool) {
 	if files > 0 {
 		most := max(int(min(files/(2*FileLimitDivisor), 1<<30)), 1)
 		if clients > most {
@@ -96,7 +103,11 @@ func limitsFor(clients, proxies, perProxy int, files uint64) (l connLimits, lowe
 			proxies, lowered = most, true
 		}
 	}
-	if perProxy <= 0 {
+	switch {
+	case perProxy > 0:
+	case named:
+		perProxy = proxies
+	default:
 		perProxy = max(proxies/ProxyShareDivisor, 1)
 	}
 	return connLimits{
@@ -274,4 +285,14 @@ func (c *clientConn) CloseWrite() error {
 		return cw.CloseWrite()
 	}
 	return nil
+}
+
+// addressesOnly tells whether every prefix names one address.
+func addressesOnly(prefixes []netip.Prefix) bool {
+	for _, p := range prefixes {
+		if !p.IsSingleIP() {
+			return false
+		}
+	}
+	return true
 }

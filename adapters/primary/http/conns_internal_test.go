@@ -3,6 +3,7 @@ package httpapi
 import (
 	"io"
 	"net"
+	"net/netip"
 	"testing"
 	"time"
 )
@@ -68,7 +69,7 @@ func TestTheAPIsConnectionsTakeAtMostHalfTheFileLimit(t *testing.T) {
 		{files: 1024, clients: 100, proxies: MaxProxyConns, wantClients: 100, wantProxies: 256, lowered: true},
 		{files: 2, clients: MaxClientConns, proxies: MaxProxyConns, wantClients: 1, wantProxies: 1, lowered: true},
 	} {
-		l, lowered := limitsFor(c.clients, c.proxies, 0, c.files)
+		l, lowered := limitsFor(c.clients, c.proxies, 0, false, c.files)
 		if l.clients != c.wantClients || l.proxies != c.wantProxies || lowered != c.lowered {
 			t.Errorf("file limit %d, asked %d and %d: clients %d, proxies %d, lowered %v; want %d, %d, %v",
 				c.files, c.clients, c.proxies, l.clients, l.proxies, lowered, c.wantClients, c.wantProxies, c.lowered)
@@ -86,16 +87,46 @@ func TestTheAPIsConnectionsTakeAtMostHalfTheFileLimit(t *testing.T) {
 }
 
 // One proxy address's most is a quarter of the proxies' unless asked
-// otherwise, and never more than the proxies' together.
+// otherwise, and never more than the proxies' together. Where every
+// trusted proxy is named by its address, no other host can take a proxy's
+// share, and one proxy (a single ingress of many workers) holds them all.
 func TestAProxysMostIsAQuarterOfTheProxiesUnlessAsked(t *testing.T) {
-	for _, c := range []struct{ proxies, asked, want int }{
+	for _, c := range []struct {
+		proxies, asked int
+		named          bool
+		want           int
+	}{
 		{proxies: MaxProxyConns, want: 1024},
 		{proxies: 3, want: 1},
 		{proxies: MaxProxyConns, asked: 4096, want: 4096},
 		{proxies: 100, asked: 500, want: 100},
+		{proxies: MaxProxyConns, named: true, want: MaxProxyConns},
+		{proxies: MaxProxyConns, asked: 100, named: true, want: 100},
 	} {
-		if l, _ := limitsFor(MaxClientConns, c.proxies, c.asked, 0); l.perProxy != c.want {
-			t.Errorf("proxies %d, asked %d: a proxy's most %d, want %d", c.proxies, c.asked, l.perProxy, c.want)
+		if l, _ := limitsFor(MaxClientConns, c.proxies, c.asked, c.named, 0); l.perProxy != c.want {
+			t.Errorf("proxies %d, asked %d, named %v: a proxy's most %d, want %d", c.proxies, c.asked, c.named, l.perProxy, c.want)
+		}
+	}
+}
+
+// Trusted proxies are named by their addresses only when every prefix is
+// one address, IPv4 or IPv6.
+func TestTrustedProxiesAreNamedWhenEachIsOneAddress(t *testing.T) {
+	for _, c := range []struct {
+		prefixes []string
+		want     bool
+	}{
+		{nil, true},
+		{[]string{"10.0.0.7/32", "2001:db8::1/128"}, true},
+		{[]string{"10.0.0.7/32", "10.0.1.0/24"}, false},
+		{[]string{"2001:db8::/64"}, false},
+	} {
+		var ps []netip.Prefix
+		for _, p := range c.prefixes {
+			ps = append(ps, netip.MustParsePrefix(p))
+		}
+		if got := addressesOnly(ps); got != c.want {
+			t.Errorf("addressesOnly(%v) = %v, want %v", c.prefixes, got, c.want)
 		}
 	}
 }

@@ -102,9 +102,10 @@ type Options struct {
 	ProxyHeader ProxyHeader
 	// MaxProxyConns bounds the connections the trusted proxies hold, all
 	// together, when Serve serves these Options; MaxProxyConns when <= 0.
-	// ProxyConnShare bounds those of one proxy address: a
-	// ProxyShareDivisor part of MaxProxyConns, at least one, when <= 0,
-	// and at most MaxProxyConns (see limitsFor).
+	// ProxyConnShare bounds those of one proxy address, at most
+	// MaxProxyConns; when <= 0, MaxProxyConns if every trusted proxy is
+	// one address, and a ProxyShareDivisor part of it, at least one, if a
+	// range is wider (see limitsFor).
 	MaxProxyConns  int
 	ProxyConnShare int
 	// MaxClientConns bounds the connections the clients that are not
@@ -411,7 +412,7 @@ func Serve(ln net.Listener, o Options) *Server {
 		o.MaxClientConns = MaxClientConns
 	}
 	files := fileLimit()
-	limits, lowered := limitsFor(o.MaxClientConns, o.MaxProxyConns, o.ProxyConnShare, files)
+	limits, lowered := limitsFor(o.MaxClientConns, o.MaxProxyConns, o.ProxyConnShare, addressesOnly(o.TrustedProxies), files)
 	if lowered {
 		logger.Warn("the HTTP API's connections are lowered to fit the process's file limit",
 			"file_limit", files, "max_client_connections", limits.clients, "max_proxy_connections", limits.proxies)
