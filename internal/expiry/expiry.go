@@ -3,11 +3,32 @@
 // sweep, and the heap that names the entries to expire first.
 package expiry
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // Batch is how many entries a sweep looks at under one hold of the lock:
 // calls go on between batches.
 const Batch = 256
+
+// InBatches runs a sweep: batch removes up to Batch expired entries under
+// one hold of its store's lock and says how many it removed; InBatches
+// calls it until one removes fewer, or ctx ends, and returns how many
+// were removed in all.
+func InBatches(ctx context.Context, batch func() int) (int, error) {
+	deleted := 0
+	for {
+		if err := ctx.Err(); err != nil {
+			return deleted, err
+		}
+		n := batch()
+		deleted += n
+		if n < Batch {
+			return deleted, nil
+		}
+	}
+}
 
 // Expiring is what a Heap orders: an entry that knows when it expires and
 // keeps its own place in the heap, so that a write may remove or move it

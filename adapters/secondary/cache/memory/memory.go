@@ -262,17 +262,7 @@ func (s *Store) Exists(_ context.Context, key string) (bool, error) {
 // entries without a walk of the live ones; it drops them a batch at a time
 // (expiry.Batch) so that calls go on during a sweep.
 func (s *Store) DeleteExpired(ctx context.Context) (int, error) {
-	deleted := 0
-	for {
-		if err := ctx.Err(); err != nil {
-			return deleted, err
-		}
-		n := s.deleteExpiredBatch()
-		deleted += n
-		if n < expiry.Batch {
-			return deleted, nil
-		}
-	}
+	return expiry.InBatches(ctx, s.deleteExpiredBatch)
 }
 
 // deleteExpiredBatch drops up to expiry.Batch expired entries.

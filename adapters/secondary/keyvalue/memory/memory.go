@@ -407,17 +407,7 @@ var _ ports.Expirer = (*Store)(nil)
 // entries without a walk of the live ones; it removes them a batch at a
 // time (expiry.Batch) so that calls go on during a sweep.
 func (s *Store) DeleteExpired(ctx context.Context) (int, error) {
-	deleted := 0
-	for {
-		if err := ctx.Err(); err != nil {
-			return deleted, err
-		}
-		n := s.deleteExpiredBatch()
-		deleted += n
-		if n < expiry.Batch {
-			return deleted, nil
-		}
-	}
+	return expiry.InBatches(ctx, s.deleteExpiredBatch)
 }
 
 // deleteExpiredBatch removes up to expiry.Batch expired entries.

@@ -2,6 +2,8 @@ package expiry
 
 import (
 	"container/heap"
+	"context"
+	"errors"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -42,5 +44,29 @@ func TestTheHeapGivesTheSoonestFirstAndKeepsEachPlace(t *testing.T) {
 			t.Fatalf("popped %v after %v, place %d", it.expires, last, it.at)
 		}
 		last = it.expires
+	}
+}
+
+// A sweep runs batches until one removes fewer than a batch, and stops
+// when its context ends, saying how many were removed.
+func TestASweepRunsBatchesUntilOneFallsShortOrItsContextEnds(t *testing.T) {
+	left := 2*Batch + 7
+	batch := func() int {
+		n := min(left, Batch)
+		left -= n
+		return n
+	}
+	if n, err := InBatches(t.Context(), batch); n != 2*Batch+7 || err != nil {
+		t.Fatalf("InBatches = %d, %v; want %d, nil", n, err, 2*Batch+7)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	calls := 0
+	n, err := InBatches(ctx, func() int {
+		calls++
+		cancel()
+		return Batch
+	})
+	if n != Batch || calls != 1 || !errors.Is(err, context.Canceled) {
+		t.Fatalf("InBatches after its context ended = %d, %v after %d batches; want %d, context.Canceled after 1", n, err, calls, Batch)
 	}
 }
