@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/abi-engine/engine/ports"
 )
 
@@ -15,8 +17,9 @@ import (
 // alone costs a commit and, under a serving term, a check of the fence.
 // A set never waits for others to arrive; it waits only for a connection,
 // as it would anyway, and whatever queued meanwhile goes with it. Each
-// caller is answered once its batch has committed, or with the batch's
-// error: the sets of a batch succeed or fail as one (ADR 0013).
+// caller is answered once its batch has committed. A batch the server
+// refuses is sent again one set at a time, so that a set refused for a
+// cause of its own fails alone (ADR 0013).
 
 // setBatchMax is the most sets one statement writes.
 const setBatchMax = 128
@@ -125,10 +128,43 @@ func (w *setter) flush(batch []*setReq) {
 		ctx, cancel := batchContext(sets)
 		err := w.write(ctx, t, sets)
 		cancel()
+		if len(sets) > 1 && refused(err) {
+			w.alone(t, sets)
+			continue
+		}
 		for _, r := range sets {
 			r.done <- err
 		}
 	}
+}
+
+// alone writes the sets of a batch the server refused, one statement each,
+// in the order they queued, so that each caller is answered as if its set
+// had gone alone: the cause may have been one set's own (its value, a row
+// another transaction held), and the rest of the batch was not written.
+// Each statement runs under its caller's context, so one whose caller has
+// given up ends at once, and is bounded by batchCeiling as a batch is.
+func (w *setter) alone(t term, sets []*setReq) {
+	for _, r := range sets {
+		if err := r.ctx.Err(); err != nil {
+			r.done <- err
+			continue
+		}
+		ctx, cancel := context.WithTimeout(r.ctx, batchCeiling)
+		r.done <- w.write(ctx, t, []*setReq{r})
+		cancel()
+	}
+}
+
+// refused reports whether the server refused a batch's statement, so that
+// none of the batch was written, for a cause that may be one set's own.
+// The fence is not such a cause: it refuses a term, and every set of the
+// batch carries it. An error that is not the server's (a connection lost,
+// a context ended) leaves the batch's outcome unknown, and its sets are
+// not sent again.
+func refused(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && !errors.Is(err, ports.ErrFenced)
 }
 
 // batchCeiling bounds a batch whose callers set no deadline, so that a

@@ -4,11 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/abi-engine/engine/internal/pgtest"
 	"github.com/abi-engine/engine/internal/testenv"
@@ -97,6 +102,34 @@ func TestABatchAnswersEachSet(t *testing.T) {
 	}
 }
 
+// A batch that failed other than by the server's refusal (here the
+// connection was lost) may have committed: its sets are not sent again,
+// and each caller gets its error. One the server refused is sent again a
+// set at a time.
+func TestABatchOfUnknownOutcomeIsNotSentAgain(t *testing.T) {
+	for _, c := range []struct {
+		err    error
+		writes int
+	}{
+		{io.ErrUnexpectedEOF, 1},
+		{&pgconn.PgError{Code: "55P03"}, 3},
+	} {
+		rec := &written{err: c.err}
+		w := &setter{write: rec.write}
+		a := &setReq{ctx: t.Context(), key: "a", done: make(chan error, 1)}
+		b := &setReq{ctx: t.Context(), key: "b", done: make(chan error, 1)}
+		w.flush([]*setReq{a, b})
+		if len(rec.batches) != c.writes {
+			t.Fatalf("a batch that failed with %v was written %d times: %v, want %d", c.err, len(rec.batches), rec.batches, c.writes)
+		}
+		for _, r := range []*setReq{a, b} {
+			if err := <-r.done; !errors.Is(err, c.err) {
+				t.Fatalf("set %q of a batch that failed with %v: %v", r.key, c.err, err)
+			}
+		}
+	}
+}
+
 // A batch's statement runs to the latest deadline among its callers, or
 // to a ceiling when one has none, and no caller's cancellation ends it.
 func TestABatchOutlivesItsFirstCaller(t *testing.T) {
@@ -149,5 +182,106 @@ func TestABatchWithOneKeyTwice(t *testing.T) {
 	err = s.writeSets(t.Context(), term{token: 3, termed: true}, batch[:1])
 	if !errors.Is(err, ports.ErrFenced) {
 		t.Fatalf("a batch under an older term: %v, want ErrFenced", err)
+	}
+}
+
+// queueSets gives s a setter with no writer yet, whose queue holds n sets,
+// so that a test can see its sets queue and then have them written in one
+// batch: start writes them.
+func queueSets(s *Store, n int) (w *setter, start func()) {
+	s.sets.close()
+	w = newSetter(0, s.writeSets)
+	w.reqs = make(chan *setReq, n)
+	s.sets = w
+	return w, func() { w.wg.Go(w.run) }
+}
+
+// A set the server refuses, for a cause of its own (a value a check
+// constraint refuses, a row another transaction holds past lock_timeout),
+// fails alone: the sets of other callers that queued with it, in one
+// batch, are written and answered as if each had gone alone, with and
+// without a term.
+func TestOneRefusedSetDoesNotFailTheOthersOfItsBatch(t *testing.T) {
+	dsn := testenv.Lookup(t, "ENGINE_TEST_PG_DSN", "PostgreSQL", false)
+	sep := "?"
+	if strings.Contains(dsn, "?") {
+		sep = "&"
+	}
+	// Every lock the store's statements wait on is given up after a while,
+	// as a server configured so does.
+	timed := dsn + sep + "options=-c%20lock_timeout%3D500ms"
+	faults := map[string]struct {
+		key, value string
+		code       string // the SQLSTATE the refused set fails with
+	}{
+		"a value a check refuses":      {key: "refused", value: "refused", code: "23514"},
+		"a row held past lock_timeout": {key: "held", value: "v", code: "55P03"},
+	}
+	for name, fault := range faults {
+		for _, token := range []uint64{0, 5} {
+			t.Run(fmt.Sprintf("%s, term %d", name, token), func(t *testing.T) {
+				table := pgtest.Table(t, dsn, "kvalone")
+				s, err := Open(t.Context(), Config{DSN: timed, Table: table})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = s.Close() })
+				ctx := t.Context()
+				if token != 0 {
+					ctx = ports.WithFencingToken(ctx, token)
+				}
+				if err := s.Set(ctx, "held", []byte("v0"), 0); err != nil {
+					t.Fatal(err)
+				}
+				conn, err := pgx.Connect(t.Context(), dsn)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = conn.Close(context.Background()) })
+				quoted := pgx.Identifier{table}.Sanitize()
+				if _, err := conn.Exec(t.Context(), "ALTER TABLE "+quoted+" ADD CHECK (value <> 'refused'::bytea)"); err != nil {
+					t.Fatal(err)
+				}
+				tx, err := conn.Begin(t.Context())
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+				if _, err := tx.Exec(t.Context(), "SELECT 1 FROM "+quoted+" WHERE key = 'held' FOR UPDATE"); err != nil {
+					t.Fatal(err)
+				}
+
+				good := []string{"a", "k1", "k2", "z"}
+				w, start := queueSets(s, len(good)+1)
+				errs := make([]error, len(good)+1)
+				var callers sync.WaitGroup
+				for i, key := range good {
+					callers.Go(func() { errs[i] = s.Set(ctx, key, []byte("v"), 0) })
+				}
+				callers.Go(func() { errs[len(good)] = s.Set(ctx, fault.key, []byte(fault.value), 0) })
+				for deadline := time.Now().Add(time.Minute); len(w.reqs) < len(errs); {
+					if time.Now().After(deadline) {
+						t.Fatalf("%d of %d sets queued", len(w.reqs), len(errs))
+					}
+					time.Sleep(time.Millisecond)
+				}
+				start()
+				callers.Wait()
+
+				var pgErr *pgconn.PgError
+				if err := errs[len(good)]; !errors.As(err, &pgErr) || pgErr.Code != fault.code {
+					t.Fatalf("the set of %q: %v, want SQLSTATE %s", fault.key, err, fault.code)
+				}
+				for i, key := range good {
+					if errs[i] != nil {
+						t.Errorf("the set of %q, which queued with the set of %q: %v", key, fault.key, errs[i])
+						continue
+					}
+					if v, err := s.Get(ctx, key); err != nil || string(v) != "v" {
+						t.Errorf("%q after its set = %q, %v; want %q", key, v, err, "v")
+					}
+				}
+			})
+		}
 	}
 }
