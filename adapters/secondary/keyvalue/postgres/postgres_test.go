@@ -70,8 +70,12 @@ func TestStorageIsShared(t *testing.T) {
 // A set whose caller gives up while the server still holds it may land
 // after the caller has returned; a read in between would keep the value
 // before it for the rest of the term. The key is kept no more in that
-// term. Here another connection holds the row, so the set waits past its
-// caller's deadline.
+// term. Here another connection holds the table's fence row, so the set's
+// check of the fence waits past its caller's deadline, and the set is in
+// flight when its caller gives up. (A row of the table held elsewhere
+// would not do: a batch waits for a row no longer than its first caller
+// does, and the server's refusal would tell the caller its set was not
+// written.)
 func TestASetWhoseCallerGaveUpKeepsItsKeyOut(t *testing.T) {
 	dsn := testenv.Lookup(t, "ENGINE_TEST_PG_DSN", "PostgreSQL", false)
 	table := pgtest.Table(t, dsn, "kvgaveup")
@@ -99,13 +103,13 @@ func TestASetWhoseCallerGaveUpKeepsItsKeyOut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tx.Exec(t.Context(), "SELECT 1 FROM "+pgx.Identifier{table}.Sanitize()+" WHERE key = 'k' FOR UPDATE"); err != nil {
+	if _, err := tx.Exec(t.Context(), "SELECT 1 FROM abi_engine_fence WHERE scope = $1 FOR UPDATE", table); err != nil {
 		t.Fatal(err)
 	}
 	soon, cancel := context.WithTimeout(term, 300*time.Millisecond)
 	defer cancel()
 	if err := s.Set(soon, "k", []byte("v1"), 0); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("a set on a held row past its deadline: %v, want DeadlineExceeded", err)
+		t.Fatalf("a set whose fence check waits past its deadline: %v, want DeadlineExceeded", err)
 	}
 	if err := tx.Rollback(t.Context()); err != nil {
 		t.Fatal(err)

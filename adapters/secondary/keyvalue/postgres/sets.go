@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -139,21 +140,34 @@ func (w *setter) flush(batch []*setReq) {
 }
 
 // alone writes the sets of a batch the server refused, one statement each,
-// in the order they queued, so that each caller is answered as if its set
-// had gone alone: the cause may have been one set's own (its value, a row
-// another transaction held), and the rest of the batch was not written.
-// Each statement runs under its caller's context, so one whose caller has
-// given up ends at once, and is bounded by batchCeiling as a batch is.
+// so that each caller is answered as if its set had gone alone: the cause
+// may have been one set's own (its value, a row another transaction held),
+// and nothing of the batch was written. The sets of different keys go at
+// once, as lone sets would, so that one waiting on a held row holds up no
+// other; those of one key go in the order they queued, so the later still
+// wins. Each statement runs under its caller's context, so one whose
+// caller has given up ends at once, and is bounded by batchCeiling as a
+// batch is.
 func (w *setter) alone(t term, sets []*setReq) {
+	byKey := map[string][]*setReq{}
 	for _, r := range sets {
-		if err := r.ctx.Err(); err != nil {
-			r.done <- err
-			continue
-		}
-		ctx, cancel := context.WithTimeout(r.ctx, batchCeiling)
-		r.done <- w.write(ctx, t, []*setReq{r})
-		cancel()
+		byKey[r.key] = append(byKey[r.key], r)
 	}
+	var keys sync.WaitGroup
+	for _, sets := range byKey {
+		keys.Go(func() {
+			for _, r := range sets {
+				if err := r.ctx.Err(); err != nil {
+					r.done <- err
+					continue
+				}
+				ctx, cancel := context.WithTimeout(r.ctx, batchCeiling)
+				r.done <- w.write(ctx, t, []*setReq{r})
+				cancel()
+			}
+		})
+	}
+	keys.Wait()
 }
 
 // refused reports whether the server refused a batch's statement, so that
@@ -195,12 +209,42 @@ func batchContext(sets []*setReq) (context.Context, context.CancelFunc) {
 // compare as the table's do (C collation), and rows are taken in key
 // order, as every batch takes them, so two batches never wait on each
 // other's rows in a cycle.
+//
+// $4, when not NULL, is how many milliseconds the statement may wait for a
+// lock (lock_timeout, for its transaction alone, never longer than the
+// server's own setting): the time left to the first of its callers to
+// give up. A row another transaction holds then fails the batch, which
+// wrote nothing and goes again set by set (setter.alone), where it would
+// otherwise hold every set of the batch until the last caller gave up. It
+// is set before the sort hands the insert its first row, so before any
+// row is locked.
 func setBatchSQL(table string) string {
 	return `INSERT INTO ` + table + ` (key, value, expires_at)
 		SELECT DISTINCT ON (k) k, v, clock_timestamp() + us * interval '1 microsecond'
 		FROM unnest($1::text[] COLLATE "C", $2::bytea[], $3::bigint[]) WITH ORDINALITY AS s(k, v, us, n)
+		WHERE (SELECT CASE WHEN $4::bigint IS NULL THEN true ELSE set_config('lock_timeout', least(
+			coalesce(nullif(extract(epoch FROM current_setting('lock_timeout')::interval) * 1000, 0), $4), $4
+		)::bigint::text, true) IS NOT NULL END)
 		ORDER BY k, n DESC
 		ON CONFLICT (key) DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at`
+}
+
+// lockWait is how long a batch may wait for a row lock, in milliseconds:
+// until the first of its callers gives up, at least one (0 would be no
+// bound) and at most the most lock_timeout takes (about 24 days); nil, no
+// bound of its own, when none of them has a deadline.
+func lockWait(batch []*setReq) *int64 {
+	var first time.Time
+	for _, r := range batch {
+		if d, ok := r.ctx.Deadline(); ok && (first.IsZero() || d.Before(first)) {
+			first = d
+		}
+	}
+	if first.IsZero() {
+		return nil
+	}
+	ms := min(math.MaxInt32, max(1, int64((time.Until(first)+time.Millisecond-1)/time.Millisecond)))
+	return &ms
 }
 
 // writeSets is the setter's write: one statement, checked against the
@@ -215,7 +259,7 @@ func (s *Store) writeSets(ctx context.Context, t term, batch []*setReq) error {
 	if t.termed {
 		ctx = ports.WithFencingToken(ctx, t.token)
 	}
-	tag, err := s.writes.Exec(ctx, s.setBatchSQL, keys, values, us)
+	tag, err := s.writes.Exec(ctx, s.setBatchSQL, keys, values, us, lockWait(batch))
 	if err != nil {
 		if t.termed && errors.Is(err, ports.ErrFenced) {
 			s.cache.End(t.token) // also when every caller has given up

@@ -130,6 +130,25 @@ func TestABatchOfUnknownOutcomeIsNotSentAgain(t *testing.T) {
 	}
 }
 
+// A set whose caller's deadline is further off than PostgreSQL's
+// lock_timeout can count (about 24 days) is written as any other.
+func TestASetWithAFarDeadlineIsWritten(t *testing.T) {
+	dsn := testenv.Lookup(t, "ENGINE_TEST_PG_DSN", "PostgreSQL", false)
+	s, err := Open(t.Context(), Config{DSN: dsn, Table: pgtest.Table(t, dsn, "kvfar")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	far, cancel := context.WithTimeout(t.Context(), 30*24*time.Hour)
+	defer cancel()
+	if err := s.Set(far, "k", []byte("v"), 0); err != nil {
+		t.Fatalf("a set with a deadline 30 days off: %v", err)
+	}
+	if v, err := s.Get(t.Context(), "k"); err != nil || string(v) != "v" {
+		t.Fatalf("k = %q, %v; want v", v, err)
+	}
+}
+
 // A batch's statement runs to the latest deadline among its callers, or
 // to a ceiling when one has none, and no caller's cancellation ends it.
 func TestABatchOutlivesItsFirstCaller(t *testing.T) {
@@ -164,10 +183,11 @@ func TestABatchWithOneKeyTwice(t *testing.T) {
 	}
 	defer s.Close()
 	ttl := micros(time.Hour)
+	ctx := t.Context()
 	batch := []*setReq{
-		{key: "k", value: []byte("first")},
-		{key: "j", value: []byte("other"), us: ttl},
-		{key: "k", value: []byte("second")},
+		{ctx: ctx, key: "k", value: []byte("first")},
+		{ctx: ctx, key: "j", value: []byte("other"), us: ttl},
+		{ctx: ctx, key: "k", value: []byte("second")},
 	}
 	for _, under := range []term{{}, {token: 4, termed: true}} {
 		if err := s.writeSets(t.Context(), under, batch); err != nil {
@@ -283,5 +303,82 @@ func TestOneRefusedSetDoesNotFailTheOthersOfItsBatch(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// A set whose row another transaction holds, with no lock_timeout on the
+// server, waits for it until its caller gives up; the sets of other
+// callers that queued with it, in one batch, are written meanwhile, as
+// they would have been alone, rather than wait with it until the last of
+// them gives up. With and without a term.
+func TestARowHeldElsewhereHoldsUpOnlyItsOwnSet(t *testing.T) {
+	dsn := testenv.Lookup(t, "ENGINE_TEST_PG_DSN", "PostgreSQL", false)
+	for _, token := range []uint64{0, 5} {
+		t.Run(fmt.Sprintf("term %d", token), func(t *testing.T) {
+			table := pgtest.Table(t, dsn, "kvheld")
+			s, err := Open(t.Context(), Config{DSN: dsn, Table: table})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = s.Close() })
+			ctx := t.Context()
+			if token != 0 {
+				ctx = ports.WithFencingToken(ctx, token)
+			}
+			if err := s.Set(ctx, "held", []byte("v0"), 0); err != nil {
+				t.Fatal(err)
+			}
+			conn, err := pgx.Connect(t.Context(), dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = conn.Close(context.Background()) })
+			tx, err := conn.Begin(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+			if _, err := tx.Exec(t.Context(), "SELECT 1 FROM "+pgx.Identifier{table}.Sanitize()+" WHERE key = 'held' FOR UPDATE"); err != nil {
+				t.Fatal(err)
+			}
+
+			// The held set's caller gives up first; the others would wait
+			// far longer, and are answered before they do.
+			held, cancelHeld := context.WithTimeout(ctx, 10*time.Second)
+			defer cancelHeld()
+			patient, cancelPatient := context.WithTimeout(ctx, 45*time.Second)
+			defer cancelPatient()
+			good := []string{"a", "k1", "z"}
+			w, start := queueSets(s, len(good)+1)
+			errs := make([]error, len(good)+1)
+			var callers sync.WaitGroup
+			for i, key := range good {
+				callers.Go(func() { errs[i] = s.Set(patient, key, []byte("v"), 0) })
+			}
+			callers.Go(func() { errs[len(good)] = s.Set(held, "held", []byte("v1"), 0) })
+			for deadline := time.Now().Add(time.Minute); len(w.reqs) < len(errs); {
+				if time.Now().After(deadline) {
+					t.Fatalf("%d of %d sets queued", len(w.reqs), len(errs))
+				}
+				time.Sleep(time.Millisecond)
+			}
+			start()
+			callers.Wait()
+
+			// Its caller gave up, or the server gave up waiting as it did.
+			var pgErr *pgconn.PgError
+			if err := errs[len(good)]; !errors.Is(err, context.DeadlineExceeded) && !(errors.As(err, &pgErr) && pgErr.Code == "55P03") {
+				t.Fatalf("the set of the held row: %v, want DeadlineExceeded or a lock timeout", err)
+			}
+			for i, key := range good {
+				if errs[i] != nil {
+					t.Errorf("the set of %q, which queued with the set of a held row: %v", key, errs[i])
+					continue
+				}
+				if v, err := s.Get(ctx, key); err != nil || string(v) != "v" {
+					t.Errorf("%q after its set = %q, %v; want %q", key, v, err, "v")
+				}
+			}
+		})
 	}
 }
