@@ -216,13 +216,14 @@ func (s *Store) raise(ctx context.Context, token uint64) error {
 // write runs a write of key: the key leaves the cache for as long as the
 // write runs, and a write the fence refuses ends its term in the cache. A
 // write that fails otherwise may yet land (a query cancelled in flight
-// can commit after its caller has returned): the cache is told so.
+// can commit after its caller has returned), unless it was never sent (a
+// set given up while it queued): the cache is told which.
 func (s *Store) write(ctx context.Context, key string, do func() error) error {
 	token, termed := ports.FencingToken(ctx)
 	ended := s.cache.WriteStarts(token, key)
 	err := do()
 	fenced := errors.Is(err, ports.ErrFenced)
-	ended(err == nil || fenced || errors.Is(err, pgx.ErrNoRows))
+	ended(err == nil || fenced || errors.Is(err, pgx.ErrNoRows) || errors.Is(err, errNotWritten))
 	if termed && fenced {
 		s.cache.End(token)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -32,6 +33,27 @@ type setReq struct {
 	value []byte
 	us    *int64 // micros(ttl)
 	done  chan error
+	// state is setQueued until a writer takes the set into a batch
+	// (setTaken) or it is dropped, its caller having given up first
+	// (setDropped). Only a set taken is ever sent to the server.
+	state atomic.Int32
+}
+
+// The states of a setReq.
+const (
+	setQueued int32 = iota
+	setTaken
+	setDropped
+)
+
+// errNotWritten marks the error of a set that surely did not reach the
+// table: its caller gave up before it was sent.
+var errNotWritten = errors.New("not written")
+
+// notWritten is the error of a set whose caller gave up, with err, before
+// it was sent.
+func notWritten(err error) error {
+	return fmt.Errorf("%w: its caller gave up before it was sent: %w", errNotWritten, err)
 }
 
 // setter writes queued sets, on as many goroutines as the pool has
@@ -63,7 +85,10 @@ func newSetter(workers int, write func(context.Context, term, []*setReq) error) 
 // errClosed is the error of a set on a closed store.
 var errClosed = errors.New("the store is closed")
 
-// set queues one set and waits for its outcome, or for ctx.
+// set queues one set and waits for its outcome, or for ctx. A caller that
+// gives up is told the truth as far as it is known: its set's outcome if
+// it has one, that it was not written if it was never sent, and otherwise
+// its context's error alone, since the set may still land.
 func (w *setter) set(ctx context.Context, key string, value []byte, us *int64) error {
 	r := &setReq{ctx: ctx, key: key, value: value, us: us, done: make(chan error, 1)}
 	select {
@@ -71,12 +96,23 @@ func (w *setter) set(ctx context.Context, key string, value []byte, us *int64) e
 	case <-w.closed:
 		return errClosed
 	case <-ctx.Done():
-		return ctx.Err()
+		return notWritten(ctx.Err())
 	}
 	select {
 	case err := <-r.done:
 		return err
 	case <-ctx.Done():
+	}
+	if r.state.CompareAndSwap(setQueued, setDropped) {
+		return notWritten(ctx.Err())
+	}
+	if r.state.Load() == setDropped {
+		return <-r.done // the writer dropped it, and answers at once
+	}
+	select {
+	case err := <-r.done:
+		return err
+	default:
 		// As with a query cancelled in flight, the set may still land.
 		return ctx.Err()
 	}
@@ -113,13 +149,18 @@ func (w *setter) run() {
 
 // flush writes batch, one statement per serving term among its sets (in
 // practice one), and answers each set. A set whose caller has given up is
-// left out.
+// left out, and was not written.
 func (w *setter) flush(batch []*setReq) {
 	byTerm := map[term][]*setReq{}
 	for _, r := range batch {
 		if err := r.ctx.Err(); err != nil {
-			r.done <- err
+			if r.state.CompareAndSwap(setQueued, setDropped) {
+				r.done <- notWritten(err)
+			}
 			continue
+		}
+		if !r.state.CompareAndSwap(setQueued, setTaken) {
+			continue // its caller has given up, and knows it was not written
 		}
 		var t term
 		t.token, t.termed = ports.FencingToken(r.ctx)
@@ -158,7 +199,7 @@ func (w *setter) alone(t term, sets []*setReq) {
 		keys.Go(func() {
 			for _, r := range sets {
 				if err := r.ctx.Err(); err != nil {
-					r.done <- err
+					r.done <- notWritten(err) // nothing of its batch was written
 					continue
 				}
 				ctx, cancel := context.WithTimeout(r.ctx, batchCeiling)

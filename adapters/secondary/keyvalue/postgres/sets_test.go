@@ -382,3 +382,47 @@ func TestARowHeldElsewhereHoldsUpOnlyItsOwnSet(t *testing.T) {
 		})
 	}
 }
+
+// A set whose caller gives up while it waits to be taken into a batch is
+// never sent: its caller is told so, with its context's error, and its
+// key, whose value is known to be the one before, is kept again under the
+// term, where a set of unknown outcome keeps it out.
+func TestASetGivenUpBeforeItIsSentSaysItWasNotWritten(t *testing.T) {
+	dsn := testenv.Lookup(t, "ENGINE_TEST_PG_DSN", "PostgreSQL", false)
+	s, err := Open(t.Context(), Config{DSN: dsn, Table: pgtest.Table(t, dsn, "kvnotsent")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	term := ports.WithFencingToken(t.Context(), 3)
+	if err := s.Set(term, "k", []byte("v0"), 0); err != nil {
+		t.Fatal(err)
+	}
+
+	w, start := queueSets(s, 2)
+	gone, cancel := context.WithCancel(term)
+	answer := make(chan error, 1)
+	go func() { answer <- s.Set(gone, "k", []byte("v1"), 0) }()
+	for deadline := time.Now().Add(time.Minute); len(w.reqs) < 1; {
+		if time.Now().After(deadline) {
+			t.Fatal("the set did not queue")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	err = <-answer
+	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "not written") {
+		t.Fatalf("a set given up before it was sent: %v, want context.Canceled saying it was not written", err)
+	}
+	start()
+	// The writer takes the given-up set first, and this one after it.
+	if err := s.Set(term, "other", []byte("v"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := s.Get(term, "k"); err != nil || string(v) != "v0" {
+		t.Fatalf("k after a set given up before it was sent = %q, %v; want v0", v, err)
+	}
+	if _, kept, _ := s.QuickGet(term, "k"); !kept {
+		t.Fatal("after a set that was not written, a read of its key is not kept")
+	}
+}
