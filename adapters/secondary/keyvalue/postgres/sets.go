@@ -26,6 +26,12 @@ import (
 // setBatchMax is the most sets one statement writes.
 const setBatchMax = 128
 
+// setBatchBytes is the most bytes of keys and values a batch takes more
+// sets on after its first, so that sets of large values go in several
+// statements: 128 sets of 8 MiB, which the HTTP API takes, would be one of
+// 1 GiB, more than pgx sends, and every set of it would fail.
+const setBatchBytes = 16 << 20
+
 // setReq is one Set waiting to be written.
 type setReq struct {
 	ctx   context.Context
@@ -127,17 +133,18 @@ func (w *setter) close() {
 func (w *setter) run() {
 	batch := make([]*setReq, 0, setBatchMax)
 	for {
+		var size int
 		select {
 		case r := <-w.reqs:
-			batch = append(batch[:0], r)
+			batch, size = append(batch[:0], r), len(r.key)+len(r.value)
 		case <-w.closed:
 			return
 		}
 	more:
-		for len(batch) < setBatchMax {
+		for len(batch) < setBatchMax && size < setBatchBytes {
 			select {
 			case r := <-w.reqs:
-				batch = append(batch, r)
+				batch, size = append(batch, r), size+len(r.key)+len(r.value)
 			default:
 				break more
 			}
