@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/abi-engine/engine/internal/pgdb"
@@ -217,17 +218,27 @@ func (s *Store) raise(ctx context.Context, token uint64) error {
 // write runs, and a write the fence refuses ends its term in the cache. A
 // write that fails otherwise may yet land (a query cancelled in flight
 // can commit after its caller has returned), unless it was never sent (a
-// set given up while it queued): the cache is told which.
+// set given up while it queued) or the server refused it: the cache is
+// told which.
 func (s *Store) write(ctx context.Context, key string, do func() error) error {
 	token, termed := ports.FencingToken(ctx)
 	ended := s.cache.WriteStarts(token, key)
 	err := do()
 	fenced := errors.Is(err, ports.ErrFenced)
-	ended(err == nil || fenced || errors.Is(err, pgx.ErrNoRows) || errors.Is(err, errNotWritten))
+	ended(err == nil || fenced || errors.Is(err, pgx.ErrNoRows) || errors.Is(err, errNotWritten) || rolledBack(err))
 	if termed && fenced {
 		s.cache.End(token)
 	}
 	return pgdb.Full(err)
+}
+
+// rolledBack reports whether err is the server's refusal of a write's
+// statement, which rolls its transaction back: the write did not land. An
+// error of severity FATAL or PANIC ends the session, maybe after a commit,
+// and is not one.
+func rolledBack(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.SeverityUnlocalized == "ERROR"
 }
 
 // Set writes the value and its expiry, replacing any other. Sets that

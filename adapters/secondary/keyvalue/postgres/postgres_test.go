@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	docpostgres "github.com/abi-engine/engine/adapters/secondary/document/postgres"
 	"github.com/abi-engine/engine/adapters/secondary/keyvalue/postgres"
@@ -268,5 +269,47 @@ func TestAWriteToAFullDiskIsRefusedAsStorageFull(t *testing.T) {
 	}
 	if v, err := s.Get(t.Context(), "kept"); err != nil || string(v) != "v" {
 		t.Fatalf("Get of the key set before: %q %v", v, err)
+	}
+}
+
+// A write the server refuses (here a value a check constraint on the table
+// refuses) rolled back and wrote nothing: its outcome is known, and a read
+// of its key under the term is kept again, where one after a write of
+// unknown outcome is not.
+func TestAWriteTheServerRefusedLeavesItsKeyKept(t *testing.T) {
+	dsn := testenv.Lookup(t, "ENGINE_TEST_PG_DSN", "PostgreSQL", false)
+	table := pgtest.Table(t, dsn, "kvrefused")
+	s, err := postgres.Open(t.Context(), postgres.Config{DSN: dsn, Table: table})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	term := ports.WithFencingToken(t.Context(), 3)
+	if err := s.Set(term, "k", []byte("v0"), 0); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(t.Context(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(t.Context(), "ALTER TABLE "+pgx.Identifier{table}.Sanitize()+" ADD CHECK (value <> 'refused'::bytea)"); err != nil {
+		t.Fatal(err)
+	}
+	writes := map[string]func() error{
+		"Set":         func() error { return s.Set(term, "k", []byte("refused"), 0) },
+		"SetIfAbsent": func() error { _, err := s.SetIfAbsent(term, "k", []byte("refused"), time.Millisecond); return err },
+	}
+	for name, write := range writes {
+		var pgErr *pgconn.PgError
+		if err := write(); !errors.As(err, &pgErr) || pgErr.Code != "23514" {
+			t.Fatalf("%s of a value the table refuses: %v, want a check violation", name, err)
+		}
+		if v, err := s.Get(term, "k"); err != nil || string(v) != "v0" {
+			t.Fatalf("k after a refused %s = %q, %v; want v0", name, v, err)
+		}
+		if _, kept, _ := s.QuickGet(term, "k"); !kept {
+			t.Fatalf("after a %s the server refused, a read of its key is not kept", name)
+		}
 	}
 }
