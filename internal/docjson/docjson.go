@@ -10,6 +10,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/abi-engine/engine/ports"
 	"github.com/abi-engine/engine/storecheck"
@@ -17,10 +18,19 @@ import (
 
 // Data returns the canonical JSON of a document's data and the data as a
 // reader of that JSON sees it (numbers as float64), so every adapter hands
-// back the same values. nil data is an empty object.
+// back the same values. nil data is an empty object. The data returned is
+// a copy: the caller's is neither kept nor changed.
 func Data(id string, data map[string]any) ([]byte, map[string]any, error) {
 	if data == nil {
 		data = map[string]any{}
+	}
+	// Data as a decoder of JSON yields it, as every call from the wire
+	// brings it, is copied in one walk and written once; anything else,
+	// and anything to refuse, takes the long way, which names the fault.
+	if m, ok := plainObject(data, 1); ok {
+		if raw, err := json.Marshal(m); err == nil {
+			return raw, m, nil
+		}
 	}
 	raw, err := json.Marshal(data)
 	if err != nil {
@@ -42,6 +52,77 @@ func Data(id string, data map[string]any) ([]byte, map[string]any, error) {
 		return nil, nil, fmt.Errorf("document %q is not JSON: %w: %w", id, ports.ErrInvalidArgument, err)
 	}
 	return raw, m, nil
+}
+
+// plainObject copies m as reading its JSON back would yield it, with every
+// -0 made 0, as zeroIn does, when m holds only what such a reading holds
+// and nothing Data refuses: maps of string keys, slices of any, strings,
+// finite float64s, bools and nil, no string or key outside UTF-8 or with
+// NUL, no map or slice nested deeper than ports.MaxDepth (depth is m's
+// level, 1 at the top, as storecheck.JSON counts). A nil map or slice
+// within is null, as json.Marshal writes it. ok is false for anything
+// else, which Data's long way then marshals, reads back and checks.
+func plainObject(m map[string]any, depth int) (map[string]any, bool) {
+	if depth > ports.MaxDepth {
+		return nil, false
+	}
+	out := make(map[string]any, len(m))
+	for k, e := range m {
+		if !plainText(k) {
+			return nil, false
+		}
+		c, ok := plainValue(e, depth+1)
+		if !ok {
+			return nil, false
+		}
+		out[k] = c
+	}
+	return out, true
+}
+
+func plainValue(v any, depth int) (any, bool) {
+	switch v := v.(type) {
+	case nil, bool:
+		return v, true
+	case float64:
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return nil, false
+		}
+		if v == 0 {
+			return 0.0, true
+		}
+		return v, true
+	case string:
+		return v, plainText(v)
+	case map[string]any:
+		if v == nil {
+			return nil, true
+		}
+		return plainObject(v, depth)
+	case []any:
+		if v == nil {
+			return nil, true
+		}
+		if depth > ports.MaxDepth {
+			return nil, false
+		}
+		out := make([]any, len(v))
+		for i, e := range v {
+			c, ok := plainValue(e, depth+1)
+			if !ok {
+				return nil, false
+			}
+			out[i] = c
+		}
+		return out, true
+	}
+	return nil, false
+}
+
+// plainText reports whether s is UTF-8 without NUL, text that json.Marshal
+// writes and json.Unmarshal reads back as it is, and storecheck takes.
+func plainText(s string) bool {
+	return utf8.ValidString(s) && strings.IndexByte(s, 0) < 0
 }
 
 // zeroIn turns every -0 inside an array or object into 0, a document's
