@@ -261,7 +261,11 @@ func (s *scanner) object(t reflect.Type) error {
 				name = []byte(plain)
 			}
 		}
-		if !s.marshaled && twice(name, &seen, &many) {
+		var again bool
+		if !s.marshaled {
+			again, seen, many = twice(name, seen, many)
+		}
+		if again {
 			return &pathError{path: []string{string(name)}, what: "given twice"}
 		}
 		next := elem
@@ -288,30 +292,33 @@ func (s *scanner) object(t reflect.Type) error {
 	}
 }
 
-// twice reports whether name was seen in this object, and notes it.
-func twice(name []byte, seen *[][]byte, many *map[string]struct{}) bool {
-	if *many != nil {
-		if _, ok := (*many)[string(name)]; ok {
-			return true
+// twice reports whether name was seen in this object, and notes it in
+// seen, or past seenMost names in many, which it returns. They are passed
+// and returned by value, not by pointer, so that the array behind seen
+// stays on its caller's stack: by pointer it went to the heap, for every
+// object of every body.
+func twice(name []byte, seen [][]byte, many map[string]struct{}) (bool, [][]byte, map[string]struct{}) {
+	if many != nil {
+		if _, ok := many[string(name)]; ok {
+			return true, seen, many
 		}
-		(*many)[string(name)] = struct{}{}
-		return false
+		many[string(name)] = struct{}{}
+		return false, seen, many
 	}
-	for _, n := range *seen {
+	for _, n := range seen {
 		if bytes.Equal(n, name) {
-			return true
+			return true, seen, many
 		}
 	}
-	if len(*seen) < seenMost {
-		*seen = append(*seen, name)
-		return false
+	if len(seen) < seenMost {
+		return false, append(seen, name), many
 	}
-	*many = make(map[string]struct{}, 2*seenMost)
-	for _, n := range *seen {
-		(*many)[string(n)] = struct{}{}
+	many = make(map[string]struct{}, 2*seenMost)
+	for _, n := range seen {
+		many[string(n)] = struct{}{}
 	}
-	(*many)[string(name)] = struct{}{}
-	return false
+	many[string(name)] = struct{}{}
+	return false, seen, many
 }
 
 func (s *scanner) array(t reflect.Type) error {

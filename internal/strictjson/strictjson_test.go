@@ -2,6 +2,7 @@ package strictjson_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -167,6 +168,31 @@ func TestEscapesAreReadAsEncodingJSONReadsThem(t *testing.T) {
 // A large value costs one pass and no copy.
 func BenchmarkExactFieldsOfALargeValue(b *testing.B) {
 	data := []byte(`{"key":"k","data":{"v":"` + strings.Repeat("x", 16<<20) + `"}}`)
+	var v body
+	if err := json.Unmarshal(data, &v); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := strictjson.ExactFields(data, &v); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// A body of many small objects, as a document of records is, costs its
+// pass and nothing on the heap for each object.
+func BenchmarkExactFieldsOfManyObjects(b *testing.B) {
+	var sb strings.Builder
+	sb.WriteString(`{"key":"k","data":{"records":[`)
+	for i := range 200 {
+		if i > 0 {
+			sb.WriteByte(',')
+		}
+		fmt.Fprintf(&sb, `{"id":"r%05d","name":"a record","n":%d,"ok":%t,"tags":["x","y"]}`, i, i, i%2 == 0)
+	}
+	sb.WriteString(`]}}`)
+	data := []byte(sb.String())
 	var v body
 	if err := json.Unmarshal(data, &v); err != nil {
 		b.Fatal(err)
