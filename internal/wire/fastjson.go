@@ -9,7 +9,8 @@ import (
 )
 
 // The hottest bodies (a keyvalue get, set and their answers, a document
-// get) are read and written by hand, without reflection. Each hand reader
+// get, and a document put, read only) are read and written by hand,
+// without reflection. Each hand reader
 // takes only the plain form of its body: the exact lowercase field names,
 // each at most once, strings without escapes, values of the right type,
 // nothing after the object but white space. Anything else it leaves to

@@ -22,6 +22,7 @@ var fastBodies = []func() wire.FastDecoder{
 	func() wire.FastDecoder { return new(wire.KVValue) },
 	func() wire.FastDecoder { return new(wire.DocRef) },
 	func() wire.FastDecoder { return new(wire.VecWrite) },
+	func() wire.FastDecoder { return new(wire.DocWrite) },
 }
 
 // checkFastDecoders holds the hand readers to the strict decoder: what a
@@ -91,9 +92,13 @@ func TestFastDecodersTakeThePlainForm(t *testing.T) {
 		`{"collection":"users","id":"42"}`:               new(wire.DocRef),
 		`{"collection":"v","vectors":[{"id":"a","values":[1,-0.5,3e-7,0],"payload":{"k":"x","n":[1,{"a":"}"}]}}]}`: new(wire.VecWrite),
 		`{"vectors":[],"collection":"v"}`: new(wire.VecWrite),
-		` { "collection" : "v" , "vectors" : [ { } , { "values" : [ ] , "payload" : { } } ] } `:                     new(wire.VecWrite),
-		`{"collection":"v","vectors":[{"id":"a","values_f32":"AACAPwAAAMA=","payload":{"k":"x"}}]}`:                 new(wire.VecWrite),
-		`{"collection":"v","vectors":[{"id":"a","values_f32":""},{"id":"b","values":[1],"values_f32":"AACAPw=="}]}`: new(wire.VecWrite),
+		` { "collection" : "v" , "vectors" : [ { } , { "values" : [ ] , "payload" : { } } ] } `:                            new(wire.VecWrite),
+		`{"collection":"v","vectors":[{"id":"a","values_f32":"AACAPwAAAMA=","payload":{"k":"x"}}]}`:                        new(wire.VecWrite),
+		`{"collection":"v","vectors":[{"id":"a","values_f32":""},{"id":"b","values":[1],"values_f32":"AACAPw=="}]}`:        new(wire.VecWrite),
+		`{"collection":"c","id":"d","data":{"name":"bench","n":1}}`:                                                        new(wire.DocWrite),
+		` { "data" : { "a" : [ 1 , -0.5e-3 , true , false , null , "é" , [ ] , { } ] } , "if_version" : 0 , "id" : "d" } `: new(wire.DocWrite),
+		`{"collection":"c","id":"d","data":{},"if_version":18446744073709551615}`:                                          new(wire.DocWrite),
+		`{"collection":"c","id":"d"}`: new(wire.DocWrite),
 	}
 	for body, v := range taken {
 		if !v.DecodeJSON([]byte(body)) {
@@ -129,6 +134,23 @@ func TestFastDecodersTakeThePlainForm(t *testing.T) {
 		`{"collection":"v","vectors":[{"id":"a","values_f32":"AACAPw="}]}`:                          new(wire.VecWrite),
 		`{"collection":"v","vectors":[{"id":"a","values_f32":null}]}`:                               new(wire.VecWrite),
 		`{"collection":"v","vectors":[{"id":"a","values_f32":"AACAPw==","values_f32":"AACAPw=="}]}`: new(wire.VecWrite),
+		`{"collection":"c","id":"d","data":null}`:                                                   new(wire.DocWrite),
+		`{"collection":"c","id":"d","data":[]}`:                                                     new(wire.DocWrite),
+		`{"collection":"c","id":"d","data":{"a":1,"a":2}}`:                                          new(wire.DocWrite),
+		`{"collection":"c","id":"d","data":{"a":{"b":1,"b":1}}}`:                                    new(wire.DocWrite),
+		`{"collection":"c","id":"d","data":{"a":"x\u0041"}}`:                                        new(wire.DocWrite),
+		`{"collection":"c","id":"d","data":{"a":1e999}}`:                                            new(wire.DocWrite),
+		`{"collection":"c","id":"d","data":{"a":01}}`:                                               new(wire.DocWrite),
+		`{"collection":"c","id":"d","data":{"a":tru}}`:                                              new(wire.DocWrite),
+		`{"collection":"c","id":"d","data":{"a":[1,]}}`:                                             new(wire.DocWrite),
+		`{"collection":"c","id":"d","data":{},"if_version":null}`:                                   new(wire.DocWrite),
+		`{"collection":"c","id":"d","data":{},"if_version":1.5}`:                                    new(wire.DocWrite),
+		`{"collection":"c","id":"d","data":{},"if_version":-1}`:                                     new(wire.DocWrite),
+		`{"collection":"c","id":"d","data":{},"if_version":1e2}`:                                    new(wire.DocWrite),
+		`{"collection":"c","id":"d","data":{},"if_version":18446744073709551616}`:                   new(wire.DocWrite),
+		`{"collection":"c","id":"d","data":{},"ID":"e"}`:                                            new(wire.DocWrite),
+		`{"collection":"c","id":"d","data":{},"data":{}}`:                                           new(wire.DocWrite),
+		"{\"collection\":\"c\",\"id\":\"d\",\"data\":{\"\xff\":1}}":                                 new(wire.DocWrite),
 	}
 	for body, v := range declined {
 		if v.DecodeJSON([]byte(body)) {

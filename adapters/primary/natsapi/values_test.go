@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/abi-engine/engine/adapters/primary/natsapi"
+	docmemory "github.com/abi-engine/engine/adapters/secondary/document/memory"
 	"github.com/abi-engine/engine/internal/wire"
 	"github.com/abi-engine/engine/ports"
 )
@@ -161,6 +162,43 @@ func TestTheHandReaderOfAnUpsertKeepsTheBound(t *testing.T) {
 		}
 		if _, err := ep.Handler(t.Context(), &natsapi.Call{Data: many}); !errors.Is(err, ports.ErrInvalidArgument) || !strings.Contains(err.Error(), "JSON values") {
 			t.Fatalf("upsert of %d empty vectors = %v, want 400 naming the bound", 4*wire.MaxValues, err)
+		}
+	}
+}
+
+// The hand reader of a document put counts as the strict path does: it
+// takes a body at the bound, and leaves one value more to the strict path,
+// which refuses it; a large body past the bound it leaves having built
+// nothing of it, as the strict path refuses it before it decodes.
+func TestTheHandReaderOfADocumentPutKeepsTheBound(t *testing.T) {
+	// The body, its collection, id and data, the array in it, and the nulls.
+	at := repeated(`{"collection":"c","id":"d","data":{"a":[`, `null`, wire.MaxValues-5, `]}}`)
+	past := repeated(`{"collection":"c","id":"d","data":{"a":[`, `null`, wire.MaxValues-4, `]}}`)
+	many := repeated(`{"collection":"c","id":"d","data":{"a":[`, `{}`, (4<<20)/3, `]}}`)
+	var w wire.DocWrite
+	if !w.DecodeJSON(at) {
+		t.Fatal("the hand reader declined a document put at the bound")
+	}
+	for _, body := range [][]byte{past, many} {
+		var w wire.DocWrite
+		var took bool
+		got := allocated(func() { took = w.DecodeJSON(body) })
+		if took {
+			t.Fatalf("the hand reader took a document put of %d bytes past the bound", len(body))
+		}
+		if most := uint64(1 << 20); got > most {
+			t.Fatalf("the hand reader allocated %d bytes on a document put of %d bytes past the bound, want at most %d", got, len(body), most)
+		}
+	}
+	docs := natsapi.Document(docmemory.New())
+	for _, ep := range docs.Endpoints {
+		if ep.Name != wire.DocPut {
+			continue
+		}
+		for _, body := range [][]byte{past, many} {
+			if _, err := ep.Handler(t.Context(), &natsapi.Call{Data: body}); !errors.Is(err, ports.ErrInvalidArgument) || !strings.Contains(err.Error(), "JSON values") {
+				t.Fatalf("document put of %d bytes past the bound = %v, want 400 naming the bound", len(body), err)
+			}
 		}
 	}
 }
