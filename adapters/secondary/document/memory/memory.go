@@ -106,14 +106,16 @@ func docCost(id string, raw []byte) int64 { return int64(len(id)+len(raw)) + Ent
 // documents aside.
 func collectionCost(name string) int64 { return int64(len(name)) + EntryOverhead }
 
-// room refuses a write that takes need bytes and frees freed, unless the
-// store has room for it; what names the write. s.mu is held.
-func (s *Store) room(what string, need, freed int64) error {
-	if s.used-freed+need > s.max {
-		return fmt.Errorf("%s: %d bytes (with %d of upkeep) do not fit: the store holds %d of its max_bytes, %d: %w",
-			what, need, EntryOverhead, s.used, s.max, ports.ErrStorageFull)
-	}
-	return nil
+// room reports whether the store has room for a write that takes need
+// bytes and frees freed. s.mu is held.
+func (s *Store) room(need, freed int64) bool { return s.used-freed+need <= s.max }
+
+// full refuses a write of need bytes for which the store has no room; what
+// names the write. It is formatted only then: a write that fits, nearly
+// every one, formats nothing under the store's lock. s.mu is held.
+func (s *Store) full(what string, need int64) error {
+	return fmt.Errorf("%s: %d bytes (with %d of upkeep) do not fit: the store holds %d of its max_bytes, %d: %w",
+		what, need, EntryOverhead, s.used, s.max, ports.ErrStorageFull)
 }
 
 // collection returns the named collection. s.mu is held.
@@ -158,8 +160,8 @@ func (s *Store) EnsureCollection(ctx context.Context, name string) error {
 		return nil
 	}
 	need := collectionCost(name)
-	if err := s.room(fmt.Sprintf("create collection %q", name), need, 0); err != nil {
-		return err
+	if !s.room(need, 0) {
+		return s.full(fmt.Sprintf("create collection %q", name), need)
 	}
 	s.collections[name] = newDocs()
 	s.used += need
@@ -220,8 +222,8 @@ func (s *Store) Put(ctx context.Context, collection, id string, data map[string]
 	if had {
 		freed = docCost(id, cur.raw)
 	}
-	if err := s.room(fmt.Sprintf("put %q in %q", id, collection), need, freed); err != nil {
-		return ports.Document{}, err
+	if !s.room(need, freed) {
+		return ports.Document{}, s.full(fmt.Sprintf("put %q in %q", id, collection), need)
 	}
 	s.used += need - freed
 	s.versioned++
