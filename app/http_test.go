@@ -537,26 +537,16 @@ func TestTheTrustedProxiesReachTheHTTPAPI(t *testing.T) {
 	defer a.RequireStop()
 	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(proxy)}, Timeout: 20 * time.Second}
 	for i := range most + 1 {
-		c, err := d.Dial("tcp", h.Addr())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = c.Close() })
-		_ = c.SetDeadline(time.Now().Add(20 * time.Second))
-		if _, err := c.Write([]byte("GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")); err != nil {
-			t.Fatal(err)
-		}
-		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		code, err := healthzOver(t, d, h.Addr())
 		if err != nil {
 			t.Fatalf("connection %d of a trusted proxy: %v", i+1, err)
 		}
-		_ = resp.Body.Close()
 		if i == most {
-			if resp.StatusCode != http.StatusServiceUnavailable {
-				t.Fatalf("connection %d of a trusted proxy, past the proxies' most of %d, answered %d, want 503", i+1, most, resp.StatusCode)
+			if code != http.StatusServiceUnavailable {
+				t.Fatalf("connection %d of a trusted proxy, past the proxies' most of %d, answered %d, want 503", i+1, most, code)
 			}
-		} else if resp.StatusCode != http.StatusOK {
-			t.Fatalf("connection %d of a trusted proxy answered %d", i+1, resp.StatusCode)
+		} else if code != http.StatusOK {
+			t.Fatalf("connection %d of a trusted proxy answered %d", i+1, code)
 		}
 	}
 }
@@ -573,26 +563,38 @@ func TestTheClientsMostConnectionsReachTheHTTPAPI(t *testing.T) {
 	defer a.RequireStop()
 	for i := range most + 1 {
 		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(fmt.Sprintf("127.0.9.%d", 10+i))}, Timeout: 20 * time.Second}
-		c, err := d.Dial("tcp", h.Addr())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = c.Close() })
-		_ = c.SetDeadline(time.Now().Add(20 * time.Second))
-		if _, err := c.Write([]byte("GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")); err != nil {
-			t.Fatal(err)
-		}
-		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		code, err := healthzOver(t, d, h.Addr())
 		if err != nil {
 			t.Fatalf("connection of client %d: %v", i+1, err)
 		}
-		_ = resp.Body.Close()
 		if i == most {
-			if resp.StatusCode != http.StatusServiceUnavailable {
-				t.Fatalf("the connection of client %d, past the clients' most of %d, answered %d, want 503", i+1, most, resp.StatusCode)
+			if code != http.StatusServiceUnavailable {
+				t.Fatalf("the connection of client %d, past the clients' most of %d, answered %d, want 503", i+1, most, code)
 			}
-		} else if resp.StatusCode != http.StatusOK {
-			t.Fatalf("the connection of client %d answered %d", i+1, resp.StatusCode)
+		} else if code != http.StatusOK {
+			t.Fatalf("the connection of client %d answered %d", i+1, code)
 		}
 	}
+}
+
+// healthzOver dials addr through d, keeps the connection open until the
+// test ends, asks it for /healthz and returns the status it answered, or
+// the error of reading the answer.
+func healthzOver(t *testing.T, d *net.Dialer, addr string) (int, error) {
+	t.Helper()
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+	if _, err := c.Write([]byte("GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		return 0, err
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode, nil
 }

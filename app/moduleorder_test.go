@@ -73,22 +73,7 @@ func TestModulesStartInTheOrderGivenAtEveryStart(t *testing.T) {
 		want = append(want, "stop "+n)
 	}
 	for i := range 10 {
-		cfg := testConfig(t, url, "client", "", memoryServices)
-		cfg.HTTP.Listen = "off"
-		a := fx.New(app.Graph(options(cfg), given...), fx.NopLogger)
-		if err := a.Err(); err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-		if err := a.Start(ctx); err != nil {
-			cancel()
-			t.Fatalf("start %d: %v", i+1, err)
-		}
-		if err := a.Stop(ctx); err != nil {
-			cancel()
-			t.Fatalf("stop %d: %v", i+1, err)
-		}
-		cancel()
+		startAndStopModules(t, url, i, given)
 		if got := s.take(); !slices.Equal(got, want) {
 			t.Fatalf("start %d: modules went %s, want %s", i+1, strings.Join(got, ", "), strings.Join(want, ", "))
 		}
@@ -108,21 +93,29 @@ func TestAModulePutStraightIntoTheGroupStartsAfterThoseGivenWithAsModule(t *test
 	}
 	want := []string{"start a", "start b", "start straight", "stop straight", "stop b", "stop a"}
 	for i := range 5 {
-		cfg := testConfig(t, url, "client", "", memoryServices)
-		cfg.HTTP.Listen = "off"
-		a := fx.New(app.Graph(options(cfg), given...), fx.NopLogger)
-		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-		if err := a.Start(ctx); err != nil {
-			cancel()
-			t.Fatalf("start %d: %v", i+1, err)
-		}
-		if err := a.Stop(ctx); err != nil {
-			cancel()
-			t.Fatalf("stop %d: %v", i+1, err)
-		}
-		cancel()
+		startAndStopModules(t, url, i, given)
 		if got := s.take(); !slices.Equal(got, want) {
 			t.Fatalf("start %d: modules went %s, want %s", i+1, strings.Join(got, ", "), strings.Join(want, ", "))
 		}
+	}
+}
+
+// startAndStopModules starts and stops, as start i+1, a client engine
+// without HTTP that is given the options given.
+func startAndStopModules(t *testing.T, url string, i int, given []fx.Option) {
+	t.Helper()
+	cfg := testConfig(t, url, "client", "", memoryServices)
+	cfg.HTTP.Listen = "off"
+	a := fx.New(app.Graph(options(cfg), given...), fx.NopLogger)
+	if err := a.Err(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	if err := a.Start(ctx); err != nil {
+		t.Fatalf("start %d: %v", i+1, err)
+	}
+	if err := a.Stop(ctx); err != nil {
+		t.Fatalf("stop %d: %v", i+1, err)
 	}
 }

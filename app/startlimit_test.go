@@ -25,30 +25,12 @@ func TestAnEngineOnAShortLeaseTakesOverADeadHolderOfALongerOne(t *testing.T) {
 	url := natstest.StartServer(t).ClientURL()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	lease, err := jetstream.Open(ctx, natstest.Connect(t, url), jetstream.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	lease := openLease(ctx, t, url)
 	const holders = 34 * time.Second
 	if _, err := lease.Create(ctx, domain.Holder{InstanceID: domain.NewInstanceID(), Host: "dead", PID: 1, Lease: holders}); err != nil {
 		t.Fatal(err)
 	}
-	var e *app.Engine
-	a := fx.New(app.Graph(options(testConfig(t, url, "serve", "", memoryServices))), fx.Populate(&e), fx.NopLogger)
-	if err := a.Err(); err != nil {
-		t.Fatal(err)
-	}
-	begun := time.Now()
-	if err := a.Start(ctx); err != nil {
-		t.Fatalf("start after %v: %v", time.Since(begun).Round(time.Second), err)
-	}
-	defer func() { _ = a.Stop(context.Background()) }()
-	if took := time.Since(begun); took < holders {
-		t.Fatalf("took over after %v, before the holder's lease of %v had passed", took, holders)
-	}
-	if !e.Ownership().MayServe() {
-		t.Fatalf("the engine started but does not serve: %s", e.Ownership().State())
-	}
+	serveNoSoonerThan(ctx, t, url, holders, "took over after %v, before the holder's lease of %v had passed")
 }
 
 // An engine on a lease of 1 s finds the lease key deleted, and the bucket
@@ -62,10 +44,7 @@ func TestAnEngineOnAShortLeaseServesAfterAKeyDeletedUnderAHolderOfALongerOne(t *
 	url := natstest.StartServer(t).ClientURL()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	lease, err := jetstream.Open(ctx, natstest.Connect(t, url), jetstream.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	lease := openLease(ctx, t, url)
 	const holders = 34 * time.Second
 	if _, err := lease.Advertise(ctx, holders); err != nil {
 		t.Fatal(err)
@@ -77,6 +56,25 @@ func TestAnEngineOnAShortLeaseServesAfterAKeyDeletedUnderAHolderOfALongerOne(t *
 	if err := lease.Delete(ctx, rev); err != nil {
 		t.Fatal(err)
 	}
+	serveNoSoonerThan(ctx, t, url, holders, "served after %v, before the lease of %v kept beside the deleted key had passed")
+}
+
+// openLease opens the lease bucket of the NATS server at url.
+func openLease(ctx context.Context, t *testing.T, url string) *jetstream.Lease {
+	t.Helper()
+	lease, err := jetstream.Open(ctx, natstest.Connect(t, url), jetstream.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lease
+}
+
+// serveNoSoonerThan starts a serving engine on the NATS server at url,
+// stopped when the test ends, and fails the test unless its start took
+// at least wait and ended with the engine serving; early is the failure's
+// message, given the time the start took and wait.
+func serveNoSoonerThan(ctx context.Context, t *testing.T, url string, wait time.Duration, early string) {
+	t.Helper()
 	var e *app.Engine
 	a := fx.New(app.Graph(options(testConfig(t, url, "serve", "", memoryServices))), fx.Populate(&e), fx.NopLogger)
 	if err := a.Err(); err != nil {
@@ -86,9 +84,9 @@ func TestAnEngineOnAShortLeaseServesAfterAKeyDeletedUnderAHolderOfALongerOne(t *
 	if err := a.Start(ctx); err != nil {
 		t.Fatalf("start after %v: %v", time.Since(begun).Round(time.Second), err)
 	}
-	defer func() { _ = a.Stop(context.Background()) }()
-	if took := time.Since(begun); took < holders {
-		t.Fatalf("served after %v, before the lease of %v kept beside the deleted key had passed", took, holders)
+	t.Cleanup(func() { _ = a.Stop(context.Background()) })
+	if took := time.Since(begun); took < wait {
+		t.Fatalf(early, took, wait)
 	}
 	if !e.Ownership().MayServe() {
 		t.Fatalf("the engine started but does not serve: %s", e.Ownership().State())
