@@ -1,7 +1,6 @@
 package sqlite
 
 import (
-	"context"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -28,34 +27,20 @@ func TestAWriteDoesNotWaitForALoadBegunAsItTakesItsChange(t *testing.T) {
 		t.Fatalf("Upsert through the other handle: %v", err)
 	}
 	applying, goOn := make(chan struct{}), make(chan struct{})
-	loading, waiting, release := make(chan struct{}), make(chan struct{}), make(chan struct{})
-	var applyOnce, loadOnce, waitOnce sync.Once
+	waiting := make(chan struct{})
+	var applyOnce, waitOnce sync.Once
 	s.hooks.applying = func(string) {
 		applyOnce.Do(func() {
 			close(applying)
 			<-goOn
 		})
 	}
-	s.hooks.catchUp = func(ctx context.Context, _ string) {
-		loadOnce.Do(func() {
-			close(loading)
-			select {
-			case <-release:
-			case <-ctx.Done():
-			}
-		})
-	}
+	loading, releaseOnce := holdFirstLoad(t, s)
 	s.hooks.wait = func(string) { waitOnce.Do(func() { close(waiting) }) }
-	releaseOnce := sync.OnceFunc(func() { close(release) })
-	t.Cleanup(releaseOnce)
 
 	wrote := make(chan error, 1)
 	go func() { wrote <- s.Upsert(ctx, "v", []ports.Vector{{ID: "near", Values: []float32{-1, 0}}}) }()
-	select {
-	case <-applying:
-	case <-time.After(20 * time.Second):
-		t.Fatal("the upsert did not come to its index in 20 s")
-	}
+	awaitClosed(t, applying, "the upsert did not come to its index in 20 s")
 	searched := make(chan error, 1)
 	go func() {
 		got, err := s.Search(ctx, "v", []float32{-1, 0}, 2, nil)

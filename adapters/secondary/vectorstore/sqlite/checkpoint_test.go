@@ -22,58 +22,24 @@ import (
 // for a load or for its turn at the index, the log was never reset and
 // grew without bound.
 func TestASearchWaitingForTheLoadOfItsIndexHoldsBackNoCheckpoint(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "vectors.sqlite")
-	s := openLoaded(t, path)
-	// Written through another handle, the collection is in the file but
-	// not in s's indexes: s's next search of it loads it whole.
-	w := writeCollection(t, path) // "v": v000 to v199 at (i, 0)
-	ctx := t.Context()
+	path, s, w := openBehind(t)
 	snapped, goOn := make(chan struct{}), make(chan struct{})
-	loading, release := make(chan struct{}), make(chan struct{})
-	var readOnce, loadOnce sync.Once
+	var readOnce sync.Once
 	s.hooks.read = func(string) {
 		readOnce.Do(func() {
 			close(snapped)
 			<-goOn
 		})
 	}
-	s.hooks.catchUp = func(ctx context.Context, _ string) {
-		loadOnce.Do(func() {
-			close(loading)
-			select {
-			case <-release:
-			case <-ctx.Done():
-			}
-		})
-	}
-	releaseOnce := sync.OnceFunc(func() { close(release) })
-	t.Cleanup(releaseOnce)
+	loading, releaseOnce := holdFirstLoad(t, s)
 
 	searched := make(chan error, 1)
-	go func() {
-		got, err := s.Search(ctx, "v", []float32{-1, 0}, 1, nil)
-		if err == nil && (len(got) != 1 || got[0].ID != "w01") {
-			t.Errorf("Search finds %+v, want w01", got)
-		}
-		searched <- err
-	}()
-	select {
-	case <-snapped:
-	case <-time.After(20 * time.Second):
-		t.Fatal("the search did not read the collection in 20 s")
-	}
+	go searchNearest(t, s, searched)
+	awaitClosed(t, snapped, "the search did not read the collection in 20 s")
 	// Written after the search's first snapshot, before the load's.
-	for i := range 20 {
-		if err := w.Upsert(ctx, "v", []ports.Vector{{ID: fmt.Sprintf("w%02d", i), Values: []float32{-float32(i), 0}}}); err != nil {
-			t.Fatalf("Upsert through the other handle: %v", err)
-		}
-	}
+	writeNearer(t, w)
 	close(goOn)
-	select {
-	case <-loading:
-	case <-time.After(20 * time.Second):
-		t.Fatal("the search did not begin to load its index in 20 s")
-	}
+	awaitClosed(t, loading, "the search did not begin to load its index in 20 s")
 	if log, copied := checkpointWithin(t, path, 20*time.Second); copied < log {
 		t.Errorf("while a search waited for the load of its index, a checkpoint copied %d of the log's %d pages", copied, log)
 	}
@@ -85,6 +51,73 @@ func TestASearchWaitingForTheLoadOfItsIndexHoldsBackNoCheckpoint(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("the search did not answer in 20 s once the load was over")
+	}
+}
+
+// openBehind opens a store on a new file, then writes the collection "v",
+// v000 to v199 at (i, 0), through another handle, w: the collection is in
+// the file but not in s's indexes, so s's next search of it loads it
+// whole. It returns the file's path too.
+func openBehind(t *testing.T) (path string, s, w *Store) {
+	t.Helper()
+	path = filepath.Join(t.TempDir(), "vectors.sqlite")
+	s = openLoaded(t, path)
+	w = writeCollection(t, path)
+	return path, s, w
+}
+
+// searchNearest searches s's collection "v" for the one vector nearest to
+// (-1, 0), which writeNearer wrote as w01, and sends searched the error
+// of the search; it fails the test if the search finds another.
+func searchNearest(t *testing.T, s *Store, searched chan<- error) {
+	got, err := s.Search(t.Context(), "v", []float32{-1, 0}, 1, nil)
+	if err == nil && (len(got) != 1 || got[0].ID != "w01") {
+		t.Errorf("Search finds %+v, want w01", got)
+	}
+	searched <- err
+}
+
+// holdFirstLoad makes the first load of an index of s hold on, as a long
+// read of the file would, until release is called or its context ends;
+// loading is closed once that load has begun. The test's end releases it
+// too.
+func holdFirstLoad(t *testing.T, s *Store) (loading <-chan struct{}, release func()) {
+	t.Helper()
+	began, released := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	s.hooks.catchUp = func(ctx context.Context, _ string) {
+		once.Do(func() {
+			close(began)
+			select {
+			case <-released:
+			case <-ctx.Done():
+			}
+		})
+	}
+	release = sync.OnceFunc(func() { close(released) })
+	t.Cleanup(release)
+	return began, release
+}
+
+// writeNearer upserts through w, into the collection "v", w00 to w19 at
+// (-i, 0): nearer to (-1, 0) than any vector writeCollection wrote.
+func writeNearer(t *testing.T, w *Store) {
+	t.Helper()
+	for i := range 20 {
+		if err := w.Upsert(t.Context(), "v", []ports.Vector{{ID: fmt.Sprintf("w%02d", i), Values: []float32{-float32(i), 0}}}); err != nil {
+			t.Fatalf("Upsert through the other handle: %v", err)
+		}
+	}
+}
+
+// awaitClosed waits up to 20 s for ch to be closed, and fails the test
+// with failure if it is not.
+func awaitClosed(t *testing.T, ch <-chan struct{}, failure string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(20 * time.Second):
+		t.Fatal(failure)
 	}
 }
 
@@ -118,16 +151,9 @@ func checkpointWithin(t *testing.T, path string, within time.Duration) (log, cop
 // checkpoint copies everything written before the load began. Before, it
 // waited for the turn inside its older snapshot.
 func TestASearchWaitingForItsTurnAtTheIndexHoldsBackNoCheckpoint(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "vectors.sqlite")
-	s := openLoaded(t, path)
-	// Written through another handle, the collection is in the file but
-	// not in s's indexes: s's next search of it loads it whole.
-	w := writeCollection(t, path) // "v": v000 to v199 at (i, 0)
-	ctx := t.Context()
+	path, s, w := openBehind(t)
 	snapped, goOn := make(chan struct{}), make(chan struct{})
-	loading, release := make(chan struct{}), make(chan struct{})
 	var reads atomic.Int32
-	var loadOnce sync.Once
 	// The first search pauses once it has its snapshot; the second goes
 	// on, and its load holds the index's turn.
 	s.hooks.read = func(string) {
@@ -136,52 +162,19 @@ func TestASearchWaitingForItsTurnAtTheIndexHoldsBackNoCheckpoint(t *testing.T) {
 			<-goOn
 		}
 	}
-	s.hooks.catchUp = func(ctx context.Context, _ string) {
-		loadOnce.Do(func() {
-			close(loading)
-			select {
-			case <-release:
-			case <-ctx.Done():
-			}
-		})
-	}
-	releaseOnce := sync.OnceFunc(func() { close(release) })
-	t.Cleanup(releaseOnce)
+	loading, releaseOnce := holdFirstLoad(t, s)
 	waiting := make(chan struct{})
 	var waitOnce sync.Once
 	s.hooks.wait = func(string) { waitOnce.Do(func() { close(waiting) }) }
 
 	searched := make(chan error, 2)
-	search := func() {
-		got, err := s.Search(ctx, "v", []float32{-1, 0}, 1, nil)
-		if err == nil && (len(got) != 1 || got[0].ID != "w01") {
-			t.Errorf("Search finds %+v, want w01", got)
-		}
-		searched <- err
-	}
-	go search()
-	select {
-	case <-snapped:
-	case <-time.After(20 * time.Second):
-		t.Fatal("the first search did not read the collection in 20 s")
-	}
-	for i := range 20 {
-		if err := w.Upsert(ctx, "v", []ports.Vector{{ID: fmt.Sprintf("w%02d", i), Values: []float32{-float32(i), 0}}}); err != nil {
-			t.Fatalf("Upsert through the other handle: %v", err)
-		}
-	}
-	go search()
-	select {
-	case <-loading:
-	case <-time.After(20 * time.Second):
-		t.Fatal("the second search did not begin to load the index in 20 s")
-	}
+	go searchNearest(t, s, searched)
+	awaitClosed(t, snapped, "the first search did not read the collection in 20 s")
+	writeNearer(t, w)
+	go searchNearest(t, s, searched)
+	awaitClosed(t, loading, "the second search did not begin to load the index in 20 s")
 	close(goOn)
-	select {
-	case <-waiting:
-	case <-time.After(20 * time.Second):
-		t.Fatal("the first search did not come to wait for the index's turn in 20 s")
-	}
+	awaitClosed(t, waiting, "the first search did not come to wait for the index's turn in 20 s")
 	if log, copied := checkpointWithin(t, path, 20*time.Second); copied < log {
 		t.Errorf("while a search waited for its turn at the index, a checkpoint copied %d of the log's %d pages", copied, log)
 	}
