@@ -87,9 +87,7 @@ func TestAWriteWhoseBodyArrivedDamagedIsSentAgainAndNeverInvalid(t *testing.T) {
 			content := bytes.Repeat([]byte(key), w.size/2)
 			t.Run(d.name+"/"+w.name+"/once", func(t *testing.T) {
 				endpoint, damaged := startInterceptor(t, c.Endpoint, func(r *http.Request) bool { return w.damaged(r, key) }, d.damage)
-				via := c
-				via.Endpoint = endpoint
-				s := open(t, via)
+				s := openVia(t, c, endpoint)
 				if _, err := s.Put(t.Context(), key, bytes.NewReader(content), w.opts); err != nil {
 					t.Fatalf("a %s whose body arrived damaged once failed: %v", w.name, err)
 				}
@@ -102,7 +100,7 @@ func TestAWriteWhoseBodyArrivedDamagedIsSentAgainAndNeverInvalid(t *testing.T) {
 			})
 			t.Run(d.name+"/"+w.name+"/always", func(t *testing.T) {
 				var damaged atomic.Int64
-				endpoint := startProxy(t, c.Endpoint, func(rw http.ResponseWriter, r *http.Request, forward http.Handler) {
+				s := openThroughProxy(t, c, func(rw http.ResponseWriter, r *http.Request, forward http.Handler) {
 					if w.damaged(r, "always"+key) {
 						damaged.Add(1)
 						d.damage(rw, r, forward)
@@ -110,9 +108,6 @@ func TestAWriteWhoseBodyArrivedDamagedIsSentAgainAndNeverInvalid(t *testing.T) {
 					}
 					forward.ServeHTTP(rw, r)
 				})
-				via := c
-				via.Endpoint = endpoint
-				s := open(t, via)
 				_, err := s.Put(t.Context(), "always"+key, bytes.NewReader(content), w.opts)
 				if err == nil || errors.Is(err, ports.ErrInvalidArgument) {
 					t.Fatalf("a %s whose body arrived damaged each time: %v, want an error that is not ports.ErrInvalidArgument", w.name, err)

@@ -59,7 +59,7 @@ func TestACompletionTheServiceFailedLeavingTheUploadWholeIsSentAgain(t *testing.
 		t.Run(name+"/failed once before it was done", func(t *testing.T) {
 			key := "once" + strings.ReplaceAll(name, " ", "-")
 			var sent atomic.Int64
-			endpoint := startProxy(t, c.Endpoint, func(w http.ResponseWriter, r *http.Request, forward http.Handler) {
+			s := openThroughProxy(t, c, func(w http.ResponseWriter, r *http.Request, forward http.Handler) {
 				if isCompletion(r) && sent.Add(1) == 1 {
 					_, _ = io.Copy(io.Discard, r.Body)
 					internalError(w)
@@ -67,9 +67,6 @@ func TestACompletionTheServiceFailedLeavingTheUploadWholeIsSentAgain(t *testing.
 				}
 				forward.ServeHTTP(w, r)
 			})
-			via := c
-			via.Endpoint = endpoint
-			s := open(t, via)
 			if _, err := s.Put(t.Context(), key, bytes.NewReader(content), opts); err != nil {
 				t.Fatalf("a multipart %s whose completion the service failed once, leaving the upload whole, failed: %v", name, err)
 			}
@@ -83,7 +80,7 @@ func TestACompletionTheServiceFailedLeavingTheUploadWholeIsSentAgain(t *testing.
 		t.Run(name+"/failed each time before it was done", func(t *testing.T) {
 			key := "always" + strings.ReplaceAll(name, " ", "-")
 			var sent atomic.Int64
-			endpoint := startProxy(t, c.Endpoint, func(w http.ResponseWriter, r *http.Request, forward http.Handler) {
+			s := openThroughProxy(t, c, func(w http.ResponseWriter, r *http.Request, forward http.Handler) {
 				if isCompletion(r) {
 					sent.Add(1)
 					_, _ = io.Copy(io.Discard, r.Body)
@@ -92,9 +89,6 @@ func TestACompletionTheServiceFailedLeavingTheUploadWholeIsSentAgain(t *testing.
 				}
 				forward.ServeHTTP(w, r)
 			})
-			via := c
-			via.Endpoint = endpoint
-			s := open(t, via)
 			_, err := s.Put(t.Context(), key, bytes.NewReader(content), opts)
 			if err == nil || errors.Is(err, ports.ErrConflict) || errors.Is(err, ports.ErrNotFound) || errors.Is(err, ports.ErrInvalidArgument) {
 				t.Fatalf("a multipart %s whose completion the service failed each time: %v, want an error that is none of conflict, not found, invalid argument", name, err)
@@ -119,7 +113,7 @@ func TestACompletionTheServiceFailedLeavingTheUploadWholeIsSentAgain(t *testing.
 		t.Run(name+"/failed then sent again on an upload gone", func(t *testing.T) {
 			key := "gone" + strings.ReplaceAll(name, " ", "-")
 			var sent atomic.Int64
-			endpoint := startProxy(t, c.Endpoint, func(w http.ResponseWriter, r *http.Request, forward http.Handler) {
+			s := openThroughProxy(t, c, func(w http.ResponseWriter, r *http.Request, forward http.Handler) {
 				if !isCompletion(r) {
 					forward.ServeHTTP(w, r)
 					return
@@ -138,9 +132,6 @@ func TestACompletionTheServiceFailedLeavingTheUploadWholeIsSentAgain(t *testing.
 				}
 				forward.ServeHTTP(w, r)
 			})
-			via := c
-			via.Endpoint = endpoint
-			s := open(t, via)
 			_, err := s.Put(t.Context(), key, bytes.NewReader(content), opts)
 			if n := sent.Load(); n != 2 {
 				t.Fatalf("the completion was sent %d times, want twice (Put: %v)", n, err)
@@ -152,7 +143,7 @@ func TestACompletionTheServiceFailedLeavingTheUploadWholeIsSentAgain(t *testing.
 		t.Run(name+"/failed after it was done", func(t *testing.T) {
 			key := "done" + strings.ReplaceAll(name, " ", "-")
 			var sent atomic.Int64
-			endpoint := startProxy(t, c.Endpoint, func(w http.ResponseWriter, r *http.Request, forward http.Handler) {
+			s := openThroughProxy(t, c, func(w http.ResponseWriter, r *http.Request, forward http.Handler) {
 				if isCompletion(r) && sent.Add(1) == 1 {
 					forward.ServeHTTP(httptest.NewRecorder(), r) // the server completes the upload
 					internalError(w)
@@ -160,9 +151,6 @@ func TestACompletionTheServiceFailedLeavingTheUploadWholeIsSentAgain(t *testing.
 				}
 				forward.ServeHTTP(w, r)
 			})
-			via := c
-			via.Endpoint = endpoint
-			s := open(t, via)
 			_, err := s.Put(t.Context(), key, bytes.NewReader(content), opts)
 			if n := sent.Load(); n != 1 {
 				t.Fatalf("a completion answered 500 after it was done was sent %d times, want once (Put: %v)", n, err)

@@ -98,7 +98,7 @@ func TestAWriteTheServiceDidNotDoFailsAsNotDone(t *testing.T) {
 			}
 			match := tc.match(key)
 			var refused atomic.Int64
-			endpoint := startProxy(t, c.Endpoint, func(w http.ResponseWriter, r *http.Request, forward http.Handler) {
+			s := openThroughProxy(t, c, func(w http.ResponseWriter, r *http.Request, forward http.Handler) {
 				if match(r) {
 					refused.Add(1)
 					tc.refuse(w, r, forward)
@@ -106,9 +106,6 @@ func TestAWriteTheServiceDidNotDoFailsAsNotDone(t *testing.T) {
 				}
 				forward.ServeHTTP(w, r)
 			})
-			via := c
-			via.Endpoint = endpoint
-			s := open(t, via)
 			var err error
 			if tc.size == 0 {
 				err = s.Delete(t.Context(), key)
@@ -142,9 +139,7 @@ func TestAWriteTheServiceDidNotDoFailsAsNotDone(t *testing.T) {
 			}
 			forward.ServeHTTP(w, r)
 		})
-		via := c
-		via.Endpoint = endpoint
-		_, err := open(t, via).Put(t.Context(), key, bytes.NewReader(bytes.Repeat([]byte("n"), large)), ports.PutObjectOptions{})
+		_, err := openVia(t, c, endpoint).Put(t.Context(), key, bytes.NewReader(bytes.Repeat([]byte("n"), large)), ports.PutObjectOptions{})
 		if aborted.Load() != 1 {
 			t.Fatalf("the proxy aborted %d uploads, want 1 (Put: %v)", aborted.Load(), err)
 		}
@@ -171,7 +166,7 @@ func TestAWriteOfWhichASendingMayHaveBeenDoneIsNeverNotDone(t *testing.T) {
 		const key = "lost"
 		content := []byte("stored by the first sending")
 		var sent atomic.Int64
-		endpoint := startProxy(t, c.Endpoint, func(w http.ResponseWriter, r *http.Request, forward http.Handler) {
+		s := openThroughProxy(t, c, func(w http.ResponseWriter, r *http.Request, forward http.Handler) {
 			if r.Method != http.MethodPut || !strings.HasSuffix(r.URL.Path, "/"+key) {
 				forward.ServeHTTP(w, r)
 				return
@@ -188,9 +183,7 @@ func TestAWriteOfWhichASendingMayHaveBeenDoneIsNeverNotDone(t *testing.T) {
 			}
 			conn.Close() // and its answer is lost
 		})
-		via := c
-		via.Endpoint = endpoint
-		_, err := open(t, via).Put(t.Context(), key, bytes.NewReader(content), ports.PutObjectOptions{})
+		_, err := s.Put(t.Context(), key, bytes.NewReader(content), ports.PutObjectOptions{})
 		if sent.Load() < 2 {
 			t.Fatalf("the Put was sent %d times, want it sent again after its answer was lost (Put: %v)", sent.Load(), err)
 		}
@@ -207,9 +200,7 @@ func TestAWriteOfWhichASendingMayHaveBeenDoneIsNeverNotDone(t *testing.T) {
 			forward.ServeHTTP(httptest.NewRecorder(), r) // the server completes the upload
 			internalError(w)
 		})
-		via := c
-		via.Endpoint = endpoint
-		_, err := open(t, via).Put(t.Context(), key, bytes.NewReader(bytes.Repeat([]byte("d"), 9<<20)), ports.PutObjectOptions{})
+		_, err := openVia(t, c, endpoint).Put(t.Context(), key, bytes.NewReader(bytes.Repeat([]byte("d"), 9<<20)), ports.PutObjectOptions{})
 		if failed.Load() != 1 {
 			t.Fatalf("the proxy failed %d completions, want 1 (Put: %v)", failed.Load(), err)
 		}

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	objects3 "github.com/abi-engine/engine/adapters/secondary/objectstorage/s3"
 	"github.com/abi-engine/engine/contracttests"
 	"github.com/abi-engine/engine/ports"
 )
@@ -46,6 +47,21 @@ func startProxy(t *testing.T, endpoint string, handle func(w http.ResponseWriter
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { handle(w, r, forward) }))
 	t.Cleanup(srv.Close)
 	return srv.URL
+}
+
+// openVia opens a store on c's bucket that sends its requests to
+// endpoint, a proxy standing before c's server.
+func openVia(t *testing.T, c objects3.Config, endpoint string) *objects3.Store {
+	t.Helper()
+	c.Endpoint = endpoint
+	return open(t, c)
+}
+
+// openThroughProxy opens a store on c's bucket whose every request goes
+// through a proxy that hands it to handle, as startProxy does.
+func openThroughProxy(t *testing.T, c objects3.Config, handle func(w http.ResponseWriter, r *http.Request, forward http.Handler)) *objects3.Store {
+	t.Helper()
+	return openVia(t, c, startProxy(t, c.Endpoint, handle))
 }
 
 // startThrottler answers the first request refuse matches as a busy S3
