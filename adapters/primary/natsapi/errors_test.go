@@ -26,14 +26,12 @@ import (
 func TestA500HidesItsTextFromTheCallerAndLogsIt(t *testing.T) {
 	url := natstest.StartServer(t).ClientURL()
 	const secretPath = "/var/lib/abi/engine.db"
-	logs := &logbuf.Buffer{}
-	failing := natsapi.Service{Name: "echo", Endpoints: []natsapi.Endpoint{{Name: "say", Handler: func(_ context.Context, call *natsapi.Call) ([]byte, error) {
+	logs := hostSayerLogging(t, url, func(_ context.Context, call *natsapi.Call) ([]byte, error) {
 		if string(call.Data) == "bad" {
 			return nil, fmt.Errorf("field \"key\": %w", ports.ErrInvalidArgument)
 		}
 		return nil, fmt.Errorf("put %q in %s: disk I/O error", "k", secretPath)
-	}}}}
-	newHost(t, url, natsapi.Options{Logger: slog.New(slog.NewTextHandler(logs, nil))}, failing)
+	})
 	nc := natstest.Connect(t, url)
 
 	_, err := ask(nc, 5*time.Second)
@@ -44,13 +42,11 @@ func TestA500HidesItsTextFromTheCallerAndLogsIt(t *testing.T) {
 	if strings.Contains(re.Message, secretPath) || strings.Contains(re.Message, "disk I/O") {
 		t.Fatalf("the caller reads the backend's text: %q", re.Message)
 	}
-	ref := re.Message[strings.LastIndex(re.Message, "log ref ")+len("log ref ") : len(re.Message)-1]
+	ref := logRef(re.Message)
 	if !strings.Contains(re.Message, sayer) || len(ref) != 12 {
 		t.Fatalf("the message %q names neither the call nor a log reference", re.Message)
 	}
-	if log := logs.String(); !strings.Contains(log, ref) || !strings.Contains(log, secretPath) {
-		t.Fatalf("the log lacks the reference %s or the error's text:\n%s", ref, log)
-	}
+	requireLogged(t, logs, ref, secretPath)
 
 	msg, err := nc.Request(sayer, []byte("bad"), 5*time.Second)
 	if err != nil {
@@ -103,11 +99,9 @@ func TestAnErrorQuotingAHugeNameStillReachesTheCaller(t *testing.T) {
 func TestAFullStoreAnswers507WithoutItsTextAndLogsIt(t *testing.T) {
 	url := natstest.StartServer(t).ClientURL()
 	const secretPath = "/var/lib/abi/objects/k.part"
-	logs := &logbuf.Buffer{}
-	full := natsapi.Service{Name: "echo", Endpoints: []natsapi.Endpoint{{Name: "say", Handler: func(context.Context, *natsapi.Call) ([]byte, error) {
+	logs := hostSayerLogging(t, url, func(context.Context, *natsapi.Call) ([]byte, error) {
 		return nil, fmt.Errorf("put %q: write %s: %w: no space left on device", "k", secretPath, ports.ErrStorageFull)
-	}}}}
-	newHost(t, url, natsapi.Options{Logger: slog.New(slog.NewTextHandler(logs, nil))}, full)
+	})
 
 	_, err := ask(natstest.Connect(t, url), 5*time.Second)
 	var re *wire.RemoteError
@@ -117,11 +111,36 @@ func TestAFullStoreAnswers507WithoutItsTextAndLogsIt(t *testing.T) {
 	if strings.Contains(re.Message, secretPath) || strings.Contains(re.Message, "no space") {
 		t.Fatalf("the caller reads the backend's text: %q", re.Message)
 	}
-	ref := re.Message[strings.LastIndex(re.Message, "log ref ")+len("log ref ") : len(re.Message)-1]
+	ref := logRef(re.Message)
 	if !strings.Contains(re.Message, sayer) || !strings.Contains(re.Message, "no room") || len(ref) != 12 {
 		t.Fatalf("the message %q names neither the call, the want of room nor a log reference", re.Message)
 	}
-	if log := logs.String(); !strings.Contains(log, ref) || !strings.Contains(log, secretPath) {
+	requireLogged(t, logs, ref, secretPath)
+}
+
+// hostSayerLogging hosts, on the NATS server at url, the service "echo"
+// whose one endpoint, "say", handle answers, and returns the log its host
+// writes.
+func hostSayerLogging(t *testing.T, url string, handle func(context.Context, *natsapi.Call) ([]byte, error)) *logbuf.Buffer {
+	t.Helper()
+	logs := &logbuf.Buffer{}
+	svc := natsapi.Service{Name: "echo", Endpoints: []natsapi.Endpoint{{Name: "say", Handler: handle}}}
+	newHost(t, url, natsapi.Options{Logger: slog.New(slog.NewTextHandler(logs, nil))}, svc)
+	return logs
+}
+
+// logRef is the log reference in the message of an answer that hides its
+// error's text: what follows "log ref ", but for the message's last
+// character.
+func logRef(msg string) string {
+	return msg[strings.LastIndex(msg, "log ref ")+len("log ref ") : len(msg)-1]
+}
+
+// requireLogged fails the test unless the log holds both the reference ref
+// and the error's text.
+func requireLogged(t *testing.T, logs *logbuf.Buffer, ref, text string) {
+	t.Helper()
+	if log := logs.String(); !strings.Contains(log, ref) || !strings.Contains(log, text) {
 		t.Fatalf("the log lacks the reference %s or the error's text:\n%s", ref, log)
 	}
 }

@@ -4,13 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/abi-engine/engine/adapters/primary/natsapi"
-	"github.com/abi-engine/engine/internal/logbuf"
 	"github.com/abi-engine/engine/internal/natstest"
 	"github.com/abi-engine/engine/internal/wire"
 	"github.com/abi-engine/engine/ports"
@@ -24,11 +22,9 @@ import (
 func TestAWriteTheStoreDidNotDoAnswers503WithoutItsText(t *testing.T) {
 	url := natstest.StartServer(t).ClientURL()
 	const secretPath = "/var/lib/abi/objects/.upload-17"
-	logs := &logbuf.Buffer{}
-	notDone := natsapi.Service{Name: "echo", Endpoints: []natsapi.Endpoint{{Name: "say", Handler: func(context.Context, *natsapi.Call) ([]byte, error) {
+	logs := hostSayerLogging(t, url, func(context.Context, *natsapi.Call) ([]byte, error) {
 		return nil, fmt.Errorf("put %q: the service refused each sending of %s: %w", "k", secretPath, ports.ErrNotDone)
-	}}}}
-	newHost(t, url, natsapi.Options{Logger: slog.New(slog.NewTextHandler(logs, nil))}, notDone)
+	})
 
 	_, err := ask(natstest.Connect(t, url), 5*time.Second)
 	var re *wire.RemoteError
@@ -38,13 +34,11 @@ func TestAWriteTheStoreDidNotDoAnswers503WithoutItsText(t *testing.T) {
 	if strings.Contains(re.Message, secretPath) {
 		t.Fatalf("the caller reads the store's text: %q", re.Message)
 	}
-	ref := re.Message[strings.LastIndex(re.Message, "log ref ")+len("log ref ") : len(re.Message)-1]
+	ref := logRef(re.Message)
 	if !strings.Contains(re.Message, sayer) || !strings.Contains(re.Message, "send it again") || len(ref) != 12 {
 		t.Fatalf("the message %q names neither the call, that it may be sent again, nor a log reference", re.Message)
 	}
-	if log := logs.String(); !strings.Contains(log, ref) || !strings.Contains(log, secretPath) {
-		t.Fatalf("the log lacks the reference %s or the error's text:\n%s", ref, log)
-	}
+	requireLogged(t, logs, ref, secretPath)
 }
 
 // A call the engine stopped while it ran answers 500, interrupted, even
