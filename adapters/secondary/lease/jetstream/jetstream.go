@@ -159,9 +159,8 @@ func (l *Lease) checkSettings(ctx context.Context, opts Options) error {
 	if err != nil {
 		return fmt.Errorf("lease bucket %s: %w", l.config.Bucket, err)
 	}
-	if age := st.CachedInfo().Config.MaxAge; age != 0 {
-		return fmt.Errorf("%w: lease bucket %s has a bucket TTL (max_age) of %v, the lease needs none: remove it, or delete the bucket for the engine to make it (nothing was changed)",
-			domain.ErrInvalidConfig, l.config.Bucket, age)
+	if err := l.refuseExpiry(st); err != nil {
+		return err
 	}
 	has, want := max(st.CachedInfo().Config.Replicas, 1), l.config.Replicas
 	switch {
@@ -174,6 +173,20 @@ func (l *Lease) checkSettings(ctx context.Context, opts Options) error {
 	case has > want && opts.Logger != nil:
 		opts.Logger.Info("the lease bucket has more replicas than nats.engine.bucket_replicas; using it as it is",
 			"bucket", l.config.Bucket, "replicas", has, "bucket_replicas", want)
+	}
+	return nil
+}
+
+// refuseExpiry refuses a stream whose values expire (checkSettings). Open
+// checks it, and so does every write that may make this engine the holder
+// (startAboveTerms), which a key found with no value leads to: a bucket
+// deleted and made anew by hand with a TTL, or given one, while engines
+// run, would otherwise have its key made again by the holder after every
+// expiry, held a lease each time, and never served.
+func (l *Lease) refuseExpiry(st jetstream.Stream) error {
+	if age := st.CachedInfo().Config.MaxAge; age != 0 {
+		return fmt.Errorf("%w: lease bucket %s has a bucket TTL (max_age) of %v, the lease needs none: remove it, or delete the bucket for the engine to make it (nothing was changed)",
+			domain.ErrInvalidConfig, l.config.Bucket, age)
 	}
 	return nil
 }
@@ -238,9 +251,15 @@ func (l *Lease) recreateIfGone(ctx context.Context, err error) bool {
 // again. Only the leader's count decides: while a replicated stream
 // has no leader, each replica answers for itself, and one behind may
 // report no message in a stream that holds the live record.
+//
+// A stream whose values expire is refused here (refuseExpiry), before any
+// write that may make this engine the holder.
 func (l *Lease) startAboveTerms(ctx context.Context) error {
 	st, err := l.leaderInfo(ctx)
 	if err != nil {
+		return err
+	}
+	if err := l.refuseExpiry(st); err != nil {
 		return err
 	}
 	l.mu.Lock()

@@ -1,0 +1,113 @@
+package jetstream_test
+
+import (
+	"bytes"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	njs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/abi-engine/engine/adapters/secondary/lease/jetstream"
+	"github.com/abi-engine/engine/domain"
+	"github.com/abi-engine/engine/internal/natstest"
+)
+
+// signalWriter closes found the first time a write holds want.
+type signalWriter struct {
+	want  []byte
+	once  sync.Once
+	found chan struct{}
+}
+
+func (w *signalWriter) Write(p []byte) (int, error) {
+	if bytes.Contains(p, w.want) {
+		w.once.Do(func() { close(w.found) })
+	}
+	return len(p), nil
+}
+
+// keyHasNoValue fails unless the lease key, read from the stream leader,
+// holds no value.
+func keyHasNoValue(t *testing.T, l *jetstream.Lease, bucket string) {
+	t.Helper()
+	if rec, err := l.Read(t.Context()); err != nil || rec.Present {
+		t.Fatalf("the key in the bucket %s reads %+v, %v; want no value", bucket, rec, err)
+	}
+}
+
+// fencedNow returns once the engine is fenced, with every transition
+// before it drained, so a later waitFor hears only what follows.
+func (e *realEngine) fencedNow(t *testing.T) {
+	t.Helper()
+	if e.o.State() != domain.StateFenced {
+		e.waitFor(t, domain.StateFenced)
+	}
+	for {
+		select {
+		case <-e.events:
+		default:
+			return
+		}
+	}
+}
+
+// A lease bucket deleted and made anew by hand with a TTL while an engine
+// holds the lease is refused when the engine finds its key with no value,
+// naming the setting, and the engine writes no key into it: the server
+// would drop the record between two renewals, and the engine, making the
+// key again each time and holding it a lease before serving, never served.
+// Once the TTL is removed, the engine makes the key again and serves.
+func TestRealBrokerALeaseBucketMadeAnewWithATTLIsRefusedWhileTheEngineRuns(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	const bucket = "TTL_ANEW"
+	const lease = 2 * time.Second
+	log := &signalWriter{want: []byte("max_age"), found: make(chan struct{})}
+	events := make(chan domain.Transition, 256)
+	l, err := jetstream.Open(t.Context(), natstest.Connect(t, url, nats.Name("engine")), jetstream.Options{Bucket: bucket})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := domain.NewOwnership(l, domain.ThisProcess("test", ""), domain.Timing{Lease: lease, StandbyTimeout: time.Minute},
+		domain.WithObserver(func(tr domain.Transition) { events <- tr }),
+		domain.WithLogger(slog.New(slog.NewTextHandler(log, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = o.Release(t.Context()) })
+	e := &realEngine{name: "engine", o: o, events: events}
+	e.mustClaim(t, domain.OutcomeServe)
+
+	js, err := njs.New(natstest.Connect(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := js.DeleteKeyValue(t.Context(), bucket); err != nil {
+		t.Fatalf("delete the bucket: %v", err)
+	}
+	// Create or update: the engine may have made the bucket anew first.
+	ttl := njs.KeyValueConfig{Bucket: bucket, History: 1, TTL: 200 * time.Millisecond}
+	if _, err := js.CreateOrUpdateKeyValue(t.Context(), ttl); err != nil {
+		t.Fatalf("make the bucket anew with a TTL: %v", err)
+	}
+	select {
+	case <-log.found:
+	case <-time.After(eventWait):
+		t.Fatalf("within %v the engine logged nothing naming the bucket's max_age (now %s)", eventWait, o.State())
+	}
+	// After the refusal no renewal writes the key: it stays without a
+	// value, and the engine fences.
+	keyHasNoValue(t, l, "with a TTL")
+	e.fencedNow(t) // half a lease after its last renewal
+
+	ttl.TTL = 0
+	if _, err := js.CreateOrUpdateKeyValue(t.Context(), ttl); err != nil {
+		t.Fatalf("remove the TTL: %v", err)
+	}
+	e.waitFor(t, domain.StateServing)
+	if rec, err := l.Read(t.Context()); err != nil || !rec.Present || rec.Holder.InstanceID != o.Me().InstanceID {
+		t.Fatalf("the engine serves, and the key reads %+v, %v", rec, err)
+	}
+}
