@@ -49,10 +49,17 @@ const (
 	simFaultPhase  = 24 * simL
 	// simQuiet follows the last fault: a fault's effects last up to three
 	// leases, then a lease and a half of silence and a standby's takeover
-	// at most.
-	simQuiet = 8 * simL
-	simStep  = simL / 50
+	// at most, of the longest lease an engine runs on.
+	simQuiet = 8 * simLongest
+	// simLongest is the longest of simLeases.
+	simLongest = 2 * simL
+	simStep    = simL / 50
 )
+
+// simLeases are the leases an engine may be configured with: an account's
+// engines need not share one (a deploy changes lease_seconds; a command
+// runs on the default beside an engine configured otherwise).
+var simLeases = []time.Duration{simL, simLongest}
 
 // TestEngineSimulation runs whole engines on three hosts over one lease
 // store: each is the real Ownership and the real serving loop, with a
@@ -60,8 +67,9 @@ const (
 // (their backends take a random time to open), serve, and stop as Stop
 // does (jobs stop, the lease is released, a handed-over kernel drains),
 // and restart or are deployed as new releases, some as hot standbys.
-// Faults: calls cut off, requests and replies delayed, replies lost,
-// processes paused (also while booting and while stopping) and suspended,
+// Each engine is configured with a lease of one or two simL (simLeases).
+// Faults: calls cut off, requests and replies delayed, replies lost, writes
+// refused at once, processes paused (also while booting and while stopping) and suspended,
 // reads and watches that lag behind the store as a replica's do, the key
 // deleted, the stream purged, the bucket made anew, clocks running at
 // different rates. Every fiftieth of a lease it checks that no two engines
@@ -167,11 +175,10 @@ func (c *simCounts) String() string {
 
 // simWorld is one seed's run: the store, the hosts, the trace and counts.
 type simWorld struct {
-	t      *testing.T
-	start  time.Time
-	store  *simHistory
-	timing domain.Timing
-	trace  *simTrace
+	t     *testing.T
+	start time.Time
+	store *simHistory
+	trace *simTrace
 
 	mu        sync.Mutex
 	counts    simCounts
@@ -287,6 +294,7 @@ func (c *simClock) Now() time.Time {
 type simEngine struct {
 	name   string
 	host   *simHost
+	timing domain.Timing
 	o      *domain.Ownership
 	sv     *serving
 	kernel *simKernel
@@ -354,8 +362,7 @@ func simulateEngines(t *testing.T, seed int64) simCounts {
 	start := time.Now()
 	w := &simWorld{
 		t: t, start: start, store: newSimHistory(),
-		timing: domain.Timing{Lease: simL, StandbyTimeout: 20 * simL, Drain: simL},
-		trace:  &simTrace{start: start},
+		trace: &simTrace{start: start},
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -455,7 +462,7 @@ func (w *simWorld) check(hosts []*simHost) string {
 				// Its release is in the store: the engine hears of it
 				// within a renewal period and answers until drained.
 				handedOver = append(handedOver, e.name)
-				if since, most := time.Since(at), w.timing.Drain+w.timing.Renew(); since > most {
+				if since, most := time.Since(at), e.timing.Drain+e.timing.Renew(); since > most {
 					problems = append(problems, fmt.Sprintf("%s admits %v after its release was written, past the drain and the release's reply (%v)", e.name, since, most))
 				}
 				continue
@@ -486,9 +493,13 @@ func (h *simHost) run(ctx context.Context) {
 		me := domain.ThisProcess("sim", rollouts[h.rng.IntN(len(rollouts))])
 		me.Host = h.name
 		e := &simEngine{host: h, stop: make(chan struct{})}
+		e.timing = domain.Timing{Lease: simLeases[h.rng.IntN(len(simLeases))], StandbyTimeout: 20 * simL, Drain: simL}
 		e.name = h.name + "/" + me.InstanceID[:6]
 		if me.RolloutID != "" {
 			e.name += "@" + me.RolloutID
+		}
+		if e.timing.Lease != simL {
+			e.name += fmt.Sprintf("[%v]", e.timing.Lease)
 		}
 		e.kernel = &simKernel{host: h}
 		e.jobs = &simJobs{host: h}
@@ -505,7 +516,7 @@ func (h *simHost) run(ctx context.Context) {
 			opts = append(opts, domain.WithHotStandby())
 			e.name += "(hot)"
 		}
-		o, err := domain.NewOwnership(h.store, me, h.w.timing, opts...)
+		o, err := domain.NewOwnership(h.store, me, e.timing, opts...)
 		if err != nil {
 			h.w.t.Errorf("NewOwnership: %v", err)
 			return
@@ -634,7 +645,7 @@ func (e *simEngine) life(ctx context.Context) {
 	}
 	_ = e.o.Release(context.Background())
 	if e.sv.HandedOver() {
-		h.sleep(context.Background(), time.Duration(rng.Int64N(int64(w.timing.Drain))))
+		h.sleep(context.Background(), time.Duration(rng.Int64N(int64(e.timing.Drain))))
 	}
 	e.kernel.close()
 }
@@ -643,7 +654,7 @@ func (e *simEngine) life(ctx context.Context) {
 func (w *simWorld) inject(rng *rand.Rand, hosts []*simHost) string {
 	h := hosts[rng.IntN(len(hosts))]
 	between := func(lo, hi time.Duration) time.Duration { return lo + time.Duration(rng.Int64N(int64(hi-lo))) }
-	switch rng.IntN(9) {
+	switch rng.IntN(10) {
 	case 0:
 		d := between(simL/5, 2*simL)
 		h.store.Cut(true)
@@ -695,6 +706,10 @@ func (w *simWorld) inject(rng *rand.Rand, hosts []*simHost) string {
 		w.lastReset = pathRecreateTakeover
 		w.mu.Unlock()
 		return "the lease bucket deleted and made anew"
+	case 8:
+		n := 1 + rng.IntN(3)
+		h.store.RefuseWrites(n)
+		return fmt.Sprintf("%s has its next %d writes refused", h.name, n)
 	default:
 		rec, err := w.store.Read(context.Background())
 		if err == nil && rec.Present {

@@ -24,10 +24,12 @@ var (
 
 // TestExclusionSimulation runs three engines over one lease store through a
 // storm of faults (calls cut off, requests and replies delayed, replies lost,
-// processes paused for more than half a lease, the key deleted by a third
-// party) and checks, every fiftieth of a lease, that no two engines would
-// accept a call at the same moment. Each seed draws its own storm; a failing
-// seed prints how to replay it.
+// writes refused at once, processes paused for more than half a lease, the
+// key deleted by a third party) and checks, every fiftieth of a lease, that
+// no two engines would accept a call at the same moment. Each engine is
+// configured with a lease of one or two L (simLeases), so holders and
+// contenders of different leases meet. Each seed draws its own storm; a
+// failing seed prints how to replay it.
 func TestExclusionSimulation(t *testing.T) {
 	seeds := make([]int64, 0, *simSeeds)
 	if *simSeed != 0 {
@@ -93,9 +95,17 @@ const (
 	simEngines    = 3
 	simFaultPhase = 30 * L
 	// simQuiet follows the last fault: its effects last up to 3 leases, and
-	// then a lease-and-a-half of silence and a standby's takeover at most.
-	simQuiet = 8 * L
+	// then a lease-and-a-half of silence and a standby's takeover at most,
+	// of the longest lease an engine runs on.
+	simQuiet = 8 * simLongest
+	// simLongest is the longest of simLeases.
+	simLongest = 2 * L
 )
+
+// simLeases are the leases an engine may be configured with: an account's
+// engines need not share one (a deploy changes lease_seconds; a command
+// runs on the default beside an engine configured otherwise).
+var simLeases = []time.Duration{L, simLongest}
 
 func simulate(t *testing.T, seed int64) simStats {
 	var st simStats
@@ -106,7 +116,6 @@ func simulate(t *testing.T, seed int64) simStats {
 		f(&st)
 	}
 	store := memory.New()
-	timing := domain.Timing{Lease: L, StandbyTimeout: 20 * L}
 	start := time.Now()
 	log := &simTrace{start: start}
 	ctx, stop := context.WithCancel(context.Background())
@@ -118,7 +127,7 @@ func simulate(t *testing.T, seed int64) simStats {
 	}
 	for i, s := range slots {
 		rng := rand.New(rand.NewPCG(uint64(seed), uint64(i+1)))
-		wg.Go(func() { runSlot(ctx, t, s, rng, timing, log, func() { count(func(st *simStats) { st.starts++ }) }) })
+		wg.Go(func() { runSlot(ctx, t, s, rng, log, func() { count(func(st *simStats) { st.starts++ }) }) })
 	}
 	faultRng := rand.New(rand.NewPCG(uint64(seed), 0))
 	wg.Go(func() {
@@ -189,12 +198,13 @@ func simulate(t *testing.T, seed int64) simStats {
 // runSlot starts engines on one host, one after another, until ctx ends: a
 // random release each, claiming as a same-release replica or as a new
 // release, serving until the lease is lost or a random deploy restarts it.
-func runSlot(ctx context.Context, t *testing.T, s *slot, rng *rand.Rand, timing domain.Timing, log *simTrace, started func()) {
+func runSlot(ctx context.Context, t *testing.T, s *slot, rng *rand.Rand, log *simTrace, started func()) {
 	rollouts := []string{"", "v1", "v2"}
 	for ctx.Err() == nil {
 		me := domain.ThisProcess("sim", rollouts[rng.IntN(len(rollouts))])
 		me.Host = s.name
-		name := s.name + " " + me.InstanceID[:8] + " " + me.RolloutID
+		timing := domain.Timing{Lease: simLeases[rng.IntN(len(simLeases))], StandbyTimeout: 20 * L}
+		name := fmt.Sprintf("%s %s %s lease %v", s.name, me.InstanceID[:8], me.RolloutID, timing.Lease)
 		opts := []domain.Option{domain.WithLogger(slog.New(slog.DiscardHandler)),
 			domain.WithObserver(func(tr domain.Transition) {
 				log.log("%s: %s at revision %d", name, tr, tr.Record.Revision)
@@ -246,7 +256,7 @@ func serveEngine(ctx context.Context, o *domain.Ownership, rng *rand.Rand, start
 func injectFault(rng *rand.Rand, store *memory.Lease, slots []*slot) string {
 	s := slots[rng.IntN(len(slots))]
 	between := func(lo, hi time.Duration) time.Duration { return lo + time.Duration(rng.Int64N(int64(hi-lo))) }
-	switch rng.IntN(5) {
+	switch rng.IntN(6) {
 	case 0:
 		d := between(L/5, 2*L)
 		s.store.Cut(true)
@@ -268,6 +278,10 @@ func injectFault(rng *rand.Rand, store *memory.Lease, slots []*slot) string {
 		s.pausedUntil = time.Now().Add(d)
 		s.mu.Unlock()
 		return fmt.Sprintf("%s paused for %v", s.name, d)
+	case 4:
+		n := 1 + rng.IntN(3)
+		s.store.RefuseWrites(n)
+		return fmt.Sprintf("%s has its next %d writes refused", s.name, n)
 	default:
 		rec, err := store.Read(context.Background())
 		if err == nil && rec.Present {
