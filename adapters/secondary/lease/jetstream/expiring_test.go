@@ -111,3 +111,69 @@ func TestRealBrokerALeaseBucketMadeAnewWithATTLIsRefusedWhileTheEngineRuns(t *te
 		t.Fatalf("the engine serves, and the key reads %+v, %v", rec, err)
 	}
 }
+
+// A lease bucket deleted and made anew by hand on fewer replicas than a
+// serving engine requires, while it holds the lease, is refused when the
+// engine finds its key with no value, naming both counts, as Open refuses
+// one: the engine writes no key into it, and fences. Before, it made the
+// key again on one server, where that server's loss takes the record and
+// every engine's fencing with it. Once the count is raised back, the
+// engine makes the key again and serves.
+func TestRealBrokerALeaseBucketMadeAnewOnFewerReplicasIsRefusedWhileTheEngineRuns(t *testing.T) {
+	url := natstest.URLs(natstest.StartCluster(t)...)
+	const bucket = "ONE_ANEW"
+	log := &signalWriter{want: []byte("bucket_replicas is 3"), found: make(chan struct{})}
+	events := make(chan domain.Transition, 256)
+	l, err := jetstream.Open(t.Context(), natstest.Connect(t, url, nats.Name("engine")),
+		jetstream.Options{Bucket: bucket, Replicas: 3, RequireReplicas: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := domain.NewOwnership(l, domain.ThisProcess("test", ""), domain.Timing{Lease: 2 * time.Second, StandbyTimeout: time.Minute},
+		domain.WithObserver(func(tr domain.Transition) { events <- tr }),
+		domain.WithLogger(slog.New(slog.NewTextHandler(log, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = o.Release(t.Context()) })
+	e := &realEngine{name: "engine", o: o, events: events}
+	e.mustClaim(t, domain.OutcomeServe)
+
+	js, err := njs.New(natstest.Connect(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := js.DeleteKeyValue(t.Context(), bucket); err != nil {
+		t.Fatalf("delete the bucket: %v", err)
+	}
+	// Create or update: the engine may have made the bucket anew first.
+	one := njs.KeyValueConfig{Bucket: bucket, History: 1, Replicas: 1}
+	if _, err := js.CreateOrUpdateKeyValue(t.Context(), one); err != nil {
+		t.Fatalf("make the bucket anew on one replica: %v", err)
+	}
+	// The engine may have made the key in its own bucket before the
+	// update: an operator's delete of it leads to the check.
+	kv, err := js.KeyValue(t.Context(), bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.Delete(t.Context(), jetstream.Key); err != nil {
+		t.Fatalf("delete the key: %v", err)
+	}
+	select {
+	case <-log.found:
+	case <-time.After(eventWait):
+		t.Fatalf("within %v the engine logged nothing naming the bucket's replica count (now %s)", eventWait, o.State())
+	}
+	keyHasNoValue(t, l, "on one replica")
+	e.fencedNow(t)
+
+	one.Replicas = 3
+	if _, err := js.CreateOrUpdateKeyValue(t.Context(), one); err != nil {
+		t.Fatalf("raise the replicas: %v", err)
+	}
+	e.waitFor(t, domain.StateServing)
+	if rec, err := l.Read(t.Context()); err != nil || !rec.Present || rec.Holder.InstanceID != o.Me().InstanceID {
+		t.Fatalf("the engine serves, and the key reads %+v, %v", rec, err)
+	}
+}

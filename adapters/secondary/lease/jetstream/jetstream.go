@@ -40,7 +40,8 @@ type Options struct {
 	// created; see RequireReplicas for one that exists.
 	Replicas int
 	// RequireReplicas refuses an existing bucket kept on fewer replicas
-	// than Replicas, naming both counts: a serving engine configured for
+	// than Replicas, naming both counts, at Open and before every write
+	// that may make the engine the holder: a serving engine configured for
 	// three must not run on one. Without it, such a bucket is used with a
 	// warning. A bucket on more replicas than Replicas is used either way,
 	// so a command run with the default configuration (one replica) works
@@ -60,6 +61,7 @@ type Lease struct {
 	stream  string
 	subject string
 	longest string // the subject of LongestKey
+	require bool   // Options.RequireReplicas
 
 	mu      sync.Mutex
 	highest uint64 // the highest revision seen: a bucket made anew goes on from it
@@ -113,6 +115,7 @@ func Open(ctx context.Context, nc *nats.Conn, opts Options) (*Lease, error) {
 		stream:  "KV_" + opts.Bucket,
 		subject: "$KV." + opts.Bucket + "." + Key,
 		longest: "$KV." + opts.Bucket + "." + LongestKey,
+		require: opts.RequireReplicas,
 	}
 	kv, err := js.KeyValue(ctx, opts.Bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
@@ -159,14 +162,11 @@ func (l *Lease) checkSettings(ctx context.Context, opts Options) error {
 	if err != nil {
 		return fmt.Errorf("lease bucket %s: %w", l.config.Bucket, err)
 	}
-	if err := l.refuseExpiry(st); err != nil {
+	if err := l.refuseSettings(st); err != nil {
 		return err
 	}
 	has, want := max(st.CachedInfo().Config.Replicas, 1), l.config.Replicas
 	switch {
-	case has < want && opts.RequireReplicas:
-		return fmt.Errorf("%w: lease bucket %s has %d replica(s), nats.engine.bucket_replicas is %d: raise the bucket's (nats stream edit %s --replicas %d) or lower bucket_replicas to %d (nothing was changed)",
-			domain.ErrInvalidConfig, l.config.Bucket, has, want, l.stream, want, has)
 	case has < want && opts.Logger != nil:
 		opts.Logger.Warn("the lease bucket has fewer replicas than nats.engine.bucket_replicas; using it as it is",
 			"bucket", l.config.Bucket, "replicas", has, "bucket_replicas", want)
@@ -177,16 +177,24 @@ func (l *Lease) checkSettings(ctx context.Context, opts Options) error {
 	return nil
 }
 
-// refuseExpiry refuses a stream whose values expire (checkSettings). Open
-// checks it, and so does every write that may make this engine the holder
-// (startAboveTerms), which a key found with no value leads to: a bucket
-// deleted and made anew by hand with a TTL, or given one, while engines
-// run, would otherwise have its key made again by the holder after every
-// expiry, held a lease each time, and never served.
-func (l *Lease) refuseExpiry(st jetstream.Stream) error {
-	if age := st.CachedInfo().Config.MaxAge; age != 0 {
+// refuseSettings refuses a stream whose values expire, or, with
+// Options.RequireReplicas, one on fewer replicas than configured
+// (checkSettings). Open checks them, and so does every write that may make
+// this engine the holder (startAboveTerms), which a key found with no value
+// leads to. A bucket deleted and made anew by hand, or edited, while
+// engines run would otherwise be used as it is: with a TTL the holder made
+// its key again after every expiry, held it a lease each time, and never
+// served; on one replica where three are required it kept the lease's
+// record on one server.
+func (l *Lease) refuseSettings(st jetstream.Stream) error {
+	cfg := st.CachedInfo().Config
+	if cfg.MaxAge != 0 {
 		return fmt.Errorf("%w: lease bucket %s has a bucket TTL (max_age) of %v, the lease needs none: remove it, or delete the bucket for the engine to make it (nothing was changed)",
-			domain.ErrInvalidConfig, l.config.Bucket, age)
+			domain.ErrInvalidConfig, l.config.Bucket, cfg.MaxAge)
+	}
+	if has, want := max(cfg.Replicas, 1), l.config.Replicas; has < want && l.require {
+		return fmt.Errorf("%w: lease bucket %s has %d replica(s), nats.engine.bucket_replicas is %d: raise the bucket's (nats stream edit %s --replicas %d) or lower bucket_replicas to %d (nothing was changed)",
+			domain.ErrInvalidConfig, l.config.Bucket, has, want, l.stream, want, has)
 	}
 	return nil
 }
@@ -252,14 +260,14 @@ func (l *Lease) recreateIfGone(ctx context.Context, err error) bool {
 // has no leader, each replica answers for itself, and one behind may
 // report no message in a stream that holds the live record.
 //
-// A stream whose values expire is refused here (refuseExpiry), before any
-// write that may make this engine the holder.
+// A stream whose settings Open would refuse is refused here too
+// (refuseSettings), before any write that may make this engine the holder.
 func (l *Lease) startAboveTerms(ctx context.Context) error {
 	st, err := l.leaderInfo(ctx)
 	if err != nil {
 		return err
 	}
-	if err := l.refuseExpiry(st); err != nil {
+	if err := l.refuseSettings(st); err != nil {
 		return err
 	}
 	l.mu.Lock()
