@@ -179,9 +179,9 @@ func (l *Lease) checkSettings(ctx context.Context, opts Options) error {
 
 // refuseSettings refuses a stream whose values expire, or, with
 // Options.RequireReplicas, one on fewer replicas than configured
-// (checkSettings). Open checks them, and so does every write that may make
-// this engine the holder (startAboveTerms), which a key found with no value
-// leads to. A bucket deleted and made anew by hand, or edited, while
+// (checkSettings). Open checks them, and so does every write that makes
+// the key anew or raises the longest lease (startAboveTerms), which a key
+// found with no value, or a bucket made anew, leads to. A bucket deleted and made anew by hand, or edited, while
 // engines run would otherwise be used as it is: with a TTL the holder made
 // its key again after every expiry, held it a lease each time, and never
 // served; on one replica where three are required it kept the lease's
@@ -261,7 +261,8 @@ func (l *Lease) recreateIfGone(ctx context.Context, err error) bool {
 // report no message in a stream that holds the live record.
 //
 // A stream whose settings Open would refuse is refused here too
-// (refuseSettings), before any write that may make this engine the holder.
+// (refuseSettings), before any write that makes the key anew or raises the
+// longest lease.
 func (l *Lease) startAboveTerms(ctx context.Context) error {
 	st, err := l.leaderInfo(ctx)
 	if err != nil {
