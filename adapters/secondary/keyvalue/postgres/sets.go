@@ -9,8 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
-
 	"github.com/abi-engine/engine/ports"
 )
 
@@ -223,10 +221,10 @@ func (w *setter) alone(t term, sets []*setReq) {
 // The fence is not such a cause: it refuses a term, and every set of the
 // batch carries it. An error that is not the server's (a connection lost,
 // a context ended) leaves the batch's outcome unknown, and its sets are
-// not sent again.
+// not sent again, nor does one of the server's that ends the session
+// (FATAL, PANIC), which may come after a commit (rolledBack).
 func refused(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && !errors.Is(err, ports.ErrFenced)
+	return rolledBack(err) && !errors.Is(err, ports.ErrFenced)
 }
 
 // batchCeiling bounds a batch whose callers set no deadline, so that a
