@@ -275,10 +275,17 @@ func setBatchSQL(table string) string {
 		ON CONFLICT (key) DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at`
 }
 
+// lockWaitFloor is the least a batch waits for a row lock, whatever its
+// callers' deadlines: a hot key's row, which a concurrent batch holds for
+// a few milliseconds under load, would otherwise fail the batch of a
+// caller close to its deadline and send all its sets again one by one,
+// just when the store is busiest.
+const lockWaitFloor = 100 * time.Millisecond
+
 // lockWait is how long a batch may wait for a row lock, in milliseconds:
-// until the first of its callers gives up, at least one (0 would be no
-// bound) and at most the most lock_timeout takes (about 24 days); nil, no
-// bound of its own, when none of them has a deadline.
+// until the first of its callers gives up, at least lockWaitFloor and at
+// most the most lock_timeout takes (about 24 days); nil, no bound of its
+// own, when none of them has a deadline.
 func lockWait(batch []*setReq) *int64 {
 	var first time.Time
 	for _, r := range batch {
@@ -289,7 +296,7 @@ func lockWait(batch []*setReq) *int64 {
 	if first.IsZero() {
 		return nil
 	}
-	ms := min(math.MaxInt32, max(1, int64((time.Until(first)+time.Millisecond-1)/time.Millisecond)))
+	ms := min(math.MaxInt32, int64((max(time.Until(first), lockWaitFloor)+time.Millisecond-1)/time.Millisecond))
 	return &ms
 }
 

@@ -468,3 +468,23 @@ func TestASetGivenUpBeforeItIsSentSaysItWasNotWritten(t *testing.T) {
 		t.Fatal("after a set that was not written, a read of its key is not kept")
 	}
 }
+
+// A batch waits for a row lock until its first caller gives up, but never
+// less than lockWaitFloor: a caller a few milliseconds from its deadline
+// would otherwise split its batch over a row held for a moment. With no
+// deadline among its callers, it has no bound of its own.
+func TestABatchWaitsForARowLockAtLeastTheFloor(t *testing.T) {
+	soon, cancelSoon := context.WithTimeout(t.Context(), 5*time.Millisecond)
+	defer cancelSoon()
+	later, cancelLater := context.WithTimeout(t.Context(), time.Hour)
+	defer cancelLater()
+	if ms := lockWait([]*setReq{{ctx: later}, {ctx: soon}}); ms == nil || *ms != lockWaitFloor.Milliseconds() {
+		t.Fatalf("a batch with a caller 5 ms from its deadline waits %v ms for a lock, want %d", ms, lockWaitFloor.Milliseconds())
+	}
+	if ms := lockWait([]*setReq{{ctx: later}}); ms == nil || *ms < time.Hour.Milliseconds()-time.Minute.Milliseconds() {
+		t.Fatalf("a batch whose caller has an hour waits %v ms for a lock, want about an hour", ms)
+	}
+	if ms := lockWait([]*setReq{{ctx: t.Context()}}); ms != nil {
+		t.Fatalf("a batch with no deadline waits %d ms for a lock, want no bound of its own", *ms)
+	}
+}
