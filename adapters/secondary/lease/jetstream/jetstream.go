@@ -41,8 +41,8 @@ type Options struct {
 	Replicas int
 	// RequireReplicas refuses an existing bucket kept on fewer replicas
 	// than Replicas, naming both counts, at Open and before every write
-	// that may make the engine the holder: a serving engine configured for
-	// three must not run on one. Without it, such a bucket is used with a
+	// that makes the key anew or raises the longest lease (refuseSettings):
+	// a serving engine configured for three must not run on one. Without it, such a bucket is used with a
 	// warning. A bucket on more replicas than Replicas is used either way,
 	// so a command run with the default configuration (one replica) works
 	// against a bucket on three.
@@ -181,11 +181,12 @@ func (l *Lease) checkSettings(ctx context.Context, opts Options) error {
 // Options.RequireReplicas, one on fewer replicas than configured
 // (checkSettings). Open checks them, and so does every write that makes
 // the key anew or raises the longest lease (startAboveTerms), which a key
-// found with no value, or a bucket made anew, leads to. A bucket deleted and made anew by hand, or edited, while
-// engines run would otherwise be used as it is: with a TTL the holder made
-// its key again after every expiry, held it a lease each time, and never
-// served; on one replica where three are required it kept the lease's
-// record on one server.
+// found with no value, or a bucket made anew, leads to. A bucket deleted
+// and made anew by hand while engines run would otherwise be used as it
+// is: with a TTL the holder made its key again after every expiry, held it
+// a lease each time, and never served; on one replica where three are
+// required it kept the lease's record on one server. One edited in place
+// is refused only once its key is made anew, as a TTL's expiry leads to.
 func (l *Lease) refuseSettings(st jetstream.Stream) error {
 	cfg := st.CachedInfo().Config
 	if cfg.MaxAge != 0 {
