@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"slices"
 	"strconv"
 
 	"github.com/abi-engine/engine/internal/strictjson"
@@ -186,4 +187,91 @@ func (l *lexer) plainArray(depth int) ([]any, bool) {
 			return nil, false
 		}
 	}
+}
+
+// The answer of a get or put, and each document of a find, is written by
+// hand too: data as a store gives it back, what a JSON decoder yields
+// (objects, arrays, strings, finite float64s, bools, null), is written as
+// json.Marshal writes it, keys in order, and anything else, or a nesting
+// past json.Marshal's check for cycles, is left to json.Marshal.
+
+// deepestAnswer is how deeply the hand writer nests before it leaves the
+// document to json.Marshal, which from there on looks for cycles.
+const deepestAnswer = 1000
+
+// appendJSON appends d as json.Marshal writes it, or reports that its data
+// is not plain, having appended part of it. Marshal calls it: a Document is
+// no FastEncoder, whose writer writes every value.
+func (d Document) appendJSON(b []byte) ([]byte, bool) {
+	b = append(b, `{"id":`...)
+	b = appendString(b, d.ID)
+	b = append(b, `,"version":`...)
+	b = strconv.AppendUint(b, d.Version, 10)
+	b = append(b, `,"data":`...)
+	b, ok := appendObject(b, d.Data, 1)
+	return append(b, '}'), ok
+}
+
+// appendObject appends m with its keys in order, as json.Marshal does.
+func appendObject(b []byte, m map[string]any, depth int) ([]byte, bool) {
+	if m == nil {
+		return append(b, "null"...), true
+	}
+	if depth > deepestAnswer {
+		return b, false
+	}
+	var few [16]string // most objects have no more keys, and keep them on the stack
+	keys := few[:0]
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	b = append(b, '{')
+	for i, k := range keys {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendString(b, k)
+		b = append(b, ':')
+		var ok bool
+		if b, ok = appendValue(b, m[k], depth); !ok {
+			return b, false
+		}
+	}
+	return append(b, '}'), true
+}
+
+// appendValue appends v if it is plain.
+func appendValue(b []byte, v any, depth int) ([]byte, bool) {
+	switch v := v.(type) {
+	case nil:
+		return append(b, "null"...), true
+	case string:
+		return appendString(b, v), true
+	case float64:
+		return appendFloat(b, v)
+	case bool:
+		return strconv.AppendBool(b, v), true
+	case map[string]any:
+		return appendObject(b, v, depth+1)
+	case []any:
+		if v == nil {
+			return append(b, "null"...), true
+		}
+		if depth+1 > deepestAnswer {
+			return b, false
+		}
+		b = append(b, '[')
+		for i, e := range v {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			var ok bool
+			if b, ok = appendValue(b, e, depth+1); !ok {
+				return b, false
+			}
+		}
+		return append(b, ']'), true
+	}
+	return b, false
 }

@@ -464,8 +464,15 @@ func (r DocRef) AppendJSON(b []byte) []byte {
 	return append(b, '}')
 }
 
-// Marshal is json.Marshal, by hand for a FastEncoder.
+// Marshal is json.Marshal, by hand for a FastEncoder and for a Document
+// whose data is plain.
 func Marshal(v any) ([]byte, error) {
+	if d, ok := v.(Document); ok {
+		if b, ok := d.appendJSON(make([]byte, 0, 256)); ok {
+			return b, nil
+		}
+		return json.Marshal(v)
+	}
 	if e, ok := v.(FastEncoder); ok && encodable(v) {
 		return e.AppendJSON(make([]byte, 0, 64)), nil
 	}

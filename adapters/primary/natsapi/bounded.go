@@ -2,7 +2,6 @@ package natsapi
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
 	"github.com/abi-engine/engine/internal/wire"
@@ -57,7 +56,7 @@ func listJSON[Req, T any](field string, f func(ctx context.Context, req Req) (it
 		most, bounded := ctx.Value(replyLimitKey{}).(int)
 		out := append([]byte(`{"`+field+`":`), '[')
 		for i, item := range items {
-			raw, err := json.Marshal(item)
+			raw, err := wire.Marshal(item)
 			if err != nil {
 				return nil, fmt.Errorf("encode item %d of the answer: %w", i, err)
 			}

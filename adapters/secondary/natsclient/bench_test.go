@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/abi-engine/engine/adapters/primary/natsapi"
+	docmemory "github.com/abi-engine/engine/adapters/secondary/document/memory"
 	"github.com/abi-engine/engine/adapters/secondary/keyvalue/memory"
 	"github.com/abi-engine/engine/adapters/secondary/keyvalue/sqlite"
 	"github.com/abi-engine/engine/adapters/secondary/natsclient"
@@ -199,4 +200,50 @@ func hostBench(b *testing.B, store ports.KeyValue) natsclient.KeyValue {
 	}
 	b.Cleanup(host.Stop)
 	return natsclient.NewKeyValue(natsclient.New(natstest.Connect(b, url)))
+}
+
+// BenchmarkDocumentGet is a document get end to end on the memory adapter,
+// a small document and one of 200 records of five fields (about 20 KiB):
+// what the answer costs beside a keyvalue get's.
+func BenchmarkDocumentGet(b *testing.B) {
+	records := make([]any, 200)
+	for i := range records {
+		records[i] = map[string]any{"id": "r" + strconv.Itoa(i), "name": "a record", "n": float64(i), "ok": i%2 == 0, "tags": []any{"x", "y"}}
+	}
+	for _, c := range []struct {
+		name string
+		data map[string]any
+	}{
+		{"small", map[string]any{"name": "bench", "n": 1.0}},
+		{"records", map[string]any{"records": records}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			store := docmemory.New()
+			if err := store.EnsureCollection(b.Context(), "bench"); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := store.Put(b.Context(), "bench", "d1", c.data, ports.Cond{}); err != nil {
+				b.Fatal(err)
+			}
+			url := natstest.StartServer(b).ClientURL()
+			host, err := natsapi.NewHost(natsapi.Options{
+				Owner:   domain.NewInstanceID(),
+				Connect: func() (*nats.Conn, error) { return nats.Connect(url) },
+				Replies: natstest.Connect(b, url),
+				Admit:   func() (uint64, bool) { return 1, true },
+			}, natsapi.Document(store))
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := host.Serve(); err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(host.Stop)
+			docs := natsclient.NewDocument(natsclient.New(natstest.Connect(b, url)))
+			parallel(b, func(ctx context.Context) error {
+				_, err := docs.Get(ctx, "bench", "d1")
+				return err
+			})
+		})
+	}
 }
