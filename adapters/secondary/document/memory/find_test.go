@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -107,5 +108,74 @@ func TestAFindTakesItsCollectionWithoutCopyingTheDocuments(t *testing.T) {
 	}
 	if took := at.TotalAlloc - before.TotalAlloc; took > 64<<10 {
 		t.Fatalf("a count of %d documents allocated %d bytes before it matched them, want no more than 64 KiB, whatever their number", n, took)
+	}
+}
+
+// TestAGetHoldsUpNoOtherCallWhileItDecodes stops a get while it decodes the
+// document it read, as a get of a large document takes long to, and makes
+// sure every other call on the store goes on meanwhile: a get decoded under
+// the store's lock, so one caller getting a large document again and again
+// held up every call on every collection.
+func TestAGetHoldsUpNoOtherCallWhileItDecodes(t *testing.T) {
+	s := New()
+	t.Cleanup(func() { _ = s.Close() })
+	ctx := t.Context()
+	for _, c := range []string{"big", "other"} {
+		if err := s.EnsureCollection(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Put(ctx, c, "d", map[string]any{"n": 1.0}, ports.Cond{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	decoding, release := make(chan struct{}), make(chan struct{})
+	var first atomic.Bool
+	s.hooks.decode = func() {
+		if first.CompareAndSwap(false, true) {
+			close(decoding)
+			<-release
+		}
+	}
+	released := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(released)
+	got := make(chan error, 1)
+	go func() {
+		_, err := s.Get(ctx, "big", "d")
+		got <- err
+	}()
+	select {
+	case <-decoding:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the get never decoded its document")
+	}
+	others := make(chan error, 1)
+	go func() {
+		if _, err := s.Put(ctx, "other", "e", map[string]any{"n": 2.0}, ports.Cond{}); err != nil {
+			others <- err
+			return
+		}
+		if d, err := s.Get(ctx, "other", "d"); err != nil || d.Data["n"] != 1.0 {
+			others <- fmt.Errorf("Get = %v, %v", d, err)
+			return
+		}
+		_, err := s.Collections(ctx)
+		others <- err
+	}()
+	select {
+	case err := <-others:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("a put, a get and a listing of collections waited 20 s for a get of another collection's document to decode")
+	}
+	released()
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("the stopped get: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the stopped get never returned")
 	}
 }
