@@ -21,9 +21,9 @@ var (
 	ErrStorageFull = errors.New("storage full")
 	// ErrNotDone: the backend did not do the write and changed nothing,
 	// which the adapter knows for certain (the service refused every
-	// sending of it for now, or an upload of it was dropped before it
-	// published anything); it may take the write if it is sent again
-	// later. An adapter that cannot tell whether a failed write was done
-	// never says this.
+	// sending of it, or none reached a store that could take it, or an
+	// upload of it was dropped before it published anything); it may take
+	// the write if it is sent again later. An adapter that cannot tell
+	// whether a failed write was done never says this.
 	ErrNotDone = errors.New("not done, may be sent again")
 )

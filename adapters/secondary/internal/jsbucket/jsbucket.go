@@ -414,6 +414,37 @@ func transient(err error) bool {
 		inFlight(err) || resentInFlight(err)
 }
 
+// unstored reports whether a sending of a write that failed with err
+// surely stored nothing: no server had a subscriber for it, so no stream
+// leader took it (no responders: while a stream elects a leader, or when
+// it does not exist); the connection refused to send it (over the
+// broker's max_payload, or while reconnecting, having no buffer for it);
+// or the stream refused it before storing it (sealed, a per-message TTL
+// it does not take, another write of the key in flight, the key's revision
+// moved, larger than its largest message). A sending that timed out, was
+// cut off, or was refused in a way that may follow its storing (a store
+// failure, a resend that met its first attempt in flight) may have been
+// stored.
+func unstored(err error) bool {
+	if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
+		errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, nats.ErrReconnectBufExceeded) {
+		return true
+	}
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	switch apiErr.ErrorCode {
+	case jetstream.JSErrCodeStreamWrongLastSequence, jetstream.JSErrCodeStreamWrongLastSequenceConstant,
+		jetstream.JSErrCodeStreamMessageExceedsMaximum,
+		10109, // the stream is sealed
+		10165, // an invalid per-message TTL
+		10166: // per-message TTLs disabled
+		return true
+	}
+	return false
+}
+
 // resentInFlight matches 10158: a write sent again under its message id
 // met its first attempt, still proposed on a replicated stream. Once that
 // attempt is stored, the stream answers the next resend as its duplicate,
@@ -517,8 +548,17 @@ func (b *Bucket) retry(ctx context.Context, op func(ctx context.Context) error) 
 		if perr := pause(ctx, attempt); perr != nil {
 			return err
 		}
+		if left, ok := ctx.Deadline(); ok && time.Until(left) < resendRoom {
+			return err
+		}
 	}
 }
+
+// resendRoom is the least time a call must have left for a resend: one
+// begun with less would likely be cut off before its answer came, and a
+// write cut off so may have been stored, where every sending before it
+// may have told that nothing was.
+const resendRoom = 250 * time.Millisecond
 
 // Entry is the last message of a key.
 type Entry struct {
@@ -754,21 +794,34 @@ func (b *Bucket) Publish(ctx context.Context, token string, m *nats.Msg, expect 
 // publish sends m with a message id of its own, so a retry after a lost
 // acknowledgement is not stored twice, and a conditional write whose
 // acknowledgement was lost is recognised by its id (storedEarlier).
+//
+// It follows what became of each sending: a write that fails when none of
+// them may have been stored (each found no stream, or was refused by one,
+// unstored) fails as ports.ErrNotDone, which tells the caller it may send
+// the write again. One sending unanswered, or answered in a way that does
+// not say nothing was stored, keeps the outcome unknown.
 func (b *Bucket) publish(ctx context.Context, token string, m *nats.Msg, expect *uint64) (uint64, error) {
 	id := nuid.Next()
-	opts := []jetstream.PublishOpt{jetstream.WithMsgID(id)}
+	// Each sending is one request: nats.go's own resend after no
+	// responders can find the call's end before it sends, and its error
+	// then does not say that nothing was sent.
+	opts := []jetstream.PublishOpt{jetstream.WithMsgID(id), jetstream.WithRetryAttempts(0)}
 	if expect != nil {
 		opts = append(opts, jetstream.WithExpectLastSequencePerSubject(*expect))
 	}
 	var (
 		rev   uint64
 		tries int
+		// maybeStored: a sending may have been stored.
+		maybeStored bool
 	)
 	err := b.retry(ctx, func(ctx context.Context) error {
 		tries++
 		ack, err := b.js.PublishMsg(ctx, m, opts...)
 		if err == nil {
 			rev = ack.Sequence
+		} else if !unstored(err) {
+			maybeStored = true
 		}
 		return err
 	})
@@ -784,6 +837,9 @@ func (b *Bucket) publish(ctx context.Context, token string, m *nats.Msg, expect 
 		return b.fullOnResend(ctx, token, id, tries, err)
 	}
 	if !isConflict(err) {
+		if !maybeStored {
+			return 0, fmt.Errorf("the stream took none of its %d sendings: %w: %w", tries, ports.ErrNotDone, err)
+		}
 		return 0, err
 	}
 	if tries > 1 {

@@ -477,10 +477,15 @@ func (s *Store) landed(ctx context.Context, key string, rev uint64, mine func(je
 // answer came, or the stream had not decided it when the attempts ended.
 var errUnknownOutcome = errors.New("the description may have been stored")
 
-// refused is a write the stream answered with an error that decides it: it
+// refused is a write the stream answered with an error that decides it, or
+// one that none of its sendings may have stored (ports.ErrNotDone): it
 // stored nothing. Refusals made while another write of the key, or an
-// earlier attempt of this one, was in flight (10164, 10158) decide nothing.
+// earlier attempt of this one, was in flight (10164, 10158) decide nothing
+// alone.
 func refused(err error) bool {
+	if errors.Is(err, ports.ErrNotDone) {
+		return true
+	}
 	var apiErr *jetstream.APIError
 	return errors.As(err, &apiErr) && apiErr.ErrorCode != jetstream.JSErrCodeStreamWrongLastSequenceConstant &&
 		apiErr.ErrorCode != 10158

@@ -1,0 +1,105 @@
+package jsbucket
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/abi-engine/engine/internal/natstest"
+	"github.com/abi-engine/engine/ports"
+)
+
+// A write that no stream took, each sending answered with no responders
+// (the bucket's stream is gone), stored nothing: it fails as not done, so
+// the caller may send it again. Before, it failed as an error of no kind,
+// a 500, "may or may not have happened".
+func TestAWriteNoStreamTookIsNotDone(t *testing.T) {
+	s := natstest.StartServer(t)
+	nc := natstest.Connect(t, s.ClientURL())
+	b, err := Open(t.Context(), nc, Config{Bucket: "NOSTREAM"}, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.js.DeleteStream(t.Context(), "KV_NOSTREAM"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel()
+	_, err = b.Put(ctx, "k", []byte("v"), 0, nil)
+	if !errors.Is(err, ports.ErrNotDone) {
+		t.Fatalf("Put that no stream took: %v, want it not done", err)
+	}
+}
+
+// A write the stream refused before storing it (a sealed stream) stored
+// nothing: it fails as not done, naming the refusal.
+func TestAWriteTheStreamRefusedIsNotDone(t *testing.T) {
+	nc := natstest.Connect(t, natstest.StartServer(t).ClientURL())
+	b, err := Open(t.Context(), nc, Config{Bucket: "SEALED"}, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := b.stream.CachedInfo().Config
+	cfg.Sealed = true
+	if _, err := b.js.UpdateStream(t.Context(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	_, err = b.Put(t.Context(), "k", []byte("v"), 0, nil)
+	if !errors.Is(err, ports.ErrNotDone) || !isAPICode(err, 10109) {
+		t.Fatalf("Put to a sealed stream: %v, want it not done, naming the refusal", err)
+	}
+	last, err := b.Last(t.Context(), "k")
+	if err != nil || last.Revision != 0 {
+		t.Fatalf("the key holds revision %d (%v), want nothing", last.Revision, err)
+	}
+}
+
+// storedThenGone stores a write's first attempt and reports its
+// acknowledgement lost, then answers every resend with no responders, as
+// when the stream's leader goes right after it stored the write. A lost
+// reply cannot be made to happen on demand against a real broker.
+type storedThenGone struct {
+	jetstream.JetStream
+	calls atomic.Int32
+}
+
+func (s *storedThenGone) PublishMsg(ctx context.Context, m *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+	if s.calls.Add(1) == 1 {
+		if _, err := s.JetStream.PublishMsg(ctx, m, opts...); err != nil {
+			return nil, err
+		}
+		return nil, nats.ErrTimeout
+	}
+	return nil, jetstream.ErrNoStreamResponse
+}
+
+// A write whose first sending was stored, its acknowledgement lost, is
+// never not done, whatever its resends meet: a caller that sent it again
+// would write it twice.
+func TestAWriteWhoseAcknowledgementWasLostIsNeverNotDone(t *testing.T) {
+	nc := natstest.Connect(t, natstest.StartServer(t).ClientURL())
+	b, err := Open(t.Context(), nc, Config{Bucket: "LOSTACK"}, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	faulty := &storedThenGone{JetStream: b.js}
+	b.js = faulty
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel()
+	_, err = b.Put(ctx, "k", []byte("v"), 0, nil)
+	if err == nil || errors.Is(err, ports.ErrNotDone) {
+		t.Fatalf("Put whose first sending was stored, every resend finding no stream: %v, want an unknown outcome", err)
+	}
+	if n := faulty.calls.Load(); n < 2 {
+		t.Fatalf("the write was sent %d times, want it sent again", n)
+	}
+	last, err := b.Last(t.Context(), "k")
+	if err != nil || string(last.Value) != "v" {
+		t.Fatalf("the key holds %q (%v), want the write stored", last.Value, err)
+	}
+}
