@@ -419,12 +419,15 @@ func transient(err error) bool {
 // leader took it (no responders: while a stream elects a leader, or when
 // it does not exist); the connection refused to send it (over the
 // broker's max_payload, or while reconnecting, having no buffer for it);
-// or the stream refused it before storing it (sealed, a per-message TTL
-// it does not take, another write of the key in flight, the key's revision
+// or the stream refused it before storing it for a cause a later sending
+// may not meet (another write of the key in flight, the key's revision
 // moved, larger than its largest message). A sending that timed out, was
 // cut off, or was refused in a way that may follow its storing (a store
 // failure, a resend that met its first attempt in flight) may have been
-// stored.
+// stored. A refusal no later sending can pass (a sealed stream, a
+// per-message TTL it does not take) is not counted: "send it again"
+// would have callers send it again until their deadlines, for nothing;
+// such a write stays a 500, naming the refusal in the log.
 func unstored(err error) bool {
 	if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
 		errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, nats.ErrReconnectBufExceeded) {
@@ -436,10 +439,7 @@ func unstored(err error) bool {
 	}
 	switch apiErr.ErrorCode {
 	case jetstream.JSErrCodeStreamWrongLastSequence, jetstream.JSErrCodeStreamWrongLastSequenceConstant,
-		jetstream.JSErrCodeStreamMessageExceedsMaximum,
-		10109, // the stream is sealed
-		10165, // an invalid per-message TTL
-		10166: // per-message TTLs disabled
+		jetstream.JSErrCodeStreamMessageExceedsMaximum:
 		return true
 	}
 	return false

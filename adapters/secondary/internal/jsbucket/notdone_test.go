@@ -36,9 +36,11 @@ func TestAWriteNoStreamTookIsNotDone(t *testing.T) {
 	}
 }
 
-// A write the stream refused before storing it (a sealed stream) stored
-// nothing: it fails as not done, naming the refusal.
-func TestAWriteTheStreamRefusedIsNotDone(t *testing.T) {
+// A write a sealed stream refused stored nothing, but no later sending
+// can pass that refusal: it is not called not done, which would have its
+// caller send it again until its deadline, for nothing. It fails naming
+// the refusal, and the key holds nothing.
+func TestAWriteASealedStreamRefusedIsNotCalledNotDone(t *testing.T) {
 	nc := natstest.Connect(t, natstest.StartServer(t).ClientURL())
 	b, err := Open(t.Context(), nc, Config{Bucket: "SEALED"}, "test")
 	if err != nil {
@@ -50,8 +52,8 @@ func TestAWriteTheStreamRefusedIsNotDone(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = b.Put(t.Context(), "k", []byte("v"), 0, nil)
-	if !errors.Is(err, ports.ErrNotDone) || !isAPICode(err, 10109) {
-		t.Fatalf("Put to a sealed stream: %v, want it not done, naming the refusal", err)
+	if err == nil || errors.Is(err, ports.ErrNotDone) || !isAPICode(err, 10109) {
+		t.Fatalf("Put to a sealed stream: %v, want it failed naming the refusal, not as not done", err)
 	}
 	last, err := b.Last(t.Context(), "k")
 	if err != nil || last.Revision != 0 {
