@@ -260,8 +260,10 @@ const landWait = 5 * time.Second
 
 // drop removes the marker at rev, on the caller's context, and purges the
 // documents written before that removal, on a context that outlives it:
-// once the marker is gone only this call purges them. Only a removal
-// refused for another revision (jsbucket.ErrConflict) changed nothing.
+// once the marker is gone only this call purges them. A removal refused
+// for another revision (jsbucket.ErrConflict), or known not done
+// (ports.ErrNotDone), changed nothing: the drop fails with it, and does
+// not take another caller's removal that landed meanwhile for its own.
 //
 // The removal is not sent again after the caller gave up. The store is
 // not fenced: the engine's fence gives its calls up so that they write
@@ -271,7 +273,7 @@ const landWait = 5 * time.Second
 // have landed, so the drop watches the marker for it instead (landed).
 func (s *Store) drop(ctx context.Context, name string, rev uint64) error {
 	removed, err := s.b.Remove(ctx, marker(name), rev)
-	if err != nil && ctx.Err() != nil && !errors.Is(err, jsbucket.ErrConflict) {
+	if err != nil && ctx.Err() != nil && !errors.Is(err, jsbucket.ErrConflict) && !errors.Is(err, ports.ErrNotDone) {
 		removed, err = s.landed(ctx, name, rev, err)
 	}
 	if err != nil {
