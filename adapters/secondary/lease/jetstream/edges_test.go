@@ -42,9 +42,14 @@ func TestRealBrokerAContenderAfterAPurgeWaitsForTheHolderToStop(t *testing.T) {
 		}
 		got, err := b.claim(t)
 		if errors.Is(err, domain.ErrAlreadyServing) {
-			// a renewed first and holds the key it made anew.
-			if !a.o.MayServe() {
-				t.Fatalf("b was refused for a, but a may not serve (a is %s)", a.o.State())
+			// a renewed first and holds the key it made anew. Its renewal
+			// raised the longest lease first, a few round trips, and on a
+			// loaded machine may have ended past a's fence: then a serves
+			// again once it holds the key it made, and nobody serves
+			// meanwhile. b must not have been refused for an engine that
+			// never serves again.
+			if !servesAgain(a.o, eventWait) {
+				t.Fatalf("b was refused for a, but a did not serve again within %v (a is %s)", eventWait, a.o.State())
 			}
 			t.Logf("try %d: a made the key anew before b's claim; trying again", try+1)
 			continue
@@ -410,4 +415,17 @@ func TestRealBrokerACreateOverADeletedKeyIsRefusedOnlyForAValue(t *testing.T) {
 			t.Fatalf("round %d: delete: %v", round, err)
 		}
 	}
+}
+
+// servesAgain waits up to wait for o to serve, looking at its state as it
+// changes, and tells whether it did.
+func servesAgain(o *domain.Ownership, wait time.Duration) bool {
+	deadline := time.Now().Add(wait)
+	for !o.MayServe() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return true
 }
