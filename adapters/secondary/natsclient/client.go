@@ -171,21 +171,29 @@ type backoff struct {
 }
 
 // again waits before the next attempt, and reports false, at once, when
-// that would pass the window or the context's deadline.
+// that would pass the window, or leave the attempt less than attemptRoom
+// before the context's deadline.
 func (b *backoff) again(ctx context.Context) bool {
 	if b.giveUp.IsZero() {
 		b.giveUp, b.wait = time.Now().Add(RetryWindow), RetryFirst
 	}
-	if time.Now().Add(b.wait).After(b.giveUp) || !sleep(ctx, b.wait) {
+	if time.Now().Add(b.wait).After(b.giveUp) || !sleep(ctx, b.wait, attemptRoom) {
 		return false
 	}
 	b.wait = min(2*b.wait, RetryMax)
 	return true
 }
 
-// sleep waits d unless ctx ends first, which it reports as false.
-func sleep(ctx context.Context, d time.Duration) bool {
-	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d {
+// attemptRoom is the least time an attempt after a wait is begun with. A
+// call every attempt of which found no engine is unavailable (503): one
+// last attempt cut off by the deadline would make it a timeout (504),
+// though it most likely found none either.
+const attemptRoom = RetryFirst
+
+// sleep waits d unless ctx ends first, or would leave less than room
+// after it, which it reports as false.
+func sleep(ctx context.Context, d, room time.Duration) bool {
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d+room {
 		return false
 	}
 	t := time.NewTimer(d)
