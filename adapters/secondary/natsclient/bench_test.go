@@ -183,6 +183,13 @@ func benchSet(b *testing.B, store ports.KeyValue) {
 // returns the facade a caller uses.
 func hostBench(b *testing.B, store ports.KeyValue) natsclient.KeyValue {
 	b.Helper()
+	return natsclient.NewKeyValue(natsclient.New(serveBench(b, natsapi.KeyValue(store))))
+}
+
+// serveBench serves service from a host on a new broker, as the engine does,
+// and returns a caller's connection to that broker.
+func serveBench(b *testing.B, service natsapi.Service) *nats.Conn {
+	b.Helper()
 	url := natstest.StartServer(b).ClientURL()
 	host, err := natsapi.NewHost(natsapi.Options{
 		Owner:   domain.NewInstanceID(),
@@ -191,7 +198,7 @@ func hostBench(b *testing.B, store ports.KeyValue) natsclient.KeyValue {
 		// As in the engine, every call is admitted under the serving
 		// term's fencing token.
 		Admit: func() (uint64, bool) { return 1, true },
-	}, natsapi.KeyValue(store))
+	}, service)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -199,7 +206,7 @@ func hostBench(b *testing.B, store ports.KeyValue) natsclient.KeyValue {
 		b.Fatal(err)
 	}
 	b.Cleanup(host.Stop)
-	return natsclient.NewKeyValue(natsclient.New(natstest.Connect(b, url)))
+	return natstest.Connect(b, url)
 }
 
 // BenchmarkDocumentGet is a document get end to end on the memory adapter,
@@ -225,21 +232,7 @@ func BenchmarkDocumentGet(b *testing.B) {
 			if _, err := store.Put(b.Context(), "bench", "d1", c.data, ports.Cond{}); err != nil {
 				b.Fatal(err)
 			}
-			url := natstest.StartServer(b).ClientURL()
-			host, err := natsapi.NewHost(natsapi.Options{
-				Owner:   domain.NewInstanceID(),
-				Connect: func() (*nats.Conn, error) { return nats.Connect(url) },
-				Replies: natstest.Connect(b, url),
-				Admit:   func() (uint64, bool) { return 1, true },
-			}, natsapi.Document(store))
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := host.Serve(); err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(host.Stop)
-			docs := natsclient.NewDocument(natsclient.New(natstest.Connect(b, url)))
+			docs := natsclient.NewDocument(natsclient.New(serveBench(b, natsapi.Document(store))))
 			parallel(b, func(ctx context.Context) error {
 				_, err := docs.Get(ctx, "bench", "d1")
 				return err
