@@ -258,6 +258,72 @@ func queueSets(s *Store, n int) (w *setter, start func()) {
 	return w, func() { w.wg.Go(w.run) }
 }
 
+// openWithKeyToHold opens a store on table through storeDSN and sets its
+// key "held" to "v0", under the term token unless it is 0; it returns the
+// store, the context its calls are made under, and a connection of its own
+// to dsn, from which a test holds that key's row.
+func openWithKeyToHold(t *testing.T, dsn, storeDSN, table string, token uint64) (*Store, context.Context, *pgx.Conn) {
+	t.Helper()
+	s, err := Open(t.Context(), Config{DSN: storeDSN, Table: table})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	ctx := t.Context()
+	if token != 0 {
+		ctx = ports.WithFencingToken(ctx, token)
+	}
+	if err := s.Set(ctx, "held", []byte("v0"), 0); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(t.Context(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	return s, ctx, conn
+}
+
+// setInOneBatch has s write, in one batch, each of good set to "v" under
+// ctx and the set odd makes, each from a caller of its own, once all of
+// them have queued; it returns their errors, good's in order and odd's
+// last.
+func setInOneBatch(t *testing.T, s *Store, ctx context.Context, good []string, odd func() error) []error {
+	t.Helper()
+	w, start := queueSets(s, len(good)+1)
+	errs := make([]error, len(good)+1)
+	var callers sync.WaitGroup
+	for i, key := range good {
+		callers.Go(func() { errs[i] = s.Set(ctx, key, []byte("v"), 0) })
+	}
+	callers.Go(func() { errs[len(good)] = odd() })
+	for deadline := time.Now().Add(time.Minute); len(w.reqs) < len(errs); {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d sets queued", len(w.reqs), len(errs))
+		}
+		time.Sleep(time.Millisecond)
+	}
+	start()
+	callers.Wait()
+	return errs
+}
+
+// goodSetsWritten checks that each set of good, whose errors errs holds in
+// order, succeeded and left its key reading "v" under ctx; with names the
+// set they queued with.
+func goodSetsWritten(t *testing.T, s *Store, ctx context.Context, good []string, errs []error, with string) {
+	t.Helper()
+	for i, key := range good {
+		if errs[i] != nil {
+			t.Errorf("the set of %q, which queued with %s: %v", key, with, errs[i])
+			continue
+		}
+		if v, err := s.Get(ctx, key); err != nil || string(v) != "v" {
+			t.Errorf("%q after its set = %q, %v; want %q", key, v, err, "v")
+		}
+	}
+}
+
 // A set the server refuses, for a cause of its own (a value a check
 // constraint refuses, a row another transaction holds past lock_timeout),
 // fails alone: the sets of other callers that queued with it, in one
@@ -283,23 +349,7 @@ func TestOneRefusedSetDoesNotFailTheOthersOfItsBatch(t *testing.T) {
 		for _, token := range []uint64{0, 5} {
 			t.Run(fmt.Sprintf("%s, term %d", name, token), func(t *testing.T) {
 				table := pgtest.Table(t, dsn, "kvalone")
-				s, err := Open(t.Context(), Config{DSN: timed, Table: table})
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { _ = s.Close() })
-				ctx := t.Context()
-				if token != 0 {
-					ctx = ports.WithFencingToken(ctx, token)
-				}
-				if err := s.Set(ctx, "held", []byte("v0"), 0); err != nil {
-					t.Fatal(err)
-				}
-				conn, err := pgx.Connect(t.Context(), dsn)
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { _ = conn.Close(context.Background()) })
+				s, ctx, conn := openWithKeyToHold(t, dsn, timed, table, token)
 				quoted := pgx.Identifier{table}.Sanitize()
 				if _, err := conn.Exec(t.Context(), "ALTER TABLE "+quoted+" ADD CHECK (value <> 'refused'::bytea)"); err != nil {
 					t.Fatal(err)
@@ -314,35 +364,13 @@ func TestOneRefusedSetDoesNotFailTheOthersOfItsBatch(t *testing.T) {
 				}
 
 				good := []string{"a", "k1", "k2", "z"}
-				w, start := queueSets(s, len(good)+1)
-				errs := make([]error, len(good)+1)
-				var callers sync.WaitGroup
-				for i, key := range good {
-					callers.Go(func() { errs[i] = s.Set(ctx, key, []byte("v"), 0) })
-				}
-				callers.Go(func() { errs[len(good)] = s.Set(ctx, fault.key, []byte(fault.value), 0) })
-				for deadline := time.Now().Add(time.Minute); len(w.reqs) < len(errs); {
-					if time.Now().After(deadline) {
-						t.Fatalf("%d of %d sets queued", len(w.reqs), len(errs))
-					}
-					time.Sleep(time.Millisecond)
-				}
-				start()
-				callers.Wait()
+				errs := setInOneBatch(t, s, ctx, good, func() error { return s.Set(ctx, fault.key, []byte(fault.value), 0) })
 
 				var pgErr *pgconn.PgError
 				if err := errs[len(good)]; !errors.As(err, &pgErr) || pgErr.Code != fault.code {
 					t.Fatalf("the set of %q: %v, want SQLSTATE %s", fault.key, err, fault.code)
 				}
-				for i, key := range good {
-					if errs[i] != nil {
-						t.Errorf("the set of %q, which queued with the set of %q: %v", key, fault.key, errs[i])
-						continue
-					}
-					if v, err := s.Get(ctx, key); err != nil || string(v) != "v" {
-						t.Errorf("%q after its set = %q, %v; want %q", key, v, err, "v")
-					}
-				}
+				goodSetsWritten(t, s, ctx, good, errs, fmt.Sprintf("the set of %q", fault.key))
 			})
 		}
 	}
@@ -358,23 +386,7 @@ func TestARowHeldElsewhereHoldsUpOnlyItsOwnSet(t *testing.T) {
 	for _, token := range []uint64{0, 5} {
 		t.Run(fmt.Sprintf("term %d", token), func(t *testing.T) {
 			table := pgtest.Table(t, dsn, "kvheld")
-			s, err := Open(t.Context(), Config{DSN: dsn, Table: table})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = s.Close() })
-			ctx := t.Context()
-			if token != 0 {
-				ctx = ports.WithFencingToken(ctx, token)
-			}
-			if err := s.Set(ctx, "held", []byte("v0"), 0); err != nil {
-				t.Fatal(err)
-			}
-			conn, err := pgx.Connect(t.Context(), dsn)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = conn.Close(context.Background()) })
+			s, ctx, conn := openWithKeyToHold(t, dsn, dsn, table, token)
 			tx, err := conn.Begin(t.Context())
 			if err != nil {
 				t.Fatal(err)
@@ -391,36 +403,14 @@ func TestARowHeldElsewhereHoldsUpOnlyItsOwnSet(t *testing.T) {
 			patient, cancelPatient := context.WithTimeout(ctx, 45*time.Second)
 			defer cancelPatient()
 			good := []string{"a", "k1", "z"}
-			w, start := queueSets(s, len(good)+1)
-			errs := make([]error, len(good)+1)
-			var callers sync.WaitGroup
-			for i, key := range good {
-				callers.Go(func() { errs[i] = s.Set(patient, key, []byte("v"), 0) })
-			}
-			callers.Go(func() { errs[len(good)] = s.Set(held, "held", []byte("v1"), 0) })
-			for deadline := time.Now().Add(time.Minute); len(w.reqs) < len(errs); {
-				if time.Now().After(deadline) {
-					t.Fatalf("%d of %d sets queued", len(w.reqs), len(errs))
-				}
-				time.Sleep(time.Millisecond)
-			}
-			start()
-			callers.Wait()
+			errs := setInOneBatch(t, s, patient, good, func() error { return s.Set(held, "held", []byte("v1"), 0) })
 
 			// Its caller gave up, or the server gave up waiting as it did.
 			var pgErr *pgconn.PgError
 			if err := errs[len(good)]; !errors.Is(err, context.DeadlineExceeded) && !(errors.As(err, &pgErr) && pgErr.Code == "55P03") {
 				t.Fatalf("the set of the held row: %v, want DeadlineExceeded or a lock timeout", err)
 			}
-			for i, key := range good {
-				if errs[i] != nil {
-					t.Errorf("the set of %q, which queued with the set of a held row: %v", key, errs[i])
-					continue
-				}
-				if v, err := s.Get(ctx, key); err != nil || string(v) != "v" {
-					t.Errorf("%q after its set = %q, %v; want %q", key, v, err, "v")
-				}
-			}
+			goodSetsWritten(t, s, ctx, good, errs, "the set of a held row")
 		})
 	}
 }
