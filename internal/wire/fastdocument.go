@@ -39,16 +39,11 @@ func (w *DocWrite) DecodeJSON(data []byte) bool {
 			if !ok || !l.take(1) {
 				return false
 			}
-			var s []byte
 			switch string(name) {
 			case "collection":
-				s, ok = l.str()
-				ok = ok && once(&seen, 1)
-				out.Collection = string(s)
+				out.Collection, ok = l.stringOnce(&seen, 1)
 			case "id":
-				s, ok = l.str()
-				ok = ok && once(&seen, 2)
-				out.ID = string(s)
+				out.ID, ok = l.stringOnce(&seen, 2)
 			case "data":
 				l.space()
 				if ok = l.i < len(l.b) && l.b[l.i] == '{'; ok {

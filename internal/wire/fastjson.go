@@ -228,6 +228,16 @@ func (l *lexer) comma() bool {
 // but white space.
 func (l *lexer) closed() bool { return l.done && l.end() }
 
+// stringOnce reads a field's string value, and records bit in seen as
+// once does: false if the value is no plain string or the name came before.
+func (l *lexer) stringOnce(seen *uint8, bit uint8) (string, bool) {
+	s, ok := l.str()
+	if !ok || !once(seen, bit) {
+		return "", false
+	}
+	return string(s), true
+}
+
 // once records bit in seen and reports whether it was not already there:
 // a name twice is left to encoding/json.
 func once(seen *uint8, bit uint8) bool {
@@ -339,16 +349,11 @@ func (r *DocRef) DecodeJSON(data []byte) bool {
 			if !ok {
 				return false
 			}
-			var s []byte
 			switch string(name) {
 			case "collection":
-				s, ok = l.str()
-				ok = ok && once(&seen, 1)
-				out.Collection = string(s)
+				out.Collection, ok = l.stringOnce(&seen, 1)
 			case "id":
-				s, ok = l.str()
-				ok = ok && once(&seen, 2)
-				out.ID = string(s)
+				out.ID, ok = l.stringOnce(&seen, 2)
 			default:
 				ok = false
 			}

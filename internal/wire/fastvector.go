@@ -30,10 +30,7 @@ func (w *VecWrite) DecodeJSON(data []byte) bool {
 			}
 			switch string(name) {
 			case "collection":
-				var s []byte
-				s, ok = l.str()
-				ok = ok && once(&seen, 1)
-				out.Collection = string(s)
+				out.Collection, ok = l.stringOnce(&seen, 1)
 			case "vectors":
 				out.Vectors, ok = l.vectors()
 				ok = ok && once(&seen, 2)
