@@ -2,6 +2,7 @@ package jetstream_test
 
 import (
 	"bytes"
+	"io"
 	"log/slog"
 	"sync"
 	"testing"
@@ -54,23 +55,14 @@ func (e *realEngine) fencedNow(t *testing.T) {
 	}
 }
 
-// A lease bucket deleted and made anew by hand with a TTL while an engine
-// holds the lease is refused when the engine finds its key with no value,
-// naming the setting, and the engine writes no key into it: the server
-// would drop the record between two renewals, and the engine, making the
-// key again each time and holding it a lease before serving, never served.
-// Once the TTL is removed, the engine makes the key again and serves.
-func TestRealBrokerALeaseBucketMadeAnewWithATTLIsRefusedWhileTheEngineRuns(t *testing.T) {
-	url := natstest.StartServer(t).ClientURL()
-	const bucket = "TTL_ANEW"
-	const lease = 2 * time.Second
-	log := &signalWriter{want: []byte("max_age"), found: make(chan struct{})}
+// serveThenDeleteBucket has an engine on l, with a lease of two seconds
+// and its log written to log, claim the lease and serve; then it deletes
+// the lease bucket by hand, as an operator would, through a connection of
+// its own to url, which it returns with the engine.
+func serveThenDeleteBucket(t *testing.T, url, bucket string, l *jetstream.Lease, log io.Writer) (*domain.Ownership, *realEngine, njs.JetStream) {
+	t.Helper()
 	events := make(chan domain.Transition, 256)
-	l, err := jetstream.Open(t.Context(), natstest.Connect(t, url, nats.Name("engine")), jetstream.Options{Bucket: bucket})
-	if err != nil {
-		t.Fatal(err)
-	}
-	o, err := domain.NewOwnership(l, domain.ThisProcess("test", ""), domain.Timing{Lease: lease, StandbyTimeout: time.Minute},
+	o, err := domain.NewOwnership(l, domain.ThisProcess("test", ""), domain.Timing{Lease: 2 * time.Second, StandbyTimeout: time.Minute},
 		domain.WithObserver(func(tr domain.Transition) { events <- tr }),
 		domain.WithLogger(slog.New(slog.NewTextHandler(log, nil))))
 	if err != nil {
@@ -87,6 +79,24 @@ func TestRealBrokerALeaseBucketMadeAnewWithATTLIsRefusedWhileTheEngineRuns(t *te
 	if err := js.DeleteKeyValue(t.Context(), bucket); err != nil {
 		t.Fatalf("delete the bucket: %v", err)
 	}
+	return o, e, js
+}
+
+// A lease bucket deleted and made anew by hand with a TTL while an engine
+// holds the lease is refused when the engine finds its key with no value,
+// naming the setting, and the engine writes no key into it: the server
+// would drop the record between two renewals, and the engine, making the
+// key again each time and holding it a lease before serving, never served.
+// Once the TTL is removed, the engine makes the key again and serves.
+func TestRealBrokerALeaseBucketMadeAnewWithATTLIsRefusedWhileTheEngineRuns(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	const bucket = "TTL_ANEW"
+	log := &signalWriter{want: []byte("max_age"), found: make(chan struct{})}
+	l, err := jetstream.Open(t.Context(), natstest.Connect(t, url, nats.Name("engine")), jetstream.Options{Bucket: bucket})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, e, js := serveThenDeleteBucket(t, url, bucket, l, log)
 	// Create or update: the engine may have made the bucket anew first.
 	ttl := njs.KeyValueConfig{Bucket: bucket, History: 1, TTL: 200 * time.Millisecond}
 	if _, err := js.CreateOrUpdateKeyValue(t.Context(), ttl); err != nil {
@@ -123,29 +133,12 @@ func TestRealBrokerALeaseBucketMadeAnewOnFewerReplicasIsRefusedWhileTheEngineRun
 	url := natstest.URLs(natstest.StartCluster(t)...)
 	const bucket = "ONE_ANEW"
 	log := &signalWriter{want: []byte("bucket_replicas is 3"), found: make(chan struct{})}
-	events := make(chan domain.Transition, 256)
 	l, err := jetstream.Open(t.Context(), natstest.Connect(t, url, nats.Name("engine")),
 		jetstream.Options{Bucket: bucket, Replicas: 3, RequireReplicas: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	o, err := domain.NewOwnership(l, domain.ThisProcess("test", ""), domain.Timing{Lease: 2 * time.Second, StandbyTimeout: time.Minute},
-		domain.WithObserver(func(tr domain.Transition) { events <- tr }),
-		domain.WithLogger(slog.New(slog.NewTextHandler(log, nil))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = o.Release(t.Context()) })
-	e := &realEngine{name: "engine", o: o, events: events}
-	e.mustClaim(t, domain.OutcomeServe)
-
-	js, err := njs.New(natstest.Connect(t, url))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := js.DeleteKeyValue(t.Context(), bucket); err != nil {
-		t.Fatalf("delete the bucket: %v", err)
-	}
+	o, e, js := serveThenDeleteBucket(t, url, bucket, l, log)
 	// Create or update: the engine may have made the bucket anew first.
 	one := njs.KeyValueConfig{Bucket: bucket, History: 1, Replicas: 1}
 	if _, err := js.CreateOrUpdateKeyValue(t.Context(), one); err != nil {
