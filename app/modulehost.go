@@ -33,7 +33,7 @@ func newModuleHost(modules []Module, cfg *config.Config, log *slog.Logger) *modu
 
 // checkNeeds refuses a module that needs a service the configuration
 // does not give the modules, or a name that is no service. What the
-// modules get depends on the configuration alone (offers), so the engine
+// modules get depends on the configuration alone (Offers), so the engine
 // asks before it opens anything or touches the lease.
 func (h *moduleHost) checkNeeds() error {
 	for _, m := range h.modules {
@@ -42,7 +42,7 @@ func (h *moduleHost) checkNeeds() error {
 			return fmt.Errorf("module %s: %w", moduleName(m), err)
 		}
 		for _, need := range needs {
-			if offers(h.cfg, need) {
+			if Offers(h.cfg, need) {
 				continue
 			}
 			// A name that is no service is a mistake in the module, not

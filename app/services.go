@@ -322,32 +322,32 @@ func (l *local) sweepJobs() []Job {
 // configuration offers.
 func facades(c *natsclient.Client, cfg *config.Config) Services {
 	var s Services
-	if offers(cfg, ports.ServiceKeyValue) {
+	if Offers(cfg, ports.ServiceKeyValue) {
 		s.KeyValue = natsclient.NewKeyValue(c)
 	}
-	if offers(cfg, ports.ServiceDocument) {
+	if Offers(cfg, ports.ServiceDocument) {
 		s.Document = natsclient.NewDocument(c)
 	}
-	if offers(cfg, ports.ServiceVectorStore) {
+	if Offers(cfg, ports.ServiceVectorStore) {
 		s.VectorStore = natsclient.NewVectorStore(c)
 	}
-	if offers(cfg, ports.ServiceObjectStorage) {
+	if Offers(cfg, ports.ServiceObjectStorage) {
 		s.ObjectStorage = natsclient.NewObjectStorage(c)
 	}
-	if offers(cfg, ports.ServiceCache) {
+	if Offers(cfg, ports.ServiceCache) {
 		s.Cache = natsclient.NewCache(c)
 	}
-	if offers(cfg, ports.ServiceSecret) {
+	if Offers(cfg, ports.ServiceSecret) {
 		s.Secrets = natsclient.NewSecrets(c)
 	}
 	return s
 }
 
-// offers reports whether an engine on cfg gives its modules the named
-// service, whatever its claim decides: a block of it is not switched off,
-// and, for secrets, callers sign, as the secret service is served only
-// then.
-func offers(cfg *config.Config, service string) bool {
+// Offers reports whether an engine on cfg gives its modules and its
+// commands the named service, whatever its claim decides: a block of it
+// is not switched off, and, for secrets, callers sign, as the secret
+// service is served only then.
+func Offers(cfg *config.Config, service string) bool {
 	if service == ports.ServiceSecret && cfg.NATS.CallerSecret == "" {
 		return false
 	}

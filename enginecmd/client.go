@@ -225,7 +225,7 @@ func (c *command) runOnce(ctx context.Context, cf *clientFlags, stderr io.Writer
 	// A command on a service its configuration switches off has nothing to
 	// call: its engine, started, would reach the broker, claim the lease
 	// and open the other services' stores only for the command to fail.
-	if !configured(cfg, service) {
+	if !app.Offers(cfg, service) {
 		return fail(stderr, switchedOff(service)), false
 	}
 	// A host configured as a client never serves, not even for one
@@ -462,17 +462,6 @@ func escape(s, keep string) string {
 // switches off.
 func switchedOff(service string) error {
 	return fmt.Errorf("the %s service is switched off in the configuration", service)
-}
-
-// configured reports whether cfg has a block of service that is not
-// switched off, as the engine gives its facades.
-func configured(cfg *config.Config, service string) bool {
-	for _, b := range cfg.Blocks() {
-		if b.Name == service && !b.Service.Off() {
-			return true
-		}
-	}
-	return false
 }
 
 // lineSafe is a key as a line of text output shows it: as it is, or, when
