@@ -2,14 +2,11 @@ package app
 
 import (
 	"context"
-	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/abi-engine/engine/adapters/secondary/storage"
-	"github.com/abi-engine/engine/app/config"
 	"github.com/abi-engine/engine/internal/natstest"
 	"github.com/abi-engine/engine/internal/tcpproxy"
 	"github.com/abi-engine/engine/ports"
@@ -19,22 +16,7 @@ import (
 // does, through the engine's own dialer for its stores' connections.
 func openKeyValueOnNATS(t *testing.T, ctx context.Context, url string) ports.KeyValue {
 	t.Helper()
-	yaml := fmt.Sprintf(`nats:
-  url: %s
-http: {listen: off}
-data_dir: %s
-services:
-  keyvalue: {adapter: jetstream, config: {bucket: ABI_KV}}
-  document: {adapter: memory}
-  object_storage: {adapter: memory}
-  vector_store: {adapter: memory}
-  cache: {adapter: memory}
-  secret: {adapter: env}
-`, url, filepath.Join(t.TempDir(), "data"))
-	cfg, err := config.Parse("test.yaml", []byte(yaml), func(string) string { return "" })
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := jetstreamKeyValueConfig(t, url, false)
 	built, err := BuildStorage(cfg)
 	if err != nil {
 		t.Fatal(err)
