@@ -48,18 +48,35 @@ func (c Config) Check(key string) error { return maxbytes.Check(key, c.MaxBytes,
 // Store is a cache in memory. It is safe for concurrent use.
 //
 // A stored value is never changed in place, so values are copied outside
-// the lock: a large one does not hold up the calls on other keys.
+// the lock: a large one does not hold up the calls on other keys. Nor does
+// the room a large one needs: a set evicts at most expiry.Batch entries
+// under one hold of the lock (see put).
 type Store struct {
 	max int64
 
-	mu      sync.Mutex
-	used    int64
+	// evicting is held by the one set that makes its room over several
+	// holds of mu, so that the room it frees is claimed by one set only.
+	evicting sync.Mutex
+
+	mu sync.Mutex
+	// used counts the entries and claimed: it is never more than max.
+	used int64
+	// claimed is what the set holding evicting has freed for its entry
+	// so far; no other set may take it.
+	claimed int64
 	entries map[string]*entry
 	// recent is the sentinel of a ring of the entries, the most recently
 	// used next after it and the least recently used before it.
 	recent entry
 	// expiring holds the entries with a TTL, the soonest to expire first.
 	expiring expiry.Heap[*entry]
+
+	// hooks are points where tests stop a set; nil outside tests.
+	hooks struct {
+		// evicted is called, mu not held, after a set that makes its
+		// room over several holds of the lock has evicted one batch.
+		evicted func()
+	}
 }
 
 type entry struct {
@@ -100,7 +117,7 @@ func (s *Store) reset() {
 	s.entries = make(map[string]*entry)
 	s.recent.prev, s.recent.next = &s.recent, &s.recent
 	s.expiring = nil
-	s.used = 0
+	s.used = s.claimed
 }
 
 // Close drops every entry.
@@ -164,20 +181,87 @@ func (s *Store) newEntry(key string, value []byte, ttl time.Duration) (*entry, e
 
 // put stores e in place of any entry of its key, making room for it: first
 // by dropping expired entries, the soonest expired first, then the least
-// recently used. The caller holds the lock; newEntry has checked that e
-// fits in an empty cache.
-func (s *Store) put(e *entry) {
+// recently used. With ifAbsent it stores nothing, and reports false, when
+// the key holds a live entry. newEntry has checked that e fits in an empty
+// cache.
+//
+// Room that one hold of the lock cannot make, evicting expiry.Batch
+// entries, is made a batch at a time, releasing the lock between batches,
+// so that a set of a value as large as the cache, which may evict half a
+// million small entries, does not hold up every other call while it does.
+// The room freed meanwhile is claimed for e, so calls in between cannot
+// take it, and counts as used, so the entries with it never pass max.
+func (s *Store) put(e *entry, ifAbsent bool) bool {
+	s.mu.Lock()
+	if ifAbsent && s.live(e.key) != nil {
+		s.mu.Unlock()
+		return false
+	}
 	if old, ok := s.entries[e.key]; ok {
 		s.remove(old)
 	}
+	if s.evict(e.cost()) {
+		s.insert(e)
+		s.mu.Unlock()
+		return true
+	}
+	s.mu.Unlock()
+
+	s.evicting.Lock()
+	defer s.evicting.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for {
+		// What the cache holds beyond the claim is entries, at least
+		// one of them while the claim is short: the claim is less than
+		// e's cost, which is no more than max.
+		s.evict(e.cost() - s.claimed)
+		take := min(s.max-s.used, e.cost()-s.claimed)
+		s.claimed += take
+		s.used += take
+		if s.claimed == e.cost() {
+			break
+		}
+		s.mu.Unlock()
+		if s.hooks.evicted != nil {
+			s.hooks.evicted()
+		}
+		s.mu.Lock()
+	}
+	s.used -= s.claimed
+	s.claimed = 0
+	// A call between the batches may have stored the key.
+	if old, ok := s.entries[e.key]; ok {
+		if ifAbsent && !old.expired(time.Now()) {
+			return false
+		}
+		s.remove(old)
+	}
+	s.insert(e)
+	return true
+}
+
+// evict drops up to expiry.Batch entries, expired ones first, the soonest
+// expired first, then the least recently used, until need more bytes
+// fit, and reports whether they do. The caller holds the lock.
+func (s *Store) evict(need int64) bool {
 	now := time.Now()
-	for s.used+e.cost() > s.max {
+	for range expiry.Batch {
+		if s.used+need <= s.max || s.recent.prev == &s.recent {
+			break
+		}
 		if len(s.expiring) > 0 && s.expiring[0].expired(now) {
 			s.remove(s.expiring[0])
 			continue
 		}
 		s.remove(s.recent.prev)
 	}
+	return s.used+need <= s.max
+}
+
+// insert makes e the most recently used entry; the caller holds the lock
+// and has made room for it.
+func (s *Store) insert(e *entry) {
 	s.entries[e.key] = e
 	s.pushFront(e)
 	if !e.expires.IsZero() {
@@ -209,9 +293,7 @@ func (s *Store) Set(_ context.Context, key string, value []byte, ttl time.Durati
 	if err != nil {
 		return err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.put(e)
+	s.put(e, false)
 	return nil
 }
 
@@ -224,13 +306,7 @@ func (s *Store) SetIfAbsent(_ context.Context, key string, value []byte, ttl tim
 	if err != nil {
 		return false, err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.live(key) != nil {
-		return false, nil
-	}
-	s.put(e)
-	return true, nil
+	return s.put(e, true), nil
 }
 
 // Delete implements ports.Cache.
