@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/abi-engine/engine/adapters/secondary/internal/maxbytes"
 	"github.com/abi-engine/engine/adapters/secondary/vectorstore/internal/vecindex"
@@ -60,23 +61,44 @@ func (c *Config) Default(string) { c.MaxBytes = maxbytes.Default(c.MaxBytes, Def
 // Check refuses a negative bound, naming it under key.
 func (c Config) Check(key string) error { return maxbytes.Check(key, c.MaxBytes, DefaultMaxBytes) }
 
-// Store keeps collections in maps behind one lock, at most max bytes of
-// them. A write that does not fit is refused whole with
-// ports.ErrStorageFull; the store drops nothing to make room.
+// Store keeps collections in maps, at most max bytes of them. A write that
+// does not fit is refused whole with ports.ErrStorageFull; the store drops
+// nothing to make room.
+//
+// Each collection has a lock of its own, and the store's lock guards only
+// the list of collections: a long search or upsert in one collection holds
+// up no call on another.
 type Store struct {
-	max         int64
+	max       int64
+	threshold int
+	log       *slog.Logger
+	// used is what the collections take, all of them: a write claims its
+	// room with a compare-and-swap, so that the bound holds across
+	// collections without a lock over them.
+	used atomic.Int64
+
 	mu          sync.RWMutex
-	threshold   int
-	log         *slog.Logger
 	collections map[string]*collection
-	used        int64
+
+	// hooks are points where tests stop a call; nil outside tests.
+	hooks struct {
+		// stored is called by an upsert that has stored its batch,
+		// with its collection's lock still held.
+		stored func(collection string)
+	}
 }
 
 type collection struct {
 	dimension int
 	metric    ports.Metric
-	vectors   map[string]stored
 	index     *vecindex.Index
+
+	mu sync.RWMutex
+	// dropped is set, under mu, by the delete that took the collection
+	// off the store's list: a call that found it before then finds it
+	// again, or finds it gone.
+	dropped bool
+	vectors map[string]stored
 }
 
 // stored is a vector and what it counts against the bound.
@@ -100,14 +122,19 @@ func Open(_ context.Context, c Config) (*Store, error) {
 // vectors aside.
 func collectionCost(name string) int64 { return int64(len(name)) + EntryOverhead }
 
-// room refuses a write that takes need bytes and frees freed, unless the
-// store has room for it; what names the write. s.mu is held.
-func (s *Store) room(what string, need, freed int64) error {
-	if s.used-freed+need > s.max {
-		return fmt.Errorf("%s: %d bytes (with %d of upkeep each) do not fit: the store holds %d of its max_bytes, %d: %w",
-			what, need, EntryOverhead, s.used, s.max, ports.ErrStorageFull)
+// claim counts a write that takes need bytes and frees freed, unless the
+// store has no room for it, which it refuses; what names the write.
+func (s *Store) claim(what string, need, freed int64) error {
+	for {
+		used := s.used.Load()
+		if used-freed+need > s.max {
+			return fmt.Errorf("%s: %d bytes (with %d of upkeep each) do not fit: the store holds %d of its max_bytes, %d: %w",
+				what, need, EntryOverhead, used, s.max, ports.ErrStorageFull)
+		}
+		if s.used.CompareAndSwap(used, used-freed+need) {
+			return nil
+		}
 	}
-	return nil
 }
 
 // Close stops the indexes' graph builders; the data stays until the store
@@ -121,13 +148,32 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// lookup finds a collection; the caller holds the lock.
+// lookup finds a collection, taking the store's lock only to read the
+// list.
 func (s *Store) lookup(name string) (*collection, error) {
+	s.mu.RLock()
 	c, ok := s.collections[name]
+	s.mu.RUnlock()
 	if !ok {
 		return nil, fmt.Errorf("collection %q: %w", name, ports.ErrNotFound)
 	}
 	return c, nil
+}
+
+// read finds a collection and holds its lock for reading until done is
+// called.
+func (s *Store) read(name string) (c *collection, done func(), err error) {
+	for {
+		if c, err = s.lookup(name); err != nil {
+			return nil, nil, err
+		}
+		c.mu.RLock()
+		if !c.dropped {
+			return c, c.mu.RUnlock, nil
+		}
+		// Deleted since it was found, and maybe made again.
+		c.mu.RUnlock()
+	}
 }
 
 func (s *Store) CreateCollection(_ context.Context, name string, dimension int, metric ports.Metric) error {
@@ -143,29 +189,35 @@ func (s *Store) CreateCollection(_ context.Context, name string, dimension int, 
 		}
 		return nil
 	}
-	need := collectionCost(name)
-	if err := s.room(fmt.Sprintf("create collection %q", name), need, 0); err != nil {
+	if err := s.claim(fmt.Sprintf("create collection %q", name), collectionCost(name), 0); err != nil {
 		return err
 	}
 	s.collections[name] = &collection{dimension: dimension, metric: metric, vectors: map[string]stored{},
 		index: vecindex.New(dimension, metric, vecindex.Options{Threshold: s.threshold, Logger: s.log})}
-	s.used += need
 	return nil
 }
 
+// DeleteCollection takes the collection off the list under the store's
+// lock, and frees what it held under the collection's own, so that a
+// delete does not hold up the store while a call on the collection ends.
 func (s *Store) DeleteCollection(_ context.Context, name string) error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	c, err := s.lookup(name)
-	if err != nil {
-		return err
-	}
-	c.index.Close()
-	for _, v := range c.vectors {
-		s.used -= v.cost
-	}
-	s.used -= collectionCost(name)
+	c, ok := s.collections[name]
 	delete(s.collections, name)
+	s.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("collection %q: %w", name, ports.ErrNotFound)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.dropped = true
+	c.index.Close()
+	freed := collectionCost(name)
+	for _, v := range c.vectors {
+		freed += v.cost
+	}
+	c.vectors = nil
+	s.used.Add(-freed)
 	return nil
 }
 
@@ -181,13 +233,11 @@ func (s *Store) Collections(context.Context) ([]ports.VectorCollection, error) {
 }
 
 // Upsert checks the batch and copies it, normalising its payloads, outside
-// the lock, which it takes only to store what it made: a large batch does
-// not hold up the calls on the store while it is checked.
+// any lock, and takes its collection's to store what it made: a large
+// batch does not hold up the calls on the collection while it is checked.
 func (s *Store) Upsert(_ context.Context, name string, vectors []ports.Vector) error {
 	for {
-		s.mu.RLock()
 		c, err := s.lookup(name)
-		s.mu.RUnlock()
 		if err != nil {
 			return err
 		}
@@ -195,15 +245,18 @@ func (s *Store) Upsert(_ context.Context, name string, vectors []ports.Vector) e
 		if err != nil {
 			return err
 		}
-		s.mu.Lock()
-		if s.collections[name] != c {
+		c.mu.Lock()
+		if c.dropped {
 			// The collection was deleted, and maybe made again with
 			// another dimension, while the batch was checked.
-			s.mu.Unlock()
+			c.mu.Unlock()
 			continue
 		}
 		err = s.store(name, c, u)
-		s.mu.Unlock()
+		if s.hooks.stored != nil {
+			s.hooks.stored(name)
+		}
+		c.mu.Unlock()
 		return err
 	}
 }
@@ -245,7 +298,7 @@ func prepare(name string, dimension int, vectors []ports.Vector) (upsert, error)
 }
 
 // store puts a prepared batch into c, the collection name, whole or not at
-// all: what it takes is counted as the vectors it leaves. s.mu is held.
+// all: what it takes is counted as the vectors it leaves. c.mu is held.
 func (s *Store) store(name string, c *collection, u upsert) error {
 	var freed int64
 	for id := range u.last {
@@ -257,10 +310,9 @@ func (s *Store) store(name string, c *collection, u upsert) error {
 		return fmt.Errorf("upsert into %q: a batch of %d bytes (ids, values twice, payloads and %d of upkeep a vector) is more than the store's max_bytes, %d: %w",
 			name, u.need, EntryOverhead, s.max, ports.ErrTooLarge)
 	}
-	if err := s.room(fmt.Sprintf("upsert into %q", name), u.need, freed); err != nil {
+	if err := s.claim(fmt.Sprintf("upsert into %q", name), u.need, freed); err != nil {
 		return err
 	}
-	s.used += u.need - freed
 	for _, v := range u.vectors {
 		c.vectors[v.ID] = v
 	}
@@ -273,12 +325,11 @@ func (s *Store) Search(_ context.Context, name string, query []float32, k int, f
 	if err != nil {
 		return nil, fmt.Errorf("search %q: %w", name, err)
 	}
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	c, err := s.lookup(name)
+	c, done, err := s.read(name)
 	if err != nil {
 		return nil, err
 	}
+	defer done()
 	if err := vecutil.CheckSearch(name, c.dimension, query, k); err != nil {
 		return nil, err
 	}
@@ -297,12 +348,11 @@ func (s *Store) Get(_ context.Context, name, id string) (ports.Vector, error) {
 	if err := vecutil.CheckID(name, id); err != nil {
 		return ports.Vector{}, err
 	}
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	c, err := s.lookup(name)
+	c, done, err := s.read(name)
 	if err != nil {
 		return ports.Vector{}, err
 	}
+	defer done()
 	v, ok := c.vectors[id]
 	if !ok {
 		return ports.Vector{}, fmt.Errorf("vector %q in %q: %w", id, name, ports.ErrNotFound)
@@ -314,29 +364,36 @@ func (s *Store) Delete(_ context.Context, name string, ids []string) error {
 	if err := vecutil.CheckIDs(name, ids); err != nil {
 		return err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	c, err := s.lookup(name)
-	if err != nil {
-		return err
-	}
-	for _, id := range ids {
-		if v, ok := c.vectors[id]; ok {
-			s.used -= v.cost
-			delete(c.vectors, id)
+	for {
+		c, err := s.lookup(name)
+		if err != nil {
+			return err
 		}
+		c.mu.Lock()
+		if c.dropped {
+			c.mu.Unlock()
+			continue
+		}
+		var freed int64
+		for _, id := range ids {
+			if v, ok := c.vectors[id]; ok {
+				freed += v.cost
+				delete(c.vectors, id)
+			}
+		}
+		s.used.Add(-freed)
+		c.index.Remove(ids)
+		c.mu.Unlock()
+		return nil
 	}
-	c.index.Remove(ids)
-	return nil
 }
 
 func (s *Store) Count(_ context.Context, name string) (int, error) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	c, err := s.lookup(name)
+	c, done, err := s.read(name)
 	if err != nil {
 		return 0, err
 	}
+	defer done()
 	return len(c.vectors), nil
 }
 
