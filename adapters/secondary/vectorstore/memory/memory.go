@@ -82,6 +82,10 @@ type Store struct {
 
 	// hooks are points where tests stop a call; nil outside tests.
 	hooks struct {
+		// staged is called by an upsert whose batch the index has
+		// taken, not yet seen by searches, holding its collection's
+		// write but not its lock.
+		staged func(collection string)
 		// stored is called by an upsert that has stored its batch,
 		// with its collection's lock still held.
 		stored func(collection string)
@@ -93,11 +97,17 @@ type collection struct {
 	metric    ports.Metric
 	index     *vecindex.Index
 
-	mu sync.RWMutex
-	// dropped is set, under mu, by the delete that took the collection
-	// off the store's list: a call that found it before then finds it
-	// again, or finds it gone.
+	// write is held by one write at a time, upsert or delete, for all
+	// of it; mu only while it changes what searches read. So an upsert
+	// puts its batch into the index, most of its time, while searches go
+	// on, and the index takes the writes in the order the map does.
+	write sync.Mutex
+	mu    sync.RWMutex
+	// dropped is set, under write and mu, by the delete that took the
+	// collection off the store's list: a call that found it before then
+	// finds it again, or finds it gone.
 	dropped bool
+	// vectors changes under write and mu.
 	vectors map[string]stored
 }
 
@@ -208,6 +218,8 @@ func (s *Store) DeleteCollection(_ context.Context, name string) error {
 	if !ok {
 		return fmt.Errorf("collection %q: %w", name, ports.ErrNotFound)
 	}
+	c.write.Lock()
+	defer c.write.Unlock()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.dropped = true
@@ -233,8 +245,9 @@ func (s *Store) Collections(context.Context) ([]ports.VectorCollection, error) {
 }
 
 // Upsert checks the batch and copies it, normalising its payloads, outside
-// any lock, and takes its collection's to store what it made: a large
-// batch does not hold up the calls on the collection while it is checked.
+// any lock, and takes its collection's write to store what it made: a
+// large batch does not hold up the calls on the collection while it is
+// checked, nor while the index takes it.
 func (s *Store) Upsert(_ context.Context, name string, vectors []ports.Vector) error {
 	for {
 		c, err := s.lookup(name)
@@ -245,18 +258,15 @@ func (s *Store) Upsert(_ context.Context, name string, vectors []ports.Vector) e
 		if err != nil {
 			return err
 		}
-		c.mu.Lock()
+		c.write.Lock()
 		if c.dropped {
 			// The collection was deleted, and maybe made again with
 			// another dimension, while the batch was checked.
-			c.mu.Unlock()
+			c.write.Unlock()
 			continue
 		}
 		err = s.store(name, c, u)
-		if s.hooks.stored != nil {
-			s.hooks.stored(name)
-		}
-		c.mu.Unlock()
+		c.write.Unlock()
 		return err
 	}
 }
@@ -298,7 +308,9 @@ func prepare(name string, dimension int, vectors []ports.Vector) (upsert, error)
 }
 
 // store puts a prepared batch into c, the collection name, whole or not at
-// all: what it takes is counted as the vectors it leaves. c.mu is held.
+// all: what it takes is counted as the vectors it leaves. c.write is held;
+// store takes c.mu only to make the batch seen, in the map and the index
+// at once.
 func (s *Store) store(name string, c *collection, u upsert) error {
 	var freed int64
 	for id := range u.last {
@@ -313,10 +325,19 @@ func (s *Store) store(name string, c *collection, u upsert) error {
 	if err := s.claim(fmt.Sprintf("upsert into %q", name), u.need, freed); err != nil {
 		return err
 	}
+	staged := c.index.Stage(u.entries)
+	if s.hooks.staged != nil {
+		s.hooks.staged(name)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	for _, v := range u.vectors {
 		c.vectors[v.ID] = v
 	}
-	c.index.Put(u.entries)
+	staged.Publish()
+	if s.hooks.stored != nil {
+		s.hooks.stored(name)
+	}
 	return nil
 }
 
@@ -369,11 +390,12 @@ func (s *Store) Delete(_ context.Context, name string, ids []string) error {
 		if err != nil {
 			return err
 		}
-		c.mu.Lock()
+		c.write.Lock()
 		if c.dropped {
-			c.mu.Unlock()
+			c.write.Unlock()
 			continue
 		}
+		c.mu.Lock()
 		var freed int64
 		for _, id := range ids {
 			if v, ok := c.vectors[id]; ok {
@@ -384,6 +406,7 @@ func (s *Store) Delete(_ context.Context, name string, ids []string) error {
 		s.used.Add(-freed)
 		c.index.Remove(ids)
 		c.mu.Unlock()
+		c.write.Unlock()
 		return nil
 	}
 }

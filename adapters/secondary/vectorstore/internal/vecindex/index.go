@@ -58,8 +58,15 @@ type Candidate struct {
 }
 
 // Index holds one collection. It is safe for concurrent use: searches share
-// a read lock, writes and the graph builder take the write lock.
+// a read lock, writes and the graph builder take the write lock. A write
+// fills the slots of its vectors before it takes the write lock (Stage),
+// and then holds it only to make them seen (Publish).
 type Index struct {
+	// write is held by one writer at a time, from a Stage to its Publish,
+	// and through a Remove: only a writer grows the storage, so the
+	// slots a staged write fills without mu stay where they are.
+	write sync.Mutex
+
 	mu        sync.RWMutex
 	dim       int
 	metric    ports.Metric
@@ -158,34 +165,135 @@ func (x *Index) newSlot() int32 {
 	return s
 }
 
+// grown returns the blocks of storage chunks, which hold base slots, with
+// room for fresh slots more: the last block grown, or new ones added, as
+// newSlot would, but at once. The blocks chunks holds are not changed,
+// nor the slots they hold copied over, so no lock is needed while no other
+// writer grows the storage: searches only read them.
+func (x *Index) grown(chunks [][]float32, base, fresh int) [][]float32 {
+	out := slices.Clone(chunks)
+	end := base + fresh
+	for b := base / chunkSlots; b*chunkSlots < end; b++ {
+		want := (min(end, (b+1)*chunkSlots) - b*chunkSlots) * x.dim
+		switch {
+		case b == len(out):
+			out = append(out, make([]float32, want))
+		case want > cap(out[b]):
+			g := make([]float32, want, max(want, min(2*cap(out[b]), chunkSlots*x.dim)))
+			copy(g, out[b])
+			out[b] = g
+		default:
+			out[b] = out[b][:want]
+		}
+	}
+	return out
+}
+
 // Put inserts or replaces vectors, which the caller has checked.
-func (x *Index) Put(entries []Entry) {
+func (x *Index) Put(entries []Entry) { x.Stage(entries).Publish() }
+
+// Staged is a write whose vectors are in the index's storage, copied and
+// normalised, but not yet seen by searches; Publish makes them seen, all at
+// once.
+type Staged struct {
+	x       *Index
+	entries []Entry
+	// slots[i] is the free slot filled for entries[i], or -1 when the
+	// vector is written into its id's slot at Publish: that slot is seen
+	// by searches, so it may change only under the write lock. values[i]
+	// is then what Publish copies.
+	slots  []int32
+	values [][]float32
+}
+
+// Stage puts entries, which the caller has checked, into slots no search
+// looks at, holding the write lock only to take the slots: copying and
+// normalising the values, most of a large write's time, holds up no
+// search. A vector replacing one of its id goes into a new slot too while
+// the graph links the old one, as Publish then needs a new slot for it;
+// otherwise Publish writes it over the old one, so that replacing a
+// collection does not double what its storage takes.
+//
+// The caller must call Publish on what Stage returns: the index takes no
+// other write until then.
+func (x *Index) Stage(entries []Entry) *Staged {
+	x.write.Lock()
+	st := &Staged{x: x, entries: entries, slots: make([]int32, len(entries))}
+	x.mu.Lock()
+	fresh := 0
+	for i, e := range entries {
+		switch s, ok := x.slots[e.ID]; {
+		case ok && (x.g == nil || !x.g.has(s)):
+			st.slots[i] = -1
+		case len(x.free) > 0:
+			st.slots[i] = x.free[len(x.free)-1]
+			x.free = x.free[:len(x.free)-1]
+		default:
+			st.slots[i] = int32(len(x.ids) + fresh)
+			fresh++
+		}
+	}
+	base, chunks := len(x.ids), x.chunks
+	x.mu.Unlock()
+	// Allocating the storage, the most of a large write into a new
+	// collection, is done without mu as well: no other writer changes it.
+	chunks = x.grown(chunks, base, fresh)
+	x.mu.Lock()
+	x.chunks = chunks
+	x.ids = append(x.ids, make([]string, fresh)...)
+	x.terms = append(x.terms, make([][]uint32, fresh)...)
+	x.mu.Unlock()
+	// Without mu: only a writer grows the storage, and this one holds
+	// write, and no search reads a slot that holds no id.
+	for i, e := range entries {
+		var v []float32
+		if s := st.slots[i]; s >= 0 {
+			v = x.vec(s)
+		} else {
+			if st.values == nil {
+				st.values = make([][]float32, len(entries))
+			}
+			v = make([]float32, x.dim)
+			st.values[i] = v
+		}
+		copy(v, e.Values)
+		if x.metric == ports.MetricCosine {
+			normalize(v)
+		}
+	}
+	return st
+}
+
+// Publish makes a staged write seen by searches, and ends it.
+func (st *Staged) Publish() {
+	x := st.x
+	defer x.write.Unlock()
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	for _, e := range entries {
+	for i, e := range st.entries {
 		s, ok := x.slots[e.ID]
-		if ok && x.g != nil && x.g.has(s) {
-			// The graph's links were chosen for the old values: the
-			// vector moves to a new slot and the old one stays as a
-			// waypoint until the graph is rebuilt.
-			x.kill(s)
-			ok = false
-		}
-		if ok {
-			x.dict.drop(x.terms[s])
-		} else {
-			s = x.newSlot()
+		if st.slots[i] >= 0 || (x.g != nil && x.g.has(s)) {
+			// A vector in a slot of its own, or one whose old slot the
+			// builder has put into the graph since Stage: the graph's
+			// links were chosen for the old values, so the old slot
+			// stays as a waypoint until the graph is rebuilt.
+			if ok {
+				x.kill(s)
+			}
+			s = st.slots[i]
+			if s < 0 {
+				s = x.newSlot()
+				copy(x.vec(s), st.values[i])
+			}
 			x.ids[s] = e.ID
 			x.slots[e.ID] = s
 			x.live++
 			if x.g != nil {
 				x.pending = append(x.pending, s)
 			}
-		}
-		v := x.vec(s)
-		copy(v, e.Values)
-		if x.metric == ports.MetricCosine {
-			normalize(v)
+		} else {
+			x.dict.drop(x.terms[s])
+			copy(x.vec(s), st.values[i])
 		}
 		x.terms[s] = x.dict.add(e.Payload)
 	}
@@ -194,6 +302,8 @@ func (x *Index) Put(entries []Entry) {
 
 // Remove deletes the vectors with these ids; missing ids are ignored.
 func (x *Index) Remove(ids []string) {
+	x.write.Lock()
+	defer x.write.Unlock()
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	for _, id := range ids {

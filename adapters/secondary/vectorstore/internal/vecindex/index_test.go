@@ -224,3 +224,65 @@ func BenchmarkBytesPerVector(b *testing.B) {
 		})
 	}
 }
+
+// A staged write is not seen by searches until it is published, and then
+// whole: a replaced vector keeps its old values and a new one is not found
+// in between.
+func TestAStagedWriteIsSeenOnlyOncePublished(t *testing.T) {
+	x := New(2, ports.MetricEuclid, Options{Threshold: -1})
+	x.Put([]Entry{{ID: "a", Values: []float32{0, 0}}})
+	st := x.Stage([]Entry{{ID: "a", Values: []float32{5, 5}}, {ID: "b", Values: []float32{1, 1}}})
+	if got := x.Search([]float32{0, 0}, 2, nil); len(got) != 1 || got[0].ID != "a" || got[0].Distance != 0 || x.Len() != 1 {
+		t.Fatalf("before Publish, a search finds %+v in %d vectors; want a at distance 0, alone", got, x.Len())
+	}
+	st.Publish()
+	if got := x.Search([]float32{0, 0}, 2, nil); len(got) != 2 || got[0].ID != "b" || got[1].Distance != 50 || x.Len() != 2 {
+		t.Fatalf("after Publish, a search finds %+v in %d vectors; want b, then a at distance 50", got, x.Len())
+	}
+}
+
+// Writes that grow the storage past a block's end, from a short last
+// block, a full one and free slots, keep every vector where its id finds
+// it: a search for each vector's own values finds it at distance 0.
+func TestWritesGrowingTheStorageKeepEveryVector(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	x := New(3, ports.MetricEuclid, Options{Threshold: -1})
+	all := map[string]Entry{}
+	put := func(entries []Entry) {
+		x.Put(entries)
+		for _, e := range entries {
+			all[e.ID] = e
+		}
+	}
+	for _, n := range []int{1, 700, chunkSlots, 2*chunkSlots + 5} {
+		batch := randomEntries(r, n, 3)
+		for i := range batch {
+			batch[i].ID = fmt.Sprintf("%d/%d", n, i)
+		}
+		put(batch)
+	}
+	gone := make([]string, 0, 300)
+	for id := range all {
+		if len(gone) == cap(gone) {
+			break
+		}
+		gone = append(gone, id)
+	}
+	x.Remove(gone)
+	for _, id := range gone {
+		delete(all, id)
+	}
+	refill := randomEntries(r, 500, 3)
+	for i := range refill {
+		refill[i].ID = fmt.Sprint("refill/", i)
+	}
+	put(refill)
+	if x.Len() != len(all) {
+		t.Fatalf("the index holds %d vectors, want %d", x.Len(), len(all))
+	}
+	for id, e := range all {
+		if got := x.Search(e.Values, 1, nil); len(got) == 0 || got[0].Distance != 0 {
+			t.Fatalf("a search for %s's own values found %+v, want it at distance 0", id, got)
+		}
+	}
+}
