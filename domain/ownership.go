@@ -101,7 +101,16 @@ type Ownership struct {
 	previous   Holder    // whom the lease was taken from, if it was not free
 	// longest is the longest lease a live holder's record was seen to
 	// advertise, or the store was found to keep (quarantine).
-	longest    time.Duration
+	longest time.Duration
+	// refused is the store's refusal of its own settings (ErrInvalidConfig)
+	// that the last renewal met, nil once one succeeds: the holder is
+	// fenced while it lasts. refusedLog is when such a refusal was last
+	// logged, and what it said.
+	refused    error
+	refusedLog struct {
+		at  time.Time
+		msg string
+	}
 	keepCancel context.CancelFunc
 	keepDone   chan struct{}
 	serving    chan struct{} // closed the first time the keeper serves
@@ -300,6 +309,11 @@ func (o *Ownership) AwaitLease(ctx context.Context) error {
 				// Another engine took the lease while this one waited to
 				// serve: lost is terminal.
 				return err
+			case errors.Is(err, ErrInvalidConfig):
+				o.logRefusal("the lease store refuses its settings; the standby takes nothing until they are changed", err)
+				if err := o.pause(ctx); err != nil {
+					return err
+				}
 			case err != nil:
 				o.log.Warn("lease takeover failed; reading it again", "err", err)
 				if err := o.pause(ctx); err != nil {
@@ -624,10 +638,27 @@ func (o *Ownership) take(r renewal, renewedAt, serveFrom *time.Time) bool {
 		o.loseLease()
 		return false
 	}
+	if errors.Is(r.err, ErrInvalidConfig) {
+		// The key held no value and the store refused to make it anew, as
+		// Open refuses such settings at start: a bucket made anew, or
+		// edited, with a setting the lease cannot run on. Nothing will
+		// renew until an operator changes it, so the holder fences now, as
+		// it does on finding the key deleted, rather than half a lease
+		// after its last renewal under a reason that blames the link to
+		// the store. It keeps trying, so the fix alone brings it back.
+		o.mu.Lock()
+		o.refused = r.err
+		o.mu.Unlock()
+		o.logRefusal("the lease store refuses its settings; the engine is fenced until they are changed", r.err)
+		return true
+	}
 	if r.err != nil {
 		o.log.Warn("lease renewal failed", "err", r.err)
 		return true
 	}
+	o.mu.Lock()
+	o.refused = nil
+	o.mu.Unlock()
 	if !r.recreatedAt.IsZero() {
 		// Someone deleted the key: another engine may have taken the lease
 		// before that and serve still. It stops within half a lease of its
@@ -659,8 +690,13 @@ func (o *Ownership) settle(now, renewedAt, serveFrom time.Time) {
 	o.validUntil = validUntil
 	from, rec, term := o.state, o.record, o.term
 	var to State
-	var reason string // why it fences: renewals failing and a key made anew call for different remedies
+	var reason string // why it fences: renewals failing, a key made anew and a refused setting call for different remedies
 	switch {
+	case o.refused != nil && from == StateServing:
+		to = StateFenced
+		reason = "the lease key is gone and the lease store refuses to make it anew: " + o.refused.Error()
+	case o.refused != nil:
+		to = from
 	case now.Before(serveFrom) && from == StateServing:
 		to = StateFenced
 		reason = fmt.Sprintf("the lease key was deleted by someone else and made anew; it is held %v before the engine serves again",
@@ -781,6 +817,23 @@ func (o *Ownership) setCreateOpen(open bool) {
 	o.mu.Lock()
 	o.createOpen = open
 	o.mu.Unlock()
+}
+
+// logRefusal logs, as an error, a refusal of the store's settings: when it
+// first comes or says something new, and then once a lease while it lasts,
+// rather than at every try, an eighth of a lease apart.
+func (o *Ownership) logRefusal(msg string, err error) {
+	now := o.clock.Now()
+	o.mu.Lock()
+	last := o.refusedLog
+	due := last.msg != err.Error() || now.Sub(last.at) >= o.timing.Lease
+	if due {
+		o.refusedLog.at, o.refusedLog.msg = now, err.Error()
+	}
+	o.mu.Unlock()
+	if due {
+		o.log.Error(msg, "err", err)
+	}
 }
 
 // loseLease moves to lost, once: lost is terminal.

@@ -13,8 +13,9 @@ const (
 	// StateServing: the lease is ours and was renewed less than half a lease ago.
 	StateServing
 	// StateFenced: the lease may still be ours, but the engine does not
-	// serve: no renewal succeeded for half a lease, or it made the lease key
-	// anew after someone deleted it and holds it a lease first
+	// serve: no renewal succeeded for half a lease, it made the lease key
+	// anew after someone deleted it and holds it a lease first, or the store
+	// refused to make the key anew for a setting of its own
 	// (Transition.Reason says which). It keeps renewing.
 	StateFenced
 	// StateLost: another engine took the lease. Terminal.

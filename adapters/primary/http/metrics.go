@@ -78,7 +78,7 @@ func NewMetrics() *Metrics {
 		}),
 		fencings: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "abi_engine_lease_fencings_total",
-			Help: "Times this engine stopped serving because no renewal succeeded for half a lease, or because it holds a lease key someone deleted, which it made anew.",
+			Help: "Times this engine stopped serving because no renewal succeeded for half a lease, or because it holds a lease key someone deleted, which it made anew, or because its lease store refused to make that key anew for a setting of the store.",
 		}),
 		handovers: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "abi_engine_lease_handovers_total",

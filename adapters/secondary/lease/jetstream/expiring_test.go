@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -16,15 +17,17 @@ import (
 	"github.com/abi-engine/engine/internal/natstest"
 )
 
-// signalWriter closes found the first time a write holds want.
+// signalWriter closes found the first time a write holds want, and also
+// holds also when that is set.
 type signalWriter struct {
 	want  []byte
+	also  []byte
 	once  sync.Once
 	found chan struct{}
 }
 
 func (w *signalWriter) Write(p []byte) (int, error) {
-	if bytes.Contains(p, w.want) {
+	if bytes.Contains(p, w.want) && bytes.Contains(p, w.also) {
 		w.once.Do(func() { close(w.found) })
 	}
 	return len(p), nil
@@ -168,5 +171,46 @@ func TestRealBrokerALeaseBucketMadeAnewOnFewerReplicasIsRefusedWhileTheEngineRun
 	e.waitFor(t, domain.StateServing)
 	if rec, err := l.Read(t.Context()); err != nil || !rec.Present || rec.Holder.InstanceID != o.Me().InstanceID {
 		t.Fatalf("the engine serves, and the key reads %+v, %v", rec, err)
+	}
+}
+
+// A holder whose lease bucket is made anew with a TTL while it serves fences
+// as soon as the bucket is refused, under a reason that names the setting,
+// and logs the refusal as an error: nothing renews until an operator
+// changes the setting. Before, it logged a warning about a failed renewal
+// at every try and fenced half a lease after its last renewal, saying that
+// no renewal had succeeded, which sends the operator to the link to NATS.
+func TestAHolderWhoseBucketIsRefusedFencesNamingTheSetting(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	const bucket = "TTL_FENCE"
+	log := &signalWriter{want: []byte("level=ERROR"), also: []byte("max_age"), found: make(chan struct{})}
+	l, err := jetstream.Open(t.Context(), natstest.Connect(t, url, nats.Name("engine")), jetstream.Options{Bucket: bucket})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, e, js := serveThenDeleteBucket(t, url, bucket, l, log)
+	ttl := njs.KeyValueConfig{Bucket: bucket, History: 1, TTL: 200 * time.Millisecond}
+	if _, err := js.CreateOrUpdateKeyValue(t.Context(), ttl); err != nil {
+		t.Fatalf("make the bucket anew with a TTL: %v", err)
+	}
+	deadline := time.After(eventWait)
+	for fenced := false; !fenced; {
+		select {
+		case tr := <-e.events:
+			if tr.To != domain.StateFenced {
+				continue
+			}
+			if !strings.Contains(tr.Reason, "max_age") {
+				t.Fatalf("the engine fenced saying %q; want the reason to name the bucket's max_age", tr.Reason)
+			}
+			fenced = true
+		case <-deadline:
+			t.Fatalf("the engine did not fence within %v (now %s)", eventWait, o.State())
+		}
+	}
+	select {
+	case <-log.found:
+	case <-time.After(eventWait):
+		t.Fatalf("within %v the engine logged no error naming the bucket's max_age", eventWait)
 	}
 }
