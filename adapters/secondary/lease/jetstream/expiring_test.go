@@ -214,3 +214,48 @@ func TestAHolderWhoseBucketIsRefusedFencesNamingTheSetting(t *testing.T) {
 		t.Fatalf("within %v the engine logged no error naming the bucket's max_age", eventWait)
 	}
 }
+
+// A bucket TTL set in place, longer than the renewal period, never drops
+// the record of a holder that renews, so nothing that makes the key anew
+// meets it; yet longest_lease expires, a standby is refused the lease at
+// the next handover, and a crash leaves no engine able to serve. The
+// holder logs it as an error naming the setting within a lease or so, and
+// serves on. Before, nothing told of it until the handover failed.
+func TestAHolderLogsABucketTTLSetInPlace(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	const bucket = "TTL_IN_PLACE"
+	log := &signalWriter{want: []byte("level=ERROR"), also: []byte("max_age"), found: make(chan struct{})}
+	logger := slog.New(slog.NewTextHandler(log, nil))
+	l, err := jetstream.Open(t.Context(), natstest.Connect(t, url, nats.Name("engine")), jetstream.Options{Bucket: bucket, Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := make(chan domain.Transition, 256)
+	o, err := domain.NewOwnership(l, domain.ThisProcess("test", ""), domain.Timing{Lease: 2 * time.Second, StandbyTimeout: time.Minute},
+		domain.WithObserver(func(tr domain.Transition) { events <- tr }), domain.WithLogger(logger))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = o.Release(t.Context()) })
+	e := &realEngine{name: "engine", o: o, events: events}
+	e.mustClaim(t, domain.OutcomeServe)
+
+	js, err := njs.New(natstest.Connect(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An hour: far above the renewal period, so the record never expires.
+	ttl := njs.KeyValueConfig{Bucket: bucket, Description: "abi-engine ownership lease", History: 1, TTL: time.Hour}
+	if _, err := js.UpdateKeyValue(t.Context(), ttl); err != nil {
+		t.Fatalf("give the bucket a TTL in place: %v", err)
+	}
+	select {
+	case <-log.found:
+	case <-time.After(eventWait):
+		t.Fatalf("within %v the holder logged no error naming the bucket's max_age", eventWait)
+	}
+	// The holder renews on: the key keeps its record.
+	if rec, err := l.Read(t.Context()); err != nil || !rec.Present || rec.Holder.InstanceID != o.Me().InstanceID {
+		t.Fatalf("the key reads %+v, %v; want the holder's record", rec, err)
+	}
+}

@@ -62,10 +62,17 @@ type Lease struct {
 	subject string
 	longest string // the subject of LongestKey
 	require bool   // Options.RequireReplicas
+	log     *slog.Logger
 
 	mu      sync.Mutex
 	highest uint64 // the highest revision seen: a bucket made anew goes on from it
+	updates int    // updates written, counted to check the settings every settingsEvery
 }
+
+// settingsEvery is how many updates pass between two checks of the
+// bucket's settings (checkInPlace): a holder renews a quarter lease apart,
+// so it checks them once a lease.
+const settingsEvery = 4
 
 // saw notes a revision the bucket showed.
 func (l *Lease) saw(rev uint64) {
@@ -116,6 +123,7 @@ func Open(ctx context.Context, nc *nats.Conn, opts Options) (*Lease, error) {
 		subject: "$KV." + opts.Bucket + "." + Key,
 		longest: "$KV." + opts.Bucket + "." + LongestKey,
 		require: opts.RequireReplicas,
+		log:     opts.Logger,
 	}
 	kv, err := js.KeyValue(ctx, opts.Bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
@@ -594,7 +602,36 @@ func (l *Lease) Update(ctx context.Context, h domain.Holder, rev uint64) (uint64
 		return 0, fmt.Errorf("update lease at revision %d: %w", rev, err)
 	}
 	l.saw(newRev)
+	l.checkInPlace(ctx)
 	return newRev, nil
+}
+
+// checkInPlace reads the bucket's settings every settingsEvery updates and
+// logs, as an error, one that Open would refuse. A setting edited in place
+// (nats kv edit --ttl, nats stream edit --replicas) is otherwise found only
+// when the key is made anew: a TTL longer than the renewal period never
+// drops the record of a holder that renews, so the holder serves on
+// unaware while longest_lease expires, a standby is refused the lease at
+// the next handover, and a crash leaves no engine able to serve. The
+// holder serves on meanwhile, since the lease stays sound while it renews;
+// the error names the setting while there is time to change it. A check
+// that fails says nothing and waits for the next.
+func (l *Lease) checkInPlace(ctx context.Context) {
+	l.mu.Lock()
+	l.updates++
+	due := l.updates%settingsEvery == 0
+	l.mu.Unlock()
+	if !due || l.log == nil {
+		return
+	}
+	st, err := l.js.Stream(ctx, l.stream)
+	if err != nil {
+		return
+	}
+	if err := l.refuseSettings(st); err != nil {
+		l.log.Error("the lease bucket was changed to a setting the engine refuses; it serves on while it renews, but no other engine can take the lease over, at a handover or after a crash, until the setting is changed back",
+			"err", err)
+	}
 }
 
 // Delete removes the value if rev is the key's current revision.
