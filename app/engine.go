@@ -199,6 +199,16 @@ func (e *Engine) Ready() bool {
 	return false
 }
 
+// Alive reports whether the engine is not stuck: false only while it holds
+// the lease and its keeper has heard no renewal's answer for
+// domain.StalledAfter leases (domain.Ownership.Stalled). A client, a
+// standby, a holder fenced for want of the store or waiting out a key made
+// anew, and an engine that released the lease are alive.
+func (e *Engine) Alive() bool {
+	o := e.Ownership()
+	return o == nil || !o.Stalled()
+}
+
 // connectionClosed stops the process when a connection closes for good
 // while the engine runs, and ends it outright if stopping takes too long.
 // It hears of the engine's own connections (links) and of its stores'

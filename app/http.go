@@ -57,6 +57,7 @@ type engineView struct{ e *Engine }
 
 func (v engineView) Status() any { return v.e.Status() }
 func (v engineView) Ready() bool { return v.e.Ready() }
+func (v engineView) Alive() bool { return v.e.Alive() }
 
 // Bind takes http.listen before the engine starts, so a taken port fails
 // the start before the engine claims the lease: an engine that began

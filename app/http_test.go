@@ -64,6 +64,9 @@ func TestTheHTTPAPIAnswersForEveryRole(t *testing.T) {
 	if code, body := get(t, base+"/readyz"); code != http.StatusOK {
 		t.Fatalf("/readyz of a serving engine: %d %s", code, body)
 	}
+	if code, body := get(t, base+"/healthz"); code != http.StatusOK || !served.Alive() {
+		t.Fatalf("/healthz of a serving engine: %d %s", code, body)
+	}
 	code, body := get(t, base+"/status")
 	var st app.Status
 	if err := json.Unmarshal([]byte(body), &st); err != nil || code != http.StatusOK {
@@ -109,6 +112,9 @@ func TestTheHTTPAPIAnswersForEveryRole(t *testing.T) {
 	cbase := "http://" + ch.Addr()
 	if code, body := get(t, cbase+"/readyz"); code != http.StatusOK || !client.Ready() {
 		t.Fatalf("/readyz of a client engine: %d %s", code, body)
+	}
+	if code, body := get(t, cbase+"/healthz"); code != http.StatusOK || !client.Alive() {
+		t.Fatalf("/healthz of a client engine: %d %s", code, body)
 	}
 	if code, body := get(t, cbase+"/status"); code != http.StatusOK || !strings.Contains(body, `"state":"client"`) {
 		t.Fatalf("/status of a client engine: %d %s", code, body)

@@ -111,6 +111,10 @@ type Ownership struct {
 		at  time.Time
 		msg string
 	}
+	// keeping is true while the keeper runs, and answeredAt is when it
+	// started or last heard a renewal's answer, good or bad (Stalled).
+	keeping    bool
+	answeredAt time.Time
 	keepCancel context.CancelFunc
 	keepDone   chan struct{}
 	serving    chan struct{} // closed the first time the keeper serves
@@ -206,6 +210,27 @@ func (o *Ownership) HandedOver() bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.handedOver
+}
+
+// StalledAfter is how many leases a holder's keeper may go without a
+// renewal's answer before Stalled says it is stuck.
+const StalledAfter = 3
+
+// Stalled reports whether the engine holds the lease and its keeper has
+// heard no answer to a renewal, good or bad, for StalledAfter leases. A
+// keeper that turns hears one at least every half lease, whether the store
+// answers or not: each renewal is cut off after a quarter lease, and the
+// next starts at most a quarter lease after the last began. So a holder
+// that is fenced because the store is out of reach, or that waits out its
+// hold of a key made anew, is not stalled; one whose keeper waits on a call
+// that ignores its cut-off, or on an observer that blocks, is. It neither
+// serves nor renews, and only a restart frees the lease for a standby
+// sooner than its stop would. A standby, a client, and an engine that
+// released or lost the lease are never stalled: they keep no lease.
+func (o *Ownership) Stalled() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.keeping && o.clock.Now().Sub(o.answeredAt) >= StalledAfter*o.timing.Lease
 }
 
 // Lost is closed when another engine takes the lease from this one; the
@@ -514,6 +539,7 @@ func (o *Ownership) acquire(ctx context.Context, rec Record) (bool, error) {
 	o.serveFrom = serveFrom
 	o.held = true
 	o.keepCancel, o.keepDone = cancel, make(chan struct{})
+	o.keeping, o.answeredAt = true, start
 	o.serving = make(chan struct{})
 	serving, done := o.serving, o.keepDone
 	o.mu.Unlock()
@@ -567,6 +593,11 @@ type renewal struct {
 // is on o.clock; its timers wait for differences between them.
 func (o *Ownership) keep(ctx context.Context, renewedAt, serveFrom time.Time) {
 	defer close(o.keepDone)
+	defer func() {
+		o.mu.Lock()
+		o.keeping = false
+		o.mu.Unlock()
+	}()
 	results := make(chan renewal, 1)
 	inFlight := false
 	next := renewedAt.Add(o.timing.Renew())
@@ -611,6 +642,9 @@ func (o *Ownership) keep(ctx context.Context, renewedAt, serveFrom time.Time) {
 			}
 		case r := <-results:
 			inFlight = false
+			o.mu.Lock()
+			o.answeredAt = o.clock.Now()
+			o.mu.Unlock()
 			if o.renewed != nil {
 				o.renewed(r.err == nil, o.clock.Now().Sub(r.start))
 			}

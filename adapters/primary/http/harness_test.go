@@ -30,6 +30,7 @@ type engine struct{ ready atomic.Bool }
 
 func (e *engine) Status() any { return map[string]any{"role": "serve", "state": "serving"} }
 func (e *engine) Ready() bool { return e.ready.Load() }
+func (e *engine) Alive() bool { return true }
 
 // kernel runs memory stores behind a real host on an embedded broker and
 // returns their client facades, as the app gives them to the API.

@@ -32,6 +32,11 @@ type Engine interface {
 	// Ready reports whether the engine does its part: serving, standing
 	// by, or a client. /readyz answers 503 when it does not.
 	Ready() bool
+	// Alive reports whether the engine is not stuck: false only when it
+	// holds the lease and its keeper has stopped turning
+	// (domain.Ownership.Stalled), which a restart cures. /healthz answers
+	// 503 when it is not. A fenced, standing-by or stopping engine is alive.
+	Alive() bool
 }
 
 // Services are the kernel services the REST surface calls; a nil one is
@@ -188,7 +193,12 @@ func NewHandler(o Options) http.Handler {
 	}
 	open := http.NewServeMux()
 	open.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]bool{"alive": true})
+		alive := a.engine.Alive()
+		code := http.StatusOK
+		if !alive {
+			code = http.StatusServiceUnavailable
+		}
+		writeJSON(w, code, map[string]bool{"alive": alive})
 	})
 	open.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		ready := a.engine.Ready()
