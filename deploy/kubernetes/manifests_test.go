@@ -672,6 +672,20 @@ func TestTheMemoryLimitHoldsWhatTheEngineMayHoldByDesign(t *testing.T) {
 	}
 }
 
+// A CPU limit is a CFS quota: once the engine's calls have used a period's
+// share, every goroutine waits for the next, the lease keeper's renewals
+// and a handover's release among them, and Go sizes GOMAXPROCS to it. The
+// engine is given none; its request is what the scheduler reserves.
+func TestTheEngineHasNoCPULimit(t *testing.T) {
+	c := loadAll(t).deploy.Spec.Template.Spec.Containers[0]
+	if l, ok := c.Resources.Limits["cpu"]; ok {
+		t.Errorf("limits.cpu is %s: a quota throttles the lease's renewals with the calls", l)
+	}
+	if c.Resources.Requests["cpu"] == "" {
+		t.Errorf("no requests.cpu: the scheduler reserves nothing for the engine")
+	}
+}
+
 // Kubernetes kills the container terminationGracePeriodSeconds after it
 // asks it to stop, whatever it is doing. The engine's own bound on its
 // stop is the sum of its steps (app.New's stop timeout): the jobs' runs,
