@@ -348,6 +348,19 @@ func TestTheObjectStorageCacheTierIsSwept(t *testing.T) {
 	}
 }
 
+// Files under one directory keep what a Put cut short leaves; the serving
+// engine sweeps them, so the temporary file of another engine's Put killed
+// after this one opened the directory does not stay for as long as it runs.
+func TestTheLocalObjectFilesAreSwept(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	services := strings.Replace(memoryServices, "object_storage: {adapter: memory}", "object_storage: {adapter: localfs}", 1)
+	e, a := start(t, testConfig(t, url, "serve", "", services))
+	defer a.RequireStop()
+	if !slicesContains(e.Jobs().Names(), "sweep-expired-object_storage") {
+		t.Fatalf("jobs %v lack the object storage sweep", e.Jobs().Names())
+	}
+}
+
 func slicesContains(s []string, v string) bool {
 	for _, x := range s {
 		if x == v {

@@ -32,8 +32,9 @@ type KeyValue interface {
 	ListKeys(ctx context.Context, prefix string, limit int, cursor string) ([]string, string, error)
 }
 
-// Expirer is a store that keeps expired entries until they are swept. The
-// engine's sweep job calls DeleteExpired on every store that has it.
+// Expirer is a store that keeps expired entries until they are swept, or,
+// for an object store, what writes cut short left behind. The engine's
+// sweep job calls DeleteExpired on every store that has it.
 type Expirer interface {
 	// DeleteExpired removes the entries whose TTL has passed and says how
 	// many it removed.

@@ -164,3 +164,98 @@ func TestARestartRemovesTheFileOfAPutACrashCutShort(t *testing.T) {
 		t.Fatalf("tmp/ holds %q after every Put ended", left)
 	}
 }
+
+// A Put of another engine on the directory that is killed after this
+// store opened, as the old release is during a deploy's overlap or the
+// serving engine beside its standby, leaves its temporary file; the
+// store's sweep (ports.Expirer, which the serving engine runs every
+// minute) removes it once it has gone a minute unwritten, and leaves the
+// file of a Put still running in this store, which then completes.
+// Before, only Open removed such files, so the one left after the opening
+// stayed for as long as the store ran.
+func TestTheSweepRemovesTheFileOfAPutKilledAfterTheStoreOpened(t *testing.T) {
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	live := open(t, dir)
+	sweeper, ok := any(live).(ports.Expirer)
+	if !ok {
+		t.Fatal("the store has no sweep (ports.Expirer): the file of a Put killed after it opened stays until the next Open")
+	}
+
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestHelperPutThatCrashes$", "-test.count=1")
+	cmd.Env = append(os.Environ(), crashDirEnv+"="+dir)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || line != "writing\n" {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("the helper process said %q (%v), want writing", line, err)
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait()
+	crashed := putFiles(t, dir)
+	if len(crashed) != 1 {
+		t.Fatalf("the killed Put left %q in tmp/, want one file", crashed)
+	}
+
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		_, err := live.Put(ctx, "live", pr, ports.PutObjectOptions{})
+		done <- err
+	}()
+	if _, err := pw.Write([]byte("live ")); err != nil {
+		t.Fatal(err)
+	}
+	var running []string
+	for _, name := range putFiles(t, dir) {
+		if name != crashed[0] {
+			running = append(running, name)
+		}
+	}
+	if len(running) != 1 {
+		t.Fatalf("tmp/ holds %q beside the killed Put's %q, want the running Put's file", running, crashed[0])
+	}
+
+	// Swept while young, the killed Put's file stays: a Put that has just
+	// made its file may not hold its lock yet.
+	if n, err := sweeper.DeleteExpired(ctx); err != nil || n != 0 {
+		t.Fatalf("a sweep of files a moment old removed %d (%v), want none", n, err)
+	}
+	past := time.Now().Add(-2 * time.Minute)
+	for _, name := range append(crashed, running...) {
+		if err := os.Chtimes(filepath.Join(dir, "tmp", name), past, past); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := sweeper.DeleteExpired(ctx); err != nil || n != 1 {
+		t.Fatalf("the sweep removed %d files (%v), want the killed Put's one", n, err)
+	}
+	if left := putFiles(t, dir); len(left) != 1 || left[0] != running[0] {
+		t.Fatalf("after the sweep tmp/ holds %q, want only the running Put's %q (the killed Put's was %q)", left, running[0], crashed[0])
+	}
+	if _, err := pw.Write([]byte("put")); err != nil {
+		t.Fatal(err)
+	}
+	pw.Close()
+	if err := <-done; err != nil {
+		t.Fatalf("the Put that ran across the sweep: %v", err)
+	}
+	r, _, err := live.Get(ctx, "live", ports.GetObjectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if got, err := io.ReadAll(r); err != nil || string(got) != "live put" {
+		t.Fatalf("the running Put stored %q (%v), want %q", got, err, "live put")
+	}
+}

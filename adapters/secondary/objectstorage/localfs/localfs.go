@@ -85,7 +85,10 @@ type Store struct {
 	turns [lockStripes]chan struct{}
 }
 
-var _ ports.ObjectStorage = (*Store)(nil)
+var (
+	_ ports.ObjectStorage = (*Store)(nil)
+	_ ports.Expirer       = (*Store)(nil)
+)
 
 // trailer is the metadata stored after an object's content.
 type trailer struct {
@@ -116,38 +119,62 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 	if err := belong(ctx, c.Path); err != nil {
 		return nil, err
 	}
-	entries, err := os.ReadDir(filepath.Join(c.Path, tmpDir))
-	if err != nil {
-		return nil, fmt.Errorf("read %q: %w", filepath.Join(c.Path, tmpDir), err)
+	if _, err := s.DeleteExpired(ctx); err != nil {
+		return nil, err
 	}
+	return s, nil
+}
+
+// DeleteExpired implements ports.Expirer: it removes the temporary files
+// that Puts cut short left behind (put-* in tmp/ that no Put holds), as
+// Open does, and says how many. Open alone is not enough: engines share
+// the directory, a standby beside the serving engine or the old release
+// beside the new during a deploy, and a Put of one that dies after the
+// other opened the store left its file for as long as that one ran. The
+// serving engine's sweep job removes it within minutes.
+func (s *Store) DeleteExpired(ctx context.Context) (int, error) {
+	dir := filepath.Join(s.root, tmpDir)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, fmt.Errorf("read %q: %w", dir, err)
+	}
+	removed := 0
 	for _, e := range entries {
+		if err := ctx.Err(); err != nil {
+			return removed, fmt.Errorf("sweep %q: %w", dir, err)
+		}
 		// Only a Put's own files: the directory is the operator's, and
 		// what else is in tmp/ is none of the store's business.
 		if !e.Type().IsRegular() || !strings.HasPrefix(e.Name(), tempPrefix) {
 			continue
 		}
-		removeAbandoned(filepath.Join(c.Path, tmpDir, e.Name()))
+		if removeAbandoned(filepath.Join(dir, e.Name())) {
+			removed++
+		}
 	}
-	return s, nil
+	return removed, nil
 }
 
-// removeAbandoned removes a Put's temporary file unless a Put holds it: a
-// Put holds a lock on its file as long as it runs, and the system lets go
-// of it when the process dies, so a file nobody holds was left by a Put
-// that a crash cut short, once it has gone unwritten for abandonedTemp.
-// It is removed under the lock, so no Put takes the file meanwhile.
-func removeAbandoned(path string) {
+// removeAbandoned removes a Put's temporary file unless a Put holds it,
+// and says whether it did: a Put holds a lock on its file as long as it
+// runs, and the system lets go of it when the process dies, so a file
+// nobody holds was left by a Put that a crash cut short, once it has gone
+// unwritten for abandonedTemp. It is removed under the lock, so no Put
+// takes the file meanwhile.
+func removeAbandoned(path string) bool {
 	f, err := os.Open(path)
 	if err != nil {
-		return
+		return false
 	}
 	defer f.Close()
 	if err := flock(f, syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		return // held by a running Put, or not to be locked: left alone
+		return false // held by a running Put, or not to be locked: left alone
 	}
-	if st, err := f.Stat(); err == nil && time.Since(st.ModTime()) > abandonedTemp {
-		os.Remove(path)
+	st, err := f.Stat()
+	if err != nil || time.Since(st.ModTime()) <= abandonedTemp {
+		return false
 	}
+	return os.Remove(path) == nil
 }
 
 // belong makes the directory belong to the account ctx's source names, as
