@@ -104,6 +104,40 @@ func Full(err error) error {
 	return err
 }
 
+// NotDone marks err, a write's, as ports.ErrNotDone when SQLite refused
+// one of its statements for a lock: SQLITE_BUSY, another connection held
+// the file's write lock beyond the busy timeout (another engine on this
+// host), or SQLITE_LOCKED, a conflict within the connection. SQLite ran
+// none of that statement, and a write made in a transaction rolls it back
+// (RollBack), so nothing of the write is in the file, and the lock may be
+// free when it is sent again. Any other error is returned as it is.
+//
+// It is for errors from before COMMIT. A failed COMMIT is never called
+// not done: the driver rolls back what COMMIT left open without saying
+// whether that worked, and a COMMIT that failed writing or syncing the log
+// may have left the transaction in it.
+func NotDone(err error) error {
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		switch se.Code() & 0xff {
+		case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED:
+			return fmt.Errorf("%w: %w", ports.ErrNotDone, err)
+		}
+	}
+	return err
+}
+
+// RollBack rolls tx back after err, the error of a statement of it, and
+// returns err, marked as NotDone would mark it. A write whose rollback
+// failed may still have its transaction open on the connection, for a
+// later COMMIT to make: its error is then never not done.
+func RollBack(tx *sql.Tx, err error) error {
+	if rerr := tx.Rollback(); rerr != nil {
+		return fmt.Errorf("%w (and its rollback failed: %v)", err, rerr)
+	}
+	return NotDone(err)
+}
+
 // Close closes both pools; closing twice is harmless.
 func (d *DB) Close() error {
 	return errors.Join(d.Read.Close(), d.Write.Close())

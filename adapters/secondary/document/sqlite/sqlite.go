@@ -207,7 +207,9 @@ func (s *Store) Collections(ctx context.Context) ([]string, error) {
 }
 
 // inTx runs f in a transaction, which the DSN makes take the write lock at
-// once, begun by the fence once it has passed ctx's term. The write waits
+// once, begun by the fence once it has passed ctx's term. A write refused
+// for the lock before its COMMIT (another engine on this host held it past
+// the busy timeout) is ports.ErrNotDone (sqlitedb.NotDone). The write waits
 // for its turn on the writer under ctx (sqlitedb.WriteTurn); the
 // transaction and f then run under the turn's context, ctx's values
 // without its cancellation, so a caller that gives up half way does not
@@ -220,11 +222,10 @@ func (s *Store) inTx(ctx context.Context, f func(ctx context.Context, tx *sql.Tx
 	defer done()
 	tx, err := s.fence.Begin(ctx)
 	if err != nil {
-		return err
+		return sqlitedb.NotDone(err)
 	}
 	if err := f(ctx, tx); err != nil {
-		_ = tx.Rollback()
-		return sqlitedb.Full(err)
+		return sqlitedb.Full(sqlitedb.RollBack(tx, err))
 	}
 	if err := tx.Commit(); err != nil {
 		return sqlitedb.Full(fmt.Errorf("commit in %s: %w", s.path, err))

@@ -261,7 +261,10 @@ func (s *Store) refused(ctx context.Context, token uint64) error {
 // write runs a write of key under ctx's term: the key leaves the cache for
 // as long as the write runs, and do gets the fence's token parameter. A
 // write that fails for another reason than the fence is taken as one that
-// may have landed.
+// may have landed. Every statement of a write runs on its own, outside a
+// transaction, so one SQLite refused for the lock (another engine on this
+// host held it past the busy timeout) changed nothing: ports.ErrNotDone
+// (sqlitedb.NotDone).
 func (s *Store) write(ctx context.Context, key string, do func(ctx context.Context, token uint64, fence sql.NamedArg) error) error {
 	token, _ := ports.FencingToken(ctx)
 	ctx, done, err := s.db.WriteTurn(ctx)
@@ -271,12 +274,12 @@ func (s *Store) write(ctx context.Context, key string, do func(ctx context.Conte
 	defer done()
 	fence, err := s.fenceAt(ctx, token)
 	if err != nil {
-		return err
+		return sqlitedb.NotDone(err)
 	}
 	ended := s.cache.WriteStarts(token, key)
 	err = do(ctx, token, fence)
 	ended(err == nil || errors.Is(err, ports.ErrFenced))
-	return sqlitedb.Full(err)
+	return sqlitedb.NotDone(sqlitedb.Full(err))
 }
 
 // Set writes the value and its expiry, replacing any other.

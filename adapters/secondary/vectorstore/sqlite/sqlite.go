@@ -998,11 +998,14 @@ func collection(ctx context.Context, q querier, name string) (int, ports.Metric,
 // inTx runs a write of a call in a transaction that holds the write lock
 // from its start, begun by the fence once it has passed ctx's term. A
 // write SQLite has no room for (SQLITE_FULL: the disk, or a page limit) is
-// ports.ErrStorageFull; SQLite rolled it back, so nothing was written.
+// ports.ErrStorageFull; SQLite rolled it back, so nothing was written. A
+// write refused for the lock before its COMMIT (another engine on this
+// host held it past the busy timeout) is ports.ErrNotDone
+// (sqlitedb.NotDone).
 func (s *Store) inTx(ctx context.Context, f func(tx *sql.Tx) error) error {
 	tx, err := s.fence.Begin(ctx)
 	if err != nil {
-		return sqlitedb.Full(err)
+		return sqlitedb.NotDone(sqlitedb.Full(err))
 	}
 	return sqlitedb.Full(finish(tx, f))
 }
@@ -1020,8 +1023,7 @@ func (s *Store) transact(ctx context.Context, f func(tx *sql.Tx) error) error {
 // finish runs f in tx and commits, or rolls back when f fails.
 func finish(tx *sql.Tx, f func(tx *sql.Tx) error) error {
 	if err := f(tx); err != nil {
-		tx.Rollback()
-		return err
+		return sqlitedb.RollBack(tx, err)
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("commit: %w", err)

@@ -1,0 +1,56 @@
+package sqlitedbtest
+
+import (
+	"database/sql"
+	"errors"
+	"testing"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/abi-engine/engine/ports"
+)
+
+// LockedFileRefusesWrites holds the write lock of the file at path on a
+// connection of its own (BEGIN IMMEDIATE), as another engine on this host
+// would, shortens the busy timeout of writer, a pool of one connection that
+// every write goes through, to 50 ms, and writes. It fails the test unless
+// that write is refused as ports.ErrNotDone, for SQLITE_BUSY, and landed
+// reports it absent; and unless, once the lock is let go, the same write
+// lands.
+func LockedFileRefusesWrites(t *testing.T, writer *sql.DB, path string, write func() error, landed func() bool) {
+	t.Helper()
+	if _, err := writer.ExecContext(t.Context(), "PRAGMA busy_timeout = 50"); err != nil {
+		t.Fatal(err)
+	}
+	other, err := sql.Open("sqlite", path+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = other.Close() })
+	holder, err := other.Conn(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = holder.Close() })
+	if _, err := holder.ExecContext(t.Context(), "BEGIN IMMEDIATE"); err != nil {
+		t.Fatalf("take the file's write lock on another connection: %v", err)
+	}
+	err = write()
+	var se *sqlite.Error
+	if !errors.Is(err, ports.ErrNotDone) || !errors.As(err, &se) || se.Code()&0xff != sqlite3.SQLITE_BUSY {
+		t.Fatalf("a write while another connection holds the file's write lock: %v, want ports.ErrNotDone for SQLITE_BUSY", err)
+	}
+	if _, err := holder.ExecContext(t.Context(), "ROLLBACK"); err != nil {
+		t.Fatalf("let the file's write lock go: %v", err)
+	}
+	if landed() {
+		t.Fatal("the write refused as not done is in the file")
+	}
+	if err := write(); err != nil {
+		t.Fatalf("the write once the lock was let go: %v", err)
+	}
+	if !landed() {
+		t.Fatal("the write once the lock was let go is not in the file")
+	}
+}
