@@ -26,6 +26,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"sync"
 	"time"
@@ -72,7 +73,11 @@ var _ ports.KeyValue = (*Store)(nil)
 
 // Open checks the configuration and connects, failing when the server does
 // not answer.
-func Open(ctx context.Context, c Config) (*Store, error) {
+func Open(ctx context.Context, c Config) (*Store, error) { return open(ctx, c, nil) }
+
+// open is Open with tune, when not nil, run on the client's options before
+// the client is made.
+func open(ctx context.Context, c Config, tune func(*redis.Options)) (*Store, error) {
 	if c.Addr == "" {
 		return nil, fmt.Errorf("redis keyvalue: addr is empty: %w", ports.ErrInvalidArgument)
 	}
@@ -88,7 +93,11 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 	// the key answers that it was taken, a DeleteIfValue that deleted
 	// answers that the value was not there. Without the retry, such a call
 	// fails, which is all its caller can be told.
-	rdb := redis.NewClient(&redis.Options{Addr: c.Addr, Username: c.Username, Password: c.Password, DB: c.DB, MaxRetries: -1})
+	opts := &redis.Options{Addr: c.Addr, Username: c.Username, Password: c.Password, DB: c.DB, MaxRetries: -1}
+	if tune != nil {
+		tune(opts)
+	}
+	rdb := redis.NewClient(opts)
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		_ = rdb.Close()
 		return nil, fmt.Errorf("redis keyvalue: connect to %s: %w", c.Addr, err)
@@ -188,7 +197,7 @@ func (s *Store) SetIfAbsent(ctx context.Context, key string, value []byte, ttl t
 func written(call, key string, n int, err error) (bool, error) {
 	switch {
 	case err != nil:
-		return false, wrap(call, key, err)
+		return false, wrap(call, key, notDone(err))
 	case n < 0:
 		return false, wrap(call, key, ports.ErrFenced)
 	}
@@ -210,6 +219,20 @@ func (s *Store) del(ctx context.Context, call, key string, value []byte, cond st
 	}
 	n, err := deleteScript.Run(ctx, s.rdb, []string{s.data + key, s.index, s.fence}, tokenArg(ctx), value, cond, key).Int()
 	return written(call, key, n, err)
+}
+
+// notDone marks err, a write's, as ports.ErrNotDone when the client failed
+// before it wrote the write to a connection, so Redis never saw it: no
+// connection could be dialled (refused, unreachable, timed out), or none
+// came free in the pool within its timeout. A failure after the write was
+// sent, a read timeout or a broken connection, leaves the write done or
+// not, and is returned as it is.
+func notDone(err error) error {
+	var op *net.OpError
+	if errors.Is(err, redis.ErrPoolTimeout) || errors.As(err, &op) && op.Op == "dial" {
+		return fmt.Errorf("%w: %w", ports.ErrNotDone, err)
+	}
+	return err
 }
 
 // Delete implements ports.KeyValue.

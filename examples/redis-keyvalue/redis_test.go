@@ -3,6 +3,7 @@ package rediskv_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"sync/atomic"
@@ -213,7 +214,8 @@ func (p *lossyProxy) serve(client net.Conn) {
 }
 
 // A conditional write whose reply is lost has landed or not, and its
-// caller cannot tell which: it must get an error, not the answer of the
+// caller cannot tell which: it must get an error that does not call it not
+// done (ports.ErrNotDone), and not the answer of the
 // same write sent again, which would find its own value and answer that
 // the key was taken (a lock its caller holds, and thinks it does not), or
 // that there was nothing to delete.
@@ -257,6 +259,9 @@ func TestAWriteWhoseReplyIsLostFailsRatherThanRunTwice(t *testing.T) {
 	if err == nil && !won {
 		t.Errorf("SetIfAbsent whose reply was lost = false, nil: it ran again and found its own value; the caller holds the key and is told it does not")
 	}
+	if errors.Is(err, ports.ErrNotDone) {
+		t.Errorf("SetIfAbsent whose reply was lost: %v; it landed, and is never not done", err)
+	}
 
 	deleted, err := lose("DeleteIfValue", func() (bool, error) { return s.DeleteIfValue(t.Context(), "held", []byte("v")) })
 	if n, gerr := rdb.Exists(t.Context(), prefix+"v:held").Result(); gerr != nil || n != 0 {
@@ -264,5 +269,8 @@ func TestAWriteWhoseReplyIsLostFailsRatherThanRunTwice(t *testing.T) {
 	}
 	if err == nil && !deleted {
 		t.Errorf("DeleteIfValue whose reply was lost = false, nil: it ran again and found nothing; the caller is told the key did not hold its value")
+	}
+	if errors.Is(err, ports.ErrNotDone) {
+		t.Errorf("DeleteIfValue whose reply was lost: %v; it landed, and is never not done", err)
 	}
 }
