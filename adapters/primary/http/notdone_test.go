@@ -2,8 +2,10 @@ package httpapi_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -11,6 +13,7 @@ import (
 
 	httpapi "github.com/abi-engine/engine/adapters/primary/http"
 	kvmemory "github.com/abi-engine/engine/adapters/secondary/keyvalue/memory"
+	kvsqlite "github.com/abi-engine/engine/adapters/secondary/keyvalue/sqlite"
 	"github.com/abi-engine/engine/ports"
 )
 
@@ -33,7 +36,9 @@ func (n *notDoneKV) Set(context.Context, string, []byte, time.Duration) error {
 // whether the API calls the store in the process or through the serving
 // engine; and, as a 500's, its body says what failed and where in the log
 // the rest is, never the store's text. Before, it answered 500, "failed in
-// the engine", which a client may not send again blindly.
+// the engine", which a client may not send again blindly. The same holds
+// of a real store: a SQLite file whose write lock another engine on the
+// host holds past the busy timeout, called in the process.
 func TestAWriteTheStoreDidNotDoAnswers503WithRetryAfter(t *testing.T) {
 	for _, via := range []string{"in the process", "through the engine"} {
 		t.Run(via, func(t *testing.T) {
@@ -47,19 +52,62 @@ func TestAWriteTheStoreDidNotDoAnswers503WithRetryAfter(t *testing.T) {
 				services = heldKernel(t, kv)
 			}
 			a := serveAPI(t, services, httpapi.Options{})
-			resp, body := a.expect(http.StatusServiceUnavailable, "PUT", "/v1/kv/k", "v")
-			if resp.Header.Get("Retry-After") == "" {
-				t.Fatalf("a 503 for a write the store did not do has no Retry-After: %s", body)
-			}
-			if strings.Contains(body, notDoneFile) {
-				t.Fatalf("the 503 body carries the store's text: %s", body)
-			}
-			if !strings.Contains(body, "log ref ") || !strings.Contains(body, "send it again") {
-				t.Fatalf("the 503 body %s names neither a log reference nor that the write may be sent again", body)
-			}
+			expectNotDone(t, a, notDoneFile)
 			if kv.sets.Load() == 0 {
 				t.Fatalf("the store saw no Set: the test shows nothing")
 			}
 		})
+	}
+	t.Run("SQLiteLockedInTheProcess", func(t *testing.T) {
+		t.Parallel()
+		path := filepath.Join(t.TempDir(), "kv.sqlite")
+		kv, err := kvsqlite.Open(t.Context(), kvsqlite.Config{Path: path})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = kv.Close() })
+		holdWriteLock(t, path)
+		a := serveAPI(t, httpapi.Services{KeyValue: kv}, httpapi.Options{})
+		expectNotDone(t, a, path)
+		if ok, err := kv.Exists(t.Context(), "k"); err != nil || ok {
+			t.Fatalf("the write answered 503 is in the file: %v, %v", ok, err)
+		}
+	})
+}
+
+// expectNotDone puts key k and expects a 503 with Retry-After whose body
+// says the write may be sent again and gives a log reference, and does not
+// carry secret, a path the store's own text names.
+func expectNotDone(t *testing.T, a *api, secret string) {
+	t.Helper()
+	resp, body := a.expect(http.StatusServiceUnavailable, "PUT", "/v1/kv/k", "v")
+	if resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("a 503 for a write the store did not do has no Retry-After: %s", body)
+	}
+	if strings.Contains(body, secret) {
+		t.Fatalf("the 503 body carries the store's text: %s", body)
+	}
+	if !strings.Contains(body, "log ref ") || !strings.Contains(body, "send it again") {
+		t.Fatalf("the 503 body %s names neither a log reference nor that the write may be sent again", body)
+	}
+}
+
+// holdWriteLock takes the write lock of the SQLite file at path on a
+// connection of its own (BEGIN IMMEDIATE), as another engine on this host
+// in a write would, and keeps it until the test ends.
+func holdWriteLock(t *testing.T, path string) {
+	t.Helper()
+	other, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = other.Close() })
+	holder, err := other.Conn(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = holder.Close() })
+	if _, err := holder.ExecContext(t.Context(), "BEGIN IMMEDIATE"); err != nil {
+		t.Fatalf("take the file's write lock: %v", err)
 	}
 }
