@@ -157,3 +157,39 @@ func Full(err error) error {
 	}
 	return err
 }
+
+// The SQLSTATEs of a transaction the server rolled back for a cause that
+// passes: a write sent again may be taken.
+const (
+	serializationFailure = "40001"
+	deadlockDetected     = "40P01"
+	lockNotAvailable     = "55P03" // a lock waited for past lock_timeout
+)
+
+// NotDone marks err, a write's, as ports.ErrNotDone when the write
+// certainly did not happen, and may be taken if sent again: pgx never sent
+// it (pgconn.SafeToRetry: the context had ended, or the connection was
+// closed, before it was used), the connection it was to go on never
+// opened, or the server rolled its transaction back for a serialization
+// failure, a deadlock or a lock it waited for too long. Each of a store's
+// writes is one transaction, a batch of keyvalue sets included, so the
+// whole of it was not done. An error of severity FATAL or PANIC ends the
+// session, maybe after a commit, and is never not done. Any other error is
+// returned as it is.
+func NotDone(err error) error {
+	if err == nil || errors.Is(err, ports.ErrNotDone) {
+		return err
+	}
+	var (
+		pgErr   *pgconn.PgError
+		connErr *pgconn.ConnectError
+	)
+	switch {
+	case pgconn.SafeToRetry(err), errors.As(err, &connErr):
+	case errors.As(err, &pgErr) && pgErr.SeverityUnlocalized == "ERROR" &&
+		(pgErr.Code == serializationFailure || pgErr.Code == deadlockDetected || pgErr.Code == lockNotAvailable):
+	default:
+		return err
+	}
+	return fmt.Errorf("%w: %w", ports.ErrNotDone, err)
+}

@@ -1,6 +1,9 @@
 // Package postgres is a document store in PostgreSQL tables that every
 // engine reaches, with the data as jsonb. Conditional writes are single
-// statements, so PostgreSQL's row locks decide races between engines.
+// statements, so PostgreSQL's row locks decide races between engines. A
+// write that certainly did not happen, for a cause that passes (never
+// sent, or rolled back for a deadlock, a serialization failure or a lock
+// waited for too long), fails as ports.ErrNotDone (pgdb.NotDone).
 package postgres
 
 import (
@@ -152,7 +155,7 @@ func (s *Store) EnsureCollection(ctx context.Context, name string) error {
 		return err
 	}
 	if _, err := s.writes.Exec(ctx, "INSERT INTO "+s.collections+" (name) VALUES ($1) ON CONFLICT DO NOTHING", name); err != nil {
-		return fmt.Errorf("ensure collection %q in table %s: %w", name, s.name, err)
+		return fmt.Errorf("ensure collection %q in table %s: %w", name, s.name, pgdb.NotDone(err))
 	}
 	return nil
 }
@@ -164,7 +167,7 @@ func (s *Store) DropCollection(ctx context.Context, name string) error {
 	}
 	tag, err := s.writes.Exec(ctx, "DELETE FROM "+s.collections+" WHERE name = $1", name)
 	if err != nil {
-		return fmt.Errorf("drop collection %q in table %s: %w", name, s.name, err)
+		return fmt.Errorf("drop collection %q in table %s: %w", name, s.name, pgdb.NotDone(err))
 	}
 	if tag.RowsAffected() == 0 {
 		return fmt.Errorf("drop collection %q: %w", name, ports.ErrNotFound)
@@ -243,7 +246,7 @@ func (s *Store) Put(ctx context.Context, collection, id string, data map[string]
 		}
 		return ports.Document{}, fmt.Errorf("put %q in %q at version %d: %w", id, collection, want, ports.ErrConflict)
 	case err != nil:
-		return ports.Document{}, fmt.Errorf("put %q in %q of table %s: %w", id, collection, s.name, pgdb.Full(err))
+		return ports.Document{}, fmt.Errorf("put %q in %q of table %s: %w", id, collection, s.name, pgdb.NotDone(pgdb.Full(err)))
 	}
 	return ports.Document{ID: id, Version: uint64(v), Data: canonical}, nil
 }
@@ -289,7 +292,7 @@ func (s *Store) Delete(ctx context.Context, collection, id string, cond ports.Co
 		tag, err := s.writes.Exec(ctx, "DELETE FROM "+s.docs+" WHERE collection = $1 AND id = $2 AND (NOT $3 OR version = $4)",
 			collection, id, conditional, int64(want))
 		if err != nil {
-			return fmt.Errorf("delete %q in %q of table %s: %w", id, collection, s.name, err)
+			return fmt.Errorf("delete %q in %q of table %s: %w", id, collection, s.name, pgdb.NotDone(err))
 		}
 		if tag.RowsAffected() == 1 {
 			return nil

@@ -415,3 +415,42 @@ func TestAPutToAFullDiskIsRefusedAsStorageFull(t *testing.T) {
 		t.Fatalf("Get after the refused put: %+v %v, want the document as it was", d, err)
 	}
 }
+
+// A write the server rolls back to break a deadlock did not happen, and
+// may be sent again: it fails as ports.ErrNotDone, and the document is as
+// it was.
+func TestAWriteRolledBackForADeadlockIsNotDone(t *testing.T) {
+	dsn := testenv.Lookup(t, "ENGINE_TEST_PG_DSN", "PostgreSQL", false)
+	writes := map[string]func(s *postgres.Store, term context.Context) error{
+		"Put": func(s *postgres.Store, term context.Context) error {
+			_, err := s.Put(term, "c", "d", map[string]any{"n": 2.0}, ports.Cond{})
+			return err
+		},
+		"Delete": func(s *postgres.Store, term context.Context) error { return s.Delete(term, "c", "d", ports.Cond{}) },
+	}
+	for name, write := range writes {
+		t.Run(name, func(t *testing.T) {
+			table := pgtest.Table(t, dsn, "docdeadlock", "", "_collections")
+			s, err := postgres.Open(t.Context(), postgres.Config{DSN: dsn, Table: table})
+			if err != nil {
+				t.Fatalf("Open: %v", err)
+			}
+			t.Cleanup(func() { _ = s.Close() })
+			term := ports.WithFencingToken(t.Context(), 5)
+			if err := s.EnsureCollection(term, "c"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Put(term, "c", "d", map[string]any{"n": 1.0}, ports.Cond{}); err != nil {
+				t.Fatal(err)
+			}
+			hold := "SELECT 1 FROM " + pgx.Identifier{table}.Sanitize() + " WHERE collection = 'c' AND id = 'd' FOR UPDATE"
+			err = pgtest.Deadlocked(t, dsn, table, hold, func() error { return write(s, term) })
+			if !errors.Is(err, ports.ErrNotDone) {
+				t.Fatalf("a %s the server rolled back for a deadlock: %v, want ErrNotDone", name, err)
+			}
+			if d, err := s.Get(t.Context(), "c", "d"); err != nil || d.Data["n"] != 1.0 {
+				t.Fatalf("the document after a %s rolled back: %+v %v, want it as it was", name, d, err)
+			}
+		})
+	}
+}

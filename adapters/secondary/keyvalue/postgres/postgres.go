@@ -218,14 +218,16 @@ func (s *Store) raise(ctx context.Context, token uint64) error {
 // write runs, and a write the fence refuses ends its term in the cache. A
 // write that fails otherwise may yet land (a query cancelled in flight
 // can commit after its caller has returned), unless it was never sent (a
-// set given up while it queued) or the server refused it: the cache is
-// told which.
+// set given up while it queued, a connection that never opened) or the
+// server refused it: the cache is told which. A write that certainly did
+// not happen, for a cause that passes, fails as ports.ErrNotDone
+// (pgdb.NotDone), so its caller may send it again.
 func (s *Store) write(ctx context.Context, key string, do func() error) error {
 	token, termed := ports.FencingToken(ctx)
 	ended := s.cache.WriteStarts(token, key)
-	err := do()
+	err := pgdb.NotDone(do())
 	fenced := errors.Is(err, ports.ErrFenced)
-	ended(err == nil || fenced || errors.Is(err, pgx.ErrNoRows) || errors.Is(err, errNotWritten) || rolledBack(err))
+	ended(err == nil || fenced || errors.Is(err, pgx.ErrNoRows) || errors.Is(err, ports.ErrNotDone) || rolledBack(err))
 	if termed && fenced {
 		s.cache.End(token)
 	}

@@ -50,14 +50,10 @@ const (
 	setDropped
 )
 
-// errNotWritten marks the error of a set that surely did not reach the
-// table: its caller gave up before it was sent.
-var errNotWritten = errors.New("not written")
-
 // notWritten is the error of a set whose caller gave up, with err, before
-// it was sent.
+// it was sent: it surely did not reach the table (ports.ErrNotDone).
 func notWritten(err error) error {
-	return fmt.Errorf("%w: its caller gave up before it was sent: %w", errNotWritten, err)
+	return fmt.Errorf("not written: %w: its caller gave up before it was sent: %w", ports.ErrNotDone, err)
 }
 
 // setter writes queued sets, on as many goroutines as the pool has

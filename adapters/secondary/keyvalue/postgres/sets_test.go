@@ -416,9 +416,9 @@ func TestARowHeldElsewhereHoldsUpOnlyItsOwnSet(t *testing.T) {
 }
 
 // A set whose caller gives up while it waits to be taken into a batch is
-// never sent: its caller is told so, with its context's error, and its
-// key, whose value is known to be the one before, is kept again under the
-// term, where a set of unknown outcome keeps it out.
+// never sent: its caller is told so (ports.ErrNotDone), with its context's
+// error, and its key, whose value is known to be the one before, is kept
+// again under the term, where a set of unknown outcome keeps it out.
 func TestASetGivenUpBeforeItIsSentSaysItWasNotWritten(t *testing.T) {
 	dsn := testenv.Lookup(t, "ENGINE_TEST_PG_DSN", "PostgreSQL", false)
 	s, err := Open(t.Context(), Config{DSN: dsn, Table: pgtest.Table(t, dsn, "kvnotsent")})
@@ -443,8 +443,8 @@ func TestASetGivenUpBeforeItIsSentSaysItWasNotWritten(t *testing.T) {
 	}
 	cancel()
 	err = <-answer
-	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "not written") {
-		t.Fatalf("a set given up before it was sent: %v, want context.Canceled saying it was not written", err)
+	if !errors.Is(err, context.Canceled) || !errors.Is(err, ports.ErrNotDone) || !strings.Contains(err.Error(), "not written") {
+		t.Fatalf("a set given up before it was sent: %v, want context.Canceled and ErrNotDone, saying it was not written", err)
 	}
 	start()
 	// The writer takes the given-up set first, and this one after it.

@@ -1,0 +1,120 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/url"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/abi-engine/engine/internal/pgtest"
+	"github.com/abi-engine/engine/internal/tcpproxy"
+	"github.com/abi-engine/engine/internal/testenv"
+	"github.com/abi-engine/engine/ports"
+)
+
+// A write the server rolls back to break a deadlock did not happen, and
+// may be sent again: it fails as ports.ErrNotDone, a set (which goes in a
+// batch) as a conditional write does. The key's value is the one before.
+func TestAWriteRolledBackForADeadlockIsNotDone(t *testing.T) {
+	dsn := testenv.Lookup(t, "ENGINE_TEST_PG_DSN", "PostgreSQL", false)
+	writes := map[string]func(s *Store, term context.Context) error{
+		"Set": func(s *Store, term context.Context) error { return s.Set(term, "held", []byte("v1"), 0) },
+		"SetIfAbsent": func(s *Store, term context.Context) error {
+			_, err := s.SetIfAbsent(term, "held", []byte("v1"), 0)
+			return err
+		},
+		"DeleteIfValue": func(s *Store, term context.Context) error {
+			_, err := s.DeleteIfValue(term, "held", []byte("v0"))
+			return err
+		},
+	}
+	for name, write := range writes {
+		t.Run(name, func(t *testing.T) {
+			table := pgtest.Table(t, dsn, "kvdeadlock")
+			s, term, _ := openWithKeyToHold(t, dsn, dsn, table, 5)
+			hold := "SELECT 1 FROM " + pgx.Identifier{table}.Sanitize() + " WHERE key = 'held' FOR UPDATE"
+			err := pgtest.Deadlocked(t, dsn, table, hold, func() error { return write(s, term) })
+			if !errors.Is(err, ports.ErrNotDone) {
+				t.Fatalf("a %s the server rolled back for a deadlock: %v, want ErrNotDone", name, err)
+			}
+			if v, err := s.Get(term, "held"); err != nil || string(v) != "v0" {
+				t.Fatalf("the key after a %s rolled back = %q, %v; want v0", name, v, err)
+			}
+		})
+	}
+}
+
+// A serialization failure rolls its transaction back: the set it failed
+// was not done, and says so, while the sets of other callers that queued
+// with it in one batch are written. A store's sessions run at READ
+// COMMITTED, where the server raises it only behind a pooler that hands
+// them a stricter transaction; a trigger raises it here.
+func TestASetRefusedForASerializationFailureIsNotDone(t *testing.T) {
+	dsn := testenv.Lookup(t, "ENGINE_TEST_PG_DSN", "PostgreSQL", false)
+	table := pgtest.Table(t, dsn, "kvserial")
+	s, term, conn := openWithKeyToHold(t, dsn, dsn, table, 5)
+	quoted := pgx.Identifier{table}.Sanitize()
+	fn := pgx.Identifier{table + "_serial"}.Sanitize()
+	if _, err := conn.Exec(t.Context(), `CREATE FUNCTION `+fn+`() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF NEW.key = 'refused' THEN
+				RAISE EXCEPTION 'could not serialize access' USING ERRCODE = 'serialization_failure';
+			END IF;
+			RETURN NEW;
+		END $$;
+		CREATE TRIGGER serial BEFORE INSERT OR UPDATE ON `+quoted+` FOR EACH ROW EXECUTE FUNCTION `+fn+`()`); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = conn.Exec(t.Context(), "DROP FUNCTION IF EXISTS "+fn+" CASCADE") })
+
+	good := []string{"a", "k1", "z"}
+	errs := setInOneBatch(t, s, term, good, func() error { return s.Set(term, "refused", []byte("v"), 0) })
+	if err := errs[len(good)]; !errors.Is(err, ports.ErrNotDone) {
+		t.Fatalf("a set failed by a serialization failure: %v, want ErrNotDone", err)
+	}
+	goodSetsWritten(t, s, term, good, errs, "a set failed by a serialization failure")
+}
+
+// A write whose connection never opens was never sent: it fails as
+// ports.ErrNotDone, a set (which goes in a batch) as every other write.
+func TestAWriteWhoseConnectionNeverOpenedIsNotDone(t *testing.T) {
+	dsn := testenv.Lookup(t, "ENGINE_TEST_PG_DSN", "PostgreSQL", false)
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := u.Port()
+	if port == "" {
+		port = "5432"
+	}
+	proxy := tcpproxy.Start(t, net.JoinHostPort(u.Hostname(), port))
+	u.Host = proxy.Addr()
+	table := pgtest.Table(t, dsn, "kvnoconn")
+	s, term, _ := openWithKeyToHold(t, dsn, u.String(), table, 5)
+
+	proxy.Down()
+	s.pool.Reset() // every pooled connection goes; a write must open one
+	writes := map[string]func() error{
+		"Set": func() error { return s.Set(term, "held", []byte("v1"), 0) },
+		"SetIfAbsent": func() error {
+			_, err := s.SetIfAbsent(term, "new", []byte("v1"), 0)
+			return err
+		},
+		"Delete": func() error {
+			_, err := s.Delete(term, "held")
+			return err
+		},
+	}
+	for name, write := range writes {
+		if err := write(); !errors.Is(err, ports.ErrNotDone) {
+			t.Errorf("a %s whose connection never opened: %v, want ErrNotDone", name, err)
+		}
+	}
+	proxy.Up()
+	if v, err := s.Get(term, "held"); err != nil || string(v) != "v0" {
+		t.Fatalf("the key after writes never sent = %q, %v; want v0", v, err)
+	}
+}
