@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -21,16 +22,33 @@ import (
 // in share mode) commits first and every write of the newer term after it.
 // The first read takes no lock, so two writes of a new term never both
 // hold the row in share mode and then wait on each other to raise it.
+//
+// The check waits for the row no longer than p_lock_wait_ms, or the
+// session's lock_timeout if shorter, and puts lock_timeout back as it was
+// for the write after it. A write of an older term holds the row from its
+// check to its commit, which its engine, paused or cut off halfway through
+// sending it, can keep from coming for as long as the pause lasts, or
+// until the server finds the connection dead; every write of the newer
+// term would wait for it meanwhile, without end under a context with no
+// deadline, as an engine's calls run. Such a write fails instead as not
+// done (lock_not_available, NotDone), and may be sent again. The check of
+// two arguments, which earlier releases make and call, waits without a
+// bound; it is a function of its own, so that neither release, opening a
+// store, replaces the other's.
 const fenceSchema = `
 CREATE TABLE IF NOT EXISTS abi_engine_fence (
 	scope text PRIMARY KEY,
 	token bigint NOT NULL
 );
-CREATE OR REPLACE FUNCTION abi_engine_fence_check(p_scope text, p_token bigint) RETURNS void
+CREATE OR REPLACE FUNCTION abi_engine_fence_check(p_scope text, p_token bigint, p_lock_wait_ms bigint) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
 	seen bigint;
+	was text := current_setting('lock_timeout');
 BEGIN
+	IF was::interval = interval '0' OR was::interval > p_lock_wait_ms * interval '1 millisecond' THEN
+		PERFORM set_config('lock_timeout', p_lock_wait_ms::text, true);
+	END IF;
 	SELECT token INTO seen FROM abi_engine_fence WHERE scope = p_scope;
 	IF seen IS NULL OR seen < p_token THEN
 		INSERT INTO abi_engine_fence (scope, token) VALUES (p_scope, p_token)
@@ -39,12 +57,20 @@ BEGIN
 	ELSE
 		SELECT token INTO seen FROM abi_engine_fence WHERE scope = p_scope FOR SHARE;
 	END IF;
+	PERFORM set_config('lock_timeout', was, true);
 	IF seen > p_token THEN
 		RAISE EXCEPTION 'store % has seen serving term %; this write carries term %', p_scope, seen, p_token
 			USING ERRCODE = 'AB0F1';
 	END IF;
 END
 $$`
+
+// fenceLockWait is the longest a check of the fence waits for its row
+// (fenceSchema).
+const fenceLockWait = 5 * time.Second
+
+// checkSQL checks the fence of scope ($1) for the token $2.
+var checkSQL = fmt.Sprintf("SELECT abi_engine_fence_check($1, $2, %d)", fenceLockWait.Milliseconds())
 
 // fencedCode is the SQLSTATE abi_engine_fence_check raises.
 const fencedCode = "AB0F1"
@@ -127,7 +153,7 @@ func (f Fenced) Raise(ctx context.Context, token uint64) error {
 	if err != nil {
 		return err
 	}
-	_, err = f.pool.Exec(ctx, "SELECT abi_engine_fence_check($1, $2)", f.scope, term)
+	_, err = f.pool.Exec(ctx, checkSQL, f.scope, term)
 	return fencedError(err)
 }
 
@@ -137,7 +163,7 @@ func (f Fenced) send(ctx context.Context, token uint64, sql string, args []any) 
 		return nil, err
 	}
 	b := &pgx.Batch{}
-	b.Queue("SELECT abi_engine_fence_check($1, $2)", f.scope, term)
+	b.Queue(checkSQL, f.scope, term)
 	b.Queue(sql, args...)
 	return f.pool.SendBatch(ctx, b), nil
 }

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"math"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	docpg "github.com/abi-engine/engine/adapters/secondary/document/postgres"
 	kvpg "github.com/abi-engine/engine/adapters/secondary/keyvalue/postgres"
@@ -113,5 +116,130 @@ func TestATokenBeyondBigintIsRefusedAsBadInput(t *testing.T) {
 	}
 	if ok, err := kv.Exists(t.Context(), "k"); err != nil || ok {
 		t.Fatalf("after the refused writes the key exists: %v, %v", ok, err)
+	}
+}
+
+// A write of an older term that has passed its check holds the fence row
+// in share mode until its transaction ends, which an engine paused (or cut
+// off) halfway through sending a large write can keep from happening for
+// as long as the pause lasts. The newer term's writes, which must raise
+// the row, wait for it no longer than a bound of the fence's own, even
+// under a context with no deadline, as an engine's calls run: each fails
+// as not done, and is taken once the older write has ended.
+func TestANewTermsWriteGivesUpWaitingOnAFenceRowAnOlderWriteHolds(t *testing.T) {
+	dsn := testenv.Lookup(t, "ENGINE_TEST_PG_DSN", "PostgreSQL", false)
+	// Each opens a store on a table of its own, writes to it under term 5,
+	// and returns the table and the write to make under term 7.
+	stores := map[string]func(t *testing.T) (string, func(context.Context) error){
+		"keyvalue Set": func(t *testing.T) (string, func(context.Context) error) {
+			table, kv := openKVOn(t, dsn, "fenceheldset")
+			return table, func(ctx context.Context) error { return kv.Set(ctx, "k", []byte("term 7"), 0) }
+		},
+		"keyvalue SetIfAbsent": func(t *testing.T) (string, func(context.Context) error) {
+			table, kv := openKVOn(t, dsn, "fenceheldsia")
+			return table, func(ctx context.Context) error {
+				_, err := kv.SetIfAbsent(ctx, "new", []byte("term 7"), 0)
+				return err
+			}
+		},
+		"document Put": func(t *testing.T) (string, func(context.Context) error) {
+			table := pgtest.Table(t, dsn, "fencehelddoc", "", "_collections")
+			docs, err := docpg.Open(t.Context(), docpg.Config{DSN: dsn, Table: table})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = docs.Close() })
+			if err := docs.EnsureCollection(term(t.Context(), 5), "c"); err != nil {
+				t.Fatal(err)
+			}
+			return table, func(ctx context.Context) error {
+				_, err := docs.Put(ctx, "c", "d", map[string]any{"by": "term 7"}, ports.Cond{})
+				return err
+			}
+		},
+	}
+	for name, open := range stores {
+		t.Run(name, func(t *testing.T) {
+			scope, write := open(t)
+			conn, err := pgx.Connect(t.Context(), dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = conn.Close(context.Background()) })
+			older, err := conn.Begin(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = older.Rollback(context.Background()) })
+			// As a check of term 5 that passed holds the row.
+			if _, err := older.Exec(t.Context(), "SELECT 1 FROM abi_engine_fence WHERE scope = $1 FOR SHARE", scope); err != nil {
+				t.Fatal(err)
+			}
+
+			done := make(chan error, 1)
+			go func() { done <- write(term(t.Context(), 7)) }()
+			select {
+			case err := <-done:
+				if !errors.Is(err, ports.ErrNotDone) {
+					t.Fatalf("a write of term 7 behind a held check of term 5: %v, want ErrNotDone", err)
+				}
+			case <-time.After(2 * time.Minute):
+				t.Fatal("a write of term 7 waited on the fence row an older write holds without end")
+			}
+
+			if err := older.Rollback(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			if err := write(term(t.Context(), 7)); err != nil {
+				t.Fatalf("the write of term 7 once the older write ended: %v", err)
+			}
+		})
+	}
+}
+
+// openKVOn opens a PostgreSQL keyvalue store on a table of its own, named
+// after name, with a key written under term 5; it returns the table too.
+func openKVOn(t *testing.T, dsn, name string) (string, *kvpg.Store) {
+	t.Helper()
+	table := pgtest.Table(t, dsn, name)
+	kv, err := kvpg.Open(t.Context(), kvpg.Config{DSN: dsn, Table: table})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = kv.Close() })
+	if err := kv.Set(term(t.Context(), 5), "k", []byte("term 5"), 0); err != nil {
+		t.Fatal(err)
+	}
+	return table, kv
+}
+
+// The check bounds its own wait for the fence row only: the write after
+// it, in the same transaction, waits for its rows as long as the session
+// says (lock_timeout), as it did before the check had a bound.
+func TestTheFenceCheckLeavesLockTimeoutAsItWas(t *testing.T) {
+	dsn := testenv.Lookup(t, "ENGINE_TEST_PG_DSN", "PostgreSQL", false)
+	table, _ := openKVOn(t, dsn, "fencelocktimeout")
+	conn, err := pgx.Connect(t.Context(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	for _, session := range []string{"0", "2min", "50ms"} {
+		var after string
+		err := pgx.BeginFunc(t.Context(), conn, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(t.Context(), "SELECT set_config('lock_timeout', $1, true)", session); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(t.Context(), "SELECT abi_engine_fence_check($1, 5, 1000)", table); err != nil {
+				return err
+			}
+			return tx.QueryRow(t.Context(), "SELECT current_setting('lock_timeout')").Scan(&after)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if after != session {
+			t.Errorf("lock_timeout %s before the check reads %s after it", session, after)
+		}
 	}
 }
