@@ -179,10 +179,21 @@ func bigint(token uint64) (int64, error) {
 	return int64(token), nil
 }
 
+// ErrCheckFailed marks a server's error that failed a write's check of the
+// fence for a cause other than a newer term (ports.ErrFenced), such as the
+// fence row waited for too long: the write after the check did not run,
+// and the cause was none of its own, but its term's or the server's.
+var ErrCheckFailed = errors.New("the server failed the check of the fence")
+
 // fenceResult reads the check's result: ports.ErrFenced when the store has
-// seen a newer term, and the write after it did not run.
+// seen a newer term, ErrCheckFailed when the server failed the check
+// otherwise; in either case the write after it did not run.
 func fenceResult(br pgx.BatchResults) error {
 	_, err := br.Exec()
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code != fencedCode {
+		return fmt.Errorf("%w: %w", ErrCheckFailed, err)
+	}
 	return fencedError(err)
 }
 

@@ -5,7 +5,10 @@ import (
 	"errors"
 	"net"
 	"net/url"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -116,5 +119,66 @@ func TestAWriteWhoseConnectionNeverOpenedIsNotDone(t *testing.T) {
 	proxy.Up()
 	if v, err := s.Get(term, "held"); err != nil || string(v) != "v0" {
 		t.Fatalf("the key after writes never sent = %q, %v; want v0", v, err)
+	}
+}
+
+// A batch whose check of the fence waited too long for the fence row,
+// which a write of an older term holds, is not sent again set by set: the
+// cause is the term's, each set alone would wait as long again, and every
+// set of the batch is answered not done at once. Once the older write has
+// ended, the sets are written.
+func TestABatchWhoseFenceCheckWaitedTooLongIsNotSentAgainSetBySet(t *testing.T) {
+	dsn := testenv.Lookup(t, "ENGINE_TEST_PG_DSN", "PostgreSQL", false)
+	table := pgtest.Table(t, dsn, "kvfenceheld")
+	s, _, conn := openWithKeyToHold(t, dsn, dsn, table, 5)
+	older, err := conn.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = older.Rollback(context.Background()) })
+	// As a check of term 5 that passed holds the row.
+	if _, err := older.Exec(t.Context(), "SELECT 1 FROM abi_engine_fence WHERE scope = $1 FOR SHARE", table); err != nil {
+		t.Fatal(err)
+	}
+
+	var statements atomic.Int32
+	s.sets.close()
+	w := newSetter(0, func(ctx context.Context, t term, batch []*setReq) error {
+		statements.Add(1)
+		return s.writeSets(ctx, t, batch)
+	})
+	keys := []string{"a", "b", "c"}
+	w.reqs = make(chan *setReq, len(keys))
+	s.sets = w
+	newer := ports.WithFencingToken(t.Context(), 7)
+	errs := make([]error, len(keys))
+	var callers sync.WaitGroup
+	for i, key := range keys {
+		callers.Go(func() { errs[i] = s.Set(newer, key, []byte("v"), 0) })
+	}
+	for deadline := time.Now().Add(time.Minute); len(w.reqs) < len(keys); {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d sets queued", len(w.reqs), len(keys))
+		}
+		time.Sleep(time.Millisecond)
+	}
+	w.wg.Go(w.run)
+	callers.Wait()
+	for i, err := range errs {
+		if !errors.Is(err, ports.ErrNotDone) {
+			t.Errorf("the set of %q behind a held fence row: %v, want ErrNotDone", keys[i], err)
+		}
+	}
+	if n := statements.Load(); n != 1 {
+		t.Errorf("a batch of %d sets behind a held fence row went in %d statements, want 1", len(keys), n)
+	}
+
+	if err := older.Rollback(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range keys {
+		if err := s.Set(newer, key, []byte("v"), 0); err != nil {
+			t.Fatalf("the set of %q once the older write ended: %v", key, err)
+		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/abi-engine/engine/internal/pgdb"
 	"github.com/abi-engine/engine/ports"
 )
 
@@ -215,12 +216,15 @@ func (w *setter) alone(t term, sets []*setReq) {
 // refused reports whether the server refused a batch's statement, so that
 // none of the batch was written, for a cause that may be one set's own.
 // The fence is not such a cause: it refuses a term, and every set of the
-// batch carries it. An error that is not the server's (a connection lost,
-// a context ended) leaves the batch's outcome unknown, and its sets are
-// not sent again, nor does one of the server's that ends the session
-// (FATAL, PANIC), which may come after a commit (rolledBack).
+// batch carries it; nor is any other failure of its check, such as the
+// fence row waited for too long, which each set sent alone would meet
+// again, one wait after another. An error that is not the server's (a
+// connection lost, a context ended) leaves the batch's outcome unknown, or
+// it was never sent, and its sets are not sent again, nor does one of the
+// server's that ends the session (FATAL, PANIC), which may come after a
+// commit (rolledBack).
 func refused(err error) bool {
-	return rolledBack(err) && !errors.Is(err, ports.ErrFenced)
+	return rolledBack(err) && !errors.Is(err, ports.ErrFenced) && !errors.Is(err, pgdb.ErrCheckFailed)
 }
 
 // batchCeiling bounds a batch whose callers set no deadline, so that a
