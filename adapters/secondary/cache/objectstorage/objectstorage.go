@@ -20,7 +20,9 @@
 // store checks in the same step as it removes it, so an entry written
 // since stays. The memory, localfs and JetStream object stores can; the S3
 // one cannot (its server, versitygw, checks and removes in two steps), and
-// over it expired entries stay in the object store for good.
+// over it expired entries stay in the object store for good, which Open
+// logs as a warning, since nothing else would tell the operator before
+// the bucket fills.
 //
 // Any caller of the object storage service can write under the prefix. An
 // object there that is no entry of the tier's, shorter than an expiry or
@@ -40,6 +42,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"strings"
 	"sync"
 	"time"
@@ -68,7 +71,13 @@ type Config struct {
 	// Service is the object storage service's configuration, set by the
 	// configuration layer: the tier keeps its data where that service does.
 	Service ports.StorageConfig `yaml:"-"`
+	// Logger hears, at Open, that the tier cannot sweep over the object
+	// store it is given; nil means slog.Default().
+	Logger *slog.Logger `yaml:"-"`
 }
+
+// SetLogger implements storage.LoggerSetter.
+func (c *Config) SetLogger(log *slog.Logger) { c.Logger = log }
 
 // LocalStorage implements ports.StorageConfig: the tier is local exactly
 // when the object storage service is. Without the service's configuration
@@ -102,6 +111,9 @@ var _ ports.Cache = (*Store)(nil)
 
 // Open checks the config and returns the tier over objects, which stays
 // open when the tier closes: it belongs to the object storage service.
+// Over an object store that cannot delete on condition it warns, on the
+// config's logger, that expired entries will stay there, and what the
+// operator can do about it.
 func Open(ctx context.Context, c Config, objects ports.ObjectStorage) (Tier, error) {
 	if objects == nil {
 		return nil, fmt.Errorf("cache object_storage tier: no object store: %w", ports.ErrInvalidArgument)
@@ -117,6 +129,13 @@ func Open(ctx context.Context, c Config, objects ports.ObjectStorage) (Tier, err
 	if deleter, ok := objects.(ports.ConditionalObjectDeleter); ok {
 		return &SweptStore{Store: s, deleter: deleter, pages: sweepPages}, nil
 	}
+	log := c.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	log.WarnContext(ctx, "cache object_storage tier: the object store cannot delete an object on condition of its version, so the tier has no sweep and an expired entry no call writes again stays in the store for good; "+
+		"to reclaim the space, delete the objects under the prefix while no engine serves (which empties the cache), or keep the cache on another tier or over an object store that can sweep (memory, localfs, jetstream)",
+		"store", fmt.Sprintf("%T", objects), "prefix", prefix)
 	return s, nil
 }
 

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -195,4 +197,42 @@ func TestASweepLooksAtBoundedPagesAndTheNextGoesOn(t *testing.T) {
 	if infos, _, err := objects.List(t.Context(), objectstorage.DefaultPrefix, 0, ""); err != nil || len(infos) != 0 {
 		t.Fatalf("after the sweeps %d objects are left under the prefix (%v); want none", len(infos), err)
 	}
+}
+
+// Over an object store that cannot delete on condition, S3 here, the tier
+// has no sweep, and Open warns the operator so, naming the store and the
+// prefix and what to do; over one that can, it says nothing. Expired
+// entries used to fill the bucket with no word at start.
+func TestOpenWarnsOverAnObjectStoreTheTierCannotSweep(t *testing.T) {
+	everyStore(t, func(t *testing.T, objects ports.ObjectStorage) {
+		var logs bytes.Buffer
+		const prefix = "warned-cache/"
+		tier := openTier(t, objectstorage.Config{Prefix: prefix, Logger: slog.New(slog.NewJSONHandler(&logs, nil))}, objects)
+		var warnings []map[string]any
+		for line := range bytes.Lines(logs.Bytes()) {
+			var rec map[string]any
+			if err := json.Unmarshal(line, &rec); err != nil {
+				t.Fatalf("a log line is no JSON record: %q: %v", line, err)
+			}
+			if rec["level"] == slog.LevelWarn.String() {
+				warnings = append(warnings, rec)
+			}
+		}
+		if _, sweeps := tier.(ports.Expirer); sweeps {
+			if len(warnings) != 0 {
+				t.Fatalf("the tier over %T, which sweeps, warned at Open: %v", objects, warnings)
+			}
+			return
+		}
+		if len(warnings) != 1 {
+			t.Fatalf("the tier over %T, which has no sweep, logged %d warnings at Open, want 1: %s", objects, len(warnings), logs.String())
+		}
+		w := warnings[0]
+		if w["store"] != fmt.Sprintf("%T", objects) || w["prefix"] != prefix {
+			t.Errorf("the warning names store %v and prefix %v, want %T and %q: %v", w["store"], w["prefix"], objects, prefix, w)
+		}
+		if msg, _ := w["msg"].(string); !strings.Contains(msg, "no sweep") || !strings.Contains(msg, "to reclaim the space") {
+			t.Errorf("the warning does not say the tier has no sweep and how to reclaim the space: %q", msg)
+		}
+	})
 }
