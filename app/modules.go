@@ -61,6 +61,16 @@ type Module interface {
 	// start, at its limit or an interrupt. The engine waits no longer: it
 	// fails its start, naming the module, releases the lease, and stops
 	// the module if its Start returns without an error later.
+	//
+	// Start runs in every role, on the serving engine, on a standby and
+	// on an engine that only calls another's services, and so does any
+	// work the module starts on its own from it (a goroutine, a
+	// subscription): that work goes on whatever the lease does, and its
+	// calls through env.Services carry no serving term, so an engine
+	// serving under a newer term runs them as any caller's rather than
+	// refuse them. Work that must run only on the engine that serves, and
+	// stop when it stops serving, belongs in a Job (env.Jobs), whose runs
+	// carry the term.
 	Start(ctx context.Context, env ModuleEnv) error
 	// Stop must return soon after ctx ends: the engine waits no longer
 	// for it. It names the module in its stop's error and goes on while
