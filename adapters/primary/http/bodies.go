@@ -56,7 +56,8 @@ func busy(err error) error {
 // budget: a body of a declared length is read into a buffer of that
 // length, reserved before a byte is read, and one of no declared length
 // (chunked) reserves each buffer it grows into. Its reads are paced (see
-// bodyReader). release gives the bytes back; the handler calls it once
+// bodyReader), so a body that cannot arrive in time frees its reservation
+// after the stall time. release gives the bytes back; the handler calls it once
 // the call has answered, since the value is held until then.
 func (a *api) readBody(w http.ResponseWriter, r *http.Request) (data []byte, release func(), err error) {
 	client := a.clients.of(r)
@@ -78,6 +79,12 @@ func (a *api) readBody(w http.ResponseWriter, r *http.Request) (data []byte, rel
 	case n > a.maxBody:
 		return nil, nil, fmt.Errorf("%w: body of %d bytes, over %d bytes", ports.ErrTooLarge, n, a.maxBody)
 	case n > 0:
+		// A body that cannot arrive whole within the time for a request
+		// is cut off once the reads have waited the stall time, not at
+		// the end of that time: at the minimum rate alone, a client that
+		// declared 8 MiB and sent 8 KiB/s held its reservation for the
+		// whole minute, and would never have finished.
+		body.rate = max(body.rate, float64(n)/requestTimeout.Seconds())
 		if err := a.bodies.Take(client, n); err != nil {
 			return nil, nil, busy(err)
 		}
@@ -127,7 +134,9 @@ func (a *api) readBody(w http.ResponseWriter, r *http.Request) (data []byte, rel
 // bodyReader reads r's body for readBody: each read waits at most the
 // body stall time on the client, and never past the server's time for a
 // request from now, and once the reads have waited the stall time in all
-// the client must have kept up the minimum rate.
+// the client must have kept up the minimum rate, or for a body of a
+// declared length the rate that brings it whole within the time for a
+// request, if that is higher (readBody sets it).
 func (a *api) bodyReader(w http.ResponseWriter, r *http.Request) *pacedReader {
 	return &pacedReader{
 		r: r.Body, rc: http.NewResponseController(w), until: time.Now().Add(requestTimeout),

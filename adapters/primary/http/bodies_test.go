@@ -369,3 +369,75 @@ func TestABodyThatStallsIsCutOffAndFreesItsShare(t *testing.T) {
 		t.Fatalf("the client's next body, once its stalled one was cut off, answered %d: %s", a.code, a.body)
 	}
 }
+
+// slowBody sends data a piece every tick, as a client on a slow link does,
+// until it has sent it all or stop closes. started closes at its first
+// read: the client sends its body only once the API has reserved room for
+// it and asks for it (Expect: 100-continue).
+type slowBody struct {
+	data    []byte
+	piece   int
+	tick    *time.Ticker
+	stop    <-chan struct{}
+	started chan struct{}
+}
+
+func (b *slowBody) Read(p []byte) (int, error) {
+	select {
+	case <-b.started:
+	default:
+		close(b.started)
+	}
+	if len(b.data) == 0 {
+		return 0, io.EOF
+	}
+	select {
+	case <-b.tick.C:
+	case <-b.stop:
+		return 0, io.ErrUnexpectedEOF
+	}
+	n := copy(p[:min(len(p), b.piece)], b.data)
+	b.data = b.data[n:]
+	return n, nil
+}
+
+// A body that arrives above the minimum rate, but too slowly to arrive
+// whole within the time for a request, is cut off once its reads have
+// waited the stall time, and frees its client's share. It used to hold
+// its reservation, of the whole length it declared, for the minute a
+// request may take, and fail then all the same: a client sending 8 KiB/s
+// held 8 MiB of the API's budget for that minute, and eight such bodies
+// from four addresses held the whole budget for 64 KiB/s in all.
+func TestABodyTooSlowToArriveInTimeIsCutOffAndFreesItsShare(t *testing.T) {
+	const size = 2 << 20 // needs some 35 KiB/s to arrive within the minute
+	_, services := kernel(t, nil)
+	url := serveReal(t, services, httpapi.Options{MaxBody: size, BodyBudget: 4 * size, BodyShare: size})
+	stop := make(chan struct{})
+	t.Cleanup(func() { close(stop) })
+	// 2 KiB every 100 ms: some 20 KiB/s, well above the minimum rate.
+	tick := time.NewTicker(100 * time.Millisecond)
+	t.Cleanup(tick.Stop)
+	slow := &slowBody{data: bytes.Repeat([]byte("s"), size), piece: 2 << 10, tick: tick, stop: stop, started: make(chan struct{})}
+
+	client := clientFrom("127.0.2.10")
+	trickled := send(client, url+"/v1/kv/slow", slow, size)
+	select {
+	case <-slow.started:
+	case a := <-trickled:
+		t.Fatalf("the slow body answered %d before it was asked for: %s", a.code, a.body)
+	}
+	if a := <-send(client, url+"/v1/kv/meanwhile", bytes.NewReader([]byte("m")), 1); a.code != http.StatusServiceUnavailable {
+		t.Fatalf("a body of the client while its slow body holds its share answered %d, want 503: %s", a.code, a.body)
+	}
+	select {
+	case a := <-trickled:
+		if a.code != http.StatusRequestTimeout && a.code != 0 {
+			t.Fatalf("a body too slow to arrive within the time for a request answered %d, want 408 or a cut connection: %s", a.code, a.body)
+		}
+	case <-time.After(40 * time.Second):
+		t.Fatalf("a body too slow to arrive within the time for a request was not cut off within 40s; it holds its client's share meanwhile")
+	}
+	if a := <-send(client, url+"/v1/kv/next", bytes.NewReader(bytes.Repeat([]byte("n"), size)), size); a.code != http.StatusNoContent {
+		t.Fatalf("the client's next body, once its slow one was cut off, answered %d: %s", a.code, a.body)
+	}
+}
