@@ -11,7 +11,9 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
+	"time"
 
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
@@ -19,11 +21,21 @@ import (
 	"github.com/abi-engine/engine/ports"
 )
 
-// writerOptions apply to the writer's connection: it waits up to 10 s for
-// the lock (another handle on the file may hold it), the file is in WAL so
+// writerOptions apply to the writer's connection: it waits up to 10 s
+// (BusyTimeout) for the lock (another handle on the file may hold it), or
+// less for a write due sooner (WriteTurn), the file is in WAL so
 // readers never block it, and transactions take the write lock when they
 // begin, so a read-then-write transaction cannot lose its snapshot half way.
 const writerOptions = "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_txlock=immediate"
+
+// BusyTimeout is how long a write waits for the file's lock, which another
+// handle on the file holds, when its call is due no sooner.
+const BusyTimeout = 10 * time.Second
+
+// lockWaitStep is the step a write's wait for the lock is set in: calls
+// arrive with nearly the whole of their callers' waits left, so most come
+// to the same setting and it is seldom set anew.
+const lockWaitStep = 100 * time.Millisecond
 
 // readerOptions apply to the readers: query_only makes a write sent to the
 // wrong pool fail at once instead of racing the writer for the lock.
@@ -45,6 +57,9 @@ type DB struct {
 	Read  *sql.DB
 
 	turn chan struct{} // holds a token while a write has the writer (WriteTurn)
+	// busy is the writer's busy timeout as last set; only a write that
+	// has the turn reads or sets it.
+	busy time.Duration
 }
 
 // Open opens the file at path, creating it and its directory if missing,
@@ -89,7 +104,7 @@ func Open(ctx context.Context, what, path, schema string) (*DB, error) {
 	}
 	r.SetMaxOpenConns(Readers())
 	r.SetMaxIdleConns(Readers())
-	return &DB{Write: w, Read: r, turn: make(chan struct{}, 1)}, nil
+	return &DB{Write: w, Read: r, turn: make(chan struct{}, 1), busy: BusyTimeout}, nil
 }
 
 // Full marks err, a write's, as ports.ErrStorageFull when SQLite had no
@@ -169,19 +184,56 @@ func PointRead(ctx context.Context) (context.Context, error) {
 // (database/sql's and the driver's, which watch it to interrupt the
 // statement) and a progress handler: under 64 writers that took about a
 // sixth of a set's throughput. What a write can no longer stop is a wait for
-// the file's lock held by another process, up to the busy timeout (10 s).
-// Only another engine on this host takes it, and the fence check inside
-// each write refuses the write if that engine's term is newer.
+// the file's lock held by another process. Only another engine on this
+// host takes it, and the fence check inside each write refuses the write if
+// that engine's term is newer. That wait ends by ctx's deadline, or by the
+// moment its answer is due (ports.AnswerBy), when either comes sooner than
+// BusyTimeout: SQLite then refuses the write for the lock (SQLITE_BUSY),
+// which NotDone marks, and the caller, still waiting, learns the write was
+// not done and may send it again, where past its own deadline it would
+// learn nothing (a timeout, 504, through another engine).
 func (d *DB) WriteTurn(ctx context.Context) (context.Context, func(), error) {
 	if err := ctx.Err(); err != nil {
 		return nil, nil, err
 	}
 	select {
 	case d.turn <- struct{}{}:
-		return context.WithoutCancel(ctx), d.endTurn, nil
 	case <-ctx.Done():
 		return nil, nil, ctx.Err()
 	}
+	wctx := context.WithoutCancel(ctx)
+	if err := d.waitAtMost(wctx, lockWait(ctx, time.Now())); err != nil {
+		d.endTurn()
+		return nil, nil, err
+	}
+	return wctx, d.endTurn, nil
+}
+
+// lockWait is how long a write of a call under ctx may wait for the file's
+// lock, at now: BusyTimeout, or until ctx's deadline or the moment its
+// answer is due if sooner, in whole steps (none once that has passed).
+func lockWait(ctx context.Context, now time.Time) time.Duration {
+	wait := BusyTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		wait = min(wait, dl.Sub(now))
+	}
+	if by, ok := ports.AnswerBy(ctx); ok {
+		wait = min(wait, by.Sub(now))
+	}
+	return max(0, wait.Truncate(lockWaitStep))
+}
+
+// waitAtMost sets the writer's busy timeout to wait, unless it stands
+// there. Only a write that has the turn calls it.
+func (d *DB) waitAtMost(ctx context.Context, wait time.Duration) error {
+	if wait == d.busy {
+		return nil
+	}
+	if _, err := d.Write.ExecContext(ctx, "PRAGMA busy_timeout = "+strconv.FormatInt(wait.Milliseconds(), 10)); err != nil {
+		return fmt.Errorf("set the writer's wait for the lock to %v: %w", wait, err)
+	}
+	d.busy = wait
+	return nil
 }
 
 func (d *DB) endTurn() { <-d.turn }

@@ -87,6 +87,10 @@ const (
 	// under one: a job of an engine's module calls through the facades.
 	// An engine serving under a newer term refuses the call unrun.
 	TermHeader = "Abi-Term"
+	// WaitHeader carries, in decimal milliseconds, how long the caller
+	// still waits for the answer as it sends the call: a length of time,
+	// not a moment, so the clocks of two hosts are never compared.
+	WaitHeader = "Abi-Wait"
 	// ErrorHeader and ErrorCodeHeader are the NATS micro error headers.
 	ErrorHeader     = "Nats-Service-Error"
 	ErrorCodeHeader = "Nats-Service-Error-Code"

@@ -111,3 +111,26 @@ func holdWriteLock(t *testing.T, path string) {
 		t.Fatalf("take the file's write lock: %v", err)
 	}
 }
+
+// A write sent through the serving engine to a SQLite file whose write
+// lock another engine on the host holds answers 503 with Retry-After, and
+// the write is not in the file. Before, the engine waited the busy timeout
+// of 10 s for the lock, as long as its client waits by default, so the
+// client gave up first and the API answered 504, not knowing whether the
+// write was done; the engine now stops waiting in time to answer that it
+// was not (the client tells it how long it waits, in Abi-Wait).
+func TestAWriteThroughTheEngineToALockedSQLiteFileAnswers503BeforeItsClientGivesUp(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "kv.sqlite")
+	kv, err := kvsqlite.Open(t.Context(), kvsqlite.Config{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = kv.Close() })
+	holdWriteLock(t, path)
+	a := serveAPI(t, heldKernel(t, kv), httpapi.Options{})
+	expectNotDone(t, a, path)
+	if ok, err := kv.Exists(t.Context(), "k"); err != nil || ok {
+		t.Fatalf("the write answered 503 is in the file: %v, %v", ok, err)
+	}
+}

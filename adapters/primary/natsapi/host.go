@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -420,7 +421,7 @@ type received struct {
 }
 
 // run handles the call and answers it.
-func (r *received) run() { r.finish(r.h.handle(r.ctx, r.ep.Handler, &r.Call)) }
+func (r *received) run() { r.finish(r.h.handle(r.ctx, r.ep.Handler, &r.Call, r.start)) }
 
 // finish answers the call, reports how it ended and counts it out.
 func (r *received) finish(data []byte, err error) {
@@ -529,7 +530,7 @@ func (t *termContexts) limitedTo(most int) (context.Context, bool) {
 	return context.WithValue(t.fenced, replyLimitKey{}, most), false
 }
 
-func (h *Host) handle(period context.Context, handle HandlerFunc, call *Call) ([]byte, error) {
+func (h *Host) handle(period context.Context, handle HandlerFunc, call *Call, arrived time.Time) ([]byte, error) {
 	t, err := h.admit(period)
 	if err != nil {
 		return nil, err
@@ -546,11 +547,34 @@ func (h *Host) handle(period context.Context, handle HandlerFunc, call *Call) ([
 		h.terms.Store(t)
 		ctx, _ = t.limitedTo(most)
 	}
+	if by, ok := answerBy(call, arrived); ok {
+		ctx = ports.WithAnswerBy(ctx, by)
+	}
 	data, err := unpanicked(h.opts.Logger, call.Subject, func() ([]byte, error) { return handle(ctx, call) })
 	if err != nil && ctx.Err() != nil {
 		return nil, fmt.Errorf("%w: the engine stopped the call while it ran: %w", wire.ErrInterrupted, err)
 	}
 	return data, err
+}
+
+// answerRoom is the time an answer is given to reach its caller before
+// the caller stops waiting: a store that waits on a lock for a call
+// (ports.AnswerBy) stops that long before, or a tenth of the caller's wait
+// before when that is longer, and answers that it did nothing. A caller
+// that waits less than twice answerRoom leaves half its wait for the lock,
+// so that a lock held a moment does not fail its writes at once.
+const answerRoom = 250 * time.Millisecond
+
+// answerBy is the moment by which the answer to call, which arrived then,
+// must be sent, from how long its caller said it would wait (WaitHeader),
+// if it said so in a form that can be read.
+func answerBy(call *Call, arrived time.Time) (time.Time, bool) {
+	ms, err := strconv.ParseInt(call.Header.Get(wire.WaitHeader), 10, 64)
+	if err != nil || ms < 0 || ms > math.MaxInt64/int64(time.Millisecond) {
+		return time.Time{}, false
+	}
+	wait := time.Duration(ms) * time.Millisecond
+	return arrived.Add(wait - max(wait/10, min(answerRoom, wait/2))), true
 }
 
 // unpanicked runs f, the work of the call what names, and turns a panic in it

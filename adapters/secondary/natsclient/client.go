@@ -117,13 +117,10 @@ func (c *Client) request(ctx context.Context, subject string, data []byte, heade
 		defer cancel()
 	}
 	// header is only read, here and by nats.go, so a caller may share one
-	// between calls; the caller's token and term go into a copy.
-	msg := &nats.Msg{Subject: subject, Data: data, Header: header}
+	// between calls; the caller's token, term and wait go into a copy.
+	msg := &nats.Msg{Subject: subject, Data: data, Header: make(nats.Header, len(header)+3)}
+	maps.Copy(msg.Header, header)
 	term, termed := ports.FencingToken(ctx)
-	if c.signer != nil || termed {
-		msg.Header = make(nats.Header, len(header)+2)
-		maps.Copy(msg.Header, header)
-	}
 	if c.signer != nil {
 		tok, err := c.signer.Token()
 		if err != nil {
@@ -138,8 +135,13 @@ func (c *Client) request(ctx context.Context, subject string, data []byte, heade
 		// off), it would otherwise run there as a call of that term.
 		msg.Header.Set(wire.TermHeader, strconv.FormatUint(term, 10))
 	}
+	deadline, _ := ctx.Deadline()
 	var pace backoff
 	for {
+		// Each attempt tells the engine how long it is still waited for,
+		// so that a store waiting on a lock gives up in time to say it
+		// did nothing, rather than past the deadline, a timeout (504).
+		msg.Header.Set(wire.WaitHeader, strconv.FormatInt(max(0, time.Until(deadline).Milliseconds()), 10))
 		reply, err := c.nc.RequestMsgWithContext(ctx, msg)
 		if err == nil {
 			err = wire.ErrorFromHeaders(reply.Header.Get(wire.ErrorCodeHeader), reply.Header.Get(wire.ErrorHeader))

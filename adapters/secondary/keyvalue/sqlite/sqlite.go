@@ -422,8 +422,15 @@ func (s *Store) ListKeys(ctx context.Context, prefix string, limit int, cursor s
 var _ ports.Expirer = (*Store)(nil)
 
 // DeleteExpired removes the rows whose TTL has passed; reads already skip
-// them, this only gives their space back.
+// them, this only gives their space back. It takes its turn on the writer
+// as a write does, which sets the writer's wait for the lock for it, and
+// runs under ctx itself, so a sweep stopped while it deletes stops it.
 func (s *Store) DeleteExpired(ctx context.Context) (int, error) {
+	_, done, err := s.db.WriteTurn(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("delete expired keys: %w", err)
+	}
+	defer done()
 	res, err := s.deleteExpired.ExecContext(ctx, sql.Named("now", time.Now().UnixNano()))
 	if err != nil {
 		return 0, fmt.Errorf("delete expired keys: %w", err)
