@@ -61,17 +61,30 @@ func NewFence(ctx context.Context, db *sql.DB, scope, path string) (*Fence, erro
 // older ones even when the write itself then fails (a conflict, a missing
 // collection), as on PostgreSQL. The transaction of the write then checks
 // the fence first, under the write lock it takes when it begins.
-func (f *Fence) Begin(ctx context.Context) (*sql.Tx, error) {
+func (f *Fence) Begin(ctx context.Context) (*sql.Tx, error) { return f.begin(ctx, f.db) }
+
+// BeginOn is Begin on conn, one of the connections the fence was made on,
+// which the caller holds, as to set how long it waits for the file's lock.
+func (f *Fence) BeginOn(ctx context.Context, conn *sql.Conn) (*sql.Tx, error) {
+	return f.begin(ctx, conn)
+}
+
+// beginner is a pool or one connection of it.
+type beginner interface {
+	BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error)
+}
+
+func (f *Fence) begin(ctx context.Context, db beginner) (*sql.Tx, error) {
 	token, termed, err := tokenOf(ctx)
 	if err != nil {
 		return nil, err
 	}
 	if termed && token > f.raised.Load() {
-		if err := f.raise(ctx, token); err != nil {
+		if err := f.raise(ctx, db, token); err != nil {
 			return nil, err
 		}
 	}
-	tx, err := f.db.BeginTx(ctx, nil)
+	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, fmt.Errorf("begin in %s: %w", f.path, err)
 	}
@@ -86,8 +99,8 @@ func (f *Fence) Begin(ctx context.Context) (*sql.Tx, error) {
 
 // raise moves the fence up to token in a transaction of its own, or fails
 // with ports.ErrFenced when it stands above.
-func (f *Fence) raise(ctx context.Context, token uint64) error {
-	tx, err := f.db.BeginTx(ctx, nil)
+func (f *Fence) raise(ctx context.Context, db beginner, token uint64) error {
+	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("raise the fence of %s to term %d: %w", f.path, token, err)
 	}

@@ -209,9 +209,13 @@ func (d *DB) WriteTurn(ctx context.Context) (context.Context, func(), error) {
 	return wctx, d.endTurn, nil
 }
 
-// lockWait is how long a write of a call under ctx may wait for the file's
-// lock, at now: BusyTimeout, or until ctx's deadline or the moment its
-// answer is due if sooner, in whole steps (none once that has passed).
+// LockWait is how long a write of a call under ctx may wait for the file's
+// lock now: BusyTimeout, or until ctx's deadline or the moment its answer
+// is due (ports.AnswerBy) if sooner, in whole steps of 100 ms, and none
+// once that has passed.
+func LockWait(ctx context.Context) time.Duration { return lockWait(ctx, time.Now()) }
+
+// lockWait is LockWait at now.
 func lockWait(ctx context.Context, now time.Time) time.Duration {
 	wait := BusyTimeout
 	if dl, ok := ctx.Deadline(); ok {

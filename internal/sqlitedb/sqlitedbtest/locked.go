@@ -23,6 +23,30 @@ func LockedFileRefusesWrites(t *testing.T, writer *sql.DB, path string, write fu
 	if _, err := writer.ExecContext(t.Context(), "PRAGMA busy_timeout = 50"); err != nil {
 		t.Fatal(err)
 	}
+	release := HoldWriteLock(t, path)
+	err := write()
+	var se *sqlite.Error
+	if !errors.Is(err, ports.ErrNotDone) || !errors.As(err, &se) || se.Code()&0xff != sqlite3.SQLITE_BUSY {
+		t.Fatalf("a write while another connection holds the file's write lock: %v, want ports.ErrNotDone for SQLITE_BUSY", err)
+	}
+	release()
+	if landed() {
+		t.Fatal("the write refused as not done is in the file")
+	}
+	if err := write(); err != nil {
+		t.Fatalf("the write once the lock was let go: %v", err)
+	}
+	if !landed() {
+		t.Fatal("the write once the lock was let go is not in the file")
+	}
+}
+
+// HoldWriteLock takes the write lock of the file at path on a connection of
+// its own (BEGIN IMMEDIATE), as another engine on this host in a write
+// would, and returns the function that lets it go; the test's end lets it
+// go too.
+func HoldWriteLock(t *testing.T, path string) (release func()) {
+	t.Helper()
 	other, err := sql.Open("sqlite", path+"?_pragma=busy_timeout(10000)")
 	if err != nil {
 		t.Fatal(err)
@@ -36,21 +60,10 @@ func LockedFileRefusesWrites(t *testing.T, writer *sql.DB, path string, write fu
 	if _, err := holder.ExecContext(t.Context(), "BEGIN IMMEDIATE"); err != nil {
 		t.Fatalf("take the file's write lock on another connection: %v", err)
 	}
-	err = write()
-	var se *sqlite.Error
-	if !errors.Is(err, ports.ErrNotDone) || !errors.As(err, &se) || se.Code()&0xff != sqlite3.SQLITE_BUSY {
-		t.Fatalf("a write while another connection holds the file's write lock: %v, want ports.ErrNotDone for SQLITE_BUSY", err)
-	}
-	if _, err := holder.ExecContext(t.Context(), "ROLLBACK"); err != nil {
-		t.Fatalf("let the file's write lock go: %v", err)
-	}
-	if landed() {
-		t.Fatal("the write refused as not done is in the file")
-	}
-	if err := write(); err != nil {
-		t.Fatalf("the write once the lock was let go: %v", err)
-	}
-	if !landed() {
-		t.Fatal("the write once the lock was let go is not in the file")
+	return func() {
+		t.Helper()
+		if _, err := holder.ExecContext(t.Context(), "ROLLBACK"); err != nil {
+			t.Fatalf("let the file's write lock go: %v", err)
+		}
 	}
 }

@@ -10,6 +10,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -19,9 +20,11 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/abi-engine/engine/adapters/secondary/vectorstore/internal/vecindex"
 	"github.com/abi-engine/engine/adapters/secondary/vectorstore/internal/vecutil"
@@ -1001,13 +1004,42 @@ func collection(ctx context.Context, q querier, name string) (int, ports.Metric,
 // ports.ErrStorageFull; SQLite rolled it back, so nothing was written. A
 // write refused for the lock before its COMMIT (another engine on this
 // host held it past the busy timeout) is ports.ErrNotDone
-// (sqlitedb.NotDone).
+// (sqlitedb.NotDone). That wait ends by ctx's deadline, or by the moment
+// the call's answer is due (sqlitedb.LockWait), when either comes sooner
+// than the busy timeout, so that a caller still waiting learns the write
+// was not done; the connection's busy timeout is set for the write, and
+// set back before the connection goes back to the pool.
 func (s *Store) inTx(ctx context.Context, f func(tx *sql.Tx) error) error {
-	tx, err := s.fence.Begin(ctx)
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("take a connection: %w", err)
+	}
+	defer conn.Close()
+	if wait := sqlitedb.LockWait(ctx); wait < sqlitedb.BusyTimeout {
+		if err := busyTimeout(ctx, conn, wait); err != nil {
+			return err
+		}
+		defer func() {
+			if err := busyTimeout(context.WithoutCancel(ctx), conn, sqlitedb.BusyTimeout); err != nil {
+				// Kept, the connection would make the writes it
+				// serves next give up early; it is dropped instead.
+				_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+			}
+		}()
+	}
+	tx, err := s.fence.BeginOn(ctx, conn)
 	if err != nil {
 		return sqlitedb.NotDone(sqlitedb.Full(err))
 	}
 	return sqlitedb.Full(finish(tx, f))
+}
+
+// busyTimeout sets how long conn waits for the file's lock.
+func busyTimeout(ctx context.Context, conn *sql.Conn, wait time.Duration) error {
+	if _, err := conn.ExecContext(ctx, "PRAGMA busy_timeout = "+strconv.FormatInt(wait.Milliseconds(), 10)); err != nil {
+		return fmt.Errorf("set the wait for the lock to %v: %w", wait, err)
+	}
+	return nil
 }
 
 // transact runs f in a transaction that holds the write lock from its
