@@ -174,24 +174,49 @@ func TestRealBrokerALeaseBucketMadeAnewOnFewerReplicasIsRefusedWhileTheEngineRun
 	}
 }
 
-// A holder whose lease bucket is made anew with a TTL while it serves fences
-// as soon as the bucket is refused, under a reason that names the setting,
-// and logs the refusal as an error: nothing renews until an operator
-// changes the setting. Before, it logged a warning about a failed renewal
-// at every try and fenced half a lease after its last renewal, saying that
-// no renewal had succeeded, which sends the operator to the link to NATS.
+// A holder whose lease bucket is given, while it serves, a TTL shorter
+// than the gap between its renewals fences as soon as the bucket is
+// refused, under a reason that names the setting, and logs the refusal as
+// an error: the server drops its record, the next renewal finds the key
+// with no value, and nothing renews until an operator changes the
+// setting. Before, it logged a warning about a failed renewal at every try
+// and fenced half a lease after its last renewal, saying that no renewal
+// had succeeded, which sends the operator to the link to NATS.
+//
+// The TTL is set in place, so the engine sees the bucket only without it
+// or with it. Deleted and made anew, the bucket would be missing for a
+// moment: a renewal then may make it anew itself, without the TTL, or wait
+// for it past its fence, and the holder fences first for that.
 func TestAHolderWhoseBucketIsRefusedFencesNamingTheSetting(t *testing.T) {
 	url := natstest.StartServer(t).ClientURL()
 	const bucket = "TTL_FENCE"
-	log := &signalWriter{want: []byte("level=ERROR"), also: []byte("max_age"), found: make(chan struct{})}
-	l, err := jetstream.Open(t.Context(), natstest.Connect(t, url, nats.Name("engine")), jetstream.Options{Bucket: bucket})
+	// The holder's refusal, not the lease's own reading of the settings
+	// once a lease (TestAHolderLogsABucketTTLSetInPlace).
+	log := &signalWriter{want: []byte("level=ERROR msg=\"the lease store refuses its settings"), also: []byte("max_age"), found: make(chan struct{})}
+	logger := slog.New(slog.NewTextHandler(log, nil))
+	l, err := jetstream.Open(t.Context(), natstest.Connect(t, url, nats.Name("engine")), jetstream.Options{Bucket: bucket, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}
-	o, e, js := serveThenDeleteBucket(t, url, bucket, l, log)
-	ttl := njs.KeyValueConfig{Bucket: bucket, History: 1, TTL: 200 * time.Millisecond}
-	if _, err := js.CreateOrUpdateKeyValue(t.Context(), ttl); err != nil {
-		t.Fatalf("make the bucket anew with a TTL: %v", err)
+	events := make(chan domain.Transition, 256)
+	o, err := domain.NewOwnership(l, domain.ThisProcess("test", ""), domain.Timing{Lease: 2 * time.Second, StandbyTimeout: time.Minute},
+		domain.WithObserver(func(tr domain.Transition) { events <- tr }), domain.WithLogger(logger))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = o.Release(t.Context()) })
+	e := &realEngine{name: "engine", o: o, events: events}
+	e.mustClaim(t, domain.OutcomeServe)
+
+	js, err := njs.New(natstest.Connect(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 200 ms: below the half second between two renewals, so the server
+	// drops the record before the next one.
+	ttl := njs.KeyValueConfig{Bucket: bucket, Description: "abi-engine ownership lease", History: 1, TTL: 200 * time.Millisecond}
+	if _, err := js.UpdateKeyValue(t.Context(), ttl); err != nil {
+		t.Fatalf("give the bucket a TTL in place: %v", err)
 	}
 	deadline := time.After(eventWait)
 	for fenced := false; !fenced; {
