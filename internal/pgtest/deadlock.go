@@ -16,10 +16,14 @@ import (
 // transaction of the test's takes a row write needs, by hold; write checks
 // the fence, which keeps the fence row locked to its transaction, and
 // waits for that row; the test's transaction then asks for the fence row.
-// The server fails whichever of the two finds the cycle first, nearly
-// always write, which waited first; when it fails the test's, write is
-// done, and the whole is tried again.
-func Deadlocked(t testing.TB, dsn, scope, hold string, write func() error) error {
+// The server fails whichever of the two finds the cycle first: nearly
+// always write, which waited first, but the test's when that asks more
+// than the server's deadlock_timeout after write began to wait (a busy
+// machine), since write's own check then found no cycle yet. Write is then
+// done, and the whole is tried again once reset has put back, through the
+// store so that any cache of its agrees, what write changed: the row hold
+// locks, with the value the caller checks after.
+func Deadlocked(t testing.TB, dsn, scope, hold string, write func() error, reset func()) error {
 	t.Helper()
 	conn, err := pgx.Connect(t.Context(), dsn)
 	if err != nil {
@@ -47,6 +51,7 @@ func Deadlocked(t testing.TB, dsn, scope, hold string, write func() error) error
 			return awaitWrite(t, done)
 		case errors.As(err, &pgErr) && pgErr.Code == "40P01":
 			_ = awaitWrite(t, done) // the server failed the test's transaction: write went on
+			reset()
 		default:
 			t.Fatal(err)
 		}

@@ -444,7 +444,12 @@ func TestAWriteRolledBackForADeadlockIsNotDone(t *testing.T) {
 				t.Fatal(err)
 			}
 			hold := "SELECT 1 FROM " + pgx.Identifier{table}.Sanitize() + " WHERE collection = 'c' AND id = 'd' FOR UPDATE"
-			err = pgtest.Deadlocked(t, dsn, table, hold, func() error { return write(s, term) })
+			reset := func() {
+				if _, err := s.Put(term, "c", "d", map[string]any{"n": 1.0}, ports.Cond{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			err = pgtest.Deadlocked(t, dsn, table, hold, func() error { return write(s, term) }, reset)
 			if !errors.Is(err, ports.ErrNotDone) {
 				t.Fatalf("a %s the server rolled back for a deadlock: %v, want ErrNotDone", name, err)
 			}

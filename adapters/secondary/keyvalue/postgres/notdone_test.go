@@ -39,7 +39,12 @@ func TestAWriteRolledBackForADeadlockIsNotDone(t *testing.T) {
 			table := pgtest.Table(t, dsn, "kvdeadlock")
 			s, term, _ := openWithKeyToHold(t, dsn, dsn, table, 5)
 			hold := "SELECT 1 FROM " + pgx.Identifier{table}.Sanitize() + " WHERE key = 'held' FOR UPDATE"
-			err := pgtest.Deadlocked(t, dsn, table, hold, func() error { return write(s, term) })
+			reset := func() {
+				if err := s.Set(term, "held", []byte("v0"), 0); err != nil {
+					t.Fatal(err)
+				}
+			}
+			err := pgtest.Deadlocked(t, dsn, table, hold, func() error { return write(s, term) }, reset)
 			if !errors.Is(err, ports.ErrNotDone) {
 				t.Fatalf("a %s the server rolled back for a deadlock: %v, want ErrNotDone", name, err)
 			}
