@@ -212,8 +212,8 @@ func TestAHolderWhoseBucketIsRefusedFencesNamingTheSetting(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// 200 ms: below the half second between two renewals, so the server
-	// drops the record before the next one.
+	// 200 ms: below the half second that lies between two renewals that
+	// answer at once, so the server drops the record before the next one.
 	ttl := njs.KeyValueConfig{Bucket: bucket, Description: "abi-engine ownership lease", History: 1, TTL: 200 * time.Millisecond}
 	if _, err := js.UpdateKeyValue(t.Context(), ttl); err != nil {
 		t.Fatalf("give the bucket a TTL in place: %v", err)
@@ -240,8 +240,8 @@ func TestAHolderWhoseBucketIsRefusedFencesNamingTheSetting(t *testing.T) {
 	}
 }
 
-// A bucket TTL set in place, longer than the renewal period, never drops
-// the record of a holder that renews, so nothing that makes the key anew
+// A bucket TTL set in place, longer than any gap between two renewals
+// that land, never drops the record of a holder that renews, so nothing that makes the key anew
 // meets it; yet longest_lease expires, a standby is refused the lease at
 // the next handover, and a crash leaves no engine able to serve. The
 // holder logs it as an error naming the setting within a lease or so, and

@@ -151,12 +151,13 @@ func Open(ctx context.Context, nc *nats.Conn, opts Options) (*Lease, error) {
 // checkSettings refuses a bucket, made by someone else, whose values
 // expire (a bucket TTL, the stream's max_age). The server would drop a live
 // holder's record whenever it is older than the TTL: with a TTL below a
-// quarter lease, between every two renewals. The holder then finds the key
-// with no value, makes it again and holds it a lease before serving, each
-// time, so it never serves; a standby or a new engine finds the lease free
-// meanwhile and takes it from a holder that is alive. The lease frees
-// itself only by its holder's silence, judged on the engines' clocks (ADR
-// 0002), never by the server's.
+// quarter lease, the usual gap between two renewals, between nearly every
+// two. The holder then finds the key with no value, makes it again and
+// holds it a lease before serving, each time, so it never serves; a
+// standby or a new engine finds the lease free meanwhile and takes it from
+// a holder that is alive. The lease frees itself only by its holder's
+// silence, judged on the engines' clocks (ADR 0002), never by the
+// server's.
 //
 // The replica count applies only when the bucket is made. A bucket kept on
 // fewer replicas than the configured count (made by an engine configured
@@ -609,13 +610,15 @@ func (l *Lease) Update(ctx context.Context, h domain.Holder, rev uint64) (uint64
 // checkInPlace reads the bucket's settings every settingsEvery updates and
 // logs, as an error, one that Open would refuse. A setting edited in place
 // (nats kv edit --ttl, nats stream edit --replicas) is otherwise found only
-// when the key is made anew: a TTL longer than the renewal period never
-// drops the record of a holder that renews, so the holder serves on
+// when the key is made anew: a TTL longer than the longest gap between
+// two renewals that land (about half a lease while they succeed, without
+// bound while they fail) never drops the holder's record, so it serves on
 // unaware while longest_lease expires, a standby is refused the lease at
 // the next handover, and a crash leaves no engine able to serve. The
 // holder serves on meanwhile, since the lease stays sound while it renews;
-// the error names the setting while there is time to change it. A check
-// that fails says nothing and waits for the next.
+// the error names the setting while there is time to change it. Any TTL
+// is logged, whatever its length, since that gap has no fixed bound. A
+// check that fails says nothing and waits for the next.
 func (l *Lease) checkInPlace(ctx context.Context) {
 	l.mu.Lock()
 	l.updates++
