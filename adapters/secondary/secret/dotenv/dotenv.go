@@ -5,7 +5,7 @@
 // The syntax, one secret per line:
 //
 //	# a comment, and blank lines, are ignored
-//	NAME=value            unquoted: trimmed; " #" (or a tab and #) starts a comment; no quotes inside
+//	NAME=value            unquoted: ASCII blanks trimmed; " #" (or a tab and #) starts a comment; no quotes inside
 //	NAME='value'          single quotes: taken literally
 //	NAME="a\nb \"c\""     double quotes: escapes \n \r \t \" \\ \$
 //	export NAME=value     "export" and the blanks after it are allowed and ignored
@@ -18,7 +18,9 @@
 // documents the syntax for operators.
 //
 // Names are letters, digits and underscores, not starting with a digit,
-// and may appear once. Values are UTF-8 text; a byte order mark starting
+// and may appear once. An unquoted value that begins or ends with a space
+// character other than ASCII white space (U+00A0, say) is an error: quote
+// it. Values are UTF-8 text; a byte order mark starting
 // the file is skipped, and a UTF-16 file is refused. Lines end in LF or
 // CR LF; a carriage return inside a line is an error. Errors name the
 // file, the line and the secret, never the text of the line: it may hold
@@ -34,6 +36,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/abi-engine/engine/ports"
@@ -151,7 +154,10 @@ func parse(path string, lines *bufio.Scanner) (map[string]string, error) {
 				return nil, fail("the file is UTF-16 text (it starts with a UTF-16 byte order mark): save it as UTF-8")
 			}
 		}
-		line := strings.TrimSpace(text)
+		// Blanks of any kind before the name are layout. After the value
+		// only ASCII ones are: another space character ending an unquoted
+		// value is refused there (parseValue), not trimmed unseen.
+		line := strings.TrimRightFunc(strings.TrimLeftFunc(text, unicode.IsSpace), asciiSpace)
 		// Lines end in LF or CR LF. A CR inside one is most likely a file
 		// whose lines end in CR alone, which reads as one line: its first
 		// secret would take the rest as its value, or a comment the rest.
@@ -227,8 +233,24 @@ func parseValue(raw string) (string, error) {
 	if strings.Contains(s, "${") {
 		return "", errExpansion
 	}
-	return strings.TrimSpace(s), nil
+	s = strings.TrimFunc(s, asciiSpace)
+	first, _ := utf8.DecodeRuneInString(s)
+	last, _ := utf8.DecodeLastRuneInString(s)
+	for _, r := range []rune{first, last} {
+		if s != "" && unicode.IsSpace(r) {
+			return "", fmt.Errorf("the unquoted value begins or ends with %U, a space character other than a space or a tab, "+
+				"which is neither trimmed nor taken unquoted: quote the value to keep it, or delete it", r)
+		}
+	}
+	return s, nil
 }
+
+// asciiSpace reports the blanks trimmed from an unquoted value: spaces,
+// tabs and the other ASCII white space. A no-break space or another
+// Unicode one, as a copy from a web page or a word processor brings, may
+// be part of a password: trimmed, the secret served would differ from the
+// one the file was written for, and no error would say so.
+func asciiSpace(r rune) bool { return r < utf8.RuneSelf && unicode.IsSpace(r) }
 
 // errExpansion is the error of a value holding "${" where other tools
 // expand it. It names no variable: the text may be part of the value.

@@ -400,3 +400,46 @@ func TestALineTooLongIsRefusedNamingTheLine(t *testing.T) {
 		t.Fatalf("Open: the error shows the value: %v", err)
 	}
 }
+
+// An unquoted value loses the ASCII blanks around it and nothing else: one
+// that begins or ends with another space character (a no-break space, as
+// a copy from a web page brings, or an ideographic space) is refused
+// naming the line and the character, and quoted it is kept whole. Before,
+// such a character was trimmed unseen, and a password ending in it was
+// served without it.
+func TestAnUnquotedValueEndingInAnotherSpaceCharacterIsRefusedNotTrimmed(t *testing.T) {
+	for _, c := range []struct{ content, want string }{
+		{"A=1\nKEY=s3cr3t\u00a0\n", ":2: KEY: the unquoted value begins or ends with U+00A0"},
+		{"KEY=s3cr3t\u00a0 # a comment\n", ":1: KEY: the unquoted value begins or ends with U+00A0"},
+		{"KEY=\u3000s3cr3t\n", ":1: KEY: the unquoted value begins or ends with U+3000"},
+	} {
+		path := writeFile(t, c.content)
+		_, err := dotenv.Open(t.Context(), dotenv.Config{Path: path})
+		if !errors.Is(err, ports.ErrInvalidArgument) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Open of %q: err %v, want ErrInvalidArgument saying %q", c.content, err, c.want)
+		}
+		if err != nil && strings.Contains(err.Error(), "s3cr3t") {
+			t.Errorf("Open of %q: the error shows the value: %v", c.content, err)
+		}
+	}
+
+	s := open(t, writeFile(t, strings.Join([]string{
+		"\u00a0",
+		"\u00a0INDENTED=x",
+		"QUOTED=\"secret\u00a0\"",
+		"SINGLE='\u3000secret'",
+		"INSIDE=two\u00a0words",
+		"BLANKS= \tvalue \t",
+	}, "\n")))
+	for name, want := range map[string]string{
+		"INDENTED": "x",
+		"QUOTED":   "secret\u00a0",
+		"SINGLE":   "\u3000secret",
+		"INSIDE":   "two\u00a0words",
+		"BLANKS":   "value",
+	} {
+		if got, err := s.Get(t.Context(), name); err != nil || got != want {
+			t.Errorf("%s = %q, %v; want %q", name, got, err, want)
+		}
+	}
+}
