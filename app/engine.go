@@ -98,6 +98,9 @@ type Engine struct {
 	// interrupted is set by an Interrupt that found no start under way: one
 	// that comes before Start has begun ends that start when it begins.
 	interrupted bool
+	// unreserve gives back the storage reserved for the engine
+	// (reserveStorage); nil when it holds no reservation.
+	unreserve func()
 	// graphModules are the modules of an engine made by its fx graph
 	// (newEngine), taken at Start; nil for one made with its modules.
 	graphModules func() []Module
@@ -243,8 +246,9 @@ func (e *Engine) askStop(code int) {
 	}
 }
 
-// Start reaches the broker, claims the lease and starts what the claim
-// decided. Nothing opens before the claim.
+// Start reserves its storage, reaches the broker, claims the lease and
+// starts what the claim decided. Nothing opens before the claim, and
+// storage another engine has is refused before the broker is reached.
 func (e *Engine) Start(ctx context.Context) (err error) {
 	if err := e.checkModules(); err != nil {
 		return err
@@ -286,11 +290,20 @@ func (e *Engine) Start(ctx context.Context) (err error) {
 		}
 	}()
 	cfg := e.p.Config
+	role := cfg.Role()
+	if role != domain.RoleClient {
+		unreserve, err := reserveStorage(ctx, e, e.p.Storage)
+		if err != nil {
+			return err
+		}
+		e.mu.Lock()
+		e.unreserve = unreserve
+		e.mu.Unlock()
+	}
 	if err := e.links.dial(e.p.Embed); err != nil {
 		return err
 	}
 
-	role := cfg.Role()
 	if role == domain.RoleClient {
 		return e.startClient(ctx)
 	}
@@ -471,11 +484,13 @@ func (e *Engine) stopJobs() {
 	e.jobs.Stop()
 }
 
-// startClient gives the modules facades and opens nothing.
+// startClient gives the modules facades and opens nothing: the storage an
+// engine of role auto reserved is given back for another engine to take.
 func (e *Engine) startClient(ctx context.Context) error {
 	e.mu.Lock()
 	e.outcome = domain.OutcomeClient
 	e.mu.Unlock()
+	e.giveBackStorage()
 	if err := e.startModules(ctx); err != nil {
 		return err
 	}
@@ -729,7 +744,20 @@ func (e *Engine) closeAll() {
 	if err := l.close(); err != nil {
 		e.log.Warn("closing backends", "err", err)
 	}
+	e.giveBackStorage()
 	e.links.close()
+}
+
+// giveBackStorage gives back the storage reserved for the engine, if it
+// holds it.
+func (e *Engine) giveBackStorage() {
+	e.mu.Lock()
+	unreserve := e.unreserve
+	e.unreserve = nil
+	e.mu.Unlock()
+	if unreserve != nil {
+		unreserve()
+	}
 }
 
 var semver = regexp.MustCompile(`^\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?$`)

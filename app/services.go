@@ -42,11 +42,13 @@ func storageBlocks(cfg *config.Config) []storage.Block {
 // log on its log, and stops when one of their connections closes for good
 // on its own. Opened without an engine (storage.Open), they log on
 // slog.Default() and nothing hears of their connections closing. What one
-// call builds is for one engine at a time: an engine that opens it while
-// another engine still has it open fails to open it, naming the other,
-// since the stores of both would log on one engine's log, and a
-// connection of one engine's stores could stop the other when it closed.
-// Once the first has closed what it opened, another may open it.
+// call builds is for one engine at a time: an engine that may open it (of
+// role serve or auto) reserves it as its start begins, and one that does
+// so while another engine has it fails its start, naming the other, before
+// it reaches the broker or the lease (reserveStorage), since the stores of
+// both would log on one engine's log, and a connection of one engine's
+// stores could stop the other when it closed. Once the first has stopped,
+// or become a client, another may take it.
 func BuildStorage(cfg *config.Config) ([]storage.Built, error) {
 	conns := &storageConns{}
 	built, err := storage.BuildEnv(storageBlocks(cfg), storage.Env{
@@ -70,6 +72,17 @@ func BuildStorage(cfg *config.Config) ([]storage.Built, error) {
 	}
 	for i, b := range built {
 		if open := b.Open; open != nil {
+			built[i].Reserve = func(ctx context.Context) (func(), error) {
+				e, ok := ctx.Value(openerKey{}).(*Engine)
+				if !ok {
+					return func() {}, nil
+				}
+				if err := conns.acquire(e); err != nil {
+					return nil, err
+				}
+				var once sync.Once
+				return func() { once.Do(conns.release) }, nil
+			}
 			built[i].Open = func(ctx context.Context, deps map[string]any) (any, func() error, error) {
 				e, ok := ctx.Value(openerKey{}).(*Engine)
 				if !ok {
@@ -98,8 +111,36 @@ func BuildStorage(cfg *config.Config) ([]storage.Built, error) {
 }
 
 // openerKey keys the engine that opens the stores in the context of their
-// open (openLocal).
+// open (openLocal) and of their reservation (reserveStorage).
 type openerKey struct{}
+
+// reserveStorage reserves built for e, for as long as e may open it, and
+// returns what gives it back. It runs before e's start reaches the broker:
+// an engine refused the storage after its claim had claimed the lease for
+// nothing, and, had the lease been free or its holder silent, had taken it,
+// served no call, and released it, a standby of the account meanwhile
+// seeing another engine take the lease it waited for.
+func reserveStorage(ctx context.Context, e *Engine, built []storage.Built) (func(), error) {
+	ctx = context.WithValue(ctx, openerKey{}, e)
+	var releases []func()
+	releaseAll := func() {
+		for _, r := range slices.Backward(releases) {
+			r()
+		}
+	}
+	for _, b := range built {
+		if b.Reserve == nil {
+			continue
+		}
+		release, err := b.Reserve(ctx)
+		if err != nil {
+			releaseAll()
+			return nil, err
+		}
+		releases = append(releases, release)
+	}
+	return releaseAll, nil
+}
 
 // storageConns are what the stores of one BuildStorage report to, once the
 // engine that opens them has bound them to itself: closed runs when one of
@@ -112,8 +153,8 @@ type openerKey struct{}
 // logged on slog.Default(), and their connections could close for good
 // with the engine serving on, failing every call of their service.
 //
-// They are bound to one engine at a time: that engine, while any store it
-// opened of them is open (holding). Before, the engine that opened them
+// They are bound to one engine at a time: that engine, while it has them
+// reserved or any store it opened of them is open (holding). Before, the engine that opened them
 // last bound them, though another still had stores of them open: those
 // logged on the last one's log from then on, and a store of the first
 // that dialed after the last had bound them told the last, not the first,
@@ -127,20 +168,21 @@ type storageConns struct {
 	holding int // stores the owner opened and has not closed
 }
 
-// acquire binds c to e for one store e opens, unless another engine
-// holds c.
+// acquire binds c to e for one store e opens, or for its reservation,
+// unless another engine holds c.
 func (c *storageConns) acquire(e *Engine) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.holding > 0 && c.owner != e {
-		return fmt.Errorf("engine %s has this storage open: what one BuildStorage call builds serves one engine at a time; build it for each engine", c.owner.Me().InstanceID)
+		return fmt.Errorf("engine %s has this storage: what one BuildStorage call builds serves one engine at a time; build it for each engine", c.owner.Me().InstanceID)
 	}
 	c.owner, c.closed, c.log = e, e.connectionClosed, e.log
 	c.holding++
 	return nil
 }
 
-// release ends the hold of one store the owner opened.
+// release ends the hold of one store the owner opened, or of its
+// reservation.
 func (c *storageConns) release() {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -2,11 +2,15 @@ package app
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
+	leasejs "github.com/abi-engine/engine/adapters/secondary/lease/jetstream"
 	"github.com/abi-engine/engine/domain"
 	"github.com/abi-engine/engine/internal/natstest"
 )
@@ -55,7 +59,7 @@ func TestOneBuildOfStorageServesOneEngineAtATime(t *testing.T) {
 		_ = second.Stop(context.Background())
 		t.Fatalf("a second engine opened the storage the first has open")
 	}
-	want := "engine " + first.Me().InstanceID + " has this storage open"
+	want := "engine " + first.Me().InstanceID + " has this storage"
 	if !strings.Contains(err.Error(), want) {
 		t.Fatalf("the second engine's start: %v, want an error saying %q", err, want)
 	}
@@ -77,5 +81,61 @@ func TestOneBuildOfStorageServesOneEngineAtATime(t *testing.T) {
 	t.Cleanup(func() { _ = third.Stop(context.Background()) })
 	if err := third.Services().KeyValue.Set(ctx, "k", []byte("w"), 0); err != nil {
 		t.Fatalf("a call through the engine that opened the storage after the first: %v", err)
+	}
+}
+
+// An engine given storage another engine in the process has is refused as
+// its start begins, before it reaches the broker or the lease. Before, the
+// refusal came when its claim's outcome opened the stores: here, where the
+// second engine's account (a broker of its own) had no engine serving, it
+// took that lease, served no call, and released it, and beside a standby
+// of one account it would have taken the lease the standby waited for.
+func TestAnEngineGivenStorageAnotherEngineHasIsRefusedBeforeItTouchesTheLease(t *testing.T) {
+	first, second := natstest.StartServer(t), natstest.StartServer(t)
+	built, err := BuildStorage(jetstreamKeyValueConfig(t, first.ClientURL(), false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	engine := func(url string) *Engine {
+		return NewEngine(EngineParams{
+			Config: jetstreamKeyValueConfig(t, url, false), Holder: domain.ThisProcess("test", ""),
+			Logger: slog.New(slog.DiscardHandler), Storage: built,
+			Shutdown: func(int) {}, Exit: func(int) {},
+		})
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+
+	serving := engine(first.ClientURL())
+	if err := serving.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = serving.Stop(context.Background()) })
+
+	refused := engine(second.ClientURL())
+	err = refused.Start(ctx)
+	if err == nil {
+		_ = refused.Stop(context.Background())
+		t.Fatalf("an engine started on storage another engine has")
+	}
+	want := "engine " + serving.Me().InstanceID + " has this storage"
+	if !strings.Contains(err.Error(), want) {
+		t.Fatalf("the refused engine's start: %v, want an error saying %q", err, want)
+	}
+	js, err := jetstream.New(natstest.Connect(t, second.ClientURL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kv, err := js.KeyValue(ctx, leasejs.DefaultBucket); !errors.Is(err, jetstream.ErrBucketNotFound) {
+		var rec string
+		if err == nil {
+			if e, gerr := kv.Get(ctx, leasejs.Key); gerr == nil {
+				rec = string(e.Value())
+			}
+		}
+		t.Fatalf("the refused engine's account has a lease bucket (%v), its record %q: the engine claimed the lease before it was refused", err, rec)
+	}
+	if err := serving.Services().KeyValue.Set(ctx, "k", []byte("v"), 0); err != nil {
+		t.Fatalf("a call through the engine that has the storage: %v", err)
 	}
 }

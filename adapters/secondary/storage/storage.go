@@ -70,6 +70,12 @@ type Built struct {
 	// ports.ObjectStorage, ports.VectorStore, ports.Cache, ports.Secrets.
 	// deps holds the ports of services opened earlier, for cache tiers.
 	Open func(ctx context.Context, deps map[string]any) (port any, close func() error, err error)
+	// Reserve, when set, keeps the store for the one that is to open it,
+	// from before that one opens anything at all, where what built it
+	// lets one user at a time have it: it fails while another has it,
+	// and release gives it back. Who the user is, ctx tells, as it tells
+	// Open. Nil: nothing to reserve.
+	Reserve func(ctx context.Context) (release func(), err error)
 }
 
 // Defaulter is implemented by an adapter's *Config that fills in settings
