@@ -24,7 +24,8 @@ type Options struct {
 	Logger *slog.Logger
 	// Transient: the engine lives for one command, such as `engine kv
 	// get`, and leaves the operator's start-time warnings to the engines
-	// that run for good.
+	// that run for good. Its lease record says so (domain.Holder.Command),
+	// so an engine of role serve waits for its release.
 	Transient bool
 }
 
@@ -229,6 +230,7 @@ func activityFirst(modules []Module) []Module {
 // program adds, which may open files and connections of their own.
 func Graph(o Options, extra ...fx.Option) fx.Option {
 	me := domain.ThisProcess(o.Version, o.Config.NATS.Engine.RolloutID)
+	me.Command = o.Transient
 	return fx.Options(
 		fx.Supply(o, o.Config, me, o.Logger.With("instance", me.InstanceID)),
 		fx.Provide(BuildStorage, newEngine, func() *moduleOrder { return &moduleOrder{} }),

@@ -21,6 +21,11 @@ type Holder struct {
 	// RolloutID names the release; an engine of another release stands by.
 	RolloutID string
 	StartedAt time.Time
+	// Command marks the engine of one CLI command, which serves only while
+	// no other engine does and releases the lease once its command
+	// returns: an engine of role serve that finds one renewing waits, within
+	// its start, for that release rather than fail naming it.
+	Command bool
 	// Released marks the record a holder writes on a clean release. Whoever
 	// reads it may take the lease at once, without waiting for silence.
 	Released bool

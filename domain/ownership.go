@@ -292,6 +292,9 @@ func (o *Ownership) Claim(ctx context.Context, role Role) (Outcome, error) {
 		}
 		next, err := o.lease.WaitForChange(ctx, rec.Revision, o.silence(rec)-time.Since(observed))
 		if err != nil {
+			if rec.Holder.Command && ctx.Err() != nil {
+				return 0, fmt.Errorf("%w: the engine of a command did not release the lease within the start: %w", &HeldError{Holder: rec.Holder}, err)
+			}
 			return 0, fmt.Errorf("watch the lease: %w", err)
 		}
 		if next.Revision == rec.Revision {
@@ -301,7 +304,13 @@ func (o *Ownership) Claim(ctx context.Context, role Role) (Outcome, error) {
 			if role == RoleAuto {
 				return OutcomeClient, nil
 			}
-			return 0, &HeldError{Holder: next.Holder}
+			if !next.Holder.Command {
+				return 0, &HeldError{Holder: next.Holder}
+			}
+			// The engine of a command releases the lease as its command
+			// returns, often a moment later: serve waits for that, or for
+			// its silence, within the start's time.
+			o.log.Info("the engine of a command holds the lease; waiting for it to release", "holder", next.Holder.String())
 		}
 		rec, observed = next, time.Now()
 	}

@@ -898,3 +898,73 @@ func TestAFenceSaysWhyItFenced(t *testing.T) {
 		})
 	}
 }
+
+// commandEngine serves on store as the engine of one CLI command does: of
+// role auto, its record marked Command.
+func commandEngine(t *testing.T, store domain.Lease) *domain.Ownership {
+	t.Helper()
+	me := domain.Holder{InstanceID: domain.NewInstanceID(), Host: "host-cli", PID: 200, Version: "1.4.0", StartedAt: time.Now(), Command: true}
+	o, err := domain.NewOwnership(store, me, testTiming(), domain.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := o.Claim(context.Background(), domain.RoleAuto); err != nil || out != domain.OutcomeServe {
+		t.Fatalf("the command's claim = %v, %v; want serve", out, err)
+	}
+	return o
+}
+
+// An engine of role serve that finds the lease held, and renewed, by the
+// engine of a CLI command waits for that engine to release it as its
+// command returns, and serves then; one that does not release within the
+// start fails naming it. Before, serve failed naming the command's engine
+// at its first renewal, a quarter of a lease in, as if another engine
+// served for good, though the command's was about to stop.
+func TestServeWaitsForTheEngineOfACommandToRelease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := usedStore(t)
+		cmd := commandEngine(t, store)
+		defer func() { _ = cmd.Release(context.Background()) }()
+		b := newEngine(t, store, "b", "", testTiming())
+		defer b.release(t)
+		type claimed struct {
+			out domain.Outcome
+			err error
+		}
+		done := make(chan claimed, 1)
+		go func() {
+			out, err := b.claim(t, domain.RoleServe)
+			done <- claimed{out, err}
+		}()
+		time.Sleep(3 * L)
+		synctest.Wait()
+		select {
+		case c := <-done:
+			t.Fatalf("serve's claim beside a command's engine renewing the lease = %v, %v; want it to wait", c.out, c.err)
+		default:
+		}
+		if err := cmd.Release(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		c := <-done
+		if c.err != nil || c.out != domain.OutcomeServe {
+			t.Fatalf("serve's claim once the command's engine released = %v, %v; want serve", c.out, c.err)
+		}
+		if rec, _ := store.Read(context.Background()); rec.Holder.InstanceID != b.o.Me().InstanceID {
+			t.Fatalf("the lease is %+v, want b's", rec.Holder)
+		}
+	})
+	synctest.Test(t, func(t *testing.T) {
+		store := usedStore(t)
+		cmd := commandEngine(t, store)
+		defer func() { _ = cmd.Release(context.Background()) }()
+		b := newEngine(t, store, "b", "", testTiming())
+		ctx, cancel := context.WithTimeout(context.Background(), 5*L)
+		defer cancel()
+		_, err := b.o.Claim(ctx, domain.RoleServe)
+		var held *domain.HeldError
+		if !errors.As(err, &held) || held.Holder.InstanceID != cmd.Me().InstanceID || !strings.Contains(err.Error(), "the engine of a command did not release the lease") {
+			t.Fatalf("serve's claim beside a command's engine that never releases: %v; want a HeldError naming it as a command's", err)
+		}
+	})
+}

@@ -349,6 +349,8 @@ type value struct {
 	RolloutID  string    `json:"rollout_id"`
 	StartedAt  time.Time `json:"started_at"`
 	Released   bool      `json:"released,omitempty"`
+	// Command marks the engine of one CLI command (domain.Holder.Command).
+	Command bool `json:"command,omitempty"`
 	// LeaseMS is the lease the holder renews by, in milliseconds.
 	LeaseMS int64 `json:"lease_ms,omitempty"`
 }
@@ -357,7 +359,7 @@ type value struct {
 func EncodeHolder(h domain.Holder) []byte {
 	b, _ := json.Marshal(value{ // a struct of plain fields always encodes
 		InstanceID: h.InstanceID, Host: h.Host, PID: h.PID, Version: h.Version, RolloutID: h.RolloutID,
-		StartedAt: h.StartedAt, Released: h.Released, LeaseMS: h.Lease.Milliseconds(),
+		StartedAt: h.StartedAt, Released: h.Released, Command: h.Command, LeaseMS: h.Lease.Milliseconds(),
 	})
 	return b
 }
@@ -373,7 +375,7 @@ func DecodeHolder(b []byte) domain.Holder {
 	}
 	h := domain.Holder{
 		InstanceID: v.InstanceID, Host: v.Host, PID: v.PID, Version: v.Version, RolloutID: v.RolloutID,
-		StartedAt: v.StartedAt, Released: v.Released,
+		StartedAt: v.StartedAt, Released: v.Released, Command: v.Command,
 	}
 	if v.LeaseMS > 0 && v.LeaseMS <= domain.MaxLease.Milliseconds() {
 		h.Lease = time.Duration(v.LeaseMS) * time.Millisecond

@@ -183,9 +183,10 @@ func writtenBack(t *testing.T, h domain.Holder) {
 func TestHolderRoundTripsThroughJSON(t *testing.T) {
 	h := domain.ThisProcess("1.0.0", "r7")
 	h.Released = true
+	h.Command = true
 	h.Lease = 20 * time.Second
 	writtenBack(t, h)
-	for _, field := range []string{"instance_id", "host", "pid", "version", "rollout_id", "started_at", "released", "lease_ms"} {
+	for _, field := range []string{"instance_id", "host", "pid", "version", "rollout_id", "started_at", "released", "command", "lease_ms"} {
 		if !strings.Contains(string(jetstream.EncodeHolder(h)), `"`+field+`"`) {
 			t.Fatalf("value %s lacks field %s", jetstream.EncodeHolder(h), field)
 		}
