@@ -20,6 +20,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -131,15 +132,39 @@ type Bucket struct {
 	kind   kind
 	// replicas is how many servers keep the bucket.
 	replicas int
+	// fenced: writes under a fencing token are fenced (fence.go).
+	fenced bool
+	// fence holds the fence's records as this bucket last saw them, and
+	// fenceRaised the newest token it found or raised every one of them at.
+	fenceMu     sync.Mutex
+	fence       [fenceShards]fenceRecord
+	fenceRaised uint64
+	// idle, on a replicated fenced bucket, holds the fence's records no
+	// write of this bucket is conditioned on now.
+	idle chan int
 }
 
 // Open finds the key-value bucket, or creates it with the configured
 // replicas, and refuses one whose settings the adapters cannot work with.
 func Open(ctx context.Context, nc *nats.Conn, c Config, description string) (*Bucket, error) {
+	return openKeyValue(ctx, nc, c, description, false)
+}
+
+// OpenFenced is Open of a bucket whose writes under a fencing token are
+// fenced: one of an older term than the newest the bucket has seen is
+// refused with ports.ErrFenced, and stores nothing (fence.go). Its stream
+// must allow atomic batches; a bucket made without them is updated.
+func OpenFenced(ctx context.Context, nc *nats.Conn, c Config, description string) (*Bucket, error) {
+	return openKeyValue(ctx, nc, c, description, true)
+}
+
+func openKeyValue(ctx context.Context, nc *nats.Conn, c Config, description string, fenced bool) (*Bucket, error) {
 	return open(ctx, nc, c, kind{
-		stream: "KV_" + c.Bucket, prefix: "$KV." + c.Bucket + ".",
+		stream: "KV_" + c.Bucket, prefix: "$KV." + c.Bucket + ".", fenced: fenced,
 		create: func(ctx context.Context, js jetstream.JetStream) error {
-			_, err := js.CreateStream(ctx, keyValueStream(c, description))
+			sc := keyValueStream(c, description)
+			sc.AllowAtomicPublish = fenced
+			_, err := js.CreateStream(ctx, sc)
 			if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 				return nil
 			}
@@ -198,6 +223,8 @@ type kind struct {
 	stream, prefix string
 	create         func(ctx context.Context, js jetstream.JetStream) error
 	check          func(c Config, sc jetstream.StreamConfig) error
+	// fenced: writes under a fencing token are fenced.
+	fenced bool
 	// adjust, if set, changes what the bucket may have and the adapters
 	// must not, once check has passed it.
 	adjust func(ctx context.Context, log *slog.Logger, nc *nats.Conn, js jetstream.JetStream, sc jetstream.StreamConfig)
@@ -282,17 +309,31 @@ func open(ctx context.Context, nc *nats.Conn, c Config, k kind) (*Bucket, error)
 	if err != nil {
 		return nil, err
 	}
-	if err := k.check(c, stream.CachedInfo().Config); err != nil {
+	sc := stream.CachedInfo().Config
+	if err := k.check(c, sc); err != nil {
 		return nil, err
 	}
-	if k.adjust != nil {
-		k.adjust(ctx, c.logger(), nc, js, stream.CachedInfo().Config)
+	if k.fenced {
+		if sc, err = allowAtomic(ctx, nc, js, c, k, sc); err != nil {
+			return nil, err
+		}
 	}
-	return &Bucket{
+	if k.adjust != nil {
+		k.adjust(ctx, c.logger(), nc, js, sc)
+	}
+	b := &Bucket{
 		nc: nc, js: js, stream: stream, name: c.Bucket, prefix: k.prefix,
 		api: "$JS.API.STREAM.MSG.GET." + k.stream, streamName: k.stream,
 		direct: "$JS.API.DIRECT.GET." + k.stream, kind: k, replicas: c.Replicas,
-	}, nil
+		fenced: k.fenced,
+	}
+	if k.fenced && c.Replicas > 1 {
+		b.idle = make(chan int, fenceShards)
+		for i := range fenceShards {
+			b.idle <- i
+		}
+	}
+	return b, nil
 }
 
 // openStream returns the bucket's stream, creating the bucket when it is
@@ -404,14 +445,15 @@ func callContext(ctx context.Context) (context.Context, context.CancelFunc) {
 // a stream elects a leader, a request that timed out, a reconnecting
 // connection (also a publish it refused while away, having no reconnect
 // buffer), a conditional write refused while another write of its key is
-// in flight (inFlight).
+// in flight (inFlight), or an atomic batch the stream got only part of or
+// had no room for (incompleteBatch).
 func transient(err error) bool {
 	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrTimeout) ||
 		errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrConnectionReconnecting) ||
 		errors.Is(err, nats.ErrReconnectBufExceeded) ||
 		errors.Is(err, context.DeadlineExceeded) ||
 		isAPICode(err, 10008) || // JetStream temporarily unavailable
-		inFlight(err) || resentInFlight(err)
+		inFlight(err) || resentInFlight(err) || incompleteBatch(err)
 }
 
 // unstored reports whether a sending of a write that failed with err
@@ -421,7 +463,8 @@ func transient(err error) bool {
 // broker's max_payload, or while reconnecting, having no buffer for it);
 // or the stream refused it before storing it for a cause a later sending
 // may not meet (another write of the key in flight, the key's revision
-// moved, larger than its largest message). A sending that timed out, was
+// moved, larger than its largest message, an atomic batch it got only
+// part of or had no room for). A sending that timed out, was
 // cut off, or was refused in a way that may follow its storing (a store
 // failure, a resend that met its first attempt in flight) may have been
 // stored. A refusal no later sending can pass (a sealed stream, a
@@ -442,7 +485,7 @@ func unstored(err error) bool {
 		jetstream.JSErrCodeStreamMessageExceedsMaximum:
 		return true
 	}
-	return false
+	return incompleteBatch(err)
 }
 
 // resentInFlight matches 10158: a write sent again under its message id
@@ -753,14 +796,29 @@ func brokerSeconds(ttl time.Duration) string {
 // the write happens only if the key's last revision is *expect (0: the key
 // has no message), and fails with ErrConflict otherwise. It returns the new
 // revision.
+//
+// On a fenced bucket a write under a fencing token is fenced (fence.go).
 func (b *Bucket) Put(ctx context.Context, token string, value []byte, ttl time.Duration, expect *uint64) (uint64, error) {
+	return b.put(ctx, token, value, ttl, expect, b.write)
+}
+
+// send is how a write goes to the stream: write, fenced where the bucket
+// is, or publish, never fenced.
+type send func(ctx context.Context, token string, m *nats.Msg, expect *uint64) (uint64, error)
+
+// unfenced publishes m, never fenced: a scan's barrier is part of a read.
+func (b *Bucket) unfenced(ctx context.Context, token string, m *nats.Msg, expect *uint64) (uint64, error) {
+	return b.publish(ctx, token, m, expect, nil)
+}
+
+func (b *Bucket) put(ctx context.Context, token string, value []byte, ttl time.Duration, expect *uint64, via send) (uint64, error) {
 	m := nats.NewMsg(b.Subject(token))
 	m.Data = value
 	if ttl > 0 {
 		m.Header.Set(headerTTL, brokerSeconds(ttl))
 		m.Header.Set(headerExpiresIn, ttl.String())
 	}
-	rev, err := b.publish(ctx, token, m, expect)
+	rev, err := via(ctx, token, m, expect)
 	if err != nil {
 		return 0, fmt.Errorf("write %s to bucket %s: %w", token, b.name, err)
 	}
@@ -773,7 +831,7 @@ func (b *Bucket) Remove(ctx context.Context, token string, expect uint64) (uint6
 	m := nats.NewMsg(b.Subject(token))
 	m.Header.Set(headerOperation, "DEL")
 	m.Header.Set(headerTTL, brokerSeconds(markerTTL))
-	rev, err := b.publish(ctx, token, m, &expect)
+	rev, err := b.write(ctx, token, m, &expect)
 	if err != nil {
 		return 0, fmt.Errorf("delete %s from bucket %s: %w", token, b.name, err)
 	}
@@ -784,7 +842,7 @@ func (b *Bucket) Remove(ctx context.Context, token string, expect uint64) (uint6
 // not nil.
 func (b *Bucket) Publish(ctx context.Context, token string, m *nats.Msg, expect *uint64) (uint64, error) {
 	m.Subject = b.Subject(token)
-	rev, err := b.publish(ctx, token, m, expect)
+	rev, err := b.write(ctx, token, m, expect)
 	if err != nil {
 		return 0, fmt.Errorf("write %s to bucket %s: %w", token, b.name, err)
 	}
@@ -800,7 +858,10 @@ func (b *Bucket) Publish(ctx context.Context, token string, m *nats.Msg, expect 
 // unstored) fails as ports.ErrNotDone, which tells the caller it may send
 // the write again. One sending unanswered, or answered in a way that does
 // not say nothing was stored, keeps the outcome unknown.
-func (b *Bucket) publish(ctx context.Context, token string, m *nats.Msg, expect *uint64) (uint64, error) {
+//
+// With fence, each sending is also conditioned on the fence record's
+// revision (sendFenced).
+func (b *Bucket) publish(ctx context.Context, token string, m *nats.Msg, expect *uint64, fence *fenceCheck) (uint64, error) {
 	id := nuid.Next()
 	// Each sending is one request: nats.go's own resend after no
 	// responders can find the call's end before it sends, and its error
@@ -817,7 +878,13 @@ func (b *Bucket) publish(ctx context.Context, token string, m *nats.Msg, expect 
 	)
 	err := b.retry(ctx, func(ctx context.Context) error {
 		tries++
-		ack, err := b.js.PublishMsg(ctx, m, opts...)
+		var ack *jetstream.PubAck
+		var err error
+		if fence != nil {
+			ack, err = b.sendFenced(ctx, m, id, expect, *fence)
+		} else {
+			ack, err = b.js.PublishMsg(ctx, m, opts...)
+		}
 		if err == nil {
 			rev = ack.Sequence
 		} else if !unstored(err) {
@@ -897,15 +964,10 @@ const wrongLastMsgID jetstream.ErrorCode = 10070
 // error that is not a conflict: a conflict tells the caller that nothing
 // was written.
 func (b *Bucket) storedEarlier(ctx context.Context, m *nats.Msg, id string, refused error) (uint64, error) {
-	// The write's own expectation of the key's revision goes: the stream
-	// would refuse on it before it looks at the message id.
-	probe := nats.NewMsg(m.Subject)
-	probe.Data = m.Data
-	for k, v := range m.Header {
-		if k != jetstream.ExpectedLastSubjSeqHeader {
-			probe.Header[k] = v
-		}
-	}
+	// The write's own expectations of the key's revision and of the
+	// fence go: the stream would refuse on them before it looks at the
+	// message id.
+	probe := copyMsg(m)
 	var ack *jetstream.PubAck
 	err := b.retry(ctx, func(ctx context.Context) error {
 		var err error
@@ -1001,7 +1063,7 @@ func (b *Bucket) Scan(ctx context.Context, filter string, f func(token string, e
 		return fmt.Errorf("scan bucket %s: filter %q does not end in .*", b.name, filter)
 	}
 	mark := strings.TrimSuffix(filter, "*") + "="
-	upTo, err := b.Put(ctx, mark, nil, time.Minute, nil)
+	upTo, err := b.put(ctx, mark, nil, time.Minute, nil, b.unfenced)
 	if err != nil {
 		return fmt.Errorf("scan bucket %s: %w", b.name, err)
 	}
@@ -1034,7 +1096,7 @@ func (b *Bucket) Scan(ctx context.Context, filter string, f func(token string, e
 			// it, and the scan writes it again.
 			barrier, err := b.Last(ctx, mark)
 			if err == nil && barrier.Revision < upTo {
-				upTo, err = b.Put(ctx, mark, nil, time.Minute, nil)
+				upTo, err = b.put(ctx, mark, nil, time.Minute, nil, b.unfenced)
 			}
 			if err == nil {
 				err = pause(ctx, 0)

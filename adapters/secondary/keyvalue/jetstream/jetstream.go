@@ -9,6 +9,11 @@
 // its TTL as gone at once. Reads go to the stream's leader, so a write is
 // seen by the next read on any engine, on a replicated bucket too.
 //
+// The store is fenced: a write under a fencing token expects the bucket's
+// fence at its term, and one of an older term than the newest the bucket
+// has seen is refused with ports.ErrFenced and stores nothing (jsbucket's
+// OpenFenced, ADR 0020).
+//
 // ListKeys asks the leader for the bucket's keys and reads the page's keys
 // one by one: its cost grows with the bucket, which suits buckets of up to
 // some tens of thousands of keys.
@@ -84,7 +89,7 @@ type Store struct {
 // owns nc: Close closes it.
 func Open(ctx context.Context, c Config, nc *nats.Conn) (*Store, error) {
 	c.Default("")
-	b, err := jsbucket.Open(ctx, nc, jsbucket.Config(c), "abi-engine keyvalue")
+	b, err := jsbucket.OpenFenced(ctx, nc, jsbucket.Config(c), "abi-engine keyvalue")
 	if err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("keyvalue jetstream: %w", err)
@@ -131,6 +136,11 @@ func (s *Store) Set(ctx context.Context, key string, value []byte, ttl time.Dura
 func (s *Store) SetIfAbsent(ctx context.Context, key string, value []byte, ttl time.Duration) (bool, error) {
 	if err := storecheck.Write("key", key, ttl); err != nil {
 		return false, err
+	}
+	// A call of a newer term fences the older ones though it writes
+	// nothing.
+	if err := s.b.Fence(ctx); err != nil {
+		return false, fmt.Errorf("set %q if absent: %w", key, err)
 	}
 	token := jsbucket.Encode(key)
 	for round := range casRounds {
@@ -213,6 +223,9 @@ func (s *Store) DeleteIfValue(ctx context.Context, key string, value []byte) (bo
 // deleteIf deletes the live value if match says so, conditioned on the
 // revision it read: of concurrent deleters exactly one succeeds.
 func (s *Store) deleteIf(ctx context.Context, key string, match func([]byte) bool) (bool, error) {
+	if err := s.b.Fence(ctx); err != nil {
+		return false, fmt.Errorf("delete %q: %w", key, err)
+	}
 	token := jsbucket.Encode(key)
 	for round := range casRounds {
 		if err := settle(ctx, round); err != nil {

@@ -1,0 +1,312 @@
+package jsbucket
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strconv"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+
+	"github.com/abi-engine/engine/ports"
+)
+
+// A fenced bucket keeps the newest fencing token a write carried in a
+// fence, and refuses a write of an older term with ports.ErrFenced
+// (ADR 0020). The fence is fenceShards records, the one message each of
+// the key tokens "=fence.0", "=fence.1", ....
+//
+// A write under a token is conditioned on one record, read (or
+// raised) at the write's token: a plain write by the header
+// Nats-Expected-Last-Subject-Sequence-Subject naming the record, one
+// publish; a write conditioned on its own key's revision too, as an
+// atomic batch of two messages on its key, the first expecting the key's
+// revision, the second the record's. The stream decides both when it
+// stores the write, so a write of an older term that reaches it after a
+// newer term raised the fence stores nothing.
+//
+// A term's first write through a bucket raises every record before it
+// writes, so once a newer term has written, every record refuses the
+// older ones, and a write may check any of them. Records, not one, since
+// a replicated stream takes one conditional write on a subject at a time:
+// it refuses (10164) a write expecting a subject's revision while another
+// such write is proposed and not yet applied, and the write is sent again
+// after a pause (transient). On one record every write of the bucket
+// would wait for the one before. So on a replicated bucket a write takes
+// a record no other write of this bucket holds (Bucket.idle), and waits
+// here for one when all are taken; on a single-replica stream, which
+// checks and stores a write in one step, the key picks it (shardOf).
+
+// fenceShards is how many records the fence has.
+const fenceShards = 16
+
+// fenceShard is the key token of the fence's record i. "=" is in no token
+// Encode makes, nor in a collection's name.
+func fenceShard(i int) string { return "=fence." + strconv.Itoa(i) }
+
+// shardOf is the fence's record that guards the key token.
+func shardOf(token string) int {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(token)) // a hash never fails
+	return int(h.Sum32() % fenceShards)
+}
+
+// fenceRecord is a fence record as this bucket last saw it: the token it
+// holds, and its revision; 0 when not seen.
+type fenceRecord struct{ token, seq uint64 }
+
+const (
+	// headerFence is the token a fence record holds.
+	headerFence = "Abi-Fence"
+	// headerExpectedSubject names the subject whose last sequence
+	// Nats-Expected-Last-Subject-Sequence is compared with.
+	headerExpectedSubject = "Nats-Expected-Last-Subject-Sequence-Subject"
+	headerBatchID         = "Nats-Batch-Id"
+	headerBatchSeq        = "Nats-Batch-Sequence"
+	headerBatchCommit     = "Nats-Batch-Commit"
+	// fenceRounds bounds how often a write reads the fence again after
+	// finding it moved.
+	fenceRounds = 32
+)
+
+// incompleteBatch matches 10176: the stream did not get, or did not take,
+// a batch's first message (it is sent without a reply), and stored
+// nothing of it; and 10210: the stream had as many atomic batches open
+// as it takes (50 by default), and took none of this one.
+func incompleteBatch(err error) bool { return isAPICode(err, 10176) || isAPICode(err, 10210) }
+
+// fenceAt is the revision of the fence's record shard at the token t. A
+// term's first call raises every record to t; after that the record this
+// bucket last saw serves unless it is stale, else it is read from the
+// stream's leader. A fence newer than t fails with ports.ErrFenced.
+func (b *Bucket) fenceAt(ctx context.Context, t uint64, shard int, stale uint64) (uint64, error) {
+	b.fenceMu.Lock()
+	raised, r := b.fenceRaised, b.fence[shard]
+	b.fenceMu.Unlock()
+	switch {
+	case raised > t:
+		return 0, b.refuseOlder(t, raised)
+	case r.token > t:
+		return 0, b.refuseOlder(t, r.token)
+	case raised < t:
+		for i := range fenceShards {
+			if _, err := b.raise(ctx, t, i); err != nil {
+				return 0, err
+			}
+		}
+		b.fenceMu.Lock()
+		b.fenceRaised = max(b.fenceRaised, t)
+		r = b.fence[shard]
+		b.fenceMu.Unlock()
+	}
+	if r.token == t && r.seq != 0 && r.seq != stale {
+		return r.seq, nil
+	}
+	return b.raise(ctx, t, shard)
+}
+
+// raise reads the fence's record shard from the stream's leader and, when
+// it holds a token older than t, raises it to t by a write conditioned on
+// the record read. It returns the record's revision at t.
+func (b *Bucket) raise(ctx context.Context, t uint64, shard int) (uint64, error) {
+	token := fenceShard(shard)
+	for round := range fenceRounds {
+		if round > 0 {
+			if err := Settle(ctx, round-1); err != nil {
+				return 0, err
+			}
+		}
+		m, err := b.LastMsg(ctx, token)
+		if err != nil {
+			return 0, err
+		}
+		var held uint64
+		if m.Seq != 0 {
+			if held, err = strconv.ParseUint(m.Header.Get(headerFence), 10, 64); err != nil {
+				return 0, fmt.Errorf("the fence record %s of bucket %s (revision %d) holds no token: %w", token, b.name, m.Seq, err)
+			}
+			b.remember(shard, held, m.Seq)
+		}
+		switch {
+		case m.Seq != 0 && held == t:
+			return m.Seq, nil
+		case held > t:
+			return 0, b.refuseOlder(t, held)
+		}
+		msg := nats.NewMsg(b.Subject(token))
+		msg.Header.Set(headerFence, strconv.FormatUint(t, 10))
+		expect := m.Seq
+		seq, err := b.publish(ctx, token, msg, &expect, nil)
+		if err == nil {
+			b.remember(shard, t, seq)
+			return seq, nil
+		}
+		if !errors.Is(err, ErrConflict) {
+			return 0, fmt.Errorf("raise the fence of bucket %s to %d: %w", b.name, t, err)
+		}
+	}
+	return 0, fmt.Errorf("the fence of bucket %s moved %d times while raising it to %d: %w", b.name, fenceRounds, t, ports.ErrConflict)
+}
+
+// remember keeps the fence's record shard at seq holding token, unless a
+// later one is known.
+func (b *Bucket) remember(shard int, token, seq uint64) {
+	b.fenceMu.Lock()
+	defer b.fenceMu.Unlock()
+	if seq > b.fence[shard].seq {
+		b.fence[shard] = fenceRecord{token: token, seq: seq}
+	}
+}
+
+// refuseOlder is the refusal of a write of term t by a bucket fenced at
+// held.
+func (b *Bucket) refuseOlder(t, held uint64) error {
+	return fmt.Errorf("bucket %s is fenced at term %d, the write's term is %d: %w", b.name, held, t, ports.ErrFenced)
+}
+
+// Fence checks, and raises, the fence for the fencing token ctx carries,
+// as a write would, without writing: a call of a newer term that writes
+// nothing (a SetIfAbsent of a key that holds a value) fences the older
+// terms all the same, and a call of an older term fails with
+// ports.ErrFenced. Without a token, or on a bucket that is not fenced, it
+// does nothing.
+func (b *Bucket) Fence(ctx context.Context) error {
+	t, ok := ports.FencingToken(ctx)
+	if !b.fenced || !ok {
+		return nil
+	}
+	ctx, cancel := callContext(ctx)
+	defer cancel()
+	_, err := b.fenceAt(ctx, t, 0, 0)
+	return err
+}
+
+// write publishes m to the key token, conditioned like publish on expect
+// and, on a fenced bucket under a fencing token, on the fence at that
+// token. A conflict is told apart by reading the fence again: moved, the
+// write is tried again on the new record; not moved, the key's own
+// revision moved.
+func (b *Bucket) write(ctx context.Context, token string, m *nats.Msg, expect *uint64) (uint64, error) {
+	t, ok := ports.FencingToken(ctx)
+	if !b.fenced || !ok {
+		return b.publish(ctx, token, m, expect, nil)
+	}
+	ctx, cancel := callContext(ctx)
+	defer cancel()
+	shard := shardOf(token)
+	if b.idle != nil {
+		select {
+		case shard = <-b.idle:
+		case <-ctx.Done():
+			return 0, fmt.Errorf("wait for a fence record no other write holds: %w", ctx.Err())
+		}
+		defer func() { b.idle <- shard }()
+	}
+	var stale uint64
+	for range fenceRounds {
+		seq, err := b.fenceAt(ctx, t, shard, stale)
+		if err != nil {
+			return 0, err
+		}
+		rev, err := b.publish(ctx, token, m, expect, &fenceCheck{shard: shard, seq: seq})
+		if !errors.Is(err, ErrConflict) {
+			return rev, err
+		}
+		now, ferr := b.LastMsg(ctx, fenceShard(shard))
+		if ferr != nil {
+			return 0, fmt.Errorf("%w (then reading the fence failed: %w)", err, ferr)
+		}
+		if now.Seq == seq {
+			return 0, err
+		}
+		stale = seq
+	}
+	return 0, fmt.Errorf("the fence moved %d times while writing: %w", fenceRounds, ports.ErrConflict)
+}
+
+// fenceCheck is the fence record a write expects: the record shard at
+// revision seq.
+type fenceCheck struct {
+	shard int
+	seq   uint64
+}
+
+// sendFenced sends one attempt of m, under the message id id, conditioned
+// on the fence record fence and, with expect, on the key's revision:
+// then as an atomic batch whose first message is a copy of the write that
+// expects the key's revision, and whose second, the commit, is the write
+// that expects the fence's. The key keeps one message, so the commit is
+// what stays, and its sequence is the write's revision.
+func (b *Bucket) sendFenced(ctx context.Context, m *nats.Msg, id string, expect *uint64, fence fenceCheck) (*jetstream.PubAck, error) {
+	opts := []jetstream.PublishOpt{
+		jetstream.WithMsgID(id), jetstream.WithRetryAttempts(0),
+		jetstream.WithExpectLastSequenceForSubject(fence.seq, b.Subject(fenceShard(fence.shard))),
+	}
+	if expect == nil {
+		return b.js.PublishMsg(ctx, copyMsg(m), opts...)
+	}
+	batch := nuid.Next()
+	first := copyMsg(m)
+	first.Header.Set(headerBatchID, batch)
+	first.Header.Set(headerBatchSeq, "1")
+	first.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(*expect, 10))
+	if err := b.nc.PublishMsg(first); err != nil {
+		return nil, err
+	}
+	commit := copyMsg(m)
+	commit.Header.Set(headerBatchID, batch)
+	commit.Header.Set(headerBatchSeq, "2")
+	commit.Header.Set(headerBatchCommit, "1")
+	return b.js.PublishMsg(ctx, commit, opts...)
+}
+
+// copyMsg is m without the headers a sending adds.
+func copyMsg(m *nats.Msg) *nats.Msg {
+	c := nats.NewMsg(m.Subject)
+	c.Data = m.Data
+	for k, v := range m.Header {
+		switch k {
+		case jetstream.MsgIDHeader, jetstream.ExpectedLastSubjSeqHeader, headerExpectedSubject:
+		default:
+			c.Header[k] = v
+		}
+	}
+	return c
+}
+
+// allowAtomic turns on atomic batches on a fenced bucket's stream made
+// without them (before fences, or by another client), and refuses a
+// stream that still has none after: a broker before nats-server 2.12
+// drops the setting, and would store a batch's messages one by one, the
+// first of them unfenced.
+func allowAtomic(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, c Config, k kind, sc jetstream.StreamConfig) (jetstream.StreamConfig, error) {
+	for attempt := 0; !sc.AllowAtomicPublish; attempt++ {
+		want := sc
+		want.AllowAtomicPublish = true
+		actx, cancel := context.WithTimeout(ctx, 2*attemptTimeout)
+		before := nc.LastError()
+		info, err := js.UpdateStream(actx, want)
+		cancel()
+		if err == nil {
+			if !info.CachedInfo().Config.AllowAtomicPublish {
+				return sc, fmt.Errorf("jetstream bucket %s: the broker did not keep atomic batches (allow_atomic) on its stream, which a fenced store needs; nats-server 2.12 or later keeps them: %w",
+					c.Bucket, ports.ErrInvalidArgument)
+			}
+			return info.CachedInfo().Config, nil
+		}
+		if rerr := refused(nc, before, k); rerr != nil {
+			return sc, fmt.Errorf("jetstream bucket %s: a fenced store needs atomic batches (allow_atomic) on its stream %s, which was made without them; allow the engine's user $JS.API.STREAM.UPDATE.%s once, or set allow_atomic on the stream: %w",
+				c.Bucket, k.stream, k.stream, rerr)
+		}
+		if !transient(err) || ctx.Err() != nil {
+			return sc, fmt.Errorf("jetstream bucket %s: turn on atomic batches (allow_atomic): %w", c.Bucket, err)
+		}
+		if perr := pause(ctx, attempt); perr != nil {
+			return sc, fmt.Errorf("jetstream bucket %s: turn on atomic batches (allow_atomic): %w", c.Bucket, err)
+		}
+	}
+	return sc, nil
+}

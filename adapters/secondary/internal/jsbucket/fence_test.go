@@ -1,0 +1,127 @@
+package jsbucket
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/abi-engine/engine/internal/natstest"
+	"github.com/abi-engine/engine/ports"
+)
+
+// A bucket made before its store was fenced has no atomic batches, which
+// a fenced conditional write needs: OpenFenced turns them on, and a write
+// of an older term is then refused without changing the key.
+func TestABucketMadeWithoutAtomicBatchesGetsThemWhenOpenedFenced(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	js, err := jetstream.New(natstest.Connect(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(t.Context(), keyValueStream(Config{Bucket: "OLD", Replicas: 1}, "made before fences")); err != nil {
+		t.Fatal(err)
+	}
+	b, err := OpenFenced(t.Context(), natstest.Connect(t, url), Config{Bucket: "OLD"}, "test")
+	if err != nil {
+		t.Fatalf("OpenFenced of a bucket without atomic batches: %v", err)
+	}
+	s, err := js.Stream(t.Context(), "KV_OLD")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.CachedInfo().Config.AllowAtomicPublish {
+		t.Fatal("the stream still has no atomic batches")
+	}
+	rev, err := b.Put(ports.WithFencingToken(t.Context(), 7), "k", []byte("new"), 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = b.Put(ports.WithFencingToken(t.Context(), 6), "k", []byte("old"), 0, &rev)
+	if !errors.Is(err, ports.ErrFenced) {
+		t.Fatalf("a conditional write of an older term: %v, want ErrFenced", err)
+	}
+	if last, err := b.Last(t.Context(), "k"); err != nil || string(last.Value) != "new" || last.Revision != rev {
+		t.Fatalf("the key holds %q at %d (%v); want the newer term's %q at %d", last.Value, last.Revision, err, "new", rev)
+	}
+}
+
+// A bucket without atomic batches whose stream the engine's user may not
+// update cannot be fenced: OpenFenced fails at once, naming the
+// permission, rather than open a store that would not keep its fence.
+func TestOpenFencedOfABucketWithoutAtomicBatchesByAUserThatMayNotUpdateItFailsNamingThePermission(t *testing.T) {
+	url, _ := natstest.MarkedBucket(t, "PLAIN")
+	_, err := OpenFenced(t.Context(), natstest.Connect(t, url, nats.UserInfo("engine", "engine")), Config{Bucket: "PLAIN"}, "test")
+	if !errors.Is(err, ErrPermission) || !strings.Contains(err.Error(), "$JS.API.STREAM.UPDATE.KV_PLAIN") {
+		t.Fatalf("OpenFenced: %v; want ErrPermission naming $JS.API.STREAM.UPDATE.KV_PLAIN", err)
+	}
+}
+
+// A fenced conditional write goes as an atomic batch. When its
+// acknowledgement comes too late, it is sent again as a batch of its own,
+// whose first message the stream refuses on the key's revision, since the
+// write moved it: the write was stored all the same, and Put reports it
+// done at its revision, also when another write followed it.
+func TestAFencedConditionalWriteStoredBeforeAnotherIsDoneThoughItsAcknowledgementCameTooLate(t *testing.T) {
+	s := natstest.StartServer(t)
+	proxy := startHoldingProxy(t, s.Addr().String())
+	b, err := OpenFenced(t.Context(), natstest.Connect(t, proxy.url()), Config{Bucket: "LATEF"}, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	term := ports.WithFencingToken(t.Context(), 3)
+	first, err := b.Put(term, "k", []byte("first"), 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(natstest.Connect(t, s.ClientURL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := js.KeyValue(t.Context(), "LATEF")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	const commit = "Nats-Batch-Commit"
+	sentBefore := proxy.count(commit)
+	proxy.holdReplies()
+	type result struct {
+		rev uint64
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		rev, err := b.Put(term, "k", []byte("ours"), 0, &first)
+		done <- result{rev, err}
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	var ours uint64
+	for ours == 0 {
+		if e, err := other.Get(t.Context(), "k"); err == nil && string(e.Value()) == "ours" {
+			ours = e.Revision()
+		} else if time.Now().After(deadline) {
+			t.Fatal("our write was never stored")
+		} else {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	if _, err := other.Put(t.Context(), "k", []byte("theirs")); err != nil {
+		t.Fatal(err)
+	}
+	for proxy.count(commit) < sentBefore+2 {
+		if time.Now().After(deadline) {
+			t.Fatal("the write was never sent again")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	proxy.release()
+
+	got := <-done
+	if got.err != nil || got.rev != ours {
+		t.Fatalf("Put of a write stored at revision %d returned revision %d, %v; want it done at %d", ours, got.rev, got.err, ours)
+	}
+}
