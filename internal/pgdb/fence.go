@@ -103,23 +103,65 @@ func NewFenced(pool *pgxpool.Pool, scope string) Fenced { return Fenced{pool: po
 func (f Fenced) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
 	token, ok := ports.FencingToken(ctx)
 	if !ok {
-		return f.pool.Exec(ctx, sql, args...)
+		c, err := f.conn(ctx)
+		if err != nil {
+			return pgconn.CommandTag{}, err
+		}
+		defer c.Release()
+		return c.Exec(ctx, sql, args...)
 	}
-	br, err := f.send(ctx, token, sql, args)
+	var tag pgconn.CommandTag
+	err := f.checked(ctx, token, sql, args, func(br pgx.BatchResults) (err error) {
+		tag, err = br.Exec()
+		return err
+	})
+	return tag, err
+}
+
+// conn takes a connection from the pool for a write. A write that gets
+// none, its context having ended while it waited for one to come free or
+// a new one having failed to open, was never sent: it fails as
+// ports.ErrNotDone. The pool's own Exec, QueryRow and SendBatch would
+// fail it with the context's error alone, as one cancelled in flight.
+func (f Fenced) conn(ctx context.Context) (*pgxpool.Conn, error) {
+	c, err := f.pool.Acquire(ctx)
 	if err != nil {
-		return pgconn.CommandTag{}, err
+		return nil, fmt.Errorf("%w: no connection to send the write on: %w", ports.ErrNotDone, err)
 	}
+	return c, nil
+}
+
+// checked runs a write statement after the check of the fence for token,
+// in one batch, so in one round trip and one transaction; read reads the
+// statement's result.
+func (f Fenced) checked(ctx context.Context, token uint64, sql string, args []any, read func(pgx.BatchResults) error) error {
+	term, err := bigint(token)
+	if err != nil {
+		return err
+	}
+	c, err := f.conn(ctx)
+	if err != nil {
+		return err
+	}
+	b := &pgx.Batch{}
+	b.Queue(checkSQL, f.scope, term)
+	b.Queue(sql, args...)
+	br := c.SendBatch(ctx, b)
 	if err := fenceResult(br); err != nil {
 		_ = br.Close()
-		return pgconn.CommandTag{}, err
+		c.Release()
+		return err
 	}
-	tag, err := br.Exec()
+	err = read(br)
 	// The batch commits at its end, which Close reads: a write is done
 	// only once Close has said so.
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
-	return tag, f.failed(ctx, token, err)
+	// Released before failed raises the fence, which takes a connection
+	// of its own.
+	c.Release()
+	return f.failed(ctx, token, err)
 }
 
 // failed passes on err, the outcome of a write that ran after its check.
@@ -137,11 +179,8 @@ func (f Fenced) failed(ctx context.Context, token uint64, err error) error {
 // QueryRow runs one write statement that returns a row; the statement runs
 // when the row is scanned.
 func (f Fenced) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	token, ok := ports.FencingToken(ctx)
-	if !ok {
-		return f.pool.QueryRow(ctx, sql, args...)
-	}
-	return fencedRow{f: f, ctx: ctx, token: token, sql: sql, args: args}
+	token, termed := ports.FencingToken(ctx)
+	return fencedRow{f: f, ctx: ctx, token: token, termed: termed, sql: sql, args: args}
 }
 
 // Raise moves the fence up to token on its own, in a transaction of its
@@ -155,17 +194,6 @@ func (f Fenced) Raise(ctx context.Context, token uint64) error {
 	}
 	_, err = f.pool.Exec(ctx, checkSQL, f.scope, term)
 	return fencedError(err)
-}
-
-func (f Fenced) send(ctx context.Context, token uint64, sql string, args []any) (pgx.BatchResults, error) {
-	term, err := bigint(token)
-	if err != nil {
-		return nil, err
-	}
-	b := &pgx.Batch{}
-	b.Queue(checkSQL, f.scope, term)
-	b.Queue(sql, args...)
-	return f.pool.SendBatch(ctx, b), nil
 }
 
 // bigint is token as the fence stores it. A token beyond PostgreSQL's
@@ -207,25 +235,24 @@ func fencedError(err error) error {
 }
 
 type fencedRow struct {
-	f     Fenced
-	ctx   context.Context
-	token uint64
-	sql   string
-	args  []any
+	f      Fenced
+	ctx    context.Context
+	token  uint64
+	termed bool
+	sql    string
+	args   []any
 }
 
 func (r fencedRow) Scan(dest ...any) error {
-	br, err := r.f.send(r.ctx, r.token, r.sql, r.args)
-	if err != nil {
-		return err
+	if !r.termed {
+		c, err := r.f.conn(r.ctx)
+		if err != nil {
+			return err
+		}
+		defer c.Release()
+		return c.QueryRow(r.ctx, r.sql, r.args...).Scan(dest...)
 	}
-	if err := fenceResult(br); err != nil {
-		_ = br.Close()
-		return err
-	}
-	err = br.QueryRow().Scan(dest...)
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
-	return r.f.failed(r.ctx, r.token, err)
+	return r.f.checked(r.ctx, r.token, r.sql, r.args, func(br pgx.BatchResults) error {
+		return br.QueryRow().Scan(dest...)
+	})
 }

@@ -187,3 +187,61 @@ func TestABatchWhoseFenceCheckWaitedTooLongIsNotSentAgainSetBySet(t *testing.T) 
 		}
 	}
 }
+
+// A write whose context ends while it waits for a connection to come free
+// was never sent: it fails as ports.ErrNotDone, under a term (its check of
+// the fence and it going in one batch) or not, a batch of sets as a lone
+// write. The pool's one connection is held throughout, so each write can
+// only give up; the key keeps its value.
+func TestAWriteWhoseContextEndedWaitingForAConnectionIsNotDone(t *testing.T) {
+	dsn := testenv.Lookup(t, "ENGINE_TEST_PG_DSN", "PostgreSQL", false)
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("pool_max_conns", "1")
+	u.RawQuery = q.Encode()
+	table := pgtest.Table(t, dsn, "kvnofree")
+	s, termed, _ := openWithKeyToHold(t, dsn, u.String(), table, 5)
+	held, err := s.pool.Acquire(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	writes := map[string]func(ctx context.Context) error{
+		"SetIfAbsent": func(ctx context.Context) error {
+			_, err := s.SetIfAbsent(ctx, "new", []byte("v1"), 0)
+			return err
+		},
+		"Delete": func(ctx context.Context) error {
+			_, err := s.Delete(ctx, "held")
+			return err
+		},
+		"DeleteIfValue": func(ctx context.Context) error {
+			_, err := s.DeleteIfValue(ctx, "held", []byte("v0"))
+			return err
+		},
+		"batch of sets": func(ctx context.Context) error {
+			var at term
+			at.token, at.termed = ports.FencingToken(ctx)
+			return s.writeSets(ctx, at, []*setReq{{ctx: ctx, key: "held", value: []byte("v1")}})
+		},
+	}
+	for under, base := range map[string]context.Context{"under a term": termed, "with no term": t.Context()} {
+		for name, write := range writes {
+			ctx, cancel := context.WithTimeout(base, 100*time.Millisecond)
+			err := write(ctx)
+			cancel()
+			if !errors.Is(err, ports.ErrNotDone) || !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("a %s %s, given up waiting for a connection: %v, want ErrNotDone and the context's error", name, under, err)
+			}
+		}
+	}
+	held.Release()
+	if v, err := s.Get(termed, "held"); err != nil || string(v) != "v0" {
+		t.Fatalf("the key after writes never sent = %q, %v; want v0", v, err)
+	}
+	if ok, err := s.Exists(termed, "new"); err != nil || ok {
+		t.Fatalf("a SetIfAbsent never sent wrote its key: %v, %v", ok, err)
+	}
+}
