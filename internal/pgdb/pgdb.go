@@ -36,6 +36,11 @@ func Open(ctx context.Context, what, dsn, table, schema string) (*pgxpool.Pool, 
 	if err != nil {
 		return nil, fmt.Errorf("%s: dsn: %w: %w", what, ports.ErrInvalidArgument, err)
 	}
+	// A connection whose server's host stops answering is closed within
+	// deadHost, and the statement on it fails: a write's outcome is then
+	// unknown, never not done, since its bytes were sent.
+	cfg.ConnConfig.DialFunc = dialer(cfg.ConnConfig.ConnectTimeout).DialContext
+
 	// The stores' statements are written for READ COMMITTED: a statement
 	// that waits for another transaction's row then reads the row that
 	// transaction committed, so racers on a key queue on its lock and the

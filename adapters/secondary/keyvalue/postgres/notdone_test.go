@@ -245,3 +245,42 @@ func TestAWriteWhoseContextEndedWaitingForAConnectionIsNotDone(t *testing.T) {
 		t.Fatalf("a SetIfAbsent never sent wrote its key: %v, %v", ok, err)
 	}
 }
+
+// A write sent on a connection whose network then drops every packet,
+// with no reset, fails within a bound, where the kernel would retry its
+// bytes for about a quarter of an hour and an engine's call, which has no
+// deadline, wait as long, holding the connection. Its bytes were sent, so
+// its outcome is unknown: it is never not done.
+func TestAWriteIntoANetworkThatWentDarkFailsUnknownWithinABound(t *testing.T) {
+	dsn := testenv.Lookup(t, "ENGINE_TEST_PG_DSN", "PostgreSQL", false)
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := u.Port()
+	if port == "" {
+		port = "5432"
+	}
+	addr, cut := pgtest.Blackhole(t, net.JoinHostPort(u.Hostname(), port))
+	u.Host = addr
+	q := u.Query()
+	q.Set("pool_max_conns", "1") // the write goes on the connection Open made
+	u.RawQuery = q.Encode()
+	table := pgtest.Table(t, dsn, "kvdark")
+	s, termed, _ := openWithKeyToHold(t, dsn, u.String(), table, 5)
+
+	cut()
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.SetIfAbsent(termed, "new", []byte("v1"), 0)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil || errors.Is(err, ports.ErrNotDone) {
+			t.Fatalf("a write sent into a network gone dark: %v, want its outcome unknown", err)
+		}
+	case <-time.After(5 * time.Minute):
+		t.Fatal("a write sent into a network gone dark has not failed after 5 minutes")
+	}
+}
