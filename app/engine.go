@@ -203,8 +203,8 @@ func (e *Engine) Ready() bool {
 }
 
 // Alive reports whether the engine is not stuck: false only while it holds
-// the lease and its keeper has heard no renewal's answer for
-// domain.StalledAfter leases (domain.Ownership.Stalled). A client, a
+// the lease and its keeper has heard the store answer none of its calls
+// for domain.StalledAfter leases (domain.Ownership.Stalled). A client, a
 // standby, a holder fenced for want of the store or waiting out a key made
 // anew, and an engine that released the lease are alive.
 func (e *Engine) Alive() bool {

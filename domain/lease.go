@@ -5,6 +5,10 @@ import (
 	"time"
 )
 
+// LeaseCallOverrun is how long a Lease call may run past its context's
+// deadline (see Lease).
+const LeaseCallOverrun = 2 * time.Second
+
 // Record is the lease key as a store last reported it.
 type Record struct {
 	// Holder is the stored value; zero when the key holds none.
@@ -27,6 +31,12 @@ func (r Record) Deleted() bool { return !r.Present && r.Revision > 0 }
 // Lease is the store behind the ownership lease: one key, changed only by
 // compare-and-swap on its revision. The ports package names it for adapters;
 // it is declared here because the state machine is its consumer.
+//
+// Every call returns by its context's deadline, or at most LeaseCallOverrun
+// after it (after the call began, if that is later): a store may need that
+// long past the deadline to learn why a call went unanswered and to repair
+// what it can, as the JetStream lease does when its bucket is gone. The
+// liveness check counts on that bound (Ownership.Stalled).
 type Lease interface {
 	// Read returns the current record.
 	Read(ctx context.Context) (Record, error)

@@ -112,7 +112,8 @@ type Ownership struct {
 		msg string
 	}
 	// keeping is true while the keeper runs, and answeredAt is when it
-	// started or last heard a renewal's answer, good or bad (Stalled).
+	// started or last heard the store answer a call, good or bad: a
+	// renewal's, or one step of it (Stalled).
 	keeping    bool
 	answeredAt time.Time
 	keepCancel context.CancelFunc
@@ -135,7 +136,8 @@ func NewOwnership(lease Lease, me Holder, timing Timing, opts ...Option) (*Owner
 	// The record says which lease the holder renews by, so a contender
 	// configured for a shorter one waits for this one's.
 	me.Lease = timing.Lease
-	o := &Ownership{lease: lease, me: me, timing: timing, lost: make(chan struct{})}
+	o := &Ownership{me: me, timing: timing, lost: make(chan struct{})}
+	o.lease = answering{Lease: lease, o: o}
 	for _, opt := range opts {
 		opt(o)
 	}
@@ -212,25 +214,74 @@ func (o *Ownership) HandedOver() bool {
 	return o.handedOver
 }
 
-// StalledAfter is how many leases a holder's keeper may go without a
-// renewal's answer before Stalled says it is stuck.
+// StalledAfter is how many leases a holder's keeper may go without hearing
+// the store answer a call before Stalled says it is stuck.
 const StalledAfter = 3
 
 // Stalled reports whether the engine holds the lease and its keeper has
-// heard no answer to a renewal, good or bad, for StalledAfter leases. A
-// keeper that turns hears one at least every half lease, whether the store
-// answers or not: each renewal is cut off after a quarter lease, and the
-// next starts at most a quarter lease after the last began. So a holder
-// that is fenced because the store is out of reach, or that waits out its
-// hold of a key made anew, is not stalled; one whose keeper waits on a call
-// that ignores its cut-off, or on an observer that blocks, is. It neither
-// serves nor renews, and only a restart frees the lease for a standby
-// sooner than its stop would. A standby, a client, and an engine that
-// released or lost the lease are never stalled: they keep no lease.
+// heard the store answer no call, good or bad, for StalledAfter leases.
+// Each call a renewal makes counts as it returns, not only the renewal's
+// end: a renewal may make several (an update, a read, the longest lease's
+// raise, a create, another read), each allowed LeaseCallOverrun past the
+// renewal's cut-off, so a renewal that turns may take longer than
+// StalledAfter short leases as a whole. A keeper that turns hears an
+// answer at least every half lease and LeaseCallOverrun: the next renewal
+// starts at most a quarter lease after the last answer, its calls are cut
+// off a quarter lease after it starts, and each returns at most
+// LeaseCallOverrun after its cut-off or its own start. That is under
+// StalledAfter leases for every lease from MinLease on, which
+// the constant below holds at compile time. So a holder that is
+// fenced because the store is out of reach, or that waits out its hold of
+// a key made anew, is not stalled; one whose keeper waits on a call that
+// ignores that bound, or on an observer that blocks, is. It neither serves
+// nor renews, and only a restart frees the lease for a standby sooner than
+// its stop would. A standby, a client, and an engine that released or lost
+// the lease are never stalled: they keep no lease.
 func (o *Ownership) Stalled() bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.keeping && o.clock.Now().Sub(o.answeredAt) >= StalledAfter*o.timing.Lease
+}
+
+// The package does not compile unless a keeper that turns, with the
+// shortest lease, is heard within StalledAfter leases (see Stalled): a
+// negative constant has no uint64 value.
+const _ = uint64(StalledAfter*MinLease - MinLease/2 - LeaseCallOverrun - 1)
+
+// heard notes that the store answered a call.
+func (o *Ownership) heard() {
+	now := o.clock.Now()
+	o.mu.Lock()
+	o.answeredAt = now
+	o.mu.Unlock()
+}
+
+// answering is the store as the Ownership calls it: each call that returns,
+// with an answer or an error, is heard (Stalled). Only a keeper's hearing
+// counts; the rest of the calls note it for nothing.
+type answering struct {
+	Lease
+	o *Ownership
+}
+
+func (a answering) Read(ctx context.Context) (Record, error) {
+	defer a.o.heard()
+	return a.Lease.Read(ctx)
+}
+
+func (a answering) Create(ctx context.Context, h Holder) (uint64, error) {
+	defer a.o.heard()
+	return a.Lease.Create(ctx, h)
+}
+
+func (a answering) Update(ctx context.Context, h Holder, rev uint64) (uint64, error) {
+	defer a.o.heard()
+	return a.Lease.Update(ctx, h, rev)
+}
+
+func (a answering) Advertise(ctx context.Context, d time.Duration) (time.Duration, error) {
+	defer a.o.heard()
+	return a.Lease.Advertise(ctx, d)
 }
 
 // Lost is closed when another engine takes the lease from this one; the

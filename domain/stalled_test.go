@@ -2,6 +2,7 @@ package domain_test
 
 import (
 	"context"
+	"log/slog"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -98,5 +99,92 @@ func TestOnlyAHolderWhoseKeeperStopsTurningIsStalled(t *testing.T) {
 				t.Fatal("an engine that released the lease is stalled")
 			}
 		})
+	})
+}
+
+// lateAnswers is a lease whose calls, once slowed, each answer lag after
+// they begin, past their cut-off, as a store that checks why a call went
+// unanswered may (domain.LeaseCallOverrun).
+type lateAnswers struct {
+	domain.Lease
+	lag  time.Duration
+	slow atomic.Bool
+}
+
+func (l *lateAnswers) wait() {
+	if l.slow.Load() {
+		time.Sleep(l.lag)
+	}
+}
+
+func (l *lateAnswers) Read(ctx context.Context) (domain.Record, error) {
+	defer l.wait()
+	return l.Lease.Read(context.WithoutCancel(ctx))
+}
+
+func (l *lateAnswers) Create(ctx context.Context, h domain.Holder) (uint64, error) {
+	defer l.wait()
+	return l.Lease.Create(context.WithoutCancel(ctx), h)
+}
+
+func (l *lateAnswers) Update(ctx context.Context, h domain.Holder, rev uint64) (uint64, error) {
+	defer l.wait()
+	return l.Lease.Update(context.WithoutCancel(ctx), h, rev)
+}
+
+func (l *lateAnswers) Advertise(ctx context.Context, d time.Duration) (time.Duration, error) {
+	defer l.wait()
+	return l.Lease.Advertise(context.WithoutCancel(ctx), d)
+}
+
+// A renewal that finds its key deleted makes four calls (the update, a
+// read, the longest lease's raise, the create), and each may answer up to
+// LeaseCallOverrun past the renewal's cut-off: with a one-second lease
+// that renewal takes more than three leases while its keeper turns. Before
+// the fix only a renewal's end counted as an answer, so the holder was
+// stalled and the liveness probe restarted it.
+func TestAHolderWhoseRenewalTakesLongerThanThreeLeasesInAnsweredStepsIsNotStalled(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := usedStore(t)
+		lag := L * 9 / 10
+		if lag >= domain.LeaseCallOverrun {
+			t.Fatalf("a lag of %v is past what a call may take, %v", lag, domain.LeaseCallOverrun)
+		}
+		// The Ownership calls the slow view itself: a view that gives up
+		// at the cut-off would hide the lag.
+		view := &lateAnswers{Lease: store, lag: lag}
+		me := domain.Holder{InstanceID: domain.NewInstanceID(), Host: "host-a"}
+		var longest atomic.Int64 // the longest renewal, in nanoseconds
+		o, err := domain.NewOwnership(view, me, testTiming(), domain.WithLogger(slog.New(slog.DiscardHandler)),
+			domain.WithRenewalObserver(func(_ bool, took time.Duration) {
+				longest.Store(max(longest.Load(), int64(took)))
+			}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out, err := o.Claim(context.Background(), domain.RoleServe); err != nil || out != domain.OutcomeServe {
+			t.Fatalf("Claim = %v, %v; want serve", out, err)
+		}
+		if err := store.Delete(context.Background(), o.Record().Revision); err != nil {
+			t.Fatal(err)
+		}
+		view.slow.Store(true)
+		for range 6 * 8 {
+			time.Sleep(L / 8)
+			if o.Stalled() {
+				t.Errorf("a holder whose renewal's calls each answer within their bound is stalled (%s)", o.State())
+				break
+			}
+		}
+		if o.State() != domain.StateFenced {
+			t.Errorf("state %s; want fenced, waiting out the key it made anew", o.State())
+		}
+		if took := time.Duration(longest.Load()); !t.Failed() && took < domain.StalledAfter*L {
+			t.Errorf("the longest renewal took %v; the test needs one longer than %d leases", took, domain.StalledAfter)
+		}
+		view.slow.Store(false)
+		if err := o.Release(context.Background()); err != nil {
+			t.Error(err)
+		}
 	})
 }

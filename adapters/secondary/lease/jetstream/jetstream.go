@@ -337,8 +337,11 @@ func firstRevisionAnew(highest uint64, now time.Time) uint64 {
 }
 
 // bucketCheck bounds the calls that find out whether the bucket is gone and
-// make it anew.
-const bucketCheck = 2 * time.Second
+// make it anew: the time a lease call may run past its context's deadline
+// (domain.LeaseCallOverrun), which the liveness check counts on. Each
+// check has it whole, so a call that checks more than once can run past
+// it: Advertise, after it made the bucket anew and read again.
+const bucketCheck = domain.LeaseCallOverrun
 
 // value is the JSON stored under the key.
 type value struct {
