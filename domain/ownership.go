@@ -534,6 +534,9 @@ func (o *Ownership) acquire(ctx context.Context, rec Record) (bool, error) {
 	}
 	start := o.clock.Now()
 	serveFrom := start
+	// renewedAt is when the write of our record began, which the lease is
+	// counted from.
+	renewedAt := start
 	// A key with no value says nothing of who served last: it was deleted,
 	// purged, or its bucket made anew, and a holder that renewed just
 	// before may serve on until half a lease after its last renewal. Our
@@ -567,6 +570,13 @@ func (o *Ownership) acquire(ctx context.Context, rec Record) (bool, error) {
 		}
 		o.log.Info("took the lease; the reply to the write was lost", "revision", cur.Revision)
 		rev = cur.Revision
+		// The record may be the write of an earlier attempt whose reply
+		// was lost too, and which landed long before this one began: a
+		// contender that saw it land counts its lease of silence from
+		// then. When it landed is unknown, so it counts for nothing: the
+		// engine serves once a renewal of its own has landed, which a
+		// contender that saw the record has not yet taken over.
+		renewedAt = start.Add(-o.timing.Fence())
 	}
 	if quarantine {
 		// Counted from now, when the write is known to have landed: the
@@ -603,7 +613,7 @@ func (o *Ownership) acquire(ctx context.Context, rec Record) (bool, error) {
 	o.serving = make(chan struct{})
 	serving, done := o.serving, o.keepDone
 	o.mu.Unlock()
-	go o.keep(kctx, start, serveFrom)
+	go o.keep(kctx, renewedAt, serveFrom)
 
 	select {
 	case <-serving:
