@@ -11,6 +11,7 @@ import (
 	"maps"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -141,7 +142,7 @@ func (c *Client) request(ctx context.Context, subject string, data []byte, heade
 		// Each attempt tells the engine how long it is still waited for,
 		// so that a store waiting on a lock gives up in time to say it
 		// did nothing, rather than past the deadline, a timeout (504).
-		msg.Header.Set(wire.WaitHeader, strconv.FormatInt(max(0, time.Until(deadline).Milliseconds()), 10))
+		msg.Header[wire.WaitHeader] = sentWaits.value(max(0, time.Until(deadline).Milliseconds()))
 		reply, err := c.nc.RequestMsgWithContext(ctx, msg)
 		if err == nil {
 			err = wire.ErrorFromHeaders(reply.Header.Get(wire.ErrorCodeHeader), reply.Header.Get(wire.ErrorHeader))
@@ -162,6 +163,33 @@ func (c *Client) request(ctx context.Context, subject string, data []byte, heade
 			return nil, fmt.Errorf("%s: %w", subject, err)
 		}
 	}
+}
+
+// sentWaits keeps the Abi-Wait values sent lately, shared by every Client.
+var sentWaits waitValues
+
+// waitValues keeps a header value of Abi-Wait for each of a few numbers of
+// milliseconds, the last sent that fell in its slot. Callers mostly wait
+// the same timeout, so most attempts find their value already made and
+// set the header without allocating, where formatting it anew took one
+// allocation and the header's slice another. A value is only ever read,
+// here and by nats.go as it encodes the header, so calls share it.
+type waitValues [16]atomic.Pointer[waitValue]
+
+type waitValue struct {
+	ms    int64
+	value [1]string
+}
+
+// value is the header value saying ms milliseconds, ms >= 0.
+func (w *waitValues) value(ms int64) []string {
+	slot := &w[ms%int64(len(w))]
+	if v := slot.Load(); v != nil && v.ms == ms {
+		return v.value[:]
+	}
+	v := &waitValue{ms: ms, value: [1]string{strconv.FormatInt(ms, 10)}}
+	slot.Store(v)
+	return v.value[:]
 }
 
 // backoff paces the resends of one call: RetryFirst, doubling up to
