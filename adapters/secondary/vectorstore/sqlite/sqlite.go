@@ -84,6 +84,13 @@ type Store struct {
 	log       *slog.Logger
 	fetch     *sql.Stmt
 	fence     *sqlitedb.Fence
+	// writes holds a token while a write of the handle runs. The writes
+	// of a handle queue for it in the order they came, under their own
+	// contexts, rather than each on a connection of its own at the file's
+	// lock, whose busy handler serves no one in turn: it polls, up to
+	// 100 ms apart, so a write that had waited longest lost the lock to
+	// each newcomer, for as long as writes kept coming.
+	writes chan struct{}
 
 	mu      sync.Mutex
 	indexes map[string]*cached
@@ -116,6 +123,7 @@ type syncHooks struct {
 	catchUp  func(ctx context.Context, name string) // a sync or a load holds the index and reads the collection into it, until ctx ends
 	applying func(name string)                      // a write of the handle holds the index's turn and goes on to give it its change
 	wait     func(name string)                      // a call found the index's turn taken and waits for it
+	writing  func()                                 // a write of the handle has come, and waits for its turn to write
 }
 
 // cached is a handle's index of one collection and the point of the file's
@@ -276,7 +284,7 @@ func open(ctx context.Context, c Config, hooks syncHooks) (*Store, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Store{db: db, threshold: c.IndexThreshold, log: log, indexes: map[string]*cached{}, upserts: map[int]*sql.Stmt{}, hooks: hooks}
+	s := &Store{db: db, threshold: c.IndexThreshold, log: log, indexes: map[string]*cached{}, upserts: map[int]*sql.Stmt{}, writes: make(chan struct{}, 1), hooks: hooks}
 	if err := s.prepare(ctx, c.Path); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("vector_store sqlite: %q: %w", c.Path, err)
@@ -1008,8 +1016,19 @@ func collection(ctx context.Context, q querier, name string) (int, ports.Metric,
 // the call's answer is due (sqlitedb.LockWait), when either comes sooner
 // than the busy timeout, so that a caller still waiting learns the write
 // was not done; the connection's busy timeout is set for the write, and
-// set back before the connection goes back to the pool.
+// set back before the connection goes back to the pool. The writes of the
+// handle run one at a time, in the order they came (Store.writes), so
+// only writes of other handles wait for the file's lock beside it.
 func (s *Store) inTx(ctx context.Context, f func(tx *sql.Tx) error) error {
+	if s.hooks.writing != nil {
+		s.hooks.writing()
+	}
+	select {
+	case s.writes <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("wait for the handle's turn to write: %w", ctx.Err())
+	}
+	defer func() { <-s.writes }()
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
 		return fmt.Errorf("take a connection: %w", err)

@@ -1,0 +1,105 @@
+package sqlite
+
+import (
+	"database/sql"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/abi-engine/engine/ports"
+)
+
+// An upsert that waits for the file's lock, which another engine on the
+// host holds, writes before the upserts of its handle that came after it.
+// Before, each write of a handle waited on a connection of its own in
+// SQLite's busy handler, which polls up to 100 ms apart and serves no one
+// in turn: the writes that came later, polling sooner, took the lock one
+// after another, and the first waited for as long as they kept coming (a
+// contract test under load saw one wait its whole 10 s).
+func TestAnUpsertWaitingForTheFilesLockGoesBeforeTheHandlesLaterWrites(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "vectors.sqlite")
+	s := openLoaded(t, path)
+	ctx := t.Context()
+	err := s.CreateCollection(ctx, "v", 2, ports.MetricEuclid)
+	if err != nil {
+		t.Fatalf("CreateCollection: %v", err)
+	}
+	const later, each = 8, 5
+	// Each write finds a connection open, so a write that has come is at
+	// the file's lock at once.
+	s.db.SetMaxIdleConns(1 + later)
+	conns := make([]*sql.Conn, 1+later)
+	for i := range conns {
+		if conns[i], err = s.db.Conn(ctx); err != nil {
+			t.Fatalf("open a connection: %v", err)
+		}
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	// The other engine holds the file's write lock.
+	other, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatalf("open the file as another engine: %v", err)
+	}
+	t.Cleanup(func() { other.Close() })
+	held, err := other.Conn(ctx)
+	if err != nil {
+		t.Fatalf("take a connection as another engine: %v", err)
+	}
+	t.Cleanup(func() { held.Close() })
+	if _, err := held.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		t.Fatalf("take the file's lock as another engine: %v", err)
+	}
+
+	arrived := make(chan struct{}, 1+later*each)
+	s.hooks.writing = func() { arrived <- struct{}{} }
+	var wg sync.WaitGroup
+	upsert := func(id string) {
+		if err := s.Upsert(ctx, "v", []ports.Vector{{ID: id, Values: []float32{1, 2}}}); err != nil {
+			t.Errorf("Upsert %s: %v", id, err)
+		}
+	}
+	wg.Go(func() { upsert("first") })
+	awaitArrivals(t, arrived, 1)
+	// The first upsert waits at the file's lock once it has its connection.
+	for deadline := time.Now().Add(20 * time.Second); s.db.Stats().InUse < 1; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the first upsert took no connection in 20 s")
+		}
+	}
+	for w := range later {
+		wg.Go(func() {
+			for i := range each {
+				upsert(fmt.Sprintf("later-%d-%d", w, i))
+			}
+		})
+	}
+	awaitArrivals(t, arrived, later)
+	if _, err := held.ExecContext(ctx, "ROLLBACK"); err != nil {
+		t.Fatalf("let the file's lock go: %v", err)
+	}
+	wg.Wait()
+
+	var firstWritten string
+	if err := s.db.QueryRowContext(ctx, `SELECT id FROM vectors WHERE collection = 'v' ORDER BY version LIMIT 1`).Scan(&firstWritten); err != nil {
+		t.Fatalf("read the first upsert written: %v", err)
+	}
+	if firstWritten != "first" {
+		t.Fatalf("%s was written first, before the upsert that had waited for the file's lock before it came", firstWritten)
+	}
+}
+
+// awaitArrivals waits for n writes to come to the handle.
+func awaitArrivals(t *testing.T, arrived <-chan struct{}, n int) {
+	t.Helper()
+	for range n {
+		select {
+		case <-arrived:
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%d writes did not come to the handle in 20 s", n)
+		}
+	}
+}
