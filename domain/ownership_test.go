@@ -813,7 +813,9 @@ type cancelAfterWrite struct {
 func (l cancelAfterWrite) Update(ctx context.Context, h domain.Holder, rev uint64) (uint64, error) {
 	next, err := l.Lease.Update(ctx, h, rev)
 	l.cancel()
-	if l.loseReply {
+	if l.loseReply && ctx.Err() != nil {
+		// The claim's write: its context is the one just ended. A
+		// renewal's write, on a context of the keeper's, is answered.
 		return 0, ctx.Err()
 	}
 	return next, err
