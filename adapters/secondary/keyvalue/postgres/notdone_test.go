@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/abi-engine/engine/internal/pgdb"
 	"github.com/abi-engine/engine/internal/pgtest"
 	"github.com/abi-engine/engine/internal/tcpproxy"
 	"github.com/abi-engine/engine/internal/testenv"
@@ -250,7 +252,10 @@ func TestAWriteWhoseContextEndedWaitingForAConnectionIsNotDone(t *testing.T) {
 // with no reset, fails within a bound, where the kernel would retry its
 // bytes for about a quarter of an hour and an engine's call, which has no
 // deadline, wait as long, holding the connection. Its bytes were sent, so
-// its outcome is unknown: it is never not done.
+// its outcome is unknown: it is never not done. The pool does not ping the
+// connection as the write takes it (pingless), so the write's own bytes
+// are the first into the cut network, however long the test took to cut
+// it.
 func TestAWriteIntoANetworkThatWentDarkFailsUnknownWithinABound(t *testing.T) {
 	dsn := testenv.Lookup(t, "ENGINE_TEST_PG_DSN", "PostgreSQL", false)
 	u, err := url.Parse(dsn)
@@ -264,10 +269,11 @@ func TestAWriteIntoANetworkThatWentDarkFailsUnknownWithinABound(t *testing.T) {
 	addr, cut := pgtest.Blackhole(t, net.JoinHostPort(u.Hostname(), port))
 	u.Host = addr
 	q := u.Query()
-	q.Set("pool_max_conns", "1") // the write goes on the connection Open made
+	q.Set("pool_max_conns", "1") // the write goes on the connection opened before the cut
 	u.RawQuery = q.Encode()
 	table := pgtest.Table(t, dsn, "kvdark")
 	s, termed, _ := openWithKeyToHold(t, dsn, u.String(), table, 5)
+	pingless(t, s)
 
 	cut()
 	done := make(chan error, 1)
@@ -282,5 +288,26 @@ func TestAWriteIntoANetworkThatWentDarkFailsUnknownWithinABound(t *testing.T) {
 		}
 	case <-time.After(5 * time.Minute):
 		t.Fatal("a write sent into a network gone dark has not failed after 5 minutes")
+	}
+}
+
+// pingless has s write through a pool of its own settings and dialer whose
+// connections are never pinged as they are taken, and opens its one
+// connection. pgxpool pings one idle for over a second: a ping into a cut
+// network fails, the connection goes, a new one cannot open, and the write
+// after it, never sent, is not done, which is right but not the case a
+// test of a write sent into the cut means to hold.
+func pingless(t *testing.T, s *Store) {
+	t.Helper()
+	cfg := s.pool.Config()
+	cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.pool.Close()
+	s.pool, s.writes = pool, pgdb.NewFenced(pool, s.name)
+	if err := pool.Ping(t.Context()); err != nil {
+		t.Fatal(err)
 	}
 }
