@@ -8,6 +8,16 @@
 // document's version is its key's revision: a write conditioned on it is a
 // compare-and-set the stream decides. Reads go to the stream's leader.
 //
+// The store is fenced: a write under a fencing token expects the bucket's
+// fence at its term, and one of an older term than the newest the bucket
+// has seen is refused with ports.ErrFenced and stores nothing (jsbucket's
+// OpenFenced, ADR 0020). A call that may write raises the fence, or is
+// refused, before it reads, so a call of a newer term that writes nothing
+// (a Put into a collection not made, a conditional Put or Delete whose
+// condition fails) fences the older terms all the same. The purges of a
+// drop, of a making and of the sweeps take only documents no read reaches
+// and are not fenced; nor is a scan's barrier, which is part of a read.
+//
 // Find and Count have no index: they read every document of the collection
 // in batches and sort in memory. This adapter is for
 // modest collections (thousands of documents, not millions).
@@ -93,7 +103,7 @@ func Open(ctx context.Context, c Config, nc *nats.Conn) (*Store, error) {
 
 func open(ctx context.Context, c Config, nc *nats.Conn, every time.Duration) (*Store, error) {
 	c.Default("")
-	b, err := jsbucket.Open(ctx, nc, jsbucket.Config(c), "abi-engine documents")
+	b, err := jsbucket.OpenFenced(ctx, nc, jsbucket.Config(c), "abi-engine documents")
 	if err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("document jetstream: %w", err)
@@ -191,6 +201,9 @@ func (s *Store) EnsureCollection(ctx context.Context, name string) error {
 	if err := storecheck.Collection(name); err != nil {
 		return err
 	}
+	if err := s.b.Fence(ctx); err != nil {
+		return fmt.Errorf("ensure collection %q: %w", name, err)
+	}
 	for range casRounds {
 		e, err := s.b.Last(ctx, marker(name))
 		if err != nil {
@@ -230,6 +243,9 @@ func (s *Store) DropCollection(ctx context.Context, name string) error {
 	if err := storecheck.Collection(name); err != nil {
 		return err
 	}
+	if err := s.b.Fence(ctx); err != nil {
+		return fmt.Errorf("drop collection %q: %w", name, err)
+	}
 	for range casRounds {
 		e, err := s.b.Last(ctx, marker(name))
 		if err != nil {
@@ -261,19 +277,22 @@ const landWait = 5 * time.Second
 // drop removes the marker at rev, on the caller's context, and purges the
 // documents written before that removal, on a context that outlives it:
 // once the marker is gone only this call purges them. A removal refused
-// for another revision (jsbucket.ErrConflict), or known not done
-// (ports.ErrNotDone), changed nothing: the drop fails with it, and does
-// not take another caller's removal that landed meanwhile for its own.
+// for another revision (jsbucket.ErrConflict), known not done
+// (ports.ErrNotDone), or refused by the fence (ports.ErrFenced) changed
+// nothing: the drop fails with it, and does not take another caller's
+// removal that landed meanwhile for its own.
 //
-// The removal is not sent again after the caller gave up. The store is
-// not fenced: the engine's fence gives its calls up so that they write
-// nothing beside a successor, and a removal sent anew once the connection
-// is back would land while the successor serves, drop the collection
-// under it and purge the documents it wrote there. The removal may still
-// have landed, so the drop watches the marker for it instead (landed).
+// The removal is not sent again after the caller gave up. The engine's
+// fence gives its calls up so that they write nothing beside a successor,
+// and the bucket's fence refuses an older term's removal only once the
+// successor has written: sent anew once the connection is back, the
+// removal could land before that and drop the collection under the
+// successor (and a removal without a token is never fenced). The removal
+// may still have landed, so the drop watches the marker for it instead
+// (landed).
 func (s *Store) drop(ctx context.Context, name string, rev uint64) error {
 	removed, err := s.b.Remove(ctx, marker(name), rev)
-	if err != nil && ctx.Err() != nil && !errors.Is(err, jsbucket.ErrConflict) && !errors.Is(err, ports.ErrNotDone) {
+	if err != nil && ctx.Err() != nil && !errors.Is(err, jsbucket.ErrConflict) && !errors.Is(err, ports.ErrNotDone) && !errors.Is(err, ports.ErrFenced) {
 		removed, err = s.landed(ctx, name, rev, err)
 	}
 	if err != nil {
@@ -335,6 +354,9 @@ func (s *Store) Put(ctx context.Context, collection, id string, data map[string]
 	if err != nil {
 		return ports.Document{}, err
 	}
+	if err := s.b.Fence(ctx); err != nil {
+		return ports.Document{}, fmt.Errorf("put %q in %q: %w", id, collection, err)
+	}
 	gen, err := s.generation(ctx, collection)
 	if err != nil {
 		return ports.Document{}, fmt.Errorf("put %q: %w", id, err)
@@ -389,6 +411,9 @@ func (s *Store) Get(ctx context.Context, collection, id string) (ports.Document,
 func (s *Store) Delete(ctx context.Context, collection, id string, cond ports.Cond) error {
 	if err := checkDoc(collection, id); err != nil {
 		return err
+	}
+	if err := s.b.Fence(ctx); err != nil {
+		return fmt.Errorf("delete %q in %q: %w", id, collection, err)
 	}
 	gen, err := s.generation(ctx, collection)
 	if err != nil {

@@ -30,6 +30,6 @@ func TestDocumentContract(t *testing.T) {
 		contracttests.RunDocument(t, contracttests.HarnessFunc[ports.DocumentStore](func(t *testing.T) func(*testing.T) ports.DocumentStore {
 			c := jetstream.Config{Bucket: jstest.Bucket(t), Replicas: replicas}
 			return func(t *testing.T) ports.DocumentStore { return open(t, url, c) }
-		}), contracttests.DocumentCapabilities{Durable: true})
+		}), contracttests.DocumentCapabilities{Durable: true, Fenced: true})
 	})
 }
