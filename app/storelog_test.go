@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/abi-engine/engine/app"
 	"github.com/abi-engine/engine/domain"
 	"github.com/abi-engine/engine/internal/logbuf"
@@ -21,7 +24,7 @@ import (
 // slog.Default(), and the line reached the process's default log without
 // saying which engine wrote it.
 func TestAStoresWarningIsOnTheEnginesLogWithItsInstanceID(t *testing.T) {
-	url, _ := natstest.MarkedBucket(t, "ABI_KV")
+	url := markedFencedBucket(t)
 	services := strings.Replace(memoryServices, "keyvalue: {adapter: memory}", "keyvalue: {adapter: jetstream, config: {bucket: ABI_KV}}", 1)
 	engineURL := fmt.Sprintf("nats://engine:engine@%s", strings.TrimPrefix(url, "nats://"))
 	e, _, logs, a := startLogged(t, testConfig(t, engineURL, "serve", "", services))
@@ -46,7 +49,7 @@ func TestAStoresWarningIsOnTheEnginesLogWithItsInstanceID(t *testing.T) {
 // graph handed its log to the stores, and those of an engine made without
 // it logged on slog.Default().
 func TestTheStoresOfAnEngineMadeWithNewEngineLogOnItsLog(t *testing.T) {
-	url, _ := natstest.MarkedBucket(t, "ABI_KV")
+	url := markedFencedBucket(t)
 	services := strings.Replace(memoryServices, "keyvalue: {adapter: memory}", "keyvalue: {adapter: jetstream, config: {bucket: ABI_KV}}", 1)
 	engineURL := fmt.Sprintf("nats://engine:engine@%s", strings.TrimPrefix(url, "nats://"))
 	cfg := testConfig(t, engineURL, "serve", "", services)
@@ -79,4 +82,23 @@ func TestTheStoresOfAnEngineMadeWithNewEngineLogOnItsLog(t *testing.T) {
 			t.Fatalf("the store's warning is not on the engine's log: %s", line)
 		}
 	}
+}
+
+// markedFencedBucket is the URL of a broker whose bucket ABI_KV keeps the
+// broker's markers of expiry, which the engine's user may not turn off,
+// and has the atomic batches the keyvalue store's fence needs (ADR 0020):
+// an operator turned them on, as the engine's user may not.
+func markedFencedBucket(t *testing.T) string {
+	t.Helper()
+	url, stream := natstest.MarkedBucket(t, "ABI_KV")
+	js, err := jetstream.New(natstest.Connect(t, url, nats.UserInfo("ops", "ops")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := stream.CachedInfo().Config
+	sc.AllowAtomicPublish = true
+	if _, err := js.UpdateStream(t.Context(), sc); err != nil {
+		t.Fatalf("turn on atomic batches on bucket ABI_KV: %v", err)
+	}
+	return url
 }
