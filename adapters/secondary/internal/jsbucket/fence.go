@@ -72,6 +72,25 @@ const (
 	fenceRounds = 32
 )
 
+// atomicDisabled matches 10174: the stream has no atomic batches, and
+// refused the batch, the first thing it checks of one, storing nothing.
+// An older release beside this one turns them off when it writes back
+// the whole stream config it read before they were on (dropMarkers).
+func atomicDisabled(err error) bool { return isAPICode(err, 10174) }
+
+// atomicAgain turns atomic batches on again on the bucket's stream, after
+// a fenced write found them off (atomicDisabled). It writes back the
+// config it reads from the stream's leader now, with the one setting
+// changed.
+func (b *Bucket) atomicAgain(ctx context.Context) error {
+	info, err := b.stream.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("jetstream bucket %s: read its stream to turn atomic batches on again: %w", b.name, err)
+	}
+	_, err = allowAtomic(ctx, b.nc, b.js, b.name, b.kind, info.Config)
+	return err
+}
+
 // incompleteBatch matches 10176: the stream did not get, or did not take,
 // a batch's first message (it is sent without a reply), and stored
 // nothing of it; and 10210: the stream had as many atomic batches open
@@ -282,7 +301,7 @@ func copyMsg(m *nats.Msg) *nats.Msg {
 // stream that still has none after: a broker before nats-server 2.12
 // drops the setting, and would store a batch's messages one by one, the
 // first of them unfenced.
-func allowAtomic(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, c Config, k kind, sc jetstream.StreamConfig) (jetstream.StreamConfig, error) {
+func allowAtomic(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, bucket string, k kind, sc jetstream.StreamConfig) (jetstream.StreamConfig, error) {
 	for attempt := 0; !sc.AllowAtomicPublish; attempt++ {
 		want := sc
 		want.AllowAtomicPublish = true
@@ -293,19 +312,19 @@ func allowAtomic(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, c C
 		if err == nil {
 			if !info.CachedInfo().Config.AllowAtomicPublish {
 				return sc, fmt.Errorf("jetstream bucket %s: the broker did not keep atomic batches (allow_atomic) on its stream, which a fenced store needs; nats-server 2.12 or later keeps them: %w",
-					c.Bucket, ports.ErrInvalidArgument)
+					bucket, ports.ErrInvalidArgument)
 			}
 			return info.CachedInfo().Config, nil
 		}
 		if rerr := refused(nc, before, k); rerr != nil {
 			return sc, fmt.Errorf("jetstream bucket %s: a fenced store needs atomic batches (allow_atomic) on its stream %s, which was made without them; allow the engine's user $JS.API.STREAM.UPDATE.%s once, or set allow_atomic on the stream: %w",
-				c.Bucket, k.stream, k.stream, rerr)
+				bucket, k.stream, k.stream, rerr)
 		}
 		if !transient(err) || ctx.Err() != nil {
-			return sc, fmt.Errorf("jetstream bucket %s: turn on atomic batches (allow_atomic): %w", c.Bucket, err)
+			return sc, fmt.Errorf("jetstream bucket %s: turn on atomic batches (allow_atomic): %w", bucket, err)
 		}
 		if perr := pause(ctx, attempt); perr != nil {
-			return sc, fmt.Errorf("jetstream bucket %s: turn on atomic batches (allow_atomic): %w", c.Bucket, err)
+			return sc, fmt.Errorf("jetstream bucket %s: turn on atomic batches (allow_atomic): %w", bucket, err)
 		}
 	}
 	return sc, nil

@@ -125,3 +125,50 @@ func TestAFencedConditionalWriteStoredBeforeAnotherIsDoneThoughItsAcknowledgemen
 		t.Fatalf("Put of a write stored at revision %d returned revision %d, %v; want it done at %d", ours, got.rev, got.err, ours)
 	}
 }
+
+// An older release beside this one may write the stream's whole config
+// back as it read it, without atomic batches (when it drops the markers
+// of expiry). A fenced conditional write, an atomic batch, is then refused
+// (10174) having stored nothing: the store turns the setting on again and
+// sends the write again, rather than fail every such write until it is
+// opened anew.
+func TestAFencedConditionalWriteSucceedsAfterAnotherClientTurnedAtomicBatchesOff(t *testing.T) {
+	t.Run("OneServer", func(t *testing.T) {
+		fencedWriteAfterAtomicOff(t, natstest.StartServer(t).ClientURL(), 1)
+	})
+	t.Run("Cluster", func(t *testing.T) {
+		fencedWriteAfterAtomicOff(t, natstest.URLs(natstest.StartCluster(t)...), 3)
+	})
+}
+
+func fencedWriteAfterAtomicOff(t *testing.T, url string, replicas int) {
+	b, err := OpenFenced(t.Context(), natstest.Connect(t, url), Config{Bucket: "ATOMICOFF", Replicas: replicas}, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	term := ports.WithFencingToken(t.Context(), 4)
+	first, err := b.Put(term, "k", []byte("first"), 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(natstest.Connect(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := js.Stream(t.Context(), "KV_ATOMICOFF")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := s.CachedInfo().Config
+	sc.AllowAtomicPublish = false
+	if info, err := js.UpdateStream(t.Context(), sc); err != nil || info.CachedInfo().Config.AllowAtomicPublish {
+		t.Fatalf("turn atomic batches off: %v", err)
+	}
+	rev, err := b.Put(term, "k", []byte("second"), 0, &first)
+	if err != nil {
+		t.Fatalf("a fenced conditional write after atomic batches were turned off: %v", err)
+	}
+	if last, err := b.Last(t.Context(), "k"); err != nil || string(last.Value) != "second" || last.Revision != rev {
+		t.Fatalf("the key holds %q at %d (%v); want %q at %d", last.Value, last.Revision, err, "second", rev)
+	}
+}

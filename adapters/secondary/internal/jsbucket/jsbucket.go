@@ -314,7 +314,7 @@ func open(ctx context.Context, nc *nats.Conn, c Config, k kind) (*Bucket, error)
 		return nil, err
 	}
 	if k.fenced {
-		if sc, err = allowAtomic(ctx, nc, js, c, k, sc); err != nil {
+		if sc, err = allowAtomic(ctx, nc, js, c.Bucket, k, sc); err != nil {
 			return nil, err
 		}
 	}
@@ -445,15 +445,17 @@ func callContext(ctx context.Context) (context.Context, context.CancelFunc) {
 // a stream elects a leader, a request that timed out, a reconnecting
 // connection (also a publish it refused while away, having no reconnect
 // buffer), a conditional write refused while another write of its key is
-// in flight (inFlight), or an atomic batch the stream got only part of or
-// had no room for (incompleteBatch).
+// in flight (inFlight), an atomic batch the stream got only part of or
+// had no room for (incompleteBatch), or one refused since the stream's
+// atomic batches were turned off (atomicDisabled; publish turns them on
+// again before it resends).
 func transient(err error) bool {
 	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrTimeout) ||
 		errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrConnectionReconnecting) ||
 		errors.Is(err, nats.ErrReconnectBufExceeded) ||
 		errors.Is(err, context.DeadlineExceeded) ||
 		isAPICode(err, 10008) || // JetStream temporarily unavailable
-		inFlight(err) || resentInFlight(err) || incompleteBatch(err)
+		inFlight(err) || resentInFlight(err) || incompleteBatch(err) || atomicDisabled(err)
 }
 
 // unstored reports whether a sending of a write that failed with err
@@ -464,7 +466,7 @@ func transient(err error) bool {
 // or the stream refused it before storing it for a cause a later sending
 // may not meet (another write of the key in flight, the key's revision
 // moved, larger than its largest message, an atomic batch it got only
-// part of or had no room for). A sending that timed out, was
+// part of or had no room for, or took none of with atomic batches off). A sending that timed out, was
 // cut off, or was refused in a way that may follow its storing (a store
 // failure, a resend that met its first attempt in flight) may have been
 // stored. A refusal no later sending can pass (a sealed stream, a
@@ -485,7 +487,7 @@ func unstored(err error) bool {
 		jetstream.JSErrCodeStreamMessageExceedsMaximum:
 		return true
 	}
-	return incompleteBatch(err)
+	return incompleteBatch(err) || atomicDisabled(err)
 }
 
 // resentInFlight matches 10158: a write sent again under its message id
@@ -860,7 +862,8 @@ func (b *Bucket) Publish(ctx context.Context, token string, m *nats.Msg, expect 
 // not say nothing was stored, keeps the outcome unknown.
 //
 // With fence, each sending is also conditioned on the fence record's
-// revision (sendFenced).
+// revision (sendFenced). A batch refused since the stream's atomic
+// batches were turned off is sent again once they are on again.
 func (b *Bucket) publish(ctx context.Context, token string, m *nats.Msg, expect *uint64, fence *fenceCheck) (uint64, error) {
 	id := nuid.Next()
 	// Each sending is one request: nats.go's own resend after no
@@ -875,13 +878,24 @@ func (b *Bucket) publish(ctx context.Context, token string, m *nats.Msg, expect 
 		tries int
 		// maybeStored: a sending may have been stored.
 		maybeStored bool
+		// atomicOff: the last sending found the stream without atomic
+		// batches (atomicDisabled).
+		atomicOff bool
 	)
+	call := ctx
 	err := b.retry(ctx, func(ctx context.Context) error {
+		if atomicOff {
+			if err := b.atomicAgain(call); err != nil {
+				return err
+			}
+			atomicOff = false
+		}
 		tries++
 		var ack *jetstream.PubAck
 		var err error
 		if fence != nil {
 			ack, err = b.sendFenced(ctx, m, id, expect, *fence)
+			atomicOff = atomicDisabled(err)
 		} else {
 			ack, err = b.js.PublishMsg(ctx, m, opts...)
 		}
