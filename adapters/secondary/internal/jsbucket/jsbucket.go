@@ -853,7 +853,8 @@ func (b *Bucket) Publish(ctx context.Context, token string, m *nats.Msg, expect 
 
 // publish sends m with a message id of its own, so a retry after a lost
 // acknowledgement is not stored twice, and a conditional write whose
-// acknowledgement was lost is recognised by its id (storedEarlier).
+// acknowledgement was lost is recognised by its id (storedEarlier), or,
+// a fenced one on a replicated bucket, reported of unknown outcome.
 //
 // It follows what became of each sending: a write that fails when none of
 // them may have been stored (each found no stream, or was refused by one,
@@ -925,17 +926,29 @@ func (b *Bucket) publish(ctx context.Context, token string, m *nats.Msg, expect 
 	}
 	if tries > 1 {
 		// An earlier attempt may have been stored with its reply lost. A
-		// replicated stream checks the message id first, and answers a
-		// resend of a stored write as its duplicate: this resend met an
-		// attempt stored meanwhile, or none, and the key's last message
-		// tells. A single-replica stream checks the revision first, so it
-		// refuses the resend of a stored write, and another write may have
-		// come after ours since: the key's last message need not be ours.
+		// replicated stream checks a single message's id first, and
+		// answers a resend of a stored write as its duplicate: this resend
+		// met an attempt stored meanwhile, or none, and the key's last
+		// message tells. A single-replica stream checks the revision
+		// first, so it refuses the resend of a stored write, and another
+		// write may have come after ours since: the key's last message
+		// need not be ours.
 		if last, lerr := b.Last(ctx, token); lerr == nil && last.id == id {
 			return last.Revision, nil
 		}
 		if b.replicas == 1 {
 			return b.storedEarlier(ctx, m, id, err)
+		}
+		if fence != nil && expect != nil && maybeStored {
+			// An atomic batch (sendFenced) is checked message by message,
+			// the key's revision with the first, before a replicated
+			// stream looks for the commit's id among those it stored: the
+			// refusal says nothing of an earlier attempt. Asking, as
+			// storedEarlier does, costs a round through the cluster that
+			// racing writers cannot afford within their calls, so the
+			// outcome stays unknown: neither a conflict nor, through
+			// write, ErrFenced, which tell the caller nothing was written.
+			return 0, fmt.Errorf("whether the write was stored is unknown: an attempt's reply was lost, and a resend, an atomic batch, was refused (%v), which a replicated stream decides before it looks for the earlier attempt", err)
 		}
 	}
 	return 0, fmt.Errorf("%w: %w", ErrConflict, err)
