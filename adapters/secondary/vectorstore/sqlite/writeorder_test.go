@@ -1,13 +1,16 @@
 package sqlite
 
 import (
+	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/abi-engine/engine/internal/sqlitedb/sqlitedbtest"
 	"github.com/abi-engine/engine/ports"
 )
 
@@ -101,5 +104,47 @@ func awaitArrivals(t *testing.T, arrived <-chan struct{}, n int) {
 		case <-time.After(20 * time.Second):
 			t.Fatalf("%d writes did not come to the handle in 20 s", n)
 		}
+	}
+}
+
+// A write queued behind one that waits for the file's lock is told that it
+// was not done when its own answer is due, as the one at the lock is.
+// Before, it waited for its turn until its context ended and failed with
+// the context's error alone, of unknown outcome, though it never ran.
+func TestAnUpsertQueuedBehindOneAtTheFilesLockIsNotDoneWhenItsAnswerIsDue(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "vectors.sqlite")
+	s := openLoaded(t, path)
+	if err := s.CreateCollection(t.Context(), "v", 2, ports.MetricEuclid); err != nil {
+		t.Fatalf("CreateCollection: %v", err)
+	}
+	release := sqlitedbtest.HoldWriteLock(t, path)
+	first := make(chan error, 1)
+	go func() {
+		first <- s.Upsert(context.Background(), "v", []ports.Vector{{ID: "first", Values: []float32{1, 0}}})
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for len(s.writes) == 0 { // the first upsert has its turn, and waits at the lock
+		if time.Now().After(deadline) {
+			t.Fatal("the first upsert never took its turn")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	err := s.Upsert(ports.WithAnswerBy(ctx, time.Now().Add(300*time.Millisecond)), "v", []ports.Vector{{ID: "queued", Values: []float32{0, 1}}})
+	if !errors.Is(err, ports.ErrNotDone) {
+		t.Fatalf("an upsert queued behind one at the lock: %v, want ErrNotDone", err)
+	}
+	select {
+	case err := <-first:
+		t.Fatalf("the first upsert ended (%v) while the lock was held", err)
+	default:
+	}
+	release()
+	if err := <-first; err != nil {
+		t.Fatalf("the first upsert, once the lock was let go: %v", err)
+	}
+	if _, err := s.Get(t.Context(), "v", "queued"); !errors.Is(err, ports.ErrNotFound) {
+		t.Fatalf("Get of the upsert told not done: %v, want ErrNotFound", err)
 	}
 }
