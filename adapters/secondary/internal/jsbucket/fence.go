@@ -317,7 +317,7 @@ func allowAtomic(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, buc
 			return info.CachedInfo().Config, nil
 		}
 		if rerr := refused(nc, before, k); rerr != nil {
-			return sc, fmt.Errorf("jetstream bucket %s: a fenced store needs atomic batches (allow_atomic) on its stream %s, which was made without them; allow the engine's user $JS.API.STREAM.UPDATE.%s once, or set allow_atomic on the stream: %w",
+			return sc, fmt.Errorf("jetstream bucket %s: a fenced store needs atomic batches (allow_atomic) on its stream %s, which was made without them; allow the engine's user $JS.API.STREAM.UPDATE.%s (also used again when another client turns atomic batches off), or set allow_atomic on the stream: %w",
 				bucket, k.stream, k.stream, rerr)
 		}
 		if !transient(err) || ctx.Err() != nil {
