@@ -74,18 +74,11 @@ func putFiles(t *testing.T, dir string) []string {
 	return names
 }
 
-// An engine that is killed in the middle of a Put leaves its temporary
-// file; the next engine to open the directory removes it once it has not
-// been written for a minute, however young, while the file of a Put still
-// running, in another store on the directory, stays however old, and that
-// Put completes. Before, Open removed only files a day old: an engine
-// killed again and again in the middle of large uploads, and restarted
-// each time, filled the disk with them within the day.
-func TestARestartRemovesTheFileOfAPutACrashCutShort(t *testing.T) {
-	dir := t.TempDir()
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-	defer cancel()
-
+// putKilledMidway runs a Put on dir in a helper process, kills the process
+// while the Put is writing, and returns the temporary file it left, checking
+// there is exactly one.
+func putKilledMidway(ctx context.Context, t *testing.T, dir string) []string {
+	t.Helper()
 	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestHelperPutThatCrashes$", "-test.count=1")
 	cmd.Env = append(os.Environ(), crashDirEnv+"="+dir)
 	out, err := cmd.StdoutPipe()
@@ -109,10 +102,15 @@ func TestARestartRemovesTheFileOfAPutACrashCutShort(t *testing.T) {
 	if len(crashed) != 1 {
 		t.Fatalf("the killed Put left %q in tmp/, want one file", crashed)
 	}
+	return crashed
+}
 
-	// A Put that runs on in a store of this process, written to as long
-	// ago as the crashed one.
-	live := open(t, dir)
+// putLeftRunning starts a Put of "live" to live, on dir, writes the first
+// part of its value, and leaves it running. It returns the pipe to write the
+// rest to, the Put's result to come, and its temporary file, checking it is
+// the only one in tmp/ beside the file crashed of a killed Put.
+func putLeftRunning(ctx context.Context, t *testing.T, live *localfs.Store, dir, crashed string) (*io.PipeWriter, <-chan error, []string) {
+	t.Helper()
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
@@ -124,13 +122,34 @@ func TestARestartRemovesTheFileOfAPutACrashCutShort(t *testing.T) {
 	}
 	var running []string
 	for _, name := range putFiles(t, dir) {
-		if name != crashed[0] {
+		if name != crashed {
 			running = append(running, name)
 		}
 	}
 	if len(running) != 1 {
-		t.Fatalf("tmp/ holds %q beside the crashed Put's %q, want the running Put's file", running, crashed[0])
+		t.Fatalf("tmp/ holds %q beside the crashed Put's %q, want the running Put's file", running, crashed)
 	}
+	return pw, done, running
+}
+
+// An engine that is killed in the middle of a Put leaves its temporary
+// file; the next engine to open the directory removes it once it has not
+// been written for a minute, however young, while the file of a Put still
+// running, in another store on the directory, stays however old, and that
+// Put completes. Before, Open removed only files a day old: an engine
+// killed again and again in the middle of large uploads, and restarted
+// each time, filled the disk with them within the day.
+func TestARestartRemovesTheFileOfAPutACrashCutShort(t *testing.T) {
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+
+	crashed := putKilledMidway(ctx, t, dir)
+
+	// A Put that runs on in a store of this process, written to as long
+	// ago as the crashed one.
+	live := open(t, dir)
+	pw, done, running := putLeftRunning(ctx, t, live, dir, crashed[0])
 	past := time.Now().Add(-2 * time.Minute)
 	for _, name := range append(crashed, running...) {
 		if err := os.Chtimes(filepath.Join(dir, "tmp", name), past, past); err != nil {
@@ -183,48 +202,9 @@ func TestTheSweepRemovesTheFileOfAPutKilledAfterTheStoreOpened(t *testing.T) {
 		t.Fatal("the store has no sweep (ports.Expirer): the file of a Put killed after it opened stays until the next Open")
 	}
 
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestHelperPutThatCrashes$", "-test.count=1")
-	cmd.Env = append(os.Environ(), crashDirEnv+"="+dir)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil || line != "writing\n" {
-		cmd.Process.Kill()
-		cmd.Wait()
-		t.Fatalf("the helper process said %q (%v), want writing", line, err)
-	}
-	if err := cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	cmd.Wait()
-	crashed := putFiles(t, dir)
-	if len(crashed) != 1 {
-		t.Fatalf("the killed Put left %q in tmp/, want one file", crashed)
-	}
+	crashed := putKilledMidway(ctx, t, dir)
 
-	pr, pw := io.Pipe()
-	done := make(chan error, 1)
-	go func() {
-		_, err := live.Put(ctx, "live", pr, ports.PutObjectOptions{})
-		done <- err
-	}()
-	if _, err := pw.Write([]byte("live ")); err != nil {
-		t.Fatal(err)
-	}
-	var running []string
-	for _, name := range putFiles(t, dir) {
-		if name != crashed[0] {
-			running = append(running, name)
-		}
-	}
-	if len(running) != 1 {
-		t.Fatalf("tmp/ holds %q beside the killed Put's %q, want the running Put's file", running, crashed[0])
-	}
+	pw, done, running := putLeftRunning(ctx, t, live, dir, crashed[0])
 
 	// Swept while young, the killed Put's file stays: a Put that has just
 	// made its file may not hold its lock yet.
