@@ -58,22 +58,29 @@ func (e *realEngine) fencedNow(t *testing.T) {
 	}
 }
 
-// serveThenDeleteBucket has an engine on l, with a lease of two seconds
-// and its log written to log, claim the lease and serve; then it deletes
-// the lease bucket by hand, as an operator would, through a connection of
-// its own to url, which it returns with the engine.
-func serveThenDeleteBucket(t *testing.T, url, bucket string, l *jetstream.Lease, log io.Writer) (*domain.Ownership, *realEngine, njs.JetStream) {
+// serveOn has an engine on l, with a lease of two seconds and its log
+// written to logger, claim the lease and serve.
+func serveOn(t *testing.T, l *jetstream.Lease, logger *slog.Logger) (*domain.Ownership, *realEngine) {
 	t.Helper()
 	events := make(chan domain.Transition, 256)
 	o, err := domain.NewOwnership(l, domain.ThisProcess("test", ""), domain.Timing{Lease: 2 * time.Second, StandbyTimeout: time.Minute},
-		domain.WithObserver(func(tr domain.Transition) { events <- tr }),
-		domain.WithLogger(slog.New(slog.NewTextHandler(log, nil))))
+		domain.WithObserver(func(tr domain.Transition) { events <- tr }), domain.WithLogger(logger))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = o.Release(t.Context()) })
 	e := &realEngine{name: "engine", o: o, events: events}
 	e.mustClaim(t, domain.OutcomeServe)
+	return o, e
+}
+
+// serveThenDeleteBucket has an engine on l, with a lease of two seconds
+// and its log written to log, claim the lease and serve; then it deletes
+// the lease bucket by hand, as an operator would, through a connection of
+// its own to url, which it returns with the engine.
+func serveThenDeleteBucket(t *testing.T, url, bucket string, l *jetstream.Lease, log io.Writer) (*domain.Ownership, *realEngine, njs.JetStream) {
+	t.Helper()
+	o, e := serveOn(t, l, slog.New(slog.NewTextHandler(log, nil)))
 
 	js, err := njs.New(natstest.Connect(t, url))
 	if err != nil {
@@ -83,6 +90,30 @@ func serveThenDeleteBucket(t *testing.T, url, bucket string, l *jetstream.Lease,
 		t.Fatalf("delete the bucket: %v", err)
 	}
 	return o, e, js
+}
+
+// serveThenGiveBucketTTL opens the lease bucket on url with its log
+// written to log, has an engine with a lease of two seconds claim it and
+// serve, then gives the bucket the TTL ttl in place, as an operator would,
+// through a connection of its own. It returns the lease and the engine.
+func serveThenGiveBucketTTL(t *testing.T, url, bucket string, log io.Writer, ttl time.Duration) (*jetstream.Lease, *domain.Ownership, *realEngine) {
+	t.Helper()
+	logger := slog.New(slog.NewTextHandler(log, nil))
+	l, err := jetstream.Open(t.Context(), natstest.Connect(t, url, nats.Name("engine")), jetstream.Options{Bucket: bucket, Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, e := serveOn(t, l, logger)
+
+	js, err := njs.New(natstest.Connect(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := njs.KeyValueConfig{Bucket: bucket, Description: "abi-engine ownership lease", History: 1, TTL: ttl}
+	if _, err := js.UpdateKeyValue(t.Context(), cfg); err != nil {
+		t.Fatalf("give the bucket a TTL in place: %v", err)
+	}
+	return l, o, e
 }
 
 // A lease bucket deleted and made anew by hand with a TTL while an engine
@@ -193,31 +224,9 @@ func TestAHolderWhoseBucketIsRefusedFencesNamingTheSetting(t *testing.T) {
 	// The holder's refusal, not the lease's own reading of the settings
 	// once a lease (TestAHolderLogsABucketTTLSetInPlace).
 	log := &signalWriter{want: []byte("level=ERROR msg=\"the lease store refuses its settings"), also: []byte("max_age"), found: make(chan struct{})}
-	logger := slog.New(slog.NewTextHandler(log, nil))
-	l, err := jetstream.Open(t.Context(), natstest.Connect(t, url, nats.Name("engine")), jetstream.Options{Bucket: bucket, Logger: logger})
-	if err != nil {
-		t.Fatal(err)
-	}
-	events := make(chan domain.Transition, 256)
-	o, err := domain.NewOwnership(l, domain.ThisProcess("test", ""), domain.Timing{Lease: 2 * time.Second, StandbyTimeout: time.Minute},
-		domain.WithObserver(func(tr domain.Transition) { events <- tr }), domain.WithLogger(logger))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = o.Release(t.Context()) })
-	e := &realEngine{name: "engine", o: o, events: events}
-	e.mustClaim(t, domain.OutcomeServe)
-
-	js, err := njs.New(natstest.Connect(t, url))
-	if err != nil {
-		t.Fatal(err)
-	}
 	// 200 ms: below the half second that lies between two renewals that
 	// answer at once, so the server drops the record before the next one.
-	ttl := njs.KeyValueConfig{Bucket: bucket, Description: "abi-engine ownership lease", History: 1, TTL: 200 * time.Millisecond}
-	if _, err := js.UpdateKeyValue(t.Context(), ttl); err != nil {
-		t.Fatalf("give the bucket a TTL in place: %v", err)
-	}
+	_, o, e := serveThenGiveBucketTTL(t, url, bucket, log, 200*time.Millisecond)
 	deadline := time.After(eventWait)
 	for fenced := false; !fenced; {
 		select {
@@ -250,30 +259,8 @@ func TestAHolderLogsABucketTTLSetInPlace(t *testing.T) {
 	url := natstest.StartServer(t).ClientURL()
 	const bucket = "TTL_IN_PLACE"
 	log := &signalWriter{want: []byte("level=ERROR"), also: []byte("max_age"), found: make(chan struct{})}
-	logger := slog.New(slog.NewTextHandler(log, nil))
-	l, err := jetstream.Open(t.Context(), natstest.Connect(t, url, nats.Name("engine")), jetstream.Options{Bucket: bucket, Logger: logger})
-	if err != nil {
-		t.Fatal(err)
-	}
-	events := make(chan domain.Transition, 256)
-	o, err := domain.NewOwnership(l, domain.ThisProcess("test", ""), domain.Timing{Lease: 2 * time.Second, StandbyTimeout: time.Minute},
-		domain.WithObserver(func(tr domain.Transition) { events <- tr }), domain.WithLogger(logger))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = o.Release(t.Context()) })
-	e := &realEngine{name: "engine", o: o, events: events}
-	e.mustClaim(t, domain.OutcomeServe)
-
-	js, err := njs.New(natstest.Connect(t, url))
-	if err != nil {
-		t.Fatal(err)
-	}
 	// An hour: far above the renewal period, so the record never expires.
-	ttl := njs.KeyValueConfig{Bucket: bucket, Description: "abi-engine ownership lease", History: 1, TTL: time.Hour}
-	if _, err := js.UpdateKeyValue(t.Context(), ttl); err != nil {
-		t.Fatalf("give the bucket a TTL in place: %v", err)
-	}
+	l, o, _ := serveThenGiveBucketTTL(t, url, bucket, log, time.Hour)
 	select {
 	case <-log.found:
 	case <-time.After(eventWait):
