@@ -4,7 +4,6 @@ import (
 	"errors"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -94,11 +93,6 @@ func TestAFencedConditionalWriteWhoseAcknowledgementWasLostOnAReplicatedBucketIs
 	}
 }
 
-type lateAckResult struct {
-	rev uint64
-	err error
-}
-
 // lateAckedConditionalWrite makes a fenced conditional write through a
 // proxy to the server at addr that holds its replies, lets another client
 // write the key once the write is stored, and lets the replies go once
@@ -125,36 +119,10 @@ func lateAckedConditionalWrite(t *testing.T, addr, url string, replicas int) (la
 		t.Fatal(err)
 	}
 
-	const commit = "Nats-Batch-Commit"
-	sentBefore := proxy.count(commit)
-	proxy.holdReplies()
-	done := make(chan lateAckResult, 1)
-	go func() {
-		rev, err := b.Put(term, "k", []byte("ours"), 0, &first)
-		done <- lateAckResult{rev, err}
-	}()
-	deadline := time.Now().Add(30 * time.Second)
-	var ours uint64
-	for ours == 0 {
-		if e, err := other.Get(t.Context(), "k"); err == nil && string(e.Value()) == "ours" {
-			ours = e.Revision()
-		} else if time.Now().After(deadline) {
-			t.Fatal("our write was never stored")
-		} else {
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
-	if _, err := other.Put(t.Context(), "k", []byte("theirs")); err != nil {
-		t.Fatal(err)
-	}
-	for proxy.count(commit) < sentBefore+2 {
-		if time.Now().After(deadline) {
-			t.Fatal("the write was never sent again")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	proxy.release()
-	return <-done, ours
+	// A fenced write is an atomic batch: each attempt carries its commit header.
+	return storedThenOverwritten(t, proxy, other, "Nats-Batch-Commit", func() (uint64, error) {
+		return b.Put(term, "k", []byte("ours"), 0, &first)
+	})
 }
 
 // An older release beside this one may write the stream's whole config

@@ -123,6 +123,50 @@ func (p *holdingProxy) count(s string) int {
 	return strings.Count(p.sent.String(), s)
 }
 
+type lateAckResult struct {
+	rev uint64
+	err error
+}
+
+// storedThenOverwritten runs write, which writes "ours" to the key k, with
+// the proxy holding the replies. Once the write is stored, other writes
+// the key over it; once the writer's attempt timed out and it sent the
+// write again (counted by sent, a text each attempt carries), the held
+// replies go, the first too late. It returns what write answered, and the
+// revision the write was stored at.
+func storedThenOverwritten(t *testing.T, proxy *holdingProxy, other jetstream.KeyValue, sent string, write func() (uint64, error)) (lateAckResult, uint64) {
+	t.Helper()
+	sentBefore := proxy.count(sent)
+	proxy.holdReplies()
+	done := make(chan lateAckResult, 1)
+	go func() {
+		rev, err := write()
+		done <- lateAckResult{rev, err}
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	var ours uint64
+	for ours == 0 {
+		if e, err := other.Get(t.Context(), "k"); err == nil && string(e.Value()) == "ours" {
+			ours = e.Revision()
+		} else if time.Now().After(deadline) {
+			t.Fatal("our write was never stored")
+		} else {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	if _, err := other.Put(t.Context(), "k", []byte("theirs")); err != nil {
+		t.Fatal(err)
+	}
+	for proxy.count(sent) < sentBefore+2 {
+		if time.Now().After(deadline) {
+			t.Fatal("the write was never sent again")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	proxy.release()
+	return <-done, ours
+}
+
 // A conditional write whose acknowledgement comes too late is sent again
 // under its message id; a single-replica stream checks the revision before
 // the message id, and refuses the resend, since the key's last revision is
@@ -152,44 +196,9 @@ func TestAConditionalWriteStoredBeforeAnotherIsDoneThoughItsAcknowledgementCameT
 		t.Fatal(err)
 	}
 
-	const subject = "$KV.LATE.k "
-	sentBefore := proxy.count(subject)
-	proxy.holdReplies()
-	type result struct {
-		rev uint64
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		rev, err := b.Put(t.Context(), "k", []byte("ours"), 0, &first)
-		done <- result{rev, err}
-	}()
-	// Our write is stored; another writer then writes over it.
-	deadline := time.Now().Add(30 * time.Second)
-	var ours uint64
-	for ours == 0 {
-		if e, err := other.Get(t.Context(), "k"); err == nil && string(e.Value()) == "ours" {
-			ours = e.Revision()
-		} else if time.Now().After(deadline) {
-			t.Fatal("our write was never stored")
-		} else {
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
-	if _, err := other.Put(t.Context(), "k", []byte("theirs")); err != nil {
-		t.Fatal(err)
-	}
-	// Our writer's attempt times out and it sends the write again; the
-	// replies, held until now, then arrive: the first too late.
-	for proxy.count(subject) < sentBefore+2 {
-		if time.Now().After(deadline) {
-			t.Fatal("the write was never sent again")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	proxy.release()
-
-	got := <-done
+	got, ours := storedThenOverwritten(t, proxy, other, "$KV.LATE.k ", func() (uint64, error) {
+		return b.Put(t.Context(), "k", []byte("ours"), 0, &first)
+	})
 	if got.err != nil || got.rev != ours {
 		t.Fatalf("Put of a write stored at revision %d returned revision %d, %v; want it done at %d", ours, got.rev, got.err, ours)
 	}
