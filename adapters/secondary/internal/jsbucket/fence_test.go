@@ -1,6 +1,7 @@
 package jsbucket
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -93,6 +94,22 @@ func TestAFencedConditionalWriteWhoseAcknowledgementWasLostOnAReplicatedBucketIs
 	}
 }
 
+// fencedWithFirst opens the fenced store c on nc and writes "first" to its
+// key k under the fencing token of term. It returns the store and the
+// revision written.
+func fencedWithFirst(t *testing.T, term context.Context, nc *nats.Conn, c Config) (*Bucket, uint64) {
+	t.Helper()
+	b, err := OpenFenced(t.Context(), nc, c, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := b.Put(term, "k", []byte("first"), 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, first
+}
+
 // lateAckedConditionalWrite makes a fenced conditional write through a
 // proxy to the server at addr that holds its replies, lets another client
 // write the key once the write is stored, and lets the replies go once
@@ -101,15 +118,8 @@ func TestAFencedConditionalWriteWhoseAcknowledgementWasLostOnAReplicatedBucketIs
 func lateAckedConditionalWrite(t *testing.T, addr, url string, replicas int) (lateAckResult, uint64) {
 	t.Helper()
 	proxy := startHoldingProxy(t, addr)
-	b, err := OpenFenced(t.Context(), natstest.Connect(t, proxy.url()), Config{Bucket: "LATEF", Replicas: replicas}, "test")
-	if err != nil {
-		t.Fatal(err)
-	}
 	term := ports.WithFencingToken(t.Context(), 3)
-	first, err := b.Put(term, "k", []byte("first"), 0, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b, first := fencedWithFirst(t, term, natstest.Connect(t, proxy.url()), Config{Bucket: "LATEF", Replicas: replicas})
 	js, err := jetstream.New(natstest.Connect(t, url))
 	if err != nil {
 		t.Fatal(err)
@@ -141,15 +151,8 @@ func TestAFencedConditionalWriteSucceedsAfterAnotherClientTurnedAtomicBatchesOff
 }
 
 func fencedWriteAfterAtomicOff(t *testing.T, url string, replicas int) {
-	b, err := OpenFenced(t.Context(), natstest.Connect(t, url), Config{Bucket: "ATOMICOFF", Replicas: replicas}, "test")
-	if err != nil {
-		t.Fatal(err)
-	}
 	term := ports.WithFencingToken(t.Context(), 4)
-	first, err := b.Put(term, "k", []byte("first"), 0, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b, first := fencedWithFirst(t, term, natstest.Connect(t, url), Config{Bucket: "ATOMICOFF", Replicas: replicas})
 	js, err := jetstream.New(natstest.Connect(t, url))
 	if err != nil {
 		t.Fatal(err)
