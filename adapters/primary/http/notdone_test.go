@@ -2,7 +2,6 @@ package httpapi_test
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"net/http"
 	"path/filepath"
@@ -14,6 +13,7 @@ import (
 	httpapi "github.com/abi-engine/engine/adapters/primary/http"
 	kvmemory "github.com/abi-engine/engine/adapters/secondary/keyvalue/memory"
 	kvsqlite "github.com/abi-engine/engine/adapters/secondary/keyvalue/sqlite"
+	"github.com/abi-engine/engine/internal/sqlitedb/sqlitedbtest"
 	"github.com/abi-engine/engine/ports"
 )
 
@@ -60,18 +60,10 @@ func TestAWriteTheStoreDidNotDoAnswers503WithRetryAfter(t *testing.T) {
 	}
 	t.Run("SQLiteLockedInTheProcess", func(t *testing.T) {
 		t.Parallel()
-		path := filepath.Join(t.TempDir(), "kv.sqlite")
-		kv, err := kvsqlite.Open(t.Context(), kvsqlite.Config{Path: path})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = kv.Close() })
-		holdWriteLock(t, path)
+		kv, path := lockedSQLiteKeyValue(t)
 		a := serveAPI(t, httpapi.Services{KeyValue: kv}, httpapi.Options{})
 		expectNotDone(t, a, path)
-		if ok, err := kv.Exists(t.Context(), "k"); err != nil || ok {
-			t.Fatalf("the write answered 503 is in the file: %v, %v", ok, err)
-		}
+		wantNotWritten(t, kv)
 	})
 }
 
@@ -92,23 +84,26 @@ func expectNotDone(t *testing.T, a *api, secret string) {
 	}
 }
 
-// holdWriteLock takes the write lock of the SQLite file at path on a
-// connection of its own (BEGIN IMMEDIATE), as another engine on this host
-// in a write would, and keeps it until the test ends.
-func holdWriteLock(t *testing.T, path string) {
+// lockedSQLiteKeyValue opens a SQLite keyvalue file whose write lock
+// another connection holds until the test ends, as another engine on this
+// host in a write would (sqlitedbtest.HoldWriteLock).
+func lockedSQLiteKeyValue(t *testing.T) (kv *kvsqlite.Store, path string) {
 	t.Helper()
-	other, err := sql.Open("sqlite", path)
+	path = filepath.Join(t.TempDir(), "kv.sqlite")
+	kv, err := kvsqlite.Open(t.Context(), kvsqlite.Config{Path: path})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = other.Close() })
-	holder, err := other.Conn(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = holder.Close() })
-	if _, err := holder.ExecContext(t.Context(), "BEGIN IMMEDIATE"); err != nil {
-		t.Fatalf("take the file's write lock: %v", err)
+	t.Cleanup(func() { _ = kv.Close() })
+	sqlitedbtest.HoldWriteLock(t, path)
+	return kv, path
+}
+
+// wantNotWritten fails the test when the write expectNotDone sent is in kv.
+func wantNotWritten(t *testing.T, kv *kvsqlite.Store) {
+	t.Helper()
+	if ok, err := kv.Exists(t.Context(), "k"); err != nil || ok {
+		t.Fatalf("the write answered 503 is in the file: %v, %v", ok, err)
 	}
 }
 
@@ -121,16 +116,8 @@ func holdWriteLock(t *testing.T, path string) {
 // was not (the client tells it how long it waits, in Abi-Wait).
 func TestAWriteThroughTheEngineToALockedSQLiteFileAnswers503BeforeItsClientGivesUp(t *testing.T) {
 	t.Parallel()
-	path := filepath.Join(t.TempDir(), "kv.sqlite")
-	kv, err := kvsqlite.Open(t.Context(), kvsqlite.Config{Path: path})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = kv.Close() })
-	holdWriteLock(t, path)
+	kv, path := lockedSQLiteKeyValue(t)
 	a := serveAPI(t, heldKernel(t, kv), httpapi.Options{})
 	expectNotDone(t, a, path)
-	if ok, err := kv.Exists(t.Context(), "k"); err != nil || ok {
-		t.Fatalf("the write answered 503 is in the file: %v, %v", ok, err)
-	}
+	wantNotWritten(t, kv)
 }

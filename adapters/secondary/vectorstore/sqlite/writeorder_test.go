@@ -43,19 +43,7 @@ func TestAnUpsertWaitingForTheFilesLockGoesBeforeTheHandlesLaterWrites(t *testin
 		c.Close()
 	}
 	// The other engine holds the file's write lock.
-	other, err := sql.Open("sqlite", path)
-	if err != nil {
-		t.Fatalf("open the file as another engine: %v", err)
-	}
-	t.Cleanup(func() { other.Close() })
-	held, err := other.Conn(ctx)
-	if err != nil {
-		t.Fatalf("take a connection as another engine: %v", err)
-	}
-	t.Cleanup(func() { held.Close() })
-	if _, err := held.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
-		t.Fatalf("take the file's lock as another engine: %v", err)
-	}
+	release := sqlitedbtest.HoldWriteLock(t, path)
 
 	arrived := make(chan struct{}, 1+later*each)
 	s.hooks.writing = func() { arrived <- struct{}{} }
@@ -81,9 +69,7 @@ func TestAnUpsertWaitingForTheFilesLockGoesBeforeTheHandlesLaterWrites(t *testin
 		})
 	}
 	awaitArrivals(t, arrived, later)
-	if _, err := held.ExecContext(ctx, "ROLLBACK"); err != nil {
-		t.Fatalf("let the file's lock go: %v", err)
-	}
+	release()
 	wg.Wait()
 
 	var firstWritten string
