@@ -132,6 +132,27 @@ func putLeftRunning(ctx context.Context, t *testing.T, live *localfs.Store, dir,
 	return pw, done, running
 }
 
+// finishLivePut ends the Put putLeftRunning started, which ran across what
+// the test did (across), and checks that it stored the whole object.
+func finishLivePut(ctx context.Context, t *testing.T, live *localfs.Store, pw *io.PipeWriter, done <-chan error, across string) {
+	t.Helper()
+	if _, err := pw.Write([]byte("put")); err != nil {
+		t.Fatal(err)
+	}
+	pw.Close()
+	if err := <-done; err != nil {
+		t.Fatalf("the Put that ran across the %s: %v", across, err)
+	}
+	r, _, err := live.Get(ctx, "live", ports.GetObjectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if got, err := io.ReadAll(r); err != nil || string(got) != "live put" {
+		t.Fatalf("the running Put stored %q (%v), want %q", got, err, "live put")
+	}
+}
+
 // An engine that is killed in the middle of a Put leaves its temporary
 // file; the next engine to open the directory removes it once it has not
 // been written for a minute, however young, while the file of a Put still
@@ -161,21 +182,7 @@ func TestARestartRemovesTheFileOfAPutACrashCutShort(t *testing.T) {
 	if left := putFiles(t, dir); len(left) != 1 || left[0] != running[0] {
 		t.Fatalf("after the restart tmp/ holds %q, want only the running Put's %q (the crashed Put's was %q)", left, running[0], crashed[0])
 	}
-	if _, err := pw.Write([]byte("put")); err != nil {
-		t.Fatal(err)
-	}
-	pw.Close()
-	if err := <-done; err != nil {
-		t.Fatalf("the Put that ran across the restart: %v", err)
-	}
-	r, _, err := live.Get(ctx, "live", ports.GetObjectOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	if got, err := io.ReadAll(r); err != nil || string(got) != "live put" {
-		t.Fatalf("the running Put stored %q (%v), want %q", got, err, "live put")
-	}
+	finishLivePut(ctx, t, live, pw, done, "restart")
 	if _, err := live.Stat(ctx, "k"); err == nil {
 		t.Fatal("the crashed Put's object is there")
 	}
@@ -223,19 +230,5 @@ func TestTheSweepRemovesTheFileOfAPutKilledAfterTheStoreOpened(t *testing.T) {
 	if left := putFiles(t, dir); len(left) != 1 || left[0] != running[0] {
 		t.Fatalf("after the sweep tmp/ holds %q, want only the running Put's %q (the killed Put's was %q)", left, running[0], crashed[0])
 	}
-	if _, err := pw.Write([]byte("put")); err != nil {
-		t.Fatal(err)
-	}
-	pw.Close()
-	if err := <-done; err != nil {
-		t.Fatalf("the Put that ran across the sweep: %v", err)
-	}
-	r, _, err := live.Get(ctx, "live", ports.GetObjectOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	if got, err := io.ReadAll(r); err != nil || string(got) != "live put" {
-		t.Fatalf("the running Put stored %q (%v), want %q", got, err, "live put")
-	}
+	finishLivePut(ctx, t, live, pw, done, "sweep")
 }
