@@ -137,6 +137,73 @@ func TestASetIfAbsentThatEvictsInBatchesLosesToASetOfItsKeyBetweenThem(t *testin
 	checkBound(t, s)
 }
 
+// A set over a key that makes its room over several batches leaves the
+// key's old value readable until the new one is in. Before, the set dropped
+// the old entry first, and a get of the key between its batches found
+// nothing. The key is the least recently used, which the set's own
+// eviction would drop first were the old entry not set aside.
+func TestASetOverAKeyThatEvictsInBatchesLeavesTheOldValueReadable(t *testing.T) {
+	s := full(t, 4*expiry.Batch)
+	held, release := holdAfterFirstBatch(t, s)
+	const key = "k0000"
+	big := bytes.Repeat([]byte("x"), int(s.max-int64(len(key))-EntryOverhead))
+	set := make(chan error, 1)
+	go func() { set <- s.Set(t.Context(), key, big, 0) }()
+	select {
+	case <-held:
+	case err := <-set:
+		t.Fatalf("the large set returned %v without evicting in batches", err)
+	case <-time.After(wait):
+		t.Fatal("the large set did not evict its first batch")
+	}
+	got := make(chan error, 1)
+	go func() {
+		v, err := s.Get(t.Context(), key)
+		if err == nil && string(v) != "v" {
+			err = fmt.Errorf("found %q, want the old value", v)
+		}
+		got <- err
+	}()
+	if err := within(t, "a get of the key while a set of it evicts", got); err != nil {
+		t.Fatalf("Get(%s) while a set of it evicts: %v", key, err)
+	}
+	checkBound(t, s)
+
+	release()
+	if err := within(t, "the large set", set); err != nil {
+		t.Fatalf("the large set: %v", err)
+	}
+	if v, err := s.Get(t.Context(), key); err != nil || !bytes.Equal(v, big) {
+		t.Fatalf("Get(%s) after the large set = %d bytes, %v; want its %d", key, len(v), err, len(big))
+	}
+	checkBound(t, s)
+}
+
+// A delete of the key that a set making its room over several batches
+// replaces leaves the set to make room for all of its entry, and the
+// entries stay within max_bytes.
+func TestADeleteOfTheKeyBetweenTheBatchesOfItsSetKeepsTheBound(t *testing.T) {
+	s := full(t, 4*expiry.Batch)
+	held, release := holdAfterFirstBatch(t, s)
+	const key = "k0000"
+	big := bytes.Repeat([]byte("x"), int(s.max-int64(len(key))-EntryOverhead))
+	set := make(chan error, 1)
+	go func() { set <- s.Set(t.Context(), key, big, 0) }()
+	within(t, "the large set's first batch", held)
+	if ok, err := s.Delete(t.Context(), key); !ok || err != nil {
+		t.Fatalf("Delete(%s) while a set of it evicts = %v, %v; want true", key, ok, err)
+	}
+	checkBound(t, s)
+	release()
+	if err := within(t, "the large set", set); err != nil {
+		t.Fatalf("the large set: %v", err)
+	}
+	if v, err := s.Get(t.Context(), key); err != nil || !bytes.Equal(v, big) {
+		t.Fatalf("Get(%s) after the large set = %d bytes, %v; want its %d", key, len(v), err, len(big))
+	}
+	checkBound(t, s)
+}
+
 // Sets that each need many batches, from several callers at once, all
 // complete, and the entries never pass max_bytes.
 func TestConcurrentLargeSetsAllCompleteWithinTheBound(t *testing.T) {
@@ -163,6 +230,51 @@ func TestConcurrentLargeSetsAllCompleteWithinTheBound(t *testing.T) {
 	}
 	sets.Wait()
 	checks.Wait()
+	checkBound(t, s)
+}
+
+// Large sets over the same few keys, and deletes and gets of them, from
+// several callers at once, all complete, the entries never pass
+// max_bytes, and a set of each key after them is found.
+func TestConcurrentLargeSetsOverTheSameKeysAllCompleteWithinTheBound(t *testing.T) {
+	s := full(t, 4*expiry.Batch)
+	var checks sync.WaitGroup
+	s.hooks.evicted = func() {
+		checks.Go(func() { checkBound(t, s) })
+	}
+	var sets sync.WaitGroup
+	for g := range 4 {
+		sets.Go(func() {
+			for i := range 10 {
+				key := fmt.Sprintf("big%d", i%2)
+				if err := s.Set(t.Context(), key, bytes.Repeat([]byte{byte('a' + g)}, int(s.max/3)), 0); err != nil {
+					t.Errorf("Set(%s): %v", key, err)
+				}
+				for j := range expiry.Batch {
+					if err := s.Set(t.Context(), fmt.Sprintf("s%d/%d/%04d", g, i, j), []byte("v"), 0); err != nil {
+						t.Errorf("small Set: %v", err)
+					}
+				}
+				if g == 3 {
+					if _, err := s.Delete(t.Context(), key); err != nil {
+						t.Errorf("Delete(%s): %v", key, err)
+					}
+				}
+				s.Get(t.Context(), key)
+			}
+		})
+	}
+	sets.Wait()
+	checks.Wait()
+	checkBound(t, s)
+	for _, key := range []string{"big0", "big1"} {
+		if err := s.Set(t.Context(), key, []byte("last"), 0); err != nil {
+			t.Fatalf("Set(%s): %v", key, err)
+		}
+		if v, err := s.Get(t.Context(), key); err != nil || string(v) != "last" {
+			t.Fatalf("Get(%s) = %q, %v; want the last value set", key, v, err)
+		}
+	}
 	checkBound(t, s)
 }
 

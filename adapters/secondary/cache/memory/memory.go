@@ -70,6 +70,11 @@ type Store struct {
 	recent entry
 	// expiring holds the entries with a TTL, the soonest to expire first.
 	expiring expiry.Heap[*entry]
+	// kept is the entry that the set making its room (holding
+	// evicting) replaces, or nil: it stays readable until the new one is
+	// in, and counts as used, but is out of the recency ring and the
+	// expiry heap, so that no eviction drops it.
+	kept *entry
 
 	// hooks are points where tests stop a set; nil outside tests.
 	hooks struct {
@@ -117,6 +122,7 @@ func (s *Store) reset() {
 	s.entries = make(map[string]*entry)
 	s.recent.prev, s.recent.next = &s.recent, &s.recent
 	s.expiring = nil
+	s.kept = nil
 	s.used = s.claimed
 }
 
@@ -131,11 +137,39 @@ func (s *Store) Close() error {
 // remove drops e; the caller holds the lock.
 func (s *Store) remove(e *entry) {
 	delete(s.entries, e.key)
+	s.unlink(e)
+	if e == s.kept {
+		s.kept = nil
+	}
+	s.used -= e.cost()
+}
+
+// unlink takes e out of the recency ring and the expiry heap, leaving it
+// linked to itself, so that unlinking it again changes nothing; the caller
+// holds the lock.
+func (s *Store) unlink(e *entry) {
 	e.prev.next, e.next.prev = e.next, e.prev
+	e.prev, e.next = e, e
 	if e.at >= 0 {
 		heap.Remove(&s.expiring, e.at)
 	}
-	s.used -= e.cost()
+}
+
+// relink gives an unlinked e back to the ring, as the most recently used,
+// and to the expiry heap; the caller holds the lock.
+func (s *Store) relink(e *entry) {
+	s.pushFront(e)
+	if !e.expires.IsZero() {
+		heap.Push(&s.expiring, e)
+	}
+}
+
+// keptCost is what the entry set aside counts as used, 0 when none is.
+func (s *Store) keptCost() int64 {
+	if s.kept == nil {
+		return 0
+	}
+	return s.kept.cost()
 }
 
 // use makes e the most recently used entry; the caller holds the lock.
@@ -160,7 +194,9 @@ func (s *Store) live(key string) *entry {
 		s.remove(e)
 		return nil
 	}
-	s.use(e)
+	if e != s.kept {
+		s.use(e)
+	}
 	return e
 }
 
@@ -191,19 +227,39 @@ func (s *Store) newEntry(key string, value []byte, ttl time.Duration) (*entry, e
 // million small entries, does not hold up every other call while it does.
 // The room freed meanwhile is claimed for e, so calls in between cannot
 // take it, and counts as used, so the entries with it never pass max.
+// The entry e replaces is set aside meanwhile (Store.kept): a get of the
+// key finds it until e is in, and no eviction drops it.
 func (s *Store) put(e *entry, ifAbsent bool) bool {
 	s.mu.Lock()
 	if ifAbsent && s.live(e.key) != nil {
 		s.mu.Unlock()
 		return false
 	}
-	if old, ok := s.entries[e.key]; ok {
-		s.remove(old)
+	// With ifAbsent, live has dropped an expired entry of the key. The
+	// entry e replaces is taken out of the ring for this hold, so that
+	// the eviction does not drop it before e is in; it may be the kept
+	// one already.
+	var room int64
+	old := s.entries[e.key]
+	if old != nil {
+		room = old.cost()
+		if old != s.kept {
+			s.unlink(old)
+		}
 	}
-	if s.evict(e.cost()) {
+	if s.evict(e.cost() - room) {
+		if old != nil {
+			s.remove(old)
+		}
 		s.insert(e)
 		s.mu.Unlock()
 		return true
+	}
+	if old != nil && old != s.kept {
+		// Only the set holding evicting keeps an entry aside: one kept
+		// while a set waits for its turn would be room the set making
+		// its room could not free.
+		s.relink(old)
 	}
 	s.mu.Unlock()
 
@@ -211,15 +267,26 @@ func (s *Store) put(e *entry, ifAbsent bool) bool {
 	defer s.evicting.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	// A call before the turn came may have stored the key, or dropped it.
+	if old, ok := s.entries[e.key]; ok && !ifAbsent {
+		s.unlink(old)
+		s.kept = old
+	}
 	for {
-		// What the cache holds beyond the claim is entries, at least
-		// one of them while the claim is short: the claim is less than
-		// e's cost, which is no more than max.
-		s.evict(e.cost() - s.claimed)
-		take := min(s.max-s.used, e.cost()-s.claimed)
+		// The kept entry's room is e's once e replaces it; a delete of
+		// the key between the batches makes e need more.
+		need := e.cost() - s.keptCost() - s.claimed
+		if need <= 0 {
+			break
+		}
+		// What the cache holds beyond the claim and the kept entry is
+		// entries it may evict, at least one of them while the claim
+		// is short: e's cost is no more than max.
+		s.evict(need)
+		take := min(s.max-s.used, need)
 		s.claimed += take
 		s.used += take
-		if s.claimed == e.cost() {
+		if take == need {
 			break
 		}
 		s.mu.Unlock()
@@ -231,11 +298,14 @@ func (s *Store) put(e *entry, ifAbsent bool) bool {
 	s.used -= s.claimed
 	s.claimed = 0
 	// A call between the batches may have stored the key.
-	if old, ok := s.entries[e.key]; ok {
+	if old, ok := s.entries[e.key]; ok && old != s.kept {
 		if ifAbsent && !old.expired(time.Now()) {
 			return false
 		}
 		s.remove(old)
+	}
+	if s.kept != nil {
+		s.remove(s.kept)
 	}
 	s.insert(e)
 	return true
