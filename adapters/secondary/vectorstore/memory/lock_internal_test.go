@@ -148,3 +148,82 @@ func TestCollectionsRacingTheirDeletesLeaveNothingCounted(t *testing.T) {
 		t.Fatalf("with every collection deleted the store counts %d bytes used, want 0", used)
 	}
 }
+
+// A delete of a collection that waits for an upsert into it keeps the
+// collection on the list until it has freed its room: a create of the name
+// meanwhile finds the collection there, and once the delete is done finds
+// it gone and its room free. Before, the delete took the name off the list
+// first and freed the room only once the upsert ended, and a create of the
+// name in between, in a store the collection filled, was refused as full.
+func TestACollectionLeavesTheListOnlyWithItsRoomFree(t *testing.T) {
+	ctx := t.Context()
+	vector := int64(len("x")+8*2) + EntryOverhead
+	s, err := Open(ctx, Config{MaxBytes: collectionCost("a") + 2*vector})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if err := s.CreateCollection(ctx, "a", 2, ports.MetricCosine); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Upsert(ctx, "a", []ports.Vector{{ID: "x", Values: []float32{1, 0}}}); err != nil {
+		t.Fatal(err)
+	}
+	staged, releaseUpsert := holdOnce(t, &s.hooks.staged)
+	upserted := make(chan error, 1)
+	go func() { upserted <- s.Upsert(ctx, "a", []ports.Vector{{ID: "y", Values: []float32{0, 1}}}) }()
+	select {
+	case <-staged:
+	case err := <-upserted:
+		t.Fatalf("the upsert returned %v without being held", err)
+	case <-time.After(wait):
+		t.Fatal("the upsert did not stage its batch")
+	}
+	deleting, releaseDelete := holdOnce(t, &s.hooks.deleting)
+	deleted := make(chan error, 1)
+	go func() { deleted <- s.DeleteCollection(ctx, "a") }()
+	select {
+	case <-deleting:
+	case <-time.After(wait):
+		t.Fatal("the delete did not find the collection")
+	}
+	releaseDelete()
+
+	if err := s.CreateCollection(ctx, "a", 2, ports.MetricCosine); err != nil {
+		t.Fatalf("CreateCollection of a collection being deleted: %v", err)
+	}
+	releaseUpsert()
+	if err := <-upserted; err != nil {
+		t.Fatalf("the upsert: %v", err)
+	}
+	select {
+	case err := <-deleted:
+		if err != nil {
+			t.Fatalf("DeleteCollection: %v", err)
+		}
+	case <-time.After(wait):
+		t.Fatal("the delete did not end once the upsert had")
+	}
+	if used := s.used.Load(); used != 0 {
+		t.Fatalf("with its one collection deleted the store counts %d bytes used, want 0", used)
+	}
+	if err := s.CreateCollection(ctx, "a", 2, ports.MetricCosine); err != nil {
+		t.Fatalf("CreateCollection after the delete: %v", err)
+	}
+}
+
+// holdOnce sets hook to stop the first call that meets it: held is closed
+// then, and the call goes on once release is called.
+func holdOnce(t *testing.T, hook *func(string)) (held <-chan struct{}, release func()) {
+	h, r := make(chan struct{}), make(chan struct{})
+	var once, releaseOnce sync.Once
+	*hook = func(string) {
+		once.Do(func() {
+			close(h)
+			<-r
+		})
+	}
+	release = func() { releaseOnce.Do(func() { close(r) }) }
+	t.Cleanup(release)
+	return h, release
+}

@@ -89,6 +89,9 @@ type Store struct {
 		// stored is called by an upsert that has stored its batch,
 		// with its collection's lock still held.
 		stored func(collection string)
+		// deleting is called by a delete of a collection that has
+		// found it, before it waits for the collection's writes.
+		deleting func(collection string)
 	}
 }
 
@@ -207,30 +210,43 @@ func (s *Store) CreateCollection(_ context.Context, name string, dimension int, 
 	return nil
 }
 
-// DeleteCollection takes the collection off the list under the store's
-// lock, and frees what it held under the collection's own, so that a
-// delete does not hold up the store while a call on the collection ends.
+// DeleteCollection waits for the collection's write in progress, holding
+// no lock of the store's meanwhile, and then frees what the collection
+// held and takes it off the list in one hold of the store's lock: a call
+// that finds the name gone finds its room free too.
 func (s *Store) DeleteCollection(_ context.Context, name string) error {
-	s.mu.Lock()
-	c, ok := s.collections[name]
-	delete(s.collections, name)
-	s.mu.Unlock()
-	if !ok {
-		return fmt.Errorf("collection %q: %w", name, ports.ErrNotFound)
+	for {
+		c, err := s.lookup(name)
+		if err != nil {
+			return err
+		}
+		if s.hooks.deleting != nil {
+			s.hooks.deleting(name)
+		}
+		c.write.Lock()
+		c.mu.Lock()
+		if c.dropped {
+			// Deleted by another call while this one waited, and
+			// maybe made again.
+			c.mu.Unlock()
+			c.write.Unlock()
+			continue
+		}
+		c.dropped = true
+		freed := collectionCost(name)
+		for _, v := range c.vectors {
+			freed += v.cost
+		}
+		c.vectors = nil
+		s.mu.Lock()
+		s.used.Add(-freed)
+		delete(s.collections, name)
+		s.mu.Unlock()
+		c.mu.Unlock()
+		c.write.Unlock()
+		c.index.Close()
+		return nil
 	}
-	c.write.Lock()
-	defer c.write.Unlock()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.dropped = true
-	c.index.Close()
-	freed := collectionCost(name)
-	for _, v := range c.vectors {
-		freed += v.cost
-	}
-	c.vectors = nil
-	s.used.Add(-freed)
-	return nil
 }
 
 func (s *Store) Collections(context.Context) ([]ports.VectorCollection, error) {
