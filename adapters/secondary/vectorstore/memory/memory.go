@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -327,6 +328,13 @@ func prepare(name string, dimension int, vectors []ports.Vector) (upsert, error)
 // all: what it takes is counted as the vectors it leaves. c.write is held;
 // store takes c.mu only to make the batch seen, in the map and the index
 // at once.
+//
+// A batch as large as the collection or larger is put into a new map, a
+// copy of the collection's, before c.mu is taken, and the new map replaces
+// the old under it: the hold is then a swap, not an insert of every vector
+// (a copy costs no more than the batch's own inserts). A smaller batch
+// goes into the map in place, under c.mu, for no longer than the copy
+// would have taken.
 func (s *Store) store(name string, c *collection, u upsert) error {
 	var freed int64
 	for id := range u.last {
@@ -342,13 +350,26 @@ func (s *Store) store(name string, c *collection, u upsert) error {
 		return err
 	}
 	staged := c.index.Stage(u.entries)
+	var next map[string]stored
+	if len(u.vectors) >= len(c.vectors) {
+		// Without c.mu: only a holder of c.write changes c.vectors.
+		next = make(map[string]stored, len(c.vectors)+len(u.last))
+		maps.Copy(next, c.vectors)
+		for _, v := range u.vectors {
+			next[v.ID] = v
+		}
+	}
 	if s.hooks.staged != nil {
 		s.hooks.staged(name)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, v := range u.vectors {
-		c.vectors[v.ID] = v
+	if next != nil {
+		c.vectors = next
+	} else {
+		for _, v := range u.vectors {
+			c.vectors[v.ID] = v
+		}
 	}
 	staged.Publish()
 	if s.hooks.stored != nil {

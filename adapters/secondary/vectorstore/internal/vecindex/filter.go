@@ -51,15 +51,27 @@ func canonical(v any) any {
 	return v
 }
 
-// add interns the payload's top-level fields and returns their terms,
-// sorted.
-func (t *terms) add(payload map[string]any) []uint32 {
+// termKeys gives the keys of the payload's top-level fields, for add. It
+// reads no index state, so a write makes them before it takes the lock.
+func termKeys(payload map[string]any) []string {
 	if len(payload) == 0 {
 		return nil
 	}
-	out := make([]uint32, 0, len(payload))
+	out := make([]string, 0, len(payload))
 	for field, value := range payload {
-		key := termKey(field, value)
+		out = append(out, termKey(field, value))
+	}
+	return out
+}
+
+// add interns a payload's field keys (termKeys) and returns their terms,
+// sorted.
+func (t *terms) add(keys []string) []uint32 {
+	if len(keys) == 0 {
+		return nil
+	}
+	out := make([]uint32, 0, len(keys))
+	for _, key := range keys {
 		id, ok := t.ids[key]
 		if !ok {
 			if n := len(t.free); n > 0 {

@@ -204,6 +204,9 @@ type Staged struct {
 	// is then what Publish copies.
 	slots  []int32
 	values [][]float32
+	// keys[i] are entries[i]'s payload's term keys, made by Stage for
+	// Publish.
+	keys [][]string
 }
 
 // Stage puts entries, which the caller has checked, into slots no search
@@ -218,7 +221,7 @@ type Staged struct {
 // other write until then.
 func (x *Index) Stage(entries []Entry) *Staged {
 	x.write.Lock()
-	st := &Staged{x: x, entries: entries, slots: make([]int32, len(entries))}
+	st := &Staged{x: x, entries: entries, slots: make([]int32, len(entries)), keys: make([][]string, len(entries))}
 	x.mu.Lock()
 	fresh := 0
 	for i, e := range entries {
@@ -260,6 +263,7 @@ func (x *Index) Stage(entries []Entry) *Staged {
 		if x.metric == ports.MetricCosine {
 			normalize(v)
 		}
+		st.keys[i] = termKeys(e.Payload)
 	}
 	return st
 }
@@ -295,7 +299,7 @@ func (st *Staged) Publish() {
 			x.dict.drop(x.terms[s])
 			copy(x.vec(s), st.values[i])
 		}
-		x.terms[s] = x.dict.add(e.Payload)
+		x.terms[s] = x.dict.add(st.keys[i])
 	}
 	x.reshape()
 }
