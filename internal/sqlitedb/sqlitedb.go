@@ -6,6 +6,7 @@ package sqlitedb
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"modernc.org/sqlite"
@@ -57,9 +59,45 @@ type DB struct {
 	Read  *sql.DB
 
 	turn chan struct{} // holds a token while a write has the writer (WriteTurn)
-	// busy is the writer's busy timeout as last set; only a write that
-	// has the turn reads or sets it.
-	busy time.Duration
+	// busy is the writer's busy timeout, in milliseconds, as last set;
+	// only a write that has the turn sets it. A connection the writer
+	// opens, as when database/sql replaces one its driver called bad, is
+	// given it (writerConnector).
+	busy atomic.Int64
+}
+
+// writerConnector opens the writer's connections, each waiting for the
+// lock as the last write set (DB.busy) rather than as its options say.
+type writerConnector struct {
+	driver.Connector
+	busy *atomic.Int64
+}
+
+func (c writerConnector) Connect(ctx context.Context) (driver.Conn, error) {
+	conn, err := c.Connector.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if ms := c.busy.Load(); ms != BusyTimeout.Milliseconds() {
+		if err := setBusyTimeout(ctx, conn, ms); err != nil {
+			_ = conn.Close()
+			return nil, err
+		}
+	}
+	return conn, nil
+}
+
+// setBusyTimeout sets how long conn, a driver's connection, waits for the
+// file's lock.
+func setBusyTimeout(ctx context.Context, conn driver.Conn, ms int64) error {
+	ex, ok := conn.(driver.ExecerContext)
+	if !ok {
+		return fmt.Errorf("set a new writer connection's wait for the lock: the driver's connection %T runs no statement", conn)
+	}
+	if _, err := ex.ExecContext(ctx, "PRAGMA busy_timeout = "+strconv.FormatInt(ms, 10), nil); err != nil {
+		return fmt.Errorf("set a new writer connection's wait for the lock to %d ms: %w", ms, err)
+	}
+	return nil
 }
 
 // Open opens the file at path, creating it and its directory if missing,
@@ -80,10 +118,13 @@ func Open(ctx context.Context, what, path, schema string) (*DB, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("%s: create the directory of %s: %w", what, path, err)
 	}
-	w, err := sql.Open("sqlite", path+writerOptions)
+	d := &DB{turn: make(chan struct{}, 1)}
+	d.busy.Store(BusyTimeout.Milliseconds())
+	wc, err := sqlite.NewConnector(path + writerOptions)
 	if err != nil {
 		return nil, fmt.Errorf("%s: open %s: %w", what, path, err)
 	}
+	w := sql.OpenDB(writerConnector{Connector: wc, busy: &d.busy})
 	w.SetMaxOpenConns(1)
 	w.SetMaxIdleConns(1)
 	// A file of another account is refused before its tables are touched.
@@ -104,7 +145,8 @@ func Open(ctx context.Context, what, path, schema string) (*DB, error) {
 	}
 	r.SetMaxOpenConns(Readers())
 	r.SetMaxIdleConns(Readers())
-	return &DB{Write: w, Read: r, turn: make(chan struct{}, 1), busy: BusyTimeout}, nil
+	d.Write, d.Read = w, r
+	return d, nil
 }
 
 // Full marks err, a write's, as ports.ErrStorageFull when SQLite had no
@@ -230,13 +272,14 @@ func lockWait(ctx context.Context, now time.Time) time.Duration {
 // waitAtMost sets the writer's busy timeout to wait, unless it stands
 // there. Only a write that has the turn calls it.
 func (d *DB) waitAtMost(ctx context.Context, wait time.Duration) error {
-	if wait == d.busy {
+	ms := wait.Milliseconds()
+	if ms == d.busy.Load() {
 		return nil
 	}
-	if _, err := d.Write.ExecContext(ctx, "PRAGMA busy_timeout = "+strconv.FormatInt(wait.Milliseconds(), 10)); err != nil {
+	if _, err := d.Write.ExecContext(ctx, "PRAGMA busy_timeout = "+strconv.FormatInt(ms, 10)); err != nil {
 		return fmt.Errorf("set the writer's wait for the lock to %v: %w", wait, err)
 	}
-	d.busy = wait
+	d.busy.Store(ms)
 	return nil
 }
 

@@ -2,12 +2,14 @@ package sqlitedb_test
 
 import (
 	"context"
+	"database/sql/driver"
 	"errors"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/abi-engine/engine/internal/sqlitedb"
+	"github.com/abi-engine/engine/ports"
 )
 
 type key struct{}
@@ -78,5 +80,44 @@ func TestAWriteInItsTurnRunsUnderItsValuesWithoutItsCancellation(t *testing.T) {
 	}
 	if _, err := db.Write.ExecContext(wctx, "INSERT INTO t (v) VALUES (1)"); err != nil {
 		t.Fatalf("a statement in the turn after the caller gave up: %v", err)
+	}
+}
+
+// A write's wait for the file's lock is set on the connection it runs on,
+// even when the writer's connection was replaced since a write last set it
+// (database/sql drops a connection its driver calls bad, as one whose
+// statement was interrupted): the new connection starts at BusyTimeout, and
+// a write whose answer is due now must still not wait at all. Before, the
+// handle kept the wait it had set on the old connection and, seeing the
+// same wait asked again, left the new one at BusyTimeout.
+func TestAWriteOnAReplacedConnectionWaitsForTheLockNoLongerThanItsCallAllows(t *testing.T) {
+	db := openTurns(t)
+	due := ports.WithAnswerBy(t.Context(), time.Now())
+	wantLockWait(t, db, due, 0)
+	conn, err := db.Write.Conn(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.Raw(func(any) error { return driver.ErrBadConn }); !errors.Is(err, driver.ErrBadConn) {
+		t.Fatalf("drop the writer's connection: %v", err)
+	}
+	wantLockWait(t, db, due, 0)
+}
+
+// wantLockWait takes a write's turn under ctx and fails the test unless the
+// writer's connection then waits want for the file's lock.
+func wantLockWait(t *testing.T, db *sqlitedb.DB, ctx context.Context, want time.Duration) {
+	t.Helper()
+	wctx, end, err := db.WriteTurn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer end()
+	var ms int64
+	if err := db.Write.QueryRowContext(wctx, "PRAGMA busy_timeout").Scan(&ms); err != nil {
+		t.Fatal(err)
+	}
+	if got := time.Duration(ms) * time.Millisecond; got != want {
+		t.Fatalf("the writer's connection waits %v for the file's lock in a write's turn, want %v", got, want)
 	}
 }
