@@ -215,9 +215,9 @@ func PointRead(ctx context.Context) (context.Context, error) {
 	return context.WithoutCancel(ctx), nil
 }
 
-// WriteTurn waits, within ctx, until no other write of this handle runs,
-// and returns the context the write's statements then run under, ctx's
-// values without its cancellation, and the function that ends the turn.
+// WriteTurn waits for the handle's turn to write (TakeTurn), and returns
+// the context the write's statements then run under, ctx's values without
+// its cancellation, and the function that ends the turn.
 //
 // Writes queue here, under their own contexts, rather than in the writer
 // pool: a write whose caller gave up, or whose engine was fenced, leaves the
@@ -235,13 +235,8 @@ func PointRead(ctx context.Context) (context.Context, error) {
 // not done and may send it again, where past its own deadline it would
 // learn nothing (a timeout, 504, through another engine).
 func (d *DB) WriteTurn(ctx context.Context) (context.Context, func(), error) {
-	if err := ctx.Err(); err != nil {
+	if err := TakeTurn(ctx, d.turn); err != nil {
 		return nil, nil, err
-	}
-	select {
-	case d.turn <- struct{}{}:
-	case <-ctx.Done():
-		return nil, nil, ctx.Err()
 	}
 	wctx := context.WithoutCancel(ctx)
 	if err := d.waitAtMost(wctx, lockWait(ctx, time.Now())); err != nil {
@@ -249,6 +244,38 @@ func (d *DB) WriteTurn(ctx context.Context) (context.Context, func(), error) {
 		return nil, nil, err
 	}
 	return wctx, d.endTurn, nil
+}
+
+// TakeTurn waits for a handle's turn to write, by putting a token in turn,
+// a channel of one slot that holds it while a write of the handle runs:
+// until ctx ends, and, for a call due sooner than BusyTimeout, no longer
+// than it would wait for the file's lock (LockWait), so that a write queued
+// behind one that waits for the lock is told in time, as that one is, that
+// it was not done. A write that never had its turn wrote nothing: its
+// error is ports.ErrNotDone, with ctx's error when ctx ended.
+func TakeTurn(ctx context.Context, turn chan<- struct{}) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("wait for the handle's turn to write: %w: %w", ports.ErrNotDone, err)
+	}
+	select {
+	case turn <- struct{}{}:
+		return nil
+	default:
+	}
+	var due <-chan time.Time
+	if wait := LockWait(ctx); wait < BusyTimeout {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		due = t.C
+	}
+	select {
+	case turn <- struct{}{}:
+		return nil
+	case <-due:
+		return fmt.Errorf("wait for the handle's turn to write: the call's answer is due: %w", ports.ErrNotDone)
+	case <-ctx.Done():
+		return fmt.Errorf("wait for the handle's turn to write: %w: %w", ports.ErrNotDone, ctx.Err())
+	}
 }
 
 // LockWait is how long a write of a call under ctx may wait for the file's

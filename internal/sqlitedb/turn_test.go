@@ -25,8 +25,8 @@ func openTurns(t *testing.T) *sqlitedb.DB {
 }
 
 // One write at a time: a second write waits while the first holds the
-// turn, and gives up at its own deadline with its context's error; once the
-// first ends its turn, the next write takes it.
+// turn, and gives up by its own deadline, not done; once the first ends its
+// turn, the next write takes it.
 func TestAWriteWaitsForItsTurnUnderItsContext(t *testing.T) {
 	db := openTurns(t)
 	_, end, err := db.WriteTurn(t.Context())
@@ -35,8 +35,8 @@ func TestAWriteWaitsForItsTurnUnderItsContext(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
 	defer cancel()
-	if _, _, err := db.WriteTurn(ctx); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("a write waiting while another holds the turn: %v, want its deadline", err)
+	if _, _, err := db.WriteTurn(ctx); !errors.Is(err, ports.ErrNotDone) {
+		t.Fatalf("a write waiting while another holds the turn: %v, want ports.ErrNotDone by its deadline", err)
 	}
 	end()
 	ctx, cancel = context.WithTimeout(t.Context(), 10*time.Second)

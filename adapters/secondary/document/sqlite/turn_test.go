@@ -23,6 +23,23 @@ func TestAPutWaitsForTheWritersTurnUnderItsContext(t *testing.T) {
 		})
 }
 
+// A put that gave up while another write had the writer's turn never ran:
+// it is not done, and may be sent again. Before, it failed with its
+// context's error alone, of unknown outcome, and waited for its turn past
+// the moment its answer was due.
+func TestAPutThatNeverHadTheWritersTurnIsNotDone(t *testing.T) {
+	s := openCollection(t)
+	sqlitedbtest.AWriteThatNeverHadItsTurnIsNotDone(t, s.db,
+		func(ctx context.Context) error {
+			_, err := s.Put(ctx, "c", "d", map[string]any{"n": 1.0}, ports.Cond{})
+			return err
+		},
+		func() bool {
+			_, err := s.Get(t.Context(), "c", "d")
+			return err == nil
+		})
+}
+
 // openCollection opens a store on a file of its own, closed when the test
 // ends, that holds the empty collection "c".
 func openCollection(t *testing.T) *Store {

@@ -22,3 +22,21 @@ func TestASetWaitsForTheWritersTurnUnderItsContext(t *testing.T) {
 			return err == nil && ok
 		})
 }
+
+// A set that gave up while another write had the writer's turn never ran:
+// it is not done, and may be sent again. Before, it failed with its
+// context's error alone, of unknown outcome, and waited for its turn past
+// the moment its answer was due.
+func TestASetThatNeverHadTheWritersTurnIsNotDone(t *testing.T) {
+	s, err := Open(t.Context(), Config{Path: filepath.Join(t.TempDir(), "kv.sqlite")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	sqlitedbtest.AWriteThatNeverHadItsTurnIsNotDone(t, s.db,
+		func(ctx context.Context) error { return s.Set(ctx, "k", []byte("v"), 0) },
+		func() bool {
+			ok, err := s.Exists(t.Context(), "k")
+			return err == nil && ok
+		})
+}

@@ -1023,7 +1023,7 @@ func (s *Store) inTx(ctx context.Context, f func(tx *sql.Tx) error) error {
 	if s.hooks.writing != nil {
 		s.hooks.writing()
 	}
-	if err := s.takeTurn(ctx); err != nil {
+	if err := sqlitedb.TakeTurn(ctx, s.writes); err != nil {
 		return err
 	}
 	defer func() { <-s.writes }()
@@ -1049,33 +1049,6 @@ func (s *Store) inTx(ctx context.Context, f func(tx *sql.Tx) error) error {
 		return sqlitedb.NotDone(sqlitedb.Full(err))
 	}
 	return sqlitedb.Full(finish(tx, f))
-}
-
-// takeTurn waits for the handle's turn to write (Store.writes): until ctx
-// ends, and, for a call due sooner than the busy timeout, no longer than
-// it would wait for the file's lock (sqlitedb.LockWait), so that a write
-// queued behind one that waits for the lock is told in time, as that one
-// is, that it was not done. A write that never had its turn wrote nothing.
-func (s *Store) takeTurn(ctx context.Context) error {
-	select {
-	case s.writes <- struct{}{}:
-		return nil
-	default:
-	}
-	var due <-chan time.Time
-	if wait := sqlitedb.LockWait(ctx); wait < sqlitedb.BusyTimeout {
-		t := time.NewTimer(wait)
-		defer t.Stop()
-		due = t.C
-	}
-	select {
-	case s.writes <- struct{}{}:
-		return nil
-	case <-due:
-		return fmt.Errorf("wait for the handle's turn to write: the call's answer is due: %w", ports.ErrNotDone)
-	case <-ctx.Done():
-		return fmt.Errorf("wait for the handle's turn to write: %w: %w", ports.ErrNotDone, ctx.Err())
-	}
 }
 
 // busyTimeout sets how long conn waits for the file's lock.
