@@ -34,7 +34,6 @@ const (
 // serving term has tried to write, no write of an older one lands.
 type Fence struct {
 	scope, path string
-	db          *sql.DB
 	raiseStmt   *sql.Stmt
 	read        *sql.Stmt
 	raised      atomic.Uint64 // the newest token this handle raised the fence to
@@ -47,51 +46,39 @@ func NewFence(ctx context.Context, db *sql.DB, scope, path string) (*Fence, erro
 	if err != nil {
 		return nil, fmt.Errorf("the fence of %s: %w", path, err)
 	}
-	return &Fence{scope: scope, path: path, db: db, raiseStmt: stmts[0], read: stmts[1]}, nil
+	return &Fence{scope: scope, path: path, raiseStmt: stmts[0], read: stmts[1]}, nil
 }
 
 // Begin begins a write transaction of a call under ctx's serving term, on
-// the connections the fence was made on, once the fence has passed that
-// term: the caller writes in it and commits, or rolls back. It fails with
-// ports.ErrFenced when the fence has seen a newer term. A write without a
-// token (a tool, a test, the schema) is not fenced.
+// conn, one of the connections the fence was made on, which the caller
+// holds (as to set how long it waits for the file's lock, or to drop it,
+// RollBack), once the fence has passed that term: the caller writes in it
+// and commits, or rolls back (RollBack). It fails with ports.ErrFenced when
+// the fence has seen a newer term. A write without a token (a tool, a
+// test, the schema) is not fenced.
 //
 // The first time this handle writes under a newer term, the fence is
 // raised to that term in a transaction of its own, so the term fences the
 // older ones even when the write itself then fails (a conflict, a missing
 // collection), as on PostgreSQL. The transaction of the write then checks
 // the fence first, under the write lock it takes when it begins.
-func (f *Fence) Begin(ctx context.Context) (*sql.Tx, error) { return f.begin(ctx, f.db) }
-
-// BeginOn is Begin on conn, one of the connections the fence was made on,
-// which the caller holds, as to set how long it waits for the file's lock.
-func (f *Fence) BeginOn(ctx context.Context, conn *sql.Conn) (*sql.Tx, error) {
-	return f.begin(ctx, conn)
-}
-
-// beginner is a pool or one connection of it.
-type beginner interface {
-	BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error)
-}
-
-func (f *Fence) begin(ctx context.Context, db beginner) (*sql.Tx, error) {
+func (f *Fence) Begin(ctx context.Context, conn *sql.Conn) (*sql.Tx, error) {
 	token, termed, err := tokenOf(ctx)
 	if err != nil {
 		return nil, err
 	}
 	if termed && token > f.raised.Load() {
-		if err := f.raise(ctx, db, token); err != nil {
+		if err := f.raise(ctx, conn, token); err != nil {
 			return nil, err
 		}
 	}
-	tx, err := db.BeginTx(ctx, nil)
+	tx, err := conn.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, fmt.Errorf("begin in %s: %w", f.path, err)
 	}
 	if termed {
 		if err := f.check(ctx, tx, token); err != nil {
-			_ = tx.Rollback()
-			return nil, err
+			return nil, RollBack(conn, tx, err)
 		}
 	}
 	return tx, nil
@@ -99,17 +86,16 @@ func (f *Fence) begin(ctx context.Context, db beginner) (*sql.Tx, error) {
 
 // raise moves the fence up to token in a transaction of its own, or fails
 // with ports.ErrFenced when it stands above.
-func (f *Fence) raise(ctx context.Context, db beginner, token uint64) error {
-	tx, err := db.BeginTx(ctx, nil)
+func (f *Fence) raise(ctx context.Context, conn *sql.Conn, token uint64) error {
+	tx, err := conn.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("raise the fence of %s to term %d: %w", f.path, token, err)
 	}
-	defer func() { _ = tx.Rollback() }()
 	if _, err := tx.StmtContext(ctx, f.raiseStmt).ExecContext(ctx, sql.Named("scope", f.scope), sql.Named("token", int64(token))); err != nil {
-		return fmt.Errorf("raise the fence of %s to term %d: %w", f.path, token, err)
+		return RollBack(conn, tx, fmt.Errorf("raise the fence of %s to term %d: %w", f.path, token, err))
 	}
 	if err := f.check(ctx, tx, token); err != nil {
-		return err
+		return RollBack(conn, tx, err)
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("raise the fence of %s to term %d: %w", f.path, token, err)

@@ -184,15 +184,29 @@ func NotDone(err error) error {
 	return err
 }
 
-// RollBack rolls tx back after err, the error of a statement of it, and
-// returns err, marked as NotDone would mark it. A write whose rollback
-// failed may still have its transaction open on the connection, for a
-// later COMMIT to make: its error is then never not done.
-func RollBack(tx *sql.Tx, err error) error {
+// RollBack rolls tx, begun on conn, back after err, the error of a
+// statement of it, and returns err, marked as NotDone would mark it. A
+// failed rollback may leave the transaction open on conn, holding the
+// file's write lock: kept, conn would fail every later BEGIN of the
+// handle, keep other engines' writes out, and might make the write at a
+// later COMMIT. conn is then dropped (Drop), and the write's error is never
+// not done. A transaction database/sql already ended, for its context
+// ended (sql.ErrTxDone), has left conn.
+func RollBack(conn *sql.Conn, tx *sql.Tx, err error) error {
 	if rerr := tx.Rollback(); rerr != nil {
+		if !errors.Is(rerr, sql.ErrTxDone) {
+			Drop(conn)
+		}
 		return fmt.Errorf("%w (and its rollback failed: %v)", err, rerr)
 	}
 	return NotDone(err)
+}
+
+// Drop closes conn rather than give it back to its pool, which opens a
+// new connection for the next call that needs one. Closing a connection
+// ends the transaction it was in.
+func Drop(conn *sql.Conn) {
+	_ = conn.Raw(func(any) error { return driver.ErrBadConn })
 }
 
 // Close closes both pools; closing twice is harmless.

@@ -213,19 +213,26 @@ func (s *Store) Collections(ctx context.Context) ([]string, error) {
 // for its turn on the writer under ctx (sqlitedb.WriteTurn); the
 // transaction and f then run under the turn's context, ctx's values
 // without its cancellation, so a caller that gives up half way does not
-// leave a transaction cut short.
+// leave a transaction cut short. A write whose rollback failed closes
+// the writer's connection (sqlitedb.RollBack), which may still be in its
+// transaction, and the next write opens another.
 func (s *Store) inTx(ctx context.Context, f func(ctx context.Context, tx *sql.Tx) error) error {
 	ctx, done, err := s.db.WriteTurn(ctx)
 	if err != nil {
 		return fmt.Errorf("write to %s: %w", s.path, err)
 	}
 	defer done()
-	tx, err := s.fence.Begin(ctx)
+	conn, err := s.db.Write.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("take the writer's connection to %s: %w", s.path, err)
+	}
+	defer conn.Close()
+	tx, err := s.fence.Begin(ctx, conn)
 	if err != nil {
 		return sqlitedb.NotDone(err)
 	}
 	if err := f(ctx, tx); err != nil {
-		return sqlitedb.Full(sqlitedb.RollBack(tx, err))
+		return sqlitedb.Full(sqlitedb.RollBack(conn, tx, err))
 	}
 	if err := tx.Commit(); err != nil {
 		return sqlitedb.Full(fmt.Errorf("commit in %s: %w", s.path, err))

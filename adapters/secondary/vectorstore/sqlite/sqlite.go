@@ -10,7 +10,6 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -1040,15 +1039,15 @@ func (s *Store) inTx(ctx context.Context, f func(tx *sql.Tx) error) error {
 			if err := busyTimeout(context.WithoutCancel(ctx), conn, sqlitedb.BusyTimeout); err != nil {
 				// Kept, the connection would make the writes it
 				// serves next give up early; it is dropped instead.
-				_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+				sqlitedb.Drop(conn)
 			}
 		}()
 	}
-	tx, err := s.fence.BeginOn(ctx, conn)
+	tx, err := s.fence.Begin(ctx, conn)
 	if err != nil {
 		return sqlitedb.NotDone(sqlitedb.Full(err))
 	}
-	return sqlitedb.Full(finish(tx, f))
+	return sqlitedb.Full(finish(conn, tx, f))
 }
 
 // busyTimeout sets how long conn waits for the file's lock.
@@ -1062,17 +1061,23 @@ func busyTimeout(ctx context.Context, conn *sql.Conn, wait time.Duration) error 
 // transact runs f in a transaction that holds the write lock from its
 // start; the schema's own, at open, before the fence exists.
 func (s *Store) transact(ctx context.Context, f func(tx *sql.Tx) error) error {
-	tx, err := s.db.BeginTx(ctx, nil)
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("take a connection: %w", err)
+	}
+	defer conn.Close()
+	tx, err := conn.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
-	return finish(tx, f)
+	return finish(conn, tx, f)
 }
 
-// finish runs f in tx and commits, or rolls back when f fails.
-func finish(tx *sql.Tx, f func(tx *sql.Tx) error) error {
+// finish runs f in tx, begun on conn, and commits, or rolls back when f
+// fails, closing conn if that fails (sqlitedb.RollBack).
+func finish(conn *sql.Conn, tx *sql.Tx, f func(tx *sql.Tx) error) error {
 	if err := f(tx); err != nil {
-		return sqlitedb.RollBack(tx, err)
+		return sqlitedb.RollBack(conn, tx, err)
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("commit: %w", err)
