@@ -123,6 +123,7 @@ type syncHooks struct {
 	applying func(name string)                      // a write of the handle holds the index's turn and goes on to give it its change
 	wait     func(name string)                      // a call found the index's turn taken and waits for it
 	writing  func()                                 // a write of the handle has come, and waits for its turn to write
+	locking  func()                                 // a write of the handle has its turn and a connection, and goes on to take the file's lock
 }
 
 // cached is a handle's index of one collection and the point of the file's
@@ -1042,6 +1043,9 @@ func (s *Store) inTx(ctx context.Context, f func(tx *sql.Tx) error) error {
 				sqlitedb.Drop(conn)
 			}
 		}()
+	}
+	if s.hooks.locking != nil {
+		s.hooks.locking()
 	}
 	tx, err := s.fence.Begin(ctx, conn)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -47,6 +48,18 @@ func TestAnUpsertWaitingForTheFilesLockGoesBeforeTheHandlesLaterWrites(t *testin
 
 	arrived := make(chan struct{}, 1+later*each)
 	s.hooks.writing = func() { arrived <- struct{}{} }
+	// The first upsert to come to the file's lock stops there until the
+	// later ones have come, so that the setup takes none of the time it
+	// may wait for the lock (the busy timeout, 10 s), however loaded the
+	// machine.
+	atLock, goOn := make(chan struct{}), make(chan struct{})
+	var locked atomic.Bool
+	s.hooks.locking = func() {
+		if locked.CompareAndSwap(false, true) {
+			close(atLock)
+			<-goOn
+		}
+	}
 	var wg sync.WaitGroup
 	upsert := func(id string) {
 		if err := s.Upsert(ctx, "v", []ports.Vector{{ID: id, Values: []float32{1, 2}}}); err != nil {
@@ -54,12 +67,10 @@ func TestAnUpsertWaitingForTheFilesLockGoesBeforeTheHandlesLaterWrites(t *testin
 		}
 	}
 	wg.Go(func() { upsert("first") })
-	awaitArrivals(t, arrived, 1)
-	// The first upsert waits at the file's lock once it has its connection.
-	for deadline := time.Now().Add(20 * time.Second); s.db.Stats().InUse < 1; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the first upsert took no connection in 20 s")
-		}
+	select {
+	case <-atLock:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the first upsert did not come to the file's lock in 20 s")
 	}
 	for w := range later {
 		wg.Go(func() {
@@ -68,7 +79,8 @@ func TestAnUpsertWaitingForTheFilesLockGoesBeforeTheHandlesLaterWrites(t *testin
 			}
 		})
 	}
-	awaitArrivals(t, arrived, later)
+	awaitArrivals(t, arrived, 1+later)
+	close(goOn)
 	release()
 	wg.Wait()
 
