@@ -6,7 +6,6 @@ import (
 	"net/url"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -50,26 +49,7 @@ func holdInsert(t *testing.T, dsn, sql string, args ...any) (commit func()) {
 		t.Fatal(err)
 	}
 	return func() {
-		// The store's statement waits on the uncommitted row.
-		deadline := time.Now().Add(time.Minute)
-		for {
-			var waiting bool
-			// Whatever session waits for this one's locks: the store's
-			// statement, whatever its text (pg_stat_activity cuts a long
-			// one short, so matching the table's name in it may miss it).
-			err := conn.QueryRow(t.Context(), `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
-				WHERE pg_backend_pid() = ANY (pg_blocking_pids(pid)))`).Scan(&waiting)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if waiting {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("the store's statement never waited for the other session's insert")
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		pgtest.AwaitBlocked(t, conn, "the store's statement never waited for the other session's insert")
 		if err := tx.Commit(t.Context()); err != nil {
 			t.Fatal(err)
 		}

@@ -40,7 +40,7 @@ func Deadlocked(t testing.TB, dsn, scope, hold string, write func() error, reset
 		}
 		done := make(chan error, 1)
 		go func() { done <- write() }()
-		awaitBlocked(t, conn)
+		AwaitBlocked(t, conn, "the store's write never waited for the row the test holds")
 		_, err = tx.Exec(t.Context(), "SELECT 1 FROM abi_engine_fence WHERE scope = $1 FOR UPDATE", scope)
 		if rerr := tx.Rollback(t.Context()); rerr != nil {
 			t.Fatal(rerr)
@@ -60,8 +60,11 @@ func Deadlocked(t testing.TB, dsn, scope, hold string, write func() error, reset
 	return nil
 }
 
-// awaitBlocked returns once another session waits for a lock conn's holds.
-func awaitBlocked(t testing.TB, conn *pgx.Conn) {
+// AwaitBlocked returns once another session waits for a lock conn's
+// session holds, whatever that session runs (pg_stat_activity cuts a long
+// statement short, so matching a table's name in its text may miss it). It
+// fails the test with never when none has waited within a minute.
+func AwaitBlocked(t testing.TB, conn *pgx.Conn, never string) {
 	t.Helper()
 	for deadline := time.Now().Add(time.Minute); ; {
 		var waiting bool
@@ -74,7 +77,7 @@ func awaitBlocked(t testing.TB, conn *pgx.Conn) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("the store's write never waited for the row the test holds")
+			t.Fatal(never)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
