@@ -29,6 +29,7 @@ func TestOnlyAWriteThatCertainlyDidNotHappenIsNotDone(t *testing.T) {
 		"a deadlock":                    {server("ERROR", "40P01"), true},
 		"a serialization failure":       {server("ERROR", "40001"), true},
 		"a lock waited for too long":    {server("ERROR", "55P03"), true},
+		"a statement cancelled":         {server("ERROR", "57014"), true},
 		"a deadlock that ends the link": {server("FATAL", "40P01"), false},
 		"a unique violation":            {server("ERROR", "23505"), false},
 		"a context ended in flight":     {context.Canceled, false},

@@ -169,6 +169,11 @@ const (
 	serializationFailure = "40001"
 	deadlockDetected     = "40P01"
 	lockNotAvailable     = "55P03" // a lock waited for past lock_timeout
+	// A statement cancelled, past statement_timeout or by a cancel request
+	// to the server. It ends the statement with an ERROR, so its
+	// transaction rolls back; a cancel that comes once the commit is under
+	// way is not acted on until it is over, and fails nothing.
+	queryCanceled = "57014"
 )
 
 // NotDone marks err, a write's, as ports.ErrNotDone when the write
@@ -176,7 +181,8 @@ const (
 // it (pgconn.SafeToRetry: the context had ended, or the connection was
 // closed, before it was used), the connection it was to go on never
 // opened, or the server rolled its transaction back for a serialization
-// failure, a deadlock or a lock it waited for too long. Each of a store's
+// failure, a deadlock, a lock it waited for too long or a statement it
+// cancelled (statement_timeout, a cancel request). Each of a store's
 // writes is one transaction, a batch of keyvalue sets included, so the
 // whole of it was not done. An error of severity FATAL or PANIC ends the
 // session, maybe after a commit, and is never not done. Any other error is
@@ -192,7 +198,7 @@ func NotDone(err error) error {
 	switch {
 	case pgconn.SafeToRetry(err), errors.As(err, &connErr):
 	case errors.As(err, &pgErr) && pgErr.SeverityUnlocalized == "ERROR" &&
-		(pgErr.Code == serializationFailure || pgErr.Code == deadlockDetected || pgErr.Code == lockNotAvailable):
+		slices.Contains([]string{serializationFailure, deadlockDetected, lockNotAvailable, queryCanceled}, pgErr.Code):
 	default:
 		return err
 	}

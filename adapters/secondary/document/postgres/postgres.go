@@ -2,8 +2,9 @@
 // engine reaches, with the data as jsonb. Conditional writes are single
 // statements, so PostgreSQL's row locks decide races between engines. A
 // write that certainly did not happen, for a cause that passes (never
-// sent, or rolled back for a deadlock, a serialization failure or a lock
-// waited for too long), fails as ports.ErrNotDone (pgdb.NotDone).
+// sent, or rolled back for a deadlock, a serialization failure, a lock
+// waited for too long or a statement the server cancelled), fails as
+// ports.ErrNotDone (pgdb.NotDone).
 package postgres
 
 import (

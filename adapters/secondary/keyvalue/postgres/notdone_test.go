@@ -88,6 +88,56 @@ func TestASetRefusedForASerializationFailureIsNotDone(t *testing.T) {
 	goodSetsWritten(t, s, term, good, errs, "a set failed by a serialization failure")
 }
 
+// A write the server cancelled past statement_timeout rolled back, and may
+// be sent again: it fails as ports.ErrNotDone, under a term or not, a set
+// (which goes in a batch) as a conditional write does. Each waits for the
+// key's row, which another transaction holds, until the server cancels
+// it; the key keeps its value.
+func TestAWriteCancelledPastStatementTimeoutIsNotDone(t *testing.T) {
+	dsn := testenv.Lookup(t, "ENGINE_TEST_PG_DSN", "PostgreSQL", false)
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("statement_timeout", "200") // milliseconds, set as each connection opens
+	u.RawQuery = q.Encode()
+	table := pgtest.Table(t, dsn, "kvtimeout")
+	s, termed, conn := openWithKeyToHold(t, dsn, u.String(), table, 5)
+	holder, err := conn.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = holder.Rollback(context.Background()) })
+	if _, err := holder.Exec(t.Context(), "SELECT 1 FROM "+pgx.Identifier{table}.Sanitize()+" WHERE key = 'held' FOR UPDATE"); err != nil {
+		t.Fatal(err)
+	}
+	writes := map[string]func(ctx context.Context) error{
+		"Set": func(ctx context.Context) error { return s.Set(ctx, "held", []byte("v1"), 0) },
+		"SetIfAbsent": func(ctx context.Context) error {
+			_, err := s.SetIfAbsent(ctx, "held", []byte("v1"), 0)
+			return err
+		},
+		"DeleteIfValue": func(ctx context.Context) error {
+			_, err := s.DeleteIfValue(ctx, "held", []byte("v0"))
+			return err
+		},
+	}
+	for under, ctx := range map[string]context.Context{"under a term": termed, "with no term": t.Context()} {
+		for name, write := range writes {
+			if err := write(ctx); !errors.Is(err, ports.ErrNotDone) {
+				t.Errorf("a %s %s, cancelled past statement_timeout: %v, want ErrNotDone", name, under, err)
+			}
+		}
+	}
+	if err := holder.Rollback(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := s.Get(termed, "held"); err != nil || string(v) != "v0" {
+		t.Fatalf("the key after writes the server cancelled = %q, %v; want v0", v, err)
+	}
+}
+
 // A write whose connection never opens was never sent: it fails as
 // ports.ErrNotDone, a set (which goes in a batch) as every other write.
 func TestAWriteWhoseConnectionNeverOpenedIsNotDone(t *testing.T) {
