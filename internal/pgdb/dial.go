@@ -1,6 +1,7 @@
 package pgdb
 
 import (
+	"fmt"
 	"net"
 	"time"
 )
@@ -34,3 +35,16 @@ func dialer(connectTimeout time.Duration) *net.Dialer {
 		Control: userTimeout,
 	}
 }
+
+// serverKeepalive has the server probe each of the stores' sessions as
+// the dialer has this end probe it, so that the server, too, finds within
+// about deadHost a client whose host has vanished (paused, cut off,
+// powered off) with no reset. The server otherwise waits on the system's
+// defaults, two hours of silence and more on Linux, and meanwhile keeps
+// whatever the session's open transaction holds: the fence row a write of
+// an older term holds from its check to its commit, which every write of
+// the newer term waits for. Over a Unix socket the server ignores these
+// settings; behind a pooler they reach the server's end of one pooled
+// connection, and the pooler's own keepalive settings guard the engine's.
+var serverKeepalive = fmt.Sprintf("SET tcp_keepalives_idle = %d; SET tcp_keepalives_interval = %d; SET tcp_keepalives_count = %d",
+	int((deadHost / 2).Seconds()), int((deadHost / 6).Seconds()), 3)

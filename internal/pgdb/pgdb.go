@@ -53,9 +53,11 @@ func Open(ctx context.Context, what, dsn, table, schema string) (*pgxpool.Pool, 
 	// the database's default must then be read committed, as it is unless
 	// changed. It is not a parameter of the startup message, which a
 	// pooler such as PgBouncer refuses, by default, for a name it does not
-	// know, so that the engine could not connect at all.
+	// know, so that the engine could not connect at all. The server's
+	// keepalive settings (serverKeepalive) are set alike, for the same
+	// reason.
 	cfg.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
-		_, err := conn.Exec(ctx, "SET default_transaction_isolation TO 'read committed'")
+		_, err := conn.Exec(ctx, "SET default_transaction_isolation TO 'read committed'; "+serverKeepalive)
 		return err
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
