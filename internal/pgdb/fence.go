@@ -101,29 +101,36 @@ func NewFenced(pool *pgxpool.Pool, scope string) Fenced { return Fenced{pool: po
 
 // Exec runs one write statement.
 func (f Fenced) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	c, err := f.Conn(ctx)
+	if err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	return f.ExecOn(ctx, c, sql, args...)
+}
+
+// ExecOn runs one write statement on c, a connection Conn took, and
+// releases it: a caller that must know its write has a connection before
+// it commits to sending it, as a batch of sets does, takes one first.
+func (f Fenced) ExecOn(ctx context.Context, c *pgxpool.Conn, sql string, args ...any) (pgconn.CommandTag, error) {
 	token, ok := ports.FencingToken(ctx)
 	if !ok {
-		c, err := f.conn(ctx)
-		if err != nil {
-			return pgconn.CommandTag{}, err
-		}
 		defer c.Release()
 		return c.Exec(ctx, sql, args...)
 	}
 	var tag pgconn.CommandTag
-	err := f.checked(ctx, token, sql, args, func(br pgx.BatchResults) (err error) {
+	err := f.checked(ctx, c, token, sql, args, func(br pgx.BatchResults) (err error) {
 		tag, err = br.Exec()
 		return err
 	})
 	return tag, err
 }
 
-// conn takes a connection from the pool for a write. A write that gets
+// Conn takes a connection from the pool for a write. A write that gets
 // none, its context having ended while it waited for one to come free or
 // a new one having failed to open, was never sent: it fails as
 // ports.ErrNotDone. The pool's own Exec, QueryRow and SendBatch would
 // fail it with the context's error alone, as one cancelled in flight.
-func (f Fenced) conn(ctx context.Context) (*pgxpool.Conn, error) {
+func (f Fenced) Conn(ctx context.Context) (*pgxpool.Conn, error) {
 	c, err := f.pool.Acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("%w: no connection to send the write on: %w", ports.ErrNotDone, err)
@@ -131,16 +138,13 @@ func (f Fenced) conn(ctx context.Context) (*pgxpool.Conn, error) {
 	return c, nil
 }
 
-// checked runs a write statement after the check of the fence for token,
-// in one batch, so in one round trip and one transaction; read reads the
-// statement's result.
-func (f Fenced) checked(ctx context.Context, token uint64, sql string, args []any, read func(pgx.BatchResults) error) error {
+// checked runs a write statement on c, which it releases, after the check
+// of the fence for token, in one batch, so in one round trip and one
+// transaction; read reads the statement's result.
+func (f Fenced) checked(ctx context.Context, c *pgxpool.Conn, token uint64, sql string, args []any, read func(pgx.BatchResults) error) error {
 	term, err := bigint(token)
 	if err != nil {
-		return err
-	}
-	c, err := f.conn(ctx)
-	if err != nil {
+		c.Release()
 		return err
 	}
 	b := &pgx.Batch{}
@@ -244,15 +248,15 @@ type fencedRow struct {
 }
 
 func (r fencedRow) Scan(dest ...any) error {
+	c, err := r.f.Conn(r.ctx)
+	if err != nil {
+		return err
+	}
 	if !r.termed {
-		c, err := r.f.conn(r.ctx)
-		if err != nil {
-			return err
-		}
 		defer c.Release()
 		return c.QueryRow(r.ctx, r.sql, r.args...).Scan(dest...)
 	}
-	return r.f.checked(r.ctx, r.token, r.sql, r.args, func(br pgx.BatchResults) error {
+	return r.f.checked(r.ctx, c, r.token, r.sql, r.args, func(br pgx.BatchResults) error {
 		return br.QueryRow().Scan(dest...)
 	})
 }

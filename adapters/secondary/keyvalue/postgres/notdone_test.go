@@ -200,9 +200,9 @@ func TestABatchWhoseFenceCheckWaitedTooLongIsNotSentAgainSetBySet(t *testing.T) 
 
 	var statements atomic.Int32
 	s.sets.close()
-	w := newSetter(0, func(ctx context.Context, t term, batch []*setReq) error {
+	w := newSetter(0, s.writes.Conn, func(ctx context.Context, c *pgxpool.Conn, t term, batch []*setReq) error {
 		statements.Add(1)
-		return s.writeSets(ctx, t, batch)
+		return s.writeSets(ctx, c, t, batch)
 	})
 	keys := []string{"a", "b", "c"}
 	w.reqs = make(chan *setReq, len(keys))
@@ -242,9 +242,9 @@ func TestABatchWhoseFenceCheckWaitedTooLongIsNotSentAgainSetBySet(t *testing.T) 
 
 // A write whose context ends while it waits for a connection to come free
 // was never sent: it fails as ports.ErrNotDone, under a term (its check of
-// the fence and it going in one batch) or not, a batch of sets as a lone
-// write. The pool's one connection is held throughout, so each write can
-// only give up; the key keeps its value.
+// the fence and it going in one batch) or not, a set whose batch waits for
+// one as a lone write does. The pool's one connection is held throughout,
+// so each write can only give up; the key keeps its value.
 func TestAWriteWhoseContextEndedWaitingForAConnectionIsNotDone(t *testing.T) {
 	dsn := testenv.Lookup(t, "ENGINE_TEST_PG_DSN", "PostgreSQL", false)
 	u, err := url.Parse(dsn)
@@ -273,11 +273,9 @@ func TestAWriteWhoseContextEndedWaitingForAConnectionIsNotDone(t *testing.T) {
 			_, err := s.DeleteIfValue(ctx, "held", []byte("v0"))
 			return err
 		},
-		"batch of sets": func(ctx context.Context) error {
-			var at term
-			at.token, at.termed = ports.FencingToken(ctx)
-			return s.writeSets(ctx, at, []*setReq{{ctx: ctx, key: "held", value: []byte("v1")}})
-		},
+		// Its batch waits for the connection on the store's writer, and
+		// the caller gives up first.
+		"Set": func(ctx context.Context) error { return s.Set(ctx, "held", []byte("v1"), 0) },
 	}
 	for under, base := range map[string]context.Context{"under a term": termed, "with no term": t.Context()} {
 		for name, write := range writes {
@@ -359,5 +357,54 @@ func pingless(t *testing.T, s *Store) {
 	s.pool, s.writes = pool, pgdb.NewFenced(pool, s.name)
 	if err := pool.Ping(t.Context()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A set whose caller gives up while its batch waits for a connection was
+// never sent, and is told so (ports.ErrNotDone), though the batch goes on
+// waiting for a caller who still waits: the set is then left out of it.
+// The pool's one connection is held until the first caller has given up.
+func TestASetGivenUpWhileItsBatchWaitsForAConnectionIsNotDone(t *testing.T) {
+	dsn := testenv.Lookup(t, "ENGINE_TEST_PG_DSN", "PostgreSQL", false)
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("pool_max_conns", "1")
+	u.RawQuery = q.Encode()
+	table := pgtest.Table(t, dsn, "kvbatchnofree")
+	s, termed, _ := openWithKeyToHold(t, dsn, u.String(), table, 5)
+	held, err := s.pool.Acquire(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(held.Release)
+
+	w, start := queueSets(s, 2)
+	soon, cancel := context.WithTimeout(termed, 100*time.Millisecond)
+	defer cancel()
+	gaveUp, waited := make(chan error, 1), make(chan error, 1)
+	go func() { gaveUp <- s.Set(soon, "gone", []byte("v"), 0) }()
+	go func() { waited <- s.Set(termed, "kept", []byte("v"), 0) }()
+	for deadline := time.Now().Add(time.Minute); len(w.reqs) < 2; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of 2 sets queued", len(w.reqs))
+		}
+		time.Sleep(time.Millisecond)
+	}
+	start()
+	if err := <-gaveUp; !errors.Is(err, ports.ErrNotDone) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a set given up while its batch waited for a connection: %v, want ErrNotDone and the context's error", err)
+	}
+	held.Release()
+	if err := <-waited; err != nil {
+		t.Fatalf("the set of the caller who waited: %v", err)
+	}
+	if ok, err := s.Exists(termed, "gone"); err != nil || ok {
+		t.Fatalf("a set given up before its batch had a connection was written: %v, %v", ok, err)
+	}
+	if v, err := s.Get(termed, "kept"); err != nil || string(v) != "v" {
+		t.Fatalf("kept = %q, %v; want v", v, err)
 	}
 }

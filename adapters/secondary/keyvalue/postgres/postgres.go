@@ -123,7 +123,7 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 		setBatchSQL: setBatchSQL(table),
 	}
 	s.Answers = s.cache.Answers()
-	s.sets = newSetter(int(pool.Config().MaxConns), s.writeSets)
+	s.sets = newSetter(int(pool.Config().MaxConns), s.writes.Conn, s.writeSets)
 	return s, nil
 }
 

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/abi-engine/engine/internal/pgdb"
 	"github.com/abi-engine/engine/ports"
 )
@@ -17,7 +19,9 @@ import (
 // together: one statement and one commit for all of them, where each set
 // alone costs a commit and, under a serving term, a check of the fence.
 // A set never waits for others to arrive; it waits only for a connection,
-// as it would anyway, and whatever queued meanwhile goes with it. Each
+// as it would anyway, and whatever queued meanwhile goes with it. A batch
+// takes its connection before it takes its sets, so a caller that gives
+// up while the batch waits for one is told its set was not written. Each
 // caller is answered once its batch has committed. A batch the server
 // refuses is sent again one set at a time, so that a set refused for a
 // cause of its own fails alone (ADR 0013).
@@ -38,9 +42,11 @@ type setReq struct {
 	value []byte
 	us    *int64 // micros(ttl)
 	done  chan error
-	// state is setQueued until a writer takes the set into a batch
-	// (setTaken) or it is dropped, its caller having given up first
-	// (setDropped). Only a set taken is ever sent to the server.
+	// state is setQueued until a writer, holding a connection to send
+	// it on, takes the set into a batch (setTaken) or it is dropped, its
+	// caller having given up first (setDropped). Only a set taken is ever
+	// sent to the server. A set of a batch the server refused, which
+	// wrote nothing, is queued again until it is taken alone.
 	state atomic.Int32
 }
 
@@ -64,9 +70,11 @@ type setter struct {
 	closed    chan struct{}
 	closeOnce sync.Once
 	wg        sync.WaitGroup
-	// write writes one batch of sets under one term and reports the
-	// batch's outcome.
-	write func(ctx context.Context, t term, batch []*setReq) error
+	// conn takes the connection a batch goes on; write writes one batch
+	// of sets under one term on it, releases it, and reports the batch's
+	// outcome. conn fails as ports.ErrNotDone, since no set was sent.
+	conn  func(ctx context.Context) (*pgxpool.Conn, error)
+	write func(ctx context.Context, c *pgxpool.Conn, t term, batch []*setReq) error
 }
 
 // term is the serving term a set carries, if any (ports.FencingToken).
@@ -75,8 +83,8 @@ type term struct {
 	termed bool
 }
 
-func newSetter(workers int, write func(context.Context, term, []*setReq) error) *setter {
-	w := &setter{reqs: make(chan *setReq), closed: make(chan struct{}), write: write}
+func newSetter(workers int, conn func(context.Context) (*pgxpool.Conn, error), write func(context.Context, *pgxpool.Conn, term, []*setReq) error) *setter {
+	w := &setter{reqs: make(chan *setReq), closed: make(chan struct{}), conn: conn, write: write}
 	for range workers {
 		w.wg.Go(w.run)
 	}
@@ -161,7 +169,7 @@ func (w *setter) flush(batch []*setReq) {
 			}
 			continue
 		}
-		if !r.state.CompareAndSwap(setQueued, setTaken) {
+		if r.state.Load() != setQueued {
 			continue // its caller has given up, and knows it was not written
 		}
 		var t term
@@ -170,16 +178,38 @@ func (w *setter) flush(batch []*setReq) {
 	}
 	for t, sets := range byTerm {
 		ctx, cancel := batchContext(sets)
-		err := w.write(ctx, t, sets)
+		taken, err := w.send(ctx, t, sets)
 		cancel()
-		if len(sets) > 1 && refused(err) {
-			w.alone(t, sets)
+		if len(taken) > 1 && refused(err) {
+			w.alone(t, taken)
 			continue
 		}
-		for _, r := range sets {
+		for _, r := range taken {
 			r.done <- err
 		}
 	}
+}
+
+// send takes a connection, then takes into the batch each of sets whose
+// caller has not given up meanwhile, and writes those under t on it; it
+// returns the sets taken, each of which has the returned outcome. A set
+// whose caller gave up first was not sent, and its caller knows it.
+func (w *setter) send(ctx context.Context, t term, sets []*setReq) ([]*setReq, error) {
+	c, err := w.conn(ctx)
+	taken := make([]*setReq, 0, len(sets))
+	for _, r := range sets {
+		if r.state.CompareAndSwap(setQueued, setTaken) {
+			taken = append(taken, r)
+		}
+	}
+	switch {
+	case err != nil:
+		return taken, err
+	case len(taken) == 0:
+		c.Release()
+		return nil, nil
+	}
+	return taken, w.write(ctx, c, t, taken)
 }
 
 // alone writes the sets of a batch the server refused, one statement each,
@@ -196,16 +226,23 @@ func (w *setter) alone(t term, sets []*setReq) {
 	for _, r := range sets {
 		byKey[r.key] = append(byKey[r.key], r)
 	}
+	for _, r := range sets {
+		r.state.Store(setQueued) // nothing of its batch was written
+	}
 	var keys sync.WaitGroup
 	for _, sets := range byKey {
 		keys.Go(func() {
 			for _, r := range sets {
 				if err := r.ctx.Err(); err != nil {
-					r.done <- notWritten(err) // nothing of its batch was written
+					if r.state.CompareAndSwap(setQueued, setDropped) {
+						r.done <- notWritten(err)
+					}
 					continue
 				}
 				ctx, cancel := context.WithTimeout(r.ctx, batchCeiling)
-				r.done <- w.write(ctx, t, []*setReq{r})
+				if taken, err := w.send(ctx, t, []*setReq{r}); len(taken) == 1 {
+					r.done <- err
+				}
 				cancel()
 			}
 		})
@@ -300,9 +337,9 @@ func lockWait(batch []*setReq) *int64 {
 	return &ms
 }
 
-// writeSets is the setter's write: one statement, checked against the
+// writeSets is the setter's write: one statement on c, checked against the
 // fence when the sets carry a term.
-func (s *Store) writeSets(ctx context.Context, t term, batch []*setReq) error {
+func (s *Store) writeSets(ctx context.Context, c *pgxpool.Conn, t term, batch []*setReq) error {
 	keys := make([]string, len(batch))
 	values := make([][]byte, len(batch))
 	us := make([]*int64, len(batch))
@@ -312,7 +349,7 @@ func (s *Store) writeSets(ctx context.Context, t term, batch []*setReq) error {
 	if t.termed {
 		ctx = ports.WithFencingToken(ctx, t.token)
 	}
-	tag, err := s.writes.Exec(ctx, s.setBatchSQL, keys, values, us, lockWait(batch))
+	tag, err := s.writes.ExecOn(ctx, c, s.setBatchSQL, keys, values, us, lockWait(batch))
 	if err != nil {
 		if t.termed && errors.Is(err, ports.ErrFenced) {
 			s.cache.End(t.token) // also when every caller has given up

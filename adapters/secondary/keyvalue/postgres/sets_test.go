@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/abi-engine/engine/internal/pgtest"
 	"github.com/abi-engine/engine/internal/testenv"
@@ -28,7 +29,7 @@ type written struct {
 	err     error
 }
 
-func (w *written) write(_ context.Context, t term, batch []*setReq) error {
+func (w *written) write(_ context.Context, _ *pgxpool.Conn, t term, batch []*setReq) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	keys := make([]string, len(batch))
@@ -40,12 +41,26 @@ func (w *written) write(_ context.Context, t term, batch []*setReq) error {
 	return w.err
 }
 
+// noConn is the connection of a setter with no pool: releasing it does
+// nothing.
+func noConn(context.Context) (*pgxpool.Conn, error) { return new(pgxpool.Conn), nil }
+
+// writeBatch writes batch under t on a connection of s's pool, as the
+// setter of s would.
+func writeBatch(s *Store, ctx context.Context, t term, batch []*setReq) error {
+	c, err := s.writes.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	return s.writeSets(ctx, c, t, batch)
+}
+
 // Sets that queue while the writer is busy go in one batch, each under
 // its own term, and each caller gets its batch's outcome.
 func TestSetsThatQueueGoTogether(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rec := &written{}
-		w := newSetter(0, rec.write) // no writer yet: every set queues
+		w := newSetter(0, noConn, rec.write) // no writer yet: every set queues
 		errs := make([]error, 10)
 		var callers sync.WaitGroup
 		for i := range errs {
@@ -86,7 +101,7 @@ func TestLargeSetsThatQueueGoInBatchesOfBoundedSize(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var mu sync.Mutex
 		var sizes []int
-		w := newSetter(0, func(_ context.Context, _ term, batch []*setReq) error {
+		w := newSetter(0, noConn, func(_ context.Context, _ *pgxpool.Conn, _ term, batch []*setReq) error {
 			n := 0
 			for _, r := range batch {
 				n += len(r.key) + len(r.value)
@@ -121,7 +136,7 @@ func TestLargeSetsThatQueueGoInBatchesOfBoundedSize(t *testing.T) {
 // before the batch was written is left out of it.
 func TestABatchAnswersEachSet(t *testing.T) {
 	rec := &written{err: ports.ErrFenced}
-	w := &setter{write: rec.write}
+	w := &setter{conn: noConn, write: rec.write}
 	gone, cancel := context.WithCancel(t.Context())
 	cancel()
 	left := &setReq{ctx: gone, key: "gone", done: make(chan error, 1)}
@@ -157,7 +172,7 @@ func TestABatchOfUnknownOutcomeIsNotSentAgain(t *testing.T) {
 		{&pgconn.PgError{SeverityUnlocalized: "ERROR", Code: "55P03"}, 3},
 	} {
 		rec := &written{err: c.err}
-		w := &setter{write: rec.write}
+		w := &setter{conn: noConn, write: rec.write}
 		a := &setReq{ctx: t.Context(), key: "a", done: make(chan error, 1)}
 		b := &setReq{ctx: t.Context(), key: "b", done: make(chan error, 1)}
 		w.flush([]*setReq{a, b})
@@ -232,7 +247,7 @@ func TestABatchWithOneKeyTwice(t *testing.T) {
 		{ctx: ctx, key: "k", value: []byte("second")},
 	}
 	for _, under := range []term{{}, {token: 4, termed: true}} {
-		if err := s.writeSets(t.Context(), under, batch); err != nil {
+		if err := writeBatch(s, t.Context(), under, batch); err != nil {
 			t.Fatalf("a batch with k twice under %+v: %v", under, err)
 		}
 		for key, want := range map[string]string{"k": "second", "j": "other"} {
@@ -241,7 +256,7 @@ func TestABatchWithOneKeyTwice(t *testing.T) {
 			}
 		}
 	}
-	err = s.writeSets(t.Context(), term{token: 3, termed: true}, batch[:1])
+	err = writeBatch(s, t.Context(), term{token: 3, termed: true}, batch[:1])
 	if !errors.Is(err, ports.ErrFenced) {
 		t.Fatalf("a batch under an older term: %v, want ErrFenced", err)
 	}
@@ -252,7 +267,7 @@ func TestABatchWithOneKeyTwice(t *testing.T) {
 // batch: start writes them.
 func queueSets(s *Store, n int) (w *setter, start func()) {
 	s.sets.close()
-	w = newSetter(0, s.writeSets)
+	w = newSetter(0, s.writes.Conn, s.writeSets)
 	w.reqs = make(chan *setReq, n)
 	s.sets = w
 	return w, func() { w.wg.Go(w.run) }
