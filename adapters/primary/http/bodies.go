@@ -19,17 +19,18 @@ import (
 // process the engine's NATS callers share.
 const (
 	// DefaultBodyBudget is how many bytes of such bodies the API holds at
-	// once; a request whose body would pass it is answered 503 with a
-	// Retry-After before its body is read.
+	// once; a request whose body would grow past it, as it arrives, is
+	// answered 503 with a Retry-After.
 	DefaultBodyBudget = 64 << 20
 	// DefaultBodyShareDivisor gives one client's share of the budget: a
 	// quarter, as a NATS caller's share of the engine's overflow bytes.
 	DefaultBodyShareDivisor = 4
 	// DefaultBodyStall is how long one read of such a body may wait on
 	// the client; once the reads have waited that long in all, the client
-	// must have kept up the minimum rate of a transfer. A body holds its
-	// reservation while it arrives, so a client that declared a length and
-	// then sent nothing held it for the whole time a request may take.
+	// must have kept up the minimum rate of a transfer. A body holds what
+	// it has reserved while it arrives, so a client that sent part of a
+	// body and then nothing held that for the whole time a request may
+	// take.
 	DefaultBodyStall = 10 * time.Second
 )
 
@@ -52,13 +53,24 @@ func busy(err error) error {
 		errBusy, over.Held, over.Asked, over.Bound)
 }
 
+// bodyStep is how far ahead of its bytes a body's reservation runs, but
+// for a quarter of what it holds once that is more (see grownTo).
+const bodyStep = 64 << 10
+
 // readBody reads r's body whole, of at most maxBody bytes, under the
-// budget: a body of a declared length is read into a buffer of that
-// length, reserved before a byte is read, and one of no declared length
-// (chunked) reserves each buffer it grows into. Its reads are paced (see
-// bodyReader), so a body that cannot arrive in time frees its reservation
-// after the stall time. release gives the bytes back; the handler calls it once
-// the call has answered, since the value is held until then.
+// budget. The body is reserved as it arrives: its buffer grows as it
+// fills, and each growth is reserved before a byte is read into it, so a
+// body holds at most bodyStep, or a quarter of what it holds, more than
+// its client has sent. A body of a declared length starts with a buffer
+// of bodyStep, or of that length if it is less, and grows to that length
+// at most. A growth that would pass the budget or the client's share is
+// refused 503 (busy), as a body's first buffer is; a body of a declared
+// length used to reserve it whole before a byte was read, and a client
+// that declared 8 MiB and sent nothing held that much until it was cut
+// off. Its reads are paced (see bodyReader), so a body that cannot arrive
+// in time frees its reservation after the stall time. release gives the
+// bytes back; the handler calls it once the call has answered, since the
+// value is held until then.
 func (a *api) readBody(w http.ResponseWriter, r *http.Request) (data []byte, release func(), err error) {
 	client := a.clients.of(r)
 	body := a.bodyReader(w, r)
@@ -73,31 +85,27 @@ func (a *api) readBody(w http.ResponseWriter, r *http.Request) (data []byte, rel
 		// request, as the server set it, while the call runs.
 		_ = body.rc.SetReadDeadline(body.until)
 	}()
+	most, declared := a.maxBody, r.ContentLength > 0
 	switch n := r.ContentLength; {
 	case n == 0:
 		return []byte{}, func() {}, nil
 	case n > a.maxBody:
 		return nil, nil, fmt.Errorf("%w: body of %d bytes, over %d bytes", ports.ErrTooLarge, n, a.maxBody)
-	case n > 0:
+	case declared:
 		// A body that cannot arrive whole within the time for a request
 		// is cut off once the reads have waited the stall time, not at
 		// the end of that time: at the minimum rate alone, a client that
 		// declared 8 MiB and sent 8 KiB/s held its reservation for the
 		// whole minute, and would never have finished.
 		body.rate = max(body.rate, float64(n)/requestTimeout.Seconds())
-		if err := a.bodies.Take(client, n); err != nil {
-			return nil, nil, busy(err)
-		}
-		held = n
-		data = make([]byte, n)
-		if _, err := io.ReadFull(body, data); err != nil {
-			return nil, nil, bodyReadError(err)
-		}
-		return data, giveBack, nil
+		most = n
 	}
 	for {
 		if len(data) == cap(data) {
-			if int64(len(data)) == a.maxBody {
+			if int64(len(data)) == most {
+				if declared {
+					return data, giveBack, nil
+				}
 				// Full at the most: the body must end here.
 				var probe [1]byte
 				n, err := io.ReadFull(body, probe[:])
@@ -109,9 +117,12 @@ func (a *api) readBody(w http.ResponseWriter, r *http.Request) (data []byte, rel
 				}
 				return data, giveBack, nil
 			}
+			grown := grownTo(int64(cap(data)), most)
+			if declared && cap(data) == 0 {
+				grown = min(most, bodyStep)
+			}
 			// The buffer it grows out of is garbage once copied: only the
 			// bytes it grows by are reserved.
-			grown := min(max(2*int64(cap(data)), 4<<10), a.maxBody)
 			if err := a.bodies.Take(client, grown-int64(cap(data))); err != nil {
 				return nil, nil, busy(err)
 			}
@@ -123,12 +134,25 @@ func (a *api) readBody(w http.ResponseWriter, r *http.Request) (data []byte, rel
 		n, err := body.Read(data[len(data):cap(data)])
 		data = data[:len(data)+n]
 		if errors.Is(err, io.EOF) {
+			if declared && int64(len(data)) < most {
+				return nil, nil, bodyReadError(io.ErrUnexpectedEOF)
+			}
 			return data, giveBack, nil
 		}
 		if err != nil {
 			return nil, nil, bodyReadError(err)
 		}
 	}
+}
+
+// grownTo is the capacity a body's buffer of capacity c grows to, at most
+// most: it doubles from 4 KiB up to bodyStep, then grows by bodyStep or by
+// a quarter, whichever is more. It grows only once full, so the body holds
+// at most that step more than it has been sent. The price is the copies:
+// an 8 MiB body grows some 20 times, allocating some 43 MiB in all, where
+// a body read into a buffer of its declared length allocated it once.
+func grownTo(c, most int64) int64 {
+	return min(most, c+max(min(c, bodyStep), c/4, 4<<10))
 }
 
 // bodyReader reads r's body for readBody: each read waits at most the
