@@ -81,24 +81,29 @@ func (c clients) of(r *http.Request) string {
 
 // forwardedFor is the client that X-Forwarded-For, given on these lines
 // in order, names (see clients), and false when an address read is not
-// one. Empty entries are skipped, as HTTP has it of lists.
+// one. Empty entries are skipped, as HTTP has it of lists. The entries
+// are read in place from the right, and only as far as the client: a
+// line split whole, as a header of 64 KiB of commas is, made a slice of
+// some 1 MiB for each request.
 func (c clients) forwardedFor(lines []string) (netip.Addr, bool) {
 	var client netip.Addr
 	for i := len(lines) - 1; i >= 0; i-- {
-		hops := strings.Split(lines[i], ",")
-		for j := len(hops) - 1; j >= 0; j-- {
-			hop := strings.Trim(hops[j], " \t")
-			if hop == "" {
-				continue
+		for rest := lines[i]; ; {
+			cut := strings.LastIndexByte(rest, ',')
+			if hop := strings.Trim(rest[cut+1:], " \t"); hop != "" {
+				a, ok := hopIP(hop)
+				if !ok {
+					return netip.Addr{}, false
+				}
+				client = a
+				if !c.trusts(a) {
+					return a, true
+				}
 			}
-			a, ok := hopIP(hop)
-			if !ok {
-				return netip.Addr{}, false
+			if cut < 0 {
+				break
 			}
-			client = a
-			if !c.trusts(a) {
-				return a, true
-			}
+			rest = rest[:cut]
 		}
 	}
 	return client, client.IsValid()

@@ -73,6 +73,9 @@ func FuzzForwardedFor(f *testing.F) {
 	f.Fuzz(func(t *testing.T, first, second string) {
 		lines := []string{first, second}
 		client, ok := c.forwardedFor(lines)
+		if wantClient, wantOK := c.forwardedForSplit(lines); client != wantClient || ok != wantOK {
+			t.Fatalf("%q read in place names %v (%v), split whole %v (%v)", lines, client, ok, wantClient, wantOK)
+		}
 		if ok {
 			var hops []netip.Addr
 			for _, l := range lines {
@@ -118,6 +121,9 @@ func TestTheClientAForwardedNames(t *testing.T) {
 		netip.MustParsePrefix("fd00::/64"),
 	}}
 	const proxy = "10.1.2.3"
+	// More trusted hops than one reading keeps from the right, so the
+	// elements left of them are read from the left.
+	manyTrusted := strings.Repeat("for=10.0.0.1, ", 2*keptHops) + "for=10.0.0.2"
 	for _, tc := range []struct {
 		name string
 		fwd  []string
@@ -160,6 +166,13 @@ func TestTheClientAForwardedNames(t *testing.T) {
 		{"AnUnendedQuoteIsTheProxy", []string{`for="198.51.100.1, for=198.51.100.2`}, proxy},
 		{"AControlCharacterIsTheProxy", []string{"for=\"198.51.100.1\x01\""}, proxy},
 		{"ALeadingZeroIsTheProxy", []string{"for=198.51.100.01"}, proxy},
+		{"AnUntrustedHopLeftOfManyTrusted", []string{"junk, for=198.51.100.1, " + manyTrusted}, "198.51.100.1"},
+		{"AnUntrustedLineLeftOfManyTrusted", []string{"for=203.0.113.9, for=198.51.100.1", "for=10.0.0.3", manyTrusted}, "198.51.100.1"},
+		{"ManyTrustedAreTheLeftMost", []string{"for=10.7.7.7, " + manyTrusted}, "10.7.7.7"},
+		{"ManyTrustedAloneAreTheLeftMost", []string{manyTrusted}, "10.0.0.1"},
+		{"JunkLeftOfManyTrustedIsTheProxy", []string{"for=198.51.100.1, junk, " + manyTrusted}, proxy},
+		{"AnUnendedLineLeftOfManyTrustedIsTheProxy", []string{`for=198.51.100.1, for="x`, manyTrusted}, proxy},
+		{"AnUnendedLineOfManyTrustedIsTheProxy", []string{`for=198.51.100.1, ` + manyTrusted + `, x="`}, proxy},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := &http.Request{RemoteAddr: proxy + ":4000", Header: http.Header{}}
@@ -187,6 +200,8 @@ func FuzzForwarded(f *testing.F) {
 		{`for="[fd00::1]";proto=https;host="a, b"`, ", ,"},
 		{`for="198.51.100.1:_p1"`, `for=unknown, for="\"x"`},
 		{"junk, for=_hidden", "for=198.51.100.1;;"},
+		{"for=198.51.100.1, junk", strings.Repeat("for=10.0.0.1, ", 2*keptHops)},
+		{`for="x`, strings.Repeat(`for="10.0.0.1";x=",", `, 2*keptHops)},
 	} {
 		f.Add(seed[0], seed[1])
 	}
@@ -198,12 +213,15 @@ func FuzzForwarded(f *testing.F) {
 	f.Fuzz(func(t *testing.T, first, second string) {
 		lines := []string{first, second}
 		client, ok := c.forwarded(lines)
+		if wantClient, wantOK := c.forwardedSplit(lines); client != wantClient || ok != wantOK {
+			t.Fatalf("%q read in place names %v (%v), split whole %v (%v)", lines, client, ok, wantClient, wantOK)
+		}
 		if ok {
 			// The addresses the elements name, left to right, as far as
 			// they split and name one; the walk read no further left.
 			var hops []netip.Addr
 			for _, l := range lines {
-				elements, ok := splitElements(l)
+				elements, ok := splitWhole(l)
 				if !ok {
 					continue
 				}
@@ -247,4 +265,126 @@ func FuzzForwarded(f *testing.F) {
 			t.Fatalf("a request from a proxy that writes Forwarded (%q) counts against %q with an X-Forwarded-For, %q without", lines, spoofed, got)
 		}
 	})
+}
+
+// forwardedForSplit is forwardedFor as it read X-Forwarded-For before,
+// each line split whole into a list: the fuzzer holds the reading in
+// place to the same answers.
+func (c clients) forwardedForSplit(lines []string) (netip.Addr, bool) {
+	var client netip.Addr
+	for i := len(lines) - 1; i >= 0; i-- {
+		hops := strings.Split(lines[i], ",")
+		for j := len(hops) - 1; j >= 0; j-- {
+			hop := strings.Trim(hops[j], " \t")
+			if hop == "" {
+				continue
+			}
+			a, ok := hopIP(hop)
+			if !ok {
+				return netip.Addr{}, false
+			}
+			client = a
+			if !c.trusts(a) {
+				return a, true
+			}
+		}
+	}
+	return client, client.IsValid()
+}
+
+// forwardedSplit is forwarded as it read Forwarded before, each line
+// split whole into a list of its elements (splitWhole): the fuzzer holds
+// the reading in place to the same answers.
+func (c clients) forwardedSplit(lines []string) (netip.Addr, bool) {
+	var client netip.Addr
+	for i := len(lines) - 1; i >= 0; i-- {
+		elements, ok := splitWhole(lines[i])
+		if !ok {
+			return netip.Addr{}, false
+		}
+		for j := len(elements) - 1; j >= 0; j-- {
+			if elements[j] == "" {
+				continue
+			}
+			a, ok := forwardedFrom(elements[j])
+			if !ok {
+				return netip.Addr{}, false
+			}
+			client = a
+			if !c.trusts(a) {
+				return a, true
+			}
+		}
+	}
+	return client, client.IsValid()
+}
+
+// splitWhole splits a line of Forwarded at the commas outside quoted
+// strings, each element trimmed of the blanks around it, and is false
+// when a quoted string does not end on the line.
+func splitWhole(line string) ([]string, bool) {
+	var out []string
+	start, quoted := 0, false
+	for i := 0; i < len(line); i++ {
+		switch b := line[i]; {
+		case quoted && b == '\\':
+			i++
+		case b == '"':
+			quoted = !quoted
+		case !quoted && b == ',':
+			out = append(out, strings.Trim(line[start:i], " \t"))
+			start = i + 1
+		}
+	}
+	if quoted {
+		return nil, false
+	}
+	return append(out, strings.Trim(line[start:], " \t")), true
+}
+
+// Reading the client from a header of the most bytes the server takes
+// allocates nothing, however many entries or elements it splits into:
+// each line was split whole into a list, and 64 KiB of commas made some
+// 1 MiB of garbage for each request in X-Forwarded-For and some 2 MiB in
+// Forwarded. Hops left of the client, which the client wrote, are not
+// read, and a header of more trusted hops than one reading keeps is read
+// again further left rather than kept whole.
+func TestReadingTheClientFromAHeaderOfManyEntriesAllocatesNothing(t *testing.T) {
+	c := clients{trusted: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}
+	most := func(unit, end string) string {
+		return strings.Repeat(unit, (MaxHeaderBytes-len(end))/len(unit)) + end
+	}
+	client := netip.MustParseAddr("198.51.100.1")
+	trusted := netip.MustParseAddr("10.0.0.1")
+	for _, tc := range []struct {
+		name   string
+		header ProxyHeader
+		lines  []string
+		want   netip.Addr
+	}{
+		{"CommasBeforeTheClient", XForwardedFor, []string{most(",", "198.51.100.1")}, client},
+		{"OnlyCommas", XForwardedFor, []string{most(",", "")}, netip.Addr{}},
+		{"JunkLeftOfTheClient", XForwardedFor, []string{most("x,", "198.51.100.1, 10.0.0.1")}, client},
+		{"EveryHopTrusted", XForwardedFor, []string{most("10.0.0.1,", "10.0.0.1")}, trusted},
+		{"CommasBeforeTheClientsElement", Forwarded, []string{most(",", "for=198.51.100.1")}, client},
+		{"OnlyCommasOfForwarded", Forwarded, []string{most(",", "")}, netip.Addr{}},
+		{"UnknownsLeftOfTheClient", Forwarded, []string{most("for=unknown,", "for=198.51.100.1, for=10.0.0.1")}, client},
+		{"QuotedCommas", Forwarded, []string{most(`x=",,,,",`, `for="198.51.100.1:80"`)}, client},
+		{"EveryElementTrusted", Forwarded, []string{most("for=10.0.0.1,", "for=10.0.0.1")}, trusted},
+		{"ManyLines", Forwarded, strings.Split(most("for=10.0.0.1\n", "for=198.51.100.1"), "\n"), client},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c.header = tc.header
+			read := c.forwardedFor
+			if tc.header == Forwarded {
+				read = c.forwarded
+			}
+			if got, ok := read(tc.lines); got != tc.want || ok != tc.want.IsValid() {
+				t.Fatalf("the header names %v (%v), want %v", got, ok, tc.want)
+			}
+			if n := testing.AllocsPerRun(20, func() { _, _ = read(tc.lines) }); n != 0 {
+				t.Fatalf("reading the client from %d bytes of %s allocated %v times, want none", len(strings.Join(tc.lines, "")), tc.header, n)
+			}
+		})
+	}
 }
