@@ -307,7 +307,7 @@ func allowAtomic(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, buc
 		want.AllowAtomicPublish = true
 		actx, cancel := context.WithTimeout(ctx, 2*attemptTimeout)
 		before := nc.LastError()
-		info, err := js.UpdateStream(actx, want)
+		info, err := updateStream(actx, nc, js, want, before)
 		cancel()
 		if err == nil {
 			if !info.CachedInfo().Config.AllowAtomicPublish {

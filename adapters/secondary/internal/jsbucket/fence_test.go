@@ -50,13 +50,25 @@ func TestABucketMadeWithoutAtomicBatchesGetsThemWhenOpenedFenced(t *testing.T) {
 }
 
 // A bucket without atomic batches whose stream the engine's user may not
-// update cannot be fenced: OpenFenced fails at once, naming the
-// permission, rather than open a store that would not keep its fence.
+// update cannot be fenced: OpenFenced fails, naming the permission,
+// rather than open a store that would not keep its fence. The server
+// refuses the update at once, on the connection rather than in an
+// answer, and OpenFenced fails as soon as it hears of it, well within a
+// context shorter than the 6 s the update's request would wait. Before,
+// it waited out that request and only then looked for the refusal, so an
+// engine took 6 s to learn that its user lacked the right.
 func TestOpenFencedOfABucketWithoutAtomicBatchesByAUserThatMayNotUpdateItFailsNamingThePermission(t *testing.T) {
 	url, _ := natstest.MarkedBucket(t, "PLAIN")
-	_, err := OpenFenced(t.Context(), natstest.Connect(t, url, nats.UserInfo("engine", "engine")), Config{Bucket: "PLAIN"}, "test")
+	// Half the update's wait: generous for a refusal that comes back in
+	// a round trip, and over before that request would give up.
+	ctx, cancel := context.WithTimeout(t.Context(), attemptTimeout)
+	t.Cleanup(cancel)
+	_, err := OpenFenced(ctx, natstest.Connect(t, url, nats.UserInfo("engine", "engine")), Config{Bucket: "PLAIN"}, "test")
 	if !errors.Is(err, ErrPermission) || !strings.Contains(err.Error(), "$JS.API.STREAM.UPDATE.KV_PLAIN") {
 		t.Fatalf("OpenFenced: %v; want ErrPermission naming $JS.API.STREAM.UPDATE.KV_PLAIN", err)
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("OpenFenced named the refusal only once its context of %v had ended", attemptTimeout)
 	}
 }
 

@@ -244,40 +244,58 @@ func dropMarkers(ctx context.Context, log *slog.Logger, nc *nats.Conn, js jetstr
 	sc.SubjectDeleteMarkerTTL = 0
 	ctx, cancel := context.WithTimeout(ctx, attemptTimeout)
 	defer cancel()
-	before := nc.LastError()
-	var updateErr error
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for attempt := 0; ; attempt++ {
-			_, err := js.UpdateStream(ctx, sc)
-			updateErr = err
-			if err == nil || !transient(err) || pause(ctx, attempt) != nil {
-				return
-			}
-		}
-	}()
 	// An operator must hear of a bucket left with its markers: on a
 	// replicated bucket they can delete acknowledged writes.
 	kept := func(why string) {
 		log.Warn("a JetStream bucket keeps the broker's markers of expiry, which on a replicated bucket can delete acknowledged writes; allow the engine's user $JS.API.STREAM.UPDATE."+sc.Name+", or set subject_delete_marker_ttl to 0 on the stream",
 			"stream", sc.Name, "why", why)
 	}
+	before := nc.LastError()
+	for attempt := 0; ; attempt++ {
+		_, err := updateStream(ctx, nc, js, sc, before)
+		switch {
+		case err == nil:
+			return
+		case errors.Is(err, ErrPermission):
+			kept("the engine's user may not update the stream")
+			return
+		case !transient(err) || pause(ctx, attempt) != nil:
+			kept(err.Error())
+			return
+		}
+	}
+}
+
+// updateStream updates a stream to sc, and stops waiting for its answer
+// as soon as the server refuses the connection's user the update since
+// before was the connection's last error, with ErrPermission. The server
+// tells the connection of that refusal, not the request, which would
+// otherwise wait out its whole time (6 s for allowAtomic) before the
+// refusal was looked for.
+func updateStream(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, sc jetstream.StreamConfig, before error) (jetstream.Stream, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type answer struct {
+		stream jetstream.Stream
+		err    error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		st, err := js.UpdateStream(ctx, sc)
+		done <- answer{st, err}
+	}()
+	subject := "$JS.API.STREAM.UPDATE." + sc.Name
 	poll := time.NewTicker(10 * time.Millisecond)
 	defer poll.Stop()
 	for {
 		select {
-		case <-done:
-			if updateErr != nil {
-				kept(updateErr.Error())
-			}
-			return
+		case a := <-done:
+			return a.stream, a.err
 		case <-poll.C:
-			if refusedTo(nc, before, "$JS.API.STREAM.UPDATE."+sc.Name) {
+			if refusedTo(nc, before, subject) {
 				cancel()
 				<-done
-				kept("the engine's user may not update the stream")
-				return
+				return nil, fmt.Errorf("the NATS server refused to let the engine's user publish to %s: %w", subject, ErrPermission)
 			}
 		}
 	}
