@@ -223,14 +223,15 @@ func (l *Lease) create(ctx context.Context) (jetstream.KeyValue, error) {
 // deleted under it would otherwise stay fenced, and its standbys wait, for
 // ever. The key in a new bucket has no value, over which the state machine
 // holds a lease (the quarantine) before serving.
-func (l *Lease) recreateIfGone(ctx context.Context, err error) bool {
+func (l *Lease) recreateIfGone(ctx context.Context, by overrun, err error) bool {
 	if err == nil {
 		return false
 	}
-	// The check and the create get a context of their own: a write to a
-	// bucket that is gone finds no responder, and nats.go tries it again
-	// until the caller's context has ended.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bucketCheck)
+	// The check and the create get a context of their own, which ends
+	// with the call's overrun: a write to a bucket that is gone finds no
+	// responder, and nats.go tries it again until the caller's context
+	// has ended.
+	ctx, cancel := by.context(ctx)
 	defer cancel()
 	if !errors.Is(err, nats.ErrStreamNotFound) && !errors.Is(err, jetstream.ErrStreamNotFound) {
 		// So does a write during a leader election, or to a broker that
@@ -336,12 +337,40 @@ func firstRevisionAnew(highest uint64, now time.Time) uint64 {
 	return max(highest+1, uint64(max(now.UnixMicro(), 0)))
 }
 
-// bucketCheck bounds the calls that find out whether the bucket is gone and
-// make it anew: the time a lease call may run past its context's deadline
-// (domain.LeaseCallOverrun), which the liveness check counts on. Each
-// check has it whole, so a call that checks more than once can run past
-// it: Advertise, after it made the bucket anew and read again.
-const bucketCheck = domain.LeaseCallOverrun
+// overrun is the moment by which the checks of one call for a bucket that
+// is gone, and its making anew, end: LeaseCallOverrun past the call's
+// context's deadline, or past the call's start if that is later, which
+// the liveness check counts on (domain.Lease). Every check of the call
+// shares it, so Advertise, which makes the bucket anew and reads again
+// each time it finds it gone, stays within it when the bucket is deleted
+// again and again. The zero value, for a context without a deadline,
+// gives each check LeaseCallOverrun of its own.
+type overrun struct{ end time.Time }
+
+// overrunOf is the overrun of a call on ctx that begins now.
+func overrunOf(ctx context.Context) overrun {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return overrun{}
+	}
+	return overrun{end: later(deadline, time.Now()).Add(domain.LeaseCallOverrun)}
+}
+
+// context is the context of one check, within the call's overrun.
+func (o overrun) context(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx = context.WithoutCancel(ctx)
+	if o.end.IsZero() {
+		return context.WithTimeout(ctx, domain.LeaseCallOverrun)
+	}
+	return context.WithDeadline(ctx, o.end)
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
 
 // value is the JSON stored under the key.
 type value struct {
@@ -391,11 +420,16 @@ func DecodeHolder(b []byte) domain.Holder {
 // replica: the holder decides from a read that the lease is lost, and a
 // standby that it is released, so a replica behind must not answer.
 func (l *Lease) Read(ctx context.Context) (domain.Record, error) {
+	return l.read(ctx, overrunOf(ctx))
+}
+
+// read is Read within the overrun of the call it is part of.
+func (l *Lease) read(ctx context.Context, by overrun) (domain.Record, error) {
 	m, err := l.lastMessage(ctx, l.subject)
 	if errors.Is(err, nats.ErrMsgNotFound) {
 		return domain.Record{}, nil
 	}
-	if l.recreateIfGone(ctx, err) {
+	if l.recreateIfGone(ctx, by, err) {
 		return domain.Record{}, nil
 	}
 	if err != nil {
@@ -470,6 +504,7 @@ func unsettled(err error) bool {
 // Create writes h unless the key holds a value, in a stream compacted
 // first if it never held a message (startAboveTerms).
 func (l *Lease) Create(ctx context.Context, h domain.Holder) (uint64, error) {
+	by := overrunOf(ctx)
 	create := func() (uint64, error) {
 		if err := l.startAboveTerms(ctx); err != nil {
 			return 0, err
@@ -477,7 +512,7 @@ func (l *Lease) Create(ctx context.Context, h domain.Holder) (uint64, error) {
 		return l.createKey(ctx, EncodeHolder(h))
 	}
 	rev, err := l.settled(ctx, create)
-	if l.recreateIfGone(ctx, err) {
+	if l.recreateIfGone(ctx, by, err) {
 		rev, err = create()
 	}
 	if isConflict(err) {
@@ -527,6 +562,7 @@ type longestValue struct {
 // ones. A value it cannot read, or one past the bounds an engine keeps to,
 // counts as none and is written over.
 func (l *Lease) Advertise(ctx context.Context, d time.Duration) (time.Duration, error) {
+	by := overrunOf(ctx)
 	var err error
 	for try := 0; try < 4; try++ {
 		// A read is all a takeover pays once the kept lease is as long as
@@ -541,7 +577,7 @@ func (l *Lease) Advertise(ctx context.Context, d time.Duration) (time.Duration, 
 		if err == nil {
 			err = l.startAboveTerms(ctx)
 		}
-		if l.recreateIfGone(ctx, err) {
+		if l.recreateIfGone(ctx, by, err) {
 			continue
 		}
 		if err != nil {
@@ -554,7 +590,7 @@ func (l *Lease) Advertise(ctx context.Context, d time.Duration) (time.Duration, 
 			l.saw(newRev)
 			return d, nil
 		}
-		if !isConflict(err) && !l.recreateIfGone(ctx, err) {
+		if !isConflict(err) && !l.recreateIfGone(ctx, by, err) {
 			break
 		}
 		// Another engine raised it, or made the bucket anew, meanwhile:
@@ -597,8 +633,9 @@ func (l *Lease) readLongest(ctx context.Context) (time.Duration, uint64, error) 
 
 // Update writes h if rev is the key's current revision.
 func (l *Lease) Update(ctx context.Context, h domain.Holder, rev uint64) (uint64, error) {
+	by := overrunOf(ctx)
 	newRev, err := l.settled(ctx, func() (uint64, error) { return l.kv.Update(ctx, Key, EncodeHolder(h), rev) })
-	if l.recreateIfGone(ctx, err) {
+	if l.recreateIfGone(ctx, by, err) {
 		return 0, fmt.Errorf("update lease at revision %d: the bucket was gone and is made anew: %w", rev, domain.ErrLeaseConflict)
 	}
 	if isConflict(err) {
@@ -660,11 +697,12 @@ func (l *Lease) Delete(ctx context.Context, rev uint64) error {
 // consumer. Cancelling a watch's context closes its updates: a closed watch
 // whose context has ended reports the context's error.
 func (l *Lease) WaitForChange(ctx context.Context, rev uint64, timeout time.Duration) (domain.Record, error) {
+	by := overrunOf(ctx)
 	w, err := l.kv.Watch(ctx, Key)
 	if err != nil && ctx.Err() != nil {
 		return domain.Record{}, ctx.Err()
 	}
-	if l.recreateIfGone(ctx, err) {
+	if l.recreateIfGone(ctx, by, err) {
 		return domain.Record{}, nil
 	}
 	if err != nil {
@@ -679,7 +717,7 @@ func (l *Lease) WaitForChange(ctx context.Context, rev uint64, timeout time.Dura
 		case <-ctx.Done():
 			return domain.Record{}, ctx.Err()
 		case <-timer.C:
-			return l.Read(ctx)
+			return l.read(ctx, by)
 		case e, ok := <-w.Updates():
 			if !ok {
 				if ctx.Err() != nil {
@@ -692,7 +730,7 @@ func (l *Lease) WaitForChange(ctx context.Context, rev uint64, timeout time.Dura
 				// have been written, or (on a replicated bucket) the watch
 				// started from a stale count: ask the stream before saying so.
 				if !seen && rev != 0 {
-					rec, err := l.Read(ctx)
+					rec, err := l.read(ctx, by)
 					if err != nil || rec.Revision != rev {
 						return rec, err
 					}
