@@ -2,6 +2,7 @@ package jetstream_test
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"log/slog"
 	"strings"
@@ -270,4 +271,71 @@ func TestAHolderLogsABucketTTLSetInPlace(t *testing.T) {
 	if rec, err := l.Read(t.Context()); err != nil || !rec.Present || rec.Holder.InstanceID != o.Me().InstanceID {
 		t.Fatalf("the key reads %+v, %v; want the holder's record", rec, err)
 	}
+}
+
+// A standby that finds the lease released, in a bucket given a TTL in
+// place while it waited, takes nothing: taking it, on a lease longer than
+// the holder's, raises the longest lease, which the bucket's setting
+// refuses. It logs the refusal as an error naming the setting, since no
+// engine serves until an operator changes it, and stays a standby; once
+// the TTL is removed, it takes the lease and serves.
+func TestAStandbyRefusedTheBucketsSettingLogsItAndTakesNothingUntilTheyChange(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	const bucket = "TTL_STANDBY"
+	log := &signalWriter{want: []byte("level=ERROR msg=\"the lease store refuses its settings; the standby takes nothing"), also: []byte("max_age"), found: make(chan struct{})}
+	// The standby opens the lease before the bucket has its TTL, which
+	// Open would refuse.
+	l, err := jetstream.Open(t.Context(), natstest.Connect(t, url, nats.Name("standby")), jetstream.Options{Bucket: bucket})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The holder's lease is two seconds; the standby's three, so taking
+	// over raises the longest lease.
+	_, holder, _ := serveThenGiveBucketTTL(t, url, bucket, io.Discard, time.Hour)
+	events := make(chan domain.Transition, 256)
+	me := domain.ThisProcess("test", "v2")
+	me.Host = "standby"
+	o, err := domain.NewOwnership(l, me, domain.Timing{Lease: 3 * time.Second, StandbyTimeout: time.Minute},
+		domain.WithObserver(func(tr domain.Transition) { events <- tr }), domain.WithLogger(slog.New(slog.NewTextHandler(log, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = o.Release(context.Background()) })
+	standby := &realEngine{name: "standby", o: o, events: events}
+	standby.mustClaim(t, domain.OutcomeStandby)
+	done := standby.await(t)
+	if err := holder.Release(t.Context()); err != nil {
+		t.Fatalf("the holder's Release: %v", err)
+	}
+	select {
+	case <-log.found:
+	case err := <-done:
+		t.Fatalf("the standby's AwaitLease returned %v, as %s, before it logged the refusal", err, o.State())
+	case <-time.After(eventWait):
+		t.Fatalf("within %v the standby logged no error naming the bucket's max_age (now %s)", eventWait, o.State())
+	}
+	if rec, err := l.Read(t.Context()); err != nil || !rec.Holder.Released || rec.Holder.InstanceID != holder.Me().InstanceID {
+		t.Fatalf("after the refusal the key reads %+v, %v; want the holder's released record", rec, err)
+	}
+	if o.State() != domain.StateStandby {
+		t.Fatalf("the standby is %s after the refusal; want standby", o.State())
+	}
+
+	js, err := njs.New(natstest.Connect(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := njs.KeyValueConfig{Bucket: bucket, Description: "abi-engine ownership lease", History: 1}
+	if _, err := js.UpdateKeyValue(t.Context(), cfg); err != nil {
+		t.Fatalf("remove the TTL: %v", err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("the standby's AwaitLease once the TTL was removed: %v", err)
+		}
+	case <-time.After(eventWait):
+		t.Fatalf("within %v of the TTL's removal the standby did not take the lease (now %s)", eventWait, o.State())
+	}
+	standby.waitFor(t, domain.StateServing)
 }
