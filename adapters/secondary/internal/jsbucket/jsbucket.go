@@ -268,34 +268,44 @@ func dropMarkers(ctx context.Context, log *slog.Logger, nc *nats.Conn, js jetstr
 
 // updateStream updates a stream to sc, and stops waiting for its answer
 // as soon as the server refuses the connection's user the update since
-// before was the connection's last error, with ErrPermission. The server
-// tells the connection of that refusal, not the request, which would
-// otherwise wait out its whole time (6 s for allowAtomic) before the
-// refusal was looked for.
+// before was the connection's last error, with ErrPermission.
 func updateStream(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, sc jetstream.StreamConfig, before error) (jetstream.Stream, error) {
+	subject := "$JS.API.STREAM.UPDATE." + sc.Name
+	var stream jetstream.Stream
+	err := untilRefused(ctx, func(ctx context.Context) error {
+		var err error
+		stream, err = js.UpdateStream(ctx, sc)
+		return err
+	}, func() error {
+		if refusedTo(nc, before, subject) {
+			return fmt.Errorf("the NATS server refused to let the engine's user publish to %s: %w", subject, ErrPermission)
+		}
+		return nil
+	})
+	return stream, err
+}
+
+// untilRefused runs request, and stops waiting for it, with refusal's
+// error, as soon as refusal reports one. The server tells a connection
+// that it refused its user a publish, not the request, which would
+// otherwise wait out its whole time (6 s an attempt, as the store opens)
+// before the refusal was looked for.
+func untilRefused(ctx context.Context, request func(ctx context.Context) error, refusal func() error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	type answer struct {
-		stream jetstream.Stream
-		err    error
-	}
-	done := make(chan answer, 1)
-	go func() {
-		st, err := js.UpdateStream(ctx, sc)
-		done <- answer{st, err}
-	}()
-	subject := "$JS.API.STREAM.UPDATE." + sc.Name
+	done := make(chan error, 1)
+	go func() { done <- request(ctx) }()
 	poll := time.NewTicker(10 * time.Millisecond)
 	defer poll.Stop()
 	for {
 		select {
-		case a := <-done:
-			return a.stream, a.err
+		case err := <-done:
+			return err
 		case <-poll.C:
-			if refusedTo(nc, before, subject) {
+			if err := refusal(); err != nil {
 				cancel()
 				<-done
-				return nil, fmt.Errorf("the NATS server refused to let the engine's user publish to %s: %w", subject, ErrPermission)
+				return err
 			}
 		}
 	}
@@ -362,12 +372,17 @@ func openStream(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, buck
 		// while the stream elects one: each attempt has its own deadline.
 		actx, cancel := context.WithTimeout(ctx, 2*attemptTimeout)
 		before := nc.LastError()
-		stream, err := js.Stream(actx, k.stream)
-		if errors.Is(err, jetstream.ErrStreamNotFound) {
-			if err = k.create(actx, js); err == nil {
-				stream, err = js.Stream(actx, k.stream)
+		var stream jetstream.Stream
+		err := untilRefused(actx, func(actx context.Context) error {
+			var err error
+			stream, err = js.Stream(actx, k.stream)
+			if errors.Is(err, jetstream.ErrStreamNotFound) {
+				if err = k.create(actx, js); err == nil {
+					stream, err = js.Stream(actx, k.stream)
+				}
 			}
-		}
+			return err
+		}, func() error { return refused(nc, before, k) })
 		cancel()
 		if err == nil {
 			return stream, nil

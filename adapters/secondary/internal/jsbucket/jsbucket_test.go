@@ -1,6 +1,7 @@
 package jsbucket
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -183,5 +184,23 @@ func TestOpenObjectsRefusesABrokerWhoseMessagesCannotHoldAChunk(t *testing.T) {
 	js, _ := jetstream.New(nc)
 	if _, err := js.Stream(t.Context(), "OBJ_SMALLPAYLOAD"); !errors.Is(err, jetstream.ErrStreamNotFound) {
 		t.Fatalf("the refused Open left a stream: %v", err)
+	}
+}
+
+// A bucket that the deployed permissions do not let the engine's user
+// read or make fails to open as soon as the server refuses the publish,
+// naming the subject, well within a context shorter than the 6 s one
+// attempt's request would wait. Before, the open waited out that request
+// and only then looked for the refusal.
+func TestOpenOfABucketTheUsersPermissionsDoNotCoverFailsWithoutWaitingForAnAnswer(t *testing.T) {
+	d := natstest.StartDeployed(t)
+	ctx, cancel := context.WithTimeout(t.Context(), attemptTimeout)
+	t.Cleanup(cancel)
+	_, err := Open(ctx, d.Connect(t, "engine_a"), Config{Bucket: "NOT_PERMITTED"}, "test")
+	if !errors.Is(err, ErrPermission) || !strings.Contains(err.Error(), "KV_NOT_PERMITTED") {
+		t.Fatalf("Open: %v; want ErrPermission naming the stream KV_NOT_PERMITTED", err)
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("Open named the refusal only once its context of %v had ended", attemptTimeout)
 	}
 }
