@@ -411,13 +411,29 @@ func (s *Store) Close() error {
 }
 
 // readTx runs f in a read transaction: one snapshot of the file, taken
-// without the write lock.
+// without the write lock. What f read stands whether or not the rollback
+// that ends the transaction succeeds, but a connection whose rollback
+// failed is closed (sqlitedb.Drop): back in the pool it would stay in the
+// snapshot, where the next write could not begin, the next read would
+// answer from the file as it stood then, and the log could not be
+// checkpointed past it.
 func (s *Store) readTx(ctx context.Context, f func(tx *sql.Tx) error) error {
-	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("take a connection: %w", err)
+	}
+	defer conn.Close()
+	tx, err := conn.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
-	defer tx.Rollback()
+	// Deferred, so a panic in f (recovered by a load) ends the
+	// transaction too, before conn goes back.
+	defer func() {
+		if err := tx.Rollback(); err != nil && !errors.Is(err, sql.ErrTxDone) {
+			sqlitedb.Drop(conn)
+		}
+	}()
 	return f(tx)
 }
 
