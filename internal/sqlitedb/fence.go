@@ -97,7 +97,7 @@ func (f *Fence) raise(ctx context.Context, conn *sql.Conn, token uint64) error {
 	if err := f.check(ctx, tx, token); err != nil {
 		return RollBack(conn, tx, err)
 	}
-	if err := tx.Commit(); err != nil {
+	if err := Commit(ctx, conn, tx); err != nil {
 		return fmt.Errorf("raise the fence of %s to term %d: %w", f.path, token, err)
 	}
 	for {

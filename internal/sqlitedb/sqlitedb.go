@@ -202,6 +202,28 @@ func RollBack(conn *sql.Conn, tx *sql.Tx, err error) error {
 	return NotDone(err)
 }
 
+// Commit commits tx, begun on conn. When COMMIT fails, the driver rolls
+// back what it left open but does not say whether that rollback worked; a
+// transaction left open would hold the file's write lock on conn, as after
+// a failed rollback (RollBack). conn is then asked: a deferred BEGIN, which
+// takes no lock, is refused only inside a transaction, and is rolled back
+// at once. If either fails, conn is dropped (Drop); if not, it is kept,
+// with what was set on it (its wait for the lock, a page limit). The
+// COMMIT's error is returned as it is.
+func Commit(ctx context.Context, conn *sql.Conn, tx *sql.Tx) error {
+	err := tx.Commit()
+	if err == nil || errors.Is(err, sql.ErrTxDone) {
+		return err
+	}
+	ctx = context.WithoutCancel(ctx)
+	if _, berr := conn.ExecContext(ctx, "BEGIN DEFERRED"); berr != nil {
+		Drop(conn)
+	} else if _, rerr := conn.ExecContext(ctx, "ROLLBACK"); rerr != nil {
+		Drop(conn)
+	}
+	return err
+}
+
 // Drop closes conn rather than give it back to its pool, which opens a
 // new connection for the next call that needs one. Closing a connection
 // ends the transaction it was in.

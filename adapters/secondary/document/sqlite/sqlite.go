@@ -215,7 +215,8 @@ func (s *Store) Collections(ctx context.Context) ([]string, error) {
 // without its cancellation, so a caller that gives up half way does not
 // leave a transaction cut short. A write whose rollback failed closes
 // the writer's connection (sqlitedb.RollBack), which may still be in its
-// transaction, and the next write opens another.
+// transaction, and the next write opens another; so does a write whose
+// COMMIT failed and left the transaction open (sqlitedb.Commit).
 func (s *Store) inTx(ctx context.Context, f func(ctx context.Context, tx *sql.Tx) error) error {
 	ctx, done, err := s.db.WriteTurn(ctx)
 	if err != nil {
@@ -234,7 +235,7 @@ func (s *Store) inTx(ctx context.Context, f func(ctx context.Context, tx *sql.Tx
 	if err := f(ctx, tx); err != nil {
 		return sqlitedb.Full(sqlitedb.RollBack(conn, tx, err))
 	}
-	if err := tx.Commit(); err != nil {
+	if err := sqlitedb.Commit(ctx, conn, tx); err != nil {
 		return sqlitedb.Full(fmt.Errorf("commit in %s: %w", s.path, err))
 	}
 	return nil

@@ -66,3 +66,22 @@ func TestASearchWhoseRollbackFailedLeavesNoConnectionInItsSnapshot(t *testing.T)
 		t.Fatalf("the search after it: %v, %v; want vectors a and b", got, err)
 	}
 }
+
+// An upsert whose COMMIT failed, and the driver's rollback after it too,
+// does not leave its connection in the pool inside its transaction: the
+// connection is closed, and the next write begins on a fresh one.
+func TestAnUpsertWhoseCommitAndRollbackFailedLeavesNoConnectionInItsTransaction(t *testing.T) {
+	s := openLoaded(t, filepath.Join(t.TempDir(), "vectors.sqlite"))
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	if err := s.CreateCollection(ctx, "v", 2, ports.MetricEuclid); err != nil {
+		t.Fatalf("CreateCollection: %v", err)
+	}
+	sqlitedbtest.RefuseCommitsAndRollbacks(t, s.db)
+	if err := s.Upsert(ctx, "v", []ports.Vector{{ID: "a", Values: []float32{1, 0}}}); err == nil || errors.Is(err, ports.ErrNotDone) {
+		t.Fatalf("an upsert whose commit failed: %v, want an error, never ErrNotDone", err)
+	}
+	if err := s.Upsert(ctx, "v", []ports.Vector{{ID: "b", Values: []float32{0, 1}}}); err != nil {
+		t.Fatalf("the next upsert: %v", err)
+	}
+}

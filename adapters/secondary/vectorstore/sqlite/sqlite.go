@@ -1067,7 +1067,7 @@ func (s *Store) inTx(ctx context.Context, f func(tx *sql.Tx) error) error {
 	if err != nil {
 		return sqlitedb.NotDone(sqlitedb.Full(err))
 	}
-	return sqlitedb.Full(finish(conn, tx, f))
+	return sqlitedb.Full(finish(ctx, conn, tx, f))
 }
 
 // busyTimeout sets how long conn waits for the file's lock.
@@ -1090,16 +1090,17 @@ func (s *Store) transact(ctx context.Context, f func(tx *sql.Tx) error) error {
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
-	return finish(conn, tx, f)
+	return finish(ctx, conn, tx, f)
 }
 
 // finish runs f in tx, begun on conn, and commits, or rolls back when f
-// fails, closing conn if that fails (sqlitedb.RollBack).
-func finish(conn *sql.Conn, tx *sql.Tx, f func(tx *sql.Tx) error) error {
+// fails, closing conn if that fails (sqlitedb.RollBack) or if a failed
+// COMMIT left the transaction open (sqlitedb.Commit).
+func finish(ctx context.Context, conn *sql.Conn, tx *sql.Tx, f func(tx *sql.Tx) error) error {
 	if err := f(tx); err != nil {
 		return sqlitedb.RollBack(conn, tx, err)
 	}
-	if err := tx.Commit(); err != nil {
+	if err := sqlitedb.Commit(ctx, conn, tx); err != nil {
 		return fmt.Errorf("commit: %w", err)
 	}
 	return nil
