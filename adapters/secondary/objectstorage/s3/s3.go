@@ -272,7 +272,13 @@ func (s *Store) Close() error {
 // missing bucket is none of them: the store is gone, not an object, and a
 // caller told "not found" would look for it or write it again. Only a HEAD
 // (Stat) cannot tell the two apart, as its answer has no body to name the
-// error.
+// error. Nor is a 400 the caller's invalid argument unless its code names
+// something the caller gave: the store checks the caller's keys, content
+// type, conditions and ranges before it sends them, and builds the rest
+// of each request itself, so any other 400 (InvalidPart, EntityTooSmall,
+// MalformedXML, InvalidArgument, which versitygw gives only for the
+// request's make, as its part numbers or its signature, or one with no
+// code) is the store's or the service's fault, the engine's error.
 func translate(err error) error {
 	var apiErr smithy.APIError
 	if errors.As(err, &apiErr) {
@@ -293,7 +299,9 @@ func translate(err error) error {
 			// S3 servers that keep objects as files cannot hold "a" beside "a/b".
 			"ExistingObjectIsDirectory", "ObjectParentIsFile":
 			return fmt.Errorf("%w: %w", ports.ErrConflict, err)
-		case "InvalidRange", "KeyTooLongError", "InvalidArgument":
+		case "InvalidRange", "KeyTooLongError":
+			// The caller's offset past the object's end, the caller's
+			// key longer than the service takes.
 			return fmt.Errorf("%w: %w", ports.ErrInvalidArgument, err)
 		case "EntityTooLarge":
 			return fmt.Errorf("%w: %w", ports.ErrTooLarge, err)
@@ -310,7 +318,7 @@ func translate(err error) error {
 			return fmt.Errorf("%w: %w", ports.ErrNotFound, err)
 		case http.StatusPreconditionFailed:
 			return fmt.Errorf("%w: %w", ports.ErrConflict, err)
-		case http.StatusBadRequest, http.StatusRequestedRangeNotSatisfiable:
+		case http.StatusRequestedRangeNotSatisfiable:
 			return fmt.Errorf("%w: %w", ports.ErrInvalidArgument, err)
 		case http.StatusInsufficientStorage:
 			return fmt.Errorf("%w: %w", ports.ErrStorageFull, err)
