@@ -91,27 +91,41 @@ func createFence(ctx context.Context, pool *pgxpool.Pool) error {
 // the store's table, when its context carries a fencing token
 // (ports.FencingToken): the check and the write go in one batch, so in one
 // round trip and one transaction. A write without a token runs alone.
+// Each write, from taking its connection to its answer, is bounded by
+// the ceiling (Ceiling.Write).
 type Fenced struct {
-	pool  *pgxpool.Pool
-	scope string
+	pool    *pgxpool.Pool
+	scope   string
+	ceiling Ceiling
 }
 
-// NewFenced returns the writer of the store whose fence row is scope.
-func NewFenced(pool *pgxpool.Pool, scope string) Fenced { return Fenced{pool: pool, scope: scope} }
+// NewFenced returns the writer of the store whose fence row is scope,
+// each of whose writes the server must answer within ceiling.
+func NewFenced(pool *pgxpool.Pool, scope string, ceiling Ceiling) Fenced {
+	return Fenced{pool: pool, scope: scope, ceiling: ceiling}
+}
 
 // Exec runs one write statement.
 func (f Fenced) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	ctx, end := f.ceiling.Write(ctx)
 	c, err := f.Conn(ctx)
 	if err != nil {
-		return pgconn.CommandTag{}, err
+		return pgconn.CommandTag{}, end(err)
 	}
-	return f.ExecOn(ctx, c, sql, args...)
+	tag, err := f.execOn(ctx, c, sql, args...)
+	return tag, end(err)
 }
 
 // ExecOn runs one write statement on c, a connection Conn took, and
 // releases it: a caller that must know its write has a connection before
 // it commits to sending it, as a batch of sets does, takes one first.
 func (f Fenced) ExecOn(ctx context.Context, c *pgxpool.Conn, sql string, args ...any) (pgconn.CommandTag, error) {
+	ctx, end := f.ceiling.Write(ctx)
+	tag, err := f.execOn(ctx, c, sql, args...)
+	return tag, end(err)
+}
+
+func (f Fenced) execOn(ctx context.Context, c *pgxpool.Conn, sql string, args ...any) (pgconn.CommandTag, error) {
 	token, ok := ports.FencingToken(ctx)
 	if !ok {
 		defer c.Release()
@@ -196,8 +210,9 @@ func (f Fenced) Raise(ctx context.Context, token uint64) error {
 	if err != nil {
 		return err
 	}
+	ctx, end := f.ceiling.Write(ctx)
 	_, err = f.pool.Exec(ctx, checkSQL, f.scope, term)
-	return fencedError(err)
+	return end(fencedError(err))
 }
 
 // bigint is token as the fence stores it. A token beyond PostgreSQL's
@@ -248,15 +263,20 @@ type fencedRow struct {
 }
 
 func (r fencedRow) Scan(dest ...any) error {
-	c, err := r.f.Conn(r.ctx)
+	ctx, end := r.f.ceiling.Write(r.ctx)
+	return end(r.scan(ctx, dest))
+}
+
+func (r fencedRow) scan(ctx context.Context, dest []any) error {
+	c, err := r.f.Conn(ctx)
 	if err != nil {
 		return err
 	}
 	if !r.termed {
 		defer c.Release()
-		return c.QueryRow(r.ctx, r.sql, r.args...).Scan(dest...)
+		return c.QueryRow(ctx, r.sql, r.args...).Scan(dest...)
 	}
-	return r.f.checked(r.ctx, c, r.token, r.sql, r.args, func(br pgx.BatchResults) error {
+	return r.f.checked(ctx, c, r.token, r.sql, r.args, func(br pgx.BatchResults) error {
 		return br.QueryRow().Scan(dest...)
 	})
 }

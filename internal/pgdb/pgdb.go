@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -35,6 +36,13 @@ func Open(ctx context.Context, what, dsn, table, schema string) (*pgxpool.Pool, 
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("%s: dsn: %w: %w", what, ports.ErrInvalidArgument, err)
+	}
+	// A dsn without connect_timeout (or with 0) would wait for a new
+	// connection as long as the server's host holds it open unanswered:
+	// a statement ends at its ceiling, but the pool's attempt to connect
+	// goes on, holding a place in the pool.
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = DefaultConnectTimeout
 	}
 	// A connection whose server's host stops answering is closed within
 	// deadHost, and the statement on it fails: a write's outcome is then
@@ -85,6 +93,10 @@ func Open(ctx context.Context, what, dsn, table, schema string) (*pgxpool.Pool, 
 	}
 	return pool, nil
 }
+
+// DefaultConnectTimeout bounds the opening of a connection, from dialing
+// to the server's first answer, when the dsn's connect_timeout does not.
+const DefaultConnectTimeout = 10 * time.Second
 
 // Ident quotes a table name already checked by storecheck.Table.
 func Ident(table string) string { return pgx.Identifier{table}.Sanitize() }

@@ -30,7 +30,9 @@ const DefaultTable = "engine_documents"
 
 // Config is the adapter's block under services.document.config.
 type Config struct {
-	// DSN is a PostgreSQL connection string (URL or key=value form).
+	// DSN is a PostgreSQL connection string (URL or key=value form). A
+	// connection that has not opened within its connect_timeout fails;
+	// without one, or at 0, within 10 s (ADR 0022).
 	DSN string `yaml:"dsn"`
 	// Table holds the documents, and Table_collections the collection
 	// names; both created on Open if missing. Default engine_documents.
@@ -62,10 +64,13 @@ func (c Config) Check(prefix string) error {
 
 // Store is a pool of connections to the tables.
 type Store struct {
-	pool        *pgxpool.Pool
-	writes      pgdb.Fenced // every write, checked against the fencing token
-	docs        string      // quoted
-	collections string      // quoted
+	pool   *pgxpool.Pool
+	writes pgdb.Fenced // every write, checked against the fencing token
+	// ceiling bounds every statement, a read's also by the moment its
+	// caller's answer is due (pgdb.Ceiling).
+	ceiling     pgdb.Ceiling
+	docs        string // quoted
+	collections string // quoted
 	// versions is the sequence every write takes its version from (quoted),
 	// so a document deleted or dropped and made again starts above every
 	// version it had.
@@ -77,10 +82,17 @@ type Store struct {
 // use the C collation, so order and cursors compare UTF-8 bytes; documents
 // go with their collection through ON DELETE CASCADE.
 func Open(ctx context.Context, c Config) (*Store, error) {
+	return open(ctx, c, pgdb.DefaultCeiling)
+}
+
+// open is Open with the ceiling of the store's statements, which tests
+// lower.
+func open(ctx context.Context, c Config, ceiling pgdb.Ceiling) (*Store, error) {
 	if c.Table == "" {
 		c.Table = DefaultTable
 	}
 	s := &Store{
+		ceiling:     ceiling,
 		docs:        pgdb.Ident(c.Table),
 		collections: pgdb.Ident(c.Table + pgdb.CollectionsSuffix),
 		versions:    pgdb.Ident(c.Table + pgdb.VersionsSuffix),
@@ -113,7 +125,7 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.pool, s.writes = pool, pgdb.NewFenced(pool, c.Table)
+	s.pool, s.writes = pool, pgdb.NewFenced(pool, c.Table, ceiling)
 	return s, nil
 }
 
@@ -133,7 +145,8 @@ func checkDoc(collection, id string) error {
 // requireCollection fails with ErrNotFound when the collection is missing.
 func (s *Store) requireCollection(ctx context.Context, name string) error {
 	var ok bool
-	err := s.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+s.collections+" WHERE name = $1)", name).Scan(&ok)
+	qctx, end := s.ceiling.Read(ctx)
+	err := end(s.pool.QueryRow(qctx, "SELECT EXISTS (SELECT 1 FROM "+s.collections+" WHERE name = $1)", name).Scan(&ok))
 	if err != nil {
 		return fmt.Errorf("collection %q in table %s: %w", name, s.name, err)
 	}
@@ -178,12 +191,13 @@ func (s *Store) DropCollection(ctx context.Context, name string) error {
 
 // Collections lists the collections by name.
 func (s *Store) Collections(ctx context.Context) ([]string, error) {
-	rows, err := s.pool.Query(ctx, "SELECT name FROM "+s.collections+" ORDER BY name")
+	qctx, end := s.ceiling.Read(ctx)
+	rows, err := s.pool.Query(qctx, "SELECT name FROM "+s.collections+" ORDER BY name")
 	if err != nil {
-		return nil, fmt.Errorf("list collections in table %s: %w", s.name, err)
+		return nil, fmt.Errorf("list collections in table %s: %w", s.name, end(err))
 	}
 	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
+	if err = end(err); err != nil {
 		return nil, fmt.Errorf("list collections in table %s: %w", s.name, err)
 	}
 	return names, nil
@@ -261,7 +275,8 @@ func (s *Store) Get(ctx context.Context, collection, id string) (ports.Document,
 		v   int64
 		raw string
 	)
-	err := s.pool.QueryRow(ctx, "SELECT version, data::text FROM "+s.docs+" WHERE collection = $1 AND id = $2", collection, id).Scan(&v, &raw)
+	qctx, end := s.ceiling.Read(ctx)
+	err := end(s.pool.QueryRow(qctx, "SELECT version, data::text FROM "+s.docs+" WHERE collection = $1 AND id = $2", collection, id).Scan(&v, &raw))
 	if errors.Is(err, pgx.ErrNoRows) {
 		if err := s.requireCollection(ctx, collection); err != nil {
 			return ports.Document{}, fmt.Errorf("get %q: %w", id, err)
@@ -372,32 +387,9 @@ func (s *Store) Find(ctx context.Context, collection string, q ports.Query) ([]p
 			WHERE collection = %s%s
 		) AS m %s ORDER BY r %s, n %s, s COLLATE "C" %s, id %s LIMIT %s`,
 		rank, num, str, s.docs, coll, cond, page, dir, dir, dir, dir, a.add(limit+1))
-	rows, err := s.pool.Query(ctx, query, a...)
-	if err != nil {
-		return nil, "", fmt.Errorf("find in %q of table %s: %w", collection, s.name, err)
-	}
-	defer rows.Close()
-	var (
-		docs []ports.Document
-		keys []docjson.Key
-	)
-	for rows.Next() {
-		var (
-			d   ports.Document
-			v   int64
-			raw string
-			k   docjson.Key
-		)
-		if err := rows.Scan(&d.ID, &v, &raw, &k.Rank, &k.Num, &k.Str); err != nil {
-			return nil, "", fmt.Errorf("find in %q of table %s: %w", collection, s.name, err)
-		}
-		if d.Data, err = docjson.Decode([]byte(raw)); err != nil {
-			return nil, "", fmt.Errorf("find in %q of table %s: document %q: %w", collection, s.name, d.ID, err)
-		}
-		d.Version, k.ID = uint64(v), d.ID
-		docs, keys = append(docs, d), append(keys, k)
-	}
-	if err := rows.Err(); err != nil {
+	qctx, end := s.ceiling.Read(ctx)
+	docs, keys, err := find(qctx, s.pool, query, a)
+	if err = end(err); err != nil {
 		return nil, "", fmt.Errorf("find in %q of table %s: %w", collection, s.name, err)
 	}
 	if len(docs) == 0 {
@@ -409,6 +401,32 @@ func (s *Store) Find(ctx context.Context, collection string, q ports.Query) ([]p
 		return docs, "", nil
 	}
 	return docs[:limit], docjson.EncodeCursor(q, keys[limit-1]), nil
+}
+
+// find runs Find's query and reads its documents and their keys.
+func find(ctx context.Context, pool *pgxpool.Pool, query string, a args) (docs []ports.Document, keys []docjson.Key, err error) {
+	rows, err := pool.Query(ctx, query, a...)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			d   ports.Document
+			v   int64
+			raw string
+			k   docjson.Key
+		)
+		if err := rows.Scan(&d.ID, &v, &raw, &k.Rank, &k.Num, &k.Str); err != nil {
+			return nil, nil, err
+		}
+		if d.Data, err = docjson.Decode([]byte(raw)); err != nil {
+			return nil, nil, fmt.Errorf("document %q: %w", d.ID, err)
+		}
+		d.Version, k.ID = uint64(v), d.ID
+		docs, keys = append(docs, d), append(keys, k)
+	}
+	return docs, keys, rows.Err()
 }
 
 // Count counts the documents matching where.
@@ -424,7 +442,8 @@ func (s *Store) Count(ctx context.Context, collection string, where map[string]a
 	coll := a.add(collection)
 	cond := whereSQL(conds, &a)
 	var n int
-	if err := s.pool.QueryRow(ctx, "SELECT count(*) FROM "+s.docs+" WHERE collection = "+coll+cond, a...).Scan(&n); err != nil {
+	qctx, end := s.ceiling.Read(ctx)
+	if err := end(s.pool.QueryRow(qctx, "SELECT count(*) FROM "+s.docs+" WHERE collection = "+coll+cond, a...).Scan(&n)); err != nil {
 		return 0, fmt.Errorf("count in %q of table %s: %w", collection, s.name, err)
 	}
 	if n == 0 {

@@ -354,7 +354,7 @@ func pingless(t *testing.T, s *Store) {
 		t.Fatal(err)
 	}
 	s.pool.Close()
-	s.pool, s.writes = pool, pgdb.NewFenced(pool, s.name)
+	s.pool, s.writes = pool, pgdb.NewFenced(pool, s.name, s.ceiling)
 	if err := pool.Ping(t.Context()); err != nil {
 		t.Fatal(err)
 	}

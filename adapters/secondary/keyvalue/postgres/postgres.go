@@ -35,7 +35,9 @@ const (
 
 // Config is the adapter's block under services.keyvalue.config.
 type Config struct {
-	// DSN is a PostgreSQL connection string (URL or key=value form).
+	// DSN is a PostgreSQL connection string (URL or key=value form). A
+	// connection that has not opened within its connect_timeout fails;
+	// without one, or at 0, within 10 s (ADR 0022).
 	DSN string `yaml:"dsn"`
 	// Table holds the keys; created on Open if missing. Default engine_kv.
 	// A name ending in _collections or _versions is refused: the document
@@ -87,6 +89,9 @@ type Store struct {
 	name   string
 	cache  *termcache.Cache
 	sets   *setter // Set's writes, several in one statement
+	// ceiling bounds every statement, a read's also by the moment its
+	// caller's answer is due (pgdb.Ceiling).
+	ceiling pgdb.Ceiling
 	// The statements: a get, plain and one that also says how long the
 	// value has to live (for a read that may be kept); a batch of sets.
 	getSQL, getKeptSQL, setBatchSQL string
@@ -95,6 +100,12 @@ type Store struct {
 // Open connects and creates the table if it is missing. Keys use the C
 // collation, so ORDER BY and the cursor compare UTF-8 bytes.
 func Open(ctx context.Context, c Config) (*Store, error) {
+	return open(ctx, c, pgdb.DefaultCeiling)
+}
+
+// open is Open with the ceiling of the store's statements, which tests
+// lower.
+func open(ctx context.Context, c Config, ceiling pgdb.Ceiling) (*Store, error) {
 	if c.Table == "" {
 		c.Table = DefaultTable
 	}
@@ -116,7 +127,8 @@ func Open(ctx context.Context, c Config) (*Store, error) {
 	}
 	table := pgdb.Ident(c.Table)
 	s := &Store{
-		pool: pool, writes: pgdb.NewFenced(pool, c.Table), table: table, name: c.Table,
+		pool: pool, writes: pgdb.NewFenced(pool, c.Table, ceiling), table: table, name: c.Table,
+		ceiling:     ceiling,
 		cache:       termcache.New(termcache.Bytes),
 		getSQL:      "SELECT value FROM " + table + " WHERE key = $1 AND " + live,
 		getKeptSQL:  "SELECT value, " + left + " FROM " + table + " WHERE key = $1 AND " + live,
@@ -162,19 +174,21 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, error) {
 		return v, nil
 	}
 	read, keep := s.cache.StartRead(ctx, key, s.raise)
+	qctx, end := s.ceiling.Read(ctx)
 	var v []byte
 	var err error
 	if !keep {
-		err = s.pool.QueryRow(ctx, s.getSQL, key).Scan(&v)
+		err = s.pool.QueryRow(qctx, s.getSQL, key).Scan(&v)
 	} else {
 		// The server reads its clock after this one: what it says is
 		// left, counted from here, ends no later than it would.
 		at := time.Now()
 		var us *int64
-		if err = s.pool.QueryRow(ctx, s.getKeptSQL, key).Scan(&v, &us); err == nil {
+		if err = s.pool.QueryRow(qctx, s.getKeptSQL, key).Scan(&v, &us); err == nil {
 			keepRead(read, v, at, us)
 		}
 	}
+	err = end(err)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("get %q: %w", key, ports.ErrNotFound)
 	}
@@ -320,7 +334,8 @@ func (s *Store) Exists(ctx context.Context, key string) (bool, error) {
 		return false, err
 	}
 	var ok bool
-	err := s.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+s.table+" WHERE key = $1 AND "+live+")", key).Scan(&ok)
+	qctx, end := s.ceiling.Read(ctx)
+	err := end(s.pool.QueryRow(qctx, "SELECT EXISTS (SELECT 1 FROM "+s.table+" WHERE key = $1 AND "+live+")", key).Scan(&ok))
 	if err != nil {
 		return false, fmt.Errorf("exists %q in table %s: %w", key, s.name, err)
 	}
@@ -340,14 +355,15 @@ func (s *Store) ListKeys(ctx context.Context, prefix string, limit int, cursor s
 	if err != nil {
 		return nil, "", err
 	}
-	rows, err := s.pool.Query(ctx, `SELECT key FROM `+s.table+`
+	qctx, end := s.ceiling.Read(ctx)
+	rows, err := s.pool.Query(qctx, `SELECT key FROM `+s.table+`
 		WHERE key >= $1 AND key > $2 AND starts_with(key, $1) AND `+live+`
 		ORDER BY key LIMIT $3`, prefix, cursor, limit+1)
 	if err != nil {
-		return nil, "", fmt.Errorf("list keys %q in table %s: %w", prefix, s.name, err)
+		return nil, "", fmt.Errorf("list keys %q in table %s: %w", prefix, s.name, end(err))
 	}
 	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
+	if err = end(err); err != nil {
 		return nil, "", fmt.Errorf("list keys %q in table %s: %w", prefix, s.name, err)
 	}
 	if len(keys) <= limit {
@@ -365,10 +381,11 @@ var _ ports.Expirer = (*Store)(nil)
 // takes its rows in key order, the sweep would take them in the table's,
 // and the two could wait on each other.
 func (s *Store) DeleteExpired(ctx context.Context) (int, error) {
+	ctx, end := s.ceiling.Write(ctx)
 	tag, err := s.pool.Exec(ctx, `DELETE FROM `+s.table+` WHERE key IN (
 		SELECT key FROM `+s.table+` WHERE expires_at IS NOT NULL AND expires_at <= clock_timestamp()
 		FOR UPDATE SKIP LOCKED)`)
-	if err != nil {
+	if err = end(err); err != nil {
 		return 0, fmt.Errorf("delete expired keys: %w", err)
 	}
 	return int(tag.RowsAffected()), nil

@@ -1,0 +1,98 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/abi-engine/engine/internal/pgdb"
+	"github.com/abi-engine/engine/internal/pgtest"
+	"github.com/abi-engine/engine/internal/tcpproxy"
+	"github.com/abi-engine/engine/internal/testenv"
+	"github.com/abi-engine/engine/ports"
+)
+
+// A statement the server never answers, while the server's host still
+// does (a proxy that holds every byte), ends at its ceiling though its
+// caller set no deadline: a get fails, and a put sent on a warm connection
+// fails of unknown outcome. Neither says context.DeadlineExceeded, which
+// would read as the caller's own deadline (504). Before, each waited
+// without end.
+func TestAStatementTheServerNeverAnswersEndsAtItsCeiling(t *testing.T) {
+	dsn := testenv.Lookup(t, "ENGINE_TEST_PG_DSN", "PostgreSQL", false)
+	for name, call := range map[string]func(s *Store, ctx context.Context) error{
+		"Get": func(s *Store, ctx context.Context) error {
+			_, err := s.Get(ctx, "c", "held")
+			return err
+		},
+		"Put": func(s *Store, ctx context.Context) error {
+			_, err := s.Put(ctx, "c", "held", map[string]any{"v": 1}, ports.Cond{})
+			return err
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			s, proxy := openBehindProxy(t, dsn, pgtest.Table(t, dsn, "docceiling", "", pgdb.CollectionsSuffix))
+			term := ports.WithFencingToken(t.Context(), 5)
+			if err := s.EnsureCollection(term, "c"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Put(term, "c", "held", map[string]any{"v": 0}, ports.Cond{}); err != nil {
+				t.Fatal(err)
+			}
+			proxy.Block()
+			t.Cleanup(proxy.Unblock) // before the store closes
+			done := make(chan error, 1)
+			go func() { done <- call(s, term) }()
+			var err error
+			select {
+			case err = <-done:
+			case <-time.After(20 * time.Second):
+				t.Fatalf("a %s the server never answers has not ended 20 s on, past its ceiling of 2 s", name)
+			}
+			if !errors.Is(err, pgdb.ErrUnanswered) || errors.Is(err, ports.ErrNotDone) || errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("%s: %v, want ErrUnanswered, neither not done nor the caller's deadline", name, err)
+			}
+		})
+	}
+}
+
+// openBehindProxy opens a store on table through a proxy to the server at
+// dsn, its statements' ceiling 2 s, with one warm connection that is never
+// pinged as it is taken, so that a statement goes on it unchecked: pgxpool
+// pings one idle for over a second, and the ping, cut, would take the
+// connection away.
+func openBehindProxy(t *testing.T, dsn, table string) (*Store, *tcpproxy.Proxy) {
+	t.Helper()
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := u.Port()
+	if port == "" {
+		port = "5432"
+	}
+	proxy := tcpproxy.Start(t, net.JoinHostPort(u.Hostname(), port))
+	u.Host = proxy.Addr()
+	s, err := open(t.Context(), Config{DSN: u.String(), Table: table}, pgdb.Ceiling(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := s.pool.Config()
+	cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.pool.Close()
+	s.pool, s.writes = pool, pgdb.NewFenced(pool, s.name, s.ceiling)
+	t.Cleanup(func() { _ = s.Close() })
+	if err := pool.Ping(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return s, proxy
+}

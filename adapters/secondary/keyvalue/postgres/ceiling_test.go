@@ -1,0 +1,97 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/abi-engine/engine/internal/pgdb"
+	"github.com/abi-engine/engine/internal/pgtest"
+	"github.com/abi-engine/engine/internal/tcpproxy"
+	"github.com/abi-engine/engine/internal/testenv"
+	"github.com/abi-engine/engine/ports"
+)
+
+// A statement the server never answers, while the server's host still
+// does (a proxy that holds every byte), ends at its ceiling though its
+// caller set no deadline: a read fails, a write sent on a warm connection
+// fails of unknown outcome, and a write that never got a connection is
+// not done. None says context.DeadlineExceeded, which would read as the
+// caller's own deadline (504). Before, each waited without end.
+func TestAStatementTheServerNeverAnswersEndsAtItsCeiling(t *testing.T) {
+	dsn := testenv.Lookup(t, "ENGINE_TEST_PG_DSN", "PostgreSQL", false)
+	for name, c := range map[string]struct {
+		cold    bool // the pool's connections go before the statement
+		call    func(s *Store, ctx context.Context) error
+		notDone bool
+	}{
+		"Get": {call: func(s *Store, ctx context.Context) error {
+			_, err := s.Get(ctx, "held")
+			return err
+		}},
+		"SetIfAbsent": {call: func(s *Store, ctx context.Context) error {
+			_, err := s.SetIfAbsent(ctx, "new", []byte("v1"), 0)
+			return err
+		}},
+		"SetIfAbsentWithNoConnection": {cold: true, notDone: true, call: func(s *Store, ctx context.Context) error {
+			_, err := s.SetIfAbsent(ctx, "new", []byte("v1"), 0)
+			return err
+		}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			s, proxy := openBehindProxy(t, dsn, pgtest.Table(t, dsn, "kvceiling"))
+			term := ports.WithFencingToken(t.Context(), 5)
+			if _, err := s.SetIfAbsent(term, "held", []byte("v0"), 0); err != nil {
+				t.Fatal(err)
+			}
+			proxy.Block()
+			t.Cleanup(proxy.Unblock) // before the store closes
+			if c.cold {
+				s.pool.Reset()
+			}
+			done := make(chan error, 1)
+			go func() { done <- c.call(s, term) }()
+			var err error
+			select {
+			case err = <-done:
+			case <-time.After(20 * time.Second):
+				t.Fatalf("a %s the server never answers has not ended 20 s on, past its ceiling of 2 s", name)
+			}
+			switch {
+			case c.notDone && !errors.Is(err, ports.ErrNotDone):
+				t.Fatalf("%s: %v, want ErrNotDone", name, err)
+			case !c.notDone && (!errors.Is(err, pgdb.ErrUnanswered) || errors.Is(err, ports.ErrNotDone)):
+				t.Fatalf("%s: %v, want ErrUnanswered, not ErrNotDone", name, err)
+			case errors.Is(err, context.DeadlineExceeded):
+				t.Fatalf("%s: %v says its caller's deadline passed", name, err)
+			}
+		})
+	}
+}
+
+// openBehindProxy opens a store on table through a proxy to the server at
+// dsn, its statements' ceiling 2 s, with one warm connection that is never
+// pinged as it is taken (pingless), so that a statement goes on it unchecked.
+func openBehindProxy(t *testing.T, dsn, table string) (*Store, *tcpproxy.Proxy) {
+	t.Helper()
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := u.Port()
+	if port == "" {
+		port = "5432"
+	}
+	proxy := tcpproxy.Start(t, net.JoinHostPort(u.Hostname(), port))
+	u.Host = proxy.Addr()
+	s, err := open(t.Context(), Config{DSN: u.String(), Table: table}, pgdb.Ceiling(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	pingless(t, s)
+	return s, proxy
+}
