@@ -1,0 +1,81 @@
+package jetstream_test
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"testing"
+
+	natsjs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/abi-engine/engine/adapters/secondary/objectstorage/jetstream"
+	"github.com/abi-engine/engine/internal/natstest"
+	"github.com/abi-engine/engine/ports"
+)
+
+// Two handles on one bucket stand for an engine paused across a takeover
+// and its successor. Once the successor has written, the paused engine's
+// Put and Delete, under its older term, are refused with ErrFenced: the
+// object stays as the successor left it, and the refused Put leaves no
+// chunks. Before, both landed over the successor's object.
+func TestAnOlderTermsPutAndDeleteAfterANewerTermWroteAreRefused(t *testing.T) {
+	t.Run("OneServer", func(t *testing.T) { olderTermRefused(t, natstest.StartProcess(t, server), 1) })
+	t.Run("Cluster", func(t *testing.T) { olderTermRefused(t, natstest.StartClusterProcesses(t, server), 3) })
+}
+
+func olderTermRefused(t *testing.T, url string, replicas int) {
+	const bucket = "FENCED"
+	c := jetstream.Config{Bucket: bucket, Replicas: replicas}
+	paused, successor := open(t, url, c), open(t, url, c)
+	older := ports.WithFencingToken(t.Context(), 5)
+	newer := ports.WithFencingToken(t.Context(), 6)
+	// More than one chunk, so a refused Put has chunks to leave behind.
+	late := bytes.Repeat([]byte("late"), 100<<10)
+
+	if _, err := paused.Put(older, "o", bytes.NewReader([]byte("before the takeover")), ports.PutObjectOptions{}); err != nil {
+		t.Fatalf("Put of the older term before the takeover: %v", err)
+	}
+	want, err := successor.Put(newer, "o", bytes.NewReader([]byte("the successor's")), ports.PutObjectOptions{})
+	if err != nil {
+		t.Fatalf("Put of the newer term: %v", err)
+	}
+	if _, err := paused.Put(older, "o", bytes.NewReader(late), ports.PutObjectOptions{}); !errors.Is(err, ports.ErrFenced) {
+		t.Fatalf("Put of the older term after the newer term's: %v, want ErrFenced", err)
+	}
+	wantObject(t, successor, "after the older term's Put", want, "the successor's")
+	if err := paused.Delete(older, "o"); !errors.Is(err, ports.ErrFenced) {
+		t.Fatalf("Delete of the older term after the newer term's Put: %v, want ErrFenced", err)
+	}
+	wantObject(t, successor, "after the older term's Delete", want, "the successor's")
+
+	js, err := natsjs.New(natstest.Connect(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := js.Stream(t.Context(), "OBJ_"+bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := stream.Info(t.Context(), natsjs.WithSubjectFilter("$O."+bucket+".C.>"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(info.State.Subjects); n != 1 {
+		t.Fatalf("the chunks of %d objects are in the stream, want only the live one's: the refused Put left its own", n)
+	}
+}
+
+// wantObject fails the test unless key "o" of s is the object want with
+// the content content.
+func wantObject(t *testing.T, s *jetstream.Store, when string, want ports.ObjectInfo, content string) {
+	t.Helper()
+	r, got, err := s.Get(t.Context(), "o", ports.GetObjectOptions{})
+	if err != nil {
+		t.Fatalf("Get %s: %v", when, err)
+	}
+	b, err := io.ReadAll(r)
+	_ = r.Close()
+	if err != nil || string(b) != content || got.ETag != want.ETag {
+		t.Fatalf("%s the object holds %q (ETag %s, %v); want the newer term's %q (ETag %s)", when, b, got.ETag, err, content, want.ETag)
+	}
+}
