@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/abi-engine/engine/internal/quota"
@@ -53,31 +54,40 @@ func busy(err error) error {
 		errBusy, over.Held, over.Asked, over.Bound)
 }
 
-// bodyStep is how far ahead of its bytes a body's reservation runs, but
-// for a quarter of what it holds once that is more (see grownTo).
-const bodyStep = 64 << 10
+// bodyChunk is the unit a body of more than one is read and reserved in:
+// a body holds at most a chunk more than its client has sent.
+const bodyChunk = 64 << 10
+
+// chunks keeps the chunks of bodies already joined for the next bodies,
+// which reserve them again as they take them. What it keeps unused the
+// collector frees, as it frees garbage.
+var chunks = sync.Pool{New: func() any { return new([bodyChunk]byte) }}
 
 // readBody reads r's body whole, of at most maxBody bytes, under the
-// budget. The body is reserved as it arrives: its buffer grows as it
-// fills, and each growth is reserved before a byte is read into it, so a
-// body holds at most bodyStep, or a quarter of what it holds, more than
-// its client has sent. A body of a declared length starts with a buffer
-// of bodyStep, or of that length if it is less, and grows to that length
-// at most. A growth that would pass the budget or the client's share is
-// refused 503 (busy), as a body's first buffer is; a body of a declared
-// length used to reserve it whole before a byte was read, and a client
-// that declared 8 MiB and sent nothing held that much until it was cut
-// off. Its reads are paced (see bodyReader), so a body that cannot arrive
-// in time frees its reservation after the stall time. release gives the
-// bytes back; the handler calls it once the call has answered, since the
-// value is held until then.
+// budget. The body is reserved as it arrives: a body of a declared length
+// of a chunk or less is read into a buffer of that length, reserved first;
+// a longer one, or one of no declared length, is read into chunks, each
+// reserved before a byte is read into it, so a body holds at most a chunk
+// more than its client has sent, and the chunks are joined once whole
+// (see join). A chunk that would pass the budget or the client's share is
+// refused 503 (busy); a body of a declared length used to reserve it
+// whole before a byte was read, and a client that declared 8 MiB and sent
+// nothing held that much until it was cut off. Its reads are paced (see
+// bodyReader), so a body that cannot arrive in time frees its reservation
+// after the stall time. release gives the bytes back; the handler calls
+// it once the call has answered, since the value is held until then.
 func (a *api) readBody(w http.ResponseWriter, r *http.Request) (data []byte, release func(), err error) {
 	client := a.clients.of(r)
 	body := a.bodyReader(w, r)
 	var held int64
+	// Room for the chunks of a body of 512 KiB, without an allocation.
+	read := make([]*[bodyChunk]byte, 0, 8)
 	giveBack := func() { a.bodies.Give(client, held) }
 	defer func() {
 		if err != nil {
+			for _, c := range read {
+				chunks.Put(c)
+			}
 			giveBack()
 			return
 		}
@@ -100,59 +110,77 @@ func (a *api) readBody(w http.ResponseWriter, r *http.Request) (data []byte, rel
 		body.rate = max(body.rate, float64(n)/requestTimeout.Seconds())
 		most = n
 	}
-	for {
-		if len(data) == cap(data) {
-			if int64(len(data)) == most {
-				if declared {
-					return data, giveBack, nil
-				}
-				// Full at the most: the body must end here.
-				var probe [1]byte
-				n, err := io.ReadFull(body, probe[:])
-				if n > 0 {
-					return nil, nil, fmt.Errorf("%w: body over %d bytes", ports.ErrTooLarge, a.maxBody)
-				}
-				if !errors.Is(err, io.EOF) {
-					return nil, nil, bodyReadError(err)
-				}
-				return data, giveBack, nil
+	if declared && most <= bodyChunk {
+		if err := a.bodies.Take(client, most); err != nil {
+			return nil, nil, busy(err)
+		}
+		held = most
+		data = make([]byte, most)
+		if _, err := io.ReadFull(body, data); err != nil {
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
 			}
-			grown := grownTo(int64(cap(data)), most)
-			if declared && cap(data) == 0 {
-				grown = min(most, bodyStep)
-			}
-			// The buffer it grows out of is garbage once copied: only the
-			// bytes it grows by are reserved.
-			if err := a.bodies.Take(client, grown-int64(cap(data))); err != nil {
+			return nil, nil, bodyReadError(err)
+		}
+		return data, giveBack, nil
+	}
+	var sent int64
+	for sent < most {
+		if sent == held {
+			if err := a.bodies.Take(client, bodyChunk); err != nil {
 				return nil, nil, busy(err)
 			}
-			held = grown
-			next := make([]byte, len(data), grown)
-			copy(next, data)
-			data = next
+			held += bodyChunk
+			read = append(read, chunks.Get().(*[bodyChunk]byte))
 		}
-		n, err := body.Read(data[len(data):cap(data)])
-		data = data[:len(data)+n]
+		off := sent % bodyChunk
+		n, err := body.Read(read[len(read)-1][off:min(bodyChunk, off+most-sent)])
+		sent += int64(n)
 		if errors.Is(err, io.EOF) {
-			if declared && int64(len(data)) < most {
+			if declared && sent < most {
 				return nil, nil, bodyReadError(io.ErrUnexpectedEOF)
 			}
-			return data, giveBack, nil
+			return a.join(client, read, sent, &held), giveBack, nil
 		}
 		if err != nil {
 			return nil, nil, bodyReadError(err)
 		}
 	}
+	if !declared {
+		// Full at the most: the body must end here.
+		var probe [1]byte
+		n, err := io.ReadFull(body, probe[:])
+		if n > 0 {
+			return nil, nil, fmt.Errorf("%w: body over %d bytes", ports.ErrTooLarge, a.maxBody)
+		}
+		if !errors.Is(err, io.EOF) {
+			return nil, nil, bodyReadError(err)
+		}
+	}
+	return a.join(client, read, sent, &held), giveBack, nil
 }
 
-// grownTo is the capacity a body's buffer of capacity c grows to, at most
-// most: it doubles from 4 KiB up to bodyStep, then grows by bodyStep or by
-// a quarter, whichever is more. It grows only once full, so the body holds
-// at most that step more than it has been sent. The price is the copies:
-// an 8 MiB body grows some 20 times, allocating some 43 MiB in all, where
-// a body read into a buffer of its declared length allocated it once.
-func grownTo(c, most int64) int64 {
-	return min(most, c+max(min(c, bodyStep), c/4, 4<<10))
+// join copies the first n bytes of a body's chunks into one slice of n,
+// gives the chunks back to the pool and their reservation but for n, so
+// the body holds n from then. The slice is made before the chunks can be
+// given back, so bodies are joined one at a time: while one is joined,
+// the API holds its reserved bytes and at most one more body of the most
+// beyond them, where a buffer that grew by copying held the one it grew
+// out of, unreserved, beside it. The copy is not reserved: that would let
+// a client complete half as many bodies of the most at once as its share
+// holds.
+func (a *api) join(client string, read []*[bodyChunk]byte, n int64, held *int64) []byte {
+	a.joining.Lock()
+	defer a.joining.Unlock()
+	data := make([]byte, n)
+	for i, c := range read {
+		copy(data[i*bodyChunk:], c[:])
+		chunks.Put(c)
+		read[i] = nil
+	}
+	a.bodies.Give(client, *held-n)
+	*held = n
+	return data
 }
 
 // bodyReader reads r's body for readBody: each read waits at most the

@@ -214,40 +214,28 @@ func TestBodiesInFlightHoldNoMoreThanTheAPIsBudget(t *testing.T) {
 
 // One client's bodies in flight hold at most its share of the budget; its
 // requests past it are refused 503, naming the share, while another
-// client's body is read and stored.
+// client's body is read and stored. A body of 64 KiB or less is reserved
+// whole once the API asks for it, so the client's share is full once it
+// has been asked for two.
 func TestOneClientHoldsOnlyItsShareOfTheBodyBudget(t *testing.T) {
 	const (
-		size  = 1 << 20
-		share = 2 << 20
+		size  = 64 << 10
+		share = 2 * size
 		sent  = 6
 	)
 	_, services := kernel(t, nil)
 	url := serveReal(t, services, httpapi.Options{MaxBody: size, BodyBudget: 8 << 20, BodyShare: share})
 	data := bytes.Repeat([]byte("s"), size)
-	release := make(chan struct{})
-	t.Cleanup(func() {
-		select {
-		case <-release:
-		default:
-			close(release)
-		}
-	})
 
-	greedy := clientFrom("127.0.2.1")
-	answers := make(chan answer, sent)
-	for i := range sent {
-		got := send(greedy, fmt.Sprintf("%s/v1/kv/greedy-%d", url, i), &heldBody{data: data, release: release}, size)
-		go func() { answers <- <-got }()
+	var held []net.Conn
+	for i := range share / size {
+		held = append(held, declareAndTrickle(t, url, "127.0.2.1", fmt.Sprintf("/v1/kv/greedy-%d", i), size, 0))
 	}
-	for range sent - share/size {
-		select {
-		case a := <-answers:
-			if a.code != http.StatusServiceUnavailable || a.retryAfter == "" || !strings.Contains(a.body, "share") {
-				t.Fatalf("a client past its share got %d (Retry-After %q): %s", a.code, a.retryAfter, a.body)
-			}
-		case <-time.After(45 * time.Second):
-			t.Fatalf("a client sending %d bodies of %d MiB at once had none refused within 45s; its share is %d MiB",
-				sent, size>>20, share>>20)
+	greedy := clientFrom("127.0.2.1")
+	for i := range sent - share/size {
+		a := <-send(greedy, fmt.Sprintf("%s/v1/kv/past-%d", url, i), bytes.NewReader(data), size)
+		if a.code != http.StatusServiceUnavailable || a.retryAfter == "" || !strings.Contains(a.body, "share") {
+			t.Fatalf("a client past its share got %d (Retry-After %q): %s", a.code, a.retryAfter, a.body)
 		}
 	}
 
@@ -255,10 +243,17 @@ func TestOneClientHoldsOnlyItsShareOfTheBodyBudget(t *testing.T) {
 	if a := <-send(bystander, url+"/v1/kv/bystander", bytes.NewReader(data), size); a.code != http.StatusNoContent {
 		t.Fatalf("a bystander's PUT, while another client held its share, answered %d: %s", a.code, a.body)
 	}
-	close(release)
-	for range share / size {
-		if a := <-answers; a.code != http.StatusNoContent {
-			t.Fatalf("a request within the client's share answered %d: %s", a.code, a.body)
+	for _, conn := range held {
+		if _, err := conn.Write(data); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatalf("no answer to a body within the client's share once sent whole: %v", err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusNoContent {
+			t.Fatalf("a request within the client's share answered %d", resp.StatusCode)
 		}
 	}
 }
@@ -321,40 +316,26 @@ func TestAChunkedBodyIsBoundedByTheMostAndTheShare(t *testing.T) {
 		t.Fatalf("a chunked body a byte over the most answered %d: %s", a.code, a.body)
 	}
 
-	release := make(chan struct{})
-	t.Cleanup(func() {
-		select {
-		case <-release:
-		default:
-			close(release)
-		}
-	})
-	half := data[:size/2]
-	held := send(client, url+"/v1/kv/held", &heldBody{data: half, release: release}, int64(len(half)))
-	// The held body's share is taken once it is admitted; a chunked body
-	// is then refused as soon as it grows past what is left.
-	var a answer
-	for {
-		// Refused at 512 KiB, it has less left than the server reads
-		// past a refusal, so the connection is not reset under it.
-		a = <-send(client, url+"/v1/kv/grows", chunked(data[:600<<10]), -1)
-		if a.code != http.StatusNoContent {
-			break
-		}
-		select {
-		case h := <-held:
-			t.Fatalf("the held body answered %d before its end: %s", h.code, h.body)
-		case <-ctx.Done():
-			t.Fatalf("a chunked body beside a held one was never refused")
-		default:
-		}
-	}
-	if a.code != http.StatusServiceUnavailable || a.retryAfter == "" {
+	// A body declared of 64 KiB or less is reserved whole once the API
+	// asks for it; a chunked body is then refused as soon as it grows past
+	// what is left of the client's share. Refused 64 KiB short of its end,
+	// it has less left than the server reads past a refusal, so the
+	// connection is not reset under it.
+	const small = 64 << 10
+	held := declareAndTrickle(t, url, "127.0.3.1", "/v1/kv/held", small, 0)
+	if a := <-send(client, url+"/v1/kv/grows", chunked(data[:size]), -1); a.code != http.StatusServiceUnavailable || a.retryAfter == "" {
 		t.Fatalf("a chunked body past the client's share answered %d (Retry-After %q): %s", a.code, a.retryAfter, a.body)
 	}
-	close(release)
-	if h := <-held; h.code != http.StatusNoContent {
-		t.Fatalf("the held body answered %d: %s", h.code, h.body)
+	if _, err := held.Write(bytes.Repeat([]byte("h"), small)); err != nil {
+		t.Fatal(err)
+	}
+	resp, err = http.ReadResponse(bufio.NewReader(held), nil)
+	if err != nil {
+		t.Fatalf("no answer to the held body once sent whole: %v", err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("the held body answered %d", resp.StatusCode)
 	}
 }
 
@@ -462,8 +443,9 @@ func TestABodyTooSlowToArriveInTimeIsCutOffAndFreesItsShare(t *testing.T) {
 // declareAndTrickle opens a connection from ip and PUTs to path a body
 // that declares length, asking to be told when to send it (Expect:
 // 100-continue); once the API asks for it, it sends sent bytes of it and
-// nothing more, until the test ends.
-func declareAndTrickle(t *testing.T, url, ip, path string, length, sent int) {
+// nothing more, until the test ends. It returns the connection, to send
+// the rest on.
+func declareAndTrickle(t *testing.T, url, ip, path string, length, sent int) net.Conn {
 	t.Helper()
 	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}, Timeout: 20 * time.Second}
 	conn, err := d.Dial("tcp", strings.TrimPrefix(url, "http://"))
@@ -486,6 +468,7 @@ func declareAndTrickle(t *testing.T, url, ip, path string, length, sent int) {
 	if _, err := conn.Write(bytes.Repeat([]byte("t"), sent)); err != nil {
 		t.Fatal(err)
 	}
+	return conn
 }
 
 // Clients that declare bodies of the most and then send next to nothing

@@ -129,6 +129,8 @@ type api struct {
 	bodies   *quota.Quota
 	// bodyStall bounds each read of a body read whole.
 	bodyStall time.Duration
+	// joining is held while a body's chunks are joined (see join).
+	joining sync.Mutex
 
 	clients      clients
 	requests     *quota.Quota // a slot per request in flight, by client
