@@ -10,3 +10,7 @@ import (
 func StartCheckpointerWithFault(path string, every time.Duration, log *slog.Logger, fault func(conn any)) (*Checkpointer, error) {
 	return startCheckpointer(path, every, log, fault)
 }
+
+// SetRaising makes f run raising in each raise of the fence, once it has
+// committed.
+func (f *Fence) SetRaising(raising func()) { f.raising = raising }

@@ -3,9 +3,12 @@ package sqlitedb
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"sync/atomic"
+	"time"
 
 	"github.com/abi-engine/engine/ports"
 )
@@ -37,6 +40,9 @@ type Fence struct {
 	raiseStmt   *sql.Stmt
 	read        *sql.Stmt
 	raised      atomic.Uint64 // the newest token this handle raised the fence to
+	// raising, when set, runs in a raise once it has committed; a test
+	// spends there the time a raise can spend waiting for the lock.
+	raising func()
 }
 
 // NewFence prepares the fence's statements on db, the connections the
@@ -61,18 +67,30 @@ func NewFence(ctx context.Context, db *sql.DB, scope, path string) (*Fence, erro
 // raised to that term in a transaction of its own, so the term fences the
 // older ones even when the write itself then fails (a conflict, a missing
 // collection), as on PostgreSQL. The transaction of the write then checks
-// the fence first, under the write lock it takes when it begins.
+// the fence first, under the write lock it takes when it begins. The
+// raise and the write each wait for the lock, and the two together wait
+// no longer than conn's busy timeout, which the caller set to the wait
+// the call allows (LockWait): the write waits only for what the raise
+// left of it, so a call due sooner is still told in time that it was not
+// done. conn's busy timeout is set back once the write has the lock.
 func (f *Fence) Begin(ctx context.Context, conn *sql.Conn) (*sql.Tx, error) {
 	token, termed, err := tokenOf(ctx)
 	if err != nil {
 		return nil, err
 	}
+	restore := func() error { return nil }
 	if termed && token > f.raised.Load() {
-		if err := f.raise(ctx, conn, token); err != nil {
+		if restore, err = f.raiseWithin(ctx, conn, token); err != nil {
 			return nil, err
 		}
 	}
 	tx, err := conn.BeginTx(ctx, nil)
+	if rerr := restore(); rerr != nil {
+		// Kept, the connection would make the writes it serves next
+		// give up early; it is dropped, which ends tx too.
+		Drop(conn)
+		return nil, fmt.Errorf("begin in %s: %w", f.path, errors.Join(err, rerr))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("begin in %s: %w", f.path, err)
 	}
@@ -82,6 +100,37 @@ func (f *Fence) Begin(ctx context.Context, conn *sql.Conn) (*sql.Tx, error) {
 		}
 	}
 	return tx, nil
+}
+
+// raiseWithin raises the fence to token (raise) and takes the time it
+// spent off conn's busy timeout, and returns the function that sets the
+// busy timeout back.
+func (f *Fence) raiseWithin(ctx context.Context, conn *sql.Conn, token uint64) (restore func() error, err error) {
+	var ms int64
+	if err := conn.QueryRowContext(ctx, "PRAGMA busy_timeout").Scan(&ms); err != nil {
+		return nil, fmt.Errorf("read the wait for the lock in %s: %w", f.path, err)
+	}
+	start := time.Now()
+	if err := f.raise(ctx, conn, token); err != nil {
+		return nil, err
+	}
+	spent := time.Since(start).Milliseconds()
+	if spent == 0 {
+		return func() error { return nil }, nil
+	}
+	if err := setWait(ctx, conn, max(0, ms-spent)); err != nil {
+		Drop(conn)
+		return nil, fmt.Errorf("the wait for the lock in %s: %w", f.path, err)
+	}
+	return func() error { return setWait(context.WithoutCancel(ctx), conn, ms) }, nil
+}
+
+// setWait sets conn's busy timeout to ms milliseconds.
+func setWait(ctx context.Context, conn *sql.Conn, ms int64) error {
+	if _, err := conn.ExecContext(ctx, "PRAGMA busy_timeout = "+strconv.FormatInt(ms, 10)); err != nil {
+		return fmt.Errorf("set it to %d ms: %w", ms, err)
+	}
+	return nil
 }
 
 // raise moves the fence up to token in a transaction of its own, or fails
@@ -99,6 +148,9 @@ func (f *Fence) raise(ctx context.Context, conn *sql.Conn, token uint64) error {
 	}
 	if err := Commit(ctx, conn, tx); err != nil {
 		return fmt.Errorf("raise the fence of %s to term %d: %w", f.path, token, err)
+	}
+	if f.raising != nil {
+		f.raising()
 	}
 	for {
 		raised := f.raised.Load()
