@@ -346,6 +346,14 @@ func (d *DB) waitAtMost(ctx context.Context, wait time.Duration) error {
 	return nil
 }
 
+// Spend takes spent, the time a write that has the turn already waited for
+// the file's lock in a statement before its next, off the writer's wait for
+// the lock, so that the write's statements together wait no longer than
+// its call allows (LockWait). The next write sets its own wait (WriteTurn).
+func (d *DB) Spend(ctx context.Context, spent time.Duration) error {
+	return d.waitAtMost(ctx, max(0, time.Duration(d.busy.Load())*time.Millisecond-spent))
+}
+
 func (d *DB) endTurn() { <-d.turn }
 
 // Prepare prepares each query on db, in order, and returns the statements.

@@ -111,6 +111,9 @@ type Store struct {
 
 	cache  *termcache.Cache
 	raised atomic.Uint64 // the newest token this handle has raised the fence to
+	// raising, when set, runs once a write's raise of the fence is done; a
+	// test spends there the time a raise can spend waiting for the lock.
+	raising func()
 }
 
 // Open opens or creates the file at c.Path.
@@ -272,9 +275,20 @@ func (s *Store) write(ctx context.Context, key string, do func(ctx context.Conte
 		return fmt.Errorf("write %q to %s: %w", key, s.path, err)
 	}
 	defer done()
+	raising, start := token > s.raised.Load(), time.Now()
 	fence, err := s.fenceAt(ctx, token)
 	if err != nil {
 		return sqlitedb.NotDone(err)
+	}
+	if raising {
+		if s.raising != nil {
+			s.raising()
+		}
+		// The raise waited for the lock; the write waits only for what
+		// that left of the call's wait.
+		if err := s.db.Spend(ctx, time.Since(start)); err != nil {
+			return fmt.Errorf("write %q to %s: %w", key, s.path, err)
+		}
 	}
 	ended := s.cache.WriteStarts(token, key)
 	err = do(ctx, token, fence)
