@@ -2,6 +2,7 @@ package vecindex
 
 import (
 	"encoding/json"
+	"maps"
 	"slices"
 	"strings"
 )
@@ -62,6 +63,11 @@ func termKeys(payload map[string]any) []string {
 		out = append(out, termKey(field, value))
 	}
 	return out
+}
+
+// clone is a copy of t that changes apart from it.
+func (t *terms) clone() *terms {
+	return &terms{ids: maps.Clone(t.ids), refs: slices.Clone(t.refs), keys: slices.Clone(t.keys), free: slices.Clone(t.free)}
 }
 
 // add interns a payload's field keys (termKeys) and returns their terms,

@@ -10,6 +10,7 @@ import (
 	"cmp"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"runtime"
 	"runtime/debug"
@@ -207,6 +208,21 @@ type Staged struct {
 	// keys[i] are entries[i]'s payload's term keys, made by Stage for
 	// Publish.
 	keys [][]string
+	// bulk is set for a batch as large as the index or larger: the
+	// index's maps after the write, made by Stage from copies.
+	bulk *bulk
+}
+
+// bulk is what a large write's Publish swaps in instead of updating the
+// index's maps vector by vector under the write lock.
+type bulk struct {
+	slots map[string]int32
+	dict  *terms
+	// prev[i] is the slot entries[i]'s id held just before it, as
+	// Publish would have found it, or -1 for an id new to the index;
+	// terms[i] are entries[i]'s terms in dict.
+	prev  []int32
+	terms [][]uint32
 }
 
 // Stage puts entries, which the caller has checked, into slots no search
@@ -216,6 +232,10 @@ type Staged struct {
 // the graph links the old one, as Publish then needs a new slot for it;
 // otherwise Publish writes it over the old one, so that replacing a
 // collection does not double what its storage takes.
+//
+// For a batch as large as the index or larger, the index's maps are made
+// here too (plan), so that Publish swaps them in instead of updating them
+// vector by vector under the write lock.
 //
 // The caller must call Publish on what Stage returns: the index takes no
 // other write until then.
@@ -265,7 +285,49 @@ func (x *Index) Stage(entries []Entry) *Staged {
 		}
 		st.keys[i] = termKeys(e.Payload)
 	}
+	if len(entries) >= len(x.slots) {
+		st.bulk = x.plan(st)
+	}
 	return st
+}
+
+// plan makes, without mu, the maps a staged write leaves, from copies of
+// the index's: copying them costs no more than a batch this large's own
+// inserts, and Publish then swaps them in. Only a writer changes the maps
+// and the slots' terms, and this one holds write.
+//
+// Each vector is planned into the slot Stage chose for it, or, for -1,
+// its id's slot. The dictionary does not depend on the slot: either way
+// Publish drops the terms the id held and adds the new ones, in batch
+// order, so an id twice in the batch drops the terms its first entry
+// added.
+func (x *Index) plan(st *Staged) *bulk {
+	b := &bulk{
+		slots: maps.Clone(x.slots),
+		dict:  x.dict.clone(),
+		prev:  make([]int32, len(st.entries)),
+		terms: make([][]uint32, len(st.entries)),
+	}
+	last := make(map[string]int, len(st.entries)) // an id's latest entry in the batch
+	for i, e := range st.entries {
+		b.prev[i] = -1
+		if s, ok := b.slots[e.ID]; ok {
+			b.prev[i] = s
+			if j, seen := last[e.ID]; seen {
+				b.dict.drop(b.terms[j])
+			} else {
+				b.dict.drop(x.terms[s])
+			}
+		}
+		s := st.slots[i]
+		if s < 0 {
+			s = b.prev[i]
+		}
+		b.slots[e.ID] = s
+		b.terms[i] = b.dict.add(st.keys[i])
+		last[e.ID] = i
+	}
+	return b
 }
 
 // Publish makes a staged write seen by searches, and ends it.
@@ -274,6 +336,10 @@ func (st *Staged) Publish() {
 	defer x.write.Unlock()
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	if st.bulk != nil {
+		st.publishBulk()
+		return
+	}
 	for i, e := range st.entries {
 		s, ok := x.slots[e.ID]
 		if st.slots[i] >= 0 || (x.g != nil && x.g.has(s)) {
@@ -304,6 +370,53 @@ func (st *Staged) Publish() {
 	x.reshape()
 }
 
+// publishBulk is Publish for a planned write: the slots change as
+// Publish's loop would change them, and the planned maps replace the
+// index's. One case the plan could not see: the builder may have put an
+// id's old slot into the graph since Stage, and then the vector needs a
+// new slot, as in Publish's loop, and the id's entry in the planned map,
+// and the slot later entries of the id find, move to it.
+func (st *Staged) publishBulk() {
+	x, b := st.x, st.bulk
+	var moved map[string]int32
+	for i, e := range st.entries {
+		s := b.prev[i]
+		if m, ok := moved[e.ID]; ok {
+			s = m
+		}
+		if st.slots[i] >= 0 || (s >= 0 && x.g != nil && x.g.has(s)) {
+			if s >= 0 {
+				x.vacate(s)
+			}
+			s = st.slots[i]
+			if s < 0 {
+				s = x.newSlot()
+				copy(x.vec(s), st.values[i])
+				if moved == nil {
+					moved = map[string]int32{}
+				}
+				moved[e.ID] = s
+			}
+			x.ids[s] = e.ID
+			x.live++
+			if x.g != nil {
+				x.pending = append(x.pending, s)
+			}
+		} else {
+			copy(x.vec(s), st.values[i])
+			if _, ok := moved[e.ID]; ok {
+				moved[e.ID] = s
+			}
+		}
+		x.terms[s] = b.terms[i]
+	}
+	for id, s := range moved {
+		b.slots[id] = s
+	}
+	x.slots, x.dict = b.slots, b.dict
+	x.reshape()
+}
+
 // Remove deletes the vectors with these ids; missing ids are ignored.
 func (x *Index) Remove(ids []string) {
 	x.write.Lock()
@@ -321,8 +434,13 @@ func (x *Index) Remove(ids []string) {
 // kill takes a live slot out; a slot the graph links stays reserved.
 func (x *Index) kill(s int32) {
 	x.dict.drop(x.terms[s])
-	x.terms[s] = nil
 	delete(x.slots, x.ids[s])
+	x.vacate(s)
+}
+
+// vacate is kill but for the maps, which a planned write has updated.
+func (x *Index) vacate(s int32) {
+	x.terms[s] = nil
 	x.ids[s] = ""
 	x.live--
 	if x.g != nil && x.g.has(s) {
