@@ -176,7 +176,7 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("get %q from %s: %w", key, s.path, err)
 	}
-	read, keep := s.cache.StartRead(ctx, key, s.raiseTo)
+	read, keep := s.cache.StartRead(ctx, key, s.readRaise)
 	var v []byte
 	var expires sql.NullInt64
 	err = s.get.QueryRowContext(rctx, sql.Named("key", key), sql.Named("now", at)).Scan(&v, &expires)
@@ -218,6 +218,21 @@ func (s *Store) fenceAt(ctx context.Context, token uint64) (sql.NamedArg, error)
 		}
 	}
 	return sql.Named("token", int64(token)), nil
+}
+
+// readRaise raises the fence for a get under a new term. The raise is a
+// write, so it takes the writers' turn and waits for the file's lock no
+// longer than the get's call allows (sqlitedb.DB.WriteTurn), as a write
+// does: run beside the turn, it would hold the one writer connection while
+// a write that has the turn waited for it past its own due moment, and
+// would itself wait as long as the last write had set.
+func (s *Store) readRaise(ctx context.Context, token uint64) error {
+	wctx, done, err := s.db.WriteTurn(ctx)
+	if err != nil {
+		return fmt.Errorf("raise the fence of %s to term %d: %w", s.path, token, err)
+	}
+	defer done()
+	return s.raiseTo(wctx, token)
 }
 
 // raiseTo moves the fence up to token, or fails with ports.ErrFenced,
