@@ -112,6 +112,17 @@ func (b *Bucket) fenceAt(ctx context.Context, t uint64, shard int, stale uint64)
 	case r.token > t:
 		return 0, b.refuseOlder(t, r.token)
 	case raised < t:
+		if b.kind.fenceSubject != "" {
+			// Another client may have written the stream's config back
+			// since the store opened (nats.go's UpdateObjectStore lists only
+			// chunks and descriptions), and the fence could not be raised:
+			// every write of the new term would fail until the store opened
+			// again. A term's first call restores the subject and atomic
+			// batches first.
+			if err := b.atomicAgain(ctx); err != nil {
+				return 0, err
+			}
+		}
 		for i := range fenceShards {
 			if _, err := b.raise(ctx, t, i); err != nil {
 				return 0, err

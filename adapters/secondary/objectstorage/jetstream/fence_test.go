@@ -79,3 +79,34 @@ func wantObject(t *testing.T, s *jetstream.Store, when string, want ports.Object
 		t.Fatalf("%s the object holds %q (ETag %s, %v); want the newer term's %q (ETag %s)", when, b, got.ETag, err, content, want.ETag)
 	}
 }
+
+// Another client that writes the object store's config back through
+// nats.go (UpdateObjectStore) leaves its stream with only the chunks' and
+// the descriptions' subjects, and without atomic batches. A store that was
+// already open then raises the fence of its next term all the same, and
+// writes: before, the fence's records had no stream to go to, and every
+// write of the new term failed as not done until the store opened again.
+func TestANewTermWritesThoughAnotherClientRewroteTheObjectStoresConfig(t *testing.T) {
+	url := natstest.StartProcess(t, server)
+	const bucket = "REWRITTEN"
+	s := open(t, url, jetstream.Config{Bucket: bucket, Replicas: 1})
+	if _, err := s.Put(ports.WithFencingToken(t.Context(), 5), "o", bytes.NewReader([]byte("first term's")), ports.PutObjectOptions{}); err != nil {
+		t.Fatalf("Put of the first term: %v", err)
+	}
+	js, err := natsjs.New(natstest.Connect(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.UpdateObjectStore(t.Context(), natsjs.ObjectStoreConfig{Bucket: bucket, Replicas: 1}); err != nil {
+		t.Fatalf("another client's UpdateObjectStore: %v", err)
+	}
+	want, err := s.Put(ports.WithFencingToken(t.Context(), 6), "o", bytes.NewReader([]byte("next term's")), ports.PutObjectOptions{})
+	if err != nil {
+		t.Fatalf("Put of the next term after another client rewrote the stream's config: %v", err)
+	}
+	wantObject(t, s, "after the next term's Put", want, "next term's")
+	if _, err := s.Put(ports.WithFencingToken(t.Context(), 5), "o", bytes.NewReader([]byte("late")), ports.PutObjectOptions{}); !errors.Is(err, ports.ErrFenced) {
+		t.Fatalf("Put of the first term after the next term's: %v, want ErrFenced", err)
+	}
+	wantObject(t, s, "after the first term's late Put", want, "next term's")
+}
