@@ -95,3 +95,33 @@ func openBehindProxy(t *testing.T, dsn, table string) (*Store, *tcpproxy.Proxy) 
 	pingless(t, s)
 	return s, proxy
 }
+
+// A batch takes its connection before its sets, and a batch whose callers
+// set no deadline waits for one no longer than the store's ceiling, as
+// every other statement does: its set is then not done. Before, it waited
+// a constant minute whatever the store's ceiling. Every connection of the
+// pool is held here, as statements the server never answers would hold
+// them.
+func TestABatchOfSetsWaitsForAConnectionNoLongerThanTheStoresCeiling(t *testing.T) {
+	dsn := testenv.Lookup(t, "ENGINE_TEST_PG_DSN", "PostgreSQL", false)
+	s, _ := openBehindProxy(t, dsn, pgtest.Table(t, dsn, "kvbatchceiling"))
+	s.sets.close() // its writers took connections from the pool pingless closed
+	s.sets = newSetter(1, s.ceiling, s.writes.Conn, s.writeSets)
+	for range s.pool.Config().MaxConns {
+		c, err := s.pool.Acquire(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Release) // before the store closes
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Set(t.Context(), "k", []byte("v"), 0) }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ports.ErrNotDone) || !errors.Is(err, pgdb.ErrUnanswered) {
+			t.Fatalf("a set that got no connection: %v, want ErrNotDone and ErrUnanswered", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("a set that gets no connection has not ended 20 s on, past the store's ceiling of 2 s")
+	}
+}

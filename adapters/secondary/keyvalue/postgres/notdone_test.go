@@ -200,7 +200,7 @@ func TestABatchWhoseFenceCheckWaitedTooLongIsNotSentAgainSetBySet(t *testing.T) 
 
 	var statements atomic.Int32
 	s.sets.close()
-	w := newSetter(0, s.writes.Conn, func(ctx context.Context, c *pgxpool.Conn, t term, batch []*setReq) error {
+	w := newSetter(0, pgdb.DefaultCeiling, s.writes.Conn, func(ctx context.Context, c *pgxpool.Conn, t term, batch []*setReq) error {
 		statements.Add(1)
 		return s.writeSets(ctx, c, t, batch)
 	})

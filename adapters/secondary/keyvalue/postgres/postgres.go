@@ -135,7 +135,7 @@ func open(ctx context.Context, c Config, ceiling pgdb.Ceiling) (*Store, error) {
 		setBatchSQL: setBatchSQL(table),
 	}
 	s.Answers = s.cache.Answers()
-	s.sets = newSetter(int(pool.Config().MaxConns), s.writes.Conn, s.writeSets)
+	s.sets = newSetter(int(pool.Config().MaxConns), ceiling, s.writes.Conn, s.writeSets)
 	return s, nil
 }
 

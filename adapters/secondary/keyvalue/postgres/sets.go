@@ -75,6 +75,10 @@ type setter struct {
 	// outcome. conn fails as ports.ErrNotDone, since no set was sent.
 	conn  func(ctx context.Context) (*pgxpool.Conn, error)
 	write func(ctx context.Context, c *pgxpool.Conn, t term, batch []*setReq) error
+	// ceiling bounds a batch whose callers set no deadline, as it bounds
+	// every other statement of the store, so that a server that never
+	// answers cannot hold the store's Close for ever.
+	ceiling pgdb.Ceiling
 }
 
 // term is the serving term a set carries, if any (ports.FencingToken).
@@ -83,8 +87,8 @@ type term struct {
 	termed bool
 }
 
-func newSetter(workers int, conn func(context.Context) (*pgxpool.Conn, error), write func(context.Context, *pgxpool.Conn, term, []*setReq) error) *setter {
-	w := &setter{reqs: make(chan *setReq), closed: make(chan struct{}), conn: conn, write: write}
+func newSetter(workers int, ceiling pgdb.Ceiling, conn func(context.Context) (*pgxpool.Conn, error), write func(context.Context, *pgxpool.Conn, term, []*setReq) error) *setter {
+	w := &setter{reqs: make(chan *setReq), closed: make(chan struct{}), conn: conn, write: write, ceiling: ceiling}
 	for range workers {
 		w.wg.Go(w.run)
 	}
@@ -177,9 +181,9 @@ func (w *setter) flush(batch []*setReq) {
 		byTerm[t] = append(byTerm[t], r)
 	}
 	for t, sets := range byTerm {
-		ctx, cancel := batchContext(sets)
+		ctx, end := w.batchContext(sets)
 		taken, err := w.send(ctx, t, sets)
-		cancel()
+		err = end(err)
 		if len(taken) > 1 && refused(err) {
 			w.alone(t, taken)
 			continue
@@ -219,8 +223,8 @@ func (w *setter) send(ctx context.Context, t term, sets []*setReq) ([]*setReq, e
 // once, as lone sets would, so that one waiting on a held row holds up no
 // other; those of one key go in the order they queued, so the later still
 // wins. Each statement runs under its caller's context, so one whose
-// caller has given up ends at once, and is bounded by batchCeiling as a
-// batch is.
+// caller has given up ends at once, and is bounded by the store's ceiling
+// as a batch is.
 func (w *setter) alone(t term, sets []*setReq) {
 	byKey := map[string][]*setReq{}
 	for _, r := range sets {
@@ -239,11 +243,11 @@ func (w *setter) alone(t term, sets []*setReq) {
 					}
 					continue
 				}
-				ctx, cancel := context.WithTimeout(r.ctx, batchCeiling)
-				if taken, err := w.send(ctx, t, []*setReq{r}); len(taken) == 1 {
+				ctx, end := w.ceiling.Write(r.ctx)
+				taken, err := w.send(ctx, t, []*setReq{r})
+				if err = end(err); len(taken) == 1 {
 					r.done <- err
 				}
-				cancel()
 			}
 		})
 	}
@@ -264,26 +268,27 @@ func refused(err error) bool {
 	return rolledBack(err) && !errors.Is(err, ports.ErrFenced) && !errors.Is(err, pgdb.ErrCheckFailed)
 }
 
-// batchCeiling bounds a batch whose callers set no deadline, so that a
-// server that never answers cannot hold the store's Close for ever.
-const batchCeiling = time.Minute
-
 // batchContext is the context of a batch's statement: no caller's
 // cancellation ends it, since the others still wait for it, but it ends
-// at the latest deadline among them, or after batchCeiling if one has
-// none.
-func batchContext(sets []*setReq) (context.Context, context.CancelFunc) {
+// at the latest deadline among them, or at the store's ceiling if one has
+// none (pgdb.Ceiling.Write). end ends the context and returns the batch's
+// error, which says pgdb.ErrUnanswered when the ceiling cut it.
+func (w *setter) batchContext(sets []*setReq) (_ context.Context, end func(error) error) {
 	var latest time.Time
 	for _, r := range sets {
 		d, ok := r.ctx.Deadline()
 		if !ok {
-			return context.WithTimeout(context.WithoutCancel(sets[0].ctx), batchCeiling)
+			return w.ceiling.Write(context.WithoutCancel(sets[0].ctx))
 		}
 		if d.After(latest) {
 			latest = d
 		}
 	}
-	return context.WithDeadline(context.WithoutCancel(sets[0].ctx), latest)
+	ctx, cancel := context.WithDeadline(context.WithoutCancel(sets[0].ctx), latest)
+	return ctx, func(err error) error {
+		cancel()
+		return err
+	}
 }
 
 // setBatchSQL writes a batch of sets in one statement: keys, values and

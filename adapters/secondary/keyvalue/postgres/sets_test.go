@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/abi-engine/engine/internal/pgdb"
 	"github.com/abi-engine/engine/internal/pgtest"
 	"github.com/abi-engine/engine/internal/testenv"
 	"github.com/abi-engine/engine/ports"
@@ -60,7 +61,7 @@ func writeBatch(s *Store, ctx context.Context, t term, batch []*setReq) error {
 func TestSetsThatQueueGoTogether(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rec := &written{}
-		w := newSetter(0, noConn, rec.write) // no writer yet: every set queues
+		w := newSetter(0, pgdb.DefaultCeiling, noConn, rec.write) // no writer yet: every set queues
 		errs := make([]error, 10)
 		var callers sync.WaitGroup
 		for i := range errs {
@@ -101,7 +102,7 @@ func TestLargeSetsThatQueueGoInBatchesOfBoundedSize(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var mu sync.Mutex
 		var sizes []int
-		w := newSetter(0, noConn, func(_ context.Context, _ *pgxpool.Conn, _ term, batch []*setReq) error {
+		w := newSetter(0, pgdb.DefaultCeiling, noConn, func(_ context.Context, _ *pgxpool.Conn, _ term, batch []*setReq) error {
 			n := 0
 			for _, r := range batch {
 				n += len(r.key) + len(r.value)
@@ -213,8 +214,9 @@ func TestABatchOutlivesItsFirstCaller(t *testing.T) {
 	defer cancelSoon()
 	later, cancelLater := context.WithTimeout(t.Context(), time.Hour)
 	defer cancelLater()
-	ctx, cancel := batchContext([]*setReq{{ctx: soon}, {ctx: later}})
-	defer cancel()
+	w := &setter{ceiling: pgdb.DefaultCeiling}
+	ctx, end := w.batchContext([]*setReq{{ctx: soon}, {ctx: later}})
+	defer end(nil)
 	want, _ := later.Deadline()
 	if d, ok := ctx.Deadline(); !ok || !d.Equal(want) {
 		t.Fatalf("batch deadline %v, %v; want the later caller's, %v", d, ok, want)
@@ -223,10 +225,10 @@ func TestABatchOutlivesItsFirstCaller(t *testing.T) {
 	if ctx.Err() != nil {
 		t.Fatal("the first caller's cancellation ended the batch")
 	}
-	ctx, cancel = batchContext([]*setReq{{ctx: soon}, {ctx: t.Context()}})
-	defer cancel()
-	if d, ok := ctx.Deadline(); !ok || time.Until(d) > batchCeiling {
-		t.Fatalf("a batch with a caller without a deadline ends at %v, %v; want within %v", d, ok, batchCeiling)
+	ctx, end = w.batchContext([]*setReq{{ctx: soon}, {ctx: t.Context()}})
+	defer end(nil)
+	if d, ok := ctx.Deadline(); !ok || time.Until(d) > time.Duration(w.ceiling) {
+		t.Fatalf("a batch with a caller without a deadline ends at %v, %v; want within %v", d, ok, time.Duration(w.ceiling))
 	}
 }
 
@@ -267,7 +269,7 @@ func TestABatchWithOneKeyTwice(t *testing.T) {
 // batch: start writes them.
 func queueSets(s *Store, n int) (w *setter, start func()) {
 	s.sets.close()
-	w = newSetter(0, s.writes.Conn, s.writeSets)
+	w = newSetter(0, pgdb.DefaultCeiling, s.writes.Conn, s.writeSets)
 	w.reqs = make(chan *setReq, n)
 	s.sets = w
 	return w, func() { w.wg.Go(w.run) }
