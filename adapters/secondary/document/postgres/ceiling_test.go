@@ -96,3 +96,32 @@ func openBehindProxy(t *testing.T, dsn, table string) (*Store, *tcpproxy.Proxy) 
 	}
 	return s, proxy
 }
+
+// A conditional delete that removes nothing reads what stands to say why,
+// and a read cut short because its caller's answer was already due leaves
+// the delete surely not done, which it now says (ports.ErrNotDone, 503);
+// before, it failed as the read's ErrUnanswered alone, a 500, as if the
+// document might have been removed.
+func TestADeleteThatRemovedNothingAndCouldNotReadIsNotDone(t *testing.T) {
+	dsn := testenv.Lookup(t, "ENGINE_TEST_PG_DSN", "PostgreSQL", false)
+	s, err := Open(t.Context(), Config{DSN: dsn, Table: pgtest.Table(t, dsn, "docdelnotdone")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	if err := s.EnsureCollection(t.Context(), "c"); err != nil {
+		t.Fatal(err)
+	}
+	d, err := s.Put(t.Context(), "c", "d", map[string]any{"v": 1}, ports.Cond{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	late := ports.WithAnswerBy(t.Context(), time.Now().Add(-time.Minute))
+	err = s.Delete(late, "c", "d", ports.IfVersion(d.Version+1))
+	if !errors.Is(err, ports.ErrNotDone) {
+		t.Fatalf("a delete that removed nothing and could not read: %v, want ErrNotDone", err)
+	}
+	if _, err := s.Get(t.Context(), "c", "d"); err != nil {
+		t.Fatalf("the document is gone: %v", err)
+	}
+}

@@ -314,8 +314,13 @@ func (s *Store) Delete(ctx context.Context, collection, id string, cond ports.Co
 			return nil
 		}
 		d, err := s.Get(ctx, collection, id)
-		if err != nil {
+		switch {
+		case errors.Is(err, ports.ErrNotFound):
 			return fmt.Errorf("delete: %w", err)
+		case err != nil:
+			// Every round so far removed nothing, so the delete surely
+			// was not done, whatever cut the read short.
+			return fmt.Errorf("delete %q in %q of table %s: %w: it removed nothing, and the read of what stands failed: %w", id, collection, s.name, ports.ErrNotDone, err)
 		}
 		if conditional && d.Version != want {
 			return fmt.Errorf("delete %q in %q at version %d, stored %d: %w", id, collection, want, d.Version, ports.ErrConflict)
