@@ -14,3 +14,7 @@ func StartCheckpointerWithFault(path string, every time.Duration, log *slog.Logg
 // SetRaising makes f run raising in each raise of the fence, once it has
 // committed.
 func (f *Fence) SetRaising(raising func()) { f.raising = raising }
+
+// SetRestoring makes f fail the setting back of a connection's busy
+// timeout after a raise with the error restoring returns, when not nil.
+func (f *Fence) SetRestoring(restoring func() error) { f.restoring = restoring }

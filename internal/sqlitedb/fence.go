@@ -43,6 +43,10 @@ type Fence struct {
 	// raising, when set, runs in a raise once it has committed; a test
 	// spends there the time a raise can spend waiting for the lock.
 	raising func()
+	// restoring, when set, fails the setting back of a connection's busy
+	// timeout with its error; a test causes there a fault that SQLite
+	// gives no way to cause.
+	restoring func() error
 }
 
 // NewFence prepares the fence's statements on db, the connections the
@@ -87,7 +91,12 @@ func (f *Fence) Begin(ctx context.Context, conn *sql.Conn) (*sql.Tx, error) {
 	tx, err := conn.BeginTx(ctx, nil)
 	if rerr := restore(); rerr != nil {
 		// Kept, the connection would make the writes it serves next
-		// give up early; it is dropped, which ends tx too.
+		// give up early; it is dropped. tx is rolled back first: an open
+		// transaction holds the connection, and dropping it would wait
+		// for the transaction to end, which nothing then ends.
+		if tx != nil {
+			_ = tx.Rollback()
+		}
 		Drop(conn)
 		return nil, fmt.Errorf("begin in %s: %w", f.path, errors.Join(err, rerr))
 	}
@@ -122,7 +131,14 @@ func (f *Fence) raiseWithin(ctx context.Context, conn *sql.Conn, token uint64) (
 		Drop(conn)
 		return nil, fmt.Errorf("the wait for the lock in %s: %w", f.path, err)
 	}
-	return func() error { return setWait(context.WithoutCancel(ctx), conn, ms) }, nil
+	return func() error {
+		if f.restoring != nil {
+			if err := f.restoring(); err != nil {
+				return err
+			}
+		}
+		return setWait(context.WithoutCancel(ctx), conn, ms)
+	}, nil
 }
 
 // setWait sets conn's busy timeout to ms milliseconds.

@@ -67,3 +67,63 @@ func TestAWriteAfterARaiseWaitsOnlyForWhatTheRaiseLeft(t *testing.T) {
 		t.Fatalf("the connection waits %d ms for the lock after the write, %d ms before", after, before)
 	}
 }
+
+// When the busy timeout a raise lowered cannot be set back once the write
+// has begun, the connection is dropped: the write fails, its transaction
+// ends, and the next write runs on a new connection with the whole wait,
+// rather than the write hanging on its own open transaction and keeping
+// the writer's turn from every later write.
+func TestAWriteWhoseWaitCannotBeSetBackFailsAndFreesTheWriter(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "fence.sqlite")
+	db, err := sqlitedb.Open(t.Context(), "test", path, sqlitedb.FenceSchema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	fence, err := sqlitedb.NewFence(t.Context(), db.Write, "test", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The raise spends a measurable time, so the wait is lowered and must
+	// be set back.
+	fence.SetRaising(func() { <-time.After(5 * time.Millisecond) })
+	fault := errors.New("the connection refused its busy timeout")
+	fence.SetRestoring(func() error { return fault })
+	write := func(token uint64) error {
+		wctx, end, err := db.WriteTurn(ports.WithFencingToken(t.Context(), token))
+		if err != nil {
+			return err
+		}
+		defer end()
+		conn, err := db.Write.Conn(wctx)
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		tx, err := fence.Begin(wctx, conn)
+		if err != nil {
+			return err
+		}
+		return tx.Rollback()
+	}
+	ended := make(chan error, 1)
+	go func() { ended <- write(1) }()
+	select {
+	case err := <-ended:
+		if !errors.Is(err, fault) {
+			t.Fatalf("a write whose wait could not be set back: %v, want its fault", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("a write whose wait could not be set back has not ended after 30 s")
+	}
+	fence.SetRestoring(nil)
+	go func() { ended <- write(2) }()
+	select {
+	case err := <-ended:
+		if err != nil {
+			t.Fatalf("the next write: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the next write has not ended after 30 s")
+	}
+}
