@@ -115,3 +115,24 @@ func TestASetBehindAGetsRaiseIsNotDoneByItsDueMoment(t *testing.T) {
 	}
 	<-got
 }
+
+// A set of a new term whose raise of the fence is done, but whose own wait
+// for the lock then cannot be set (here the writer has been closed), never
+// ran its statement: it was not done (ports.ErrNotDone), which the API
+// answers 503, not a 500 as a write that may have landed.
+func TestASetWhoseWaitCannotBeSetAfterARaiseIsNotDone(t *testing.T) {
+	s, err := Open(t.Context(), Config{Path: filepath.Join(t.TempDir(), "kv.sqlite")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	// The raise spends a measurable time, so the wait must be set anew.
+	s.raising = func() {
+		<-time.After(5 * time.Millisecond)
+		_ = s.db.Write.Close()
+	}
+	err = s.Set(ports.WithFencingToken(t.Context(), 1), "k", []byte("v"), 0)
+	if !errors.Is(err, ports.ErrNotDone) {
+		t.Fatalf("a set whose wait could not be set after its raise: %v, want ports.ErrNotDone", err)
+	}
+}

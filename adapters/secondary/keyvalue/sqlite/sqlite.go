@@ -300,9 +300,10 @@ func (s *Store) write(ctx context.Context, key string, do func(ctx context.Conte
 			s.raising()
 		}
 		// The raise waited for the lock; the write waits only for what
-		// that left of the call's wait.
+		// that left of the call's wait. The write's statement has not
+		// run, so a failure here leaves it not done.
 		if err := s.db.Spend(ctx, time.Since(start)); err != nil {
-			return fmt.Errorf("write %q to %s: %w", key, s.path, err)
+			return fmt.Errorf("write %q to %s: %w: %w", key, s.path, ports.ErrNotDone, err)
 		}
 	}
 	ended := s.cache.WriteStarts(token, key)
