@@ -15,6 +15,6 @@ func StartCheckpointerWithFault(path string, every time.Duration, log *slog.Logg
 // committed.
 func (f *Fence) SetRaising(raising func()) { f.raising = raising }
 
-// SetRestoring makes f fail the setting back of a connection's busy
-// timeout after a raise with the error restoring returns, when not nil.
-func (f *Fence) SetRestoring(restoring func() error) { f.restoring = restoring }
+// SetSetting makes setting run before each change of a connection's busy
+// timeout after a raise, failing it with the error setting returns.
+func (f *Fence) SetSetting(setting func(ms int64) error) { f.setting = setting }

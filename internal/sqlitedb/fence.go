@@ -43,10 +43,10 @@ type Fence struct {
 	// raising, when set, runs in a raise once it has committed; a test
 	// spends there the time a raise can spend waiting for the lock.
 	raising func()
-	// restoring, when set, fails the setting back of a connection's busy
-	// timeout with its error; a test causes there a fault that SQLite
-	// gives no way to cause.
-	restoring func() error
+	// setting, when set, runs before each change of a connection's busy
+	// timeout after a raise, and fails it with its error; a test causes
+	// there a fault that SQLite gives no way to cause.
+	setting func(ms int64) error
 }
 
 // NewFence prepares the fence's statements on db, the connections the
@@ -93,12 +93,13 @@ func (f *Fence) Begin(ctx context.Context, conn *sql.Conn) (*sql.Tx, error) {
 		// Kept, the connection would make the writes it serves next
 		// give up early; it is dropped. tx is rolled back first: an open
 		// transaction holds the connection, and dropping it would wait
-		// for the transaction to end, which nothing then ends.
+		// for the transaction to end, which nothing then ends. The
+		// write ran none of its statements: it is not done.
 		if tx != nil {
 			_ = tx.Rollback()
 		}
 		Drop(conn)
-		return nil, fmt.Errorf("begin in %s: %w", f.path, errors.Join(err, rerr))
+		return nil, fmt.Errorf("begin in %s: %w: %w", f.path, ports.ErrNotDone, errors.Join(err, rerr))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("begin in %s: %w", f.path, err)
@@ -127,22 +128,21 @@ func (f *Fence) raiseWithin(ctx context.Context, conn *sql.Conn, token uint64) (
 	if spent == 0 {
 		return func() error { return nil }, nil
 	}
-	if err := setWait(ctx, conn, max(0, ms-spent)); err != nil {
+	if err := f.setWait(ctx, conn, max(0, ms-spent)); err != nil {
 		Drop(conn)
-		return nil, fmt.Errorf("the wait for the lock in %s: %w", f.path, err)
+		// The write has not begun: it is not done.
+		return nil, fmt.Errorf("the wait for the lock in %s: %w: %w", f.path, ports.ErrNotDone, err)
 	}
-	return func() error {
-		if f.restoring != nil {
-			if err := f.restoring(); err != nil {
-				return err
-			}
-		}
-		return setWait(context.WithoutCancel(ctx), conn, ms)
-	}, nil
+	return func() error { return f.setWait(context.WithoutCancel(ctx), conn, ms) }, nil
 }
 
 // setWait sets conn's busy timeout to ms milliseconds.
-func setWait(ctx context.Context, conn *sql.Conn, ms int64) error {
+func (f *Fence) setWait(ctx context.Context, conn *sql.Conn, ms int64) error {
+	if f.setting != nil {
+		if err := f.setting(ms); err != nil {
+			return fmt.Errorf("set it to %d ms: %w", ms, err)
+		}
+	}
 	if _, err := conn.ExecContext(ctx, "PRAGMA busy_timeout = "+strconv.FormatInt(ms, 10)); err != nil {
 		return fmt.Errorf("set it to %d ms: %w", ms, err)
 	}

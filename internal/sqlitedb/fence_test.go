@@ -88,7 +88,14 @@ func TestAWriteWhoseWaitCannotBeSetBackFailsAndFreesTheWriter(t *testing.T) {
 	// be set back.
 	fence.SetRaising(func() { <-time.After(5 * time.Millisecond) })
 	fault := errors.New("the connection refused its busy timeout")
-	fence.SetRestoring(func() error { return fault })
+	lowered := false
+	fence.SetSetting(func(int64) error {
+		if !lowered {
+			lowered = true
+			return nil
+		}
+		return fault
+	})
 	write := func(token uint64) error {
 		wctx, end, err := db.WriteTurn(ports.WithFencingToken(t.Context(), token))
 		if err != nil {
@@ -116,7 +123,7 @@ func TestAWriteWhoseWaitCannotBeSetBackFailsAndFreesTheWriter(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("a write whose wait could not be set back has not ended after 30 s")
 	}
-	fence.SetRestoring(nil)
+	fence.SetSetting(nil)
 	go func() { ended <- write(2) }()
 	select {
 	case err := <-ended:
@@ -125,5 +132,52 @@ func TestAWriteWhoseWaitCannotBeSetBackFailsAndFreesTheWriter(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the next write has not ended after 30 s")
+	}
+}
+
+// A write of a new term whose wait for the lock cannot be changed after
+// its raise of the fence, lowered before it begins or set back once it
+// has, never ran a statement of its own: it is not done (ports.ErrNotDone),
+// which the API answers 503, not a 500 as a write that may have landed.
+func TestAWriteWhoseWaitCannotBeChangedAfterARaiseIsNotDone(t *testing.T) {
+	for name, failing := range map[string]int{"Lowering": 1, "SettingBack": 2} {
+		t.Run(name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "fence.sqlite")
+			db, err := sqlitedb.Open(t.Context(), "test", path, sqlitedb.FenceSchema)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = db.Close() })
+			fence, err := sqlitedb.NewFence(t.Context(), db.Write, "test", path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The raise spends a measurable time, so the wait is changed.
+			fence.SetRaising(func() { <-time.After(5 * time.Millisecond) })
+			changes := 0
+			fence.SetSetting(func(int64) error {
+				if changes++; changes == failing {
+					return errors.New("the connection refused its busy timeout")
+				}
+				return nil
+			})
+			wctx, end, err := db.WriteTurn(ports.WithFencingToken(t.Context(), 1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(end)
+			conn, err := db.Write.Conn(wctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = conn.Close() })
+			tx, err := fence.Begin(wctx, conn)
+			if err == nil {
+				_ = tx.Rollback()
+			}
+			if !errors.Is(sqlitedb.NotDone(err), ports.ErrNotDone) {
+				t.Fatalf("a write whose wait could not be changed after its raise: %v, want ports.ErrNotDone", err)
+			}
+		})
 	}
 }
