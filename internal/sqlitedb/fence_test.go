@@ -50,10 +50,15 @@ func TestAWriteAfterARaiseWaitsOnlyForWhatTheRaiseLeft(t *testing.T) {
 		<-time.After(time.Second)
 		raised = time.Now()
 	})
-	// Setting the wait back runs once BEGIN is done, on the same
-	// connection: what it finds there is what BEGIN waited under.
-	fence.SetRestoring(func() error {
-		return conn.QueryRowContext(wctx, "PRAGMA busy_timeout").Scan(&began)
+	// The wait is changed twice: lowered before BEGIN, and set back once
+	// BEGIN is done, on the same connection: what the second change finds
+	// there is what BEGIN waited under.
+	changes := 0
+	fence.SetSetting(func(int64) error {
+		if changes++; changes == 2 {
+			return conn.QueryRowContext(wctx, "PRAGMA busy_timeout").Scan(&began)
+		}
+		return nil
 	})
 	tx, err := fence.Begin(wctx, conn)
 	if err != nil {
@@ -61,6 +66,9 @@ func TestAWriteAfterARaiseWaitsOnlyForWhatTheRaiseLeft(t *testing.T) {
 	}
 	if err := tx.Rollback(); err != nil {
 		t.Fatal(err)
+	}
+	if changes != 2 {
+		t.Fatalf("the wait for the lock was changed %d times in a write after a raise that spent a second, want 2 (lowered, then set back)", changes)
 	}
 	// The wait is the whole less the time the raise spent, in whole
 	// milliseconds, so it may round up by one.
