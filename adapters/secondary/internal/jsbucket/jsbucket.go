@@ -1041,8 +1041,9 @@ const wrongLastMsgID jetstream.ErrorCode = 10070
 // checks message ids first; one that did not refuses it on the last
 // message id, and stores nothing. The write is then a conflict. An answer
 // that says neither leaves the outcome unknown, which is reported as an
-// error that is not a conflict: a conflict tells the caller that nothing
-// was written.
+// error that is not a conflict and wraps none of the stream's answers:
+// either tells the caller that nothing was written (the object store then
+// purged the chunks of a description that may have been stored).
 func (b *Bucket) storedEarlier(ctx context.Context, m *nats.Msg, id string, refused error) (uint64, error) {
 	// The write's own expectations of the key's revision and of the
 	// fence go: the stream would refuse on them before it looks at the
@@ -1061,9 +1062,13 @@ func (b *Bucket) storedEarlier(ctx context.Context, m *nats.Msg, id string, refu
 		return 0, fmt.Errorf("%w: %w", ErrConflict, refused)
 	case err == nil:
 		// Not possible: the expected last message id is no stream's.
-		return 0, fmt.Errorf("a resend to learn whether the write was stored was stored as a new write at revision %d (it was refused: %w)", ack.Sequence, refused)
+		return 0, fmt.Errorf("a resend to learn whether the write was stored was stored as a new write at revision %d (it was refused: %v)", ack.Sequence, refused)
+	case errors.As(err, new(*jetstream.APIError)):
+		return 0, fmt.Errorf("whether the write was stored is unknown: a resend was refused (%v), and asking again was answered with %v", refused, err)
 	}
-	return 0, fmt.Errorf("whether the write was stored is unknown: a resend was refused (%w), and asking again failed: %w", refused, err)
+	// What ended the asking (the call's deadline, a lost connection) is
+	// no answer of the stream, and stays the caller's to see.
+	return 0, fmt.Errorf("whether the write was stored is unknown: a resend was refused (%v), and asking again failed: %w", refused, err)
 }
 
 // isConflict matches a refused revision: 10071, which the stream decides
