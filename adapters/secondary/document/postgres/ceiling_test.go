@@ -3,8 +3,6 @@ package postgres
 import (
 	"context"
 	"errors"
-	"net"
-	"net/url"
 	"testing"
 	"time"
 
@@ -68,17 +66,8 @@ func TestAStatementTheServerNeverAnswersEndsAtItsCeiling(t *testing.T) {
 // connection away.
 func openBehindProxy(t *testing.T, dsn, table string) (*Store, *tcpproxy.Proxy) {
 	t.Helper()
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := u.Port()
-	if port == "" {
-		port = "5432"
-	}
-	proxy := tcpproxy.Start(t, net.JoinHostPort(u.Hostname(), port))
-	u.Host = proxy.Addr()
-	s, err := open(t.Context(), Config{DSN: u.String(), Table: table}, pgdb.Ceiling(2*time.Second))
+	proxied, proxy := pgtest.Proxied(t, dsn)
+	s, err := open(t.Context(), Config{DSN: proxied, Table: table}, pgdb.Ceiling(2*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

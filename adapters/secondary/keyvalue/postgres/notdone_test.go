@@ -15,7 +15,6 @@ import (
 
 	"github.com/abi-engine/engine/internal/pgdb"
 	"github.com/abi-engine/engine/internal/pgtest"
-	"github.com/abi-engine/engine/internal/tcpproxy"
 	"github.com/abi-engine/engine/internal/testenv"
 	"github.com/abi-engine/engine/ports"
 )
@@ -142,18 +141,9 @@ func TestAWriteCancelledPastStatementTimeoutIsNotDone(t *testing.T) {
 // ports.ErrNotDone, a set (which goes in a batch) as every other write.
 func TestAWriteWhoseConnectionNeverOpenedIsNotDone(t *testing.T) {
 	dsn := testenv.Lookup(t, "ENGINE_TEST_PG_DSN", "PostgreSQL", false)
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := u.Port()
-	if port == "" {
-		port = "5432"
-	}
-	proxy := tcpproxy.Start(t, net.JoinHostPort(u.Hostname(), port))
-	u.Host = proxy.Addr()
+	proxied, proxy := pgtest.Proxied(t, dsn)
 	table := pgtest.Table(t, dsn, "kvnoconn")
-	s, term, _ := openWithKeyToHold(t, dsn, u.String(), table, 5)
+	s, term, _ := openWithKeyToHold(t, dsn, proxied, table, 5)
 
 	proxy.Down()
 	s.pool.Reset() // every pooled connection goes; a write must open one
