@@ -532,6 +532,15 @@ func unstored(err error) bool {
 	return incompleteBatch(err) || atomicDisabled(err)
 }
 
+// refusedForGood matches a refusal that stored nothing and that no later
+// sending can pass: a sealed stream (10109), a per-message TTL the stream
+// does not take (10165, 10166). It is not unstored, which would call the
+// write not done, to be sent again; it is named as it came, and says
+// nothing of an earlier sending of the write.
+func refusedForGood(err error) bool {
+	return isAPICode(err, 10109) || isAPICode(err, 10165) || isAPICode(err, 10166)
+}
+
 // resentInFlight matches 10158: a write sent again under its message id
 // met its first attempt, still proposed on a replicated stream. Once that
 // attempt is stored, the stream answers the next resend as its duplicate,
@@ -912,8 +921,10 @@ func (b *Bucket) publishVia(ctx context.Context, token string, m *nats.Msg, expe
 // It follows what became of each sending: a write that fails when none of
 // them may have been stored (each found no stream, or was refused by one,
 // unstored) fails as ports.ErrNotDone, which tells the caller it may send
-// the write again. One sending unanswered, or answered in a way that does
-// not say nothing was stored, keeps the outcome unknown.
+// the write again; one whose last sending was refused for good
+// (refusedForGood) fails naming that refusal. One sending unanswered, or
+// answered in a way that does not say nothing was stored, keeps the
+// outcome unknown, and the error then wraps none of the stream's answers.
 //
 // With fence, each sending is also conditioned on the fence record's
 // revision (sendFenced). A batch refused since the stream's atomic
@@ -955,7 +966,7 @@ func (b *Bucket) publish(ctx context.Context, token string, m *nats.Msg, expect 
 		}
 		if err == nil {
 			rev = ack.Sequence
-		} else if !unstored(err) {
+		} else if !unstored(err) && !refusedForGood(err) {
 			maybeStored = true
 		}
 		return err
@@ -972,10 +983,22 @@ func (b *Bucket) publish(ctx context.Context, token string, m *nats.Msg, expect 
 		return b.fullOnResend(ctx, token, id, tries, err)
 	}
 	if !isConflict(err) {
+		if !maybeStored && refusedForGood(err) {
+			return 0, err
+		}
 		if !maybeStored {
 			return 0, fmt.Errorf("the stream took none of its %d sendings: %w: %w", tries, ports.ErrNotDone, err)
 		}
-		return 0, err
+		// The stream's answer to the last sending (temporarily
+		// unavailable, sealed) says nothing of an earlier one that may
+		// have been stored, and wrapped it reads as a refusal that stored
+		// nothing: an object Put then purged the chunks of a description
+		// that may be stored. It goes as text; what ended the call (a
+		// deadline, a cancellation) stays the caller's to see.
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+			return 0, fmt.Errorf("whether the write was stored is unknown: one of its %d sendings may have been stored, and the call ended: %w", tries, err)
+		}
+		return 0, fmt.Errorf("whether the write was stored is unknown: one of its %d sendings may have been stored, and the last was answered with %v", tries, err)
 	}
 	if tries > 1 {
 		// An earlier attempt may have been stored with its reply lost. A

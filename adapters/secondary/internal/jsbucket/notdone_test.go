@@ -105,3 +105,52 @@ func TestAWriteWhoseAcknowledgementWasLostIsNeverNotDone(t *testing.T) {
 		t.Fatalf("the key holds %q (%v), want the write stored", last.Value, err)
 	}
 }
+
+// storedThenUnavailable stores a write's first attempt and reports its
+// acknowledgement lost, then answers every resend as the stream being
+// temporarily unavailable (10008), as while its leader is elected right
+// after it stored the write. Neither can be made to happen on demand
+// against a real broker.
+type storedThenUnavailable struct {
+	jetstream.JetStream
+	calls atomic.Int32
+}
+
+func (s *storedThenUnavailable) PublishMsg(ctx context.Context, m *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+	if s.calls.Add(1) == 1 {
+		if _, err := s.JetStream.PublishMsg(ctx, m, opts...); err != nil {
+			return nil, err
+		}
+		return nil, nats.ErrTimeout
+	}
+	return nil, &jetstream.APIError{Code: 503, ErrorCode: 10008, Description: "JetStream system temporarily unavailable"}
+}
+
+// A write whose first sending was stored, its acknowledgement lost, and
+// whose resends the stream answered as unavailable, is of unknown outcome:
+// the error carries none of the stream's answers, which read as a refusal
+// that stored nothing. Before, it wrapped the last one (10008), and an
+// object Put took it so and purged the chunks of a description that was
+// stored, leaving an object no Get could read.
+func TestAWriteStoredBeforeItsResendsMetAnUnavailableStreamCarriesNoRefusal(t *testing.T) {
+	nc := natstest.Connect(t, natstest.StartServer(t).ClientURL())
+	b, err := Open(t.Context(), nc, Config{Bucket: "UNAVAILABLE"}, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	faulty := &storedThenUnavailable{JetStream: b.js}
+	b.js = faulty
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel()
+	_, err = b.Put(ctx, "k", []byte("v"), 0, nil)
+	if err == nil || errors.Is(err, ports.ErrNotDone) || errors.Is(err, ErrConflict) || errors.As(err, new(*jetstream.APIError)) {
+		t.Fatalf("Put whose first sending was stored, every resend met an unavailable stream: %v, want an unknown outcome carrying no refusal", err)
+	}
+	if n := faulty.calls.Load(); n < 2 {
+		t.Fatalf("the write was sent %d times, want it sent again", n)
+	}
+	last, err := b.Last(t.Context(), "k")
+	if err != nil || string(last.Value) != "v" {
+		t.Fatalf("the key holds %q (%v), want the write stored", last.Value, err)
+	}
+}
