@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"slices"
 	"strconv"
 
 	"github.com/nats-io/nats.go"
@@ -112,17 +111,6 @@ func (b *Bucket) fenceAt(ctx context.Context, t uint64, shard int, stale uint64)
 	case r.token > t:
 		return 0, b.refuseOlder(t, r.token)
 	case raised < t:
-		if b.kind.fenceSubject != "" {
-			// Another client may have written the stream's config back
-			// since the store opened (nats.go's UpdateObjectStore lists only
-			// chunks and descriptions), and the fence could not be raised:
-			// every write of the new term would fail until the store opened
-			// again. A term's first call restores the subject and atomic
-			// batches first.
-			if err := b.atomicAgain(ctx); err != nil {
-				return 0, err
-			}
-		}
 		for i := range fenceShards {
 			if _, err := b.raise(ctx, t, i); err != nil {
 				return 0, err
@@ -288,10 +276,6 @@ func (b *Bucket) sendFenced(ctx context.Context, m *nats.Msg, id string, expect 
 		return nil, err
 	}
 	commit := copyMsg(m)
-	// A batch may roll a subject up only at its first message on it (the
-	// server refuses the batch otherwise): the first rolls the key up,
-	// and the commit stays beside it.
-	commit.Header.Del(jetstream.MsgRollup)
 	commit.Header.Set(headerBatchID, batch)
 	commit.Header.Set(headerBatchSeq, "2")
 	commit.Header.Set(headerBatchCommit, "1")
@@ -312,53 +296,35 @@ func copyMsg(m *nats.Msg) *nats.Msg {
 	return c
 }
 
-// fenceable reports whether the stream sc has what a fenced bucket of
-// kind k needs: atomic batches, and a subject for the fence's records.
-func fenceable(k kind, sc jetstream.StreamConfig) bool {
-	return sc.AllowAtomicPublish && (k.fenceSubject == "" || slices.Contains(sc.Subjects, k.fenceSubject))
-}
-
-// fenceNeeds names the settings fenceable checks, for an operator.
-func fenceNeeds(k kind) string {
-	if k.fenceSubject == "" {
-		return "atomic batches (allow_atomic)"
-	}
-	return "atomic batches (allow_atomic) and the subject " + k.fenceSubject
-}
-
 // allowAtomic turns on atomic batches on a fenced bucket's stream made
-// without them (before fences, or by another client), adds the fence's
-// subject to a stream that lacks it (an object store's), and refuses a
-// stream that still has no atomic batches after: a broker before
-// nats-server 2.12 drops the setting, and would store a batch's messages
-// one by one, the first of them unfenced.
+// without them (before fences, or by another client), and refuses a
+// stream that still has none after: a broker before nats-server 2.12
+// drops the setting, and would store a batch's messages one by one, the
+// first of them unfenced.
 func allowAtomic(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, bucket string, k kind, sc jetstream.StreamConfig) (jetstream.StreamConfig, error) {
-	for attempt := 0; !fenceable(k, sc); attempt++ {
+	for attempt := 0; !sc.AllowAtomicPublish; attempt++ {
 		want := sc
 		want.AllowAtomicPublish = true
-		if k.fenceSubject != "" && !slices.Contains(want.Subjects, k.fenceSubject) {
-			want.Subjects = append(slices.Clone(want.Subjects), k.fenceSubject)
-		}
 		actx, cancel := context.WithTimeout(ctx, 2*attemptTimeout)
 		before := nc.LastError()
 		info, err := updateStream(actx, nc, js, want, before)
 		cancel()
 		if err == nil {
-			if !fenceable(k, info.CachedInfo().Config) {
+			if !info.CachedInfo().Config.AllowAtomicPublish {
 				return sc, fmt.Errorf("jetstream bucket %s: the broker did not keep atomic batches (allow_atomic) on its stream, which a fenced store needs; nats-server 2.12 or later keeps them: %w",
 					bucket, ports.ErrInvalidArgument)
 			}
 			return info.CachedInfo().Config, nil
 		}
 		if rerr := refused(nc, before, k); rerr != nil {
-			return sc, fmt.Errorf("jetstream bucket %s: a fenced store needs %s on its stream %s, which was made without them; allow the engine's user $JS.API.STREAM.UPDATE.%s (also used again when another client turns atomic batches off), or set them on the stream: %w",
-				bucket, fenceNeeds(k), k.stream, k.stream, rerr)
+			return sc, fmt.Errorf("jetstream bucket %s: a fenced store needs atomic batches (allow_atomic) on its stream %s, which was made without them; allow the engine's user $JS.API.STREAM.UPDATE.%s (also used again when another client turns atomic batches off), or set allow_atomic on the stream: %w",
+				bucket, k.stream, k.stream, rerr)
 		}
 		if !transient(err) || ctx.Err() != nil {
-			return sc, fmt.Errorf("jetstream bucket %s: turn on %s: %w", bucket, fenceNeeds(k), err)
+			return sc, fmt.Errorf("jetstream bucket %s: turn on atomic batches (allow_atomic): %w", bucket, err)
 		}
 		if perr := pause(ctx, attempt); perr != nil {
-			return sc, fmt.Errorf("jetstream bucket %s: turn on %s: %w", bucket, fenceNeeds(k), err)
+			return sc, fmt.Errorf("jetstream bucket %s: turn on atomic batches (allow_atomic): %w", bucket, err)
 		}
 	}
 	return sc, nil
