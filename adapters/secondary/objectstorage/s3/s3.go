@@ -277,8 +277,10 @@ func (s *Store) Close() error {
 // type, conditions and ranges before it sends them, and builds the rest
 // of each request itself, so any other 400 (InvalidPart, EntityTooSmall,
 // MalformedXML, InvalidArgument, which versitygw gives only for the
-// request's make, as its part numbers or its signature, or one with no
-// code) is the store's or the service's fault, the engine's error.
+// request's make, as its part numbers or its signature) is the store's or
+// the service's fault, the engine's error. A Stat's 400 comes with no code
+// (its answer has no body) and refuses the one thing of the caller's it
+// carries, the key.
 func translate(err error) error {
 	var apiErr smithy.APIError
 	if errors.As(err, &apiErr) {
@@ -302,6 +304,13 @@ func translate(err error) error {
 		case "InvalidRange", "KeyTooLongError":
 			// The caller's offset past the object's end, the caller's
 			// key longer than the service takes.
+			return fmt.Errorf("%w: %w", ports.ErrInvalidArgument, err)
+		case "BadRequest":
+			// A 400 with no code of its own: the answer to a HEAD (Stat),
+			// which has no body to name the error. A Stat carries
+			// nothing of the caller's but the key, so the service
+			// refused the key, as one keeping files refuses a name
+			// segment past 255 bytes, which the store does not check.
 			return fmt.Errorf("%w: %w", ports.ErrInvalidArgument, err)
 		case "EntityTooLarge":
 			return fmt.Errorf("%w: %w", ports.ErrTooLarge, err)
