@@ -10,14 +10,10 @@ import (
 	"github.com/abi-engine/engine/ports"
 )
 
-// The first write of a new term raises the fence, then begins the write:
-// two waits for the file's lock. The write's BEGIN may wait only for what
-// the raise left of the call's wait: the connection's busy timeout when it
-// begins is less than the wait the call had, and no more than what is left
-// until the answer is due once the raise is done; and it is set back
-// after. What is checked is the wait BEGIN is given, not how long anything
-// took, so a slow machine cannot make the test fail.
-func TestAWriteAfterARaiseWaitsOnlyForWhatTheRaiseLeft(t *testing.T) {
+// openFence opens a file with only the fence's table, and the fence on
+// its writer, closed when the test ends.
+func openFence(t *testing.T) (*sqlitedb.DB, *sqlitedb.Fence) {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "fence.sqlite")
 	db, err := sqlitedb.Open(t.Context(), "test", path, sqlitedb.FenceSchema)
 	if err != nil {
@@ -28,6 +24,18 @@ func TestAWriteAfterARaiseWaitsOnlyForWhatTheRaiseLeft(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return db, fence
+}
+
+// The first write of a new term raises the fence, then begins the write:
+// two waits for the file's lock. The write's BEGIN may wait only for what
+// the raise left of the call's wait: the connection's busy timeout when it
+// begins is less than the wait the call had, and no more than what is left
+// until the answer is due once the raise is done; and it is set back
+// after. What is checked is the wait BEGIN is given, not how long anything
+// took, so a slow machine cannot make the test fail.
+func TestAWriteAfterARaiseWaitsOnlyForWhatTheRaiseLeft(t *testing.T) {
+	db, fence := openFence(t)
 	due := time.Now().Add(5 * time.Second)
 	call := ports.WithAnswerBy(ports.WithFencingToken(t.Context(), 1), due)
 	wctx, end, err := db.WriteTurn(call)
@@ -90,16 +98,7 @@ func TestAWriteAfterARaiseWaitsOnlyForWhatTheRaiseLeft(t *testing.T) {
 // rather than the write hanging on its own open transaction and keeping
 // the writer's turn from every later write.
 func TestAWriteWhoseWaitCannotBeSetBackFailsAndFreesTheWriter(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "fence.sqlite")
-	db, err := sqlitedb.Open(t.Context(), "test", path, sqlitedb.FenceSchema)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
-	fence, err := sqlitedb.NewFence(t.Context(), db.Write, "test", path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, fence := openFence(t)
 	// The raise spends a measurable time, so the wait is lowered and must
 	// be set back.
 	fence.SetRaising(func() { <-time.After(5 * time.Millisecond) })
@@ -158,16 +157,7 @@ func TestAWriteWhoseWaitCannotBeSetBackFailsAndFreesTheWriter(t *testing.T) {
 func TestAWriteWhoseWaitCannotBeChangedAfterARaiseIsNotDone(t *testing.T) {
 	for name, failing := range map[string]int{"Lowering": 1, "SettingBack": 2} {
 		t.Run(name, func(t *testing.T) {
-			path := filepath.Join(t.TempDir(), "fence.sqlite")
-			db, err := sqlitedb.Open(t.Context(), "test", path, sqlitedb.FenceSchema)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = db.Close() })
-			fence, err := sqlitedb.NewFence(t.Context(), db.Write, "test", path)
-			if err != nil {
-				t.Fatal(err)
-			}
+			db, fence := openFence(t)
 			// The raise spends a measurable time, so the wait is changed.
 			fence.SetRaising(func() { <-time.After(5 * time.Millisecond) })
 			changes := 0
