@@ -114,11 +114,12 @@ func (f *Fence) Begin(ctx context.Context, conn *sql.Conn) (*sql.Tx, error) {
 
 // raiseWithin raises the fence to token (raise) and takes the time it
 // spent off conn's busy timeout, and returns the function that sets the
-// busy timeout back.
+// busy timeout back. A failure to read the busy timeout comes before the
+// raise and the write: the write is not done (ports.ErrNotDone).
 func (f *Fence) raiseWithin(ctx context.Context, conn *sql.Conn, token uint64) (restore func() error, err error) {
 	var ms int64
 	if err := conn.QueryRowContext(ctx, "PRAGMA busy_timeout").Scan(&ms); err != nil {
-		return nil, fmt.Errorf("read the wait for the lock in %s: %w", f.path, err)
+		return nil, fmt.Errorf("read the wait for the lock in %s: %w: %w", f.path, ports.ErrNotDone, err)
 	}
 	start := time.Now()
 	if err := f.raise(ctx, conn, token); err != nil {

@@ -1,6 +1,7 @@
 package sqlitedb_test
 
 import (
+	"context"
 	"errors"
 	"path/filepath"
 	"testing"
@@ -185,5 +186,33 @@ func TestAWriteWhoseWaitCannotBeChangedAfterARaiseIsNotDone(t *testing.T) {
 				t.Fatalf("a write whose wait could not be changed after its raise: %v, want ports.ErrNotDone", err)
 			}
 		})
+	}
+}
+
+// The first write of a new term reads its connection's wait for the lock
+// before it raises the fence. When that read fails, here as its call was
+// cancelled once it held the writer's connection (the vector store's
+// writes run under their callers' contexts), neither the raise nor the
+// write has run: the write is not done (ports.ErrNotDone), not one whose
+// outcome is unknown.
+func TestAWriteWhoseWaitCannotBeReadBeforeItsRaiseIsNotDone(t *testing.T) {
+	db, fence := openFence(t)
+	conn, err := db.Write.Conn(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	call, cancel := context.WithCancel(ports.WithFencingToken(t.Context(), 1))
+	cancel()
+	tx, err := fence.Begin(call, conn)
+	if err == nil {
+		_ = tx.Rollback()
+		t.Fatal("a write of a new term whose call was cancelled began")
+	}
+	if !errors.Is(sqlitedb.NotDone(err), ports.ErrNotDone) {
+		t.Fatalf("a write of a new term whose wait for the lock could not be read: %v, want ports.ErrNotDone", err)
+	}
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("a write of a new term whose call was cancelled: %v, want its cancellation named", err)
 	}
 }
