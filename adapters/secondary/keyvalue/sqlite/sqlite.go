@@ -290,7 +290,13 @@ func (s *Store) write(ctx context.Context, key string, do func(ctx context.Conte
 		return fmt.Errorf("write %q to %s: %w", key, s.path, err)
 	}
 	defer done()
-	raising, start := token > s.raised.Load(), time.Now()
+	// Only a write that raises the fence spends part of its wait there, so
+	// only it reads the clock.
+	raising := token > s.raised.Load()
+	var start time.Time
+	if raising {
+		start = time.Now()
+	}
 	fence, err := s.fenceAt(ctx, token)
 	if err != nil {
 		return sqlitedb.NotDone(err)
