@@ -1367,18 +1367,25 @@ func (s *Store) Get(ctx context.Context, name, id string) (ports.Vector, error) 
 	if err := vecutil.CheckID(name, id); err != nil {
 		return ports.Vector{}, err
 	}
-	dim, _, err := collection(ctx, s.db, name)
-	if err != nil {
-		return ports.Vector{}, err
-	}
+	// The collection's dimension and the vector are read in one statement,
+	// one snapshot of the file: read apart, a drop of the collection and
+	// a create of it with another dimension could fall between the two,
+	// and the vector's bytes be read against the wrong dimension.
+	var dim int
+	var found bool
 	var blob []byte
 	var payload sql.NullString
-	err = s.db.QueryRowContext(ctx, `SELECT vec, payload FROM vectors WHERE collection = ? AND id = ?`, name, id).Scan(&blob, &payload)
+	err := s.db.QueryRowContext(ctx, `SELECT c.dimension, v.id IS NOT NULL, v.vec, v.payload
+		FROM vector_collections c LEFT JOIN vectors v ON v.collection = c.name AND v.id = ?
+		WHERE c.name = ?`, id, name).Scan(&dim, &found, &blob, &payload)
 	if errors.Is(err, sql.ErrNoRows) {
-		return ports.Vector{}, fmt.Errorf("vector %q in %q: %w", id, name, ports.ErrNotFound)
+		return ports.Vector{}, fmt.Errorf("collection %q: %w", name, ports.ErrNotFound)
 	}
 	if err != nil {
 		return ports.Vector{}, fmt.Errorf("get %q from %q: %w", id, name, err)
+	}
+	if !found {
+		return ports.Vector{}, fmt.Errorf("vector %q in %q: %w", id, name, ports.ErrNotFound)
 	}
 	values := make([]float32, dim)
 	if err := decodeInto(values, blob); err != nil {
