@@ -1454,11 +1454,16 @@ func (s *Store) Delete(ctx context.Context, name string, ids []string) error {
 }
 
 func (s *Store) Count(ctx context.Context, name string) (int, error) {
-	if _, _, err := collection(ctx, s.db, name); err != nil {
-		return 0, err
-	}
+	// The collection is found and its vectors counted in one statement,
+	// one snapshot of the file: counted apart, a drop between the two
+	// made the count of a collection that never stood empty 0.
 	var n int
-	if err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM vectors WHERE collection = ?`, name).Scan(&n); err != nil {
+	err := s.db.QueryRowContext(ctx, `SELECT (SELECT COUNT(*) FROM vectors WHERE collection = c.name)
+		FROM vector_collections c WHERE c.name = ?`, name).Scan(&n)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, fmt.Errorf("collection %q: %w", name, ports.ErrNotFound)
+	}
+	if err != nil {
 		return 0, fmt.Errorf("count %q: %w", name, err)
 	}
 	return n, nil
