@@ -107,7 +107,7 @@ func TestSuitesReportFaults(t *testing.T) {
 			cases: "ListKeysPagination|SetThenGet",
 			want: []string{
 				"--- FAIL: TestSuitesReportFaults/faulty/ListKeysPagination",
-				"ListKeys p/ by 1: 0 keys (none), want 1000 keys",
+				"ListKeys p/ by 1: 0 keys (none), want 500 keys",
 				"--- PASS: TestSuitesReportFaults/faulty/SetThenGet",
 			},
 		},

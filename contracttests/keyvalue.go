@@ -630,35 +630,46 @@ func kvDeleteIfValueRace(t *testing.T, open func(t *testing.T) ports.KeyValue) {
 }
 
 // kvListKeysPagination surrounds the listed prefix with keys just outside it.
+// It pages through kvPageCount keys by every size from one key to
+// ports.MaxPage, one short of them all among them, so the last page holds
+// a single key.
 func kvListKeysPagination(t *testing.T, open func(t *testing.T) ports.KeyValue) {
 	kv, other := open(t), open(t)
 	var want []string
-	for i := range 1000 {
-		k := fmt.Sprintf("p/%04d", (i*7919)%1000) // written out of order
+	for i := range kvPageCount {
+		k := fmt.Sprintf("p/%04d", (i*7919)%kvPageCount) // written out of order
 		kvSet(t, kv, k, []byte("v"), 0)
 		want = append(want, k)
 	}
 	slices.Sort(want)
-	for _, k := range []string{"p", "o/9999", "p.", "p0", "q/0000", "P/0001"} {
+	outside := []string{"p", "o/9999", "p.", "p0", "q/0000", "P/0001"}
+	for _, k := range outside {
 		kvSet(t, kv, k, []byte("v"), 0)
 	}
-	for _, limit := range []int{1, 37, 100, 999, ports.MaxPage} {
+	for _, limit := range []int{1, 37, 100, kvPageCount - 1, ports.MaxPage} {
 		if got := kvAllKeys(t, other, "p/", limit); !slices.Equal(got, want) {
 			t.Fatalf("ListKeys p/ by %d: %d keys (%s), want %d keys, each once in order",
 				limit, len(got), kvSpan(got), len(want))
 		}
 	}
-	if got := kvAllKeys(t, other, "", 111); len(got) != 1006 {
-		t.Fatalf("ListKeys with no prefix: %d keys, want 1006", len(got))
+	if got := kvAllKeys(t, other, "", 111); len(got) != kvPageCount+len(outside) {
+		t.Fatalf("ListKeys with no prefix: %d keys, want %d", len(got), kvPageCount+len(outside))
 	}
-	keys, next, err := other.ListKeys(ctx(t), "p/", 10, "p/0990")
+	last := want[len(want)-10]
+	keys, next, err := other.ListKeys(ctx(t), "p/", 10, last)
 	if err != nil {
-		t.Fatalf("ListKeys after p/0990: %v", err)
+		t.Fatalf("ListKeys after %s: %v", last, err)
 	}
-	if want := want[991:]; !slices.Equal(keys, want) || next != "" {
-		t.Fatalf("ListKeys after p/0990 = %q, %q; want %q and no cursor", keys, next, want)
+	if want := want[len(want)-9:]; !slices.Equal(keys, want) || next != "" {
+		t.Fatalf("ListKeys after %s = %q, %q; want %q and no cursor", last, keys, next, want)
 	}
 }
+
+// kvPageCount is how many keys the pagination case writes under its
+// prefix: enough for hundreds of pages of one key and several of each
+// larger size, few enough that a store which reads its whole bucket for
+// each page (as the JetStream one does) pages through them in seconds.
+const kvPageCount = 500
 
 func kvListKeysDefaultPageSize(t *testing.T, open func(t *testing.T) ports.KeyValue) {
 	kv := open(t)
