@@ -75,7 +75,8 @@ var chunks = sync.Pool{New: func() any { return new([bodyChunk]byte) }}
 // nothing held that much until it was cut off. Its reads are paced (see
 // bodyReader), so a body that cannot arrive in time frees its reservation
 // after the stall time. release gives the bytes back; the handler calls
-// it once the call has answered, since the value is held until then.
+// it once the call has answered, since the value is held until then. A
+// read that fails or panics gives back what it took itself.
 func (a *api) readBody(w http.ResponseWriter, r *http.Request) (data []byte, release func(), err error) {
 	client := a.clients.of(r)
 	body := a.bodyReader(w, r)
@@ -84,7 +85,11 @@ func (a *api) readBody(w http.ResponseWriter, r *http.Request) (data []byte, rel
 	read := make([]*[bodyChunk]byte, 0, 8)
 	giveBack := func() { a.bodies.Give(client, held) }
 	defer func() {
-		if err != nil {
+		// Only a body read whole has a release; one that failed, or
+		// whose reading panicked (the server recovers a handler's panic
+		// and serves on), gives its chunks and reservation back here, or
+		// they would be held for good.
+		if release == nil {
 			for _, c := range read {
 				chunks.Put(c)
 			}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io"
 	"math"
+	"net/http"
 	"net/http/httptest"
 	"runtime"
 	"testing"
@@ -120,3 +121,61 @@ func BenchmarkReadBody(b *testing.B) {
 type deadlines struct{ *httptest.ResponseRecorder }
 
 func (deadlines) SetReadDeadline(time.Time) error { return nil }
+
+// A panic while a body is read, or while it is decoded, gives back what
+// the body had reserved. The server recovers a handler's panic and serves
+// on, so a reservation kept there was held for good, and each such panic
+// took that much of the budget from every later body.
+func TestABodyWhosePanicEndsItsReadingGivesBackItsReservation(t *testing.T) {
+	readBody := func(a *api, r *http.Request) { _, _, _ = a.readBody(deadlines{httptest.NewRecorder()}, r) }
+	for _, tc := range []struct {
+		name string
+		// length is the body's Content-Length, -1 for none; sent is
+		// how many bytes arrive before the panic, in the body's read
+		// or, with none, in its decoding.
+		length int64
+		sent   int
+		read   func(a *api, r *http.Request)
+	}{
+		{"DeclaredInAChunk", 100, 99, readBody},
+		{"DeclaredPastAChunk", 3 * bodyChunk, bodyChunk + 1, readBody},
+		{"Chunked", -1, bodyChunk + 1, readBody},
+		{"InItsDecoding", 2, 0, func(a *api, r *http.Request) {
+			_, _ = a.decode(deadlines{httptest.NewRecorder()}, r, &panicky{})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := &api{
+				maxBody: DefaultMaxBody, bodies: quota.New(DefaultBodyBudget, DefaultBodyBudget/DefaultBodyShareDivisor),
+				bodyStall: DefaultBodyStall, minRate: DefaultMinTransferRate,
+			}
+			body := io.MultiReader(bytes.NewReader(make([]byte, tc.sent)), panicReader{})
+			if tc.sent == 0 {
+				body = bytes.NewReader([]byte("{}"))
+			}
+			r := httptest.NewRequest("PUT", "/v1/kv/a", nil)
+			r.Body, r.ContentLength = io.NopCloser(body), tc.length
+			func() {
+				defer func() {
+					if recover() == nil {
+						t.Fatal("the body's reading did not panic")
+					}
+				}()
+				tc.read(a, r)
+			}()
+			if held := a.bodies.Held(); held != 0 {
+				t.Fatalf("a body whose reading panicked still holds %d bytes of the budget", held)
+			}
+		})
+	}
+}
+
+// panicReader panics when read, as a broken body reader would.
+type panicReader struct{}
+
+func (panicReader) Read([]byte) (int, error) { panic("the body's reader broke") }
+
+// panicky panics when decoded into, as a broken decoder would.
+type panicky struct{}
+
+func (*panicky) UnmarshalJSON([]byte) error { panic("the body's decoder broke") }

@@ -356,15 +356,23 @@ func (a *api) decodeQuery(w http.ResponseWriter, r *http.Request, v any) (releas
 	return a.decodeBody(w, r, v, true)
 }
 
-func (a *api) decodeBody(w http.ResponseWriter, r *http.Request, v any, emptyIsObject bool) (func(), error) {
+func (a *api) decodeBody(w http.ResponseWriter, r *http.Request, v any, emptyIsObject bool) (_ func(), err error) {
 	data, release, err := a.readBody(w, r)
 	if err != nil {
 		return nil, err
 	}
+	decoded := false
+	defer func() {
+		// A body that failed to decode, or whose decoding panicked, is
+		// given back here: the handler releases only what it was handed.
+		if !decoded {
+			release()
+		}
+	}()
 	if err := decodeJSON(data, v, emptyIsObject); err != nil {
-		release()
 		return nil, err
 	}
+	decoded = true
 	return release, nil
 }
 
