@@ -76,7 +76,8 @@ var chunks = sync.Pool{New: func() any { return new([bodyChunk]byte) }}
 // bodyReader), so a body that cannot arrive in time frees its reservation
 // after the stall time. release gives the bytes back; the handler calls
 // it once the call has answered, since the value is held until then. A
-// read that fails or panics gives back what it took itself.
+// read that fails or panics gives back what it took itself, and its
+// answer closes the connection, so that the rest of the body is not read.
 func (a *api) readBody(w http.ResponseWriter, r *http.Request) (data []byte, release func(), err error) {
 	client := a.clients.of(r)
 	body := a.bodyReader(w, r)
@@ -90,6 +91,14 @@ func (a *api) readBody(w http.ResponseWriter, r *http.Request) (data []byte, rel
 		// and serves on), gives its chunks and reservation back here, or
 		// they would be held for good.
 		if release == nil {
+			// The body is read no further: its answer closes the
+			// connection, and the connection's reads end now. The
+			// server would otherwise read up to 256 KiB of what is
+			// left, at the client's pace, before it answered (to keep
+			// the connection open) and again once it had answered
+			// (as it closes a body), whatever the answer said.
+			w.Header().Set("Connection", "close")
+			_ = body.rc.SetReadDeadline(time.Now())
 			for _, c := range read {
 				chunks.Put(c)
 			}

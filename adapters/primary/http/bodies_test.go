@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -492,4 +493,100 @@ func TestBodiesDeclaredLargeButSentSlowlyDoNotKeepASmallBodyOut(t *testing.T) {
 		t.Fatalf("a body of 5 bytes, while %d clients each had %d bodies of %d bytes declared and 1 KiB of each sent, answered %d: %s",
 			httpapi.DefaultBodyShareDivisor, perClient, httpapi.DefaultMaxBody, a.code, a.body)
 	}
+}
+
+// A body refused part-way, here as it grows past its client's share, is
+// read no further: its 503 closes the connection, and the server reads
+// none of the rest. The server used to read up to 256 KiB of what was
+// left, at the client's pace and for as long as the stall time allowed,
+// before it sent the answer, only to keep the connection; an answer that
+// closed the connection was still followed by as much reading, as the
+// server closes the body.
+func TestABodyRefusedPartWayIsReadNoFurther(t *testing.T) {
+	const (
+		chunk  = 64 << 10
+		length = 2 * chunk
+	)
+	_, services := kernel(t, nil)
+	e := &engine{}
+	e.ready.Store(true)
+	ln, err := httpapi.Bind("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	counted := &countingListener{Listener: ln}
+	s := httpapi.Serve(counted, httpapi.Options{
+		Engine: e, Services: services, Logger: slog.New(slog.DiscardHandler),
+		MaxBody: length, BodyBudget: 8 << 20, BodyShare: length,
+	})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = s.Shutdown(ctx)
+	})
+	url := "http://" + s.Addr()
+
+	// A body of a chunk, declared and asked for, holds half the client's
+	// share, so the client's next body is refused at its second chunk.
+	declareAndTrickle(t, url, "127.0.5.1", "/v1/kv/held", chunk, 0)
+	before := counted.read.Load()
+
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.5.1")}, Timeout: 20 * time.Second}
+	conn, err := d.Dial("tcp", s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	_ = conn.SetDeadline(time.Now().Add(60 * time.Second))
+	request := append([]byte(fmt.Sprintf("PUT /v1/kv/refused HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: %d\r\n\r\n", length)),
+		bytes.Repeat([]byte("r"), length)...)
+	// The whole request is sent at once, as a client that does not wait
+	// for 100 Continue sends it; the write fails once the connection is
+	// closed under it.
+	go func() { _, _ = conn.Write(request) }()
+	r := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(r, nil)
+	if err != nil {
+		t.Fatalf("no answer to a body refused part-way: %v", err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(b), "share") {
+		t.Fatalf("a body past its client's share answered %d: %s", resp.StatusCode, b)
+	}
+	if !resp.Close {
+		t.Fatalf("a body refused part-way was answered on a connection kept open, so the server read the rest of it first (Connection %q)", resp.Header.Get("Connection"))
+	}
+	// The server has closed the connection once the client reads its end.
+	if _, err := r.ReadByte(); err == nil {
+		t.Fatal("the connection of a body refused part-way carried more after its answer")
+	}
+	if read := counted.read.Load() - before; read >= int64(len(request)) {
+		t.Fatalf("the server read %d bytes of a request of %d refused part-way, the whole of it", read, len(request))
+	}
+}
+
+// countingListener counts the bytes its connections read.
+type countingListener struct {
+	net.Listener
+	read atomic.Int64
+}
+
+func (l *countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &countingConn{Conn: c, read: &l.read}, nil
+}
+
+type countingConn struct {
+	net.Conn
+	read *atomic.Int64
+}
+
+func (c *countingConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.read.Add(int64(n))
+	return n, err
 }
