@@ -377,11 +377,14 @@ func bearer(token string, next http.Handler) http.Handler {
 // object transfers; an 8 MiB body (DefaultMaxBody) fits at 140 KiB/s.
 const requestTimeout = time.Minute
 
-// MaxHeaderBytes bounds a request's line and headers. A key of the most
-// bytes, percent-encoded whole, a content type and a token take a few
-// KiB; net/http's default, 1 MiB, let every connection hold a megabyte
-// of headers for the time they may take, however many connections came.
-const MaxHeaderBytes = 64 << 10
+// MaxHeaderBytes bounds a request's line and headers; net/http reads
+// 4 KiB more before it refuses them 431. A key of the most bytes,
+// percent-encoded whole (3 KiB), a content type of the most, a token and
+// a proxy's X-Forwarded-For take some 5 KiB. Every connection the API
+// admits (MaxClientConns and MaxProxyConns) may hold its headers while
+// they arrive: at 64 KiB they held some 70 KiB of heap each, 560 MiB for
+// the 8192, and net/http's default, 1 MiB, a megabyte each.
+const MaxHeaderBytes = 16 << 10
 
 // Server serves the API on a listener of its own.
 type Server struct {
