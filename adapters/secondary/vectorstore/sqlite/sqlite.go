@@ -118,12 +118,14 @@ type Store struct {
 
 // syncHooks are points of sync where tests stop it; nil outside tests.
 type syncHooks struct {
-	read     func(name string)                      // sync has read the collection from its snapshot
-	catchUp  func(ctx context.Context, name string) // a sync or a load holds the index and reads the collection into it, until ctx ends
-	applying func(name string)                      // a write of the handle holds the index's turn and goes on to give it its change
-	wait     func(name string)                      // a call found the index's turn taken and waits for it
-	writing  func()                                 // a write of the handle has come, and waits for its turn to write
-	locking  func()                                 // a write of the handle has its turn and a connection, and goes on to take the file's lock
+	read       func(name string)                      // sync has read the collection from its snapshot
+	catchUp    func(ctx context.Context, name string) // a sync or a load holds the index and reads the collection into it, until ctx ends
+	applying   func(name string)                      // a write of the handle holds the index's turn and goes on to give it its change
+	wait       func(name string)                      // a call found the index's turn taken and waits for it
+	writing    func()                                 // a write of the handle has come, and waits for its turn to write
+	connecting func()                                 // a write of the handle has its turn, and goes on to take a connection
+	connected  func(conn *sql.Conn)                   // a write of the handle has its turn and conn, and goes on to set conn's wait for the file's lock
+	locking    func()                                 // a write of the handle has its turn, a connection and its wait, and goes on to take the file's lock
 }
 
 // cached is a handle's index of one collection and the point of the file's
@@ -1032,9 +1034,11 @@ func collection(ctx context.Context, q querier, name string) (int, ports.Metric,
 // the call's answer is due (sqlitedb.LockWait), when either comes sooner
 // than the busy timeout, so that a caller still waiting learns the write
 // was not done; the connection's busy timeout is set for the write, and
-// set back before the connection goes back to the pool. The writes of the
-// handle run one at a time, in the order they came (Store.writes), so
-// only writes of other handles wait for the file's lock beside it.
+// set back before the connection goes back to the pool. A write that
+// failed before the transaction began, taking the connection or setting
+// its wait, ran none of its statements: ports.ErrNotDone too. The writes
+// of the handle run one at a time, in the order they came (Store.writes),
+// so only writes of other handles wait for the file's lock beside it.
 func (s *Store) inTx(ctx context.Context, f func(tx *sql.Tx) error) error {
 	if s.hooks.writing != nil {
 		s.hooks.writing()
@@ -1043,14 +1047,26 @@ func (s *Store) inTx(ctx context.Context, f func(tx *sql.Tx) error) error {
 		return err
 	}
 	defer func() { <-s.writes }()
+	if s.hooks.connecting != nil {
+		s.hooks.connecting()
+	}
+	// Until the fence begins the transaction, the write has run none of
+	// its statements: a failure here leaves it not done.
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
-		return fmt.Errorf("take a connection: %w", err)
+		return fmt.Errorf("take a connection: %w: %w", ports.ErrNotDone, err)
 	}
 	defer conn.Close()
+	if s.hooks.connected != nil {
+		s.hooks.connected(conn)
+	}
 	if wait := sqlitedb.LockWait(ctx); wait < sqlitedb.BusyTimeout {
 		if err := busyTimeout(ctx, conn, wait); err != nil {
-			return err
+			// A PRAGMA sets the wait as it is prepared, so one that
+			// failed may have set it all the same: the connection, kept,
+			// might make the writes it serves next give up early.
+			sqlitedb.Drop(conn)
+			return fmt.Errorf("%w: %w", ports.ErrNotDone, err)
 		}
 		defer func() {
 			if err := busyTimeout(context.WithoutCancel(ctx), conn, sqlitedb.BusyTimeout); err != nil {
