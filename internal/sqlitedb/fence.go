@@ -77,11 +77,30 @@ func NewFence(ctx context.Context, db *sql.DB, scope, path string) (*Fence, erro
 // the call allows (LockWait): the write waits only for what the raise
 // left of it, so a call due sooner is still told in time that it was not
 // done. conn's busy timeout is set back once the write has the lock.
+//
+// Begin fails before the caller's write has run any of its statements, so
+// each failure of it but the fence's refusal and a token SQLite cannot
+// hold is ports.ErrNotDone: a BEGIN refused for another reason than the
+// lock, a failed read of the fence, and any failure of the raise, even of
+// its COMMIT. Such a raise may have moved the fence or not, but the fence
+// is the term's, not the write's: the write, sent again under the same
+// term, raises it again or finds it raised, and writes as if this attempt
+// had never been.
 func (f *Fence) Begin(ctx context.Context, conn *sql.Conn) (*sql.Tx, error) {
 	token, termed, err := tokenOf(ctx)
 	if err != nil {
 		return nil, err
 	}
+	tx, err := f.begin(ctx, conn, token, termed)
+	if err != nil && !errors.Is(err, ports.ErrFenced) && !errors.Is(err, ports.ErrNotDone) {
+		return nil, fmt.Errorf("%w: %w", ports.ErrNotDone, err)
+	}
+	return tx, err
+}
+
+// begin is Begin once the token is read.
+func (f *Fence) begin(ctx context.Context, conn *sql.Conn, token uint64, termed bool) (*sql.Tx, error) {
+	var err error
 	restore := func() error { return nil }
 	if termed && token > f.raised.Load() {
 		if restore, err = f.raiseWithin(ctx, conn, token); err != nil {

@@ -216,3 +216,41 @@ func TestAWriteWhoseWaitCannotBeReadBeforeItsRaiseIsNotDone(t *testing.T) {
 		t.Fatalf("a write of a new term whose call was cancelled: %v, want its cancellation named", err)
 	}
 }
+
+// Begin fails before the caller's write has run any statement of its own,
+// so a failure of it is ports.ErrNotDone, bar the fence's refusal: here the
+// raise's BEGIN, refused for another reason than the lock (the connection
+// is already in a transaction), and the write's BEGIN, refused as its call
+// was cancelled. Before, each was a plain error, a write of unknown
+// outcome.
+func TestABeginThatFailsBeforeTheWriteRanIsNotDone(t *testing.T) {
+	for _, what := range []string{"TheRaisesBegin", "TheWritesBegin"} {
+		t.Run(what, func(t *testing.T) {
+			db, fence := openFence(t)
+			conn, err := db.Write.Conn(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = conn.Close() })
+			call, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			switch what {
+			case "TheRaisesBegin":
+				call = ports.WithFencingToken(call, 1)
+				if _, err := conn.ExecContext(t.Context(), "BEGIN"); err != nil {
+					t.Fatal(err)
+				}
+			case "TheWritesBegin":
+				cancel()
+			}
+			tx, err := fence.Begin(call, conn)
+			if err == nil {
+				_ = tx.Rollback()
+				t.Fatalf("%s began, though it was to fail", what)
+			}
+			if !errors.Is(err, ports.ErrNotDone) || errors.Is(err, ports.ErrFenced) {
+				t.Fatalf("a write whose Begin failed at %s: %v, want ports.ErrNotDone", what, err)
+			}
+		})
+	}
+}
