@@ -1,10 +1,12 @@
 package sqlite
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
 
+	"github.com/abi-engine/engine/internal/sqlitedb"
 	"github.com/abi-engine/engine/internal/sqlitedb/sqlitedbtest"
 	"github.com/abi-engine/engine/ports"
 )
@@ -24,4 +26,39 @@ func TestAPutIntoAFullFileIsRefusedAsStorageFull(t *testing.T) {
 			d, err := s.Get(t.Context(), "c", fmt.Sprintf("d%02d", i))
 			return err == nil && d.Data["text"] == text
 		})
+}
+
+// A put of a new term whose raise of the fence SQLite has no room for is
+// refused as ports.ErrStorageFull, as a put that itself found no room is,
+// and wrote nothing. Before, the raise's failure was not marked, and the
+// API answered 500. The file is held at its pages and the fence's table is
+// filled with rows of other stores, each as long as the store's own, until
+// one finds no room: the store's row then needs a page it cannot have.
+func TestAPutWhoseRaiseOfTheFenceFindsAFullFileIsRefusedAsStorageFull(t *testing.T) {
+	s := openCollection(t)
+	ctx := t.Context()
+	var pages int
+	if err := s.db.Write.QueryRowContext(ctx, "PRAGMA page_count").Scan(&pages); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.db.Write.ExecContext(ctx, fmt.Sprintf("PRAGMA max_page_count = %d", pages)); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; ; i++ {
+		// "dp..." sorts beside "document", the store's scope, and is as long.
+		_, err := s.db.Write.ExecContext(ctx, "INSERT INTO abi_engine_fence (scope, token) VALUES (?, 1)", fmt.Sprintf("dp%06d", i))
+		if errors.Is(sqlitedb.Full(err), ports.ErrStorageFull) {
+			break
+		}
+		if err != nil || i == 10_000 {
+			t.Fatalf("fill the fence's table of a file held at %d pages, row %d: %v", pages, i, err)
+		}
+	}
+	_, err := s.Put(ports.WithFencingToken(ctx, 1), "c", "d", map[string]any{"a": 1}, ports.Cond{})
+	if !errors.Is(err, ports.ErrStorageFull) {
+		t.Fatalf("a put whose raise of the fence found the file full: %v, want ports.ErrStorageFull", err)
+	}
+	if _, err := s.Get(ctx, "c", "d"); !errors.Is(err, ports.ErrNotFound) {
+		t.Fatalf("Get of the put refused as storage full: %v, want ErrNotFound", err)
+	}
 }

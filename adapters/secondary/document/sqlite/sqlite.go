@@ -209,7 +209,9 @@ func (s *Store) Collections(ctx context.Context) ([]string, error) {
 // inTx runs f in a transaction, which the DSN makes take the write lock at
 // once, begun by the fence once it has passed ctx's term. A write refused
 // for the lock before its COMMIT (another engine on this host held it past
-// the busy timeout) is ports.ErrNotDone (sqlitedb.NotDone). The write waits
+// the busy timeout) is ports.ErrNotDone (sqlitedb.NotDone), and one SQLite
+// had no room for, in the write or in the raise of the fence before it, is
+// ports.ErrStorageFull (sqlitedb.Full). The write waits
 // for its turn on the writer under ctx (sqlitedb.WriteTurn); the
 // transaction and f then run under the turn's context, ctx's values
 // without its cancellation, so a caller that gives up half way does not
@@ -230,7 +232,8 @@ func (s *Store) inTx(ctx context.Context, f func(ctx context.Context, tx *sql.Tx
 	defer conn.Close()
 	tx, err := s.fence.Begin(ctx, conn)
 	if err != nil {
-		return sqlitedb.NotDone(err)
+		// The raise of the fence before the write may find no room.
+		return sqlitedb.NotDone(sqlitedb.Full(err))
 	}
 	if err := f(ctx, tx); err != nil {
 		return sqlitedb.Full(sqlitedb.RollBack(conn, tx, err))
