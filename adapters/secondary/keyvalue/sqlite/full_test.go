@@ -2,11 +2,14 @@ package sqlite
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"testing"
 
+	"github.com/abi-engine/engine/internal/sqlitedb"
 	"github.com/abi-engine/engine/internal/sqlitedb/sqlitedbtest"
+	"github.com/abi-engine/engine/ports"
 )
 
 // A set SQLite has no room for (a full disk, or a page limit) is refused as
@@ -25,4 +28,43 @@ func TestASetIntoAFullFileIsRefusedAsStorageFull(t *testing.T) {
 			got, err := s.Get(t.Context(), fmt.Sprintf("k%02d", i))
 			return err == nil && bytes.Equal(got, value)
 		})
+}
+
+// A set of a new term whose raise of the fence SQLite has no room for is
+// refused as ports.ErrStorageFull, as a set that itself found no room is,
+// and wrote nothing. Before, the raise's failure was a plain error, a 500.
+// The file is held at its pages and the fence's table is filled with rows
+// as long as the store's own, sorting beside it, until one finds no room:
+// the store's row then needs a page it cannot have.
+func TestASetWhoseRaiseOfTheFenceFindsAFullFileIsRefusedAsStorageFull(t *testing.T) {
+	s, err := Open(t.Context(), Config{Path: filepath.Join(t.TempDir(), "kv.sqlite")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	ctx := t.Context()
+	var pages int
+	if err := s.db.Write.QueryRowContext(ctx, "PRAGMA page_count").Scan(&pages); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.db.Write.ExecContext(ctx, fmt.Sprintf("PRAGMA max_page_count = %d", pages)); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; ; i++ {
+		// "kp..." sorts beside "keyvalue", the store's scope, and is as long.
+		_, err := s.db.Write.ExecContext(ctx, "INSERT INTO abi_engine_fence (scope, token) VALUES (?, 1)", fmt.Sprintf("kp%06d", i))
+		if errors.Is(sqlitedb.Full(err), ports.ErrStorageFull) {
+			break
+		}
+		if err != nil || i == 10_000 {
+			t.Fatalf("fill the fence's table of a file held at %d pages, row %d: %v", pages, i, err)
+		}
+	}
+	err = s.Set(ports.WithFencingToken(ctx, 1), "k", []byte("v"), 0)
+	if !errors.Is(err, ports.ErrStorageFull) {
+		t.Fatalf("a set whose raise of the fence found the file full: %v, want ports.ErrStorageFull", err)
+	}
+	if ok, err := s.Exists(ctx, "k"); err != nil || ok {
+		t.Fatalf("the set refused as storage full is in the file: %v, %v", ok, err)
+	}
 }

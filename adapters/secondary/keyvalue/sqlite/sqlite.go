@@ -299,7 +299,15 @@ func (s *Store) write(ctx context.Context, key string, do func(ctx context.Conte
 	}
 	fence, err := s.fenceAt(ctx, token)
 	if err != nil {
-		return sqlitedb.NotDone(err)
+		// The write's own statement has not run: bar the fence's refusal
+		// and a token SQLite cannot hold, the write is not done, whatever
+		// became of the raise, which the write, sent again under the same
+		// term, makes again or finds made; and a raise SQLite had no room
+		// for is the file's lack of room.
+		if !errors.Is(err, ports.ErrFenced) && !errors.Is(err, ports.ErrInvalidArgument) && !errors.Is(err, ports.ErrNotDone) {
+			err = fmt.Errorf("%w: %w", ports.ErrNotDone, err)
+		}
+		return sqlitedb.Full(err)
 	}
 	if raising {
 		if s.raising != nil {
