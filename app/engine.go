@@ -547,7 +547,7 @@ func (e *Engine) openAndServe(ctx context.Context) error {
 	e.mu.Lock()
 	e.local, e.kernel = l, k
 	e.mu.Unlock()
-	e.serving.booted(k)
+	e.serving.booted(k, handoverHold(l, e.p.Config.Timing()))
 	return e.startModules(ctx)
 }
 

@@ -296,6 +296,16 @@ func (l *local) endTerm(token uint64) {
 	}
 }
 
+// holdRaise tells every store that raises a fence at a term's first
+// write (ports.RaiseHolder) to hold that raise for token until until.
+func (l *local) holdRaise(token uint64, until time.Time) {
+	for _, o := range l.opened {
+		if h, ok := o.Port.(ports.RaiseHolder); ok {
+			h.HoldRaise(token, until)
+		}
+	}
+}
+
 // port returns the first opened port of a service.
 func (l *local) port(service string) any {
 	for _, o := range l.opened {

@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/abi-engine/engine/domain"
 )
@@ -17,6 +18,24 @@ type servingKernel interface {
 	// sessions, at once; the wait it returns ends, bounded, what needs
 	// the broker.
 	fence() (wait func())
+}
+
+// raiseHold is what a term taken from a holder that released the lease
+// tells its stores (ADR 0023): hold the raise of their fence for bound, the
+// predecessor's drain and a margin, so that its transfers finish.
+type raiseHold struct {
+	stores interface {
+		holdRaise(token uint64, until time.Time)
+	}
+	bound time.Duration
+}
+
+// handoverHold is the hold of the stores l, for the drain and one lease
+// of t: the predecessor drains for drain_seconds from when its release
+// returns, within half a lease of the successor seeing it released, and a
+// write of it may still be on its way when its drain ends.
+func handoverHold(l *local, t domain.Timing) raiseHold {
+	return raiseHold{stores: l, bound: t.Drain + t.Lease}
 }
 
 // servingJobs are the jobs that run only while the engine serves.
@@ -76,12 +95,25 @@ type serving struct {
 	// and the drain, so nothing subscribes the kernel again.
 	sealed     bool
 	subscribed bool
+	// hold is the stores to tell, once booted; released is the term taken
+	// from a holder that released the lease, and when, until they are
+	// told.
+	hold     raiseHold
+	released *releasedTerm
+}
+
+// releasedTerm is a term taken from a holder that released the lease, at
+// the loop's time it heard of it.
+type releasedTerm struct {
+	token uint64
+	at    time.Time
 }
 
 // servingEvent is one thing the loop hears of. Exactly one field is set.
 type servingEvent struct {
 	transition *domain.Transition
 	booted     servingKernel
+	hold       raiseHold       // with booted
 	ack        chan<- struct{} // closed once the loop has acted on the event
 	shutdown   bool
 	sealed     bool
@@ -106,10 +138,13 @@ func (s *serving) transition(tr domain.Transition) {
 	s.send(servingEvent{transition: &tr})
 }
 
-// booted hands the loop the kernel, built and not subscribed, and returns
-// once the loop has acted on it: a serving engine then answers, so it is
-// ready when it says so.
-func (s *serving) booted(k servingKernel) { s.await(servingEvent{booted: k}) }
+// booted hands the loop the kernel, built and not subscribed, and the
+// stores to tell of a term taken from a released holder, and returns once
+// the loop has acted on it: a serving engine then answers, so it is ready
+// when it says so.
+func (s *serving) booted(k servingKernel, hold raiseHold) {
+	s.await(servingEvent{booted: k, hold: hold})
+}
 
 // shutdownJobs tells the loop the engine stops, and returns once jobs have
 // stopped and nothing will subscribe the kernel again. The kernel keeps
@@ -182,8 +217,12 @@ func (s *serving) run() {
 		switch {
 		case ev.transition != nil:
 			s.lease = ev.transition.To
+			// Previous is set on the first move to serving only.
+			if tr := ev.transition; tr.To == domain.StateServing && tr.Previous.Released {
+				s.released = &releasedTerm{token: tr.Term, at: time.Now()}
+			}
 		case ev.booted != nil:
-			s.kernel = ev.booted
+			s.kernel, s.hold = ev.booted, ev.hold
 		case ev.shutdown:
 			s.shutdown = true
 		case ev.sealed:
@@ -196,6 +235,7 @@ func (s *serving) run() {
 		if enables {
 			s.observe(*ev.transition)
 		}
+		s.holdRaise()
 		s.reconcile()
 		if ev.transition != nil && !enables {
 			s.observe(*ev.transition)
@@ -207,6 +247,18 @@ func (s *serving) run() {
 			close(ev.ack)
 		}
 	}
+}
+
+// holdRaise tells the stores, once both are known, of a term taken from
+// a holder that released the lease, before the kernel serves a call of
+// it. The stores of an engine that serves at once open after the take; a
+// standby's, before it.
+func (s *serving) holdRaise() {
+	if s.released == nil || s.hold.stores == nil {
+		return
+	}
+	s.hold.stores.holdRaise(s.released.token, s.released.at.Add(s.hold.bound))
+	s.released = nil
 }
 
 // reconcile brings the kernel and the jobs in line with the state. Each

@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -109,7 +110,7 @@ func (h *loopHarness) move(to domain.State) {
 }
 
 func (h *loopHarness) boot() {
-	h.booted(h.kernel)
+	h.booted(h.kernel, raiseHold{})
 	synctest.Wait()
 }
 
@@ -293,7 +294,7 @@ func TestBootedReturnsOnceTheKernelServes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newLoop(t)
 		h.move(domain.StateServing)
-		h.booted(h.kernel)
+		h.booted(h.kernel, raiseHold{})
 		if !h.kernel.subscribed || !h.jobs.running {
 			t.Fatalf("booted returned before the kernel served (steps: %s)", h.steps)
 		}
@@ -509,4 +510,58 @@ func TestARestoreWhileTheShutdownWaitsForAStuckJobRunServesAgainUntilTheJobsAreD
 			t.Fatalf("the kernel was subscribed again after the shutdown had done with the jobs (steps: %s)", h.steps)
 		}
 	})
+}
+
+// fakeHolds records, among the loop's steps, what the stores were told of
+// a term's raise of their fence, as the time from base.
+type fakeHolds struct {
+	steps *steps
+	base  time.Time
+}
+
+func (f fakeHolds) holdRaise(token uint64, until time.Time) {
+	f.steps.add(fmt.Sprintf("hold %d for %v", token, until.Sub(f.base)))
+}
+
+// A term taken from a holder that released the lease tells the stores to
+// hold the raise of their fence for the drain and a lease, counted from
+// the take, before the kernel answers a call of it: on an engine that
+// serves at once, whose stores open after the take, and on a standby,
+// whose stores opened before. A term taken after a lease of silence tells
+// them nothing, and its first write raises the fence at once (ADR 0023).
+func TestATermTakenFromAReleaseHoldsTheObjectStoresRaiseForTheDrainAndALease(t *testing.T) {
+	const bound = 80 * time.Second
+	released := domain.Holder{InstanceID: "0123456789abcdef0123456789abcdef", Released: true}
+	silent := domain.Holder{InstanceID: "0123456789abcdef0123456789abcdef"}
+	for _, c := range []struct {
+		name      string
+		previous  domain.Holder
+		bootFirst bool
+		want      string
+	}{
+		{"ServesAtOnce", released, false, "heard serving, hold 7 for 1m20s, subscribe, jobs start"},
+		{"Standby", released, true, "heard serving, hold 7 for 1m20s, subscribe, jobs start"},
+		{"AfterSilence", silent, false, "heard serving, subscribe, jobs start"},
+		{"StandbyAfterSilence", silent, true, "heard serving, subscribe, jobs start"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				h := newLoop(t)
+				holds := fakeHolds{steps: h.steps, base: time.Now()}
+				boot := func() { h.booted(h.kernel, raiseHold{stores: holds, bound: bound}) }
+				if c.bootFirst {
+					boot()
+				}
+				h.transition(domain.Transition{From: domain.StateStandby, To: domain.StateServing, Term: 7, Previous: c.previous})
+				synctest.Wait()
+				time.Sleep(time.Second) // the bubble's clock: the stores open after the take
+				if !c.bootFirst {
+					boot()
+				}
+				if got := h.steps.String(); got != c.want {
+					t.Fatalf("steps %q, want %q", got, c.want)
+				}
+			})
+		})
+	}
 }

@@ -591,7 +591,7 @@ func (e *simEngine) life(ctx context.Context) {
 		})
 	}
 	h.sleep(ctx, boot)
-	e.sv.booted(e.kernel)
+	e.sv.booted(e.kernel, raiseHold{})
 	var awaiting chan struct{}
 	actx, cancelAwait := context.WithCancel(context.Background())
 	defer cancelAwait()

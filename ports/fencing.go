@@ -3,6 +3,7 @@ package ports
 import (
 	"context"
 	"errors"
+	"time"
 )
 
 // ErrFenced: a shared store refused a write because it has seen a newer
@@ -37,4 +38,17 @@ type TermEnder interface {
 	// EndTerm ends every term up to token (math.MaxUint64: every term):
 	// nothing kept under one is served again, and none begins anew.
 	EndTerm(token uint64)
+}
+
+// RaiseHolder is a store whose fence a term raises at its first write,
+// and which can be told, as a term begins, to hold that raise back: a
+// successor that took the lease from a holder that released it tells it
+// to, so that the predecessor's transfers still draining are not refused
+// for the successor's writes alone (ADR 0023).
+type RaiseHolder interface {
+	// HoldRaise has the writes under token, until the instant until of
+	// the process's clock, checked against the fence and refused when a
+	// newer term raised it, without raising it; the term's first write
+	// from until on raises it.
+	HoldRaise(token uint64, until time.Time)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"strconv"
 
 	"github.com/nats-io/nats.go"
@@ -39,6 +40,11 @@ import (
 // a record no other write of this bucket holds (Bucket.idle), and waits
 // here for one when all are taken; on a single-replica stream, which
 // checks and stores a write in one step, the key picks it (shardOf).
+//
+// A term may be told to hold its raise back for a while (HoldRaise, ADR
+// 0023): its writes are then conditioned on a record as it stands, so a
+// newer term's raise still refuses them, and an older term's writes are
+// not refused meanwhile.
 
 // fenceShards is how many records the fence has.
 const fenceShards = 16
@@ -110,7 +116,20 @@ func (b *Bucket) fenceAt(ctx context.Context, t uint64, shard int, stale uint64)
 		return 0, b.refuseOlder(t, raised)
 	case r.token > t:
 		return 0, b.refuseOlder(t, r.token)
+	case raised < t && b.heldBack(t):
+		return b.standing(ctx, t, shard, stale)
 	case raised < t:
+		if b.kind.fenceSubject != "" {
+			// Another client may have written the stream's config back
+			// since the store opened (nats.go's UpdateObjectStore lists only
+			// chunks and descriptions), and the fence could not be raised:
+			// every write of the new term would fail until the store opened
+			// again. A term's first call restores the subject and atomic
+			// batches first.
+			if err := b.atomicAgain(ctx); err != nil {
+				return 0, err
+			}
+		}
 		for i := range fenceShards {
 			if _, err := b.raise(ctx, t, i); err != nil {
 				return 0, err
@@ -125,6 +144,79 @@ func (b *Bucket) fenceAt(ctx context.Context, t uint64, shard int, stale uint64)
 		return r.seq, nil
 	}
 	return b.raise(ctx, t, shard)
+}
+
+// raiseHold is a term whose first write raises no fence while held
+// reports true.
+type raiseHold struct {
+	token uint64
+	held  func() bool
+}
+
+// HoldRaise has the writes under token t, while held reports true, check
+// the fence without raising it (ADR 0023): each is conditioned on a fence
+// record as it stands, and refused with ports.ErrFenced when a newer term
+// raised it, but a write of an older term still lands. The first write
+// once held reports false raises the fence as a term's first write does.
+// A later call replaces the hold of an earlier one.
+func (b *Bucket) HoldRaise(t uint64, held func() bool) {
+	b.fenceMu.Lock()
+	defer b.fenceMu.Unlock()
+	b.hold = raiseHold{token: t, held: held}
+}
+
+// heldBack reports whether the raise of term t is held back now; once it
+// no longer is, the hold is dropped.
+func (b *Bucket) heldBack(t uint64) bool {
+	b.fenceMu.Lock()
+	h := b.hold
+	b.fenceMu.Unlock()
+	if h.token != t || h.held == nil {
+		return false
+	}
+	if h.held() {
+		return true
+	}
+	b.fenceMu.Lock()
+	if b.hold.token == t {
+		b.hold = raiseHold{}
+	}
+	b.fenceMu.Unlock()
+	return false
+}
+
+// standing is the revision of the fence's record shard as it stands, for
+// a write of term t whose raise is held back: the record this bucket last
+// saw unless it is stale, else the one read from the stream's leader; 0
+// when the record was never written, which the write then expects. A
+// record newer than t fails with ports.ErrFenced.
+func (b *Bucket) standing(ctx context.Context, t uint64, shard int, stale uint64) (uint64, error) {
+	b.fenceMu.Lock()
+	r := b.fence[shard]
+	b.fenceMu.Unlock()
+	switch {
+	case r.token > t:
+		return 0, b.refuseOlder(t, r.token)
+	case r.seq != 0 && r.seq != stale:
+		return r.seq, nil
+	}
+	token := fenceShard(shard)
+	m, err := b.LastMsg(ctx, token)
+	if err != nil {
+		return 0, err
+	}
+	if m.Seq == 0 {
+		return 0, nil
+	}
+	held, err := strconv.ParseUint(m.Header.Get(headerFence), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("the fence record %s of bucket %s (revision %d) holds no token: %w", token, b.name, m.Seq, err)
+	}
+	b.remember(shard, held, m.Seq)
+	if held > t {
+		return 0, b.refuseOlder(t, held)
+	}
+	return m.Seq, nil
 }
 
 // raise reads the fence's record shard from the stream's leader and, when
@@ -276,6 +368,10 @@ func (b *Bucket) sendFenced(ctx context.Context, m *nats.Msg, id string, expect 
 		return nil, err
 	}
 	commit := copyMsg(m)
+	// A batch may roll a subject up only at its first message on it (the
+	// server refuses the batch otherwise): the first rolls the key up,
+	// and the commit stays beside it.
+	commit.Header.Del(jetstream.MsgRollup)
 	commit.Header.Set(headerBatchID, batch)
 	commit.Header.Set(headerBatchSeq, "2")
 	commit.Header.Set(headerBatchCommit, "1")
@@ -296,35 +392,53 @@ func copyMsg(m *nats.Msg) *nats.Msg {
 	return c
 }
 
+// fenceable reports whether the stream sc has what a fenced bucket of
+// kind k needs: atomic batches, and a subject for the fence's records.
+func fenceable(k kind, sc jetstream.StreamConfig) bool {
+	return sc.AllowAtomicPublish && (k.fenceSubject == "" || slices.Contains(sc.Subjects, k.fenceSubject))
+}
+
+// fenceNeeds names the settings fenceable checks, for an operator.
+func fenceNeeds(k kind) string {
+	if k.fenceSubject == "" {
+		return "atomic batches (allow_atomic)"
+	}
+	return "atomic batches (allow_atomic) and the subject " + k.fenceSubject
+}
+
 // allowAtomic turns on atomic batches on a fenced bucket's stream made
-// without them (before fences, or by another client), and refuses a
-// stream that still has none after: a broker before nats-server 2.12
-// drops the setting, and would store a batch's messages one by one, the
-// first of them unfenced.
+// without them (before fences, or by another client), adds the fence's
+// subject to a stream that lacks it (an object store's), and refuses a
+// stream that still has no atomic batches after: a broker before
+// nats-server 2.12 drops the setting, and would store a batch's messages
+// one by one, the first of them unfenced.
 func allowAtomic(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, bucket string, k kind, sc jetstream.StreamConfig) (jetstream.StreamConfig, error) {
-	for attempt := 0; !sc.AllowAtomicPublish; attempt++ {
+	for attempt := 0; !fenceable(k, sc); attempt++ {
 		want := sc
 		want.AllowAtomicPublish = true
+		if k.fenceSubject != "" && !slices.Contains(want.Subjects, k.fenceSubject) {
+			want.Subjects = append(slices.Clone(want.Subjects), k.fenceSubject)
+		}
 		actx, cancel := context.WithTimeout(ctx, 2*attemptTimeout)
 		before := nc.LastError()
 		info, err := updateStream(actx, nc, js, want, before)
 		cancel()
 		if err == nil {
-			if !info.CachedInfo().Config.AllowAtomicPublish {
+			if !fenceable(k, info.CachedInfo().Config) {
 				return sc, fmt.Errorf("jetstream bucket %s: the broker did not keep atomic batches (allow_atomic) on its stream, which a fenced store needs; nats-server 2.12 or later keeps them: %w",
 					bucket, ports.ErrInvalidArgument)
 			}
 			return info.CachedInfo().Config, nil
 		}
 		if rerr := refused(nc, before, k); rerr != nil {
-			return sc, fmt.Errorf("jetstream bucket %s: a fenced store needs atomic batches (allow_atomic) on its stream %s, which was made without them; allow the engine's user $JS.API.STREAM.UPDATE.%s (also used again when another client turns atomic batches off), or set allow_atomic on the stream: %w",
-				bucket, k.stream, k.stream, rerr)
+			return sc, fmt.Errorf("jetstream bucket %s: a fenced store needs %s on its stream %s, which was made without them; allow the engine's user $JS.API.STREAM.UPDATE.%s (also used again when another client turns atomic batches off), or set them on the stream: %w",
+				bucket, fenceNeeds(k), k.stream, k.stream, rerr)
 		}
 		if !transient(err) || ctx.Err() != nil {
-			return sc, fmt.Errorf("jetstream bucket %s: turn on atomic batches (allow_atomic): %w", bucket, err)
+			return sc, fmt.Errorf("jetstream bucket %s: turn on %s: %w", bucket, fenceNeeds(k), err)
 		}
 		if perr := pause(ctx, attempt); perr != nil {
-			return sc, fmt.Errorf("jetstream bucket %s: turn on atomic batches (allow_atomic): %w", bucket, err)
+			return sc, fmt.Errorf("jetstream bucket %s: turn on %s: %w", bucket, fenceNeeds(k), err)
 		}
 	}
 	return sc, nil

@@ -139,6 +139,9 @@ type Bucket struct {
 	fenceMu     sync.Mutex
 	fence       [fenceShards]fenceRecord
 	fenceRaised uint64
+	// hold is a term whose raise of the fence is held back while
+	// hold.held says so (HoldRaise).
+	hold raiseHold
 	// idle, on a replicated fenced bucket, holds the fence's records no
 	// write of this bucket is conditioned on now.
 	idle chan int
@@ -178,6 +181,11 @@ func openKeyValue(ctx context.Context, nc *nats.Conn, c Config, description stri
 // configured replicas. Its keys are the tokens under "$O.<bucket>.". A
 // broker whose largest message (max_payload) cannot hold a chunk and its
 // headers is refused: every object over a few bytes would fail.
+//
+// Its writes under a fencing token through Publish are fenced as
+// OpenFenced's are; PublishUnfenced's never are. The fence's records are
+// under "$O.<bucket>.=fence.", which the object store's stream does not
+// list: the stream is updated to list them, and to allow atomic batches.
 func OpenObjects(ctx context.Context, nc *nats.Conn, c Config, description string) (*Bucket, error) {
 	if most := nc.MaxPayload(); most > 0 && most < ObjectMessageRoom {
 		return nil, fmt.Errorf("jetstream bucket %s: the broker's max_payload is %d bytes, an object store needs at least %d (a chunk of %d and its headers); raise max_payload: %w",
@@ -185,6 +193,7 @@ func OpenObjects(ctx context.Context, nc *nats.Conn, c Config, description strin
 	}
 	return open(ctx, nc, c, kind{
 		stream: "OBJ_" + c.Bucket, prefix: "$O." + c.Bucket + ".",
+		fenced: true, fenceSubject: "$O." + c.Bucket + ".=fence.*",
 		create: func(ctx context.Context, js jetstream.JetStream) error {
 			_, err := js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{
 				Bucket: c.Bucket, Description: description, Replicas: c.replicas(),
@@ -225,6 +234,9 @@ type kind struct {
 	check          func(c Config, sc jetstream.StreamConfig) error
 	// fenced: writes under a fencing token are fenced.
 	fenced bool
+	// fenceSubject, if set, is a subject the stream must list for the
+	// fence's records, which its other subjects do not cover.
+	fenceSubject string
 	// adjust, if set, changes what the bucket may have and the adapters
 	// must not, once check has passed it.
 	adjust func(ctx context.Context, log *slog.Logger, nc *nats.Conn, js jetstream.JetStream, sc jetstream.StreamConfig)
@@ -850,7 +862,8 @@ func (b *Bucket) Put(ctx context.Context, token string, value []byte, ttl time.D
 // is, or publish, never fenced.
 type send func(ctx context.Context, token string, m *nats.Msg, expect *uint64) (uint64, error)
 
-// unfenced publishes m, never fenced: a scan's barrier is part of a read.
+// unfenced publishes m, never fenced: a scan's barrier is part of a read,
+// and an object's chunks are read only once a fenced write names them.
 func (b *Bucket) unfenced(ctx context.Context, token string, m *nats.Msg, expect *uint64) (uint64, error) {
 	return b.publish(ctx, token, m, expect, nil)
 }
@@ -883,10 +896,20 @@ func (b *Bucket) Remove(ctx context.Context, token string, expect uint64) (uint6
 }
 
 // Publish sends m to the key token, conditioned like Put when expect is
-// not nil.
+// not nil, and fenced like Put.
 func (b *Bucket) Publish(ctx context.Context, token string, m *nats.Msg, expect *uint64) (uint64, error) {
+	return b.publishVia(ctx, token, m, expect, b.write)
+}
+
+// PublishUnfenced is Publish never fenced, for a write no read reaches
+// until a fenced one names it (an object's chunks).
+func (b *Bucket) PublishUnfenced(ctx context.Context, token string, m *nats.Msg, expect *uint64) (uint64, error) {
+	return b.publishVia(ctx, token, m, expect, b.unfenced)
+}
+
+func (b *Bucket) publishVia(ctx context.Context, token string, m *nats.Msg, expect *uint64, via send) (uint64, error) {
 	m.Subject = b.Subject(token)
-	rev, err := b.write(ctx, token, m, expect)
+	rev, err := via(ctx, token, m, expect)
 	if err != nil {
 		return 0, fmt.Errorf("write %s to bucket %s: %w", token, b.name, err)
 	}

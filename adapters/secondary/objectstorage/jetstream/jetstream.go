@@ -10,6 +10,14 @@
 // conditioned on the description it replaces, so IfAbsent and IfMatch are
 // atomic; a deletion is written the same way, so DeleteIfMatch is too. The
 // ETag is the SHA-256 digest of the content.
+//
+// Under a fencing token the description and the deletion are fenced (ADR
+// 0020): once a newer term has written, the stream refuses them with
+// ports.ErrFenced, and a refused Put purges its chunks. The chunks are
+// not fenced: no read reaches them before a description names them. A
+// term told to hold its raise (ports.RaiseHolder, ADR 0023) checks the
+// fence without raising it until the time it was given, so the transfers
+// of an engine that released the lease finish within its drain.
 package jetstream
 
 import (
@@ -39,7 +47,10 @@ import (
 	"github.com/abi-engine/engine/storecheck"
 )
 
-var _ ports.ObjectStorage = (*Store)(nil)
+var (
+	_ ports.ObjectStorage = (*Store)(nil)
+	_ ports.RaiseHolder   = (*Store)(nil)
+)
 
 const (
 	// DefaultBucket is the bucket used when the configuration names none.
@@ -82,6 +93,13 @@ func (c Config) Check(prefix string) error { return jsbucket.Config(c).Check(pre
 // Describe names the bucket and its replicas.
 func (c Config) Describe() string {
 	return strings.Replace(jsbucket.Config(c).Describe(), "bucket", "object store", 1)
+}
+
+// HoldRaise implements ports.RaiseHolder: until is read on the store's
+// clock, the one its sweeps read.
+func (s *Store) HoldRaise(token uint64, until time.Time) {
+	now := s.sweeping.now
+	s.b.HoldRaise(token, func() bool { return now().Before(until) })
 }
 
 // Store is the bucket on a connection.
@@ -297,6 +315,9 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, opts ports.Put
 	if ct == "" {
 		ct = objkey.DefaultContentType
 	}
+	if err := s.b.Fence(ctx); err != nil {
+		return ports.ObjectInfo{}, fmt.Errorf("put %q: %w", key, err)
+	}
 	cur, err := s.current(ctx, key)
 	if err != nil {
 		return ports.ObjectInfo{}, fmt.Errorf("put %w", err)
@@ -477,13 +498,14 @@ func (s *Store) landed(ctx context.Context, key string, rev uint64, mine func(je
 // answer came, or the stream had not decided it when the attempts ended.
 var errUnknownOutcome = errors.New("the description may have been stored")
 
-// refused is a write the stream answered with an error that decides it, or
-// one that none of its sendings may have stored (ports.ErrNotDone): it
+// refused is a write the stream answered with an error that decides it,
+// one that none of its sendings may have stored (ports.ErrNotDone), or
+// one of an older term than the bucket's fence (ports.ErrFenced): it
 // stored nothing. Refusals made while another write of the key, or an
 // earlier attempt of this one, was in flight (10164, 10158) decide nothing
 // alone.
 func refused(err error) bool {
-	if errors.Is(err, ports.ErrNotDone) {
+	if errors.Is(err, ports.ErrNotDone) || errors.Is(err, ports.ErrFenced) {
 		return true
 	}
 	var apiErr *jetstream.APIError
@@ -508,7 +530,7 @@ func (s *Store) writeChunks(ctx context.Context, id string, r io.Reader) (jetstr
 			m := nats.NewMsg("")
 			m.Data = buf[:n]
 			m.Header.Set(headerChunk, strconv.FormatUint(uint64(info.Chunks), 10))
-			if _, perr := s.b.Publish(ctx, chunkToken(id), m, nil); perr != nil {
+			if _, perr := s.b.PublishUnfenced(ctx, chunkToken(id), m, nil); perr != nil {
 				return info, last, perr
 			}
 			if info.Chunks > 0 {
@@ -980,6 +1002,9 @@ func (s *Store) deleteWhere(ctx context.Context, op, key string, match func(jets
 		return false, err
 	}
 	defer end()
+	if err := s.b.Fence(ctx); err != nil {
+		return false, fmt.Errorf("%s %q: %w", op, key, err)
+	}
 	for range rounds {
 		cur, err := s.current(ctx, key)
 		if err != nil {

@@ -52,6 +52,48 @@ func TestObjectStorageContract(t *testing.T) {
 	t.Run("jetstream-r3", func(t *testing.T) { suite(t, natstest.StartClusterProcesses(t, server), 3) })
 }
 
+// TestObjectStorageContractUnderATerm runs the contract again with every
+// call under one term's fencing token, as the engine's calls are, so every
+// case, the races of two handles on one bucket included, goes through the
+// fenced writes.
+func TestObjectStorageContractUnderATerm(t *testing.T) {
+	suite := func(t *testing.T, url string, replicas int) {
+		contracttests.RunObjectStorage(t, contracttests.HarnessFunc[ports.ObjectStorage](func(t *testing.T) func(*testing.T) ports.ObjectStorage {
+			c := jetstream.Config{Bucket: jstest.Bucket(t), Replicas: replicas}
+			return func(t *testing.T) ports.ObjectStorage { return underTerm{open(t, url, c)} }
+		}), contracttests.ObjectStorageCapabilities{ConditionalPut: true, PathLikeKeys: true, NestedKeys: true, Linearizable: true})
+	}
+	t.Run("jetstream", func(t *testing.T) { suite(t, natstest.StartProcess(t, server), 1) })
+	t.Run("jetstream-r3", func(t *testing.T) { suite(t, natstest.StartClusterProcesses(t, server), 3) })
+}
+
+// underTerm is a store whose every call carries the fencing token 11.
+type underTerm struct{ s *jetstream.Store }
+
+func term(ctx context.Context) context.Context { return ports.WithFencingToken(ctx, 11) }
+
+func (u underTerm) Put(ctx context.Context, key string, r io.Reader, opts ports.PutObjectOptions) (ports.ObjectInfo, error) {
+	return u.s.Put(term(ctx), key, r, opts)
+}
+
+func (u underTerm) Get(ctx context.Context, key string, opts ports.GetObjectOptions) (io.ReadCloser, ports.ObjectInfo, error) {
+	return u.s.Get(term(ctx), key, opts)
+}
+
+func (u underTerm) Stat(ctx context.Context, key string) (ports.ObjectInfo, error) {
+	return u.s.Stat(term(ctx), key)
+}
+
+func (u underTerm) Delete(ctx context.Context, key string) error { return u.s.Delete(term(ctx), key) }
+
+func (u underTerm) DeleteIfMatch(ctx context.Context, key, etag string) (bool, error) {
+	return u.s.DeleteIfMatch(term(ctx), key, etag)
+}
+
+func (u underTerm) List(ctx context.Context, prefix string, limit int, cursor string) ([]ports.ObjectInfo, string, error) {
+	return u.s.List(term(ctx), prefix, limit, cursor)
+}
+
 // Two Puts at once interleave their chunks in the stream: a range read
 // still finds its first chunk, at every offset.
 func TestRangeReadsOfInterleavedObjects(t *testing.T) {

@@ -1,0 +1,223 @@
+package jetstream_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	natsjs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/abi-engine/engine/adapters/secondary/objectstorage/jetstream"
+	"github.com/abi-engine/engine/internal/natstest"
+	"github.com/abi-engine/engine/ports"
+)
+
+// Two handles on one bucket stand for an engine paused across a takeover
+// and its successor. Once the successor has written, the paused engine's
+// Put and Delete, under its older term, are refused with ErrFenced: the
+// object stays as the successor left it, and the refused Put leaves no
+// chunks. Before, both landed over the successor's object.
+func TestAnOlderTermsPutAndDeleteAfterANewerTermWroteAreRefused(t *testing.T) {
+	t.Run("OneServer", func(t *testing.T) { olderTermRefused(t, natstest.StartProcess(t, server), 1) })
+	t.Run("Cluster", func(t *testing.T) { olderTermRefused(t, natstest.StartClusterProcesses(t, server), 3) })
+}
+
+func olderTermRefused(t *testing.T, url string, replicas int) {
+	const bucket = "FENCED"
+	c := jetstream.Config{Bucket: bucket, Replicas: replicas}
+	paused, successor := open(t, url, c), open(t, url, c)
+	older := ports.WithFencingToken(t.Context(), 5)
+	newer := ports.WithFencingToken(t.Context(), 6)
+	// More than one chunk, so a refused Put has chunks to leave behind.
+	late := bytes.Repeat([]byte("late"), 100<<10)
+
+	if _, err := paused.Put(older, "o", bytes.NewReader([]byte("before the takeover")), ports.PutObjectOptions{}); err != nil {
+		t.Fatalf("Put of the older term before the takeover: %v", err)
+	}
+	want, err := successor.Put(newer, "o", bytes.NewReader([]byte("the successor's")), ports.PutObjectOptions{})
+	if err != nil {
+		t.Fatalf("Put of the newer term: %v", err)
+	}
+	if _, err := paused.Put(older, "o", bytes.NewReader(late), ports.PutObjectOptions{}); !errors.Is(err, ports.ErrFenced) {
+		t.Fatalf("Put of the older term after the newer term's: %v, want ErrFenced", err)
+	}
+	wantObject(t, successor, "after the older term's Put", want, "the successor's")
+	if err := paused.Delete(older, "o"); !errors.Is(err, ports.ErrFenced) {
+		t.Fatalf("Delete of the older term after the newer term's Put: %v, want ErrFenced", err)
+	}
+	wantObject(t, successor, "after the older term's Delete", want, "the successor's")
+
+	js, err := natsjs.New(natstest.Connect(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := js.Stream(t.Context(), "OBJ_"+bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A purge gives up after purgeTimeout without a word, and one that gave
+	// up on a loaded machine may still be applied after the call returned:
+	// the count is read until it comes down to the live object's, or a
+	// minute has passed, and only then are left chunks the refused Put's.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		info, err := stream.Info(t.Context(), natsjs.WithSubjectFilter("$O."+bucket+".C.>"))
+		n := -1
+		if err == nil {
+			n = len(info.State.Subjects)
+		}
+		if n == 1 {
+			return
+		}
+		if n == 0 {
+			t.Fatal("no chunks are in the stream, want the live object's")
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a minute after the refused Put, the chunks of %d objects are in the stream (%v), want only the live one's: the refused Put left its own", n, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// wantObject fails the test unless key "o" of s is the object want with
+// the content content.
+func wantObject(t *testing.T, s *jetstream.Store, when string, want ports.ObjectInfo, content string) {
+	t.Helper()
+	r, got, err := s.Get(t.Context(), "o", ports.GetObjectOptions{})
+	if err != nil {
+		t.Fatalf("Get %s: %v", when, err)
+	}
+	b, err := io.ReadAll(r)
+	_ = r.Close()
+	if err != nil || string(b) != content || got.ETag != want.ETag {
+		t.Fatalf("%s the object holds %q (ETag %s, %v); want the newer term's %q (ETag %s)", when, b, got.ETag, err, content, want.ETag)
+	}
+}
+
+// Another client that writes the object store's config back through
+// nats.go (UpdateObjectStore) leaves its stream with only the chunks' and
+// the descriptions' subjects, and without atomic batches. A store that was
+// already open then raises the fence of its next term all the same, and
+// writes: before, the fence's records had no stream to go to, and every
+// write of the new term failed as not done until the store opened again.
+func TestANewTermWritesThoughAnotherClientRewroteTheObjectStoresConfig(t *testing.T) {
+	url := natstest.StartProcess(t, server)
+	const bucket = "REWRITTEN"
+	s := open(t, url, jetstream.Config{Bucket: bucket, Replicas: 1})
+	if _, err := s.Put(ports.WithFencingToken(t.Context(), 5), "o", bytes.NewReader([]byte("first term's")), ports.PutObjectOptions{}); err != nil {
+		t.Fatalf("Put of the first term: %v", err)
+	}
+	js, err := natsjs.New(natstest.Connect(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.UpdateObjectStore(t.Context(), natsjs.ObjectStoreConfig{Bucket: bucket, Replicas: 1}); err != nil {
+		t.Fatalf("another client's UpdateObjectStore: %v", err)
+	}
+	want, err := s.Put(ports.WithFencingToken(t.Context(), 6), "o", bytes.NewReader([]byte("next term's")), ports.PutObjectOptions{})
+	if err != nil {
+		t.Fatalf("Put of the next term after another client rewrote the stream's config: %v", err)
+	}
+	wantObject(t, s, "after the next term's Put", want, "next term's")
+	if _, err := s.Put(ports.WithFencingToken(t.Context(), 5), "o", bytes.NewReader([]byte("late")), ports.PutObjectOptions{}); !errors.Is(err, ports.ErrFenced) {
+		t.Fatalf("Put of the first term after the next term's: %v, want ErrFenced", err)
+	}
+	wantObject(t, s, "after the first term's late Put", want, "next term's")
+}
+
+// openOnClock opens a store on bucket c whose clock is now; its sweeps
+// run only at Open, so the clock's moves take no chunks.
+func openOnClock(t *testing.T, url string, c jetstream.Config, now func() time.Time) *jetstream.Store {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	s, err := jetstream.OpenSweeping(ctx, c, natstest.Connect(t, url), 1000*time.Hour, 1000*time.Hour, 15*time.Minute, now)
+	if err != nil {
+		t.Fatalf("Open bucket %s: %v", c.Bucket, err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// A successor that took the lease from an engine that released it holds
+// the raise of the fence until its predecessor's drain is over (ADR
+// 0023): until then the predecessor's Put and Delete, under the older
+// term, land though the successor has written; the successor's first
+// write from that time on raises the fence, and the older term is refused
+// after. Before, the successor's first write raised it at once, and the
+// draining engine's upload failed at its description.
+func TestAHeldTermLetsTheOlderTermWriteUntilItsFirstWritePastTheHold(t *testing.T) {
+	url := natstest.StartProcess(t, server)
+	c := jetstream.Config{Bucket: "HELD", Replicas: 1}
+	var clock atomic.Int64
+	start := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	now := func() time.Time { return start.Add(time.Duration(clock.Load())) }
+	draining, successor := open(t, url, c), openOnClock(t, url, c, now)
+	older := ports.WithFencingToken(t.Context(), 5)
+	newer := ports.WithFencingToken(t.Context(), 6)
+	late := bytes.Repeat([]byte("late"), 100<<10)
+
+	if _, err := draining.Put(older, "gone", bytes.NewReader([]byte("to be deleted")), ports.PutObjectOptions{}); err != nil {
+		t.Fatalf("Put of the older term before the handover: %v", err)
+	}
+	hold := time.Minute
+	successor.HoldRaise(6, start.Add(hold))
+	if _, err := successor.Put(newer, "o", bytes.NewReader([]byte("the successor's")), ports.PutObjectOptions{}); err != nil {
+		t.Fatalf("Put of the newer term in its hold: %v", err)
+	}
+	want, err := draining.Put(older, "o", bytes.NewReader(late), ports.PutObjectOptions{})
+	if err != nil {
+		t.Fatalf("Put of the older term within the newer term's hold: %v, want it stored", err)
+	}
+	wantObject(t, successor, "after the older term's Put in the hold", want, string(late))
+	if err := draining.Delete(older, "gone"); err != nil {
+		t.Fatalf("Delete of the older term within the newer term's hold: %v, want it done", err)
+	}
+	if _, err := successor.Stat(newer, "gone"); !errors.Is(err, ports.ErrNotFound) {
+		t.Fatalf("Stat of the object the older term deleted in the hold: %v, want ErrNotFound", err)
+	}
+
+	clock.Store(int64(hold))
+	want, err = successor.Put(newer, "o", bytes.NewReader([]byte("the successor's")), ports.PutObjectOptions{})
+	if err != nil {
+		t.Fatalf("Put of the newer term at the end of its hold: %v", err)
+	}
+	if _, err := draining.Put(older, "o", bytes.NewReader(late), ports.PutObjectOptions{}); !errors.Is(err, ports.ErrFenced) {
+		t.Fatalf("Put of the older term after the newer term's first write past its hold: %v, want ErrFenced", err)
+	}
+	if err := draining.Delete(older, "o"); !errors.Is(err, ports.ErrFenced) {
+		t.Fatalf("Delete of the older term after the newer term's first write past its hold: %v, want ErrFenced", err)
+	}
+	wantObject(t, successor, "after the older term's refused writes", want, "the successor's")
+}
+
+// A term whose raise is held still has its own writes checked: once a
+// newer term has raised the fence, the held term's Put and Delete are
+// refused with ErrFenced and the newer term's object stays.
+func TestAHeldTermIsRefusedOnceANewerTermRaised(t *testing.T) {
+	url := natstest.StartProcess(t, server)
+	c := jetstream.Config{Bucket: "HELDOLDER", Replicas: 1}
+	start := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	held, newest := openOnClock(t, url, c, func() time.Time { return start }), open(t, url, c)
+	heldTerm := ports.WithFencingToken(t.Context(), 6)
+
+	held.HoldRaise(6, start.Add(time.Hour))
+	if _, err := held.Put(heldTerm, "o", bytes.NewReader([]byte("the held term's")), ports.PutObjectOptions{}); err != nil {
+		t.Fatalf("Put of the held term: %v", err)
+	}
+	want, err := newest.Put(ports.WithFencingToken(t.Context(), 7), "o", bytes.NewReader([]byte("the newest term's")), ports.PutObjectOptions{})
+	if err != nil {
+		t.Fatalf("Put of the newest term: %v", err)
+	}
+	if _, err := held.Put(heldTerm, "o", bytes.NewReader([]byte("late")), ports.PutObjectOptions{}); !errors.Is(err, ports.ErrFenced) {
+		t.Fatalf("Put of the held term after a newer term raised the fence: %v, want ErrFenced", err)
+	}
+	if err := held.Delete(heldTerm, "o"); !errors.Is(err, ports.ErrFenced) {
+		t.Fatalf("Delete of the held term after a newer term raised the fence: %v, want ErrFenced", err)
+	}
+	wantObject(t, newest, "after the held term's refused writes", want, "the newest term's")
+}
