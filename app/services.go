@@ -345,7 +345,7 @@ func (l *local) kernelServices(signed bool, transfers *natsapi.TransferHost) []n
 		out = append(out, natsapi.VectorStore(vs))
 	}
 	if objects, ok := l.port(ports.ServiceObjectStorage).(ports.ObjectStorage); ok {
-		out = append(out, natsapi.ObjectStorage(objects, transfers))
+		out = append(out, natsapi.ObjectStorage(withObjectTestHooks(objects), transfers))
 	}
 	if c, ok := l.port(ports.ServiceCache).(ports.Cache); ok {
 		out = append(out, natsapi.Cache(c))

@@ -42,6 +42,34 @@ func withTestHooks(kv ports.KeyValue) ports.KeyValue {
 	return kv
 }
 
+// StopBeforeObjectDeleteEnv names the same hook for an object: an engine
+// started with it set to a key stops its own process when a delete of
+// that object has been admitted and is about to reach the store.
+const StopBeforeObjectDeleteEnv = "ABI_ENGINE_TEST_STOP_BEFORE_OBJECT_DELETE"
+
+// stopBeforeDelete is the object store with that hook in front of Delete.
+type stopBeforeDelete struct {
+	ports.ObjectStorage
+	key string
+}
+
+func (s stopBeforeDelete) Delete(ctx context.Context, key string) error {
+	if key == s.key {
+		stopThisProcess()
+		ctx = context.WithoutCancel(ctx)
+	}
+	return s.ObjectStorage.Delete(ctx, key)
+}
+
+// withObjectTestHooks puts the hooks the environment asks for in front of
+// objects.
+func withObjectTestHooks(objects ports.ObjectStorage) ports.ObjectStorage {
+	if key := os.Getenv(StopBeforeObjectDeleteEnv); key != "" {
+		return stopBeforeDelete{ObjectStorage: objects, key: key}
+	}
+	return objects
+}
+
 // stopThisProcess stops the process before the calling goroutine runs on.
 // SIGSTOP sent to the process may be taken by another thread, and until
 // that thread is scheduled and stops the rest, the caller runs on: on a

@@ -246,3 +246,85 @@ func setThroughTheNewEngine(t *testing.T, kv natsclient.KeyValue, key, value str
 	}
 	t.Fatalf("no engine answered a set of %q: %v", key, err)
 }
+
+// An engine of a deploy on NATS alone, paused (SIGSTOP) between admitting
+// the delete of an object and performing it, past its lease, while a
+// standby takes over after that silence and puts the object anew, has its
+// delete refused by the JetStream object store when it resumes: the
+// successor took over from a silent holder, not from a release, so its
+// first write raised the store's fence at once (ADR 0023). The object
+// stays the successor's. A successor that held the raise back as after a
+// release let the paused delete remove it.
+func TestAnObjectWriteOfAnEnginePausedAcrossATakeoverIsRefused(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	config := natsOnlyConfig(t, url)
+	old := startEngine(t, config, "ABI_ROLLOUT_ID=v1", "ABI_ENGINE_TEST_STOP_BEFORE_OBJECT_DELETE=contested")
+	old.waitLog(t, "state=serving")
+	next := startEngine(t, config, "ABI_ROLLOUT_ID=v2")
+	next.waitLog(t, "state=standby")
+
+	objects := natsclient.NewObjectStorage(natsclient.New(natstest.Connect(t, url)))
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if _, err := objects.Put(ctx, "contested", strings.NewReader("from the old term"), ports.PutObjectOptions{}); err != nil {
+		t.Fatalf("Put through the old engine: %v", err)
+	}
+
+	// The old engine admits this delete, then stops itself before the store.
+	nc := natstest.Connect(t, url)
+	body, _ := json.Marshal(wire.OSKey{Key: "contested"})
+	stale := make(chan *nats.Msg, 1)
+	staleErr := make(chan error, 1)
+	go func() {
+		m, err := nc.Request(wire.Subject(ports.ServiceObjectStorage, wire.OSDelete), body, 90*time.Second)
+		stale <- m
+		staleErr <- err
+	}()
+	pid := old.cmd.Process.Pid
+	waitStopped(t, pid)
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
+
+	// A lease of silence later the standby serves, and puts the object.
+	next.waitLog(t, "standby took over the lease")
+	want := putThroughTheNewEngine(t, objects, "contested", "from the new term")
+
+	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	m, err := <-stale, <-staleErr
+	if err != nil {
+		t.Fatalf("the paused delete got no answer: %v", err)
+	}
+	answer := wire.ErrorFromHeaders(m.Header.Get(wire.ErrorCodeHeader), m.Header.Get(wire.ErrorHeader))
+	if answer == nil {
+		t.Fatalf("the paused delete of the old term succeeded after the takeover")
+	}
+	info, err := objects.Stat(ctx, "contested")
+	if err != nil || info.ETag != want.ETag {
+		t.Fatalf("the object is %+v (%v), want the new engine's (ETag %s)", info, err, want.ETag)
+	}
+	if !errors.Is(answer, wire.ErrUnavailable) || !strings.Contains(answer.Error(), "fenced") {
+		t.Fatalf("the paused delete was answered %v, want 503 saying the engine was fenced", answer)
+	}
+	if code := old.exitCode(t); code == 0 {
+		t.Fatalf("the old engine exited 0 after losing its lease")
+	}
+}
+
+// putThroughTheNewEngine puts key until an engine answers: calls the
+// broker routes to the stopped engine wait for it, so each try is short.
+func putThroughTheNewEngine(t *testing.T, objects natsclient.ObjectStorage, key, value string) ports.ObjectInfo {
+	t.Helper()
+	var err error
+	for range 30 {
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+		var info ports.ObjectInfo
+		info, err = objects.Put(ctx, key, strings.NewReader(value), ports.PutObjectOptions{})
+		cancel()
+		if err == nil {
+			return info
+		}
+	}
+	t.Fatalf("no engine answered a put of %q: %v", key, err)
+	return ports.ObjectInfo{}
+}
