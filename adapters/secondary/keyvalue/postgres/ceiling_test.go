@@ -114,3 +114,35 @@ func TestABatchOfSetsWaitsForAConnectionNoLongerThanTheStoresCeiling(t *testing.
 		t.Fatal("a set that gets no connection has not ended 20 s on, past the store's ceiling of 2 s")
 	}
 }
+
+// A batch whose callers all set deadlines waits for a connection no longer
+// than the store's ceiling either, however far off the latest of them is:
+// every statement of the store ends at its ceiling (ADR 0022). Before, it
+// waited until its callers' deadline, an hour here, holding up its writer
+// and every set queued behind it. Every connection of the pool is held,
+// as statements the server never answers would hold them.
+func TestABatchWhoseCallersAllSetDeadlinesWaitsNoLongerThanTheStoresCeiling(t *testing.T) {
+	dsn := testenv.Lookup(t, "ENGINE_TEST_PG_DSN", "PostgreSQL", false)
+	s, _ := openBehindProxy(t, dsn, pgtest.Table(t, dsn, "kvbatchdeadline"))
+	s.sets.close() // its writers took connections from the pool pingless closed
+	s.sets = newSetter(1, s.ceiling, s.writes.Conn, s.writeSets)
+	for range s.pool.Config().MaxConns {
+		c, err := s.pool.Acquire(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Release) // before the store closes
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Hour)
+	t.Cleanup(cancel)
+	done := make(chan error, 1)
+	go func() { done <- s.Set(ctx, "k", []byte("v"), 0) }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ports.ErrNotDone) || !errors.Is(err, pgdb.ErrUnanswered) || errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("a set that got no connection: %v, want ErrNotDone and ErrUnanswered, not its caller's deadline", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("a set whose caller waits an hour has waited a minute for a connection, past the store's ceiling of 2 s")
+	}
+}

@@ -270,24 +270,29 @@ func refused(err error) bool {
 
 // batchContext is the context of a batch's statement: no caller's
 // cancellation ends it, since the others still wait for it, but it ends
-// at the latest deadline among them, or at the store's ceiling if one has
-// none (pgdb.Ceiling.Write). end ends the context and returns the batch's
-// error, which says pgdb.ErrUnanswered when the ceiling cut it.
+// at the latest deadline among them, and in any case at the store's
+// ceiling (pgdb.Ceiling.Write), as every statement of the store does:
+// callers who all wait an hour must not hold the batch's writer, and the
+// sets queued behind it, for an hour on a server that does not answer.
+// end ends the context and returns the batch's error, which says
+// pgdb.ErrUnanswered when the ceiling cut it.
 func (w *setter) batchContext(sets []*setReq) (_ context.Context, end func(error) error) {
+	base := context.WithoutCancel(sets[0].ctx)
 	var latest time.Time
 	for _, r := range sets {
 		d, ok := r.ctx.Deadline()
 		if !ok {
-			return w.ceiling.Write(context.WithoutCancel(sets[0].ctx))
+			return w.ceiling.Write(base)
 		}
 		if d.After(latest) {
 			latest = d
 		}
 	}
-	ctx, cancel := context.WithDeadline(context.WithoutCancel(sets[0].ctx), latest)
+	ctx, cancel := context.WithDeadline(base, latest)
+	ctx, bound := w.ceiling.Write(ctx)
 	return ctx, func(err error) error {
-		cancel()
-		return err
+		defer cancel()
+		return bound(err)
 	}
 }
 

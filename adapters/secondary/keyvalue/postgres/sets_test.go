@@ -207,14 +207,15 @@ func TestASetWithAFarDeadlineIsWritten(t *testing.T) {
 	}
 }
 
-// A batch's statement runs to the latest deadline among its callers, or
-// to a ceiling when one has none, and no caller's cancellation ends it.
+// A batch's statement runs to the latest deadline among its callers, but
+// never past the store's ceiling, which also ends it when one has none,
+// and no caller's cancellation ends it.
 func TestABatchOutlivesItsFirstCaller(t *testing.T) {
 	soon, cancelSoon := context.WithTimeout(t.Context(), time.Minute)
 	defer cancelSoon()
-	later, cancelLater := context.WithTimeout(t.Context(), time.Hour)
+	later, cancelLater := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancelLater()
-	w := &setter{ceiling: pgdb.DefaultCeiling}
+	w := &setter{ceiling: pgdb.Ceiling(time.Hour)}
 	ctx, end := w.batchContext([]*setReq{{ctx: soon}, {ctx: later}})
 	defer end(nil)
 	want, _ := later.Deadline()
@@ -225,10 +226,18 @@ func TestABatchOutlivesItsFirstCaller(t *testing.T) {
 	if ctx.Err() != nil {
 		t.Fatal("the first caller's cancellation ended the batch")
 	}
-	ctx, end = w.batchContext([]*setReq{{ctx: soon}, {ctx: t.Context()}})
-	defer end(nil)
-	if d, ok := ctx.Deadline(); !ok || time.Until(d) > time.Duration(w.ceiling) {
-		t.Fatalf("a batch with a caller without a deadline ends at %v, %v; want within %v", d, ok, time.Duration(w.ceiling))
+	hour, cancelHour := context.WithTimeout(t.Context(), time.Hour)
+	defer cancelHour()
+	w.ceiling = pgdb.DefaultCeiling
+	for name, callers := range map[string][]*setReq{
+		"a caller without a deadline": {{ctx: soon}, {ctx: t.Context()}},
+		"callers an hour off":         {{ctx: hour}, {ctx: hour}},
+	} {
+		ctx, end := w.batchContext(callers)
+		defer end(nil)
+		if d, ok := ctx.Deadline(); !ok || time.Until(d) > time.Duration(w.ceiling) {
+			t.Errorf("a batch with %s ends at %v, %v; want within %v", name, d, ok, time.Duration(w.ceiling))
+		}
 	}
 }
 
