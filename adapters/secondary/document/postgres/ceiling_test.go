@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/abi-engine/engine/internal/pgdb"
 	"github.com/abi-engine/engine/internal/pgtest"
 	"github.com/abi-engine/engine/internal/tcpproxy"
@@ -61,9 +59,8 @@ func TestAStatementTheServerNeverAnswersEndsAtItsCeiling(t *testing.T) {
 
 // openBehindProxy opens a store on table through a proxy to the server at
 // dsn, its statements' ceiling 2 s, with one warm connection that is never
-// pinged as it is taken, so that a statement goes on it unchecked: pgxpool
-// pings one idle for over a second, and the ping, cut, would take the
-// connection away.
+// pinged as it is taken (pgtest.Pingless), so that a statement goes on it
+// unchecked.
 func openBehindProxy(t *testing.T, dsn, table string) (*Store, *tcpproxy.Proxy) {
 	t.Helper()
 	proxied, proxy := pgtest.Proxied(t, dsn)
@@ -71,18 +68,9 @@ func openBehindProxy(t *testing.T, dsn, table string) (*Store, *tcpproxy.Proxy) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := s.pool.Config()
-	cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
-	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.pool.Close()
-	s.pool, s.writes = pool, pgdb.NewFenced(pool, s.name, s.ceiling)
 	t.Cleanup(func() { _ = s.Close() })
-	if err := pool.Ping(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	s.pool = pgtest.Pingless(t, s.pool)
+	s.writes = pgdb.NewFenced(s.pool, s.name, s.ceiling)
 	return s, proxy
 }
 

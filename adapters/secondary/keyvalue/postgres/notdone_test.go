@@ -331,23 +331,14 @@ func TestAWriteIntoANetworkThatWentDarkFailsUnknownWithinABound(t *testing.T) {
 
 // pingless has s write through a pool of its own settings and dialer whose
 // connections are never pinged as they are taken, and opens its one
-// connection. pgxpool pings one idle for over a second: a ping into a cut
-// network fails, the connection goes, a new one cannot open, and the write
-// after it, never sent, is not done, which is right but not the case a
-// test of a write sent into the cut means to hold.
+// connection (pgtest.Pingless). pgxpool pings one idle for over a second:
+// a ping into a cut network fails, the connection goes, a new one cannot
+// open, and the write after it, never sent, is not done, which is right
+// but not the case a test of a write sent into the cut means to hold.
 func pingless(t *testing.T, s *Store) {
 	t.Helper()
-	cfg := s.pool.Config()
-	cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
-	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.pool.Close()
-	s.pool, s.writes = pool, pgdb.NewFenced(pool, s.name, s.ceiling)
-	if err := pool.Ping(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	s.pool = pgtest.Pingless(t, s.pool)
+	s.writes = pgdb.NewFenced(s.pool, s.name, s.ceiling)
 }
 
 // A set whose caller gives up while its batch waits for a connection was
