@@ -97,12 +97,16 @@ type Fenced struct {
 	pool    *pgxpool.Pool
 	scope   string
 	ceiling Ceiling
+	// tries is how many connections Conn takes, at most, before it has
+	// one whose session the server has not ended: as many as the pool
+	// holds, and one opened anew.
+	tries int
 }
 
 // NewFenced returns the writer of the store whose fence row is scope,
 // each of whose writes the server must answer within ceiling.
 func NewFenced(pool *pgxpool.Pool, scope string, ceiling Ceiling) Fenced {
-	return Fenced{pool: pool, scope: scope, ceiling: ceiling}
+	return Fenced{pool: pool, scope: scope, ceiling: ceiling, tries: int(pool.Config().MaxConns) + 1}
 }
 
 // Exec runs one write statement.
@@ -144,12 +148,28 @@ func (f Fenced) execOn(ctx context.Context, c *pgxpool.Conn, sql string, args ..
 // a new one having failed to open, was never sent: it fails as
 // ports.ErrNotDone. The pool's own Exec, QueryRow and SendBatch would
 // fail it with the context's error alone, as one cancelled in flight.
+//
+// A connection whose session the server ended while it sat in the pool
+// (an operator's pg_terminate_backend, a restart, a pooler's idle
+// timeout) would take the write, and answer it with the server's word
+// that the session had ended, FATAL: the write's outcome would then be
+// unknown, though none of it reached the server. pgxpool pings a
+// connection idle for over a second as it hands it out, which finds it;
+// one used a moment before is pinged here when the server has sent it
+// anything, or closed it (spoke, a look at its socket that costs no round
+// trip), and one whose ping fails is dropped for another.
 func (f Fenced) Conn(ctx context.Context) (*pgxpool.Conn, error) {
-	c, err := f.pool.Acquire(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("%w: no connection to send the write on: %w", ports.ErrNotDone, err)
+	for range f.tries {
+		c, err := f.pool.Acquire(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("%w: no connection to send the write on: %w", ports.ErrNotDone, err)
+		}
+		if !spoke(c.Conn().PgConn().Conn()) || c.Ping(ctx) == nil {
+			return c, nil
+		}
+		c.Release() // closed by the failed ping: the pool drops it
 	}
-	return c, nil
+	return nil, fmt.Errorf("%w: no connection to send the write on: the server had ended the session of each of the %d the pool handed out", ports.ErrNotDone, f.tries)
 }
 
 // checked runs a write statement on c, which it releases, after the check

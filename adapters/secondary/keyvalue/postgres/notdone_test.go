@@ -394,3 +394,55 @@ func TestASetGivenUpWhileItsBatchWaitsForAConnectionIsNotDone(t *testing.T) {
 		t.Fatalf("kept = %q, %v; want v", v, err)
 	}
 }
+
+// A write does not go on a pooled connection whose session the server has
+// ended while it sat idle (pg_terminate_backend here; a restart of the
+// server, or a pooler in front of it closing idle connections, alike),
+// however recently the connection was used: it goes on another, under a
+// term or not, and is written. Before, it was sent on the closed
+// connection, read the server's word that it had ended the session
+// (FATAL), and failed of unknown outcome (500), though nothing of it had
+// reached the server. The pool does not ping a connection as it hands it
+// out (pgtest.Pingless), as pgxpool would one idle for over a second,
+// which a loaded machine may reach at any moment: the write finds the
+// connection as if it had been used a moment before.
+func TestAWriteGoesOnNoConnectionWhoseSessionTheServerEnded(t *testing.T) {
+	dsn := testenv.Lookup(t, "ENGINE_TEST_PG_DSN", "PostgreSQL", false)
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("pool_max_conns", "1") // the write is handed the ended connection
+	u.RawQuery = q.Encode()
+	table := pgtest.Table(t, dsn, "kvended")
+	s, termed, _ := openWithKeyToHold(t, dsn, u.String(), table, 5)
+	s.sets.close()
+	s.pool = pgtest.Pingless(t, s.pool)
+	s.writes = pgdb.NewFenced(s.pool, s.name, s.ceiling)
+	s.sets = newSetter(1, s.ceiling, s.writes.Conn, s.writeSets)
+	writes := map[string]func(ctx context.Context) error{
+		"Set": func(ctx context.Context) error { return s.Set(ctx, "set", []byte("v"), 0) },
+		"SetIfAbsent": func(ctx context.Context) error {
+			_, err := s.SetIfAbsent(ctx, "new", []byte("v"), 0)
+			return err
+		},
+		"Delete": func(ctx context.Context) error {
+			_, err := s.Delete(ctx, "held")
+			return err
+		},
+	}
+	for under, ctx := range map[string]context.Context{"under a term": termed, "with no term": t.Context()} {
+		for name, write := range writes {
+			pgtest.TerminateIdle(t, s.pool, dsn)
+			if err := write(ctx); err != nil {
+				t.Errorf("a %s %s, on a pool whose connection's session the server ended: %v", name, under, err)
+			}
+		}
+	}
+	for key, want := range map[string]bool{"set": true, "new": true, "held": false} {
+		if ok, err := s.Exists(termed, key); err != nil || ok != want {
+			t.Errorf("%s exists = %v, %v; want %v", key, ok, err, want)
+		}
+	}
+}
