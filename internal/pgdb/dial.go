@@ -43,8 +43,20 @@ func dialer(connectTimeout time.Duration) *net.Dialer {
 // defaults, two hours of silence and more on Linux, and meanwhile keeps
 // whatever the session's open transaction holds: the fence row a write of
 // an older term holds from its check to its commit, which every write of
-// the newer term waits for. Over a Unix socket the server ignores these
-// settings; behind a pooler they reach the server's end of one pooled
-// connection, and the pooler's own keepalive settings guard the engine's.
-var serverKeepalive = fmt.Sprintf("SET tcp_keepalives_idle = %d; SET tcp_keepalives_interval = %d; SET tcp_keepalives_count = %d",
-	int((deadHost / 2).Seconds()), int((deadHost / 6).Seconds()), 3)
+// the newer term waits for. Probes are not sent while bytes the server
+// sent wait for their acknowledgement, so tcp_user_timeout bounds those
+// at deadHost as well, as TCP_USER_TIMEOUT does this end's: the system's
+// retries alone (tcp_retries2) kept such a session about a quarter of an
+// hour, with what it held, such as the advisory lock of a store's open or
+// the snapshot of a read whose answer was on its way. A server on Linux
+// also drops a client that acknowledges its bytes but has stopped reading
+// them, its window shut that long: such a read's caller has gone, or its
+// ceiling (ADR 0022) ends it. tcp_user_timeout is PostgreSQL 12's; an older server
+// is left to its system's retries, rather than refuse every connection
+// for a setting it does not know. Over a Unix socket the server ignores
+// these settings; behind a pooler they reach the server's end of one
+// pooled connection, and the pooler's own keepalive settings guard the
+// engine's.
+var serverKeepalive = fmt.Sprintf("SET tcp_keepalives_idle = %d; SET tcp_keepalives_interval = %d; SET tcp_keepalives_count = %d; "+
+	"SELECT set_config('tcp_user_timeout', '%d', false) WHERE current_setting('server_version_num')::int >= 120000",
+	int((deadHost / 2).Seconds()), int((deadHost / 6).Seconds()), 3, deadHost.Milliseconds())
