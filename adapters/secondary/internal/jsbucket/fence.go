@@ -420,8 +420,7 @@ func allowAtomic(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, buc
 			want.Subjects = append(slices.Clone(want.Subjects), k.fenceSubject)
 		}
 		actx, cancel := context.WithTimeout(ctx, 2*attemptTimeout)
-		before := nc.LastError()
-		info, err := updateStream(actx, nc, js, want, before)
+		info, err := updateStream(actx, nc, js, want)
 		cancel()
 		if err == nil {
 			if !fenceable(k, info.CachedInfo().Config) {
@@ -430,9 +429,9 @@ func allowAtomic(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, buc
 			}
 			return info.CachedInfo().Config, nil
 		}
-		if rerr := refused(nc, before, k); rerr != nil {
+		if errors.Is(err, ErrPermission) {
 			return sc, fmt.Errorf("jetstream bucket %s: a fenced store needs %s on its stream %s, which was made without them; allow the engine's user $JS.API.STREAM.UPDATE.%s (also used again when another client turns atomic batches off), or set them on the stream: %w",
-				bucket, fenceNeeds(k), k.stream, k.stream, rerr)
+				bucket, fenceNeeds(k), k.stream, k.stream, err)
 		}
 		if !transient(err) || ctx.Err() != nil {
 			return sc, fmt.Errorf("jetstream bucket %s: turn on %s: %w", bucket, fenceNeeds(k), err)

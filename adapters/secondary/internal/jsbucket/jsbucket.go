@@ -242,6 +242,12 @@ type kind struct {
 	adjust func(ctx context.Context, log *slog.Logger, nc *nats.Conn, js jetstream.JetStream, sc jetstream.StreamConfig)
 }
 
+// owns reports whether subject is one of the bucket's: a key's, or one of
+// the JetStream API's for its stream.
+func (k kind) owns(subject string) bool {
+	return strings.HasPrefix(subject, k.prefix) || strings.HasSuffix(subject, "."+k.stream) || strings.Contains(subject, "."+k.stream+".")
+}
+
 // dropMarkers turns off the broker's markers of expiry on a bucket made
 // with them (by an earlier engine, or by nats.go), since they can delete
 // acknowledged writes (keyValueStream). It needs the engine's user to be
@@ -262,9 +268,8 @@ func dropMarkers(ctx context.Context, log *slog.Logger, nc *nats.Conn, js jetstr
 		log.Warn("a JetStream bucket keeps the broker's markers of expiry, which on a replicated bucket can delete acknowledged writes; allow the engine's user $JS.API.STREAM.UPDATE."+sc.Name+", or set subject_delete_marker_ttl to 0 on the stream",
 			"stream", sc.Name, "why", why)
 	}
-	before := nc.LastError()
 	for attempt := 0; ; attempt++ {
-		_, err := updateStream(ctx, nc, js, sc, before)
+		_, err := updateStream(ctx, nc, js, sc)
 		switch {
 		case err == nil:
 			return
@@ -279,59 +284,17 @@ func dropMarkers(ctx context.Context, log *slog.Logger, nc *nats.Conn, js jetstr
 }
 
 // updateStream updates a stream to sc, and stops waiting for its answer
-// as soon as the server refuses the connection's user the update since
-// before was the connection's last error, with ErrPermission.
-func updateStream(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, sc jetstream.StreamConfig, before error) (jetstream.Stream, error) {
+// as soon as the server refuses the connection's user the update, with
+// ErrPermission.
+func updateStream(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, sc jetstream.StreamConfig) (jetstream.Stream, error) {
 	subject := "$JS.API.STREAM.UPDATE." + sc.Name
 	var stream jetstream.Stream
-	err := untilRefused(ctx, func(ctx context.Context) error {
+	err := untilRefused(ctx, nc, func(s string) bool { return s == subject }, func(ctx context.Context) error {
 		var err error
 		stream, err = js.UpdateStream(ctx, sc)
 		return err
-	}, func() error {
-		if refusedTo(nc, before, subject) {
-			return fmt.Errorf("the NATS server refused to let the engine's user publish to %s: %w", subject, ErrPermission)
-		}
-		return nil
 	})
 	return stream, err
-}
-
-// untilRefused runs request, and stops waiting for it, with refusal's
-// error, as soon as refusal reports one. The server tells a connection
-// that it refused its user a publish, not the request, which would
-// otherwise wait out its whole time (6 s an attempt, as the store opens)
-// before the refusal was looked for.
-func untilRefused(ctx context.Context, request func(ctx context.Context) error, refusal func() error) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- request(ctx) }()
-	poll := time.NewTicker(10 * time.Millisecond)
-	defer poll.Stop()
-	for {
-		select {
-		case err := <-done:
-			return err
-		case <-poll.C:
-			if err := refusal(); err != nil {
-				cancel()
-				<-done
-				return err
-			}
-		}
-	}
-}
-
-// refusedTo reports a publish to subject that the server refused to the
-// connection's user since before was the connection's last error.
-func refusedTo(nc *nats.Conn, before error, subject string) bool {
-	last := nc.LastError()
-	if last == nil || last == before || !errors.Is(last, nats.ErrPermissionViolation) {
-		return false
-	}
-	m := violatedSubject.FindStringSubmatch(last.Error())
-	return m != nil && m[1] == subject
 }
 
 func open(ctx context.Context, nc *nats.Conn, c Config, k kind) (*Bucket, error) {
@@ -383,9 +346,8 @@ func openStream(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, buck
 		// A request the stream's leader should answer goes unanswered
 		// while the stream elects one: each attempt has its own deadline.
 		actx, cancel := context.WithTimeout(ctx, 2*attemptTimeout)
-		before := nc.LastError()
 		var stream jetstream.Stream
-		err := untilRefused(actx, func(actx context.Context) error {
+		err := untilRefused(actx, nc, k.owns, func(actx context.Context) error {
 			var err error
 			stream, err = js.Stream(actx, k.stream)
 			if errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -394,13 +356,13 @@ func openStream(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, buck
 				}
 			}
 			return err
-		}, func() error { return refused(nc, before, k) })
+		})
 		cancel()
 		if err == nil {
 			return stream, nil
 		}
-		if rerr := refused(nc, before, k); rerr != nil {
-			return nil, fmt.Errorf("jetstream bucket %s: %w", bucket, rerr)
+		if errors.Is(err, ErrPermission) {
+			return nil, fmt.Errorf("jetstream bucket %s: %w", bucket, err)
 		}
 		// A loaded cluster may count a peer offline for a moment: placing
 		// a replicated stream then fails until it counts it back.
@@ -592,14 +554,6 @@ func pause(ctx context.Context, attempt int) error {
 // applied everywhere it checks, so an immediate retry could lose again.
 func Settle(ctx context.Context, round int) error { return pause(ctx, round) }
 
-// ErrPermission is a request the NATS server refused because the
-// connection's user may not publish to its subject. No retry heals it.
-var ErrPermission = errors.New("the NATS user's permissions do not allow it")
-
-// violatedSubject reads the subject out of the server's "Permissions
-// Violation for Publish to \"<subject>\"".
-var violatedSubject = regexp.MustCompile(`(?i)publish to "([^"]+)"`)
-
 // refused reports a publish to one of the bucket's subjects that the
 // server refused since before was the connection's last error. The server
 // refuses such a publish with an error of the connection, not an answer,
@@ -613,14 +567,10 @@ func refused(nc *nats.Conn, before error, k kind) error {
 		return nil
 	}
 	m := violatedSubject.FindStringSubmatch(last.Error())
-	if m == nil {
+	if m == nil || !k.owns(m[1]) {
 		return nil
 	}
-	subject := m[1]
-	if !strings.HasPrefix(subject, k.prefix) && !strings.HasSuffix(subject, "."+k.stream) && !strings.Contains(subject, "."+k.stream+".") {
-		return nil
-	}
-	return fmt.Errorf("the NATS server refused to let the engine's user publish to %s; add it to the user's publish permissions (docs/security.md): %w", subject, ErrPermission)
+	return refusal(m[1])
 }
 
 // retry runs op until it succeeds, fails for good, or ctx ends. Each

@@ -1,0 +1,101 @@
+package jsbucket
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/abi-engine/engine/internal/natstest"
+)
+
+// deniedUser starts a node with two users, "ops" and "engine" (each with
+// its name as password), of which "engine" may not publish to denied. It
+// returns the node's URL.
+func deniedUser(t *testing.T, denied ...string) string {
+	t.Helper()
+	return natstest.StartWith(t, &server.Options{
+		Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
+		Users: []*server.User{
+			{Username: "ops", Password: "ops"},
+			{Username: "engine", Password: "engine", Permissions: &server.Permissions{
+				Publish: &server.SubjectPermission{Deny: denied},
+			}},
+		},
+	}).ClientURL()
+}
+
+// stillListened reports whether a request still listens for refusals on nc.
+func stillListened(nc *nats.Conn) bool {
+	listened.Lock()
+	defer listened.Unlock()
+	_, ok := listened.conns[nc]
+	return ok
+}
+
+// The server tells a refusal to the connection, and the refusal of the
+// store's update is heard though other refusals follow it at once on the
+// same connection: OpenFenced fails naming the permission, well before the
+// update's request would give up. Before, the store looked at the
+// connection's last error every 10 ms, which the next refusal had
+// replaced by then, and it failed only at its deadline, naming none. The
+// connection's own handler, the engine's log, still hears every refusal,
+// and is the connection's only handler again once the store is done.
+func TestTheRefusalOfAnUpdateIsHeardThoughOtherRefusalsFollowItOnTheConnection(t *testing.T) {
+	const update = "$JS.API.STREAM.UPDATE.KV_PLAIN"
+	url := deniedUser(t, update, "elsewhere")
+	js, err := jetstream.New(natstest.Connect(t, url, nats.UserInfo("ops", "ops")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(t.Context(), keyValueStream(Config{Bucket: "PLAIN", Replicas: 1}, "made before fences")); err != nil {
+		t.Fatal(err)
+	}
+	logged := make(chan struct{}, 1)
+	nc := natstest.Connect(t, url, nats.UserInfo("engine", "engine"), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		if strings.Contains(err.Error(), update) {
+			select {
+			case logged <- struct{}{}:
+			default:
+			}
+		}
+	}))
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if nc.Publish("elsewhere", nil) != nil || nc.Flush() != nil {
+				return
+			}
+		}
+	}()
+	ctx, cancel := context.WithTimeout(t.Context(), attemptTimeout)
+	t.Cleanup(cancel)
+	_, err = OpenFenced(ctx, nc, Config{Bucket: "PLAIN"}, "test")
+	close(stop)
+	<-stopped
+	if !errors.Is(err, ErrPermission) || !strings.Contains(err.Error(), update) {
+		t.Fatalf("OpenFenced: %v; want ErrPermission naming %s", err, update)
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("OpenFenced named the refusal only once its context of %v had ended", attemptTimeout)
+	}
+	select {
+	case <-logged:
+	case <-time.After(time.Minute):
+		t.Fatal("the connection's own error handler never heard the refusal of the update")
+	}
+	if stillListened(nc) {
+		t.Fatal("the connection's error handler still hands its errors to a store that is done")
+	}
+}
