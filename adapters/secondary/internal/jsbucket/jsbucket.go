@@ -499,11 +499,12 @@ func unstored(err error) bool {
 
 // refusedForGood matches a refusal that stored nothing and that no later
 // sending can pass: a sealed stream (10109), a per-message TTL the stream
-// does not take (10165, 10166). It is not unstored, which would call the
-// write not done, to be sent again; it is named as it came, and says
-// nothing of an earlier sending of the write.
+// does not take (10165, 10166), a publish the server refused to the
+// connection's user (ErrPermission), which it sent to no stream. It is not
+// unstored, which would call the write not done, to be sent again; it is
+// named as it came, and says nothing of an earlier sending of the write.
 func refusedForGood(err error) bool {
-	return isAPICode(err, 10109) || isAPICode(err, 10165) || isAPICode(err, 10166)
+	return isAPICode(err, 10109) || isAPICode(err, 10165) || isAPICode(err, 10166) || errors.Is(err, ErrPermission)
 }
 
 // resentInFlight matches 10158: a write sent again under its message id
@@ -554,42 +555,25 @@ func pause(ctx context.Context, attempt int) error {
 // applied everywhere it checks, so an immediate retry could lose again.
 func Settle(ctx context.Context, round int) error { return pause(ctx, round) }
 
-// refused reports a publish to one of the bucket's subjects that the
-// server refused since before was the connection's last error. The server
-// refuses such a publish with an error of the connection, not an answer,
-// so the request itself only times out, and would be retried as if the
-// stream were electing a leader until the call's deadline: an engine then
-// held the lease without serving, its calls each hanging for the whole
-// call timeout.
-func refused(nc *nats.Conn, before error, k kind) error {
-	last := nc.LastError()
-	if last == nil || last == before || !errors.Is(last, nats.ErrPermissionViolation) {
-		return nil
-	}
-	m := violatedSubject.FindStringSubmatch(last.Error())
-	if m == nil || !k.owns(m[1]) {
-		return nil
-	}
-	return refusal(m[1])
-}
-
 // retry runs op until it succeeds, fails for good, or ctx ends. Each
 // attempt has its own deadline within ctx, so one lost reply does not use
-// up the call. A publish the server refused to the connection's user
-// fails at once (refused).
-func (b *Bucket) retry(ctx context.Context, op func(ctx context.Context) error) error {
+// up the call. op publishes to subject; one the server refused to the
+// connection's user fails at once, with ErrPermission, as soon as the
+// refusal reaches the connection (untilRefused). The server tells the
+// connection, not the request, which would otherwise wait out its attempt
+// (3 s) and be retried as if the stream were electing a leader.
+func (b *Bucket) retry(ctx context.Context, subject string, op func(ctx context.Context) error) error {
 	ctx, cancel := callContext(ctx)
 	defer cancel()
+	// A refusal of another subject is no answer to op: cut short on it, a
+	// write that may yet be stored would be told refused.
+	mine := func(s string) bool { return s == subject }
 	for attempt := 0; ; attempt++ {
 		actx, acancel := context.WithTimeout(ctx, attemptTimeout)
-		before := b.nc.LastError()
-		err := op(actx)
+		err := untilRefused(actx, b.nc, mine, op)
 		acancel()
 		if err == nil || !transient(err) {
 			return err
-		}
-		if rerr := refused(b.nc, before, b.kind); rerr != nil {
-			return rerr
 		}
 		if ctx.Err() != nil {
 			return err
@@ -661,7 +645,7 @@ func (b *Bucket) get(ctx context.Context, req any) (*rawMsg, error) {
 		return nil, err
 	}
 	var out *rawMsg
-	err = b.retry(ctx, func(ctx context.Context) error {
+	err = b.retry(ctx, b.api, func(ctx context.Context) error {
 		msg, err := b.nc.RequestWithContext(ctx, b.api, body)
 		if err != nil {
 			return err
@@ -901,7 +885,7 @@ func (b *Bucket) publish(ctx context.Context, token string, m *nats.Msg, expect 
 		atomicOff bool
 	)
 	call := ctx
-	err := b.retry(ctx, func(ctx context.Context) error {
+	err := b.retry(ctx, m.Subject, func(ctx context.Context) error {
 		if atomicOff {
 			if err := b.atomicAgain(call); err != nil {
 				return err
@@ -916,6 +900,10 @@ func (b *Bucket) publish(ctx context.Context, token string, m *nats.Msg, expect 
 			atomicOff = atomicDisabled(err)
 		} else {
 			ack, err = b.js.PublishMsg(ctx, m, opts...)
+		}
+		if cause := context.Cause(ctx); err != nil && errors.Is(cause, ErrPermission) {
+			// The server sent this sending to no stream.
+			err = cause
 		}
 		if err == nil {
 			rev = ack.Sequence
@@ -1026,7 +1014,7 @@ func (b *Bucket) storedEarlier(ctx context.Context, m *nats.Msg, id string, refu
 	// message id.
 	probe := copyMsg(m)
 	var ack *jetstream.PubAck
-	err := b.retry(ctx, func(ctx context.Context) error {
+	err := b.retry(ctx, probe.Subject, func(ctx context.Context) error {
 		var err error
 		ack, err = b.js.PublishMsg(ctx, probe, jetstream.WithMsgID(id), jetstream.WithExpectLastMsgID(nuid.Next()))
 		return err
@@ -1070,7 +1058,7 @@ func inFlight(err error) bool {
 // answers, so the list holds every acknowledged write.
 func (b *Bucket) Tokens(ctx context.Context, filter string) ([]string, error) {
 	var subjects map[string]uint64
-	err := b.retry(ctx, func(ctx context.Context) error {
+	err := b.retry(ctx, "$JS.API.STREAM.INFO."+b.streamName, func(ctx context.Context) error {
 		info, err := b.stream.Info(ctx, jetstream.WithSubjectFilter(b.prefix+filter))
 		if err != nil {
 			return err
@@ -1209,7 +1197,7 @@ type scanned struct {
 func (b *Bucket) batch(ctx context.Context, from uint64, filter string) ([]scanned, error) {
 	body, _ := json.Marshal(map[string]any{"seq": from, "next_by_subj": filter, "batch": scanBatch, "max_bytes": scanBytes}) // plain values always encode
 	var out []scanned
-	err := b.retry(ctx, func(ctx context.Context) error {
+	err := b.retry(ctx, b.direct, func(ctx context.Context) error {
 		out = out[:0]
 		inbox := b.nc.NewRespInbox()
 		sub, err := b.nc.SubscribeSync(inbox)
@@ -1257,7 +1245,7 @@ func (b *Bucket) batch(ctx context.Context, from uint64, filter string) ([]scann
 // Purge removes every message of the keys under filter, leaving no
 // markers.
 func (b *Bucket) Purge(ctx context.Context, filter string) error {
-	err := b.retry(ctx, func(ctx context.Context) error {
+	err := b.retry(ctx, "$JS.API.STREAM.PURGE."+b.streamName, func(ctx context.Context) error {
 		return b.stream.Purge(ctx, jetstream.WithPurgeSubject(b.prefix+filter))
 	})
 	if err != nil {
@@ -1269,7 +1257,7 @@ func (b *Bucket) Purge(ctx context.Context, filter string) error {
 // PurgeBelow removes the messages of the keys under filter whose revision
 // is below rev, leaving no markers and every later write.
 func (b *Bucket) PurgeBelow(ctx context.Context, filter string, rev uint64) error {
-	err := b.retry(ctx, func(ctx context.Context) error {
+	err := b.retry(ctx, "$JS.API.STREAM.PURGE."+b.streamName, func(ctx context.Context) error {
 		return b.stream.Purge(ctx, jetstream.WithPurgeSubject(b.prefix+filter), jetstream.WithPurgeSequence(rev))
 	})
 	if err != nil {

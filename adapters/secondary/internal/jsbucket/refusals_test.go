@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/abi-engine/engine/internal/natstest"
+	"github.com/abi-engine/engine/ports"
 )
 
 // deniedUser starts a node with two users, "ops" and "engine" (each with
@@ -97,5 +98,66 @@ func TestTheRefusalOfAnUpdateIsHeardThoughOtherRefusalsFollowItOnTheConnection(t
 	}
 	if stillListened(nc) {
 		t.Fatal("the connection's error handler still hands its errors to a store that is done")
+	}
+}
+
+// A data call whose publish the permissions deny fails as soon as the
+// server's refusal reaches the connection, naming the subject refused,
+// well within a context shorter than one attempt's request (3 s): a read
+// from the stream's leader, a plain write, and a fenced conditional write
+// (an atomic batch), and the key holds nothing. Before, each waited out
+// that request, and a write was then told of unknown outcome, with no
+// ErrPermission to read.
+func TestADataCallWhosePublishThePermissionsDenyFailsAtOnceNamingThePermission(t *testing.T) {
+	const (
+		write = "$KV.DENIED.secret"
+		read  = "$JS.API.STREAM.MSG.GET.KV_UNREAD"
+	)
+	url := deniedUser(t, write, read)
+	nc := natstest.Connect(t, url, nats.UserInfo("engine", "engine"))
+	denied, err := OpenFenced(t.Context(), nc, Config{Bucket: "DENIED"}, "test")
+	if err != nil {
+		t.Fatalf("OpenFenced: %v", err)
+	}
+	unread, err := Open(t.Context(), nc, Config{Bucket: "UNREAD"}, "test")
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	none := uint64(0)
+	for _, c := range []struct {
+		name, subject string
+		call          func(ctx context.Context) error
+	}{
+		{"a read", read, func(ctx context.Context) error { _, err := unread.Last(ctx, "k"); return err }},
+		{"a plain write", write, func(ctx context.Context) error { _, err := denied.Put(ctx, "secret", []byte("v"), 0, nil); return err }},
+		{"a fenced conditional write", write, func(ctx context.Context) error {
+			_, err := denied.Put(ports.WithFencingToken(ctx, 3), "secret", []byte("v"), 0, &none)
+			return err
+		}},
+	} {
+		ctx, cancel := context.WithTimeout(t.Context(), attemptTimeout)
+		err := c.call(ctx)
+		late := ctx.Err()
+		cancel()
+		if !errors.Is(err, ErrPermission) || !strings.Contains(err.Error(), c.subject) {
+			t.Errorf("%s: %v; want ErrPermission naming %s", c.name, err, c.subject)
+		}
+		if late != nil {
+			t.Errorf("%s named the refusal only once its context of %v had ended", c.name, attemptTimeout)
+		}
+	}
+	if stillListened(nc) {
+		t.Fatal("the connection's error handler still hands its errors to calls that are done")
+	}
+	js, err := jetstream.New(natstest.Connect(t, url, nats.UserInfo("ops", "ops")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := js.Stream(t.Context(), "KV_DENIED")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetLastMsgForSubject(t.Context(), write); !errors.Is(err, jetstream.ErrMsgNotFound) {
+		t.Fatalf("the refused writes left a message on %s: %v", write, err)
 	}
 }
