@@ -48,7 +48,8 @@ type TermEnder interface {
 type RaiseHolder interface {
 	// HoldRaise has the writes under token, until the instant until of
 	// the process's clock, checked against the fence and refused when a
-	// newer term raised it, without raising it; the term's first write
-	// from until on raises it.
+	// newer term raised it, without raising it; at until the store
+	// raises it for the term without a write, and the term's first write
+	// from until on raises it if that has not.
 	HoldRaise(token uint64, until time.Time)
 }

@@ -221,3 +221,85 @@ func TestAHeldTermIsRefusedOnceANewerTermRaised(t *testing.T) {
 	}
 	wantObject(t, newest, "after the held term's refused writes", want, "the newest term's")
 }
+
+// A held term's store raises the fence itself once the hold has ended on
+// its clock (ADR 0023): the older term's Put that comes later is refused
+// though the held term wrote nothing since, and its own object, written
+// in the hold, stays. Before, the fence waited for the held term's next
+// write, and until then the older term's late Put landed over the object
+// the held term had written.
+func TestAnOlderTermsWriteAfterTheHoldEndsIsRefusedThoughTheHeldTermWroteNothingSince(t *testing.T) {
+	url := natstest.StartProcess(t, server)
+	const bucket = "HELDEND"
+	c := jetstream.Config{Bucket: bucket, Replicas: 1}
+	var clock atomic.Int64
+	start := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	now := func() time.Time { return start.Add(time.Duration(clock.Load())) }
+	// The store's waits for its clock: each is handed to the test, which
+	// ends it once it has moved the clock.
+	waits := make(chan chan time.Time, 8)
+	after := func(time.Duration) <-chan time.Time {
+		w := make(chan time.Time, 1)
+		waits <- w
+		return w
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	successor, err := jetstream.OpenOnClock(ctx, c, natstest.Connect(t, url), now, after)
+	if err != nil {
+		t.Fatalf("Open bucket %s: %v", bucket, err)
+	}
+	t.Cleanup(func() { _ = successor.Close() })
+	draining := open(t, url, c)
+	older := ports.WithFencingToken(t.Context(), 5)
+	newer := ports.WithFencingToken(t.Context(), 6)
+
+	hold := time.Minute
+	successor.HoldRaise(6, start.Add(hold))
+	want, err := successor.Put(newer, "o", bytes.NewReader([]byte("the successor's")), ports.PutObjectOptions{})
+	if err != nil {
+		t.Fatalf("Put of the newer term in its hold: %v", err)
+	}
+
+	clock.Store(int64(hold))
+	// Every wait the store began ends now; a wait begun after the move
+	// finds the hold over on the clock.
+	for done := false; !done; {
+		select {
+		case w := <-waits:
+			w <- now()
+		default:
+			done = true
+		}
+	}
+	js, err := natsjs.New(natstest.Connect(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := js.Stream(t.Context(), "OBJ_"+bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		m, err := stream.GetLastMsgForSubject(t.Context(), "$O."+bucket+".=fence.15")
+		if err == nil && m.Header.Get("Abi-Fence") == "6" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a minute after the hold ended, the fence's last record is %v (%v), want it raised to term 6", m, err)
+		}
+		select {
+		case w := <-waits:
+			w <- now()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	if _, err := draining.Put(older, "o", bytes.NewReader([]byte("late")), ports.PutObjectOptions{}); !errors.Is(err, ports.ErrFenced) {
+		t.Fatalf("Put of the older term after the newer term's hold ended: %v, want ErrFenced", err)
+	}
+	if err := draining.Delete(older, "o"); !errors.Is(err, ports.ErrFenced) {
+		t.Fatalf("Delete of the older term after the newer term's hold ended: %v, want ErrFenced", err)
+	}
+	wantObject(t, successor, "after the older term's writes past the hold", want, "the successor's")
+}

@@ -17,7 +17,8 @@
 // not fenced: no read reaches them before a description names them. A
 // term told to hold its raise (ports.RaiseHolder, ADR 0023) checks the
 // fence without raising it until the time it was given, so the transfers
-// of an engine that released the lease finish within its drain.
+// of an engine that released the lease finish within its drain; at that
+// time the store raises it.
 package jetstream
 
 import (
@@ -96,10 +97,46 @@ func (c Config) Describe() string {
 }
 
 // HoldRaise implements ports.RaiseHolder: until is read on the store's
-// clock, the one its sweeps read.
+// clock, the one its sweeps read. At until the store raises the fence to
+// token itself (raiseAtEnd), so that an older term's write is refused
+// from then on though the held term writes nothing more.
 func (s *Store) HoldRaise(token uint64, until time.Time) {
 	now := s.sweeping.now
 	s.b.HoldRaise(token, func() bool { return now().Before(until) })
+	go s.raiseAtEnd(token, until)
+}
+
+// raiseAtEnd raises the fence to token once until has passed on the
+// store's clock, as the term's first write past its hold would (ADR
+// 0023): the writes of the term before, which landed in the hold, are
+// refused from then on, and one that comes late does not land over what
+// the held term wrote in it. It tries again after a failure until the
+// raise is done, a newer term has raised the fence (ErrFenced), or the
+// store closes; until then the term's next write raises it too.
+func (s *Store) raiseAtEnd(token uint64, until time.Time) {
+	for {
+		d := until.Sub(s.sweeping.now())
+		if d <= 0 {
+			break
+		}
+		select {
+		case <-s.closing.Done():
+			return
+		case <-s.sweeping.after(d):
+		}
+	}
+	ctx := ports.WithFencingToken(s.closing, token)
+	for attempt := 0; ; attempt++ {
+		err := s.b.Fence(ctx)
+		if err == nil || errors.Is(err, ports.ErrFenced) {
+			return
+		}
+		select {
+		case <-s.closing.Done():
+			return
+		case <-time.After(min(25*time.Millisecond<<min(attempt, 8), 5*time.Second)):
+		}
+	}
 }
 
 // Store is the bucket on a connection.
@@ -150,6 +187,8 @@ type sweeping struct {
 	// of a Put and between its last chunk and its description.
 	stall time.Duration
 	now   func() time.Time
+	// after waits on the clock now, as time.After does on the local one.
+	after func(time.Duration) <-chan time.Time
 }
 
 // defaultSweeping sweeps the chunks of a Put cut short by a crash once
@@ -162,7 +201,7 @@ type sweeping struct {
 // age > stall + describeTimeout. Only lengths of time on one clock are
 // compared: the time a message carries is its leader's at the time, and
 // the leader of a replicated stream moves to servers whose clocks differ.
-var defaultSweeping = sweeping{age: time.Hour, every: time.Hour, stall: 15 * time.Minute, now: time.Now}
+var defaultSweeping = sweeping{age: time.Hour, every: time.Hour, stall: 15 * time.Minute, now: time.Now, after: time.After}
 
 // sweepTimeout bounds one sweep.
 const sweepTimeout = 10 * time.Minute
