@@ -604,15 +604,21 @@ func fallbackTLS(fs []*pgconn.FallbackConfig) []*tls.Config {
 // up to nats-server's default max_payload, which deploy/nats keeps), the
 // chunks of every object transfer (a window and three more for
 // an upload) and the part each holds on its way into S3, the HTTP API's
-// bodies, what a keyvalue store keeps for a term, and the heap floor the
-// collector lets garbage grow to.
+// bodies, every connection the HTTP API admits (the clients' and the
+// trusted proxies') while a request head arrives on it, what a keyvalue
+// store keeps for a term, and the heap floor the collector lets garbage
+// grow to.
 func designedMemory() int64 {
+	// connStack is a connection's goroutine's stack while its head
+	// arrives, some 8 KiB, besides httpapi.MaxConnHeap of heap.
+	const connStack = 8 << 10
 	const maxPayload = server.MAX_PAYLOAD_SIZE
 	const callsHeld = natsapi.DefaultMaxConcurrent + natsapi.DefaultMaxQueued
 	return natsapi.DefaultMaxOverflowParked +
 		callsHeld*maxPayload +
 		natsapi.DefaultMaxTransfers*((natsapi.DefaultTransferWindow+3)*natsapi.DefaultTransferChunkSize+s3.PartSize) +
 		httpapi.DefaultBodyBudget +
+		(httpapi.MaxClientConns+httpapi.MaxProxyConns)*(httpapi.MaxConnHeap+connStack) +
 		termcache.Bytes +
 		heapfloor.Default
 }

@@ -3,11 +3,13 @@ package httpapi
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/netip"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -263,10 +265,108 @@ func (l *clientConns) releaseProxied(a netip.Addr) {
 	}
 }
 
-// clientConn gives its client's place back when it closes.
+// MaxHeaderLines bounds the lines of a request's head, its request line
+// and header fields together; the connection of a request with more is
+// answered 431 and closed. net/http bounds a head only by its bytes
+// (MaxHeaderBytes), but parses each field into its header map as it
+// arrives, some 13 bytes of heap for each byte of short lines ("a:"):
+// 20 KiB of them held some 260 KiB of heap on each connection while the
+// head arrived, 2.1 GiB for the 8192 connections the API admits. The
+// largest request the API serves has about a dozen fields, a browser's a
+// few dozen.
+const MaxHeaderLines = 128
+
+// MaxConnHeap is the most of the heap a connection holds while a request
+// head arrives, of any shape within MaxHeaderBytes and MaxHeaderLines: its
+// buffers and the head read so far, some 29 KiB measured for one long
+// field (35 KiB under the race detector), besides its goroutine's stack,
+// some 8 KiB; an idle one holds some 13 KiB of heap. The deploy's memory
+// design counts both for every connection the API admits.
+const MaxConnHeap = 40 << 10
+
+// headLines counts the lines of the request head arriving on a
+// connection, from the connection's start or its last answer (see
+// Server's ConnState) to the head's blank line; the bytes after it, a
+// body's, are not looked at.
+type headLines struct {
+	mu sync.Mutex
+	// arriving tells whether a head is arriving; lines counts its lines
+	// ended so far, and open the bytes of the line not yet ended.
+	arriving    bool
+	lines, open int
+}
+
+// next starts counting the next request's head.
+func (h *headLines) next() {
+	h.mu.Lock()
+	h.arriving, h.lines, h.open = true, 0, 0
+	h.mu.Unlock()
+}
+
+// read counts the lines of b, bytes read from the connection, and tells
+// whether the head they belong to has more than MaxHeaderLines. A line
+// ends at a line feed, as net/http reads it, and the first empty one
+// after a line that is not ends the head.
+func (h *headLines) read(b []byte) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, c := range b {
+		if !h.arriving {
+			return false
+		}
+		switch c {
+		case '\n':
+			if h.open == 0 && h.lines > 0 {
+				h.arriving = false
+				continue
+			}
+			if h.open > 0 {
+				h.lines++
+			}
+			h.open = 0
+			if h.lines > MaxHeaderLines {
+				return true
+			}
+		case '\r':
+		default:
+			h.open++
+		}
+	}
+	return false
+}
+
+// errTooManyLines ends the reading of a head of more than MaxHeaderLines;
+// it is a read's net.OpError, so that net/http closes the connection
+// without an answer of its own, after the 431 tooManyLines wrote.
+var errTooManyLines = errors.New("the request's head has more lines than the API reads")
+
+// clientConn gives its client's place back when it closes, and answers
+// 431 to a request whose head has more than MaxHeaderLines.
 type clientConn struct {
 	net.Conn
 	release func()
+	head    headLines
+}
+
+func (c *clientConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if n > 0 && c.head.read(b[:n]) {
+		_ = c.Conn.SetWriteDeadline(time.Now().Add(refuseTime))
+		_, _ = io.WriteString(c.Conn, "HTTP/1.1 431 Request Header Fields Too Large\r\n"+
+			"Content-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n"+
+			"431 Request Header Fields Too Large: more than "+strconv.Itoa(MaxHeaderLines)+" lines")
+		return 0, &net.OpError{Op: "read", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: errTooManyLines}
+	}
+	return n, err
+}
+
+// connState starts counting a head's lines on a connection that has just
+// been accepted or has answered a request: the next bytes it reads are a
+// request's head.
+func connState(c net.Conn, s http.ConnState) {
+	if cc, ok := c.(*clientConn); ok && (s == http.StateNew || s == http.StateIdle) {
+		cc.head.next()
+	}
 }
 
 func (c *clientConn) Close() error {

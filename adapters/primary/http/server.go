@@ -377,8 +377,8 @@ func bearer(token string, next http.Handler) http.Handler {
 // object transfers; an 8 MiB body (DefaultMaxBody) fits at 140 KiB/s.
 const requestTimeout = time.Minute
 
-// MaxHeaderBytes bounds a request's line and headers; net/http reads
-// 4 KiB more before it refuses them 431. A key of the most bytes,
+// MaxHeaderBytes bounds a request's line and headers (MaxHeaderLines
+// their lines); net/http reads 4 KiB more before it refuses them 431. A key of the most bytes,
 // percent-encoded whole (3 KiB), a content type of the most, a token and
 // a proxy's X-Forwarded-For take some 5 KiB. Every connection the API
 // admits (MaxClientConns and MaxProxyConns) may hold its headers while
@@ -444,6 +444,7 @@ func Serve(ln net.Listener, o Options) *Server {
 			WriteTimeout:      requestTimeout,
 			IdleTimeout:       2 * requestTimeout,
 			MaxHeaderBytes:    MaxHeaderBytes,
+			ConnState:         connState,
 			ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 		},
 		ln:   ln,
