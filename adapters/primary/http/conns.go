@@ -303,6 +303,13 @@ func (h *headLines) next() {
 	h.mu.Unlock()
 }
 
+// done stops counting: the head has been read.
+func (h *headLines) done() {
+	h.mu.Lock()
+	h.arriving = false
+	h.mu.Unlock()
+}
+
 // read counts the lines of b, bytes read from the connection, and tells
 // whether the head they belong to has more than MaxHeaderLines. A line
 // ends at a line feed, as net/http reads it, and the first empty one
@@ -362,10 +369,20 @@ func (c *clientConn) Read(b []byte) (int, error) {
 
 // connState starts counting a head's lines on a connection that has just
 // been accepted or has answered a request: the next bytes it reads are a
-// request's head.
+// request's head, unless the head was read already, with the request
+// ahead of it (pipelined). So it also stops counting once net/http has
+// read a request's head (StateActive): what the connection reads then is
+// that request's body, however many lines it has.
 func connState(c net.Conn, s http.ConnState) {
-	if cc, ok := c.(*clientConn); ok && (s == http.StateNew || s == http.StateIdle) {
+	cc, ok := c.(*clientConn)
+	if !ok {
+		return
+	}
+	switch s {
+	case http.StateNew, http.StateIdle:
 		cc.head.next()
+	case http.StateActive:
+		cc.head.done()
 	}
 }
 

@@ -194,3 +194,31 @@ func TestOnlyAHeadsLinesAreCountedOnEveryRequestOfAConnection(t *testing.T) {
 		t.Fatalf("a head of %d lines after three requests answered %d, want 431", httpapi.MaxHeaderLines+1, code)
 	}
 }
+
+// A request sent before the answer to the one ahead of it (pipelined) has
+// its head read with that one's bytes: its body, read after the answer
+// ahead of it, is a body, however many lines it has, and is not refused
+// as a head of too many lines.
+func TestTheBodyOfAPipelinedRequestIsNotCountedAsAHead(t *testing.T) {
+	url := serveReal(t, memoryServices(t), httpapi.Options{})
+	c := dialFrom(t, "127.0.0.1", url)
+	_ = c.SetDeadline(time.Now().Add(time.Minute))
+	body := strings.Repeat("x\n", 8*httpapi.MaxHeaderLines*4)
+	both := "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n" +
+		fmt.Sprintf("PUT /v1/kv/piped HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	if _, err := io.WriteString(c, both); err != nil {
+		t.Fatal(err)
+	}
+	r := bufio.NewReader(c)
+	for i, want := range []int{http.StatusOK, http.StatusNoContent} {
+		resp, err := http.ReadResponse(r, nil)
+		if err != nil {
+			t.Fatalf("answer %d: %v", i+1, err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Fatalf("answer %d of two pipelined requests, the second with a body of %d lines, is %d, want %d", i+1, strings.Count(body, "\n"), resp.StatusCode, want)
+		}
+	}
+}
