@@ -269,7 +269,9 @@ func PointRead(ctx context.Context) (context.Context, error) {
 // BusyTimeout: SQLite then refuses the write for the lock (SQLITE_BUSY),
 // which NotDone marks, and the caller, still waiting, learns the write was
 // not done and may send it again, where past its own deadline it would
-// learn nothing (a timeout, 504, through another engine).
+// learn nothing (a timeout, 504, through another engine). A write whose
+// wait could not be set (the handle closed, or a connection that could not
+// be opened) ran none of its statements: it is ports.ErrNotDone.
 func (d *DB) WriteTurn(ctx context.Context) (context.Context, func(), error) {
 	if err := TakeTurn(ctx, d.turn); err != nil {
 		return nil, nil, err
@@ -277,7 +279,7 @@ func (d *DB) WriteTurn(ctx context.Context) (context.Context, func(), error) {
 	wctx := context.WithoutCancel(ctx)
 	if err := d.waitAtMost(wctx, lockWait(ctx, time.Now())); err != nil {
 		d.endTurn()
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("%w: %w", ports.ErrNotDone, err)
 	}
 	return wctx, d.endTurn, nil
 }

@@ -121,3 +121,27 @@ func wantLockWait(t *testing.T, db *sqlitedb.DB, ctx context.Context, want time.
 		t.Fatalf("the writer's connection waits %v for the file's lock in a write's turn, want %v", got, want)
 	}
 }
+
+// A write whose wait for the file's lock could not be set, here because
+// the handle was closed, ran none of its statements: it is not done, and
+// leaves the turn free. Before, it failed with a plain error, an unknown
+// outcome.
+func TestAWriteWhoseWaitCannotBeSetIsNotDone(t *testing.T) {
+	db := openTurns(t)
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Due now, the write waits for no lock, which is not the wait the
+	// handle stands at, so WriteTurn sets it on the closed writer.
+	due := ports.WithAnswerBy(t.Context(), time.Now())
+	if _, _, err := db.WriteTurn(due); !errors.Is(err, ports.ErrNotDone) {
+		t.Fatalf("a write whose wait could not be set: %v, want ports.ErrNotDone", err)
+	}
+	// A write that may wait as long as the handle stands at sets nothing:
+	// it takes the turn, which the failed write left free.
+	_, end, err := db.WriteTurn(t.Context())
+	if err != nil {
+		t.Fatalf("a write after one whose wait could not be set: %v", err)
+	}
+	end()
+}
