@@ -211,7 +211,8 @@ func (s *Store) Collections(ctx context.Context) ([]string, error) {
 // for the lock before its COMMIT (another engine on this host held it past
 // the busy timeout) is ports.ErrNotDone (sqlitedb.NotDone), and one SQLite
 // had no room for, in the write or in the raise of the fence before it, is
-// ports.ErrStorageFull (sqlitedb.Full). The write waits
+// ports.ErrStorageFull (sqlitedb.Full). A write that could not take the
+// writer's connection ran nothing, and is ports.ErrNotDone. The write waits
 // for its turn on the writer under ctx (sqlitedb.WriteTurn); the
 // transaction and f then run under the turn's context, ctx's values
 // without its cancellation, so a caller that gives up half way does not
@@ -227,7 +228,9 @@ func (s *Store) inTx(ctx context.Context, f func(ctx context.Context, tx *sql.Tx
 	defer done()
 	conn, err := s.db.Write.Conn(ctx)
 	if err != nil {
-		return fmt.Errorf("take the writer's connection to %s: %w", s.path, err)
+		// Nothing ran: the pool was closed, or a connection could not be
+		// opened, and ctx, which does not end, stopped no wait.
+		return fmt.Errorf("take the writer's connection to %s: %w: %w", s.path, ports.ErrNotDone, err)
 	}
 	defer conn.Close()
 	tx, err := s.fence.Begin(ctx, conn)

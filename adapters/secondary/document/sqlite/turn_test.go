@@ -2,7 +2,9 @@ package sqlite
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/abi-engine/engine/internal/sqlitedb/sqlitedbtest"
@@ -53,4 +55,24 @@ func openCollection(t *testing.T) *Store {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// A put that could not take the writer's connection, here because the
+// store was closed, ran nothing: it is not done, and may be sent again.
+// Before, it failed with a plain error, an unknown outcome.
+func TestAPutThatCannotTakeTheWritersConnectionIsNotDone(t *testing.T) {
+	s := openCollection(t)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Under a context with no deadline the put waits for the lock as long
+	// as the handle stands at, so it sets no wait and fails to take the
+	// connection.
+	_, err := s.Put(t.Context(), "c", "d", map[string]any{"n": 1.0}, ports.Cond{})
+	if !errors.Is(err, ports.ErrNotDone) {
+		t.Fatalf("a put on a closed store: %v, want ports.ErrNotDone", err)
+	}
+	if !strings.Contains(err.Error(), "take the writer's connection") {
+		t.Fatalf("a put on a closed store: %v, want it to fail taking the writer's connection", err)
+	}
 }
