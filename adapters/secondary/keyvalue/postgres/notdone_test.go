@@ -407,7 +407,34 @@ func TestASetGivenUpWhileItsBatchWaitsForAConnectionIsNotDone(t *testing.T) {
 // which a loaded machine may reach at any moment: the write finds the
 // connection as if it had been used a moment before.
 func TestAWriteGoesOnNoConnectionWhoseSessionTheServerEnded(t *testing.T) {
+	writeAfterTheServerEndedTheSession(t, testenv.Lookup(t, "ENGINE_TEST_PG_DSN", "PostgreSQL", false))
+}
+
+// The same holds over TLS (sslmode=require): the look at the socket sees
+// the server's last message as TLS records, or its close, where pgx reads
+// through a tls.Conn, and does not take them for silence. A server that
+// takes no TLS skips the test.
+func TestAWriteGoesOnNoConnectionWhoseSessionTheServerEndedOverTLS(t *testing.T) {
 	dsn := testenv.Lookup(t, "ENGINE_TEST_PG_DSN", "PostgreSQL", false)
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("sslmode", "require")
+	u.RawQuery = q.Encode()
+	conn, err := pgx.Connect(t.Context(), u.String())
+	if err != nil {
+		t.Skipf("the server takes no TLS connection: %v", err)
+	}
+	_ = conn.Close(t.Context())
+	writeAfterTheServerEndedTheSession(t, u.String())
+}
+
+// writeAfterTheServerEndedTheSession has a store on dsn write, under a term
+// or not, each time after the server ended the session of its pool's one
+// connection, and checks that every write is written.
+func writeAfterTheServerEndedTheSession(t *testing.T, dsn string) {
 	u, err := url.Parse(dsn)
 	if err != nil {
 		t.Fatal(err)
