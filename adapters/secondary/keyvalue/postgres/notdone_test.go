@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/abi-engine/engine/internal/pgdb"
@@ -472,4 +473,142 @@ func writeAfterTheServerEndedTheSession(t *testing.T, dsn string) {
 			t.Errorf("%s exists = %v, %v; want %v", key, ok, err, want)
 		}
 	}
+}
+
+// A write under a term whose session the server ends before its check of
+// the fence is done never ran: the check goes first in the write's one
+// transaction, and the server's word that it ended the session (FATAL)
+// comes in the check's place. It fails as ports.ErrNotDone, a set (which
+// goes in a batch) as a conditional write does; before, it failed of
+// unknown outcome (500). Each write is handed a new connection, on which
+// its statements are prepared first, and the preparing waits for the
+// store's table, which another transaction holds in ACCESS EXCLUSIVE
+// mode, until the server ends the session. The keys keep their values.
+func TestAWriteUnderATermWhoseSessionEndedBeforeItsFenceCheckIsNotDone(t *testing.T) {
+	dsn := testenv.Lookup(t, "ENGINE_TEST_PG_DSN", "PostgreSQL", false)
+	s, termed, conn := openOnOneConnection(t, dsn, "kvendcheck")
+	hold := "LOCK TABLE " + s.table + " IN ACCESS EXCLUSIVE MODE"
+	for name, write := range endedWrites(s, termed) {
+		s.pool.Reset() // the write opens a new connection, and prepares its statements on it
+		err := endSessionWhileBlocked(t, conn, hold, write)
+		if !errors.Is(err, ports.ErrNotDone) || !terminated(err) {
+			t.Errorf("a %s whose session the server ended before its check of the fence: %v, want ErrNotDone and the server's FATAL", name, err)
+		}
+	}
+	if v, err := s.Get(termed, "held"); err != nil || string(v) != "v0" {
+		t.Fatalf("held = %q, %v; want v0", v, err)
+	}
+	for _, key := range []string{"set", "new"} {
+		if ok, err := s.Exists(termed, key); err != nil || ok {
+			t.Errorf("%s, written by a write that never ran, exists = %v, %v", key, ok, err)
+		}
+	}
+}
+
+// A write whose session the server ends once its check of the fence has
+// passed, while the write itself waits for the key's row, which another
+// transaction holds, fails of unknown outcome: the server's FATAL may come
+// after a commit, and a client cannot tell that it did not.
+func TestAWriteWhoseSessionEndedAfterItsFenceCheckFailsUnknown(t *testing.T) {
+	dsn := testenv.Lookup(t, "ENGINE_TEST_PG_DSN", "PostgreSQL", false)
+	s, termed, conn := openOnOneConnection(t, dsn, "kvendwrite")
+	for name, write := range endedWrites(s, termed) {
+		if err := s.Set(termed, "held", []byte("v0"), 0); err != nil { // the statements are prepared by now
+			t.Fatal(err)
+		}
+		_ = write() // prepares its own statement on the connection
+		if err := s.Set(termed, "held", []byte("v0"), 0); err != nil {
+			t.Fatal(err)
+		}
+		hold := "SELECT 1 FROM " + s.table + " WHERE key IN ('held', 'set', 'new') FOR UPDATE"
+		err := endSessionWhileBlocked(t, conn, hold, write)
+		if err == nil || errors.Is(err, ports.ErrNotDone) || !terminated(err) {
+			t.Errorf("a %s whose session the server ended after its check of the fence: %v, want its outcome unknown and the server's FATAL", name, err)
+		}
+	}
+}
+
+// openOnOneConnection opens a store in a new table named after prefix, on
+// dsn with a pool of one connection, with "held" set to "v0" under term 5.
+func openOnOneConnection(t *testing.T, dsn, prefix string) (*Store, context.Context, *pgx.Conn) {
+	t.Helper()
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("pool_max_conns", "1")
+	u.RawQuery = q.Encode()
+	return openWithKeyToHold(t, dsn, u.String(), pgtest.Table(t, dsn, prefix), 5)
+}
+
+// endedWrites are the writes whose session the server ends as they run.
+func endedWrites(s *Store, ctx context.Context) map[string]func() error {
+	return map[string]func() error{
+		"Set": func() error { return s.Set(ctx, "set", []byte("v"), 0) },
+		"SetIfAbsent": func() error {
+			_, err := s.SetIfAbsent(ctx, "new", []byte("v"), 0)
+			return err
+		},
+		"Delete": func() error {
+			_, err := s.Delete(ctx, "held")
+			return err
+		},
+	}
+}
+
+// endSessionWhileBlocked runs hold in a transaction on conn, then write,
+// and has the server end the session of write once it waits for a lock
+// hold took; it returns write's error once the transaction has ended. The
+// session is looked for from a connection of its own, since a transaction
+// sees pg_stat_activity as it was when it first looked.
+func endSessionWhileBlocked(t *testing.T, conn *pgx.Conn, hold string, write func() error) error {
+	t.Helper()
+	watcher, err := pgx.Connect(t.Context(), conn.Config().ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = watcher.Close(context.Background()) }()
+	tx, err := conn.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if _, err := tx.Exec(t.Context(), hold); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- write() }()
+	for deadline := time.Now().Add(time.Minute); ; {
+		var ended bool
+		err := watcher.QueryRow(t.Context(), `SELECT coalesce(bool_and(pg_terminate_backend(pid, 60000)), false)
+			FROM pg_stat_activity WHERE $1::int = ANY (pg_blocking_pids(pid))`, conn.PgConn().PID()).Scan(&ended)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ended {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the write never waited for the lock held")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	select {
+	case err := <-done:
+		if rerr := tx.Rollback(t.Context()); rerr != nil {
+			t.Fatal(rerr)
+		}
+		return err
+	case <-time.After(5 * time.Minute):
+		t.Fatal("the write has not returned 5 minutes after the server ended its session")
+		return nil
+	}
+}
+
+// terminated reports whether err says the server ended the session, as
+// pg_terminate_backend does.
+func terminated(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "57P01"
 }
