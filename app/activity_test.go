@@ -82,9 +82,21 @@ func TestTheActivityLogKeepsAcquiredAndReleased(t *testing.T) {
 
 	second, b := start(t, testConfig(t, url, "serve", "", services))
 	defer b.RequireStop()
-	h := awaitHistory(t, second, 3)
+	// A machine too busy for an engine to renew in time adds a fence and
+	// its end to the log (fenced, restored): only the acquisitions and the
+	// release are this test's.
+	var all, h []app.ActivityEntry
+	for n := 3; ; n = len(all) + 1 {
+		all = awaitHistory(t, second, n)
+		h = slices.DeleteFunc(slices.Clone(all), func(e app.ActivityEntry) bool {
+			return e.Event != app.EventAcquired && e.Event != app.EventReleased
+		})
+		if len(h) >= 3 {
+			break
+		}
+	}
 	if len(h) != 3 {
-		t.Fatalf("history: %+v", h)
+		t.Fatalf("history: %+v", all)
 	}
 	want := []string{second.Me().InstanceID + " acquired", first.Me().InstanceID + " released", first.Me().InstanceID + " acquired"}
 	for i, e := range h {
@@ -97,7 +109,7 @@ func TestTheActivityLogKeepsAcquiredAndReleased(t *testing.T) {
 	if e.Host != me.Host || e.PID != me.PID || e.Version != "test" || e.Revision == 0 || e.Detail == "" {
 		t.Fatalf("acquired entry %+v for %+v", e, me)
 	}
-	if last, err := app.History(t.Context(), second.Services().Document, 1); err != nil || len(last) != 1 || last[0] != h[0] {
+	if last, err := app.History(t.Context(), second.Services().Document, 1); err != nil || len(last) != 1 || last[0] != all[0] {
 		t.Fatalf("History with limit 1: %+v, %v", last, err)
 	}
 }
