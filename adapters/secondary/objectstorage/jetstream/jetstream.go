@@ -538,13 +538,14 @@ func (s *Store) landed(ctx context.Context, key string, rev uint64, mine func(je
 var errUnknownOutcome = errors.New("the description may have been stored")
 
 // refused is a write the stream answered with an error that decides it,
-// one that none of its sendings may have stored (ports.ErrNotDone), or
-// one of an older term than the bucket's fence (ports.ErrFenced): it
-// stored nothing. Refusals made while another write of the key, or an
+// one that none of its sendings may have stored (ports.ErrNotDone), one
+// of an older term than the bucket's fence (ports.ErrFenced), or one the
+// NATS user's permissions deny (jsbucket.ErrPermission: the server sent
+// it to no stream): it stored nothing. Refusals made while another write of the key, or an
 // earlier attempt of this one, was in flight (10164, 10158) decide nothing
 // alone.
 func refused(err error) bool {
-	if errors.Is(err, ports.ErrNotDone) || errors.Is(err, ports.ErrFenced) {
+	if errors.Is(err, ports.ErrNotDone) || errors.Is(err, ports.ErrFenced) || errors.Is(err, jsbucket.ErrPermission) {
 		return true
 	}
 	var apiErr *jetstream.APIError
