@@ -167,13 +167,19 @@ func Full(err error) error {
 // host), or SQLITE_LOCKED, a conflict within the connection. SQLite ran
 // none of that statement, and a write made in a transaction rolls it back
 // (RollBack), so nothing of the write is in the file, and the lock may be
-// free when it is sent again. Any other error is returned as it is.
+// free when it is sent again. It marks so too a statement that found the
+// handle closed: database/sql says so only before it takes a connection
+// from the pool, so the statement never reached SQLite. Any other error is
+// returned as it is.
 //
 // It is for errors from before COMMIT. A failed COMMIT is never called
 // not done: the driver rolls back what COMMIT left open without saying
 // whether that worked, and a COMMIT that failed writing or syncing the log
 // may have left the transaction in it.
 func NotDone(err error) error {
+	if errors.Is(err, errClosed) {
+		return fmt.Errorf("%w: %w", ports.ErrNotDone, err)
+	}
 	var se *sqlite.Error
 	if errors.As(err, &se) {
 		switch se.Code() & 0xff {
@@ -183,6 +189,26 @@ func NotDone(err error) error {
 	}
 	return err
 }
+
+// errClosed is the error database/sql gives a call on a closed pool
+// before it takes a connection, which the package does not export: it is
+// asked of a pool closed at once.
+var errClosed = func() error {
+	db := sql.OpenDB(noConnector{})
+	_ = db.Close()
+	_, err := db.Conn(context.Background())
+	return err
+}()
+
+// noConnector is the connector of the pool errClosed comes from, which
+// never connects.
+type noConnector struct{}
+
+func (noConnector) Connect(context.Context) (driver.Conn, error) {
+	return nil, errors.New("sqlitedb: no connection")
+}
+
+func (noConnector) Driver() driver.Driver { return nil }
 
 // RollBack rolls tx, begun on conn, back after err, the error of a
 // statement of it, and returns err, marked as NotDone would mark it. A

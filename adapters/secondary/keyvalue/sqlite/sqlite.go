@@ -282,7 +282,7 @@ func (s *Store) refused(ctx context.Context, token uint64) error {
 // may have landed. Every statement of a write runs on its own, outside a
 // transaction, so one SQLite refused for the lock (another engine on this
 // host held it past the busy timeout) changed nothing: ports.ErrNotDone
-// (sqlitedb.NotDone).
+// (sqlitedb.NotDone), and so did one that found the store closed.
 func (s *Store) write(ctx context.Context, key string, do func(ctx context.Context, token uint64, fence sql.NamedArg) error) error {
 	token, _ := ports.FencingToken(ctx)
 	ctx, done, err := s.db.WriteTurn(ctx)

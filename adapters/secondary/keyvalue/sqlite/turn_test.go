@@ -2,10 +2,12 @@ package sqlite
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"testing"
 
 	"github.com/abi-engine/engine/internal/sqlitedb/sqlitedbtest"
+	"github.com/abi-engine/engine/ports"
 )
 
 // A set queues for the writer's turn under its caller's context.
@@ -39,4 +41,24 @@ func TestASetThatNeverHadTheWritersTurnIsNotDone(t *testing.T) {
 			ok, err := s.Exists(t.Context(), "k")
 			return err == nil && ok
 		})
+}
+
+// A set on a closed store could take no connection, so it ran nothing: it
+// is not done, and may be sent again. Before, it failed with a plain
+// error, an unknown outcome.
+func TestASetOnAClosedStoreIsNotDone(t *testing.T) {
+	s, err := Open(t.Context(), Config{Path: filepath.Join(t.TempDir(), "kv.sqlite")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Under a context with no deadline the set waits for the lock as long
+	// as the handle stands at, so it sets no wait and fails at its
+	// statement.
+	err = s.Set(t.Context(), "k", []byte("v"), 0)
+	if !errors.Is(err, ports.ErrNotDone) {
+		t.Fatalf("a set on a closed store: %v, want ports.ErrNotDone", err)
+	}
 }
