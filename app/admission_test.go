@@ -50,7 +50,7 @@ func TestAdmissionHasNoGapBetweenTheReleaseAndTheHandover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sv = newServing(slog.Default(), NewJobs(slog.Default(), nil), func() {}, func(error) {}, func(domain.Transition) {})
+	sv = newServing(slog.Default(), NewJobs(slog.Default(), nil), &suspendingClock{}, func() {}, func(error) {}, func(domain.Transition) {})
 	t.Cleanup(sv.close)
 	if out, err := o.Claim(t.Context(), domain.RoleServe); err != nil || out != domain.OutcomeServe {
 		t.Fatalf("claim: %v, %v", out, err)

@@ -337,7 +337,11 @@ func (e *Engine) Start(ctx context.Context) (err error) {
 		defer endLonger()
 		ctx = longer
 	}
-	sv := newServing(e.log, e.jobs, func() {
+	// One clock for the lease and the hold of the stores' raise after a
+	// release (ADR 0023): both measure time that passes for the other
+	// engines too, suspends of this host included.
+	clock := suspendclock.New()
+	sv := newServing(e.log, e.jobs, clock, func() {
 		e.log.Error("another engine took the lease; stopping")
 		e.askStop(ExitLeaseLost)
 	}, func(err error) {
@@ -348,7 +352,7 @@ func (e *Engine) Start(ctx context.Context) (err error) {
 	e.serving = sv
 	e.mu.Unlock()
 	opts := []domain.Option{
-		domain.WithLogger(e.log), domain.WithObserver(sv.transition), domain.WithClock(suspendclock.New()),
+		domain.WithLogger(e.log), domain.WithObserver(sv.transition), domain.WithClock(clock),
 	}
 	if cfg.NATS.Engine.HotStandby {
 		opts = append(opts, domain.WithHotStandby())

@@ -297,11 +297,12 @@ func (l *local) endTerm(token uint64) {
 }
 
 // holdRaise tells every store that raises a fence at a term's first
-// write (ports.RaiseHolder) to hold that raise for token until until.
-func (l *local) holdRaise(token uint64, until time.Time) {
+// write (ports.RaiseHolder) to hold that raise for token until clock
+// reads until.
+func (l *local) holdRaise(token uint64, until time.Time, clock domain.Clock) {
 	for _, o := range l.opened {
 		if h, ok := o.Port.(ports.RaiseHolder); ok {
-			h.HoldRaise(token, until)
+			h.HoldRaise(token, until, clock)
 		}
 	}
 }

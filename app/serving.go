@@ -25,7 +25,7 @@ type servingKernel interface {
 // predecessor's drain and a margin, so that its transfers finish.
 type raiseHold struct {
 	stores interface {
-		holdRaise(token uint64, until time.Time)
+		holdRaise(token uint64, until time.Time, clock domain.Clock)
 	}
 	bound time.Duration
 }
@@ -69,8 +69,12 @@ type servingJobs interface {
 // exists is state, so a kernel built later is never subscribed while the
 // lease says no.
 type serving struct {
-	log     *slog.Logger
-	jobs    servingJobs
+	log  *slog.Logger
+	jobs servingJobs
+	// clock is the lease's (domain.WithClock), which counts a suspend: a
+	// hold of the stores' raise is counted on it, so that a suspend of
+	// this host does not stretch the hold past the predecessor's drain.
+	clock   domain.Clock
 	lost    func() // the lease was lost and the engine is not stopping
 	failed  func(error)
 	observe func(domain.Transition)
@@ -103,7 +107,7 @@ type serving struct {
 }
 
 // releasedTerm is a term taken from a holder that released the lease, at
-// the loop's time it heard of it.
+// the loop's clock when it heard of it.
 type releasedTerm struct {
 	token uint64
 	at    time.Time
@@ -119,9 +123,9 @@ type servingEvent struct {
 	sealed     bool
 }
 
-func newServing(log *slog.Logger, jobs servingJobs, lost func(), failed func(error), observe func(domain.Transition)) *serving {
+func newServing(log *slog.Logger, jobs servingJobs, clock domain.Clock, lost func(), failed func(error), observe func(domain.Transition)) *serving {
 	s := &serving{
-		log: log, jobs: jobs, lost: lost, failed: failed, observe: observe,
+		log: log, jobs: jobs, clock: clock, lost: lost, failed: failed, observe: observe,
 		events: make(chan servingEvent, 64),
 		done:   make(chan struct{}),
 	}
@@ -219,7 +223,7 @@ func (s *serving) run() {
 			s.lease = ev.transition.To
 			// Previous is set on the first move to serving only.
 			if tr := ev.transition; tr.To == domain.StateServing && tr.Previous.Released {
-				s.released = &releasedTerm{token: tr.Term, at: time.Now()}
+				s.released = &releasedTerm{token: tr.Term, at: s.clock.Now()}
 			}
 		case ev.booted != nil:
 			s.kernel, s.hold = ev.booted, ev.hold
@@ -257,7 +261,7 @@ func (s *serving) holdRaise() {
 	if s.released == nil || s.hold.stores == nil {
 		return
 	}
-	s.hold.stores.holdRaise(s.released.token, s.released.at.Add(s.hold.bound))
+	s.hold.stores.holdRaise(s.released.token, s.released.at.Add(s.hold.bound), s.clock)
 	s.released = nil
 }
 

@@ -81,6 +81,7 @@ func (j *fakeJobs) Cancel() { j.Stop() }
 
 type loopHarness struct {
 	*serving
+	clock  *suspendingClock
 	steps  *steps
 	kernel *fakeKernel
 	jobs   *fakeJobs
@@ -90,10 +91,10 @@ type loopHarness struct {
 }
 
 func newLoop(t *testing.T) *loopHarness {
-	h := &loopHarness{steps: &steps{}}
+	h := &loopHarness{steps: &steps{}, clock: &suspendingClock{}}
 	h.kernel = &fakeKernel{steps: h.steps}
 	h.jobs = &fakeJobs{steps: h.steps}
-	h.serving = newServing(slog.New(slog.DiscardHandler), h.jobs,
+	h.serving = newServing(slog.New(slog.DiscardHandler), h.jobs, h.clock,
 		func() { h.lost++ },
 		func(err error) { h.failed = append(h.failed, err) },
 		func(tr domain.Transition) {
@@ -519,7 +520,7 @@ type fakeHolds struct {
 	base  time.Time
 }
 
-func (f fakeHolds) holdRaise(token uint64, until time.Time) {
+func (f fakeHolds) holdRaise(token uint64, until time.Time, _ domain.Clock) {
 	f.steps.add(fmt.Sprintf("hold %d for %v", token, until.Sub(f.base)))
 }
 
@@ -564,4 +565,68 @@ func TestATermTakenFromAReleaseHoldsTheObjectStoresRaiseForTheDrainAndALease(t *
 			})
 		})
 	}
+}
+
+// suspendingClock is the lease's clock of a host suspended for suspended
+// since the clock began: Go's clock moved on by the suspend, as
+// suspendclock counts it.
+type suspendingClock struct{ suspended atomic.Int64 }
+
+func (c *suspendingClock) Now() time.Time {
+	return time.Now().Add(time.Duration(c.suspended.Load()))
+}
+
+func (c *suspendingClock) suspend(d time.Duration) { c.suspended.Add(int64(d)) }
+
+// judgedHold is a store told to hold its raise, which judges the hold as
+// the stores do: held while the clock it was told reads before until.
+type judgedHold struct {
+	mu    sync.Mutex
+	until time.Time
+	clock domain.Clock
+}
+
+func (j *judgedHold) holdRaise(_ uint64, until time.Time, clock domain.Clock) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.until, j.clock = until, clock
+}
+
+func (j *judgedHold) held() bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.clock != nil && j.clock.Now().Before(j.until)
+}
+
+// The hold of the stores' raise after a release is counted on the lease's
+// clock, which counts the time the host spent suspended, from the take:
+// a suspend of the host before the take moves neither end, and one within
+// the hold uses it up, as the predecessor's drain went on meanwhile. On
+// Go's clock, which stands still in a suspend, the hold would outlast the
+// drain by the suspend, and leave the predecessor's late writes unfenced.
+func TestTheHoldOfTheStoresRaiseCountsTheTimeTheHostWasSuspended(t *testing.T) {
+	const bound = 80 * time.Second
+	synctest.Test(t, func(t *testing.T) {
+		h := newLoop(t)
+		h.clock.suspend(time.Hour) // before the take
+		stores := &judgedHold{}
+		h.booted(h.kernel, raiseHold{stores: stores, bound: bound})
+		h.transition(domain.Transition{
+			From: domain.StateStandby, To: domain.StateServing, Term: 7,
+			Previous: domain.Holder{InstanceID: "0123456789abcdef0123456789abcdef", Released: true},
+		})
+		synctest.Wait()
+		if !stores.held() {
+			t.Fatalf("the raise is not held at the take (until %v)", stores.until)
+		}
+		time.Sleep(bound / 2)
+		if !stores.held() {
+			t.Fatalf("the raise is not held half a bound after the take (until %v)", stores.until)
+		}
+		h.clock.suspend(bound / 2)
+		if stores.held() {
+			t.Fatalf("the raise is still held after half a bound and a suspend of half a bound (until %v, the clock reads %v)",
+				stores.until, stores.clock.Now())
+		}
+	})
 }

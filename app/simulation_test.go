@@ -503,11 +503,11 @@ func (h *simHost) run(ctx context.Context) {
 		}
 		e.kernel = &simKernel{host: h}
 		e.jobs = &simJobs{host: h}
+		clock := &simClock{host: h, base: time.Now(), rate: 1 + *engineSimRate*(2*h.rng.Float64()-1)}
 		var sv *serving
-		sv = newServing(slog.New(slog.DiscardHandler), e.jobs, e.stopSoon, func(error) { e.stopSoon() },
+		sv = newServing(slog.New(slog.DiscardHandler), e.jobs, clock, e.stopSoon, func(error) { e.stopSoon() },
 			func(tr domain.Transition) { e.heard(sv, tr) })
 		e.sv = sv
-		clock := &simClock{host: h, base: time.Now(), rate: 1 + *engineSimRate*(2*h.rng.Float64()-1)}
 		opts := []domain.Option{
 			domain.WithLogger(slog.New(slog.DiscardHandler)), domain.WithObserver(sv.transition), domain.WithClock(clock),
 		}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/abi-engine/engine/domain"
 )
 
 // ErrFenced: a shared store refused a write because it has seen a newer
@@ -46,10 +48,14 @@ type TermEnder interface {
 // to, so that the predecessor's transfers still draining are not refused
 // for the successor's writes alone (ADR 0023).
 type RaiseHolder interface {
-	// HoldRaise has the writes under token, until the instant until of
-	// the process's clock, checked against the fence and refused when a
-	// newer term raised it, without raising it; at until the store
-	// raises it for the term without a write, and the term's first write
-	// from until on raises it if that has not.
-	HoldRaise(token uint64, until time.Time)
+	// HoldRaise has the writes under token, until clock reads until,
+	// checked against the fence and refused when a newer term raised it,
+	// without raising it; once clock reads until the store raises it for
+	// the term without a write, and the term's first write from until on
+	// raises it if that has not. clock is the one the lease is judged by,
+	// which counts the time the machine spent suspended: a hold judged on
+	// Go's clock, which stands still in a suspend, would end that much
+	// later than the drain it waits for, and leave an older engine's
+	// writes unfenced meanwhile.
+	HoldRaise(token uint64, until time.Time, clock domain.Clock)
 }

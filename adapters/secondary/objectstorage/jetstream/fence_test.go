@@ -129,19 +129,10 @@ func TestANewTermWritesThoughAnotherClientRewroteTheObjectStoresConfig(t *testin
 	wantObject(t, s, "after the first term's late Put", want, "next term's")
 }
 
-// openOnClock opens a store on bucket c whose clock is now; its sweeps
-// run only at Open, so the clock's moves take no chunks.
-func openOnClock(t *testing.T, url string, c jetstream.Config, now func() time.Time) *jetstream.Store {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	s, err := jetstream.OpenSweeping(ctx, c, natstest.Connect(t, url), 1000*time.Hour, 1000*time.Hour, 15*time.Minute, now)
-	if err != nil {
-		t.Fatalf("Open bucket %s: %v", c.Bucket, err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	return s
-}
+// clockFunc is a lease's clock that reads now.
+type clockFunc func() time.Time
+
+func (f clockFunc) Now() time.Time { return f() }
 
 // A successor that took the lease from an engine that released it holds
 // the raise of the fence until its predecessor's drain is over (ADR
@@ -156,7 +147,7 @@ func TestAHeldTermLetsTheOlderTermWriteUntilItsFirstWritePastTheHold(t *testing.
 	var clock atomic.Int64
 	start := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
 	now := func() time.Time { return start.Add(time.Duration(clock.Load())) }
-	draining, successor := open(t, url, c), openOnClock(t, url, c, now)
+	draining, successor := open(t, url, c), open(t, url, c)
 	older := ports.WithFencingToken(t.Context(), 5)
 	newer := ports.WithFencingToken(t.Context(), 6)
 	late := bytes.Repeat([]byte("late"), 100<<10)
@@ -165,7 +156,7 @@ func TestAHeldTermLetsTheOlderTermWriteUntilItsFirstWritePastTheHold(t *testing.
 		t.Fatalf("Put of the older term before the handover: %v", err)
 	}
 	hold := time.Minute
-	successor.HoldRaise(6, start.Add(hold))
+	successor.HoldRaise(6, start.Add(hold), clockFunc(now))
 	if _, err := successor.Put(newer, "o", bytes.NewReader([]byte("the successor's")), ports.PutObjectOptions{}); err != nil {
 		t.Fatalf("Put of the newer term in its hold: %v", err)
 	}
@@ -202,10 +193,10 @@ func TestAHeldTermIsRefusedOnceANewerTermRaised(t *testing.T) {
 	url := natstest.StartProcess(t, server)
 	c := jetstream.Config{Bucket: "HELDOLDER", Replicas: 1}
 	start := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
-	held, newest := openOnClock(t, url, c, func() time.Time { return start }), open(t, url, c)
+	held, newest := open(t, url, c), open(t, url, c)
 	heldTerm := ports.WithFencingToken(t.Context(), 6)
 
-	held.HoldRaise(6, start.Add(time.Hour))
+	held.HoldRaise(6, start.Add(time.Hour), clockFunc(func() time.Time { return start }))
 	if _, err := held.Put(heldTerm, "o", bytes.NewReader([]byte("the held term's")), ports.PutObjectOptions{}); err != nil {
 		t.Fatalf("Put of the held term: %v", err)
 	}
@@ -223,8 +214,8 @@ func TestAHeldTermIsRefusedOnceANewerTermRaised(t *testing.T) {
 }
 
 // A held term's store raises the fence itself once the hold has ended on
-// its clock (ADR 0023): the older term's Put that comes later is refused
-// though the held term wrote nothing since, and its own object, written
+// the clock it was given (ADR 0023): the older term's Put that comes later
+// is refused though the held term wrote nothing since, and its own object, written
 // in the hold, stays. Before, the fence waited for the held term's next
 // write, and until then the older term's late Put landed over the object
 // the held term had written.
@@ -255,7 +246,7 @@ func TestAnOlderTermsWriteAfterTheHoldEndsIsRefusedThoughTheHeldTermWroteNothing
 	newer := ports.WithFencingToken(t.Context(), 6)
 
 	hold := time.Minute
-	successor.HoldRaise(6, start.Add(hold))
+	successor.HoldRaise(6, start.Add(hold), clockFunc(now))
 	want, err := successor.Put(newer, "o", bytes.NewReader([]byte("the successor's")), ports.PutObjectOptions{})
 	if err != nil {
 		t.Fatalf("Put of the newer term in its hold: %v", err)
@@ -302,4 +293,122 @@ func TestAnOlderTermsWriteAfterTheHoldEndsIsRefusedThoughTheHeldTermWroteNothing
 		t.Fatalf("Delete of the older term after the newer term's hold ended: %v, want ErrFenced", err)
 	}
 	wantObject(t, successor, "after the older term's writes past the hold", want, "the successor's")
+}
+
+// A hold ends when the clock it was given, the lease's, reads its end,
+// whatever the store's own clock reads: the lease's counts the time the
+// host spent suspended, Go's stands still in a suspend. After a suspend
+// as long as the hold, the held term's first write raises the fence and
+// the older term is refused, where on the store's clock the hold would
+// still have its whole length to run.
+func TestAHoldEndsOnTheLeasesClockWhichCountsASuspend(t *testing.T) {
+	url := natstest.StartProcess(t, server)
+	c := jetstream.Config{Bucket: "HELDSUSPENDED", Replicas: 1}
+	var suspended atomic.Int64
+	lease := clockFunc(func() time.Time { return time.Now().Add(time.Duration(suspended.Load())) })
+	draining, successor := open(t, url, c), open(t, url, c)
+	older := ports.WithFencingToken(t.Context(), 5)
+	newer := ports.WithFencingToken(t.Context(), 6)
+
+	const hold = time.Hour
+	successor.HoldRaise(6, lease.Now().Add(hold), lease)
+	if _, err := successor.Put(newer, "o", bytes.NewReader([]byte("the successor's")), ports.PutObjectOptions{}); err != nil {
+		t.Fatalf("Put of the newer term in its hold: %v", err)
+	}
+	if _, err := draining.Put(older, "o", bytes.NewReader([]byte("drained")), ports.PutObjectOptions{}); err != nil {
+		t.Fatalf("Put of the older term within the newer term's hold: %v, want it stored", err)
+	}
+
+	suspended.Add(int64(hold))
+	want, err := successor.Put(newer, "o", bytes.NewReader([]byte("the successor's")), ports.PutObjectOptions{})
+	if err != nil {
+		t.Fatalf("Put of the newer term after a suspend as long as its hold: %v", err)
+	}
+	if _, err := draining.Put(older, "o", bytes.NewReader([]byte("late")), ports.PutObjectOptions{}); !errors.Is(err, ports.ErrFenced) {
+		t.Fatalf("Put of the older term after a suspend as long as the newer term's hold and its write: %v, want ErrFenced", err)
+	}
+	wantObject(t, successor, "after the older term's refused Put", want, "the successor's")
+}
+
+// The store's raise at the end of a hold waits on a timer, which runs on
+// Go's clock and stands still in a suspend, so on waking it reads the
+// lease's clock again: a wake before the hold has ended there raises
+// nothing and waits again, and once the lease's clock reads the end the
+// store raises the fence itself, though its own clock has not moved and
+// the held term writes nothing.
+func TestTheRaiseAtTheHoldsEndReadsTheLeasesClockEachTimeItWakes(t *testing.T) {
+	url := natstest.StartProcess(t, server)
+	const bucket = "HELDWAKE"
+	c := jetstream.Config{Bucket: bucket, Replicas: 1}
+	start := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	var suspended atomic.Int64
+	lease := clockFunc(func() time.Time { return start.Add(time.Duration(suspended.Load())) })
+	waits := make(chan chan time.Time, 8)
+	after := func(time.Duration) <-chan time.Time {
+		w := make(chan time.Time, 1)
+		waits <- w
+		return w
+	}
+	next := func(what string) chan time.Time {
+		t.Helper()
+		select {
+		case w := <-waits:
+			return w
+		case <-time.After(30 * time.Second):
+			t.Fatalf("the store began no wait %s", what)
+			return nil
+		}
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	successor, err := jetstream.OpenOnClock(ctx, c, natstest.Connect(t, url), func() time.Time { return start }, after)
+	if err != nil {
+		t.Fatalf("Open bucket %s: %v", bucket, err)
+	}
+	t.Cleanup(func() { _ = successor.Close() })
+	draining := open(t, url, c)
+	older := ports.WithFencingToken(t.Context(), 5)
+	newer := ports.WithFencingToken(t.Context(), 6)
+
+	const hold = time.Hour
+	successor.HoldRaise(6, start.Add(hold), lease)
+	want, err := successor.Put(newer, "o", bytes.NewReader([]byte("the successor's")), ports.PutObjectOptions{})
+	if err != nil {
+		t.Fatalf("Put of the newer term in its hold: %v", err)
+	}
+	next("for the hold's end") <- start
+	again := next("again after a wake before the hold's end")
+	if _, err := draining.Put(older, "p", bytes.NewReader([]byte("drained")), ports.PutObjectOptions{}); err != nil {
+		t.Fatalf("Put of the older term after a wake before the hold's end: %v, want it stored", err)
+	}
+
+	suspended.Store(int64(hold))
+	again <- start
+	js, err := natsjs.New(natstest.Connect(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := js.Stream(t.Context(), "OBJ_"+bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		m, err := stream.GetLastMsgForSubject(t.Context(), "$O."+bucket+".=fence.15")
+		if err == nil && m.Header.Get("Abi-Fence") == "6" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a minute after the hold ended on the lease's clock, the fence's last record is %v (%v), want it raised to term 6", m, err)
+		}
+		select {
+		case w := <-waits:
+			w <- start
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	if _, err := draining.Put(older, "o", bytes.NewReader([]byte("late")), ports.PutObjectOptions{}); !errors.Is(err, ports.ErrFenced) {
+		t.Fatalf("Put of the older term after the hold ended on the lease's clock: %v, want ErrFenced", err)
+	}
+	wantObject(t, successor, "after the older term's refused Put", want, "the successor's")
 }

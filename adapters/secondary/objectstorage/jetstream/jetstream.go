@@ -16,9 +16,9 @@
 // ports.ErrFenced, and a refused Put purges its chunks. The chunks are
 // not fenced: no read reaches them before a description names them. A
 // term told to hold its raise (ports.RaiseHolder, ADR 0023) checks the
-// fence without raising it until the time it was given, so the transfers
-// of an engine that released the lease finish within its drain; at that
-// time the store raises it.
+// fence without raising it until the time it was given, on the lease's
+// clock, so the transfers of an engine that released the lease finish
+// within its drain; at that time the store raises it.
 package jetstream
 
 import (
@@ -44,6 +44,7 @@ import (
 	"github.com/abi-engine/engine/adapters/secondary/internal/jsbucket"
 	"github.com/abi-engine/engine/adapters/secondary/internal/objread"
 	"github.com/abi-engine/engine/adapters/secondary/objectstorage/internal/objkey"
+	"github.com/abi-engine/engine/domain"
 	"github.com/abi-engine/engine/ports"
 	"github.com/abi-engine/engine/storecheck"
 )
@@ -96,26 +97,30 @@ func (c Config) Describe() string {
 	return strings.Replace(jsbucket.Config(c).Describe(), "bucket", "object store", 1)
 }
 
-// HoldRaise implements ports.RaiseHolder: until is read on the store's
-// clock, the one its sweeps read. At until the store raises the fence to
-// token itself (raiseAtEnd), so that an older term's write is refused
-// from then on though the held term writes nothing more.
-func (s *Store) HoldRaise(token uint64, until time.Time) {
-	now := s.sweeping.now
-	s.b.HoldRaise(token, func() bool { return now().Before(until) })
-	go s.raiseAtEnd(token, until)
+// HoldRaise implements ports.RaiseHolder: until is read on clock, the
+// lease's, not on the store's own, which its sweeps read. Once clock
+// reads until the store raises the fence to token itself (raiseAtEnd), so
+// that an older term's write is refused from then on though the held term
+// writes nothing more.
+func (s *Store) HoldRaise(token uint64, until time.Time, clock domain.Clock) {
+	s.b.HoldRaise(token, func() bool { return clock.Now().Before(until) })
+	go s.raiseAtEnd(token, until, clock)
 }
 
-// raiseAtEnd raises the fence to token once until has passed on the
-// store's clock, as the term's first write past its hold would (ADR
-// 0023): the writes of the term before, which landed in the hold, are
-// refused from then on, and one that comes late does not land over what
-// the held term wrote in it. It tries again after a failure until the
+// raiseAtEnd raises the fence to token once clock reads until, as the
+// term's first write past its hold would (ADR 0023): the writes of the
+// term before, which landed in the hold, are refused from then on, and one
+// that comes late does not land over what the held term wrote in it. It
+// waits on a timer, which runs on Go's clock and stands still while the
+// machine is suspended, so on waking it reads clock again and waits for
+// the rest if until is still ahead; a timer that fires late after a
+// resume only delays this raise, and the term's first write past until
+// raises the fence meanwhile. It tries again after a failure until the
 // raise is done, a newer term has raised the fence (ErrFenced), or the
-// store closes; until then the term's next write raises it too.
-func (s *Store) raiseAtEnd(token uint64, until time.Time) {
+// store closes.
+func (s *Store) raiseAtEnd(token uint64, until time.Time, clock domain.Clock) {
 	for {
-		d := until.Sub(s.sweeping.now())
+		d := until.Sub(clock.Now())
 		if d <= 0 {
 			break
 		}
