@@ -46,6 +46,17 @@ func TestASetNoStreamLeaderTookIsNotDone(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	// On a busy machine the stream's leadership can move to the survivor
+	// between the look above and the shutdown: as leader it takes a
+	// sending and proposes it to replicas that never answer, so the write
+	// is rightly of unknown outcome. The test is of a stream with no
+	// leader; the survivor steps down once it finds no quorum.
+	for servers[survivor].JetStreamIsStreamLeader("$G", "KV_LEADERLESS") {
+		if time.Now().After(deadline) {
+			t.Fatal("the survivor still leads the bucket's stream, alone")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
 	defer cancel()
 	err := s.Set(ctx, "k", []byte("after"), 0)
