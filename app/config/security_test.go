@@ -216,3 +216,19 @@ func TestANATSCredentialFromAnEmptyVariableIsRefused(t *testing.T) {
 		parse(t, src, env("NATS_PASSWORD", "pw", "S", callerSecret))
 	}
 }
+
+func TestAnHTTPTokenTooLongToFitARequestHeadIsRefused(t *testing.T) {
+	long := "http: {token: \"${T}\"}\n"
+	_, err := config.Parse("engine.yaml", []byte(long), env("T", strings.Repeat("t", config.MaxHTTPToken+1)))
+	if err == nil {
+		t.Fatal("Parse took a token no request head could carry")
+	}
+	for _, w := range []string{"http.token", "is 8193 bytes, want at most 8192", "431", "every request"} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error %q does not say %q", err, w)
+		}
+	}
+	if _, err := config.Parse("engine.yaml", []byte(long), env("T", strings.Repeat("t", config.MaxHTTPToken))); err != nil {
+		t.Fatalf("Parse refused a token of the most: %v", err)
+	}
+}

@@ -146,10 +146,24 @@ func (c *Config) validateEngine() error {
 	return nil
 }
 
+// MaxHTTPToken bounds http.token. The HTTP API refuses a request whose
+// line and headers pass 16 KiB (its MaxHeaderBytes), and every request
+// carries the token in its Authorization header beside a key of the most,
+// percent-encoded whole, a content type and a proxy's X-Forwarded-For:
+// a token past 8 KiB would leave too little room for them, and one past
+// 16 KiB would have every request refused, while the engine started and
+// served as though the API worked.
+const MaxHTTPToken = 8 << 10
+
 func (c *Config) validateHTTP() error {
 	if v := c.emptyVar("http.token"); v != "" && c.HTTP.Token == "" {
 		return c.errFromVar("http.token", v, errors.New(
 			"the variable is empty or unset; set it, or leave the key out to run the HTTP API without a token"))
+	}
+	if len(c.HTTP.Token) > MaxHTTPToken {
+		return c.errAt("http.token", fmt.Errorf(
+			"is %d bytes, want at most %d: the API refuses (431) a request whose line and headers pass 16 KiB, so a longer token would refuse every request",
+			len(c.HTTP.Token), MaxHTTPToken))
 	}
 	for i, h := range c.HTTP.Hosts {
 		if h == "" || strings.ContainsAny(h, "/@ \t") {
