@@ -255,21 +255,10 @@ var ErrCheckFailed = errors.New("the server failed the check of the fence")
 // fenceResult reads the check's result: ports.ErrFenced when the store has
 // seen a newer term, ErrCheckFailed when the server failed the check
 // otherwise; in either case the write after it did not run.
-//
-// An error of the server's that ends the session (FATAL, PANIC: an
-// operator's pg_terminate_backend, a restart), read in place of the
-// check's result, came before the check was done, or while the batch's
-// statements were being prepared, before either ran: the write, which the
-// server runs only after the check, in the same transaction, never ran,
-// and the error is ports.ErrNotDone as well. The same error read in place
-// of the write's own result may follow a commit, and is left unknown.
 func fenceResult(br pgx.BatchResults) error {
 	_, err := br.Exec()
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code != fencedCode {
-		if pgErr.SeverityUnlocalized == "FATAL" || pgErr.SeverityUnlocalized == "PANIC" {
-			return fmt.Errorf("%w: %w: the session ended before the write ran: %w", ports.ErrNotDone, ErrCheckFailed, err)
-		}
 		return fmt.Errorf("%w: %w", ErrCheckFailed, err)
 	}
 	return fencedError(err)

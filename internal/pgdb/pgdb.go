@@ -199,9 +199,8 @@ const (
 // cancelled (statement_timeout, a cancel request). Each of a store's
 // writes is one transaction, a batch of keyvalue sets included, so the
 // whole of it was not done. An error of severity FATAL or PANIC ends the
-// session, maybe after a commit, and is not done only when it came in
-// place of the write's check of the fence, which marks it so
-// (fenceResult). Any other error is returned as it is.
+// session, maybe after a commit, and is never not done. Any other error is
+// returned as it is.
 func NotDone(err error) error {
 	if err == nil || errors.Is(err, ports.ErrNotDone) {
 		return err

@@ -31,9 +31,8 @@ import (
 // one pooling by transaction hands the next statement another server
 // session, and the end of an idle one is never the engine's to see. The
 // look cannot see an end still on its way: the server may end a session
-// between the look and the write. A write under a term then reads the
-// server's word in place of its check of the fence, and is not done
-// (fenceResult); one with no term fails of unknown outcome.
+// between the look and the write, which then fails of unknown outcome as
+// before.
 func spoke(c net.Conn) bool {
 	if tc, ok := c.(*tls.Conn); ok {
 		c = tc.NetConn()
