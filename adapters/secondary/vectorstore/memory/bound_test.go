@@ -51,6 +51,9 @@ func TestAVectorStoreWithoutSettingsRefusesUpsertsPast256MiB(t *testing.T) {
 // id, its values twice (the stored copy and the index's) and the upkeep.
 func vecCost(id string, dim int) int64 { return int64(len(id)+8*dim) + memory.EntryOverhead }
 
+// collCost is what an empty collection counts: its name and the upkeep.
+func collCost(name string) int64 { return int64(len(name)) + memory.CollectionOverhead }
+
 func open(t *testing.T, maxBytes int64) *memory.Store {
 	t.Helper()
 	s, err := memory.Open(t.Context(), memory.Config{MaxBytes: maxBytes})
@@ -69,7 +72,9 @@ func TestAFullVectorStoreRefusesWhatNeedsRoomAndKeepsWhatItHolds(t *testing.T) {
 	ctx := t.Context()
 	const dim = 4
 	v := func(id string, x float32) ports.Vector { return ports.Vector{ID: id, Values: []float32{x, 0, 0, 0}} }
-	s := open(t, 2*int64(len("c")+memory.EntryOverhead)+3*vecCost("a", dim))
+	// Room for the two collections, two vectors, and a third vector or a
+	// third collection, whichever is larger.
+	s := open(t, 2*collCost("c")+2*vecCost("a", dim)+max(vecCost("a", dim), collCost("g")))
 	for _, c := range []string{"c", "e"} {
 		if err := s.CreateCollection(ctx, c, dim, ports.MetricEuclid); err != nil {
 			t.Fatalf("CreateCollection(%s): %v", c, err)

@@ -23,21 +23,49 @@ import (
 )
 
 // DefaultMaxBytes is the bound of a store whose configuration sets none:
-// about 80,000 vectors of dimension 384, past DefaultThreshold, where a
+// about 70,000 vectors of dimension 384, past DefaultThreshold, where a
 // collection gets its graph.
 const DefaultMaxBytes = 256 << 20
 
-// EntryOverhead is what a vector or a collection counts against the bound
-// besides its id, values and payload, or its name: about what the maps and
-// the index hold for it, so that a flood of small ones is bounded too.
-const EntryOverhead = 128
+// What the store counts against its bound is meant to be no less than
+// what it holds on the heap, so that max_bytes bounds the engine's memory
+// and not only the bytes callers sent: a flood of small vectors, of
+// payloads of many short fields or of empty collections would otherwise
+// hold several times its bound. The upkeep below is measured
+// (TestTheBoundCountsNoLessThanTheHeapTheStoreHolds), with room for a map
+// that has just grown its table.
+const (
+	// EntryOverhead is what a vector counts besides its id, values and
+	// payload: its entries in the collection's map and the index's, its
+	// slot in the index and, above the index threshold, its node in the
+	// graph, which it is counted for below the threshold too.
+	EntryOverhead = 640
+	// CollectionOverhead is what a collection counts besides its name: its
+	// entry in the store's map, its maps and its index, empty.
+	CollectionOverhead = 768
+	// PayloadObjectOverhead is what each JSON object in a payload counts
+	// besides its fields: the store keeps a payload decoded, as maps, for
+	// filters and answers.
+	PayloadObjectOverhead = 224
+	// PayloadFieldOverhead is what each field of an object in a payload
+	// counts besides its text: its slot in the map, its value boxed and,
+	// for a field of the payload itself, its term in the index, which a
+	// filter looks up.
+	PayloadFieldOverhead = 144
+	// PayloadElementOverhead is what each element of an array in a
+	// payload counts besides its text: its slot and its value boxed.
+	PayloadElementOverhead = 80
+)
 
 // Config is the block under services.vector_store.config.
 type Config struct {
 	// MaxBytes bounds what the store holds: each vector counts its id, its
-	// values twice (the stored copy and the index's), its payload as JSON
-	// and EntryOverhead, each collection its name and EntryOverhead. 0 is
-	// DefaultMaxBytes.
+	// values twice (the stored copy and the index's), its payload's JSON
+	// text twice (the payload decoded and its terms in the index) with
+	// PayloadObjectOverhead for each object in it, PayloadFieldOverhead for
+	// each field and PayloadElementOverhead for each element of an array,
+	// and EntryOverhead; each collection its
+	// name and CollectionOverhead. 0 is DefaultMaxBytes.
 	MaxBytes int64 `yaml:"max_bytes"`
 	// IndexThreshold is the number of vectors above which a collection is
 	// searched through an approximate HNSW graph; 0 means
@@ -134,7 +162,7 @@ func Open(_ context.Context, c Config) (*Store, error) {
 
 // collectionCost is what a collection counts against the bound, its
 // vectors aside.
-func collectionCost(name string) int64 { return int64(len(name)) + EntryOverhead }
+func collectionCost(name string) int64 { return int64(len(name)) + CollectionOverhead }
 
 // claim counts a write that takes need bytes and frees freed, unless the
 // store has no room for it, which it refuses; what names the write.
@@ -142,8 +170,8 @@ func (s *Store) claim(what string, need, freed int64) error {
 	for {
 		used := s.used.Load()
 		if used-freed+need > s.max {
-			return fmt.Errorf("%s: %d bytes (with %d of upkeep each) do not fit: the store holds %d of its max_bytes, %d: %w",
-				what, need, EntryOverhead, used, s.max, ports.ErrStorageFull)
+			return fmt.Errorf("%s: %d bytes (with the upkeep of each vector, payload and collection) do not fit: the store holds %d of its max_bytes, %d: %w",
+				what, need, used, s.max, ports.ErrStorageFull)
 		}
 		if s.used.CompareAndSwap(used, used-freed+need) {
 			return nil
@@ -312,7 +340,7 @@ func prepare(name string, dimension int, vectors []ports.Vector) (upsert, error)
 		cost := int64(len(v.ID)+8*len(v.Values)) + EntryOverhead
 		if p != nil {
 			b, _ := json.Marshal(p) // a normalised payload always marshals
-			cost += int64(len(b))
+			cost += 2*int64(len(b)) + payloadUpkeep(p)
 		}
 		u.vectors[i] = stored{Vector: ports.Vector{ID: v.ID, Values: slices.Clone(v.Values), Payload: p}, cost: cost}
 		u.entries[i] = vecindex.Entry{ID: v.ID, Values: u.vectors[i].Values, Payload: p}
@@ -322,6 +350,27 @@ func prepare(name string, dimension int, vectors []ports.Vector) (upsert, error)
 		u.need += cost
 	}
 	return u, nil
+}
+
+// payloadUpkeep is what a decoded payload value counts besides its JSON
+// text: PayloadObjectOverhead for each object, PayloadFieldOverhead for
+// each field and PayloadElementOverhead for each element of an array.
+func payloadUpkeep(v any) int64 {
+	switch x := v.(type) {
+	case map[string]any:
+		n := int64(PayloadObjectOverhead)
+		for _, f := range x {
+			n += PayloadFieldOverhead + payloadUpkeep(f)
+		}
+		return n
+	case []any:
+		var n int64
+		for _, e := range x {
+			n += PayloadElementOverhead + payloadUpkeep(e)
+		}
+		return n
+	}
+	return 0
 }
 
 // store puts a prepared batch into c, the collection name, whole or not at
@@ -343,8 +392,8 @@ func (s *Store) store(name string, c *collection, u upsert) error {
 		}
 	}
 	if u.need > s.max {
-		return fmt.Errorf("upsert into %q: a batch of %d bytes (ids, values twice, payloads and %d of upkeep a vector) is more than the store's max_bytes, %d: %w",
-			name, u.need, EntryOverhead, s.max, ports.ErrTooLarge)
+		return fmt.Errorf("upsert into %q: a batch of %d bytes (ids, values twice, payloads twice and the upkeep of each vector and payload) is more than the store's max_bytes, %d: %w",
+			name, u.need, s.max, ports.ErrTooLarge)
 	}
 	if err := s.claim(fmt.Sprintf("upsert into %q", name), u.need, freed); err != nil {
 		return err
