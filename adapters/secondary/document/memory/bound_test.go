@@ -68,7 +68,7 @@ func docCost(id, raw string) int64 { return int64(len(id) + len(raw) + memory.En
 func TestAFullDocumentStoreRefusesWhatNeedsRoomAndKeepsWhatItHolds(t *testing.T) {
 	ctx := t.Context()
 	data := map[string]any{"n": 1.0} // {"n":1}
-	s := open(t, 2*int64(len("c")+memory.EntryOverhead)+3*docCost("d1", `{"n":1}`))
+	s := open(t, 2*int64(len("c")+memory.CollectionOverhead)+3*docCost("d1", `{"n":1}`))
 	for _, c := range []string{"c", "e"} {
 		if err := s.EnsureCollection(ctx, c); err != nil {
 			t.Fatalf("EnsureCollection(%s): %v", c, err)

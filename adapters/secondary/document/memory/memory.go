@@ -21,17 +21,22 @@ var _ ports.DocumentStore = (*Store)(nil)
 // DefaultMaxBytes is the bound of a store whose configuration sets none.
 const DefaultMaxBytes = 64 << 20
 
-// EntryOverhead is what a document or a collection counts against the
-// bound besides its id and its JSON text, or its name: about what the maps
-// hold for it, so that a flood of empty documents or collections is
-// bounded too.
-const EntryOverhead = 128
+// EntryOverhead is what a document counts against the bound besides its
+// id and its JSON text, and CollectionOverhead what a collection counts
+// besides its name, the shard its first document comes with included: no
+// less than what the store holds on the heap for them
+// (TestTheBoundCountsNoLessThanTheHeapTheStoreHolds), so that a flood of
+// empty documents or of collections is bounded too.
+const (
+	EntryOverhead      = 128
+	CollectionOverhead = 640
+)
 
 // Config is the adapter's block under services.document.config.
 type Config struct {
 	// MaxBytes bounds what the store holds: each document counts its id,
 	// its JSON text and EntryOverhead, each collection its name and
-	// EntryOverhead. 0 is DefaultMaxBytes.
+	// CollectionOverhead. 0 is DefaultMaxBytes.
 	MaxBytes int64 `yaml:"max_bytes"`
 }
 
@@ -105,7 +110,7 @@ func docCost(id string, raw []byte) int64 { return int64(len(id)+len(raw)) + Ent
 
 // collectionCost is what a collection counts against the bound, its
 // documents aside.
-func collectionCost(name string) int64 { return int64(len(name)) + EntryOverhead }
+func collectionCost(name string) int64 { return int64(len(name)) + CollectionOverhead }
 
 // room reports whether the store has room for a write that takes need
 // bytes and frees freed. s.mu is held.
@@ -115,8 +120,8 @@ func (s *Store) room(need, freed int64) bool { return s.used-freed+need <= s.max
 // names the write. It is formatted only then: a write that fits, nearly
 // every one, formats nothing under the store's lock. s.mu is held.
 func (s *Store) full(what string, need int64) error {
-	return fmt.Errorf("%s: %d bytes (with %d of upkeep) do not fit: the store holds %d of its max_bytes, %d: %w",
-		what, need, EntryOverhead, s.used, s.max, ports.ErrStorageFull)
+	return fmt.Errorf("%s: %d bytes (with the upkeep of the document or collection) do not fit: the store holds %d of its max_bytes, %d: %w",
+		what, need, s.used, s.max, ports.ErrStorageFull)
 }
 
 // collection returns the named collection. s.mu is held.
