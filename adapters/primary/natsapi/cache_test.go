@@ -42,7 +42,7 @@ func TestTheCacheWireFormat(t *testing.T) {
 // A set larger than the whole memory cache is a 413, and the entries it
 // would have pushed out are still there.
 func TestACacheSetLargerThanTheMemoryCacheIsA413(t *testing.T) {
-	store, err := cachememory.Open(t.Context(), cachememory.Config{MaxBytes: 256})
+	store, err := cachememory.Open(t.Context(), cachememory.Config{MaxBytes: 512})
 	if err != nil {
 		t.Fatal(err)
 	}

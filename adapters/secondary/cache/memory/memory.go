@@ -23,9 +23,11 @@ import (
 const DefaultMaxBytes = 64 << 20
 
 // EntryOverhead is what an entry counts against the bound besides its key
-// and its value: about what the map, the recency list and the expiry heap
-// hold for it, so that a flood of empty values is bounded too.
-const EntryOverhead = 128
+// and its value: no less than what the map, the recency list, the expiry
+// heap and the allocations of its key and value hold for it on the heap
+// (TestTheBoundCountsNoLessThanTheHeapTheStoreHolds), so that a flood of
+// empty values is bounded too.
+const EntryOverhead = 256
 
 // Config is the memory cache's block under services.cache.config.
 type Config struct {

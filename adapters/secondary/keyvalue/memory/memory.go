@@ -24,9 +24,11 @@ var _ ports.KeyValue = (*Store)(nil)
 const DefaultMaxBytes = 64 << 20
 
 // EntryOverhead is what an entry counts against the bound besides its key
-// and its value, about what the map holds for it, so that a flood of empty
-// values is bounded too.
-const EntryOverhead = 128
+// and its value: no less than what the store holds on the heap for it, its
+// entry in the map, its expiry and the allocations of its key and value
+// (TestTheBoundCountsNoLessThanTheHeapTheStoreHolds), so that a flood of
+// empty values is bounded too.
+const EntryOverhead = 256
 
 // Config is the adapter's block under services.keyvalue.config.
 type Config struct {
