@@ -254,11 +254,17 @@ var ErrCheckFailed = errors.New("the server failed the check of the fence")
 
 // fenceResult reads the check's result: ports.ErrFenced when the store has
 // seen a newer term, ErrCheckFailed when the server failed the check
-// otherwise; in either case the write after it did not run.
+// otherwise (an error of severity ERROR, which aborts the transaction);
+// in either case the write after it did not run. An error that ends the
+// session (FATAL, PANIC) read in the check's place is neither: the check
+// and the write commit under one Sync, before the server sends the check's
+// result, so that word may follow a commit (a pooler's own, after it lost
+// the server, or a server's interrupted between its commit and its flush),
+// and it is returned as it is, of unknown outcome.
 func fenceResult(br pgx.BatchResults) error {
 	_, err := br.Exec()
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code != fencedCode {
+	if errors.As(err, &pgErr) && pgErr.Code != fencedCode && pgErr.SeverityUnlocalized == "ERROR" {
 		return fmt.Errorf("%w: %w", ErrCheckFailed, err)
 	}
 	return fencedError(err)

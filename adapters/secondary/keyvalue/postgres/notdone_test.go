@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/abi-engine/engine/internal/pgdb"
@@ -471,5 +472,95 @@ func writeAfterTheServerEndedTheSession(t *testing.T, dsn string) {
 		if ok, err := s.Exists(termed, key); err != nil || ok != want {
 			t.Errorf("%s exists = %v, %v; want %v", key, ok, err, want)
 		}
+	}
+}
+
+// A write under a term whose session the server ends before the check of
+// the fence has answered fails of unknown outcome, and does not say the
+// server failed the check (pgdb.ErrCheckFailed), which says the write
+// after the check never ran: the check and the write commit under one
+// Sync, so the word that the session ended (FATAL), read in the check's
+// place, may follow a commit (a pooler's own, or a server's interrupted
+// between its commit and its flush). Each write is handed a new
+// connection, whose preparing of its statements waits for the store's
+// table, which another transaction holds in ACCESS EXCLUSIVE mode, until
+// the server ends the session.
+func TestAnEndOfTheSessionInPlaceOfTheFenceCheckIsNotACheckFailure(t *testing.T) {
+	dsn := testenv.Lookup(t, "ENGINE_TEST_PG_DSN", "PostgreSQL", false)
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("pool_max_conns", "1")
+	u.RawQuery = q.Encode()
+	s, termed, conn := openWithKeyToHold(t, dsn, u.String(), pgtest.Table(t, dsn, "kvendcheck"), 5)
+	writes := map[string]func() error{
+		"Set": func() error { return s.Set(termed, "set", []byte("v"), 0) },
+		"SetIfAbsent": func() error {
+			_, err := s.SetIfAbsent(termed, "new", []byte("v"), 0)
+			return err
+		},
+		"Delete": func() error {
+			_, err := s.Delete(termed, "held")
+			return err
+		},
+	}
+	for name, write := range writes {
+		s.pool.Reset() // the write opens a new connection, and prepares its statements on it
+		err := endSessionWhileItWaits(t, conn, "LOCK TABLE "+s.table+" IN ACCESS EXCLUSIVE MODE", write)
+		var pgErr *pgconn.PgError
+		switch {
+		case !errors.As(err, &pgErr) || pgErr.Code != "57P01":
+			t.Errorf("a %s whose session the server ended before its check of the fence answered: %v, want the server's FATAL", name, err)
+		case errors.Is(err, pgdb.ErrCheckFailed) || errors.Is(err, ports.ErrNotDone):
+			t.Errorf("a %s whose session the server ended before its check of the fence answered: %v, want its outcome unknown, not the check failed", name, err)
+		}
+	}
+}
+
+// endSessionWhileItWaits runs hold in a transaction on conn, then write,
+// and has the server end the session of write once it waits for a lock
+// hold took; it returns write's error. The session is looked for from a
+// connection of its own, since a transaction sees pg_stat_activity as it
+// was when it first looked.
+func endSessionWhileItWaits(t *testing.T, conn *pgx.Conn, hold string, write func() error) error {
+	t.Helper()
+	watcher, err := pgx.Connect(t.Context(), conn.Config().ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = watcher.Close(context.Background()) }()
+	tx, err := conn.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if _, err := tx.Exec(t.Context(), hold); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- write() }()
+	for deadline := time.Now().Add(time.Minute); ; {
+		var ended bool
+		err := watcher.QueryRow(t.Context(), `SELECT coalesce(bool_and(pg_terminate_backend(pid, 60000)), false)
+			FROM pg_stat_activity WHERE $1::int = ANY (pg_blocking_pids(pid))`, conn.PgConn().PID()).Scan(&ended)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ended {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the write never waited for the lock held")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(5 * time.Minute):
+		t.Fatal("the write has not returned 5 minutes after the server ended its session")
+		return nil
 	}
 }
