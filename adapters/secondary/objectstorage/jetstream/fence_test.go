@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -263,29 +264,7 @@ func TestAnOlderTermsWriteAfterTheHoldEndsIsRefusedThoughTheHeldTermWroteNothing
 			done = true
 		}
 	}
-	js, err := natsjs.New(natstest.Connect(t, url))
-	if err != nil {
-		t.Fatal(err)
-	}
-	stream, err := js.Stream(t.Context(), "OBJ_"+bucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(time.Minute)
-	for {
-		m, err := stream.GetLastMsgForSubject(t.Context(), "$O."+bucket+".=fence.15")
-		if err == nil && m.Header.Get("Abi-Fence") == "6" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("a minute after the hold ended, the fence's last record is %v (%v), want it raised to term 6", m, err)
-		}
-		select {
-		case w := <-waits:
-			w <- now()
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+	awaitFence(t, url, bucket, 6, waits, now)
 	if _, err := draining.Put(older, "o", bytes.NewReader([]byte("late")), ports.PutObjectOptions{}); !errors.Is(err, ports.ErrFenced) {
 		t.Fatalf("Put of the older term after the newer term's hold ended: %v, want ErrFenced", err)
 	}
@@ -384,6 +363,18 @@ func TestTheRaiseAtTheHoldsEndReadsTheLeasesClockEachTimeItWakes(t *testing.T) {
 
 	suspended.Store(int64(hold))
 	again <- start
+	awaitFence(t, url, bucket, 6, waits, func() time.Time { return start })
+	if _, err := draining.Put(older, "o", bytes.NewReader([]byte("late")), ports.PutObjectOptions{}); !errors.Is(err, ports.ErrFenced) {
+		t.Fatalf("Put of the older term after the hold ended on the lease's clock: %v, want ErrFenced", err)
+	}
+	wantObject(t, successor, "after the older term's refused Put", want, "the successor's")
+}
+
+// awaitFence waits, a minute at most, for the last fence record of bucket
+// to hold term, and fails the test if it does not. Each wait the store
+// begins meanwhile is ended at the store's clock's reading, now.
+func awaitFence(t *testing.T, url, bucket string, term uint64, waits <-chan chan time.Time, now func() time.Time) {
+	t.Helper()
 	js, err := natsjs.New(natstest.Connect(t, url))
 	if err != nil {
 		t.Fatal(err)
@@ -392,23 +383,20 @@ func TestTheRaiseAtTheHoldsEndReadsTheLeasesClockEachTimeItWakes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	want := strconv.FormatUint(term, 10)
 	deadline := time.Now().Add(time.Minute)
 	for {
 		m, err := stream.GetLastMsgForSubject(t.Context(), "$O."+bucket+".=fence.15")
-		if err == nil && m.Header.Get("Abi-Fence") == "6" {
-			break
+		if err == nil && m.Header.Get("Abi-Fence") == want {
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("a minute after the hold ended on the lease's clock, the fence's last record is %v (%v), want it raised to term 6", m, err)
+			t.Fatalf("a minute after the hold ended, the fence's last record is %v (%v), want it raised to term %d", m, err, term)
 		}
 		select {
 		case w := <-waits:
-			w <- start
+			w <- now()
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	if _, err := draining.Put(older, "o", bytes.NewReader([]byte("late")), ports.PutObjectOptions{}); !errors.Is(err, ports.ErrFenced) {
-		t.Fatalf("Put of the older term after the hold ended on the lease's clock: %v, want ErrFenced", err)
-	}
-	wantObject(t, successor, "after the older term's refused Put", want, "the successor's")
 }
