@@ -52,10 +52,11 @@ type RaiseHolder interface {
 	// checked against the fence and refused when a newer term raised it,
 	// without raising it; once clock reads until the store raises it for
 	// the term without a write, and the term's first write from until on
-	// raises it if that has not. clock is the one the lease is judged by,
-	// which counts the time the machine spent suspended: a hold judged on
-	// Go's clock, which stands still in a suspend, would end that much
-	// later than the drain it waits for, and leave an older engine's
-	// writes unfenced meanwhile.
+	// raises it if that has not; a store that closes before until
+	// raises it as it closes, its term's writes being over. clock is the
+	// one the lease is judged by, which counts the time the machine
+	// spent suspended: a hold judged on Go's clock, which stands still in
+	// a suspend, would end that much later than the drain it waits for,
+	// and leave an older engine's writes unfenced meanwhile.
 	HoldRaise(token uint64, until time.Time, clock domain.Clock)
 }

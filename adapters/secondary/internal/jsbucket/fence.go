@@ -44,7 +44,7 @@ import (
 // A term may be told to hold its raise back for a while (HoldRaise, ADR
 // 0023): its writes are then conditioned on a record as it stands, so a
 // newer term's raise still refuses them, and an older term's writes are
-// not refused meanwhile.
+// not refused meanwhile. RaiseHeld ends such a hold early and raises.
 
 // fenceShards is how many records the fence has.
 const fenceShards = 16
@@ -163,6 +163,18 @@ func (b *Bucket) HoldRaise(t uint64, held func() bool) {
 	b.fenceMu.Lock()
 	defer b.fenceMu.Unlock()
 	b.hold = raiseHold{token: t, held: held}
+}
+
+// RaiseHeld ends the hold of term t's raise, if one is told, and raises
+// the fence to t at once, as the term's first write past its hold would.
+// A fence a newer term raised fails it with ports.ErrFenced.
+func (b *Bucket) RaiseHeld(ctx context.Context, t uint64) error {
+	b.fenceMu.Lock()
+	if b.hold.token == t {
+		b.hold = raiseHold{}
+	}
+	b.fenceMu.Unlock()
+	return b.Fence(ports.WithFencingToken(ctx, t))
 }
 
 // heldBack reports whether the raise of term t is held back now; once it

@@ -214,6 +214,55 @@ func TestAHeldTermIsRefusedOnceANewerTermRaised(t *testing.T) {
 	wantObject(t, newest, "after the held term's refused writes", want, "the newest term's")
 }
 
+// Two handovers in quick succession: the engine of term 5 released the
+// lease to term 6, whose raise was held, and term 6, having written in its
+// hold only, released it to term 7 before that hold ended; term 7's raise
+// is held in turn. Term 6's store raises the fence to its term when it
+// closes, at the end of its drain, so the engine of term 5, paused past
+// its own drain, has its late Put and Delete refused within term 7's hold,
+// and term 7 still writes, its object staying. Before, no store raised the
+// fence past term 5 until term 7's hold ended, and the late Put landed
+// over term 7's object.
+func TestAnEngineOlderThanAPredecessorThatReleasedInItsHoldIsRefusedInTheNextHold(t *testing.T) {
+	url := natstest.StartProcess(t, server)
+	c := jetstream.Config{Bucket: "HELDTWICE", Replicas: 1}
+	start := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	frozen := clockFunc(func() time.Time { return start })
+	paused, predecessor, newest := open(t, url, c), open(t, url, c), open(t, url, c)
+	first := ports.WithFencingToken(t.Context(), 5)
+	second := ports.WithFencingToken(t.Context(), 6)
+	third := ports.WithFencingToken(t.Context(), 7)
+
+	if _, err := paused.Put(first, "gone", bytes.NewReader([]byte("to be deleted")), ports.PutObjectOptions{}); err != nil {
+		t.Fatalf("Put of term 5 before the first handover: %v", err)
+	}
+	predecessor.HoldRaise(6, start.Add(time.Hour), frozen)
+	if _, err := predecessor.Put(second, "o", bytes.NewReader([]byte("term 6's")), ports.PutObjectOptions{}); err != nil {
+		t.Fatalf("Put of term 6 in its hold: %v", err)
+	}
+	if _, err := paused.Put(first, "drained", bytes.NewReader([]byte("term 5's drain")), ports.PutObjectOptions{}); err != nil {
+		t.Fatalf("Put of term 5 in term 6's hold: %v, want it stored", err)
+	}
+	newest.HoldRaise(7, start.Add(time.Hour), frozen)
+	if _, err := newest.Put(third, "o", bytes.NewReader([]byte("term 7's first")), ports.PutObjectOptions{}); err != nil {
+		t.Fatalf("Put of term 7 in its hold, before term 6's store closed: %v", err)
+	}
+	if err := predecessor.Close(); err != nil {
+		t.Fatalf("Close of term 6's store: %v", err)
+	}
+	want, err := newest.Put(third, "o", bytes.NewReader([]byte("term 7's")), ports.PutObjectOptions{})
+	if err != nil {
+		t.Fatalf("Put of term 7 in its hold, after term 6's store closed: %v", err)
+	}
+	if _, err := paused.Put(first, "o", bytes.NewReader([]byte("late")), ports.PutObjectOptions{}); !errors.Is(err, ports.ErrFenced) {
+		t.Fatalf("Put of term 5 in term 7's hold, after term 6's store closed: %v, want ErrFenced", err)
+	}
+	if err := paused.Delete(first, "gone"); !errors.Is(err, ports.ErrFenced) {
+		t.Fatalf("Delete of term 5 in term 7's hold, after term 6's store closed: %v, want ErrFenced", err)
+	}
+	wantObject(t, newest, "after term 5's refused writes", want, "term 7's")
+}
+
 // A held term's store raises the fence itself once the hold has ended on
 // the clock it was given (ADR 0023): the older term's Put that comes later
 // is refused though the held term wrote nothing since, and its own object, written

@@ -18,7 +18,8 @@
 // term told to hold its raise (ports.RaiseHolder, ADR 0023) checks the
 // fence without raising it until the time it was given, on the lease's
 // clock, so the transfers of an engine that released the lease finish
-// within its drain; at that time the store raises it.
+// within its drain; at that time the store raises it, or when it closes,
+// if that comes first.
 package jetstream
 
 import (
@@ -35,6 +36,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -101,8 +103,10 @@ func (c Config) Describe() string {
 // lease's, not on the store's own, which its sweeps read. Once clock
 // reads until the store raises the fence to token itself (raiseAtEnd), so
 // that an older term's write is refused from then on though the held term
-// writes nothing more.
+// writes nothing more. A store that closes before then raises it as it
+// closes (Close).
 func (s *Store) HoldRaise(token uint64, until time.Time, clock domain.Clock) {
+	s.held.Store(token)
 	s.b.HoldRaise(token, func() bool { return clock.Now().Before(until) })
 	go s.raiseAtEnd(token, until, clock)
 }
@@ -170,6 +174,11 @@ type Store struct {
 	sweeping sweeping
 	swept    chan struct{}
 	sighted  map[string]sighting
+	// held is the term last told to hold its raise (HoldRaise), 0 when
+	// none was; Close raises the fence to it. log hears of a raise at
+	// Close that failed.
+	held atomic.Uint64
+	log  *slog.Logger
 }
 
 // sighting is a sweep's finding of an object's chunks that no live
@@ -229,6 +238,10 @@ func open(ctx context.Context, c Config, nc *nats.Conn, sw sweeping) (*Store, er
 		b: b, nc: nc, closing: closing, close: cancel,
 		readers: map[string]int{}, owed: map[string]context.Context{}, purging: map[string]bool{},
 		sweeping: sw, swept: make(chan struct{}), sighted: map[string]sighting{},
+		log: c.Logger,
+	}
+	if s.log == nil {
+		s.log = slog.Default()
 	}
 	// It sweeps at Open and then every sweeping.every until Close.
 	go jsbucket.Sweeps(s.closing, sw.every, sweepTimeout, s.sweep, s.swept)
@@ -241,7 +254,8 @@ const closeWait = describeTimeout + purgeTimeout
 
 // Close stops the Puts under way from writing chunks and the sweeps,
 // waits (within closeWait) for them and the Deletes under way to end,
-// purges and all, purges (within purgeTimeout, all of them) the chunks
+// purges and all, raises the fence to a term told to hold its raise
+// (raiseHeld), purges (within purgeTimeout, all of them) the chunks
 // still owed to readers, whose reads end with the connection, and closes
 // the store's connection; closing twice is harmless. Closing the
 // connection under a write would fail its purge, and leave chunks that no
@@ -261,6 +275,7 @@ func (s *Store) Close() error {
 	case <-ended:
 	case <-time.After(closeWait):
 	}
+	s.raiseHeld()
 	s.mu.Lock()
 	owed := s.owed
 	s.owed = map[string]context.Context{}
@@ -276,6 +291,33 @@ func (s *Store) Close() error {
 	}
 	s.nc.Close()
 	return nil
+}
+
+// closeRaiseTimeout bounds the raise of a held term's fence at Close.
+const closeRaiseTimeout = 10 * time.Second
+
+// raiseHeld raises the fence to the term last told to hold its raise, if
+// one was and no newer term has raised it, whether its hold has ended or
+// not (ADR 0023). An engine closes the store once it has released the
+// lease and drained: its own term writes nothing more, and the successor,
+// whose raise is held too, conditions its writes on the fence as it
+// stands. Left at the older term, the fence would let an engine older than
+// this one, paused past its drain, land its writes through the
+// successor's hold, since the store that was to raise it past them at its
+// hold's end is gone. An engine older than this one that is still draining
+// when this store closes (a second handover within the first's drain) has
+// its late uploads refused: the safe way. A raise that fails within
+// closeRaiseTimeout leaves the fence where it was, and says so.
+func (s *Store) raiseHeld() {
+	token := s.held.Swap(0) // once: a second Close has no connection
+	if token == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), closeRaiseTimeout)
+	defer cancel()
+	if err := s.b.RaiseHeld(ctx, token); err != nil && !errors.Is(err, ports.ErrFenced) {
+		s.log.Warn("the object store closed without raising its fence to the term whose raise it held; an older engine's late writes are not refused until the successor raises it", "bucket", s.b.Name(), "term", token, "err", err)
+	}
 }
 
 // errClosed ends the Puts under way when the store closes.
