@@ -43,7 +43,13 @@ func Belong(ctx context.Context, db *sql.DB, what, path string) error {
 	if err != nil {
 		return fmt.Errorf("%s: %s keeps the data of one NATS account, and this engine's is unknown: %w", what, path, err)
 	}
+	// The lock another handle holds is waited for in tries (Wait), as a
+	// write's is: on the stores' writers, SQLite's own wait is one try.
+	wait := WaitFor(ctx)
 	tx, err := db.BeginTx(ctx, nil)
+	for err != nil && wait.Again(err) {
+		tx, err = db.BeginTx(ctx, nil)
+	}
 	if err != nil {
 		return fmt.Errorf("%s: record the account of %s: %w", what, path, err)
 	}

@@ -15,6 +15,6 @@ func StartCheckpointerWithFault(path string, every time.Duration, log *slog.Logg
 // committed.
 func (f *Fence) SetRaising(raising func()) { f.raising = raising }
 
-// SetSetting makes setting run before each change of a connection's busy
-// timeout after a raise, failing it with the error setting returns.
-func (f *Fence) SetSetting(setting func(ms int64) error) { f.setting = setting }
+// SetClock makes the writes of d read now for the clock their waits for
+// the file's lock are bounded by, from their next turn on.
+func (d *DB) SetClock(now func() time.Time) { d.now = now }

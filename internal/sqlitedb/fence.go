@@ -6,9 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strconv"
 	"sync/atomic"
-	"time"
 
 	"github.com/abi-engine/engine/ports"
 )
@@ -43,10 +41,6 @@ type Fence struct {
 	// raising, when set, runs in a raise once it has committed; a test
 	// spends there the time a raise can spend waiting for the lock.
 	raising func()
-	// setting, when set, runs before each change of a connection's busy
-	// timeout after a raise, and fails it with its error; a test causes
-	// there a fault that SQLite gives no way to cause.
-	setting func(ms int64) error
 }
 
 // NewFence prepares the fence's statements on db, the connections the
@@ -61,22 +55,20 @@ func NewFence(ctx context.Context, db *sql.DB, scope, path string) (*Fence, erro
 
 // Begin begins a write transaction of a call under ctx's serving term, on
 // conn, one of the connections the fence was made on, which the caller
-// holds (as to set how long it waits for the file's lock, or to drop it,
-// RollBack), once the fence has passed that term: the caller writes in it
-// and commits, or rolls back (RollBack). It fails with ports.ErrFenced when
-// the fence has seen a newer term. A write without a token (a tool, a
-// test, the schema) is not fenced.
+// holds (as to drop it, RollBack), once the fence has passed that term: the
+// caller writes in it and commits, or rolls back (RollBack). It fails with
+// ports.ErrFenced when the fence has seen a newer term. A write without a
+// token (a tool, a test, the schema) is not fenced.
 //
 // The first time this handle writes under a newer term, the fence is
 // raised to that term in a transaction of its own, so the term fences the
 // older ones even when the write itself then fails (a conflict, a missing
 // collection), as on PostgreSQL. The transaction of the write then checks
 // the fence first, under the write lock it takes when it begins. The
-// raise and the write each wait for the lock, and the two together wait
-// no longer than conn's busy timeout, which the caller set to the wait
-// the call allows (LockWait): the write waits only for what the raise
-// left of it, so a call due sooner is still told in time that it was not
-// done. conn's busy timeout is set back once the write has the lock.
+// raise and the write each wait for the lock, in tries on conn, whose busy
+// timeout is a try (LockTry), while wait, the call's, allows: the two
+// together end by the moment wait ends, so a call due sooner is still told
+// in time that it was not done.
 //
 // Begin fails before the caller's write has run any of its statements, so
 // each failure of it but the fence's refusal and a token SQLite cannot
@@ -86,12 +78,12 @@ func NewFence(ctx context.Context, db *sql.DB, scope, path string) (*Fence, erro
 // is the term's, not the write's: the write, sent again under the same
 // term, raises it again or finds it raised, and writes as if this attempt
 // had never been.
-func (f *Fence) Begin(ctx context.Context, conn *sql.Conn) (*sql.Tx, error) {
+func (f *Fence) Begin(ctx context.Context, conn *sql.Conn, wait Wait) (*sql.Tx, error) {
 	token, termed, err := tokenOf(ctx)
 	if err != nil {
 		return nil, err
 	}
-	tx, err := f.begin(ctx, conn, token, termed)
+	tx, err := f.begin(ctx, conn, wait, token, termed)
 	if err != nil && !errors.Is(err, ports.ErrFenced) && !errors.Is(err, ports.ErrNotDone) {
 		return nil, fmt.Errorf("%w: %w", ports.ErrNotDone, err)
 	}
@@ -99,27 +91,13 @@ func (f *Fence) Begin(ctx context.Context, conn *sql.Conn) (*sql.Tx, error) {
 }
 
 // begin is Begin once the token is read.
-func (f *Fence) begin(ctx context.Context, conn *sql.Conn, token uint64, termed bool) (*sql.Tx, error) {
-	var err error
-	restore := func() error { return nil }
+func (f *Fence) begin(ctx context.Context, conn *sql.Conn, wait Wait, token uint64, termed bool) (*sql.Tx, error) {
 	if termed && token > f.raised.Load() {
-		if restore, err = f.raiseWithin(ctx, conn, token); err != nil {
+		if err := f.raise(ctx, conn, wait, token); err != nil {
 			return nil, err
 		}
 	}
-	tx, err := conn.BeginTx(ctx, nil)
-	if rerr := restore(); rerr != nil {
-		// Kept, the connection would make the writes it serves next
-		// give up early; it is dropped. tx is rolled back first: an open
-		// transaction holds the connection, and dropping it would wait
-		// for the transaction to end, which nothing then ends. The
-		// write ran none of its statements: it is not done.
-		if tx != nil {
-			_ = tx.Rollback()
-		}
-		Drop(conn)
-		return nil, fmt.Errorf("begin in %s: %w: %w", f.path, ports.ErrNotDone, errors.Join(err, rerr))
-	}
+	tx, err := wait.Begin(ctx, conn)
 	if err != nil {
 		return nil, fmt.Errorf("begin in %s: %w", f.path, err)
 	}
@@ -131,48 +109,10 @@ func (f *Fence) begin(ctx context.Context, conn *sql.Conn, token uint64, termed 
 	return tx, nil
 }
 
-// raiseWithin raises the fence to token (raise) and takes the time it
-// spent off conn's busy timeout, and returns the function that sets the
-// busy timeout back. A failure to read the busy timeout comes before the
-// raise and the write: the write is not done (ports.ErrNotDone).
-func (f *Fence) raiseWithin(ctx context.Context, conn *sql.Conn, token uint64) (restore func() error, err error) {
-	var ms int64
-	if err := conn.QueryRowContext(ctx, "PRAGMA busy_timeout").Scan(&ms); err != nil {
-		return nil, fmt.Errorf("read the wait for the lock in %s: %w: %w", f.path, ports.ErrNotDone, err)
-	}
-	start := time.Now()
-	if err := f.raise(ctx, conn, token); err != nil {
-		return nil, err
-	}
-	spent := time.Since(start).Milliseconds()
-	if spent == 0 {
-		return func() error { return nil }, nil
-	}
-	if err := f.setWait(ctx, conn, max(0, ms-spent)); err != nil {
-		Drop(conn)
-		// The write has not begun: it is not done.
-		return nil, fmt.Errorf("the wait for the lock in %s: %w: %w", f.path, ports.ErrNotDone, err)
-	}
-	return func() error { return f.setWait(context.WithoutCancel(ctx), conn, ms) }, nil
-}
-
-// setWait sets conn's busy timeout to ms milliseconds.
-func (f *Fence) setWait(ctx context.Context, conn *sql.Conn, ms int64) error {
-	if f.setting != nil {
-		if err := f.setting(ms); err != nil {
-			return fmt.Errorf("set it to %d ms: %w", ms, err)
-		}
-	}
-	if _, err := conn.ExecContext(ctx, "PRAGMA busy_timeout = "+strconv.FormatInt(ms, 10)); err != nil {
-		return fmt.Errorf("set it to %d ms: %w", ms, err)
-	}
-	return nil
-}
-
 // raise moves the fence up to token in a transaction of its own, or fails
 // with ports.ErrFenced when it stands above.
-func (f *Fence) raise(ctx context.Context, conn *sql.Conn, token uint64) error {
-	tx, err := conn.BeginTx(ctx, nil)
+func (f *Fence) raise(ctx context.Context, conn *sql.Conn, wait Wait, token uint64) error {
+	tx, err := wait.Begin(ctx, conn)
 	if err != nil {
 		return fmt.Errorf("raise the fence of %s to term %d: %w", f.path, token, err)
 	}

@@ -23,21 +23,25 @@ import (
 	"github.com/abi-engine/engine/ports"
 )
 
-// writerOptions apply to the writer's connection: it waits up to 10 s
-// (BusyTimeout) for the lock (another handle on the file may hold it), or
-// less for a write due sooner (WriteTurn), the file is in WAL so
-// readers never block it, and transactions take the write lock when they
-// begin, so a read-then-write transaction cannot lose its snapshot half way.
-const writerOptions = "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_txlock=immediate"
+// writerOptions apply to the writer's connection: SQLite's busy handler
+// waits one try (LockTry) for the lock, which another handle on the file
+// may hold, and a write tries again while its wait allows (Wait), the file
+// is in WAL so readers never block it, and transactions take the write
+// lock when they begin, so a read-then-write transaction cannot lose its
+// snapshot half way.
+const writerOptions = "?_pragma=busy_timeout(50)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_txlock=immediate"
 
 // BusyTimeout is how long a write waits for the file's lock, which another
 // handle on the file holds, when its call is due no sooner.
 const BusyTimeout = 10 * time.Second
 
-// lockWaitStep is the step a write's wait for the lock is set in: calls
-// arrive with nearly the whole of their callers' waits left, so most come
-// to the same setting and it is seldom set anew.
-const lockWaitStep = 100 * time.Millisecond
+// LockTry is how long SQLite's busy handler waits for the file's lock in
+// one try of a write (writerOptions). SQLite counts a busy timeout in the
+// sleeps it schedules, not in time passed, and on a loaded host each sleep
+// wakes late: a busy timeout of 8.9 s has ended after 10.06 s. A try is
+// short enough that its lateness stays small, and a write's wait, made of
+// tries, is bounded by the clock (Wait.Again).
+const LockTry = 50 * time.Millisecond
 
 // readerOptions apply to the readers: query_only makes a write sent to the
 // wrong pool fail at once instead of racing the writer for the lock.
@@ -59,11 +63,18 @@ type DB struct {
 	Read  *sql.DB
 
 	turn chan struct{} // holds a token while a write has the writer (WriteTurn)
-	// busy is the writer's busy timeout, in milliseconds, as last set;
-	// only a write that has the turn sets it. A connection the writer
-	// opens, as when database/sql replaces one its driver called bad, is
-	// given it (writerConnector).
+	// wait is the wait for the file's lock of the write that has the
+	// turn; only that write sets and reads it (WriteTurn, Again).
+	wait Wait
+	// busy is the writer's busy timeout, in milliseconds, as last set: a
+	// try (LockTry), or less for a write due sooner; only a write that has
+	// the turn sets it. A connection the writer opens, as when
+	// database/sql replaces one its driver called bad, is given it
+	// (writerConnector).
 	busy atomic.Int64
+	// now reads the clock a write's wait is bounded by: time.Now, or a
+	// test's.
+	now func() time.Time
 }
 
 // writerConnector opens the writer's connections, each waiting for the
@@ -78,7 +89,7 @@ func (c writerConnector) Connect(ctx context.Context) (driver.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	if ms := c.busy.Load(); ms != BusyTimeout.Milliseconds() {
+	if ms := c.busy.Load(); ms != LockTry.Milliseconds() {
 		if err := setBusyTimeout(ctx, conn, ms); err != nil {
 			_ = conn.Close()
 			return nil, err
@@ -118,8 +129,8 @@ func Open(ctx context.Context, what, path, schema string) (*DB, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("%s: create the directory of %s: %w", what, path, err)
 	}
-	d := &DB{turn: make(chan struct{}, 1)}
-	d.busy.Store(BusyTimeout.Milliseconds())
+	d := &DB{turn: make(chan struct{}, 1), now: time.Now}
+	d.busy.Store(LockTry.Milliseconds())
 	wc, err := sqlite.NewConnector(path + writerOptions)
 	if err != nil {
 		return nil, fmt.Errorf("%s: open %s: %w", what, path, err)
@@ -133,8 +144,14 @@ func Open(ctx context.Context, what, path, schema string) (*DB, error) {
 		return nil, err
 	}
 	// The schema runs first, on the writer, so the file is in WAL before
-	// a reader opens it.
-	if _, err := w.ExecContext(ctx, schema); err != nil {
+	// a reader opens it. Its statements are idempotent: one refused for
+	// the lock runs again, with those before it.
+	wait := WaitFor(ctx)
+	_, err = w.ExecContext(ctx, schema)
+	for wait.Again(err) {
+		_, err = w.ExecContext(ctx, schema)
+	}
+	if err != nil {
 		_ = w.Close()
 		return nil, fmt.Errorf("%s: create tables in %s: %w", what, path, err)
 	}
@@ -163,8 +180,8 @@ func Full(err error) error {
 
 // NotDone marks err, a write's, as ports.ErrNotDone when SQLite refused
 // one of its statements for a lock: SQLITE_BUSY, another connection held
-// the file's write lock beyond the busy timeout (another engine on this
-// host), or SQLITE_LOCKED, a conflict within the connection. SQLite ran
+// the file's write lock for as long as the write waited for it (another
+// engine on this host; Wait), or SQLITE_LOCKED, a conflict within the connection. SQLite ran
 // none of that statement, and a write made in a transaction rolls it back
 // (RollBack), so nothing of the write is in the file, and the lock may be
 // free when it is sent again. It marks so too a statement that found the
@@ -290,25 +307,49 @@ func PointRead(ctx context.Context) (context.Context, error) {
 // sixth of a set's throughput. What a write can no longer stop is a wait for
 // the file's lock held by another process. Only another engine on this
 // host takes it, and the fence check inside each write refuses the write if
-// that engine's term is newer. That wait ends by ctx's deadline, or by the
-// moment its answer is due (ports.AnswerBy), when either comes sooner than
-// BusyTimeout: SQLite then refuses the write for the lock (SQLITE_BUSY),
-// which NotDone marks, and the caller, still waiting, learns the write was
+// that engine's term is newer. That wait is made of tries (LockTry), each
+// refused statement tried again while the write's wait allows (DB.Again),
+// which ends by ctx's deadline, or by the moment its answer is due
+// (ports.AnswerBy), when either comes sooner than BusyTimeout (WaitFor):
+// the write's last refusal for the lock (SQLITE_BUSY), which NotDone marks,
+// then reaches the caller while it still waits, and it learns the write was
 // not done and may send it again, where past its own deadline it would
 // learn nothing (a timeout, 504, through another engine). A write whose
-// wait could not be set (the handle closed, or a connection that could not
+// try could not be set (the handle closed, or a connection that could not
 // be opened) ran none of its statements: it is ports.ErrNotDone.
 func (d *DB) WriteTurn(ctx context.Context) (context.Context, func(), error) {
 	if err := TakeTurn(ctx, d.turn); err != nil {
 		return nil, nil, err
 	}
 	wctx := context.WithoutCancel(ctx)
-	if err := d.waitAtMost(wctx, lockWait(ctx, time.Now())); err != nil {
+	d.wait = waitFor(ctx, d.now)
+	if err := d.tryFor(wctx, d.wait.Try()); err != nil {
 		d.endTurn()
 		return nil, nil, fmt.Errorf("%w: %w", ports.ErrNotDone, err)
 	}
 	return wctx, d.endTurn, nil
 }
+
+// tryFor sets the writer's busy timeout to try, unless it stands there.
+// Only a write that has the turn calls it; most find it at LockTry.
+func (d *DB) tryFor(ctx context.Context, try time.Duration) error {
+	ms := try.Milliseconds()
+	if ms == d.busy.Load() {
+		return nil
+	}
+	if _, err := d.Write.ExecContext(ctx, "PRAGMA busy_timeout = "+strconv.FormatInt(ms, 10)); err != nil {
+		return fmt.Errorf("set the writer's wait for the lock to %v: %w", try, err)
+	}
+	d.busy.Store(ms)
+	return nil
+}
+
+// Again reports whether the write that has the turn tries again a
+// statement that failed with err (Wait.Again).
+func (d *DB) Again(err error) bool { return err != nil && d.wait.Again(err) }
+
+// Wait is the wait for the file's lock of the write that has the turn.
+func (d *DB) Wait() Wait { return d.wait }
 
 // TakeTurn waits for a handle's turn to write, by putting a token in turn,
 // a channel of one slot that holds it while a write of the handle runs:
@@ -344,42 +385,66 @@ func TakeTurn(ctx context.Context, turn chan<- struct{}) error {
 
 // LockWait is how long a write of a call under ctx may wait for the file's
 // lock now: BusyTimeout, or until ctx's deadline or the moment its answer
-// is due (ports.AnswerBy) if sooner, in whole steps of 100 ms, and none
-// once that has passed.
-func LockWait(ctx context.Context) time.Duration { return lockWait(ctx, time.Now()) }
-
-// lockWait is LockWait at now.
-func lockWait(ctx context.Context, now time.Time) time.Duration {
-	wait := BusyTimeout
-	if dl, ok := ctx.Deadline(); ok {
-		wait = min(wait, dl.Sub(now))
-	}
-	if by, ok := ports.AnswerBy(ctx); ok {
-		wait = min(wait, by.Sub(now))
-	}
-	return max(0, wait.Truncate(lockWaitStep))
+// is due (ports.AnswerBy) if sooner, and none once that has passed.
+func LockWait(ctx context.Context) time.Duration {
+	return max(0, time.Until(waitFor(ctx, time.Now).by))
 }
 
-// waitAtMost sets the writer's busy timeout to wait, unless it stands
-// there. Only a write that has the turn calls it.
-func (d *DB) waitAtMost(ctx context.Context, wait time.Duration) error {
-	ms := wait.Milliseconds()
-	if ms == d.busy.Load() {
-		return nil
-	}
-	if _, err := d.Write.ExecContext(ctx, "PRAGMA busy_timeout = "+strconv.FormatInt(ms, 10)); err != nil {
-		return fmt.Errorf("set the writer's wait for the lock to %v: %w", wait, err)
-	}
-	d.busy.Store(ms)
-	return nil
+// A Wait is a write's wait for the file's lock, bounded by the clock: the
+// write tries a statement refused for the lock again (Again) while a try
+// begun now would end by the moment the wait ends. SQLite's own busy
+// timeout is not that bound: it ends once the sleeps it scheduled add up
+// to it, however late each woke.
+type Wait struct {
+	by  time.Time
+	try time.Duration // one try: LockTry, or what is left of the wait if less
+	now func() time.Time
 }
 
-// Spend takes spent, the time a write that has the turn already waited for
-// the file's lock in a statement before its next, off the writer's wait for
-// the lock, so that the write's statements together wait no longer than
-// its call allows (LockWait). The next write sets its own wait (WriteTurn).
-func (d *DB) Spend(ctx context.Context, spent time.Duration) error {
-	return d.waitAtMost(ctx, max(0, time.Duration(d.busy.Load())*time.Millisecond-spent))
+// WaitFor is the wait of a write of a call under ctx, from now: until
+// BusyTimeout has passed, or ctx's deadline or the moment the call's answer
+// is due (ports.AnswerBy) if sooner.
+func WaitFor(ctx context.Context) Wait { return waitFor(ctx, time.Now) }
+
+// waitFor is WaitFor on the clock now.
+func waitFor(ctx context.Context, now func() time.Time) Wait {
+	at := now()
+	by := at.Add(BusyTimeout)
+	if dl, ok := ctx.Deadline(); ok && dl.Before(by) {
+		by = dl
+	}
+	if due, ok := ports.AnswerBy(ctx); ok && due.Before(by) {
+		by = due
+	}
+	return Wait{by: by, try: min(LockTry, max(0, by.Sub(at)).Truncate(time.Millisecond)), now: now}
+}
+
+// Try is how long the first try of a write under w waits for the lock, the
+// busy timeout its connection is set to: LockTry, or what is left of w as
+// it begins if less, so that a write due at once does not wait.
+func (w Wait) Try() time.Duration { return w.try }
+
+// Again reports whether a statement that failed with err, one that takes
+// the file's lock on a connection whose busy timeout is w's try (Try), is
+// tried again: SQLite refused it for the lock (SQLITE_BUSY), so none of it
+// ran, and another try, begun now, ends by the wait's end on its clock.
+// The zero Wait tries no statement again.
+func (w Wait) Again(err error) bool {
+	var se *sqlite.Error
+	if w.now == nil || !errors.As(err, &se) || se.Code()&0xff != sqlite3.SQLITE_BUSY {
+		return false
+	}
+	return !w.now().Add(w.try).After(w.by)
+}
+
+// Begin begins a transaction on conn, which takes the file's write lock as
+// it begins, trying again while w allows.
+func (w Wait) Begin(ctx context.Context, conn *sql.Conn) (*sql.Tx, error) {
+	tx, err := conn.BeginTx(ctx, nil)
+	for err != nil && w.Again(err) {
+		tx, err = conn.BeginTx(ctx, nil)
+	}
+	return tx, err
 }
 
 func (d *DB) endTurn() { <-d.turn }

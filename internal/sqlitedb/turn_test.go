@@ -83,17 +83,29 @@ func TestAWriteInItsTurnRunsUnderItsValuesWithoutItsCancellation(t *testing.T) {
 	}
 }
 
-// A write's wait for the file's lock is set on the connection it runs on,
-// even when the writer's connection was replaced since a write last set it
-// (database/sql drops a connection its driver calls bad, as one whose
-// statement was interrupted): the new connection starts at BusyTimeout, and
-// a write whose answer is due now must still not wait at all. Before, the
-// handle kept the wait it had set on the old connection and, seeing the
-// same wait asked again, left the new one at BusyTimeout.
-func TestAWriteOnAReplacedConnectionWaitsForTheLockNoLongerThanItsCallAllows(t *testing.T) {
+// The writer's connection waits for the file's lock one try at a time
+// (LockTry) in every write's turn, however long the call allows, and not
+// at all for a call due now, on a connection the writer opens anew too
+// (database/sql drops one its driver calls bad, as one whose statement was
+// interrupted): the write, not SQLite's busy handler, decides on the clock
+// whether to try again.
+// Before, the busy timeout was the call's whole wait, which SQLite counts
+// in the sleeps it schedules, each late on a loaded host, so the wait ran
+// past the moment the call's answer was due.
+func TestTheWritersConnectionWaitsForTheLockOneTryAtATime(t *testing.T) {
 	db := openTurns(t)
-	due := ports.WithAnswerBy(t.Context(), time.Now())
-	wantLockWait(t, db, due, 0)
+	calls := []struct {
+		name string
+		call context.Context
+		want time.Duration
+	}{
+		{"DueInFiveSeconds", ports.WithAnswerBy(t.Context(), time.Now().Add(5*time.Second)), sqlitedb.LockTry},
+		{"NotDue", t.Context(), sqlitedb.LockTry},
+		{"DueNow", ports.WithAnswerBy(t.Context(), time.Now()), 0},
+	}
+	for _, c := range calls {
+		wantLockWait(t, db, c.call, c.want, c.name)
+	}
 	conn, err := db.Write.Conn(t.Context())
 	if err != nil {
 		t.Fatal(err)
@@ -101,12 +113,17 @@ func TestAWriteOnAReplacedConnectionWaitsForTheLockNoLongerThanItsCallAllows(t *
 	if err := conn.Raw(func(any) error { return driver.ErrBadConn }); !errors.Is(err, driver.ErrBadConn) {
 		t.Fatalf("drop the writer's connection: %v", err)
 	}
-	wantLockWait(t, db, due, 0)
+	// The last write set no try; the first on the new connection asks the
+	// same, which the handle stands at, so it sets none either.
+	for i := range calls {
+		c := calls[len(calls)-1-i]
+		wantLockWait(t, db, c.call, c.want, c.name+"OnAReplacedConnection")
+	}
 }
 
 // wantLockWait takes a write's turn under ctx and fails the test unless the
 // writer's connection then waits want for the file's lock.
-func wantLockWait(t *testing.T, db *sqlitedb.DB, ctx context.Context, want time.Duration) {
+func wantLockWait(t *testing.T, db *sqlitedb.DB, ctx context.Context, want time.Duration, name string) {
 	t.Helper()
 	wctx, end, err := db.WriteTurn(ctx)
 	if err != nil {
@@ -118,7 +135,7 @@ func wantLockWait(t *testing.T, db *sqlitedb.DB, ctx context.Context, want time.
 		t.Fatal(err)
 	}
 	if got := time.Duration(ms) * time.Millisecond; got != want {
-		t.Fatalf("the writer's connection waits %v for the file's lock in a write's turn, want %v", got, want)
+		t.Fatalf("%s: the writer's connection waits %v for the file's lock in a write's turn, want %v", name, got, want)
 	}
 }
 
@@ -131,13 +148,13 @@ func TestAWriteWhoseWaitCannotBeSetIsNotDone(t *testing.T) {
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
-	// Due now, the write waits for no lock, which is not the wait the
+	// Due now, the write waits for no lock, which is not the try the
 	// handle stands at, so WriteTurn sets it on the closed writer.
 	due := ports.WithAnswerBy(t.Context(), time.Now())
 	if _, _, err := db.WriteTurn(due); !errors.Is(err, ports.ErrNotDone) {
 		t.Fatalf("a write whose wait could not be set: %v, want ports.ErrNotDone", err)
 	}
-	// A write that may wait as long as the handle stands at sets nothing:
+	// A write whose try is the one the handle stands at sets nothing:
 	// it takes the turn, which the failed write left free.
 	_, end, err := db.WriteTurn(t.Context())
 	if err != nil {

@@ -38,7 +38,7 @@ func (n *notDoneKV) Set(context.Context, string, []byte, time.Duration) error {
 // the rest is, never the store's text. Before, it answered 500, "failed in
 // the engine", which a client may not send again blindly. The same holds
 // of a real store: a SQLite file whose write lock another engine on the
-// host holds past the busy timeout, called in the process.
+// host holds for as long as the write waits for it, called in the process.
 func TestAWriteTheStoreDidNotDoAnswers503WithRetryAfter(t *testing.T) {
 	for _, via := range []string{"in the process", "through the engine"} {
 		t.Run(via, func(t *testing.T) {

@@ -1,9 +1,11 @@
 package sqlitedbtest
 
 import (
+	"context"
 	"database/sql"
 	"errors"
 	"testing"
+	"time"
 
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
@@ -13,18 +15,14 @@ import (
 
 // LockedFileRefusesWrites holds the write lock of the file at path on a
 // connection of its own (BEGIN IMMEDIATE), as another engine on this host
-// would, shortens the busy timeout of writer, a pool of one connection that
-// every write goes through, to 50 ms, and writes. It fails the test unless
-// that write is refused as ports.ErrNotDone, for SQLITE_BUSY, and landed
-// reports it absent; and unless, once the lock is let go, the same write
-// lands.
-func LockedFileRefusesWrites(t *testing.T, writer *sql.DB, path string, write func() error, landed func() bool) {
+// would, and writes under a call whose answer is due at once, so that the
+// write makes one try for the lock. It fails the test unless that write is
+// refused as ports.ErrNotDone, for SQLITE_BUSY, and landed reports it
+// absent; and unless, once the lock is let go, the same write lands.
+func LockedFileRefusesWrites(t *testing.T, path string, write func(ctx context.Context) error, landed func() bool) {
 	t.Helper()
-	if _, err := writer.ExecContext(t.Context(), "PRAGMA busy_timeout = 50"); err != nil {
-		t.Fatal(err)
-	}
 	release := HoldWriteLock(t, path)
-	err := write()
+	err := write(ports.WithAnswerBy(t.Context(), time.Now()))
 	var se *sqlite.Error
 	if !errors.Is(err, ports.ErrNotDone) || !errors.As(err, &se) || se.Code()&0xff != sqlite3.SQLITE_BUSY {
 		t.Fatalf("a write while another connection holds the file's write lock: %v, want ports.ErrNotDone for SQLITE_BUSY", err)
@@ -33,7 +31,7 @@ func LockedFileRefusesWrites(t *testing.T, writer *sql.DB, path string, write fu
 	if landed() {
 		t.Fatal("the write refused as not done is in the file")
 	}
-	if err := write(); err != nil {
+	if err := write(t.Context()); err != nil {
 		t.Fatalf("the write once the lock was let go: %v", err)
 	}
 	if !landed() {

@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"context"
 	"testing"
 
 	"github.com/abi-engine/engine/internal/sqlitedb/sqlitedbtest"
@@ -8,14 +9,14 @@ import (
 )
 
 // A put refused because another connection, as another engine on this
-// host, held the file's write lock past the busy timeout changed nothing,
+// host, held the file's write lock until its answer was due changed nothing,
 // and says so (ports.ErrNotDone), which the API answers 503 with
 // Retry-After. Before, it was a 500, as a write that may have landed.
 func TestAPutRefusedForTheFilesLockIsNotDone(t *testing.T) {
 	s := openCollection(t)
-	sqlitedbtest.LockedFileRefusesWrites(t, s.db.Write, s.path,
-		func() error {
-			_, err := s.Put(t.Context(), "c", "d", map[string]any{"k": "v"}, ports.Cond{})
+	sqlitedbtest.LockedFileRefusesWrites(t, s.path,
+		func(ctx context.Context) error {
+			_, err := s.Put(ctx, "c", "d", map[string]any{"k": "v"}, ports.Cond{})
 			return err
 		},
 		func() bool {

@@ -208,8 +208,9 @@ func (s *Store) Collections(ctx context.Context) ([]string, error) {
 
 // inTx runs f in a transaction, which the DSN makes take the write lock at
 // once, begun by the fence once it has passed ctx's term. A write refused
-// for the lock before its COMMIT (another engine on this host held it past
-// the busy timeout) is ports.ErrNotDone (sqlitedb.NotDone), and one SQLite
+// for the lock before its COMMIT (another engine on this host held it
+// until the write's wait ended, sqlitedb.DB.WriteTurn) is ports.ErrNotDone
+// (sqlitedb.NotDone), and one SQLite
 // had no room for, in the write or in the raise of the fence before it, is
 // ports.ErrStorageFull (sqlitedb.Full). A write that could not take the
 // writer's connection ran nothing, and is ports.ErrNotDone. The write waits
@@ -233,7 +234,7 @@ func (s *Store) inTx(ctx context.Context, f func(ctx context.Context, tx *sql.Tx
 		return fmt.Errorf("take the writer's connection to %s: %w: %w", s.path, ports.ErrNotDone, err)
 	}
 	defer conn.Close()
-	tx, err := s.fence.Begin(ctx, conn)
+	tx, err := s.fence.Begin(ctx, conn, s.db.Wait())
 	if err != nil {
 		// The raise of the fence before the write may find no room.
 		return sqlitedb.NotDone(sqlitedb.Full(err))

@@ -111,9 +111,6 @@ type Store struct {
 
 	cache  *termcache.Cache
 	raised atomic.Uint64 // the newest token this handle has raised the fence to
-	// raising, when set, runs once a write's raise of the fence is done; a
-	// test spends there the time a raise can spend waiting for the lock.
-	raising func()
 }
 
 // Open opens or creates the file at c.Path.
@@ -225,7 +222,7 @@ func (s *Store) fenceAt(ctx context.Context, token uint64) (sql.NamedArg, error)
 // longer than the get's call allows (sqlitedb.DB.WriteTurn), as a write
 // does: run beside the turn, it would hold the one writer connection while
 // a write that has the turn waited for it past its own due moment, and
-// would itself wait as long as the last write had set.
+// would itself wait as long as the last write's call allowed.
 func (s *Store) readRaise(ctx context.Context, token uint64) error {
 	wctx, done, err := s.db.WriteTurn(ctx)
 	if err != nil {
@@ -236,10 +233,16 @@ func (s *Store) readRaise(ctx context.Context, token uint64) error {
 }
 
 // raiseTo moves the fence up to token, or fails with ports.ErrFenced,
-// ending the terms it has passed, when it stands above.
+// ending the terms it has passed, when it stands above. It runs in a
+// write's turn, and tries again while the turn's wait allows when SQLite
+// refuses it for the lock (sqlitedb.DB.Again).
 func (s *Store) raiseTo(ctx context.Context, token uint64) error {
 	var seen int64
-	if err := s.raise.QueryRowContext(ctx, sql.Named("token", int64(token))).Scan(&seen); err != nil {
+	err := s.raise.QueryRowContext(ctx, sql.Named("token", int64(token))).Scan(&seen)
+	for s.db.Again(err) {
+		err = s.raise.QueryRowContext(ctx, sql.Named("token", int64(token))).Scan(&seen)
+	}
+	if err != nil {
 		return fmt.Errorf("raise the fence of %s to term %d: %w", s.path, token, err)
 	}
 	if uint64(seen) > token {
@@ -281,8 +284,12 @@ func (s *Store) refused(ctx context.Context, token uint64) error {
 // write that fails for another reason than the fence is taken as one that
 // may have landed. Every statement of a write runs on its own, outside a
 // transaction, so one SQLite refused for the lock (another engine on this
-// host held it past the busy timeout) changed nothing: ports.ErrNotDone
-// (sqlitedb.NotDone), and so did one that found the store closed.
+// host held it through a try) changed nothing, and do, whose statements
+// change nothing until one of them succeeds, runs again while the turn's
+// wait allows (sqlitedb.DB.Again); the raise of the fence before it waits
+// within the same wait, so the two end by the same moment. A write refused
+// for the lock once that wait is over is ports.ErrNotDone
+// (sqlitedb.NotDone), and so is one that found the store closed.
 func (s *Store) write(ctx context.Context, key string, do func(ctx context.Context, token uint64, fence sql.NamedArg) error) error {
 	token, _ := ports.FencingToken(ctx)
 	ctx, done, err := s.db.WriteTurn(ctx)
@@ -290,13 +297,6 @@ func (s *Store) write(ctx context.Context, key string, do func(ctx context.Conte
 		return fmt.Errorf("write %q to %s: %w", key, s.path, err)
 	}
 	defer done()
-	// Only a write that raises the fence spends part of its wait there, so
-	// only it reads the clock.
-	raising := token > s.raised.Load()
-	var start time.Time
-	if raising {
-		start = time.Now()
-	}
 	fence, err := s.fenceAt(ctx, token)
 	if err != nil {
 		// The write's own statement has not run: bar the fence's refusal
@@ -309,19 +309,11 @@ func (s *Store) write(ctx context.Context, key string, do func(ctx context.Conte
 		}
 		return sqlitedb.Full(err)
 	}
-	if raising {
-		if s.raising != nil {
-			s.raising()
-		}
-		// The raise waited for the lock; the write waits only for what
-		// that left of the call's wait. The write's statement has not
-		// run, so a failure here leaves it not done.
-		if err := s.db.Spend(ctx, time.Since(start)); err != nil {
-			return fmt.Errorf("write %q to %s: %w: %w", key, s.path, ports.ErrNotDone, err)
-		}
-	}
 	ended := s.cache.WriteStarts(token, key)
 	err = do(ctx, token, fence)
+	for s.db.Again(err) {
+		err = do(ctx, token, fence)
+	}
 	ended(err == nil || errors.Is(err, ports.ErrFenced))
 	return sqlitedb.NotDone(sqlitedb.Full(err))
 }
@@ -467,8 +459,8 @@ var _ ports.Expirer = (*Store)(nil)
 
 // DeleteExpired removes the rows whose TTL has passed; reads already skip
 // them, this only gives their space back. It takes its turn on the writer
-// as a write does, which sets the writer's wait for the lock for it, and
-// runs under ctx itself, so a sweep stopped while it deletes stops it.
+// as a write does, which bounds its wait for the lock, and runs under ctx
+// itself, so a sweep stopped while it deletes stops it.
 func (s *Store) DeleteExpired(ctx context.Context) (int, error) {
 	_, done, err := s.db.WriteTurn(ctx)
 	if err != nil {
@@ -476,6 +468,9 @@ func (s *Store) DeleteExpired(ctx context.Context) (int, error) {
 	}
 	defer done()
 	res, err := s.deleteExpired.ExecContext(ctx, sql.Named("now", time.Now().UnixNano()))
+	for s.db.Again(err) {
+		res, err = s.deleteExpired.ExecContext(ctx, sql.Named("now", time.Now().UnixNano()))
+	}
 	if err != nil {
 		return 0, fmt.Errorf("delete expired keys: %w", err)
 	}

@@ -13,7 +13,7 @@ import (
 )
 
 // An upsert refused because another connection, as another engine on this
-// host, held the file's write lock past the busy timeout changed nothing,
+// host, held the file's write lock until its answer was due changed nothing,
 // and says so (ports.ErrNotDone), which the API answers 503 with
 // Retry-After. Before, it was a 500, as a write that may have landed.
 func TestAnUpsertRefusedForTheFilesLockIsNotDone(t *testing.T) {
@@ -22,16 +22,9 @@ func TestAnUpsertRefusedForTheFilesLockIsNotDone(t *testing.T) {
 	if err := s.CreateCollection(t.Context(), "v", 2, ports.MetricEuclid); err != nil {
 		t.Fatalf("CreateCollection: %v", err)
 	}
-	// The statement of a one-vector upsert is prepared before the file is
-	// held to one connection, which the write's transaction then holds;
-	// held to one, the busy timeout the check sets is the write's.
-	if err := s.Upsert(t.Context(), "v", []ports.Vector{{ID: "first", Values: []float32{0, 1}}}); err != nil {
-		t.Fatalf("Upsert: %v", err)
-	}
-	s.db.SetMaxOpenConns(1)
-	sqlitedbtest.LockedFileRefusesWrites(t, s.db, path,
-		func() error {
-			return s.Upsert(t.Context(), "v", []ports.Vector{{ID: "a", Values: []float32{1, 2}}})
+	sqlitedbtest.LockedFileRefusesWrites(t, path,
+		func(ctx context.Context) error {
+			return s.Upsert(ctx, "v", []ports.Vector{{ID: "a", Values: []float32{1, 2}}})
 		},
 		func() bool {
 			_, err := s.Get(t.Context(), "v", "a")
@@ -44,8 +37,7 @@ func TestAnUpsertRefusedForTheFilesLockIsNotDone(t *testing.T) {
 // none of its statements: it is not done (ports.ErrNotDone), and nothing
 // of it is in the file. Before, either failure was a plain error, a write
 // of unknown outcome. Here the first fails as the call is cancelled, and
-// the second as the connection breaks; the wait is set only for a call
-// whose answer is due before the busy timeout, as this one is.
+// the second as the connection breaks.
 func TestAnUpsertThatFailsBeforeItsTransactionBeginsIsNotDone(t *testing.T) {
 	for _, at := range []string{"TakingAConnection", "SettingTheWait"} {
 		t.Run(at, func(t *testing.T) {

@@ -1029,14 +1029,16 @@ func collection(ctx context.Context, q querier, name string) (int, ports.Metric,
 // write SQLite has no room for (SQLITE_FULL: the disk, or a page limit) is
 // ports.ErrStorageFull; SQLite rolled it back, so nothing was written. A
 // write refused for the lock before its COMMIT (another engine on this
-// host held it past the busy timeout) is ports.ErrNotDone
-// (sqlitedb.NotDone). That wait ends by ctx's deadline, or by the moment
-// the call's answer is due (sqlitedb.LockWait), when either comes sooner
-// than the busy timeout, so that a caller still waiting learns the write
-// was not done; the connection's busy timeout is set for the write, and
-// set back before the connection goes back to the pool. A write that
-// failed before the transaction began, taking the connection or setting
-// its wait, ran none of its statements: ports.ErrNotDone too. The writes
+// host held it until the write's wait ended) is ports.ErrNotDone
+// (sqlitedb.NotDone). That wait is made of tries: the connection's busy
+// timeout is set to one (sqlitedb.Wait.Try) for the write, and set back
+// before the connection goes back to the pool, and a BEGIN refused for the
+// lock is tried again while the clock allows, until BusyTimeout has passed
+// or ctx's deadline or the moment the call's answer is due, if sooner
+// (sqlitedb.WaitFor), so that a caller still waiting learns the write was
+// not done. A write that failed before the transaction began, taking the
+// connection or setting its wait, ran none of its statements:
+// ports.ErrNotDone too. The writes
 // of the handle run one at a time, in the order they came (Store.writes),
 // so only writes of other handles wait for the file's lock beside it.
 func (s *Store) inTx(ctx context.Context, f func(tx *sql.Tx) error) error {
@@ -1060,26 +1062,25 @@ func (s *Store) inTx(ctx context.Context, f func(tx *sql.Tx) error) error {
 	if s.hooks.connected != nil {
 		s.hooks.connected(conn)
 	}
-	if wait := sqlitedb.LockWait(ctx); wait < sqlitedb.BusyTimeout {
-		if err := busyTimeout(ctx, conn, wait); err != nil {
-			// A PRAGMA sets the wait as it is prepared, so one that
-			// failed may have set it all the same: the connection, kept,
-			// might make the writes it serves next give up early.
-			sqlitedb.Drop(conn)
-			return fmt.Errorf("%w: %w", ports.ErrNotDone, err)
-		}
-		defer func() {
-			if err := busyTimeout(context.WithoutCancel(ctx), conn, sqlitedb.BusyTimeout); err != nil {
-				// Kept, the connection would make the writes it
-				// serves next give up early; it is dropped instead.
-				sqlitedb.Drop(conn)
-			}
-		}()
+	wait := sqlitedb.WaitFor(ctx)
+	if err := busyTimeout(ctx, conn, wait.Try()); err != nil {
+		// A PRAGMA sets the wait as it is prepared, so one that
+		// failed may have set it all the same: the connection, kept,
+		// might make the reads and writes it serves next give up early.
+		sqlitedb.Drop(conn)
+		return fmt.Errorf("%w: %w", ports.ErrNotDone, err)
 	}
+	defer func() {
+		if err := busyTimeout(context.WithoutCancel(ctx), conn, sqlitedb.BusyTimeout); err != nil {
+			// Kept, the connection would make the reads and writes it
+			// serves next give up early; it is dropped instead.
+			sqlitedb.Drop(conn)
+		}
+	}()
 	if s.hooks.locking != nil {
 		s.hooks.locking()
 	}
-	tx, err := s.fence.Begin(ctx, conn)
+	tx, err := s.fence.Begin(ctx, conn, wait)
 	if err != nil {
 		return sqlitedb.NotDone(sqlitedb.Full(err))
 	}

@@ -50,7 +50,7 @@ func TestAnUpsertWaitingForTheFilesLockGoesBeforeTheHandlesLaterWrites(t *testin
 	s.hooks.writing = func() { arrived <- struct{}{} }
 	// The first upsert to come to the file's lock stops there until the
 	// later ones have come, so that the setup takes none of the time it
-	// may wait for the lock (the busy timeout, 10 s), however loaded the
+	// may wait for the lock (sqlitedb.BusyTimeout, 10 s), however loaded the
 	// machine.
 	atLock, goOn := make(chan struct{}), make(chan struct{})
 	var locked atomic.Bool
