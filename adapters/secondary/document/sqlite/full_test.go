@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/abi-engine/engine/internal/sqlitedb"
 	"github.com/abi-engine/engine/internal/sqlitedb/sqlitedbtest"
 	"github.com/abi-engine/engine/ports"
 )
@@ -37,23 +36,7 @@ func TestAPutIntoAFullFileIsRefusedAsStorageFull(t *testing.T) {
 func TestAPutWhoseRaiseOfTheFenceFindsAFullFileIsRefusedAsStorageFull(t *testing.T) {
 	s := openCollection(t)
 	ctx := t.Context()
-	var pages int
-	if err := s.db.Write.QueryRowContext(ctx, "PRAGMA page_count").Scan(&pages); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.db.Write.ExecContext(ctx, fmt.Sprintf("PRAGMA max_page_count = %d", pages)); err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; ; i++ {
-		// "dp..." sorts beside "document", the store's scope, and is as long.
-		_, err := s.db.Write.ExecContext(ctx, "INSERT INTO abi_engine_fence (scope, token) VALUES (?, 1)", fmt.Sprintf("dp%06d", i))
-		if errors.Is(sqlitedb.Full(err), ports.ErrStorageFull) {
-			break
-		}
-		if err != nil || i == 10_000 {
-			t.Fatalf("fill the fence's table of a file held at %d pages, row %d: %v", pages, i, err)
-		}
-	}
+	sqlitedbtest.FillFenceTable(t, s.db.Write, "document")
 	_, err := s.Put(ports.WithFencingToken(ctx, 1), "c", "d", map[string]any{"a": 1}, ports.Cond{})
 	if !errors.Is(err, ports.ErrStorageFull) {
 		t.Fatalf("a put whose raise of the fence found the file full: %v, want ports.ErrStorageFull", err)

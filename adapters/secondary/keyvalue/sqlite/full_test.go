@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/abi-engine/engine/internal/sqlitedb"
 	"github.com/abi-engine/engine/internal/sqlitedb/sqlitedbtest"
 	"github.com/abi-engine/engine/ports"
 )
@@ -43,23 +42,7 @@ func TestASetWhoseRaiseOfTheFenceFindsAFullFileIsRefusedAsStorageFull(t *testing
 	}
 	t.Cleanup(func() { _ = s.Close() })
 	ctx := t.Context()
-	var pages int
-	if err := s.db.Write.QueryRowContext(ctx, "PRAGMA page_count").Scan(&pages); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.db.Write.ExecContext(ctx, fmt.Sprintf("PRAGMA max_page_count = %d", pages)); err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; ; i++ {
-		// "kp..." sorts beside "keyvalue", the store's scope, and is as long.
-		_, err := s.db.Write.ExecContext(ctx, "INSERT INTO abi_engine_fence (scope, token) VALUES (?, 1)", fmt.Sprintf("kp%06d", i))
-		if errors.Is(sqlitedb.Full(err), ports.ErrStorageFull) {
-			break
-		}
-		if err != nil || i == 10_000 {
-			t.Fatalf("fill the fence's table of a file held at %d pages, row %d: %v", pages, i, err)
-		}
-	}
+	sqlitedbtest.FillFenceTable(t, s.db.Write, "keyvalue")
 	err = s.Set(ports.WithFencingToken(ctx, 1), "k", []byte("v"), 0)
 	if !errors.Is(err, ports.ErrStorageFull) {
 		t.Fatalf("a set whose raise of the fence found the file full: %v, want ports.ErrStorageFull", err)
