@@ -173,43 +173,80 @@ func pausedWriteAcrossATakeover(t *testing.T, url, config string, oldEnv, nextEn
 	next.waitLog(t, "state=standby")
 
 	// The old engine admits this set, then stops itself before the store.
-	nc := natstest.Connect(t, url)
-	body, _ := json.Marshal(wire.KVWrite{Key: "contested", Value: wire.Bytes("from the old term")})
-	stale := make(chan *nats.Msg, 1)
-	staleErr := make(chan error, 1)
-	go func() {
-		m, err := nc.Request(wire.Subject(ports.ServiceKeyValue, wire.KVSet), body, 60*time.Second)
-		stale <- m
-		staleErr <- err
-	}()
-	pid := old.cmd.Process.Pid
-	waitStopped(t, pid)
-	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
+	paused := admitThenPause(t, url, old, wire.Subject(ports.ServiceKeyValue, wire.KVSet),
+		wire.KVWrite{Key: "contested", Value: wire.Bytes("from the old term")}, 60*time.Second)
 
 	// A lease of silence later the standby serves, and writes the key.
 	next.waitLog(t, "standby took over the lease")
 	kv := natsclient.NewKeyValue(natsclient.New(natstest.Connect(t, url)))
 	setThroughTheNewEngine(t, kv, "contested", "from the new term")
 
-	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
-		t.Fatal(err)
-	}
-	m, err := <-stale, <-staleErr
-	if err != nil {
-		t.Fatalf("the paused write got no answer: %v", err)
-	}
-	answer := wire.ErrorFromHeaders(m.Header.Get(wire.ErrorCodeHeader), m.Header.Get(wire.ErrorHeader))
-	if answer == nil {
-		t.Fatalf("the paused write of the old term succeeded after the takeover")
-	}
+	answer := paused.resume(t, "write")
 	got, err := kv.Get(t.Context(), "contested")
 	if err != nil || string(got) != "from the new term" {
 		t.Fatalf("the key holds %q (%v), want the new engine's value", got, err)
 	}
-	if !errors.Is(answer, wire.ErrUnavailable) || !strings.Contains(answer.Error(), "fenced") {
-		t.Fatalf("the paused write was answered %v, want 503 saying the engine was fenced", answer)
+	paused.wantFenced(t, answer, "write")
+}
+
+// pausedCall is a call an engine admitted and then stopped itself on,
+// before the store, by its ABI_ENGINE_TEST_STOP_BEFORE_* hook.
+type pausedCall struct {
+	engine *process
+	answer chan *nats.Msg
+	err    chan error
+}
+
+// admitThenPause sends request to subject, which the serving engine old
+// admits and then stops itself on, and waits until old is stopped. Old is
+// let go on at the test's end whatever the test did, so that the process
+// can be killed and reaped.
+func admitThenPause(t *testing.T, url string, old *process, subject string, request any, timeout time.Duration) *pausedCall {
+	t.Helper()
+	nc := natstest.Connect(t, url)
+	body, err := json.Marshal(request)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if code := old.exitCode(t); code == 0 {
+	c := &pausedCall{engine: old, answer: make(chan *nats.Msg, 1), err: make(chan error, 1)}
+	go func() {
+		m, err := nc.Request(subject, body, timeout)
+		c.answer <- m
+		c.err <- err
+	}()
+	pid := old.cmd.Process.Pid
+	waitStopped(t, pid)
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
+	return c
+}
+
+// resume lets the paused engine go on and returns the error its answer to
+// the call carries; the call must be answered, and refused. What names the
+// call in failures.
+func (c *pausedCall) resume(t *testing.T, what string) error {
+	t.Helper()
+	if err := syscall.Kill(c.engine.cmd.Process.Pid, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	m, err := <-c.answer, <-c.err
+	if err != nil {
+		t.Fatalf("the paused %s got no answer: %v", what, err)
+	}
+	answer := wire.ErrorFromHeaders(m.Header.Get(wire.ErrorCodeHeader), m.Header.Get(wire.ErrorHeader))
+	if answer == nil {
+		t.Fatalf("the paused %s of the old term succeeded after the takeover", what)
+	}
+	return answer
+}
+
+// wantFenced holds that the paused call was refused because its engine was
+// fenced, and that the engine then exited as one that lost its lease.
+func (c *pausedCall) wantFenced(t *testing.T, answer error, what string) {
+	t.Helper()
+	if !errors.Is(answer, wire.ErrUnavailable) || !strings.Contains(answer.Error(), "fenced") {
+		t.Fatalf("the paused %s was answered %v, want 503 saying the engine was fenced", what, answer)
+	}
+	if code := c.engine.exitCode(t); code == 0 {
 		t.Fatalf("the old engine exited 0 after losing its lease")
 	}
 }
@@ -271,44 +308,19 @@ func TestAnObjectWriteOfAnEnginePausedAcrossATakeoverIsRefused(t *testing.T) {
 	}
 
 	// The old engine admits this delete, then stops itself before the store.
-	nc := natstest.Connect(t, url)
-	body, _ := json.Marshal(wire.OSKey{Key: "contested"})
-	stale := make(chan *nats.Msg, 1)
-	staleErr := make(chan error, 1)
-	go func() {
-		m, err := nc.Request(wire.Subject(ports.ServiceObjectStorage, wire.OSDelete), body, 90*time.Second)
-		stale <- m
-		staleErr <- err
-	}()
-	pid := old.cmd.Process.Pid
-	waitStopped(t, pid)
-	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
+	paused := admitThenPause(t, url, old, wire.Subject(ports.ServiceObjectStorage, wire.OSDelete),
+		wire.OSKey{Key: "contested"}, 90*time.Second)
 
 	// A lease of silence later the standby serves, and puts the object.
 	next.waitLog(t, "standby took over the lease")
 	want := putThroughTheNewEngine(t, objects, "contested", "from the new term")
 
-	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
-		t.Fatal(err)
-	}
-	m, err := <-stale, <-staleErr
-	if err != nil {
-		t.Fatalf("the paused delete got no answer: %v", err)
-	}
-	answer := wire.ErrorFromHeaders(m.Header.Get(wire.ErrorCodeHeader), m.Header.Get(wire.ErrorHeader))
-	if answer == nil {
-		t.Fatalf("the paused delete of the old term succeeded after the takeover")
-	}
+	answer := paused.resume(t, "delete")
 	info, err := objects.Stat(ctx, "contested")
 	if err != nil || info.ETag != want.ETag {
 		t.Fatalf("the object is %+v (%v), want the new engine's (ETag %s)", info, err, want.ETag)
 	}
-	if !errors.Is(answer, wire.ErrUnavailable) || !strings.Contains(answer.Error(), "fenced") {
-		t.Fatalf("the paused delete was answered %v, want 503 saying the engine was fenced", answer)
-	}
-	if code := old.exitCode(t); code == 0 {
-		t.Fatalf("the old engine exited 0 after losing its lease")
-	}
+	paused.wantFenced(t, answer, "delete")
 }
 
 // putThroughTheNewEngine puts key until an engine answers: calls the
