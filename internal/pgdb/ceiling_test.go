@@ -2,7 +2,6 @@ package pgdb
 
 import (
 	"context"
-	"net/url"
 	"testing"
 	"time"
 
@@ -44,16 +43,9 @@ func TestAConnectionOpensWithinTheDefaultConnectTimeoutUnlessTheDSNSetsOne(t *te
 	dsn := testenv.Lookup(t, "ENGINE_TEST_PG_DSN", "PostgreSQL", false)
 	table := pgtest.Table(t, dsn, "connecttimeout")
 	schema := "CREATE TABLE IF NOT EXISTS " + Ident(table) + " (k text)"
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("connect_timeout", "3")
-	u.RawQuery = q.Encode()
 	for given, want := range map[string]time.Duration{
-		dsn:        DefaultConnectTimeout,
-		u.String(): 3 * time.Second,
+		dsn: DefaultConnectTimeout,
+		pgtest.WithParam(t, dsn, "connect_timeout", "3"): 3 * time.Second,
 	} {
 		pool, err := Open(t.Context(), "connect timeout test", given, table, schema)
 		if err != nil {

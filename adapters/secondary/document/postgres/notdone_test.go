@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"errors"
-	"net/url"
 	"testing"
 
 	"github.com/abi-engine/engine/internal/pgdb"
@@ -25,14 +24,8 @@ import (
 // connection as if it had been used a moment before.
 func TestAWriteGoesOnNoConnectionWhoseSessionTheServerEnded(t *testing.T) {
 	dsn := testenv.Lookup(t, "ENGINE_TEST_PG_DSN", "PostgreSQL", false)
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("pool_max_conns", "1") // the write is handed the ended connection
-	u.RawQuery = q.Encode()
-	s, err := Open(t.Context(), Config{DSN: u.String(), Table: pgtest.Table(t, dsn, "docended", "", pgdb.CollectionsSuffix)})
+	one := pgtest.WithParam(t, dsn, "pool_max_conns", "1") // the write is handed the ended connection
+	s, err := Open(t.Context(), Config{DSN: one, Table: pgtest.Table(t, dsn, "docended", "", pgdb.CollectionsSuffix)})
 	if err != nil {
 		t.Fatal(err)
 	}

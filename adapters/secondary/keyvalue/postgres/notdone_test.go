@@ -95,15 +95,9 @@ func TestASetRefusedForASerializationFailureIsNotDone(t *testing.T) {
 // it; the key keeps its value.
 func TestAWriteCancelledPastStatementTimeoutIsNotDone(t *testing.T) {
 	dsn := testenv.Lookup(t, "ENGINE_TEST_PG_DSN", "PostgreSQL", false)
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("statement_timeout", "200") // milliseconds, set as each connection opens
-	u.RawQuery = q.Encode()
+	timeout := pgtest.WithParam(t, dsn, "statement_timeout", "200") // milliseconds, set as each connection opens
 	table := pgtest.Table(t, dsn, "kvtimeout")
-	s, termed, conn := openWithKeyToHold(t, dsn, u.String(), table, 5)
+	s, termed, conn := openWithKeyToHold(t, dsn, timeout, table, 5)
 	holder, err := conn.Begin(t.Context())
 	if err != nil {
 		t.Fatal(err)
@@ -238,15 +232,8 @@ func TestABatchWhoseFenceCheckWaitedTooLongIsNotSentAgainSetBySet(t *testing.T) 
 // so each write can only give up; the key keeps its value.
 func TestAWriteWhoseContextEndedWaitingForAConnectionIsNotDone(t *testing.T) {
 	dsn := testenv.Lookup(t, "ENGINE_TEST_PG_DSN", "PostgreSQL", false)
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("pool_max_conns", "1")
-	u.RawQuery = q.Encode()
 	table := pgtest.Table(t, dsn, "kvnofree")
-	s, termed, _ := openWithKeyToHold(t, dsn, u.String(), table, 5)
+	s, termed, _ := openWithKeyToHold(t, dsn, pgtest.WithParam(t, dsn, "pool_max_conns", "1"), table, 5)
 	held, err := s.pool.Acquire(t.Context())
 	if err != nil {
 		t.Fatal(err)
@@ -307,11 +294,9 @@ func TestAWriteIntoANetworkThatWentDarkFailsUnknownWithinABound(t *testing.T) {
 	}
 	addr, cut := pgtest.Blackhole(t, net.JoinHostPort(u.Hostname(), port))
 	u.Host = addr
-	q := u.Query()
-	q.Set("pool_max_conns", "1") // the write goes on the connection opened before the cut
-	u.RawQuery = q.Encode()
+	dark := pgtest.WithParam(t, u.String(), "pool_max_conns", "1") // the write goes on the connection opened before the cut
 	table := pgtest.Table(t, dsn, "kvdark")
-	s, termed, _ := openWithKeyToHold(t, dsn, u.String(), table, 5)
+	s, termed, _ := openWithKeyToHold(t, dsn, dark, table, 5)
 	pingless(t, s)
 
 	cut()
@@ -348,15 +333,8 @@ func pingless(t *testing.T, s *Store) {
 // The pool's one connection is held until the first caller has given up.
 func TestASetGivenUpWhileItsBatchWaitsForAConnectionIsNotDone(t *testing.T) {
 	dsn := testenv.Lookup(t, "ENGINE_TEST_PG_DSN", "PostgreSQL", false)
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("pool_max_conns", "1")
-	u.RawQuery = q.Encode()
 	table := pgtest.Table(t, dsn, "kvbatchnofree")
-	s, termed, _ := openWithKeyToHold(t, dsn, u.String(), table, 5)
+	s, termed, _ := openWithKeyToHold(t, dsn, pgtest.WithParam(t, dsn, "pool_max_conns", "1"), table, 5)
 	held, err := s.pool.Acquire(t.Context())
 	if err != nil {
 		t.Fatal(err)
@@ -417,34 +395,22 @@ func TestAWriteGoesOnNoConnectionWhoseSessionTheServerEnded(t *testing.T) {
 // takes no TLS skips the test.
 func TestAWriteGoesOnNoConnectionWhoseSessionTheServerEndedOverTLS(t *testing.T) {
 	dsn := testenv.Lookup(t, "ENGINE_TEST_PG_DSN", "PostgreSQL", false)
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("sslmode", "require")
-	u.RawQuery = q.Encode()
-	conn, err := pgx.Connect(t.Context(), u.String())
+	tls := pgtest.WithParam(t, dsn, "sslmode", "require")
+	conn, err := pgx.Connect(t.Context(), tls)
 	if err != nil {
 		t.Skipf("the server takes no TLS connection: %v", err)
 	}
 	_ = conn.Close(t.Context())
-	writeAfterTheServerEndedTheSession(t, u.String())
+	writeAfterTheServerEndedTheSession(t, tls)
 }
 
 // writeAfterTheServerEndedTheSession has a store on dsn write, under a term
 // or not, each time after the server ended the session of its pool's one
 // connection, and checks that every write is written.
 func writeAfterTheServerEndedTheSession(t *testing.T, dsn string) {
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("pool_max_conns", "1") // the write is handed the ended connection
-	u.RawQuery = q.Encode()
 	table := pgtest.Table(t, dsn, "kvended")
-	s, termed, _ := openWithKeyToHold(t, dsn, u.String(), table, 5)
+	one := pgtest.WithParam(t, dsn, "pool_max_conns", "1") // the write is handed the ended connection
+	s, termed, _ := openWithKeyToHold(t, dsn, one, table, 5)
 	s.sets.close()
 	s.pool = pgtest.Pingless(t, s.pool)
 	s.writes = pgdb.NewFenced(s.pool, s.name, s.ceiling)
