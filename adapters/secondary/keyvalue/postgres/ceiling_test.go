@@ -85,15 +85,13 @@ func openBehindProxy(t *testing.T, dsn, table string) (*Store, *tcpproxy.Proxy) 
 	return s, proxy
 }
 
-// A batch takes its connection before its sets, and a batch whose callers
-// set no deadline waits for one no longer than the store's ceiling, as
-// every other statement does: its set is then not done. Before, it waited
-// a constant minute whatever the store's ceiling. Every connection of the
-// pool is held here, as statements the server never answers would hold
-// them.
-func TestABatchOfSetsWaitsForAConnectionNoLongerThanTheStoresCeiling(t *testing.T) {
-	dsn := testenv.Lookup(t, "ENGINE_TEST_PG_DSN", "PostgreSQL", false)
-	s, _ := openBehindProxy(t, dsn, pgtest.Table(t, dsn, "kvbatchceiling"))
+// openWithEveryConnectionHeld opens a store on table as openBehindProxy
+// does, with one writer of batches, and holds every connection of its
+// pool until the test ends, as statements the server never answers would
+// hold them.
+func openWithEveryConnectionHeld(t *testing.T, dsn, table string) *Store {
+	t.Helper()
+	s, _ := openBehindProxy(t, dsn, table)
 	s.sets.close() // its writers took connections from the pool pingless closed
 	s.sets = newSetter(1, s.ceiling, s.writes.Conn, s.writeSets)
 	for range s.pool.Config().MaxConns {
@@ -103,6 +101,18 @@ func TestABatchOfSetsWaitsForAConnectionNoLongerThanTheStoresCeiling(t *testing.
 		}
 		t.Cleanup(c.Release) // before the store closes
 	}
+	return s
+}
+
+// A batch takes its connection before its sets, and a batch whose callers
+// set no deadline waits for one no longer than the store's ceiling, as
+// every other statement does: its set is then not done. Before, it waited
+// a constant minute whatever the store's ceiling. Every connection of the
+// pool is held here, as statements the server never answers would hold
+// them.
+func TestABatchOfSetsWaitsForAConnectionNoLongerThanTheStoresCeiling(t *testing.T) {
+	dsn := testenv.Lookup(t, "ENGINE_TEST_PG_DSN", "PostgreSQL", false)
+	s := openWithEveryConnectionHeld(t, dsn, pgtest.Table(t, dsn, "kvbatchceiling"))
 	done := make(chan error, 1)
 	go func() { done <- s.Set(t.Context(), "k", []byte("v"), 0) }()
 	select {
@@ -123,16 +133,7 @@ func TestABatchOfSetsWaitsForAConnectionNoLongerThanTheStoresCeiling(t *testing.
 // as statements the server never answers would hold them.
 func TestABatchWhoseCallersAllSetDeadlinesWaitsNoLongerThanTheStoresCeiling(t *testing.T) {
 	dsn := testenv.Lookup(t, "ENGINE_TEST_PG_DSN", "PostgreSQL", false)
-	s, _ := openBehindProxy(t, dsn, pgtest.Table(t, dsn, "kvbatchdeadline"))
-	s.sets.close() // its writers took connections from the pool pingless closed
-	s.sets = newSetter(1, s.ceiling, s.writes.Conn, s.writeSets)
-	for range s.pool.Config().MaxConns {
-		c, err := s.pool.Acquire(t.Context())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(c.Release) // before the store closes
-	}
+	s := openWithEveryConnectionHeld(t, dsn, pgtest.Table(t, dsn, "kvbatchdeadline"))
 	ctx, cancel := context.WithTimeout(t.Context(), time.Hour)
 	t.Cleanup(cancel)
 	done := make(chan error, 1)
