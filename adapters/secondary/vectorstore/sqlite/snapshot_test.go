@@ -1,10 +1,10 @@
 package sqlite_test
 
 import (
+	"context"
 	"fmt"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/abi-engine/engine/adapters/secondary/vectorstore/sqlite"
@@ -37,50 +37,27 @@ func TestASearchBesideAnUpsertSeesTheCollectionBeforeOrAfterIt(t *testing.T) {
 		t.Fatalf("Upsert: %v", err)
 	}
 	const moves = 400
-	var wg sync.WaitGroup
-	done := make(chan struct{})
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		defer close(done)
+	write := func(ctx context.Context) error {
 		for i := range moves {
 			err := s.Upsert(ctx, "v", []ports.Vector{
 				{ID: fmt.Sprintf("m%04d", i), Values: []float32{1000}},
 				{ID: fmt.Sprintf("m%04d", i+1), Values: []float32{0}},
 			})
 			if err != nil {
-				t.Errorf("Upsert move %d: %v", i, err)
-				return
+				return fmt.Errorf("upsert move %d: %w", i, err)
 			}
 		}
-	}()
-	var mixed []string
-	var mu sync.Mutex
-	for range 2 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-done:
-					return
-				default:
-				}
-				got, err := s.Search(ctx, "v", []float32{0}, 1, nil)
-				if err != nil {
-					t.Errorf("Search: %v", err)
-					return
-				}
-				if len(got) != 1 || !strings.HasPrefix(got[0].ID, "m") || got[0].Values[0] != 0 {
-					mu.Lock()
-					mixed = append(mixed, fmt.Sprintf("%+v", got))
-					mu.Unlock()
-				}
-			}
-		}()
+		return nil
 	}
-	wg.Wait()
-	if len(mixed) > 0 {
-		t.Errorf("%d searches answered from a mix of before and after an upsert, e.g. %s", len(mixed), mixed[0])
+	read := func(ctx context.Context) error {
+		got, err := s.Search(ctx, "v", []float32{0}, 1, nil)
+		switch {
+		case err != nil:
+			return err
+		case len(got) != 1 || !strings.HasPrefix(got[0].ID, "m") || got[0].Values[0] != 0:
+			return fmt.Errorf("a search answered from a mix of before and after an upsert: %+v", got)
+		}
+		return nil
 	}
+	beside(t, write, read)
 }
