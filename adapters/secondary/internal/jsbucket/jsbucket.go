@@ -561,8 +561,10 @@ func Settle(ctx context.Context, round int) error { return pause(ctx, round) }
 // connection's user fails at once, with ErrPermission, as soon as the
 // refusal reaches the connection (untilRefused). The server tells the
 // connection, not the request, which would otherwise wait out its attempt
-// (3 s) and be retried as if the stream were electing a leader.
-func (b *Bucket) retry(ctx context.Context, subject string, op func(ctx context.Context) error) error {
+// (3 s) and be retried as if the stream were electing a leader. A write
+// (w) fails so only when the refusal is certainly its own
+// (untilWriteRefused).
+func (b *Bucket) retry(ctx context.Context, subject string, w writing, op func(ctx context.Context) error) error {
 	ctx, cancel := callContext(ctx)
 	defer cancel()
 	// A refusal of another subject is no answer to op: cut short on it, a
@@ -570,7 +572,12 @@ func (b *Bucket) retry(ctx context.Context, subject string, op func(ctx context.
 	mine := func(s string) bool { return s == subject }
 	for attempt := 0; ; attempt++ {
 		actx, acancel := context.WithTimeout(ctx, attemptTimeout)
-		err := untilRefused(actx, b.nc, mine, op)
+		var err error
+		if w == reads {
+			err = untilRefused(actx, b.nc, mine, op)
+		} else {
+			err = untilWriteRefused(actx, b.nc, subject, w == writesBatch, op)
+		}
 		acancel()
 		if err == nil || !transient(err) {
 			return err
@@ -586,6 +593,19 @@ func (b *Bucket) retry(ctx context.Context, subject string, op func(ctx context.
 		}
 	}
 }
+
+// writing tells retry what op does with its subject.
+type writing int
+
+const (
+	// reads: op reads, or asks the stream's API, and has no outcome to
+	// get wrong when another request's refusal fails it.
+	reads writing = iota
+	// writes: op publishes one message to the subject.
+	writes
+	// writesBatch: op publishes an atomic batch, two messages, to it.
+	writesBatch
+)
 
 // resendRoom is the least time a call must have left for a resend: one
 // begun with less would likely be cut off before its answer came, and a
@@ -645,7 +665,7 @@ func (b *Bucket) get(ctx context.Context, req any) (*rawMsg, error) {
 		return nil, err
 	}
 	var out *rawMsg
-	err = b.retry(ctx, b.api, func(ctx context.Context) error {
+	err = b.retry(ctx, b.api, reads, func(ctx context.Context) error {
 		msg, err := b.nc.RequestWithContext(ctx, b.api, body)
 		if err != nil {
 			return err
@@ -885,7 +905,11 @@ func (b *Bucket) publish(ctx context.Context, token string, m *nats.Msg, expect 
 		atomicOff bool
 	)
 	call := ctx
-	err := b.retry(ctx, m.Subject, func(ctx context.Context) error {
+	w := writes
+	if fence != nil && expect != nil {
+		w = writesBatch
+	}
+	err := b.retry(ctx, m.Subject, w, func(ctx context.Context) error {
 		if atomicOff {
 			if err := b.atomicAgain(call); err != nil {
 				return err
@@ -1014,7 +1038,7 @@ func (b *Bucket) storedEarlier(ctx context.Context, m *nats.Msg, id string, refu
 	// message id.
 	probe := copyMsg(m)
 	var ack *jetstream.PubAck
-	err := b.retry(ctx, probe.Subject, func(ctx context.Context) error {
+	err := b.retry(ctx, probe.Subject, writes, func(ctx context.Context) error {
 		var err error
 		ack, err = b.js.PublishMsg(ctx, probe, jetstream.WithMsgID(id), jetstream.WithExpectLastMsgID(nuid.Next()))
 		return err
@@ -1058,7 +1082,7 @@ func inFlight(err error) bool {
 // answers, so the list holds every acknowledged write.
 func (b *Bucket) Tokens(ctx context.Context, filter string) ([]string, error) {
 	var subjects map[string]uint64
-	err := b.retry(ctx, "$JS.API.STREAM.INFO."+b.streamName, func(ctx context.Context) error {
+	err := b.retry(ctx, "$JS.API.STREAM.INFO."+b.streamName, reads, func(ctx context.Context) error {
 		info, err := b.stream.Info(ctx, jetstream.WithSubjectFilter(b.prefix+filter))
 		if err != nil {
 			return err
@@ -1197,7 +1221,7 @@ type scanned struct {
 func (b *Bucket) batch(ctx context.Context, from uint64, filter string) ([]scanned, error) {
 	body, _ := json.Marshal(map[string]any{"seq": from, "next_by_subj": filter, "batch": scanBatch, "max_bytes": scanBytes}) // plain values always encode
 	var out []scanned
-	err := b.retry(ctx, b.direct, func(ctx context.Context) error {
+	err := b.retry(ctx, b.direct, reads, func(ctx context.Context) error {
 		out = out[:0]
 		inbox := b.nc.NewRespInbox()
 		sub, err := b.nc.SubscribeSync(inbox)
@@ -1245,7 +1269,7 @@ func (b *Bucket) batch(ctx context.Context, from uint64, filter string) ([]scann
 // Purge removes every message of the keys under filter, leaving no
 // markers.
 func (b *Bucket) Purge(ctx context.Context, filter string) error {
-	err := b.retry(ctx, "$JS.API.STREAM.PURGE."+b.streamName, func(ctx context.Context) error {
+	err := b.retry(ctx, "$JS.API.STREAM.PURGE."+b.streamName, reads, func(ctx context.Context) error {
 		return b.stream.Purge(ctx, jetstream.WithPurgeSubject(b.prefix+filter))
 	})
 	if err != nil {
@@ -1257,7 +1281,7 @@ func (b *Bucket) Purge(ctx context.Context, filter string) error {
 // PurgeBelow removes the messages of the keys under filter whose revision
 // is below rev, leaving no markers and every later write.
 func (b *Bucket) PurgeBelow(ctx context.Context, filter string, rev uint64) error {
-	err := b.retry(ctx, "$JS.API.STREAM.PURGE."+b.streamName, func(ctx context.Context) error {
+	err := b.retry(ctx, "$JS.API.STREAM.PURGE."+b.streamName, reads, func(ctx context.Context) error {
 		return b.stream.Purge(ctx, jetstream.WithPurgeSubject(b.prefix+filter), jetstream.WithPurgeSequence(rev))
 	})
 	if err != nil {

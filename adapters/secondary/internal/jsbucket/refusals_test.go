@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -159,5 +160,143 @@ func TestADataCallWhosePublishThePermissionsDenyFailsAtOnceNamingThePermission(t
 	}
 	if _, err := s.GetLastMsgForSubject(t.Context(), write); !errors.Is(err, jetstream.ErrMsgNotFound) {
 		t.Fatalf("the refused writes left a message on %s: %v", write, err)
+	}
+}
+
+// heldAnswer is the JetStream client with the answer to its first publish
+// held back: the message is stored, and the answer reaches the caller
+// only once release is closed, unless the caller's context ended first.
+// It stands for a stream slow to answer, which a test cannot cause at a
+// chosen moment.
+type heldAnswer struct {
+	jetstream.JetStream
+	once    sync.Once
+	sent    chan struct{}
+	release chan struct{}
+}
+
+func (h *heldAnswer) PublishMsg(ctx context.Context, m *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+	ack, err := h.JetStream.PublishMsg(ctx, m, opts...)
+	first := false
+	h.once.Do(func() { first = true })
+	if !first {
+		return ack, err
+	}
+	close(h.sent)
+	<-h.release
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	return ack, err
+}
+
+// Two writes to one key publish to one subject, and the server's refusal
+// names the subject only. When the user's permissions are reloaded to
+// deny the key after write A was stored, and before write B, B's refusal
+// reaches A as well while A waits for its answer. A is not taken for
+// refused: it returns the revision it was stored at. Before, the refusal
+// cancelled A, which was told that the permissions denied it, a write
+// that stored nothing, though its value was the key's. B fails naming the
+// permission once A's answer leaves the refusal no other owner.
+func TestAWriteIsNotToldRefusedByTheRefusalOfAnotherWriteToItsKey(t *testing.T) {
+	const (
+		key       = "$KV.TWO.k"
+		elsewhere = "elsewhere"
+	)
+	opts := &server.Options{
+		Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
+		Users: []*server.User{
+			{Username: "ops", Password: "ops"},
+			{Username: "engine", Password: "engine"},
+		},
+	}
+	srv := natstest.StartWith(t, opts)
+	heard := make(chan string, 16)
+	nc := natstest.Connect(t, srv.ClientURL(), nats.UserInfo("engine", "engine"), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		heard <- err.Error()
+	}))
+	a, err := Open(t.Context(), nc, Config{Bucket: "TWO"}, "test")
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	b, err := Open(t.Context(), nc, Config{Bucket: "TWO"}, "test")
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	held := &heldAnswer{JetStream: a.js, sent: make(chan struct{}), release: make(chan struct{})}
+	a.js = held
+
+	type result struct {
+		rev uint64
+		err error
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	t.Cleanup(cancel)
+	doneA := make(chan result, 1)
+	go func() {
+		rev, err := a.Put(ctx, "k", []byte("a"), 0, nil)
+		doneA <- result{rev, err}
+	}()
+	select {
+	case <-held.sent:
+	case r := <-doneA:
+		t.Fatalf("write A ended before it was stored: %d, %v", r.rev, r.err)
+	}
+
+	denied := *opts
+	denied.Users = []*server.User{
+		{Username: "ops", Password: "ops"},
+		{Username: "engine", Password: "engine", Permissions: &server.Permissions{
+			Publish: &server.SubjectPermission{Deny: []string{key, elsewhere}},
+		}},
+	}
+	if err := srv.ReloadOptions(&denied); err != nil {
+		t.Fatalf("reload: %v", err)
+	}
+	doneB := make(chan result, 1)
+	go func() {
+		rev, err := b.Put(ctx, "k", []byte("b"), 0, nil)
+		doneB <- result{rev, err}
+	}()
+	// The connection's handler hears each refusal before the writes
+	// listening do, on one goroutine: once it hears the refusal of a
+	// publish made after B's, the writes have heard B's.
+	waitHeard(t, heard, key)
+	if err := nc.Publish(elsewhere, nil); err != nil {
+		t.Fatal(err)
+	}
+	waitHeard(t, heard, elsewhere)
+	close(held.release)
+
+	ra := <-doneA
+	if ra.err != nil {
+		t.Fatalf("write A, stored before the permissions changed: %v; want its revision", ra.err)
+	}
+	last, err := a.Last(t.Context(), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last.Revision != ra.rev || string(last.Value) != "a" {
+		t.Fatalf("the key holds %q at revision %d; write A returned revision %d", last.Value, last.Revision, ra.rev)
+	}
+	if rb := <-doneB; !errors.Is(rb.err, ErrPermission) {
+		t.Fatalf("write B, sent after the permissions denied the key: %d, %v; want ErrPermission, once A's answer left B's the only publish in play", rb.rev, rb.err)
+	}
+}
+
+// waitHeard waits for the connection's handler to hear a refusal naming
+// subject.
+func waitHeard(t *testing.T, heard <-chan string, subject string) {
+	t.Helper()
+	timeout := time.After(time.Minute)
+	for {
+		select {
+		case e := <-heard:
+			if strings.Contains(e, `"`+subject+`"`) {
+				return
+			}
+		case <-timeout:
+			t.Fatalf("the connection never heard the refusal of %s", subject)
+		}
 	}
 }
