@@ -118,10 +118,12 @@ var ErrConflict = errors.New("the key's revision moved")
 
 // Bucket is one key-value bucket on one connection.
 type Bucket struct {
-	nc     *nats.Conn
-	js     jetstream.JetStream
-	stream jetstream.Stream
-	name   string
+	nc *nats.Conn
+	// refusals are those the server tells nc (refusals.go).
+	refusals *listeners
+	js       jetstream.JetStream
+	stream   jetstream.Stream
+	name     string
 	// prefix is the subject prefix of the bucket's keys, "$KV.<bucket>.".
 	prefix string
 	// api is the leader's message-get subject of the bucket's stream.
@@ -289,7 +291,7 @@ func dropMarkers(ctx context.Context, log *slog.Logger, nc *nats.Conn, js jetstr
 func updateStream(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, sc jetstream.StreamConfig) (jetstream.Stream, error) {
 	subject := "$JS.API.STREAM.UPDATE." + sc.Name
 	var stream jetstream.Stream
-	err := untilRefused(ctx, nc, func(s string) bool { return s == subject }, func(ctx context.Context) error {
+	err := refusalsOf(nc).untilRefused(ctx, subject, nil, func(ctx context.Context) error {
 		var err error
 		stream, err = js.UpdateStream(ctx, sc)
 		return err
@@ -325,7 +327,7 @@ func open(ctx context.Context, nc *nats.Conn, c Config, k kind) (*Bucket, error)
 		k.adjust(ctx, c.logger(), nc, js, sc)
 	}
 	b := &Bucket{
-		nc: nc, js: js, stream: stream, name: c.Bucket, prefix: k.prefix,
+		nc: nc, refusals: refusalsOf(nc), js: js, stream: stream, name: c.Bucket, prefix: k.prefix,
 		api: "$JS.API.STREAM.MSG.GET." + k.stream, streamName: k.stream,
 		direct: "$JS.API.DIRECT.GET." + k.stream, kind: k, replicas: c.Replicas,
 		fenced: k.fenced,
@@ -347,7 +349,7 @@ func openStream(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, buck
 		// while the stream elects one: each attempt has its own deadline.
 		actx, cancel := context.WithTimeout(ctx, 2*attemptTimeout)
 		var stream jetstream.Stream
-		err := untilRefused(actx, nc, k.owns, func(actx context.Context) error {
+		err := refusalsOf(nc).untilRefused(actx, "", k.owns, func(actx context.Context) error {
 			var err error
 			stream, err = js.Stream(actx, k.stream)
 			if errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -569,14 +571,13 @@ func (b *Bucket) retry(ctx context.Context, subject string, w writing, op func(c
 	defer cancel()
 	// A refusal of another subject is no answer to op: cut short on it, a
 	// write that may yet be stored would be told refused.
-	mine := func(s string) bool { return s == subject }
 	for attempt := 0; ; attempt++ {
 		actx, acancel := context.WithTimeout(ctx, attemptTimeout)
 		var err error
 		if w == reads {
-			err = untilRefused(actx, b.nc, mine, op)
+			err = b.refusals.untilRefused(actx, subject, nil, op)
 		} else {
-			err = untilWriteRefused(actx, b.nc, subject, w == writesBatch, op)
+			err = b.refusals.untilWriteRefused(actx, subject, w == writesBatch, op)
 		}
 		acancel()
 		if err == nil || !transient(err) {

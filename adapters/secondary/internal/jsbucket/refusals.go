@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"runtime"
 	"sync"
+	"weak"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -22,11 +24,13 @@ import (
 // refused (untilWriteRefused).
 //
 // A connection has one error handler, its owner's: the engine's logs what
-// the server refuses (natsconn). While any request of the process listens
-// on a connection, the connection's handler is one that hands each error
-// to the owner's handler, then to the listeners, and the last listener to
-// go puts the owner's handler back. Nothing else changes a connection's
-// handler once it is open: the engine sets its own when it connects.
+// the server refuses (natsconn). The first store of the process on a
+// connection puts in its place one that hands each error to the owner's
+// handler, then to the requests listening, and it stays the connection's
+// handler for the connection's life: a request only joins and leaves the
+// connection's list, under the connection's own lock. Nothing else
+// changes a connection's handler once it is open: the engine sets its own
+// when it connects.
 
 // ErrPermission is a request the NATS server refused because the
 // connection's user may not publish to its subject. No retry heals it.
@@ -41,118 +45,148 @@ func refusal(subject string) error {
 	return fmt.Errorf("the NATS server refused to let the engine's user publish to %s; add it to the user's publish permissions (docs/security.md): %w", subject, ErrPermission)
 }
 
-// listened holds the connections some request listens on.
-var listened = struct {
+// conns holds the connections a store listens on, each until it is
+// collected: the key is weak, and the connection's handler holds its
+// listeners, not the other way round.
+var conns = struct {
 	sync.Mutex
-	conns map[*nats.Conn]*listeners
-}{conns: map[*nats.Conn]*listeners{}}
+	m map[weak.Pointer[nats.Conn]]*listeners
+}{m: map[weak.Pointer[nats.Conn]]*listeners{}}
+
+// refusalsOf returns nc's listeners, putting their handler on nc the
+// first time.
+func refusalsOf(nc *nats.Conn) *listeners {
+	key := weak.Make(nc)
+	conns.Lock()
+	defer conns.Unlock()
+	if l := conns.m[key]; l != nil {
+		return l
+	}
+	l := &listeners{own: nc.ErrorHandler()}
+	conns.m[key] = l
+	nc.SetErrorHandler(l.handle)
+	runtime.AddCleanup(nc, func(key weak.Pointer[nats.Conn]) {
+		conns.Lock()
+		defer conns.Unlock()
+		delete(conns.m, key)
+	}, key)
+	return l
+}
 
 // listeners are the requests that listen on one connection.
 type listeners struct {
-	// own is the connection's handler before the first of them came.
-	own  nats.ErrHandler
-	next int
-	hear map[int]*listener
-	// inPlay holds, by subject, the publishes of writes whose fate is
-	// not known. The server's refusal names the subject only, so a
-	// refusal is a write's own only when every publish in play on its
-	// subject is then known refused.
-	inPlay map[string]*ledger
-	// unsure: more subjects were in play than maxInPlay, and no refusal
-	// of a write is taken as that write's own any more, so that the
-	// ledgers do not grow without end.
+	// own is the connection's handler before theirs.
+	own nats.ErrHandler
+	mu  sync.Mutex
+	// head starts the list of those listening. A refusal, rare, reads
+	// the whole list; a request only links itself in and out.
+	head *listener
+	// orphans counts, by subject, the publishes of writes that ended with
+	// no answer and no refusal of their own, their refusal perhaps still
+	// on its way; refused counts the refusals heard of a subject with
+	// publishes in play, which ones not known. The server's refusal
+	// names the subject only, so a refusal is a write's own only when
+	// every publish in play on its subject is then known refused.
+	orphans, refused map[string]int
+	// unsure: more subjects were kept in play than maxInPlay, and no
+	// refusal of a write is taken as that write's own any more, so that
+	// the counts do not grow without end.
 	unsure bool
-}
-
-// ledger counts the publishes to one subject whose fate is not known:
-// each is refused by the server, which says so to the connection, or
-// taken, and then answered by the stream unless its answer is lost. A
-// write that ended with no answer and no refusal of its own leaves its
-// publishes in play, their refusal perhaps still on its way.
-type ledger struct {
-	// pubs are in play; refused of them are known refused, which ones
-	// not known. When they are as many, all are refused.
-	pubs, refused int
 }
 
 // maxInPlay bounds the subjects a connection keeps in play.
 const maxInPlay = 4096
 
-// listener is one request listening for refusals: a read, cancelled by
-// the refusal of any subject mine matches, or a write of pubs publishes
-// to the subject write, cancelled only when its refusal is certain.
+// listener is one request listening for refusals: a read of subject, or
+// of any subject mine matches, cancelled by its refusal, or a write of
+// pubs publishes to subject, cancelled only when its refusal is certain.
 type listener struct {
-	mine    func(subject string) bool
-	write   string
-	pubs    int
-	cancel  context.CancelCauseFunc
-	settled bool
+	prev, next *listener
+	subject    string
+	mine       func(subject string) bool
+	write      bool
+	pubs       int
+	cancel     context.CancelCauseFunc
+	settled    bool
 }
 
-// listen registers a listener on nc, and puts a write's publishes in
-// play.
-func listen(nc *nats.Conn, lr *listener) (l *listeners, id int) {
-	listened.Lock()
-	defer listened.Unlock()
-	l = listened.conns[nc]
-	if l == nil {
-		l = &listeners{own: nc.ErrorHandler(), hear: map[int]*listener{}, inPlay: map[string]*ledger{}}
-		listened.conns[nc] = l
-		nc.SetErrorHandler(l.handle)
+// hears reports whether a read listening so is refused with subject.
+func (lr *listener) hears(subject string) bool {
+	if lr.mine != nil {
+		return lr.mine(subject)
 	}
-	id = l.next
-	l.next++
-	l.hear[id] = lr
-	if lr.write != "" && !l.unsure {
-		led := l.inPlay[lr.write]
-		if led == nil {
-			if len(l.inPlay) >= maxInPlay {
-				l.unsure = true
-				clear(l.inPlay)
-				return l, id
-			}
-			led = &ledger{}
-			l.inPlay[lr.write] = led
+	return lr.subject == subject
+}
+
+// listen links lr into the list.
+func (l *listeners) listen(lr *listener) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	lr.next = l.head
+	if l.head != nil {
+		l.head.prev = lr
+	}
+	l.head = lr
+}
+
+// stop links lr out of the list. Of a write, the publishes the stream
+// answered leave play, as they were not refused; the others stay.
+func (l *listeners) stop(lr *listener, answered int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if lr.prev != nil {
+		lr.prev.next = lr.next
+	} else {
+		l.head = lr.next
+	}
+	if lr.next != nil {
+		lr.next.prev = lr.prev
+	}
+	if !lr.write || lr.settled || l.unsure {
+		return
+	}
+	if left := lr.pubs - answered; left > 0 {
+		if l.orphans == nil {
+			l.orphans = map[string]int{}
 		}
-		led.pubs += lr.pubs
+		if _, ok := l.orphans[lr.subject]; !ok && len(l.orphans) >= maxInPlay {
+			l.unsure = true
+			l.orphans, l.refused = nil, nil
+			return
+		}
+		l.orphans[lr.subject] += left
 	}
-	return l, id
+	if l.refused[lr.subject] > 0 {
+		l.settle(lr.subject)
+	}
 }
 
-// stop ends the listener id on nc. Of a write, answered publishes leave
-// play: those the stream answered were not refused. The last listener to
-// go, with nothing left in play, puts the owner's handler back.
-func (l *listeners) stop(nc *nats.Conn, id int, answered int) {
-	listened.Lock()
-	defer listened.Unlock()
-	lr := l.hear[id]
-	delete(l.hear, id)
-	if led := l.inPlay[lr.write]; led != nil && !lr.settled && answered > 0 {
-		led.pubs -= answered
-		led.refused = min(led.refused, led.pubs)
-		l.settle(lr.write, led)
+// inPlay counts the publishes to subject whose fate is not known.
+func (l *listeners) inPlay(subject string) int {
+	n := l.orphans[subject]
+	for lr := l.head; lr != nil; lr = lr.next {
+		if lr.write && lr.subject == subject {
+			n += lr.pubs
+		}
 	}
-	if len(l.hear) == 0 && len(l.inPlay) == 0 && !l.unsure && listened.conns[nc] == l {
-		delete(listened.conns, nc)
-		nc.SetErrorHandler(l.own)
-	}
+	return n
 }
 
 // settle tells the writes to subject that each of its publishes in play
-// was refused, when as many refusals were heard, and ends its ledger.
-func (l *listeners) settle(subject string, led *ledger) {
-	if led.pubs > 0 && led.refused < led.pubs {
+// was refused, when as many refusals were heard, and ends its counts.
+func (l *listeners) settle(subject string) {
+	n := l.inPlay(subject)
+	if n > 0 && l.refused[subject] < n {
 		return
 	}
-	if led.pubs > 0 {
-		for _, lr := range l.hear {
-			if lr.write == subject {
-				lr.settled = true
-				lr.cancel(refusal(subject))
-			}
+	for lr := l.head; lr != nil; lr = lr.next {
+		if lr.write && lr.subject == subject {
+			lr.settled = true
+			lr.cancel(refusal(subject))
 		}
 	}
-	delete(l.inPlay, subject)
+	delete(l.orphans, subject)
+	delete(l.refused, subject)
 }
 
 // handle is a listened connection's error handler.
@@ -168,31 +202,38 @@ func (l *listeners) handle(nc *nats.Conn, sub *nats.Subscription, err error) {
 		return
 	}
 	subject := m[1]
-	listened.Lock()
-	defer listened.Unlock()
-	for _, lr := range l.hear {
-		if lr.write == "" && lr.mine(subject) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for lr := l.head; lr != nil; lr = lr.next {
+		if !lr.write && lr.hears(subject) {
 			lr.cancel(refusal(subject))
 		}
 	}
-	if led := l.inPlay[subject]; led != nil && led.refused < led.pubs {
-		led.refused++
-		l.settle(subject, led)
+	if l.unsure {
+		return
+	}
+	if n := l.inPlay(subject); l.refused[subject] < n {
+		if l.refused == nil {
+			l.refused = map[string]int{}
+		}
+		l.refused[subject]++
+		l.settle(subject)
 	}
 }
 
 // untilRefused runs request, a read, whose context ends as soon as the
-// server refuses nc's user a publish to a subject that mine matches; it
-// then fails with that refusal, which wraps ErrPermission and names the
-// subject. Otherwise it returns what request returned. A read has no
-// outcome to get wrong: another request's refusal of the same subject
-// fails it too.
-func untilRefused(ctx context.Context, nc *nats.Conn, mine func(subject string) bool, request func(ctx context.Context) error) error {
+// server refuses the connection's user a publish to subject, or to a
+// subject that mine matches when mine is not nil; it then fails with that
+// refusal, which wraps ErrPermission and names the subject. Otherwise it
+// returns what request returned. A read has no outcome to get wrong:
+// another request's refusal of the same subject fails it too.
+func (l *listeners) untilRefused(ctx context.Context, subject string, mine func(subject string) bool, request func(ctx context.Context) error) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	l, id := listen(nc, &listener{mine: mine, cancel: cancel})
+	lr := &listener{subject: subject, mine: mine, cancel: cancel}
+	l.listen(lr)
 	err := request(ctx)
-	l.stop(nc, id, 0)
+	l.stop(lr, 0)
 	if cause := context.Cause(ctx); err != nil && errors.Is(cause, ErrPermission) {
 		return cause
 	}
@@ -210,14 +251,15 @@ func untilRefused(ctx context.Context, nc *nats.Conn, mine func(subject string) 
 // refused, or not done, for having heard another's refusal. batch: the
 // sending is an atomic batch, two publishes, of which an answer to the
 // commit that is no success does not tell the first's fate.
-func untilWriteRefused(ctx context.Context, nc *nats.Conn, subject string, batch bool, request func(ctx context.Context) error) error {
+func (l *listeners) untilWriteRefused(ctx context.Context, subject string, batch bool, request func(ctx context.Context) error) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	pubs := 1
 	if batch {
 		pubs = 2
 	}
-	l, id := listen(nc, &listener{write: subject, pubs: pubs, cancel: cancel})
+	lr := &listener{subject: subject, write: true, pubs: pubs, cancel: cancel}
+	l.listen(lr)
 	err := request(ctx)
 	refused := err != nil && errors.Is(context.Cause(ctx), ErrPermission)
 	answered := 0
@@ -228,7 +270,7 @@ func untilWriteRefused(ctx context.Context, nc *nats.Conn, subject string, batch
 	case wasAnswered(err) || unsent(err):
 		answered = 1
 	}
-	l.stop(nc, id, answered)
+	l.stop(lr, answered)
 	if refused {
 		return context.Cause(ctx)
 	}

@@ -3,10 +3,12 @@ package jsbucket
 import (
 	"context"
 	"errors"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+	"weak"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -34,10 +36,15 @@ func deniedUser(t *testing.T, denied ...string) string {
 
 // stillListened reports whether a request still listens for refusals on nc.
 func stillListened(nc *nats.Conn) bool {
-	listened.Lock()
-	defer listened.Unlock()
-	_, ok := listened.conns[nc]
-	return ok
+	conns.Lock()
+	l := conns.m[weak.Make(nc)]
+	conns.Unlock()
+	if l == nil {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.head != nil
 }
 
 // The server tells a refusal to the connection, and the refusal of the
@@ -47,7 +54,7 @@ func stillListened(nc *nats.Conn) bool {
 // connection's last error every 10 ms, which the next refusal had
 // replaced by then, and it failed only at its deadline, naming none. The
 // connection's own handler, the engine's log, still hears every refusal,
-// and is the connection's only handler again once the store is done.
+// and once the store is done no request listens on the connection.
 func TestTheRefusalOfAnUpdateIsHeardThoughOtherRefusalsFollowItOnTheConnection(t *testing.T) {
 	const update = "$JS.API.STREAM.UPDATE.KV_PLAIN"
 	url := deniedUser(t, update, "elsewhere")
@@ -98,7 +105,7 @@ func TestTheRefusalOfAnUpdateIsHeardThoughOtherRefusalsFollowItOnTheConnection(t
 		t.Fatal("the connection's own error handler never heard the refusal of the update")
 	}
 	if stillListened(nc) {
-		t.Fatal("the connection's error handler still hands its errors to a store that is done")
+		t.Fatal("a store that is done still listens for the connection's errors")
 	}
 }
 
@@ -148,7 +155,7 @@ func TestADataCallWhosePublishThePermissionsDenyFailsAtOnceNamingThePermission(t
 		}
 	}
 	if stillListened(nc) {
-		t.Fatal("the connection's error handler still hands its errors to calls that are done")
+		t.Fatal("calls that are done still listen for the connection's errors")
 	}
 	js, err := jetstream.New(natstest.Connect(t, url, nats.UserInfo("ops", "ops")))
 	if err != nil {
@@ -298,5 +305,41 @@ func waitHeard(t *testing.T, heard <-chan string, subject string) {
 		case <-timeout:
 			t.Fatalf("the connection never heard the refusal of %s", subject)
 		}
+	}
+}
+
+// A connection's handler of refusals stays for the connection's life, and
+// the process forgets the connection once it is closed and collected:
+// stores opened on many connections, one after the other, leave none
+// behind.
+func TestAClosedConnectionIsForgottenOnceCollected(t *testing.T) {
+	url := natstest.StartServer(t).ClientURL()
+	known := func() int {
+		conns.Lock()
+		defer conns.Unlock()
+		return len(conns.m)
+	}
+	before := known()
+	for i := range 3 {
+		nc, err := nats.Connect(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := Open(t.Context(), nc, Config{Bucket: "GONE"}, "test")
+		if err != nil {
+			t.Fatalf("Open %d: %v", i, err)
+		}
+		if _, err := b.Put(t.Context(), "k", []byte("v"), 0, nil); err != nil {
+			t.Fatalf("Put %d: %v", i, err)
+		}
+		nc.Close()
+	}
+	deadline := time.Now().Add(time.Minute)
+	for known() > before {
+		if time.Now().After(deadline) {
+			t.Fatalf("a minute after their connections closed, %d of 3 are still known", known()-before)
+		}
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
 	}
 }
