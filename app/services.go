@@ -298,7 +298,7 @@ func (l *local) endTerm(token uint64) {
 
 // holdRaise tells every store that raises a fence at a term's first
 // write (ports.RaiseHolder) to hold that raise for token until clock
-// reads until.
+// reads until; one that reads it already raises the fence at once.
 func (l *local) holdRaise(token uint64, until time.Time, clock domain.Clock) {
 	for _, o := range l.opened {
 		if h, ok := o.Port.(ports.RaiseHolder); ok {

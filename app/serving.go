@@ -20,9 +20,10 @@ type servingKernel interface {
 	fence() (wait func())
 }
 
-// raiseHold is what a term taken from a holder that released the lease
-// tells its stores (ADR 0023): hold the raise of their fence for bound, the
-// predecessor's drain and a margin, so that its transfers finish.
+// raiseHold is what a term tells its stores as it begins (ADR 0023): one
+// taken from a holder that released the lease holds the raise of their
+// fence for bound, the predecessor's drain and a margin, so that its
+// transfers finish; any other holds it not at all.
 type raiseHold struct {
 	stores interface {
 		holdRaise(token uint64, until time.Time, clock domain.Clock)
@@ -30,10 +31,11 @@ type raiseHold struct {
 	bound time.Duration
 }
 
-// handoverHold is the hold of the stores l, for the drain and one lease
-// of t: the predecessor drains for drain_seconds from when its release
-// returns, within half a lease of the successor seeing it released, and a
-// write of it may still be on its way when its drain ends.
+// handoverHold is the hold of the stores l after a release, for the drain
+// and one lease of t: the predecessor drains for drain_seconds from when
+// its release returns, within half a lease of the successor seeing it
+// released, and a write of it may still be on its way when its drain
+// ends.
 func handoverHold(l *local, t domain.Timing) raiseHold {
 	return raiseHold{stores: l, bound: t.Drain + t.Lease}
 }
@@ -99,18 +101,19 @@ type serving struct {
 	// and the drain, so nothing subscribes the kernel again.
 	sealed     bool
 	subscribed bool
-	// hold is the stores to tell, once booted; released is the term taken
-	// from a holder that released the lease, and when, until they are
-	// told.
-	hold     raiseHold
-	released *releasedTerm
+	// hold is the stores to tell, once booted; begun is the term the
+	// engine began to serve, and when, until they are told.
+	hold  raiseHold
+	begun *begunTerm
 }
 
-// releasedTerm is a term taken from a holder that released the lease, at
-// the loop's clock when it heard of it.
-type releasedTerm struct {
-	token uint64
-	at    time.Time
+// begunTerm is a term the engine began to serve, at the loop's clock when
+// it heard of it; released when it was taken from a holder that released
+// the lease.
+type begunTerm struct {
+	token    uint64
+	at       time.Time
+	released bool
 }
 
 // servingEvent is one thing the loop hears of. Exactly one field is set.
@@ -143,7 +146,7 @@ func (s *serving) transition(tr domain.Transition) {
 }
 
 // booted hands the loop the kernel, built and not subscribed, and the
-// stores to tell of a term taken from a released holder, and returns once
+// stores to tell of the term it begins to serve, and returns once
 // the loop has acted on it: a serving engine then answers, so it is ready
 // when it says so.
 func (s *serving) booted(k servingKernel, hold raiseHold) {
@@ -221,9 +224,10 @@ func (s *serving) run() {
 		switch {
 		case ev.transition != nil:
 			s.lease = ev.transition.To
-			// Previous is set on the first move to serving only.
-			if tr := ev.transition; tr.To == domain.StateServing && tr.Previous.Released {
-				s.released = &releasedTerm{token: tr.Term, at: s.clock.Now()}
+			// A term begins at the first move to serving, the one that
+			// carries Previous; a restore after a fence is of the same term.
+			if tr := ev.transition; tr.To == domain.StateServing && (tr.From == domain.StateIdle || tr.From == domain.StateStandby) {
+				s.begun = &begunTerm{token: tr.Term, at: s.clock.Now(), released: tr.Previous.Released}
 			}
 		case ev.booted != nil:
 			s.kernel, s.hold = ev.booted, ev.hold
@@ -253,16 +257,27 @@ func (s *serving) run() {
 	}
 }
 
-// holdRaise tells the stores, once both are known, of a term taken from
-// a holder that released the lease, before the kernel serves a call of
-// it. The stores of an engine that serves at once open after the take; a
-// standby's, before it.
+// holdRaise tells the stores, once both are known, of the term the
+// engine began to serve, before the kernel serves a call of it. The
+// stores of an engine that serves at once open after the take; a
+// standby's, before it. A term taken from a holder that released the
+// lease holds their raise for the bound. Any other (taken after a lease
+// of silence, or free) holds it until the take, which has passed, so the
+// stores raise their fence to it at once, whether the term writes to
+// them or not: else a term that never wrote would leave the fence at an
+// older term, and its successor's held writes, conditioned on the fence
+// as it stands, would let an engine older than it, paused, land its
+// writes through that hold.
 func (s *serving) holdRaise() {
-	if s.released == nil || s.hold.stores == nil {
+	if s.begun == nil || s.hold.stores == nil {
 		return
 	}
-	s.hold.stores.holdRaise(s.released.token, s.released.at.Add(s.hold.bound), s.clock)
-	s.released = nil
+	until := s.begun.at
+	if s.begun.released {
+		until = until.Add(s.hold.bound)
+	}
+	s.hold.stores.holdRaise(s.begun.token, until, s.clock)
+	s.begun = nil
 }
 
 // reconcile brings the kernel and the jobs in line with the state. Each

@@ -528,39 +528,100 @@ func (f fakeHolds) holdRaise(token uint64, until time.Time, _ domain.Clock) {
 // hold the raise of their fence for the drain and a lease, counted from
 // the take, before the kernel answers a call of it: on an engine that
 // serves at once, whose stores open after the take, and on a standby,
-// whose stores opened before. A term taken after a lease of silence tells
-// them nothing, and its first write raises the fence at once (ADR 0023).
+// whose stores opened before (ADR 0023).
 func TestATermTakenFromAReleaseHoldsTheObjectStoresRaiseForTheDrainAndALease(t *testing.T) {
-	const bound = 80 * time.Second
 	released := domain.Holder{InstanceID: "0123456789abcdef0123456789abcdef", Released: true}
-	silent := domain.Holder{InstanceID: "0123456789abcdef0123456789abcdef"}
 	for _, c := range []struct {
 		name      string
-		previous  domain.Holder
+		from      domain.State
 		bootFirst bool
-		want      string
 	}{
-		{"ServesAtOnce", released, false, "heard serving, hold 7 for 1m20s, subscribe, jobs start"},
-		{"Standby", released, true, "heard serving, hold 7 for 1m20s, subscribe, jobs start"},
-		{"AfterSilence", silent, false, "heard serving, subscribe, jobs start"},
-		{"StandbyAfterSilence", silent, true, "heard serving, subscribe, jobs start"},
+		{"ServesAtOnce", domain.StateIdle, false},
+		{"Standby", domain.StateStandby, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				h := newLoop(t)
-				holds := fakeHolds{steps: h.steps, base: time.Now()}
-				boot := func() { h.booted(h.kernel, raiseHold{stores: holds, bound: bound}) }
-				if c.bootFirst {
-					boot()
+				h := takeAndBoot(t, domain.Transition{From: c.from, To: domain.StateServing, Term: 7, Previous: released}, c.bootFirst)
+				if got, want := h.steps.String(), "heard serving, hold 7 for 1m20s, subscribe, jobs start"; got != want {
+					t.Fatalf("steps %q, want %q", got, want)
 				}
-				h.transition(domain.Transition{From: domain.StateStandby, To: domain.StateServing, Term: 7, Previous: c.previous})
+			})
+		})
+	}
+}
+
+// takeAndBoot is a loop that hears of the take tr and is booted with
+// stores that record what they are told (fakeHolds), before the take when
+// bootFirst, as a standby is, else a second after it on the bubble's
+// clock, as an engine that serves at once opens its stores after its
+// claim. Their raise is held for 80 s after a release.
+func takeAndBoot(t *testing.T, tr domain.Transition, bootFirst bool) *loopHarness {
+	h := newLoop(t)
+	holds := fakeHolds{steps: h.steps, base: time.Now()}
+	boot := func() { h.booted(h.kernel, raiseHold{stores: holds, bound: 80 * time.Second}) }
+	if bootFirst {
+		boot()
+	}
+	h.transition(tr)
+	synctest.Wait()
+	time.Sleep(time.Second)
+	if !bootFirst {
+		boot()
+	}
+	return h
+}
+
+// A term not taken from a release, one taken after a lease of silence or
+// from a free lease, tells the stores too, before the kernel answers a
+// call of it, with a hold that ends at the take: the stores raise their
+// fence to it at once, whether it writes to them or not, so that it
+// leaves the fence at its term for a successor's hold (ADR 0023). Before,
+// such a term told the stores nothing, and one that never wrote an object
+// left the fence below its term, for an engine older than it, paused, to
+// write through its successor's hold.
+func TestATermNotTakenFromAReleaseHasTheStoresRaiseTheirFenceAtOnce(t *testing.T) {
+	silent := domain.Holder{InstanceID: "0123456789abcdef0123456789abcdef"}
+	for _, c := range []struct {
+		name      string
+		from      domain.State
+		previous  domain.Holder
+		bootFirst bool
+	}{
+		{"AfterSilence", domain.StateIdle, silent, false},
+		{"StandbyAfterSilence", domain.StateStandby, silent, true},
+		{"FreeLease", domain.StateIdle, domain.Holder{}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				h := takeAndBoot(t, domain.Transition{From: c.from, To: domain.StateServing, Term: 7, Previous: c.previous}, c.bootFirst)
+				if got, want := h.steps.String(), "heard serving, hold 7 for 0s, subscribe, jobs start"; got != want {
+					t.Fatalf("steps %q, want %q", got, want)
+				}
+			})
+		})
+	}
+}
+
+// A renewal that succeeds again after a fence restores the same term: the
+// stores, told of it when it began, are told nothing more. Told again, a
+// term taken from a release would have its hold ended at the restore, and
+// its predecessor's draining uploads refused.
+func TestARestoreAfterAFenceTellsTheStoresNothingMore(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		previous domain.Holder
+	}{
+		{"Released", domain.Holder{InstanceID: "0123456789abcdef0123456789abcdef", Released: true}},
+		{"AfterSilence", domain.Holder{InstanceID: "0123456789abcdef0123456789abcdef"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				h := takeAndBoot(t, domain.Transition{From: domain.StateStandby, To: domain.StateServing, Term: 7, Previous: c.previous}, true)
+				h.transition(domain.Transition{From: domain.StateServing, To: domain.StateFenced, Term: 7})
+				h.transition(domain.Transition{From: domain.StateFenced, To: domain.StateServing, Term: 7})
 				synctest.Wait()
-				time.Sleep(time.Second) // the bubble's clock: the stores open after the take
-				if !c.bootFirst {
-					boot()
-				}
-				if got := h.steps.String(); got != c.want {
-					t.Fatalf("steps %q, want %q", got, c.want)
+				if got := h.steps.String(); strings.Count(got, "hold ") != 1 {
+					t.Fatalf("steps %q, want the stores told once, when the term began", got)
 				}
 			})
 		})

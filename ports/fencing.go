@@ -43,16 +43,22 @@ type TermEnder interface {
 }
 
 // RaiseHolder is a store whose fence a term raises at its first write,
-// and which can be told, as a term begins, to hold that raise back: a
-// successor that took the lease from a holder that released it tells it
-// to, so that the predecessor's transfers still draining are not refused
-// for the successor's writes alone (ADR 0023).
+// and which is told of every term as it begins, before any call of it,
+// whether to hold that raise back: a successor that took the lease from a
+// holder that released it holds it, so that the predecessor's transfers
+// still draining are not refused for the successor's writes alone; any
+// other term holds it not at all, and the store raises its fence to the
+// term at once, though the term may never write to it: a successor's held
+// writes are conditioned on the fence as it stands, and an engine older
+// than a predecessor that left it below its own term would land its
+// writes through that hold (ADR 0023).
 type RaiseHolder interface {
 	// HoldRaise has the writes under token, until clock reads until,
 	// checked against the fence and refused when a newer term raised it,
-	// without raising it; once clock reads until the store raises it for
-	// the term without a write, and the term's first write from until on
-	// raises it if that has not; a store that closes before until
+	// without raising it; once clock reads until (at once, when it reads
+	// it already) the store raises it for the term without a write,
+	// trying again after a failure, and the term's first write from until
+	// on raises it if that has not; a store that closes before it has
 	// raises it as it closes, its term's writes being over. clock is the
 	// one the lease is judged by, which counts the time the machine
 	// spent suspended: a hold judged on Go's clock, which stands still in

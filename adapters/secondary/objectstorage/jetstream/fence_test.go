@@ -263,6 +263,44 @@ func TestAnEngineOlderThanAPredecessorThatReleasedInItsHoldIsRefusedInTheNextHol
 	wantObject(t, newest, "after term 5's refused writes", want, "term 7's")
 }
 
+// A term not taken from a release (after a lease of silence, or from a
+// free lease) is told, as it begins, a hold that has already ended, and
+// its store raises the fence to it at once, though it never writes an
+// object and its store stays open: the engine of term 5, paused across
+// the takeover of term 6, has its late Put and Delete refused within the
+// hold of term 7, which term 6 released the lease to, and term 7's object
+// stays. Without that raise, term 7's held writes are conditioned on the
+// fence as it stands, at term 5, and term 5's late Put lands over term
+// 7's object.
+func TestAnEngineOlderThanAPredecessorThatNeverWroteIsRefusedInItsSuccessorsHold(t *testing.T) {
+	url := natstest.StartProcess(t, server)
+	const bucket = "UNHELD"
+	c := jetstream.Config{Bucket: bucket, Replicas: 1}
+	start := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	frozen := clockFunc(func() time.Time { return start })
+	paused, predecessor, newest := open(t, url, c), open(t, url, c), open(t, url, c)
+	first := ports.WithFencingToken(t.Context(), 5)
+	third := ports.WithFencingToken(t.Context(), 7)
+
+	if _, err := paused.Put(first, "gone", bytes.NewReader([]byte("to be deleted")), ports.PutObjectOptions{}); err != nil {
+		t.Fatalf("Put of term 5 before the takeover: %v", err)
+	}
+	predecessor.HoldRaise(6, start, frozen)
+	awaitFence(t, url, bucket, 6, nil, frozen)
+	newest.HoldRaise(7, start.Add(time.Hour), frozen)
+	want, err := newest.Put(third, "o", bytes.NewReader([]byte("term 7's")), ports.PutObjectOptions{})
+	if err != nil {
+		t.Fatalf("Put of term 7 in its hold: %v", err)
+	}
+	if _, err := paused.Put(first, "o", bytes.NewReader([]byte("late")), ports.PutObjectOptions{}); !errors.Is(err, ports.ErrFenced) {
+		t.Fatalf("Put of term 5 in term 7's hold, after term 6 began: %v, want ErrFenced", err)
+	}
+	if err := paused.Delete(first, "gone"); !errors.Is(err, ports.ErrFenced) {
+		t.Fatalf("Delete of term 5 in term 7's hold, after term 6 began: %v, want ErrFenced", err)
+	}
+	wantObject(t, newest, "after term 5's refused writes", want, "term 7's")
+}
+
 // A held term's store raises the fence itself once the hold has ended on
 // the clock it was given (ADR 0023): the older term's Put that comes later
 // is refused though the held term wrote nothing since, and its own object, written
@@ -421,7 +459,8 @@ func TestTheRaiseAtTheHoldsEndReadsTheLeasesClockEachTimeItWakes(t *testing.T) {
 
 // awaitFence waits, a minute at most, for the last fence record of bucket
 // to hold term, and fails the test if it does not. Each wait the store
-// begins meanwhile is ended at the store's clock's reading, now.
+// begins meanwhile (on waits, nil for a store on Go's clock) is ended at
+// the store's clock's reading, now.
 func awaitFence(t *testing.T, url, bucket string, term uint64, waits <-chan chan time.Time, now func() time.Time) {
 	t.Helper()
 	js, err := natsjs.New(natstest.Connect(t, url))

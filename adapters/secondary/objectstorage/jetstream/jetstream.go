@@ -19,7 +19,9 @@
 // fence without raising it until the time it was given, on the lease's
 // clock, so the transfers of an engine that released the lease finish
 // within its drain; at that time the store raises it, or when it closes,
-// if that comes first.
+// if that comes first. A term told a hold that has already ended (one not
+// taken from a release) has the store raise the fence at once, whether
+// the term writes or not.
 package jetstream
 
 import (
@@ -103,8 +105,10 @@ func (c Config) Describe() string {
 // lease's, not on the store's own, which its sweeps read. Once clock
 // reads until the store raises the fence to token itself (raiseAtEnd), so
 // that an older term's write is refused from then on though the held term
-// writes nothing more. A store that closes before then raises it as it
-// closes (Close).
+// writes nothing more; a term not held, whose until clock reads already,
+// has it raised at once, without holding up the caller, which serves the
+// term meanwhile (its first write raises the fence if this has not). A
+// store that closes before then raises it as it closes (Close).
 func (s *Store) HoldRaise(token uint64, until time.Time, clock domain.Clock) {
 	s.held.Store(token)
 	s.b.HoldRaise(token, func() bool { return clock.Now().Before(until) })
