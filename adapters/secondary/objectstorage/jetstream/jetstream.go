@@ -125,7 +125,8 @@ func (s *Store) HoldRaise(token uint64, until time.Time, clock domain.Clock) {
 // resume only delays this raise, and the term's first write past until
 // raises the fence meanwhile. It tries again after a failure until the
 // raise is done, a newer term has raised the fence (ErrFenced), or the
-// store closes.
+// store closes, and logs the first failure: until the raise is done, an
+// older engine's late writes are not refused.
 func (s *Store) raiseAtEnd(token uint64, until time.Time, clock domain.Clock) {
 	for {
 		d := until.Sub(clock.Now())
@@ -143,6 +144,9 @@ func (s *Store) raiseAtEnd(token uint64, until time.Time, clock domain.Clock) {
 		err := s.b.Fence(ctx)
 		if err == nil || errors.Is(err, ports.ErrFenced) {
 			return
+		}
+		if attempt == 0 && s.closing.Err() == nil {
+			s.log.Warn("the object store cannot raise its fence to its term yet; an older engine's late writes are not refused until it does, and it tries again until then or until it closes", "bucket", s.b.Name(), "term", token, "err", err)
 		}
 		select {
 		case <-s.closing.Done():
