@@ -44,7 +44,9 @@ func Belong(ctx context.Context, db *sql.DB, what, path string) error {
 		return fmt.Errorf("%s: %s keeps the data of one NATS account, and this engine's is unknown: %w", what, path, err)
 	}
 	// The lock another handle holds is waited for in tries (Wait), as a
-	// write's is: on the stores' writers, SQLite's own wait is one try.
+	// write's is: on the writer of a DB (Open), SQLite's own wait is one
+	// try; on a pool whose busy timeout is BusyTimeout, as the vector
+	// store's, the first try is the whole wait, as it was before.
 	wait := WaitFor(ctx)
 	tx, err := db.BeginTx(ctx, nil)
 	for err != nil && wait.Again(err) {
