@@ -6,7 +6,8 @@
 // the key, ETag, content type and time, so one rename publishes content
 // and metadata together. Writes go to a temporary file first; the rename
 // happens under a lock file, which makes conditional Puts atomic across
-// handles and processes sharing the directory.
+// handles and processes sharing the directory. The lock is flock(2)'s on
+// Unix and LockFileEx's on Windows (lock_unix.go, lock_windows.go).
 package localfs
 
 import (
@@ -166,8 +167,8 @@ func removeAbandoned(path string) bool {
 	if err != nil {
 		return false
 	}
-	defer f.Close()
-	if err := flock(f, syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+	defer closeLocked(f)
+	if err := tryLock(f, true); err != nil {
 		return false // held by a running Put, or not to be locked: left alone
 	}
 	st, err := f.Stat()
@@ -290,14 +291,14 @@ func (s *Store) lock(ctx context.Context, key string) (func(), error) {
 	var once sync.Once
 	release := func() {
 		once.Do(func() {
-			f.Close()
+			closeLocked(f)
 			<-turn
 		})
 	}
 	wait := time.Millisecond
 	for {
-		err = flock(f, syscall.LOCK_EX|syscall.LOCK_NB)
-		if !errors.Is(err, syscall.EWOULDBLOCK) {
+		err = tryLock(f, true)
+		if !heldElsewhere(err) {
 			break
 		}
 		t := time.NewTimer(wait)
@@ -320,17 +321,6 @@ func (s *Store) lock(ctx context.Context, key string) (func(), error) {
 // lockPoll is the longest a call waits between two asks for a lock file
 // that another process holds.
 const lockPoll = 50 * time.Millisecond
-
-// flock locks f as how says, again when a signal interrupts the call;
-// closing f releases the lock.
-func flock(f *os.File, how int) error {
-	for {
-		err := syscall.Flock(int(f.Fd()), how)
-		if !errors.Is(err, syscall.EINTR) {
-			return err
-		}
-	}
-}
 
 // ctxReader stops a copy when its context ends.
 type ctxReader struct {
@@ -365,7 +355,7 @@ func (s *Store) Put(ctx context.Context, key string, r io.Reader, opts ports.Put
 	}
 	published := false
 	defer func() {
-		tmp.Close()
+		closeLocked(tmp)
 		if !published {
 			os.Remove(tmp.Name())
 		}
@@ -430,13 +420,13 @@ func (s *Store) createTemp() (*os.File, error) {
 		if err != nil {
 			return nil, err
 		}
-		err = flock(f, syscall.LOCK_SH|syscall.LOCK_NB)
+		err = tryLock(f, false)
 		if err == nil {
 			return f, nil
 		}
 		f.Close()
 		os.Remove(f.Name())
-		if !errors.Is(err, syscall.EWOULDBLOCK) || try == 3 {
+		if !heldElsewhere(err) || try == 3 {
 			return nil, fmt.Errorf("lock %q: %w", f.Name(), err)
 		}
 	}

@@ -10,10 +10,10 @@ import (
 	"runtime"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/abi-engine/engine/adapters/secondary/objectstorage/localfs"
 	"github.com/abi-engine/engine/contracttests"
 	"github.com/abi-engine/engine/ports"
 )
@@ -27,11 +27,11 @@ func holdStripe(t *testing.T, dir, key string) func() {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+	if err := localfs.TryLock(f, true); err != nil {
 		f.Close()
 		t.Fatal(err)
 	}
-	return func() { f.Close() }
+	return func() { localfs.CloseLocked(f) }
 }
 
 // An engine paused while it holds a key's lock (a container paused in the
