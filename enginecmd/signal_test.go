@@ -1,3 +1,7 @@
+//go:build unix
+
+// Unix only: the tests signal their own process with syscall.Kill.
+
 package enginecmd
 
 import (

@@ -1,3 +1,7 @@
+//go:build unix
+
+// Unix only: the FIFO test makes its FIFO with syscall.Mkfifo.
+
 package main
 
 import (

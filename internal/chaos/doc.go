@@ -9,7 +9,8 @@
 // The test is its only content. `go test ./internal/chaos` runs it at a
 // short setting (one round of every fault, lease 1 s); ENGINE_CHAOS=normal
 // (`make chaos`) runs more rounds with a 2 s lease; ENGINE_CHAOS=off or
-// -short skips it.
+// -short skips it. It builds on Unix only: it stops, resumes and kills the
+// engines with signals Windows does not have.
 //
 // # What is asserted, and how it is seen
 //

@@ -70,5 +70,7 @@
 // ENGINE_LINEARIZABLE=long (`make linearizable`) runs more rounds with more
 // clients; ENGINE_LINEARIZABLE=off or -short skips it. It needs PostgreSQL
 // (ENGINE_TEST_PG_DSN) and skips without it, unless
-// ENGINE_TEST_REQUIRE_BACKENDS=1.
+// ENGINE_TEST_REQUIRE_BACKENDS=1. It builds on Unix only, as it stops and
+// resumes the holder with SIGSTOP and SIGCONT, which Windows does not have;
+// the models' own tests (model_test.go) build everywhere.
 package linearizable
