@@ -10,6 +10,13 @@
 // When the wall clock has moved away from the monotonic one by Jump or
 // more since the last read, or Refresh of monotonic time has passed, the
 // suspended time is read again before Now answers.
+//
+// Only Linux has the boot-time clock this reads (suspend_linux.go).
+// Elsewhere (suspend_other.go) the suspended time is 0 and the deadline is
+// judged on Go's monotonic clock alone, which on some systems (macOS among
+// them) stands still while the machine sleeps: there a holder resumed after
+// its lease expired may admit calls until it fails to renew, and only the
+// fencing token keeps its writes out of the stores.
 package suspendclock
 
 import (
