@@ -377,7 +377,8 @@ func (b *Bucket) sendFenced(ctx context.Context, m *nats.Msg, id string, expect 
 	first.Header.Set(headerBatchSeq, "1")
 	first.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(*expect, 10))
 	if err := b.nc.PublishMsg(first); err != nil {
-		return nil, err
+		// Neither message went to the server, and neither is refused.
+		return nil, noneSent{err}
 	}
 	commit := copyMsg(m)
 	// A batch may roll a subject up only at its first message on it (the

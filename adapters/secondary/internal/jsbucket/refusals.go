@@ -267,6 +267,8 @@ func (l *listeners) untilWriteRefused(ctx context.Context, subject string, batch
 	case err == nil:
 		answered = pubs
 	case refused:
+	case errors.As(err, new(noneSent)):
+		answered = pubs
 	case wasAnswered(err) || unsent(err):
 		answered = 1
 	}
@@ -276,6 +278,14 @@ func (l *listeners) untilWriteRefused(ctx context.Context, subject string, batch
 	}
 	return err
 }
+
+// noneSent is the error of a sending the connection refused before any
+// of its publishes went to the server (the first of a batch, for which
+// unsent tells of the last only): none of them is refused.
+type noneSent struct{ err error }
+
+func (e noneSent) Error() string { return e.err.Error() }
+func (e noneSent) Unwrap() error { return e.err }
 
 // wasAnswered reports whether a sending that failed with err was answered
 // by the stream, or by the server for want of one, so that the server

@@ -343,3 +343,37 @@ func TestAClosedConnectionIsForgottenOnceCollected(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// A fenced conditional write is an atomic batch of two publishes, and one
+// the connection would not send at all (here, over the server's
+// max_payload) leaves neither in play on its key's subject. A later write
+// to the key that the permissions deny then fails naming the permission
+// within one attempt's time. Before, the connection counted the unsent
+// batch's first publish as still awaiting its refusal, forever: no
+// refusal of the key was a write's own again, and the denied write waited
+// out its whole call and was told of unknown outcome.
+func TestAFencedWriteTheConnectionDidNotSendLeavesLaterRefusalsOfItsKeyHeard(t *testing.T) {
+	const write = "$KV.DENIED.secret"
+	url := deniedUser(t, write)
+	nc := natstest.Connect(t, url, nats.UserInfo("engine", "engine"))
+	denied, err := OpenFenced(t.Context(), nc, Config{Bucket: "DENIED"}, "test")
+	if err != nil {
+		t.Fatalf("OpenFenced: %v", err)
+	}
+	none := uint64(0)
+	ctx := ports.WithFencingToken(t.Context(), 3)
+	big := make([]byte, nc.MaxPayload()+1)
+	if _, err := denied.Put(ctx, "secret", big, 0, &none); !errors.Is(err, nats.ErrMaxPayload) {
+		t.Fatalf("Put over max_payload: %v; want nats.ErrMaxPayload", err)
+	}
+	actx, cancel := context.WithTimeout(ctx, attemptTimeout)
+	defer cancel()
+	_, err = denied.Put(actx, "secret", []byte("v"), 0, &none)
+	late := actx.Err()
+	if !errors.Is(err, ErrPermission) || !strings.Contains(err.Error(), write) {
+		t.Fatalf("denied Put: %v; want ErrPermission naming %s", err, write)
+	}
+	if late != nil {
+		t.Fatalf("the denied Put named the refusal only once its context of %v had ended", attemptTimeout)
+	}
+}
