@@ -6,17 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/abi-engine/engine/adapters/secondary/internal/maxbytes/maxbytestest"
 	"github.com/abi-engine/engine/ports"
 )
-
-// liveHeap is the bytes of the heap still reachable, once collected.
-func liveHeap() int64 {
-	runtime.GC()
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return int64(m.HeapAlloc)
-}
 
 // What a store counts against max_bytes is no less than the heap it holds
 // for its vectors, whatever their shape: many small vectors, payloads of
@@ -76,7 +68,7 @@ func TestTheBoundCountsNoLessThanTheHeapTheStoreHolds(t *testing.T) {
 						vectors[i].Payload = sh.payload(i)
 					}
 				}
-				before := liveHeap()
+				before := maxbytestest.Live()
 				s, err := Open(t.Context(), Config{MaxBytes: 1 << 40, IndexThreshold: sh.threshold})
 				if err != nil {
 					t.Fatal(err)
@@ -99,23 +91,18 @@ func TestTheBoundCountsNoLessThanTheHeapTheStoreHolds(t *testing.T) {
 						time.Sleep(time.Millisecond)
 					}
 				}
-				held := liveHeap() - before
+				held := maxbytestest.Live() - before
 				runtime.KeepAlive(vectors)
 				counted := s.used.Load()
 				t.Logf("counted %d bytes a vector, the heap holds %d", counted/int64(n), held/int64(n))
-				if held > counted {
-					t.Errorf("the store holds %d bytes of heap and counts %d against max_bytes (%.2f times)", held, counted, float64(held)/float64(counted))
-				}
-				if counted > 4*held {
-					t.Errorf("the store counts %d bytes against max_bytes for %d of heap (%.2f times)", counted, held, float64(counted)/float64(held))
-				}
+				maxbytestest.Check(t, held, counted)
 				runtime.KeepAlive(s)
 			})
 		}
 	}
 	t.Run("empty collections", func(t *testing.T) {
 		const n = 5_000
-		before := liveHeap()
+		before := maxbytestest.Live()
 		s, err := Open(t.Context(), Config{MaxBytes: 1 << 40})
 		if err != nil {
 			t.Fatal(err)
@@ -126,12 +113,10 @@ func TestTheBoundCountsNoLessThanTheHeapTheStoreHolds(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		held := liveHeap() - before
+		held := maxbytestest.Live() - before
 		counted := s.used.Load()
 		t.Logf("counted %d bytes a collection, the heap holds %d", counted/n, held/n)
-		if held > counted || counted > 4*held {
-			t.Errorf("%d empty collections hold %d bytes of heap and count %d against max_bytes", n, held, counted)
-		}
+		maxbytestest.Check(t, held, counted)
 		runtime.KeepAlive(s)
 	})
 }
