@@ -102,18 +102,25 @@ type serving struct {
 	sealed     bool
 	subscribed bool
 	// hold is the stores to tell, once booted; begun is the term the
-	// engine began to serve, and when, until they are told.
+	// engine began to serve, and when, until they are told; told is the
+	// last term they were told of, and the end of its hold.
 	hold  raiseHold
 	begun *begunTerm
+	told  struct {
+		token uint64
+		until time.Time
+	}
 }
 
 // begunTerm is a term the engine began to serve, at the loop's clock when
 // it heard of it; released when it was taken from a holder that released
-// the lease.
+// the lease; anew when it is the term of a lease key this engine made
+// again after someone deleted it, while it served the term told before.
 type begunTerm struct {
 	token    uint64
 	at       time.Time
 	released bool
+	anew     bool
 }
 
 // servingEvent is one thing the loop hears of. Exactly one field is set.
@@ -225,9 +232,18 @@ func (s *serving) run() {
 		case ev.transition != nil:
 			s.lease = ev.transition.To
 			// A term begins at the first move to serving, the one that
-			// carries Previous; a restore after a fence is of the same term.
-			if tr := ev.transition; tr.To == domain.StateServing && (tr.From == domain.StateIdle || tr.From == domain.StateStandby) {
-				s.begun = &begunTerm{token: tr.Term, at: s.clock.Now(), released: tr.Previous.Released}
+			// carries Previous. A restore after a fence is of the same
+			// term, unless the engine made the lease key again after
+			// someone deleted it, which gives it a new one.
+			if tr := ev.transition; tr.To == domain.StateServing {
+				switch {
+				case tr.From == domain.StateIdle || tr.From == domain.StateStandby:
+					s.begun = &begunTerm{token: tr.Term, at: s.clock.Now(), released: tr.Previous.Released}
+				case s.begun != nil:
+					s.begun.token = tr.Term // not told yet: told of the term as it is
+				case tr.Term != s.told.token:
+					s.begun = &begunTerm{token: tr.Term, anew: true}
+				}
 			}
 		case ev.booted != nil:
 			s.kernel, s.hold = ev.booted, ev.hold
@@ -267,16 +283,23 @@ func (s *serving) run() {
 // them or not: else a term that never wrote would leave the fence at an
 // older term, and its successor's held writes, conditioned on the fence
 // as it stands, would let an engine older than it, paused, land its
-// writes through that hold.
+// writes through that hold. The term of a lease key made anew keeps the
+// hold of the term before it, whose predecessor may still drain: raised at
+// once, the fence would refuse that drain's writes; not raised, an engine
+// older than both would stay unfenced past the hold.
 func (s *serving) holdRaise() {
 	if s.begun == nil || s.hold.stores == nil {
 		return
 	}
 	until := s.begun.at
-	if s.begun.released {
+	switch {
+	case s.begun.anew:
+		until = s.told.until
+	case s.begun.released:
 		until = until.Add(s.hold.bound)
 	}
 	s.hold.stores.holdRaise(s.begun.token, until, s.clock)
+	s.told.token, s.told.until = s.begun.token, until
 	s.begun = nil
 }
 

@@ -628,6 +628,38 @@ func TestARestoreAfterAFenceTellsTheStoresNothingMore(t *testing.T) {
 	}
 }
 
+// A lease key made anew by the engine after someone deleted it gives the
+// engine a new term, which it serves once restored after its fence: the
+// stores are told of that term, with the hold of the term before, so a
+// predecessor still draining is held as long, and an engine older than
+// both is refused once the hold ends. Before, a restore told the stores
+// nothing, and the new term's first object write raised the fence at once
+// in a hold, refusing the predecessor's drain, or, with no write, left the
+// fence at the term before.
+func TestALeaseKeyMadeAnewTellsTheStoresOfItsTermWithTheHoldOfTheTermBefore(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		previous domain.Holder
+		want     string
+	}{
+		{"Released", domain.Holder{InstanceID: "0123456789abcdef0123456789abcdef", Released: true}, "hold 9 for 1m20s"},
+		{"AfterSilence", domain.Holder{InstanceID: "0123456789abcdef0123456789abcdef"}, "hold 9 for 0s"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				h := takeAndBoot(t, domain.Transition{From: domain.StateStandby, To: domain.StateServing, Term: 7, Previous: c.previous}, true)
+				h.transition(domain.Transition{From: domain.StateServing, To: domain.StateFenced, Term: 7})
+				h.transition(domain.Transition{From: domain.StateFenced, To: domain.StateServing, Term: 9})
+				synctest.Wait()
+				got := h.steps.String()
+				if !strings.Contains(got, c.want) || strings.Count(got, "hold ") != 2 {
+					t.Fatalf("steps %q, want the stores told of term 9 once, with term 7's hold: %q", got, c.want)
+				}
+			})
+		})
+	}
+}
+
 // suspendingClock is the lease's clock of a host suspended for suspended
 // since the clock began: Go's clock moved on by the suspend, as
 // suspendclock counts it.
