@@ -147,6 +147,9 @@ type Bucket struct {
 	// idle, on a replicated fenced bucket, holds the fence's records no
 	// write of this bucket is conditioned on now.
 	idle chan int
+	// attempt bounds one attempt of a call (retry): attemptTimeout, or
+	// longer in a test that holds an answer back.
+	attempt time.Duration
 }
 
 // Open finds the key-value bucket, or creates it with the configured
@@ -330,7 +333,7 @@ func open(ctx context.Context, nc *nats.Conn, c Config, k kind) (*Bucket, error)
 		nc: nc, refusals: refusalsOf(nc), js: js, stream: stream, name: c.Bucket, prefix: k.prefix,
 		api: "$JS.API.STREAM.MSG.GET." + k.stream, streamName: k.stream,
 		direct: "$JS.API.DIRECT.GET." + k.stream, kind: k, replicas: c.Replicas,
-		fenced: k.fenced,
+		fenced: k.fenced, attempt: attemptTimeout,
 	}
 	if k.fenced && c.Replicas > 1 {
 		b.idle = make(chan int, fenceShards)
@@ -572,7 +575,7 @@ func (b *Bucket) retry(ctx context.Context, subject string, w writing, op func(c
 	// A refusal of another subject is no answer to op: cut short on it, a
 	// write that may yet be stored would be told refused.
 	for attempt := 0; ; attempt++ {
-		actx, acancel := context.WithTimeout(ctx, attemptTimeout)
+		actx, acancel := context.WithTimeout(ctx, b.attempt)
 		var err error
 		if w == reads {
 			err = b.refusals.untilRefused(actx, subject, nil, op)
