@@ -227,15 +227,7 @@ func TestADeleteCancelledWhileItsDescriptionIsWrittenLeavesNoChunks(t *testing.T
 		}
 		return // the deletion was not stored: the object and its chunks stay
 	}
-	js, err := natsjs.New(natstest.Connect(t, url))
-	if err != nil {
-		t.Fatal(err)
-	}
-	stream, err := js.Stream(t.Context(), "OBJ_"+bucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := stream.Info(t.Context(), natsjs.WithSubjectFilter("$O."+bucket+".C.>"))
+	info, err := objectStream(t, natstest.Connect(t, url), bucket).Info(t.Context(), natsjs.WithSubjectFilter("$O."+bucket+".C.>"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -52,36 +52,21 @@ func olderTermRefused(t *testing.T, url string, replicas int) {
 	}
 	wantObject(t, successor, "after the older term's Delete", want, "the successor's")
 
-	js, err := natsjs.New(natstest.Connect(t, url))
-	if err != nil {
-		t.Fatal(err)
+	awaitChunkedObjects(t, natstest.Connect(t, url), bucket, 1, "the live object's only; the refused Put left its own")
+}
+
+// term5RefusedInTerm7sHold fails the test unless paused's late Put of "o"
+// and Delete of "gone" under term 5, first, are refused with ErrFenced,
+// and "o" stays term 7's object, want, written by newest.
+func term5RefusedInTerm7sHold(t *testing.T, paused *jetstream.Store, first context.Context, newest *jetstream.Store, want ports.ObjectInfo, when string) {
+	t.Helper()
+	if _, err := paused.Put(first, "o", bytes.NewReader([]byte("late")), ports.PutObjectOptions{}); !errors.Is(err, ports.ErrFenced) {
+		t.Fatalf("Put of term 5 in term 7's hold, %s: %v, want ErrFenced", when, err)
 	}
-	stream, err := js.Stream(t.Context(), "OBJ_"+bucket)
-	if err != nil {
-		t.Fatal(err)
+	if err := paused.Delete(first, "gone"); !errors.Is(err, ports.ErrFenced) {
+		t.Fatalf("Delete of term 5 in term 7's hold, %s: %v, want ErrFenced", when, err)
 	}
-	// A purge gives up after purgeTimeout without a word, and one that gave
-	// up on a loaded machine may still be applied after the call returned:
-	// the count is read until it comes down to the live object's, or a
-	// minute has passed, and only then are left chunks the refused Put's.
-	deadline := time.Now().Add(time.Minute)
-	for {
-		info, err := stream.Info(t.Context(), natsjs.WithSubjectFilter("$O."+bucket+".C.>"))
-		n := -1
-		if err == nil {
-			n = len(info.State.Subjects)
-		}
-		if n == 1 {
-			return
-		}
-		if n == 0 {
-			t.Fatal("no chunks are in the stream, want the live object's")
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("a minute after the refused Put, the chunks of %d objects are in the stream (%v), want only the live one's: the refused Put left its own", n, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	wantObject(t, newest, "after term 5's refused writes", want, "term 7's")
 }
 
 // wantObject fails the test unless key "o" of s is the object want with
@@ -254,13 +239,7 @@ func TestAnEngineOlderThanAPredecessorThatReleasedInItsHoldIsRefusedInTheNextHol
 	if err != nil {
 		t.Fatalf("Put of term 7 in its hold, after term 6's store closed: %v", err)
 	}
-	if _, err := paused.Put(first, "o", bytes.NewReader([]byte("late")), ports.PutObjectOptions{}); !errors.Is(err, ports.ErrFenced) {
-		t.Fatalf("Put of term 5 in term 7's hold, after term 6's store closed: %v, want ErrFenced", err)
-	}
-	if err := paused.Delete(first, "gone"); !errors.Is(err, ports.ErrFenced) {
-		t.Fatalf("Delete of term 5 in term 7's hold, after term 6's store closed: %v, want ErrFenced", err)
-	}
-	wantObject(t, newest, "after term 5's refused writes", want, "term 7's")
+	term5RefusedInTerm7sHold(t, paused, first, newest, want, "after term 6's store closed")
 }
 
 // A term not taken from a release (after a lease of silence, or from a
@@ -292,13 +271,7 @@ func TestAnEngineOlderThanAPredecessorThatNeverWroteIsRefusedInItsSuccessorsHold
 	if err != nil {
 		t.Fatalf("Put of term 7 in its hold: %v", err)
 	}
-	if _, err := paused.Put(first, "o", bytes.NewReader([]byte("late")), ports.PutObjectOptions{}); !errors.Is(err, ports.ErrFenced) {
-		t.Fatalf("Put of term 5 in term 7's hold, after term 6 began: %v, want ErrFenced", err)
-	}
-	if err := paused.Delete(first, "gone"); !errors.Is(err, ports.ErrFenced) {
-		t.Fatalf("Delete of term 5 in term 7's hold, after term 6 began: %v, want ErrFenced", err)
-	}
-	wantObject(t, newest, "after term 5's refused writes", want, "term 7's")
+	term5RefusedInTerm7sHold(t, paused, first, newest, want, "after term 6 began")
 }
 
 // A held term's store raises the fence itself once the hold has ended on
@@ -463,14 +436,7 @@ func TestTheRaiseAtTheHoldsEndReadsTheLeasesClockEachTimeItWakes(t *testing.T) {
 // the store's clock's reading, now.
 func awaitFence(t *testing.T, url, bucket string, term uint64, waits <-chan chan time.Time, now func() time.Time) {
 	t.Helper()
-	js, err := natsjs.New(natstest.Connect(t, url))
-	if err != nil {
-		t.Fatal(err)
-	}
-	stream, err := js.Stream(t.Context(), "OBJ_"+bucket)
-	if err != nil {
-		t.Fatal(err)
-	}
+	stream := objectStream(t, natstest.Connect(t, url), bucket)
 	want := strconv.FormatUint(term, 10)
 	deadline := time.Now().Add(time.Minute)
 	for {

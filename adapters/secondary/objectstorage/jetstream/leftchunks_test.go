@@ -42,7 +42,17 @@ func (r *stallingReader) Read(p []byte) (int, error) {
 // chunkSubjects lists the subjects of the bucket's stream that hold chunks.
 func chunkSubjects(t *testing.T, url, bucket string) map[string]uint64 {
 	t.Helper()
-	js, err := natsjs.New(natstest.Connect(t, url))
+	info, err := objectStream(t, natstest.Connect(t, url), bucket).Info(t.Context(), natsjs.WithSubjectFilter("$O."+bucket+".C.>"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Subjects
+}
+
+// objectStream is the stream of the object bucket, read over nc.
+func objectStream(t *testing.T, nc *nats.Conn, bucket string) natsjs.Stream {
+	t.Helper()
+	js, err := natsjs.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,11 +60,37 @@ func chunkSubjects(t *testing.T, url, bucket string) map[string]uint64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	info, err := stream.Info(t.Context(), natsjs.WithSubjectFilter("$O."+bucket+".C.>"))
-	if err != nil {
-		t.Fatal(err)
+	return stream
+}
+
+// awaitChunkedObjects waits, a minute at most, for the chunks in the
+// bucket's stream, read over nc, to be those of want objects, and fails
+// the test, saying why with whose, if they are not. A purge gives up after
+// purgeTimeout without a word, and one that gave up on a loaded machine
+// may still be applied after its call returned, so the count is read
+// again until it comes down to want. None left where want are live fails
+// at once.
+func awaitChunkedObjects(t *testing.T, nc *nats.Conn, bucket string, want int, whose string) {
+	t.Helper()
+	stream := objectStream(t, nc, bucket)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		info, err := stream.Info(t.Context(), natsjs.WithSubjectFilter("$O."+bucket+".C.>"))
+		n := -1
+		if err == nil {
+			n = len(info.State.Subjects)
+		}
+		if n == want {
+			return
+		}
+		if n == 0 {
+			t.Fatalf("no chunks are in the stream, want those of %d objects", want)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a minute after the refused Put, the chunks of %d objects are in the stream (%v), want %d: %s", n, err, want, whose)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
-	return info.State.Subjects
 }
 
 // A Put whose caller gives up while the store closes, its first chunks
