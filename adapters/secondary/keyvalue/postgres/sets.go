@@ -44,7 +44,8 @@ type setReq struct {
 	done  chan error
 	// state is setQueued until a writer, holding a connection to send
 	// it on, takes the set into a batch (setTaken) or it is dropped, its
-	// caller having given up first (setDropped). Only a set taken is ever
+	// caller having given up first or no connection having come for its
+	// batch (setDropped). Only a set taken is ever
 	// sent to the server. A set of a batch the server refused, which
 	// wrote nothing, is queued again until it is taken alone.
 	state atomic.Int32
@@ -196,20 +197,35 @@ func (w *setter) flush(batch []*setReq) {
 
 // send takes a connection, then takes into the batch each of sets whose
 // caller has not given up meanwhile, and writes those under t on it; it
-// returns the sets taken, each of which has the returned outcome. A set
-// whose caller gave up first was not sent, and its caller knows it.
+// returns the sets it answers for, each of which has the returned
+// outcome. A set whose caller gave up first was not sent, and its caller
+// knows it.
+//
+// When no connection comes, no set was sent: each still queued is
+// dropped, not taken, and returned with the failure (ports.ErrNotDone) for
+// its answer, so that a caller giving up at that moment finds its set
+// dropped and waits for that answer. Taken, as the sets sent are, such a
+// set could be found taken by its caller before its answer came, and the
+// caller, told only its context's error, would take a set never sent for
+// one that may land.
 func (w *setter) send(ctx context.Context, t term, sets []*setReq) ([]*setReq, error) {
 	c, err := w.conn(ctx)
+	if err != nil {
+		dropped := make([]*setReq, 0, len(sets))
+		for _, r := range sets {
+			if r.state.CompareAndSwap(setQueued, setDropped) {
+				dropped = append(dropped, r)
+			}
+		}
+		return dropped, err
+	}
 	taken := make([]*setReq, 0, len(sets))
 	for _, r := range sets {
 		if r.state.CompareAndSwap(setQueued, setTaken) {
 			taken = append(taken, r)
 		}
 	}
-	switch {
-	case err != nil:
-		return taken, err
-	case len(taken) == 0:
+	if len(taken) == 0 {
 		c.Release()
 		return nil, nil
 	}
